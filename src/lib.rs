@@ -5,4 +5,5 @@
 //! time-bucketed counters at several precisions (the layout of *Redis in
 //! Action* §5.2), so that any Redis client can read them.
 
+pub mod aggregate;
 pub mod event;

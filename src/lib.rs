@@ -7,3 +7,4 @@
 
 pub mod http;
 pub mod metrics;
+pub mod aggregate; pub mod event;

@@ -4,3 +4,5 @@
 //! consumer group, aggregate windows of hits in memory and apply them to
 //! time-bucketed counters at several precisions (the layout of *Redis in
 //! Action* §5.2), so that any Redis client can read them.
+
+pub mod embedded;

@@ -8,3 +8,4 @@
 pub mod http;
 pub mod metrics;
 pub mod aggregate; pub mod event;
+pub mod embedded;

@@ -1,11 +1,47 @@
 //! hitcount: count hits at scale on Redis.
 //!
-//! Apps append hit events to a Redis stream; hitcount workers read it as one
-//! consumer group, aggregate windows of hits in memory and apply them to
-//! time-bucketed counters at several precisions (the layout of *Redis in
-//! Action* §5.2), so that any Redis client can read them.
+//! Apps append hit events to a Redis stream (see [`event`] for the two wire
+//! forms); hitcount workers read it as one consumer group, aggregate windows
+//! of hits in memory ([`aggregate`]) and apply them to time-bucketed counters
+//! at several precisions, in the layout of *Redis in Action* §5.2 ([`keys`]),
+//! so that any Redis client can read them ([`counters`]).
+//!
+//! ```text
+//!  apps ──XADD──▶ stream `hits` ──XREADGROUP──▶ worker ─┬─ commit (fence, record, dead letters)
+//!  (producer)                     (one group)   worker  ├─ apply chunks: HINCRBY count:P:N, ZADD known:
+//!                                               worker  └─ XACK
+//! ```
+//!
+//! # Layout
+//! - [`config`]: every setting, its flag and environment variable.
+//! - [`keys`]: every Redis key name. [`scripts`]: every Lua script.
+//! - [`event`]: the hit event and its wire forms. [`aggregate`]: hits to
+//!   increments, pure.
+//! - [`stream`]: reading the stream. [`commit`]: a window's exactly-once way
+//!   into the counters. [`recovery`]: claiming from and finishing for stopped
+//!   workers. [`worker`]: the loop tying them together.
+//! - [`producer`]: the fire-and-forget library. [`counters`]: reading counters.
+//! - [`connect`]: connections, TLS, error classes, backoff.
+//! - [`metrics`], [`http`]: Prometheus metrics and probes. [`shutdown`].
+//! - [`embedded`]: a throwaway redis-server for the demo, bench and tests.
+//! - [`workload`]: synthetic names for load and benchmarks.
+//! - [`cli`]: the `hitcount` subcommands.
 
-pub mod http;
-pub mod metrics;
-pub mod aggregate; pub mod event;
+pub mod aggregate;
+pub mod cli;
+pub mod commit;
+pub mod config;
+pub mod connect;
+pub mod counters;
 pub mod embedded;
+pub mod event;
+pub mod http;
+pub mod keys;
+pub mod metrics;
+pub mod producer;
+pub mod recovery;
+pub mod scripts;
+pub mod shutdown;
+pub mod stream;
+pub mod worker;
+pub mod workload;

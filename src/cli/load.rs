@@ -1,0 +1,124 @@
+//! `hitcount load`: a load generator sending realistic hit events.
+
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::Common;
+use crate::producer::{Producer, ProducerOptions};
+use crate::workload::{Distribution, Names};
+
+/// Events the generator lets the producer hold before waiting for it.
+const MAX_IN_FLIGHT: u64 = 200_000;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Number of hit events to send.
+    #[arg(long)]
+    hits: u64,
+    /// Number of distinct names (page:0 .. page:N-1).
+    #[arg(long, default_value_t = 1000)]
+    names: usize,
+    /// Zipf exponent for name popularity (default: uniform).
+    #[arg(long)]
+    zipf: Option<f64>,
+    /// Events per second (default: as fast as Redis takes them).
+    #[arg(long)]
+    rate: Option<u64>,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// What a load run sent.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    /// Events sent.
+    pub hits: u64,
+    /// Hits per name rank.
+    pub per_name: Vec<u64>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let producer = Producer::start(
+        &args.common.redis,
+        &args.common.stream,
+        ProducerOptions::default(),
+    )?;
+    let dist = args.zipf.map_or(Distribution::Uniform, Distribution::Zipf);
+    let sent = send(
+        &producer,
+        args.hits,
+        &Names::new(args.names, dist),
+        args.rate,
+        true,
+    )
+    .await;
+    producer.shutdown(Duration::from_secs(5)).await;
+    println!(
+        "sent {} hits over {} names to {} in {:.2} s ({:.0} hits/s)",
+        sent.hits,
+        args.names,
+        args.common.stream.stream,
+        sent.elapsed.as_secs_f64(),
+        sent.hits as f64 / sent.elapsed.as_secs_f64().max(1e-9)
+    );
+    Ok(())
+}
+
+/// Sends `hits` events through `producer`, at `rate` per second if given,
+/// and waits until they are in Redis.
+pub async fn send(
+    producer: &Producer,
+    hits: u64,
+    names: &Names,
+    rate: Option<u64>,
+    progress: bool,
+) -> Sent {
+    let bar = if progress {
+        ProgressBar::new(hits)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} hits {per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut per_name = vec![0u64; names.len()];
+    let start = Instant::now();
+    let mut rng = rand::rng();
+    let tick = Duration::from_millis(10);
+    let mut sent = 0u64;
+    while sent < hits {
+        let quota = match rate {
+            Some(r) => {
+                let due = (start.elapsed().as_secs_f64() * r as f64) as u64;
+                if due <= sent {
+                    tokio::time::sleep(tick).await;
+                    continue;
+                }
+                (due - sent).min(hits - sent)
+            }
+            None => (hits - sent).min(10_000),
+        };
+        for _ in 0..quota {
+            let rank = names.sample(&mut rng);
+            per_name[rank] += 1;
+            producer.hit(&Names::name(rank));
+        }
+        sent += quota;
+        bar.set_position(sent);
+        while producer.buffered() > MAX_IN_FLIGHT {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::task::yield_now().await;
+    }
+    producer.flush().await;
+    bar.finish_and_clear();
+    Sent {
+        hits: sent,
+        per_name,
+        elapsed: start.elapsed(),
+    }
+}

@@ -1,0 +1,398 @@
+//! A window's way into the counters, exactly once.
+//!
+//! 1. **Commit** (one script next to the stream, `commit.lua`): check this
+//!    consumer's fencing epoch, record the window (its entry ids and its
+//!    aggregated cells), dead-letter its rejected entries. A claim by another
+//!    worker bumps the epoch first, so a stalled worker's window is refused.
+//! 2. **Apply** (`apply.lua`, in chunks of a few thousand cells): each chunk
+//!    is marked applied in the same script, so a replay does nothing.
+//! 3. **Acknowledge** the window's entries with XACK, in bounded commands.
+//! 4. **Finish**: folded into the next commit, dead-letter what failed to
+//!    apply and delete the record.
+//!
+//! Steps 2 and 3 go in one pipeline: two round trips per window. A worker that
+//! dies between 1 and 4 leaves a record; any worker finishes it once it is
+//! older than the claim time (idempotent: markers, XACK, delete-if-exists).
+//! Entries of a consumer with an unfinished record are never claimed (the
+//! record may hold them), so an entry is never in a record and claimed too.
+//!
+//! Markers live while their record does (a day's TTL as a safety net); once a
+//! window is finished its marker is given [`MARKER_TTL_AFTER_FINISH`]. Any
+//! worker applies a chunk only within [`APPLY_GUARD`] of having seen the
+//! record exist, half that TTL, so no replay can outlive the marker.
+//!
+//! Only the commit touches the stream's keys and only the apply touches the
+//! counters, so on Redis Cluster each step stays within one hash slot.
+
+use redis::aio::MultiplexedConnection;
+use redis::{RedisError, RedisResult, Value};
+
+use crate::aggregate::Cell;
+use crate::keys::Keys;
+use crate::scripts::{APPLY, COMMIT};
+use crate::stream;
+
+/// Cells per apply script: ~1.8 µs per HINCRBY plus a ZADD member keeps a
+/// chunk near 5 ms, under the 10 ms that would stall other clients.
+pub const CHUNK_CELLS: usize = 2000;
+/// Ids per XACK command (~0.4 µs each: about 2 ms).
+pub const ACK_IDS: usize = 5000;
+/// Lifetime of an applied-chunk marker while its window is unfinished: a
+/// safety net for windows nobody finishes (their owner died and no worker ran
+/// for a day), not a bound on normal operation.
+pub const MARKER_TTL_SECS: u64 = 86_400;
+/// Lifetime of a marker once its window is finished, in seconds.
+pub const MARKER_TTL_AFTER_FINISH: u64 = 600;
+/// A worker applies a window's chunks only within this time of having seen
+/// its record exist (at commit or when loading it for recovery).
+pub const APPLY_GUARD: std::time::Duration =
+    std::time::Duration::from_secs(MARKER_TTL_AFTER_FINISH / 2);
+
+/// An entry that could not be decoded, on its way to the dead-letter stream.
+#[derive(Debug, Clone)]
+pub struct Rejected {
+    /// The entry ID.
+    pub id: String,
+    /// Why (a stable snake_case reason, also the metric label).
+    pub reason: &'static str,
+    /// The entry's original fields.
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// A cell that Redis refused to increment (wrong type, overflow).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Redis' error text.
+    pub error: String,
+    /// The cell.
+    pub precision: u32,
+    /// Counter name.
+    pub name: String,
+    /// Bucket start, unix seconds.
+    pub bucket: i64,
+    /// The increment that was not applied.
+    pub delta: i64,
+}
+
+/// A window applied and acknowledged, waiting for its record to be deleted.
+#[derive(Debug, Clone, Default)]
+pub struct Finished {
+    /// The window id.
+    pub window: String,
+    /// Cells that failed to apply, to dead-letter.
+    pub failures: Vec<Failure>,
+}
+
+/// A window ready to commit, borrowed from the worker's buffers.
+#[derive(Debug)]
+pub struct Sealed<'a> {
+    /// Unique window id.
+    pub window: &'a str,
+    /// Entry ids, space separated.
+    pub ids: &'a str,
+    /// Aggregated increments.
+    pub cells: &'a [Cell<'a>],
+    /// Entries to dead-letter.
+    pub rejected: &'a [Rejected],
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The window is recorded: apply and acknowledge it.
+    Committed,
+    /// The window was already recorded (a replay after a lost reply).
+    Duplicate,
+    /// Another worker claimed entries from this consumer: the window is
+    /// dropped; its epoch is now the one given.
+    Fenced(String),
+    /// Nothing to commit (only a finish).
+    Nothing,
+}
+
+/// A recorded window as read back for recovery.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// The window id.
+    pub window: String,
+    /// The consumer that committed it.
+    pub owner: String,
+    /// Commit time on the Redis clock, unix ms.
+    pub created_ms: i64,
+    /// Its entry ids, space separated.
+    pub ids: String,
+}
+
+/// Runs the commit protocol for one consumer.
+#[derive(Debug, Clone)]
+pub struct Committer {
+    keys: Keys,
+    consumer: String,
+    dead_maxlen: u64,
+}
+
+impl Committer {
+    /// A committer for `consumer`.
+    pub fn new(keys: Keys, consumer: String, dead_maxlen: u64) -> Self {
+        Committer {
+            keys,
+            consumer,
+            dead_maxlen,
+        }
+    }
+
+    /// The keys in use.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// This consumer's current epoch ("0" before any claim).
+    pub async fn epoch(&self, conn: &mut MultiplexedConnection) -> RedisResult<String> {
+        let e: Option<String> = redis::cmd("HGET")
+            .arg(self.keys.epochs())
+            .arg(&self.consumer)
+            .query_async(conn)
+            .await?;
+        Ok(e.unwrap_or_else(|| "0".into()))
+    }
+
+    /// Step 1 (and 4 of the previous window): one script, one round trip.
+    pub async fn commit(
+        &self,
+        conn: &mut MultiplexedConnection,
+        epoch: &str,
+        finish: Option<&Finished>,
+        window: Option<&Sealed<'_>>,
+    ) -> RedisResult<Outcome> {
+        let k = &self.keys;
+        let finish_key = finish.map_or_else(|| k.windows(), |f| k.window(&f.window));
+        let window_key = window.map_or_else(|| k.windows(), |w| k.window(w.window));
+        let mut cmd = COMMIT.evalsha(6);
+        cmd.arg(&k.stream)
+            .arg(k.epochs())
+            .arg(k.windows())
+            .arg(&k.dead)
+            .arg(finish_key)
+            .arg(window_key);
+        cmd.arg(&self.consumer).arg(epoch).arg(self.dead_maxlen);
+        match finish {
+            Some(f) => {
+                cmd.arg(&f.window).arg(f.failures.len());
+                for x in &f.failures {
+                    cmd.arg(&x.error)
+                        .arg(x.precision)
+                        .arg(&x.name)
+                        .arg(x.bucket)
+                        .arg(x.delta)
+                        .arg(&f.window);
+                }
+            }
+            None => {
+                cmd.arg("").arg(0);
+            }
+        }
+        match window {
+            Some(w) => {
+                let cells: Vec<(u32, &str, i64, i64)> = w
+                    .cells
+                    .iter()
+                    .map(|c| (c.precision, c.name, c.bucket, c.delta))
+                    .collect();
+                let blob = rmp_serde::to_vec(&cells).expect("cells always serialize");
+                cmd.arg(w.window)
+                    .arg(w.ids)
+                    .arg(blob)
+                    .arg(CHUNK_CELLS)
+                    .arg(w.cells.len().div_ceil(CHUNK_CELLS));
+                cmd.arg(w.rejected.len());
+                for r in w.rejected {
+                    cmd.arg(&r.id).arg(r.reason).arg(r.fields.len());
+                    for (f, v) in &r.fields {
+                        cmd.arg(f).arg(v);
+                    }
+                }
+            }
+            None => {
+                cmd.arg("");
+            }
+        }
+        let (status, epoch): (String, String) = cmd.query_async(conn).await?;
+        Ok(match status.as_str() {
+            "ok" => Outcome::Committed,
+            "dup" => Outcome::Duplicate,
+            "fenced" => Outcome::Fenced(epoch),
+            _ => Outcome::Nothing,
+        })
+    }
+
+    /// Steps 2 and 3 in one pipeline: apply every chunk (at most once each),
+    /// then acknowledge the ids. Returns the cells that failed to apply.
+    /// Safe to repeat after any error. `finished` names a window finished by
+    /// the last commit, whose marker may now expire soon.
+    pub async fn apply_and_ack(
+        &self,
+        conn: &mut MultiplexedConnection,
+        window: &str,
+        cells: &[Cell<'_>],
+        ids: &str,
+        finished: Option<&str>,
+    ) -> Result<Vec<Failure>, RedisError> {
+        let k = &self.keys;
+        let marker = k.applied_marker(window);
+        let known = k.known();
+        let mut pipe = redis::pipe();
+        if let Some(done) = finished {
+            self.expire_marker_into(&mut pipe, done);
+        }
+        let chunks: Vec<&[Cell<'_>]> = cells.chunks(CHUNK_CELLS).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let mut cmd = APPLY.evalsha(2 + chunk.len());
+            cmd.arg(&marker).arg(&known);
+            for c in chunk.iter() {
+                cmd.arg(k.count(c.precision, c.name));
+            }
+            cmd.arg(i).arg(MARKER_TTL_SECS);
+            for c in chunk.iter() {
+                cmd.arg(c.bucket)
+                    .arg(c.delta)
+                    .arg(Keys::member(c.precision, c.name));
+            }
+            pipe.add_command(cmd);
+        }
+        stream::ack_into(&mut pipe, k, ids, ACK_IDS);
+        let replies: Vec<Value> = pipe.query_async(conn).await?;
+        let replies = &replies[usize::from(finished.is_some())..];
+        let mut failures = Vec::new();
+        for (chunk, reply) in chunks.iter().zip(replies) {
+            let text = stream::bytes(reply).unwrap_or(b"");
+            for line in String::from_utf8_lossy(text).lines() {
+                let Some((idx, err)) = line.split_once('\t') else {
+                    continue;
+                };
+                let Some(c) = idx.parse::<usize>().ok().and_then(|i| chunk.get(i - 1)) else {
+                    continue;
+                };
+                failures.push(Failure {
+                    error: err.to_string(),
+                    precision: c.precision,
+                    name: c.name.to_string(),
+                    bucket: c.bucket,
+                    delta: c.delta,
+                });
+            }
+        }
+        Ok(failures)
+    }
+
+    /// Shortens the marker of a finished window to its final TTL.
+    pub fn expire_marker_into(&self, pipe: &mut redis::Pipeline, window: &str) {
+        pipe.cmd("EXPIRE")
+            .arg(self.keys.applied_marker(window))
+            .arg(MARKER_TTL_AFTER_FINISH)
+            .ignore();
+    }
+
+    /// Finishes a window alone (when no next window comes to carry it).
+    pub async fn finish(
+        &self,
+        conn: &mut MultiplexedConnection,
+        finished: &Finished,
+    ) -> RedisResult<()> {
+        self.commit(conn, "", Some(finished), None).await?;
+        let mut pipe = redis::pipe();
+        self.expire_marker_into(&mut pipe, &finished.window);
+        pipe.query_async::<()>(conn).await
+    }
+
+    /// Windows recorded and not yet finished, oldest first, with the Redis
+    /// clock's current time in ms.
+    pub async fn records(
+        &self,
+        conn: &mut MultiplexedConnection,
+    ) -> RedisResult<(Vec<Record>, i64)> {
+        let (ids, (secs, micros)): (Vec<String>, (i64, i64)) = redis::pipe()
+            .cmd("ZRANGE")
+            .arg(self.keys.windows())
+            .arg(0)
+            .arg(-1)
+            .cmd("TIME")
+            .query_async(conn)
+            .await?;
+        let now_ms = secs * 1000 + micros / 1000;
+        if ids.is_empty() {
+            return Ok((Vec::new(), now_ms));
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("HMGET")
+                .arg(self.keys.window(id))
+                .arg("owner")
+                .arg("created")
+                .arg("ids");
+        }
+        let rows: Vec<(Option<String>, Option<i64>, Option<String>)> =
+            pipe.query_async(conn).await?;
+        let records = ids
+            .into_iter()
+            .zip(rows)
+            .filter_map(|(window, (owner, created, ids))| {
+                Some(Record {
+                    window,
+                    owner: owner?,
+                    created_ms: created?,
+                    ids: ids?,
+                })
+            })
+            .collect();
+        Ok((records, now_ms))
+    }
+
+    /// Finishes a recorded window on behalf of whoever committed it: applies
+    /// its chunks (markers make this a no-op for chunks already applied),
+    /// acknowledges its ids, dead-letters failures and deletes the record.
+    /// Returns false when the record was already gone.
+    /// `seen` is when the record was loaded: past [`APPLY_GUARD`] it is left
+    /// to a later pass.
+    pub async fn recover(
+        &self,
+        conn: &mut MultiplexedConnection,
+        record: &Record,
+        seen: std::time::Instant,
+    ) -> RedisResult<bool> {
+        let blob: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(self.keys.window(&record.window))
+            .arg("cells")
+            .query_async(conn)
+            .await?;
+        let Some(blob) = blob else { return Ok(false) };
+        let owned: Vec<(u32, String, i64, i64)> = rmp_serde::from_slice(&blob).map_err(|e| {
+            RedisError::from((
+                redis::ErrorKind::Parse,
+                "window record's cells do not decode",
+                e.to_string(),
+            ))
+        })?;
+        let cells: Vec<Cell<'_>> = owned
+            .iter()
+            .map(|(precision, name, bucket, delta)| Cell {
+                precision: *precision,
+                name,
+                bucket: *bucket,
+                delta: *delta,
+            })
+            .collect();
+        if seen.elapsed() > APPLY_GUARD {
+            return Ok(false);
+        }
+        let failures = self
+            .apply_and_ack(conn, &record.window, &cells, &record.ids, None)
+            .await?;
+        let finished = Finished {
+            window: record.window.clone(),
+            failures,
+        };
+        self.finish(conn, &finished).await?;
+        tracing::info!(window = %record.window, owner = %record.owner, "finished a window left by a stopped worker");
+        Ok(true)
+    }
+}

@@ -1,0 +1,236 @@
+//! Connecting to Redis: URLs, TLS files, timeouts, and reconnecting with
+//! capped exponential backoff and jitter.
+//!
+//! Every error is sorted into one of three classes (see [`classify`]): bad
+//! input is handled where it arises (dead-lettered), transient errors make the
+//! caller back off and reconnect, fatal ones stop the process at start-up with
+//! a clear message. An outage is logged once when it starts and once when it
+//! ends, never once per try.
+
+use std::time::Duration;
+
+use rand::Rng;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, RedisError};
+
+use crate::config::{redact_url, ConfigError, RedisArgs};
+use crate::metrics::metrics;
+
+/// Time allowed to open a connection (TCP, TLS, AUTH).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time allowed for a reply to a non-blocking command. Never "none": a call
+/// was seen to hang forever during a failover.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// First and longest pause between reconnection attempts.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Builds a client from the settings, reading TLS files when given.
+pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid {
+        setting: "--redis-url / REDIS_URL",
+        reason,
+    };
+    let tls_files = args.ca.is_some() || args.cert.is_some();
+    if !tls_files {
+        return Client::open(args.url.as_str()).map_err(|e| invalid(format!("{e}")));
+    }
+    if !args.url.starts_with("rediss://") {
+        return Err(invalid(format!(
+            "TLS files are set but {} is not a rediss:// URL",
+            redact_url(&args.url)
+        )));
+    }
+    let read = |what: &'static str, path: &std::path::PathBuf| {
+        std::fs::read(path).map_err(|source| ConfigError::TlsFile {
+            what,
+            path: path.clone(),
+            source,
+        })
+    };
+    let root_cert = args.ca.as_ref().map(|p| read("CA", p)).transpose()?;
+    let client_tls = match (&args.cert, &args.key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read("client certificate", cert)?,
+            client_key: read("client key", key)?,
+        }),
+        _ => None,
+    };
+    Client::build_with_tls(
+        args.url.as_str(),
+        redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(|e| invalid(format!("{e}")))
+}
+
+/// Opens a multiplexed connection whose replies may take up to
+/// `response_timeout` (give blocking reads more than their BLOCK).
+pub async fn open(
+    client: &Client,
+    response_timeout: Duration,
+) -> Result<MultiplexedConnection, RedisError> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(response_timeout));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+/// What to do about a Redis error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The connection or the server is (maybe briefly) unavailable: back off,
+    /// reconnect, retry. Includes OOM, LOADING, failover and timeouts.
+    Transient,
+    /// A reply says the request itself is wrong (wrong type, bad script):
+    /// retrying the same thing will not help.
+    Permanent,
+}
+
+/// Sorts an error into its class and a bounded metric label.
+pub fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
+    if err.is_timeout() {
+        return (ErrorClass::Transient, "timeout");
+    }
+    if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
+        return (ErrorClass::Transient, "io");
+    }
+    match err.code() {
+        Some("OOM") => (ErrorClass::Transient, "oom"),
+        Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN") => {
+            (ErrorClass::Transient, "other")
+        }
+        Some("NOSCRIPT") => (ErrorClass::Transient, "script"),
+        Some("NOPERM" | "NOAUTH" | "WRONGPASS") => (ErrorClass::Permanent, "response"),
+        _ => (ErrorClass::Permanent, "response"),
+    }
+}
+
+/// Counts an error in `hitcount_redis_errors_total` and returns its class.
+pub fn record(err: &RedisError) -> ErrorClass {
+    let (class, kind) = classify(err);
+    metrics().redis_errors.with_label_values(&[kind]).inc();
+    class
+}
+
+/// Capped exponential backoff with full jitter.
+#[derive(Debug)]
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { next: BACKOFF_MIN }
+    }
+}
+
+impl Backoff {
+    /// The pause before the next try: uniform in [next/2, next], then next
+    /// doubles up to the cap.
+    pub fn pause(&mut self) -> Duration {
+        let cap = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        let ms = cap.as_millis() as u64;
+        Duration::from_millis(rand::rng().random_range(ms / 2..=ms.max(1)))
+    }
+
+    /// Back to the shortest pause after a success.
+    pub fn reset(&mut self) {
+        self.next = BACKOFF_MIN;
+    }
+}
+
+/// Tracks one outage so it is logged once at its start and once at its end.
+#[derive(Debug, Default)]
+pub struct Outage {
+    since: Option<std::time::Instant>,
+    tries: u64,
+}
+
+impl Outage {
+    /// Records a failed try; logs only the first of an outage.
+    pub fn failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
+        self.tries += 1;
+        if self.since.is_none() {
+            self.since = Some(std::time::Instant::now());
+            tracing::warn!(error = %err, "{what}: Redis unavailable, retrying with backoff");
+        }
+    }
+
+    /// Records a success; logs the end of an outage if one was going on.
+    pub fn recovered(&mut self, what: &str) {
+        if let Some(since) = self.since.take() {
+            metrics().redis_reconnects.inc();
+            tracing::warn!(
+                down_ms = since.elapsed().as_millis() as u64,
+                tries = self.tries,
+                "{what}: Redis reachable again"
+            );
+        }
+        self.tries = 0;
+    }
+
+    /// Whether an outage is going on.
+    pub fn is_down(&self) -> bool {
+        self.since.is_some()
+    }
+}
+
+/// Connects, retrying with backoff until it works or `give_up` resolves.
+/// Returns `None` when given up.
+pub async fn open_with_retry(
+    client: &Client,
+    response_timeout: Duration,
+    what: &str,
+    outage: &mut Outage,
+    give_up: &mut crate::shutdown::Shutdown,
+) -> Option<MultiplexedConnection> {
+    let mut backoff = Backoff::default();
+    loop {
+        match open(client, response_timeout).await {
+            Ok(c) => {
+                outage.recovered(what);
+                return Some(c);
+            }
+            Err(e) => {
+                record(&e);
+                outage.failed(what, &e);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.pause()) => {}
+            _ = give_up.wait() => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_a_cap_with_jitter() {
+        let mut b = Backoff::default();
+        let pauses: Vec<_> = (0..20).map(|_| b.pause()).collect();
+        assert!(pauses[0] <= BACKOFF_MIN);
+        assert!(pauses.iter().all(|p| *p <= BACKOFF_MAX));
+        assert!(pauses[19] >= BACKOFF_MAX / 2);
+        b.reset();
+        assert!(b.pause() <= BACKOFF_MIN);
+    }
+
+    #[test]
+    fn tls_files_need_rediss() {
+        let args = RedisArgs {
+            ca: Some("ca.pem".into()),
+            ..RedisArgs::from_url("redis://127.0.0.1:1")
+        };
+        let err = client(&args).unwrap_err().to_string();
+        assert!(err.contains("rediss://"), "{err}");
+    }
+}

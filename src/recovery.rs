@@ -1,0 +1,103 @@
+//! What live workers do about dead ones: finish the windows they recorded,
+//! claim the entries they left pending (fencing them), dead-letter entries
+//! delivered too often, and remove consumers that are gone.
+
+use std::time::Instant;
+
+use redis::aio::MultiplexedConnection;
+use redis::{RedisResult, Value};
+
+use crate::commit::Committer;
+use crate::config::WorkerArgs;
+use crate::keys::Keys;
+use crate::metrics::metrics;
+use crate::scripts::{CLAIM, GC};
+use crate::stream::{self, EntryRef};
+
+/// Most entries claimed per call: keeps the claim script near a millisecond.
+const CLAIM_BATCH: usize = 1000;
+
+/// Entries just claimed from other consumers, now this consumer's.
+#[derive(Debug)]
+pub struct Claimed {
+    reply: Value,
+}
+
+impl Claimed {
+    /// The claimed entries (deleted ones have no fields).
+    pub fn entries(&self) -> Vec<EntryRef<'_>> {
+        stream::entry_list(&self.reply)
+    }
+}
+
+/// Finishes windows recorded more than the claim time ago (their worker
+/// stopped), then claims entries idle longer than the claim time. Entries of
+/// a consumer with an unfinished window are not claimed until it is finished.
+pub async fn claim(
+    conn: &mut MultiplexedConnection,
+    committer: &Committer,
+    consumer: &str,
+    settings: &WorkerArgs,
+    dead_maxlen: u64,
+) -> RedisResult<Claimed> {
+    let seen = Instant::now();
+    let (records, now_ms) = committer.records(conn).await?;
+    for r in &records {
+        if now_ms - r.created_ms > settings.claim_idle_ms as i64 {
+            committer.recover(conn, r, seen).await?;
+        }
+    }
+    let keys = committer.keys();
+    let mut cmd = CLAIM.evalsha(5);
+    cmd.arg(&keys.stream)
+        .arg(keys.epochs())
+        .arg(&keys.dead)
+        .arg(keys.last_errors())
+        .arg(keys.windows())
+        .arg(&keys.group)
+        .arg(consumer)
+        .arg(settings.claim_idle_ms)
+        .arg(CLAIM_BATCH)
+        .arg(settings.max_deliveries)
+        .arg(dead_maxlen)
+        .arg(keys.window(""));
+    let (reply, poisoned): (Value, u64) = cmd.query_async(conn).await?;
+    let claimed = Claimed { reply };
+    let n = claimed.entries().len();
+    if n > 0 || poisoned > 0 {
+        tracing::info!(
+            claimed = n,
+            dead_lettered = poisoned,
+            "claimed entries left idle by other consumers"
+        );
+    }
+    let m = metrics();
+    m.events_claimed.inc_by(n as u64);
+    m.events_dead_lettered
+        .with_label_values(&["max_deliveries"])
+        .inc_by(poisoned);
+    Ok(claimed)
+}
+
+/// Removes consumers idle for `min_idle_ms` that own no pending entry, and
+/// `leaving` (this worker at shutdown) if it owns none. Returns their names.
+pub async fn remove_gone_consumers(
+    conn: &mut MultiplexedConnection,
+    keys: &Keys,
+    min_idle_ms: u64,
+    leaving: &str,
+) -> RedisResult<Vec<String>> {
+    let removed: Vec<String> = GC
+        .evalsha(2)
+        .arg(&keys.stream)
+        .arg(keys.last_errors())
+        .arg(&keys.group)
+        .arg(min_idle_ms)
+        .arg(leaving)
+        .query_async(conn)
+        .await?;
+    if !removed.is_empty() {
+        tracing::info!(consumers = ?removed, "removed consumers that are gone from the group");
+    }
+    Ok(removed)
+}

@@ -1,0 +1,72 @@
+-- The one atomic step next to the stream: finish the previous window and
+-- commit the next one. Every key here shares the stream's Cluster slot.
+--
+-- KEYS[1] stream            KEYS[2] epochs (HASH consumer -> epoch)
+-- KEYS[3] windows (ZSET)    KEYS[4] dead-letter stream
+-- KEYS[5] record of the window to finish (a placeholder when none)
+-- KEYS[6] record of the window to commit (a placeholder when none)
+-- ARGV[1] consumer  ARGV[2] its epoch as the worker knows it  ARGV[3] dead MAXLEN
+-- ARGV[4] id of the window to finish, or ''
+-- ARGV[5] F, then F failures of that window's apply step, 6 values each:
+--         error, precision, name, bucket, count, window id
+-- then:   id of the window to commit, or ''; its ids (space separated);
+--         its cells (MessagePack); cells per chunk; chunk count;
+--         D, then D rejected entries: id, reason, N, then N field/value pairs
+--
+-- Finishing dead-letters the apply failures and deletes the record, only if
+-- the record still exists, so a replay never dead-letters twice. Committing
+-- fails with {'fenced', epoch} when another worker claimed entries from this
+-- consumer since it read its epoch: the window is then dropped unapplied.
+-- Returns {'ok'|'dup'|'fenced'|'none', epoch}.
+
+local consumer, epoch, maxlen = ARGV[1], ARGV[2], ARGV[3]
+local a = 4
+
+local finish = ARGV[a]
+local nfail = tonumber(ARGV[a + 1])
+a = a + 2
+if finish ~= '' and redis.call('EXISTS', KEYS[5]) == 1 then
+    for i = 0, nfail - 1 do
+        local f = a + i * 6
+        redis.call('XADD', KEYS[4], 'MAXLEN', '~', maxlen, '*',
+            'reason', 'apply_error', 'error', ARGV[f], 'precision', ARGV[f + 1],
+            'name', ARGV[f + 2], 'bucket', ARGV[f + 3], 'count', ARGV[f + 4],
+            'window', ARGV[f + 5])
+    end
+    redis.call('DEL', KEYS[5])
+    redis.call('ZREM', KEYS[3], finish)
+end
+a = a + nfail * 6
+
+local window = ARGV[a]
+if window == '' then
+    return {'none', epoch}
+end
+if redis.call('EXISTS', KEYS[6]) == 1 then
+    return {'dup', epoch}
+end
+local current = redis.call('HGET', KEYS[2], consumer) or '0'
+if current ~= epoch then
+    return {'fenced', current}
+end
+
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[6], 'owner', consumer, 'epoch', epoch,
+    'created', now_ms, 'ids', ARGV[a + 1], 'cells', ARGV[a + 2],
+    'chunk', ARGV[a + 3], 'chunks', ARGV[a + 4])
+redis.call('ZADD', KEYS[3], now_ms, window)
+
+a = a + 5
+local ndead = tonumber(ARGV[a])
+a = a + 1
+for _ = 1, ndead do
+    local args = {'MAXLEN', '~', maxlen, '*', 'reason', ARGV[a + 1], 'id', ARGV[a]}
+    local nfields = tonumber(ARGV[a + 2])
+    for j = 1, nfields * 2 do
+        args[#args + 1] = ARGV[a + 2 + j]
+    end
+    redis.call('XADD', KEYS[4], unpack(args))
+    a = a + 3 + nfields * 2
+end
+return {'ok', epoch}

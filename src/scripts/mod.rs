@@ -1,0 +1,73 @@
+//! The Lua scripts hitcount runs on Redis, one `.lua` file each, and the code
+//! that loads and invokes them.
+//!
+//! Scripts are sent as EVALSHA, mostly inside pipelines; [`load_all`] runs
+//! after every (re)connection so a restarted Redis has them, and a NOSCRIPT
+//! error is treated as transient (the caller reconnects, which reloads).
+//! Each script stays well under 10 ms at default settings (chunk sizes and
+//! read counts are chosen for it), so Redis never stalls other clients.
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, RedisResult, Script};
+
+/// A script: its source and its SHA1.
+pub struct Lua {
+    source: &'static str,
+    script: Script,
+}
+
+impl Lua {
+    fn new(source: &'static str) -> Lua {
+        Lua {
+            source,
+            script: Script::new(source),
+        }
+    }
+
+    /// An EVALSHA command for this script with `nkeys` keys; the caller adds
+    /// the keys, then the arguments.
+    pub fn evalsha(&self, nkeys: usize) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash()).arg(nkeys);
+        cmd
+    }
+
+    /// The script's SHA1, as Redis names it.
+    pub fn hash(&self) -> &str {
+        self.script.get_hash()
+    }
+}
+
+macro_rules! scripts {
+    ($($(#[$doc:meta])* $name:ident = $file:literal;)*) => {
+        $($(#[$doc])* pub static $name: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!($file)));)*
+        /// Every script, for loading.
+        fn all() -> Vec<&'static Lua> { vec![$(&*$name),*] }
+    };
+}
+
+scripts! {
+    /// Finish the previous window and commit the next (fence, record, dead letters).
+    COMMIT = "commit.lua";
+    /// Apply one chunk of a recorded window to the counters, at most once.
+    APPLY = "apply.lua";
+    /// Claim idle entries of other consumers, bumping their epochs.
+    CLAIM = "claim.lua";
+    /// Append a producer's batch at most once.
+    PRODUCE = "produce.lua";
+    /// Remove consumers that are gone and own nothing.
+    GC = "gc.lua";
+}
+
+/// Loads every script into Redis' script cache.
+pub async fn load_all<C: ConnectionLike>(conn: &mut C) -> RedisResult<()> {
+    let mut pipe = redis::pipe();
+    for lua in all() {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(lua.source);
+    }
+    let hashes: Vec<String> = pipe.query_async(conn).await?;
+    debug_assert!(hashes.iter().zip(all()).all(|(h, l)| h == l.hash()));
+    Ok(())
+}

@@ -1,0 +1,491 @@
+//! The worker loop: read entries, aggregate a window, commit it, apply it,
+//! acknowledge it; recover what stopped workers left behind.
+//!
+//! One worker is one consumer of the group, and runs strictly in sequence on
+//! one connection: reads are never ahead of what is applied, so memory stays
+//! bounded by one window. Any Redis error drops the window in flight (its
+//! entries stay pending) and *resyncs*: reconnect with backoff, reload the
+//! scripts, read this consumer's epoch, finish its own recorded windows, then
+//! re-read its pending entries before new ones. See [`crate::commit`] for why
+//! this counts every hit exactly once.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{Client, RedisError};
+
+use crate::aggregate::{Cell, Window};
+use crate::commit::{Committer, Finished, Outcome, Rejected, Sealed, APPLY_GUARD};
+use crate::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
+use crate::connect::{self, Backoff, ErrorClass, Outage};
+use crate::event;
+use crate::http::Health;
+use crate::keys::Keys;
+use crate::metrics::metrics;
+use crate::recovery;
+use crate::shutdown::Shutdown;
+use crate::stream::{self, EntryRef};
+
+/// A window closes early once it holds this many rejected entries, so the
+/// commit script's dead-letter XADDs stay short.
+const MAX_REJECTED_PER_WINDOW: usize = 500;
+
+/// Everything a worker needs.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// How to reach Redis.
+    pub redis: RedisArgs,
+    /// The counter layout.
+    pub layout: LayoutArgs,
+    /// Stream, group and dead-letter stream.
+    pub stream: StreamArgs,
+    /// Reading, windows, recovery, shutdown.
+    pub worker: WorkerArgs,
+}
+
+/// Where the next read starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cursor {
+    /// This consumer's own pending entries after this id.
+    Pending(String),
+    /// New entries (`>`).
+    New,
+}
+
+/// One consumer of the group.
+pub struct Worker {
+    settings: Settings,
+    client: Client,
+    conn: Option<MultiplexedConnection>,
+    keys: Keys,
+    committer: Committer,
+    consumer: String,
+    epoch: String,
+    cursor: Cursor,
+    incarnation: String,
+    seq: u64,
+    window: Window,
+    ids: String,
+    rejected: Vec<Rejected>,
+    opened: Option<Instant>,
+    oldest_ms: i64,
+    finished: Option<Finished>,
+    health: Arc<Health>,
+    outage: Outage,
+    backoff: Backoff,
+    last_claim: Instant,
+    last_gc: Instant,
+    shutdown: Shutdown,
+}
+
+impl Worker {
+    /// A worker with validated settings; connects on its first turn.
+    pub fn new(
+        mut settings: Settings,
+        health: Arc<Health>,
+        shutdown: Shutdown,
+    ) -> Result<Worker, crate::config::ConfigError> {
+        settings.layout.validate()?;
+        settings.worker.validate()?;
+        let client = connect::client(&settings.redis)?;
+        let keys = Keys::new(&settings.layout, &settings.stream);
+        let consumer = settings.worker.consumer_name();
+        let committer = Committer::new(keys.clone(), consumer.clone(), settings.stream.dead_maxlen);
+        let window = Window::new(&settings.layout.precisions, settings.layout.samples);
+        let now = Instant::now();
+        Ok(Worker {
+            client,
+            conn: None,
+            committer,
+            consumer,
+            epoch: "0".into(),
+            cursor: Cursor::Pending("0".into()),
+            incarnation: format!("{:016x}", rand::random::<u64>()),
+            seq: 0,
+            window,
+            ids: String::new(),
+            rejected: Vec::new(),
+            opened: None,
+            oldest_ms: i64::MAX,
+            finished: None,
+            health,
+            outage: Outage::default(),
+            backoff: Backoff::default(),
+            last_claim: now,
+            last_gc: now,
+            shutdown,
+            keys,
+            settings,
+        })
+    }
+
+    /// This worker's consumer name.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// Runs until shutdown, then drains: applies the window in flight and
+    /// this consumer's pending entries, and leaves the group, all within the
+    /// shutdown deadline.
+    pub async fn run(mut self) {
+        tracing::info!(consumer = %self.consumer, stream = %self.keys.stream, group = %self.keys.group,
+            redis = %crate::config::redact_url(&self.settings.redis.url), "worker starting");
+        while !self.shutdown.is_triggered() {
+            self.health.turned();
+            if let Err(e) = self.turn().await {
+                self.failed(e).await;
+            }
+        }
+        let deadline = self.settings.worker.shutdown_timeout();
+        match tokio::time::timeout(deadline, self.drain()).await {
+            Ok(Ok(())) => tracing::info!(consumer = %self.consumer, "worker stopped cleanly"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "worker stopped; pending entries will be claimed by others")
+            }
+            Err(_) => tracing::warn!(
+                ?deadline,
+                "shutdown deadline passed; pending entries will be claimed by others"
+            ),
+        }
+    }
+
+    /// One step: resync if needed, claim if due, read, maybe apply.
+    async fn turn(&mut self) -> Result<(), RedisError> {
+        if self.conn.is_none() {
+            self.sync().await?;
+            if self.conn.is_none() {
+                return Ok(()); // shutting down while Redis is away
+            }
+        }
+        if self.window.is_empty() && self.rejected.is_empty() && self.ids.is_empty() {
+            self.maintain().await?;
+        }
+        let block = match (&self.cursor, self.opened) {
+            (Cursor::Pending(_), _) => None,
+            (Cursor::New, None) => Some(self.settings.worker.block_ms),
+            (Cursor::New, Some(t)) => {
+                let left = Duration::from_millis(self.settings.worker.window_ms)
+                    .saturating_sub(t.elapsed());
+                Some((left.as_millis() as u64).max(1))
+            }
+        };
+        let from = match &self.cursor {
+            Cursor::Pending(id) => id.clone(),
+            Cursor::New => ">".into(),
+        };
+        let conn = self.conn.as_mut().expect("synced");
+        let reply = stream::read(
+            conn,
+            &self.keys,
+            &self.consumer,
+            self.settings.worker.read_count,
+            block,
+            &from,
+        )
+        .await?;
+        self.backoff.reset();
+        let entries = stream::read_reply_entries(&reply);
+        if entries.is_empty() {
+            if self.cursor != Cursor::New {
+                self.cursor = Cursor::New;
+            } else if !self.ids.is_empty() {
+                self.flush().await?;
+            } else if let Some(done) = self.finished.take() {
+                let conn = self.conn.as_mut().expect("synced");
+                self.committer.finish(conn, &done).await?;
+            }
+            return Ok(());
+        }
+        metrics().events_read.inc_by(entries.len() as u64);
+        if let Cursor::Pending(_) = self.cursor {
+            let last = entries.last().expect("non-empty").id_str().to_string();
+            self.cursor = Cursor::Pending(last);
+        }
+        self.add_entries(&entries);
+        if self.window_full() {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Decodes entries into the window (or the rejected list).
+    fn add_entries(&mut self, entries: &[EntryRef<'_>]) {
+        let now_ms = unix_ms();
+        if self.opened.is_none() {
+            self.opened = Some(Instant::now());
+        }
+        for e in entries {
+            if !self.ids.is_empty() {
+                self.ids.push(' ');
+            }
+            self.ids.push_str(e.id_str());
+            if e.fields.is_none() {
+                continue; // deleted while pending: nothing to count, just acknowledge
+            }
+            match event::decode(e.id, e.pairs()) {
+                Ok(hit) => {
+                    self.window.add(&hit, now_ms);
+                    if let Some(ms) = event::entry_id_ms(e.id) {
+                        self.oldest_ms = self.oldest_ms.min(ms);
+                    }
+                }
+                Err(reject) => self.rejected.push(Rejected {
+                    id: e.id_str().to_string(),
+                    reason: reject.reason(),
+                    fields: e.pairs().map(|(f, v)| (f.to_vec(), v.to_vec())).collect(),
+                }),
+            }
+        }
+    }
+
+    fn window_full(&self) -> bool {
+        let w = &self.settings.worker;
+        self.window.hits() as usize >= w.window_entries
+            || self.window.cells_len() >= w.window_cells
+            || self.rejected.len() >= MAX_REJECTED_PER_WINDOW
+            || self
+                .opened
+                .is_some_and(|t| t.elapsed() >= Duration::from_millis(w.window_ms))
+    }
+
+    /// Commits, applies and acknowledges the window; finishes the previous one.
+    async fn flush(&mut self) -> Result<(), RedisError> {
+        let started = Instant::now();
+        let window_id = format!("{}-{}", self.incarnation, self.seq);
+        self.seq += 1;
+        let cells: Vec<Cell<'_>> = self.window.cells().collect();
+        let sealed = Sealed {
+            window: &window_id,
+            ids: &self.ids,
+            cells: &cells,
+            rejected: &self.rejected,
+        };
+        let conn = self.conn.as_mut().expect("synced");
+        let outcome = self
+            .committer
+            .commit(conn, &self.epoch, self.finished.as_ref(), Some(&sealed))
+            .await?;
+        let finished = self.finished.take().map(|f| f.window);
+        match outcome {
+            Outcome::Committed | Outcome::Duplicate | Outcome::Nothing => {}
+            Outcome::Fenced(epoch) => {
+                tracing::warn!(consumer = %self.consumer, "entries were claimed by another worker: window dropped, re-reading own pending entries");
+                metrics().windows_fenced.inc();
+                self.epoch = epoch;
+                self.cursor = Cursor::Pending("0".into());
+                self.clear_window();
+                return Ok(());
+            }
+        }
+        let committed_at = Instant::now();
+        let failures = loop {
+            // Replays are safe only while the markers surely live: past the
+            // guard, leave the window to recovery (which reloads it).
+            if committed_at.elapsed() > APPLY_GUARD {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Io,
+                    "window apply took longer than the guard",
+                )));
+            }
+            let conn = self.conn.as_mut().expect("synced");
+            match self
+                .committer
+                .apply_and_ack(conn, &window_id, &cells, &self.ids, finished.as_deref())
+                .await
+            {
+                Ok(f) => break f,
+                Err(e) => {
+                    if connect::record(&e) == ErrorClass::Permanent || self.shutdown.is_triggered()
+                    {
+                        return Err(e);
+                    }
+                    self.outage.failed("applying a window", &e);
+                    tokio::time::sleep(self.backoff.pause()).await;
+                    if e.is_io_error() || e.is_connection_dropped() || e.code() == Some("NOSCRIPT")
+                    {
+                        return Err(e); // resync: reconnect, then recovery finishes the record
+                    }
+                }
+            }
+        };
+        self.outage.recovered("applying a window");
+        let m = metrics();
+        m.windows_applied.inc();
+        m.window_size.observe(self.window.hits() as f64);
+        m.events_applied.inc_by(self.window.hits());
+        m.apply_duration.observe(started.elapsed().as_secs_f64());
+        for (precision, n) in self.window.skipped() {
+            m.hits_too_old
+                .with_label_values(&[&precision.to_string()])
+                .inc_by(n);
+        }
+        for r in &self.rejected {
+            m.events_dead_lettered.with_label_values(&[r.reason]).inc();
+        }
+        if !failures.is_empty() {
+            tracing::warn!(cells = failures.len(), first = %failures[0].error, "some counters refused their increments; dead-lettered");
+            m.events_dead_lettered
+                .with_label_values(&["apply_error"])
+                .inc_by(failures.len() as u64);
+        }
+        if self.oldest_ms != i64::MAX {
+            m.end_to_end_delay
+                .observe((unix_ms() - self.oldest_ms).max(0) as f64 / 1000.0);
+        }
+        self.finished = Some(Finished {
+            window: window_id,
+            failures,
+        });
+        self.clear_window();
+        Ok(())
+    }
+
+    fn clear_window(&mut self) {
+        self.window.clear();
+        self.ids.clear();
+        self.rejected.clear();
+        self.opened = None;
+        self.oldest_ms = i64::MAX;
+    }
+
+    /// Reconnects and restores a consistent state after any error.
+    async fn sync(&mut self) -> Result<(), RedisError> {
+        self.health.set_in_group(false);
+        self.clear_window();
+        self.finished = None; // its record is ours: recovered below
+        let timeout =
+            Duration::from_millis(self.settings.worker.block_ms) + connect::RESPONSE_TIMEOUT;
+        let mut give_up = self.shutdown.clone();
+        let Some(mut conn) = connect::open_with_retry(
+            &self.client,
+            timeout,
+            "worker",
+            &mut self.outage,
+            &mut give_up,
+        )
+        .await
+        else {
+            return Ok(());
+        };
+        self.health.set_redis_connected(true);
+        crate::scripts::load_all(&mut conn).await?;
+        stream::ensure_group(&mut conn, &self.keys).await?;
+        // The epoch is read before the pending entries: a claim after this
+        // read bumps it, so no window can hold entries claimed since.
+        self.epoch = self.committer.epoch(&mut conn).await?;
+        let seen = Instant::now();
+        let (records, _) = self.committer.records(&mut conn).await?;
+        for r in records.iter().filter(|r| r.owner == self.consumer) {
+            self.committer.recover(&mut conn, r, seen).await?;
+        }
+        self.cursor = Cursor::Pending("0".into());
+        self.conn = Some(conn);
+        self.health.set_in_group(true);
+        Ok(())
+    }
+
+    /// Claims, recovery of stopped workers' windows, consumer clean-up: on
+    /// their own schedules, between windows.
+    async fn maintain(&mut self) -> Result<(), RedisError> {
+        let w = self.settings.worker.clone();
+        let claim_every = Duration::from_millis((w.claim_idle_ms / 4).clamp(250, 5000));
+        if self.last_claim.elapsed() >= claim_every {
+            self.last_claim = Instant::now();
+            let conn = self.conn.as_mut().expect("synced");
+            let dead_maxlen = self.settings.stream.dead_maxlen;
+            let claimed =
+                recovery::claim(conn, &self.committer, &self.consumer, &w, dead_maxlen).await?;
+            let entries = claimed.entries();
+            if !entries.is_empty() {
+                self.add_entries(&entries);
+            }
+        }
+        if self.last_gc.elapsed() >= Duration::from_secs(60) {
+            self.last_gc = Instant::now();
+            let conn = self.conn.as_mut().expect("synced");
+            recovery::remove_gone_consumers(conn, &self.keys, w.consumer_idle_ms, "").await?;
+        }
+        Ok(())
+    }
+
+    /// Handles an error of a turn: count it, drop the window, resync later.
+    async fn failed(&mut self, e: RedisError) {
+        let class = connect::record(&e);
+        self.health.set_redis_connected(false);
+        self.outage.failed("worker", &e);
+        if class == ErrorClass::Permanent {
+            tracing::error!(error = %e, "unexpected reply from Redis; resyncing");
+        }
+        if let Some(conn) = self.conn.as_mut() {
+            let _: Result<(), _> = redis::cmd("HSET")
+                .arg(self.keys.last_errors())
+                .arg(&self.consumer)
+                .arg(e.to_string())
+                .query_async(conn)
+                .await;
+        }
+        self.conn = None;
+        let mut stop = self.shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(self.backoff.pause()) => {}
+            _ = stop.wait() => {}
+        }
+    }
+
+    /// After shutdown: apply what is in flight, then this consumer's pending
+    /// entries, finish, and leave the group when nothing is left.
+    async fn drain(&mut self) -> Result<(), RedisError> {
+        if self.conn.is_none() {
+            return Ok(());
+        }
+        if !self.ids.is_empty() {
+            self.flush().await?;
+        }
+        self.cursor = Cursor::Pending("0".into());
+        while let Cursor::Pending(from) = self.cursor.clone() {
+            let conn = self.conn.as_mut().expect("synced");
+            let reply = stream::read(
+                conn,
+                &self.keys,
+                &self.consumer,
+                self.settings.worker.read_count,
+                None,
+                &from,
+            )
+            .await?;
+            let entries = stream::read_reply_entries(&reply);
+            if entries.is_empty() {
+                break;
+            }
+            self.cursor = Cursor::Pending(entries.last().expect("non-empty").id_str().to_string());
+            self.add_entries(&entries);
+            self.flush().await?;
+        }
+        let conn = self.conn.as_mut().expect("synced");
+        if let Some(done) = self.finished.take() {
+            self.committer.finish(conn, &done).await?;
+        }
+        recovery::remove_gone_consumers(conn, &self.keys, u64::MAX, &self.consumer).await?;
+        self.health.set_in_group(false);
+        Ok(())
+    }
+}
+
+/// Runs a worker until `shutdown`.
+pub async fn run(
+    settings: Settings,
+    health: Arc<Health>,
+    shutdown: Shutdown,
+) -> Result<(), crate::config::ConfigError> {
+    Worker::new(settings, health, shutdown)?.run().await;
+    Ok(())
+}
+
+/// Wall-clock time in unix ms.
+pub fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,87 @@
+//! Synthetic hit names for `load`, `demo` and `bench`: hot sets, Zipf and
+//! uniform distributions over `page:N` names.
+
+use rand::Rng;
+
+/// How names are drawn.
+#[derive(Debug, Clone)]
+pub enum Distribution {
+    /// Every name equally likely.
+    Uniform,
+    /// Zipf with exponent `s`: name rank k has weight 1/k^s.
+    Zipf(f64),
+}
+
+/// Draws names `page:0` .. `page:{n-1}`.
+#[derive(Debug, Clone)]
+pub struct Names {
+    n: usize,
+    /// Cumulative weights for Zipf; empty for uniform.
+    cdf: Vec<f64>,
+}
+
+impl Names {
+    /// A sampler over `n` names (at least one).
+    pub fn new(n: usize, dist: Distribution) -> Names {
+        let n = n.max(1);
+        let cdf = match dist {
+            Distribution::Uniform => Vec::new(),
+            Distribution::Zipf(s) => {
+                let mut acc = 0.0;
+                (1..=n)
+                    .map(|k| {
+                        acc += 1.0 / (k as f64).powf(s);
+                        acc
+                    })
+                    .collect()
+            }
+        };
+        Names { n, cdf }
+    }
+
+    /// How many names there are.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Always false: there is at least one name.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The name of rank `i`.
+    pub fn name(i: usize) -> String {
+        format!("page:{i}")
+    }
+
+    /// A random rank.
+    pub fn sample<R: Rng>(&self, rng: &mut R) -> usize {
+        if self.cdf.is_empty() {
+            return rng.random_range(0..self.n);
+        }
+        let total = *self.cdf.last().expect("n >= 1");
+        let x = rng.random_range(0.0..total);
+        self.cdf.partition_point(|&c| c <= x).min(self.n - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zipf_favours_low_ranks_and_stays_in_range() {
+        let names = Names::new(1000, Distribution::Zipf(1.0));
+        let mut rng = rand::rng();
+        let mut first = 0;
+        for _ in 0..10_000 {
+            let r = names.sample(&mut rng);
+            assert!(r < 1000);
+            first += usize::from(r == 0);
+        }
+        // Rank 0 has weight 1/H(1000) ≈ 13 %.
+        assert!(first > 900 && first < 1800, "{first}");
+        let uniform = Names::new(10, Distribution::Uniform);
+        assert!((0..1000).all(|_| uniform.sample(&mut rng) < 10));
+    }
+}

@@ -1,0 +1,145 @@
+//! The test harness: a real redis-server per test on a free port, workers run
+//! in-process or as the real binary, and the reference algorithm of the seeds.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hitcount::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
+use hitcount::embedded::{RedisServer, ServerOptions};
+use hitcount::keys::Keys;
+use hitcount::shutdown::{self, Trigger};
+use hitcount::worker::Settings;
+use redis::aio::MultiplexedConnection;
+
+/// A throwaway server with the SLOWLOG armed at 10 ms.
+pub fn server() -> RedisServer {
+    server_with(ServerOptions::default())
+}
+
+pub fn server_with(mut opts: ServerOptions) -> RedisServer {
+    opts.extra.push("slowlog-log-slower-than 10000".into());
+    RedisServer::start(opts).expect("starting redis-server")
+}
+
+pub async fn conn(url: &str) -> MultiplexedConnection {
+    let client = redis::Client::open(url).unwrap();
+    hitcount::connect::open(&client, Duration::from_secs(10))
+        .await
+        .unwrap()
+}
+
+/// Settings for a worker on `url` with fast claims for tests.
+pub fn settings(url: &str, consumer: &str) -> Settings {
+    Settings {
+        redis: RedisArgs::from_url(url),
+        layout: LayoutArgs::default(),
+        stream: StreamArgs::default(),
+        worker: WorkerArgs {
+            consumer: Some(consumer.into()),
+            block_ms: 200,
+            ..WorkerArgs::default()
+        },
+    }
+}
+
+pub fn keys(s: &Settings) -> Keys {
+    Keys::new(&s.layout, &s.stream)
+}
+
+/// In-process workers that stop when dropped.
+pub struct Workers {
+    trigger: Trigger,
+    handles: Vec<tokio::task::JoinHandle<Result<(), hitcount::config::ConfigError>>>,
+}
+
+impl Workers {
+    pub fn start(all: Vec<Settings>) -> Workers {
+        let (trigger, shutdown) = shutdown::channel();
+        let handles = all
+            .into_iter()
+            .map(|s| {
+                let health = hitcount::http::Health::new(Duration::from_secs(60));
+                tokio::spawn(hitcount::worker::run(s, health, shutdown.clone()))
+            })
+            .collect();
+        Workers { trigger, handles }
+    }
+
+    pub async fn stop(self) {
+        self.trigger.trigger();
+        for h in self.handles {
+            h.await.unwrap().unwrap();
+        }
+    }
+}
+
+/// Waits until the group has read and acknowledged the whole stream.
+pub async fn wait_drained(conn: &mut MultiplexedConnection, keys: &Keys) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !hitcount::stream::drained(conn, keys).await.unwrap() {
+        assert!(Instant::now() < deadline, "stream not drained within 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The seeds' update_counter, as increments: (precision, name) -> bucket -> count.
+pub type Counts = BTreeMap<(u32, String), BTreeMap<i64, i64>>;
+
+pub fn reference(hits: &[(String, i64, i64)], precisions: &[u32]) -> Counts {
+    let mut out = Counts::new();
+    for (name, count, ts) in hits {
+        for &p in precisions {
+            let bucket = ts.div_euclid(p as i64) * p as i64;
+            *out.entry((p, name.clone()))
+                .or_default()
+                .entry(bucket)
+                .or_default() += count;
+        }
+    }
+    out
+}
+
+/// Every counter in Redis under the layout, read as the seeds read them.
+pub async fn read_all(conn: &mut MultiplexedConnection, keys: &Keys) -> Counts {
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(keys.known())
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let mut out = Counts::new();
+    for m in members {
+        let (p, name) = m.split_once(':').unwrap();
+        let p: u32 = p.parse().unwrap();
+        let samples = hitcount::counters::read(conn, keys, p, name).await.unwrap();
+        out.insert(
+            (p, name.to_string()),
+            samples.iter().map(|s| (s.time, s.count)).collect(),
+        );
+    }
+    out
+}
+
+/// SLOWLOG entries (commands over the 10 ms threshold).
+pub async fn slowlog(conn: &mut MultiplexedConnection) -> Vec<redis::Value> {
+    redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(128)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+pub fn health() -> Arc<hitcount::http::Health> {
+    hitcount::http::Health::new(Duration::from_secs(60))
+}

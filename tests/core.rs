@@ -1,0 +1,443 @@
+//! The core, end to end against a real redis-server: counts equal the seeds'
+//! reference in both event forms, bad entries are dead-lettered while good
+//! ones count, workers share a group exactly, a fenced worker's window is
+//! dropped, too-old hits skip fine precisions, and the producer rides out an
+//! outage.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use hitcount::commit::{Committer, Outcome, Sealed};
+use hitcount::config::{RedisArgs, StreamArgs};
+use hitcount::producer::{Producer, ProducerOptions};
+
+const PRECISIONS: [u32; 7] = hitcount::config::DEFAULT_PRECISIONS;
+
+/// Hits as (name, count, unix seconds as float).
+type Hits = Vec<(String, i64, f64)>;
+
+async fn xadd_msgpack(
+    c: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    count: i64,
+    ts: Option<f64>,
+) -> String {
+    redis::cmd("XADD")
+        .arg("hits")
+        .arg("*")
+        .arg("hit")
+        .arg(hitcount::event::encode(name, count, ts))
+        .query_async(c)
+        .await
+        .unwrap()
+}
+
+async fn xadd_plain(
+    c: &mut redis::aio::MultiplexedConnection,
+    fields: &[(&str, String)],
+) -> String {
+    let mut cmd = redis::cmd("XADD");
+    cmd.arg("hits").arg("*");
+    for (f, v) in fields {
+        cmd.arg(*f).arg(v);
+    }
+    cmd.query_async(c).await.unwrap()
+}
+
+fn id_secs(id: &str) -> f64 {
+    hitcount::event::entry_id_ms(id.as_bytes()).unwrap() as f64 / 1000.0
+}
+
+fn rust_reference(hits: &Hits) -> Counts {
+    let as_int: Vec<(String, i64, i64)> = hits
+        .iter()
+        .map(|(n, c, t)| (n.clone(), *c, t.floor() as i64))
+        .collect();
+    reference(&as_int, &PRECISIONS)
+}
+
+/// Deterministic hits of the last 100 s (inside every precision's window),
+/// with bucket edges, sent half in each form; some without ts.
+async fn send_recent_hits(c: &mut redis::aio::MultiplexedConnection) -> Hits {
+    let now = unix_now();
+    let mut hits = Hits::new();
+    let minute = now - now % 60;
+    let mut times: Vec<f64> = (0..400)
+        .map(|i| (now - 100 + (i * 37) % 100) as f64)
+        .collect();
+    times.extend([
+        minute as f64,
+        minute as f64 - 1.0,
+        minute as f64 - 0.25,
+        (now - now % 5) as f64,
+        now as f64 - 30.5,
+    ]);
+    for (i, ts) in times.into_iter().enumerate() {
+        let name = format!("page:{}", i % 7);
+        let count = 1 + (i as i64 % 3);
+        match i % 4 {
+            0 => {
+                xadd_msgpack(c, &name, count, Some(ts)).await;
+            }
+            1 => {
+                xadd_plain(
+                    c,
+                    &[
+                        ("name", name.clone()),
+                        ("count", count.to_string()),
+                        ("ts", ts.to_string()),
+                    ],
+                )
+                .await;
+            }
+            2 => {
+                let id = xadd_msgpack(c, &name, count, None).await;
+                hits.push((name, count, id_secs(&id)));
+                continue;
+            }
+            _ => {
+                let id =
+                    xadd_plain(c, &[("name", name.clone()), ("count", count.to_string())]).await;
+                hits.push((name, count, id_secs(&id)));
+                continue;
+            }
+        }
+        hits.push((name, count, ts));
+    }
+    hits
+}
+
+fn python3() -> &'static str {
+    // Debian's interpreter carries Debian's python3-redis.
+    if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_equal_the_seeds_reference_in_both_forms() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let hits = send_recent_hits(&mut c).await;
+    let s = settings(&srv.url(), "w1");
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(&mut c, &keys(&s)).await;
+    workers.stop().await;
+
+    assert_eq!(read_all(&mut c, &keys(&s)).await, rust_reference(&hits));
+
+    // The seeds' own Python get_counter reads the same counts as their
+    // update_counter writes for the same hits (into database 1).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hits.json");
+    std::fs::write(&file, serde_json::to_string(&hits).unwrap()).unwrap();
+    let out = std::process::Command::new(python3())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/reference/seeds.py"
+        ))
+        .arg(srv.url())
+        .arg(format!("{}/1", srv.url()))
+        .arg(&file)
+        .output()
+        .expect("python3 (run scripts/ensure-deps)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), "ok 49");
+    assert!(slowlog(&mut c).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_hits_skip_fine_precisions_and_count_at_coarse_ones() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let now = unix_now();
+    let day = now - now % 86400;
+    // The last day boundary: both sides, hours old, are outside the 1 s to
+    // 5 min windows (120 samples) and inside the hourly and daily ones.
+    let mut hits = Hits::new();
+    for (ts, name) in [
+        (day as f64, "edge"),
+        (day as f64 - 1.0, "edge"),
+        (day as f64 - 0.5, "edge"),
+        (now as f64 - 10.0, "edge"),
+    ] {
+        xadd_msgpack(&mut c, name, 2, Some(ts)).await;
+        hits.push((name.into(), 2, ts));
+    }
+    let s = settings(&srv.url(), "w1");
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(&mut c, &keys(&s)).await;
+    workers.stop().await;
+
+    let mut expected = rust_reference(&hits);
+    for ((p, _), buckets) in expected.iter_mut() {
+        buckets.retain(|b, _| *b > now - 120 * *p as i64);
+    }
+    expected.retain(|_, b| !b.is_empty());
+    let got = read_all(&mut c, &keys(&s)).await;
+    assert_eq!(got, expected);
+    let daily = &got[&(86400, "edge".to_string())];
+    assert_eq!(daily.values().sum::<i64>(), 8);
+    if now - day > 600 {
+        assert_eq!(
+            got[&(5, "edge".to_string())].values().sum::<i64>(),
+            2,
+            "only the recent hit at 5 s"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_entries_are_dead_lettered_and_good_ones_in_the_batch_count() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let now = unix_now() as f64;
+    xadd_plain(&mut c, &[("name", "good".into()), ("ts", now.to_string())]).await;
+    let long = "x".repeat(4097);
+    let bad: Vec<(Vec<(&str, String)>, &str)> = vec![
+        (vec![("count", "3".into())], "missing_name"),
+        (vec![("name", "".into())], "empty_name"),
+        (vec![("name", long)], "name_too_long"),
+        (
+            vec![("name", "n".into()), ("count", "1.5".into())],
+            "bad_count",
+        ),
+        (
+            vec![("name", "n".into()), ("count", "-2".into())],
+            "bad_count",
+        ),
+        (
+            vec![("name", "n".into()), ("ts", "nan".into())],
+            "bad_timestamp",
+        ),
+        (
+            vec![
+                ("name", "n".into()),
+                ("ts", (now + 3.0 * 86400.0).to_string()),
+            ],
+            "future_timestamp",
+        ),
+        (vec![("hit", "\u{c1}garbage".into())], "bad_msgpack"),
+    ];
+    let mut bad_ids = Vec::new();
+    for (fields, reason) in &bad {
+        bad_ids.push((xadd_plain(&mut c, fields).await, *reason));
+    }
+    let _: String = redis::cmd("XADD")
+        .arg("hits")
+        .arg("*")
+        .arg("name")
+        .arg(&b"\xff\xfe"[..])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    xadd_msgpack(&mut c, "good", 4, Some(now)).await;
+    xadd_msgpack(&mut c, &"k".repeat(1024), 1, Some(now)).await; // 1 KiB names are fine
+
+    let s = settings(&srv.url(), "w1");
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(&mut c, &keys(&s)).await;
+    workers.stop().await;
+
+    let got = read_all(&mut c, &keys(&s)).await;
+    assert_eq!(got[&(60, "good".to_string())].values().sum::<i64>(), 5);
+    assert!(got.contains_key(&(60, "k".repeat(1024))));
+    let dead: redis::Value = redis::cmd("XRANGE")
+        .arg("hits:dead")
+        .arg("-")
+        .arg("+")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let dead = hitcount::stream::entry_list(&dead);
+    assert_eq!(dead.len(), bad.len() + 1);
+    for (entry, (id, reason)) in dead.iter().zip(&bad_ids) {
+        let pairs: Vec<(String, String)> = entry
+            .pairs()
+            .map(|(f, v)| {
+                (
+                    String::from_utf8_lossy(f).into(),
+                    String::from_utf8_lossy(v).into(),
+                )
+            })
+            .collect();
+        assert_eq!(pairs[0], ("reason".into(), reason.to_string()), "{pairs:?}");
+        assert_eq!(pairs[1], ("id".into(), id.clone()));
+        assert!(pairs.len() > 2, "original fields kept: {pairs:?}");
+    }
+    let last: Vec<_> = dead[bad.len()].pairs().map(|(_, v)| v.to_vec()).collect();
+    assert_eq!(last[0], b"name_not_utf8");
+    assert_eq!(last[2], b"\xff\xfe", "original bytes kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_share_the_group_and_totals_are_exact() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let a = settings(&srv.url(), "a");
+    let b = settings(&srv.url(), "b");
+    let workers = Workers::start(vec![a.clone(), b]);
+    let producer = Producer::start(
+        &RedisArgs::from_url(&srv.url()),
+        &StreamArgs::default(),
+        ProducerOptions::default(),
+    )
+    .unwrap();
+    let now = unix_now() as f64;
+    let mut hits = Hits::new();
+    for i in 0..20_000i64 {
+        let name = format!("p{}", i % 50);
+        producer.hit_at(&name, 1, now);
+        hits.push((name, 1, now));
+        if i % 1000 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    producer.shutdown(Duration::from_secs(10)).await;
+    wait_drained(&mut c, &keys(&a)).await;
+    // Both consumers took part.
+    let consumers: redis::Value = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg("hits")
+        .arg("hitcount")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    workers.stop().await;
+    let redis::Value::Array(list) = consumers else {
+        panic!()
+    };
+    assert_eq!(list.len(), 2, "both workers joined the group");
+    assert_eq!(read_all(&mut c, &keys(&a)).await, rust_reference(&hits));
+    assert!(slowlog(&mut c).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_workers_window_is_fenced_after_its_entries_are_claimed() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let now = unix_now() as f64;
+    for _ in 0..10 {
+        xadd_msgpack(&mut c, "race", 1, Some(now)).await;
+    }
+    let mut stalled = settings(&srv.url(), "stalled");
+    stalled.worker.claim_idle_ms = 1000;
+    let k = keys(&stalled);
+    hitcount::scripts::load_all(&mut c).await.unwrap();
+    hitcount::stream::ensure_group(&mut c, &k).await.unwrap();
+    // The stalled worker: reads its epoch and the entries, then stops.
+    let committer = Committer::new(k.clone(), "stalled".into(), 1000);
+    let epoch = committer.epoch(&mut c).await.unwrap();
+    let reply = hitcount::stream::read(&mut c, &k, "stalled", 100, None, ">")
+        .await
+        .unwrap();
+    let entries = hitcount::stream::read_reply_entries(&reply);
+    assert_eq!(entries.len(), 10);
+    let ids: Vec<&str> = entries.iter().map(|e| e.id_str()).collect();
+    let ids = ids.join(" ");
+
+    // A live worker claims them once idle and counts them.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut live = settings(&srv.url(), "live");
+    live.worker.claim_idle_ms = 1000;
+    let workers = Workers::start(vec![live]);
+    wait_drained(&mut c, &k).await;
+    workers.stop().await;
+
+    // The stalled worker wakes up and tries to commit its window.
+    let mut window = hitcount::aggregate::Window::new(&PRECISIONS, 120);
+    for e in &entries {
+        window.add(
+            &hitcount::event::decode(e.id, e.pairs()).unwrap(),
+            now as i64 * 1000,
+        );
+    }
+    let cells: Vec<_> = window.cells().collect();
+    let sealed = Sealed {
+        window: "stale-1",
+        ids: &ids,
+        cells: &cells,
+        rejected: &[],
+    };
+    let outcome = committer
+        .commit(&mut c, &epoch, None, Some(&sealed))
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Outcome::Fenced(_)), "{outcome:?}");
+    let got = read_all(&mut c, &k).await;
+    assert_eq!(
+        got[&(60, "race".to_string())].values().sum::<i64>(),
+        10,
+        "counted once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_producer_buffers_while_redis_is_down_and_sends_once_after() {
+    let mut srv = server();
+    let url = srv.url();
+    let producer = Producer::start(
+        &RedisArgs::from_url(&url),
+        &StreamArgs::default(),
+        ProducerOptions::default(),
+    )
+    .unwrap();
+    for _ in 0..1000 {
+        producer.hit("before");
+    }
+    producer.flush().await;
+    srv.stop();
+    for _ in 0..500 {
+        producer.hit("during");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(producer.buffered() > 0, "held while Redis is down");
+    srv.restart().unwrap();
+    tokio::time::timeout(Duration::from_secs(20), producer.flush())
+        .await
+        .expect("flushed after Redis came back");
+    let stats = producer.stats();
+    assert_eq!(stats.dropped.load(std::sync::atomic::Ordering::Relaxed), 0);
+    let mut c = conn(&url).await;
+    let len: u64 = redis::cmd("XLEN")
+        .arg("hits")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // Without persistence the restarted server starts empty: exactly the 500
+    // sent during the outage arrive, once each.
+    assert_eq!(len, 500);
+    producer.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_producer_drops_and_counts_beyond_its_bound() {
+    let url = format!("redis://127.0.0.1:{}", hitcount::embedded::free_port());
+    let producer = Producer::start(
+        &RedisArgs::from_url(&url),
+        &StreamArgs::default(),
+        ProducerOptions { max_buffered: 100 },
+    )
+    .unwrap();
+    for _ in 0..150 {
+        producer.hit("x");
+    }
+    assert_eq!(
+        producer
+            .stats()
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed),
+        50
+    );
+    assert_eq!(producer.buffered(), 100);
+    producer.shutdown(Duration::from_millis(100)).await;
+}

@@ -6,7 +6,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = hitcount::cli::Cli::parse();
-    hitcount::cli::init_tracing(cli.log_format);
+    hitcount::cli::init_tracing(cli.log_format, cli.default_log_level());
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -58,10 +58,21 @@ pub struct Common {
     pub stream: StreamArgs,
 }
 
-/// Sets up logging on stderr.
-pub fn init_tracing(format: LogFormat) {
+impl Cli {
+    /// The log level when RUST_LOG is not set: lifecycle logs for the
+    /// long-running worker, only problems for one-shot commands.
+    pub fn default_log_level(&self) -> &'static str {
+        match self.command {
+            Command::Worker(_) => "info",
+            _ => "warn",
+        }
+    }
+}
+
+/// Sets up logging on stderr; RUST_LOG overrides `default_level`.
+pub fn init_tracing(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -1,0 +1,146 @@
+//! The command line as users meet it: the real binary, its subcommands, its
+//! environment variables (a contract), against a throwaway redis-server.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::*;
+
+fn hitcount(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hitcount"));
+    cmd.args(args).env_remove("REDIS_URL");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("running hitcount")
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\n{}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn every_subcommand_and_environment_variable_is_documented_in_help() {
+    let top = stdout(&hitcount(&["--help"], &[]));
+    for sub in ["worker", "hit", "load", "get", "demo"] {
+        assert!(top.contains(sub), "--help lists {sub}");
+    }
+    let worker = stdout(&hitcount(&["worker", "--help"], &[]));
+    for var in [
+        "REDIS_URL",
+        "HITCOUNT_STREAM",
+        "HITCOUNT_GROUP",
+        "HITCOUNT_CONSUMER",
+        "HITCOUNT_PREFIX",
+        "HITCOUNT_PRECISIONS",
+        "HITCOUNT_SAMPLES",
+        "HITCOUNT_DEAD_STREAM",
+        "HITCOUNT_LISTEN",
+        "HITCOUNT_CLAIM_IDLE_MS",
+        "HITCOUNT_MAX_DELIVERIES",
+        "HITCOUNT_SHUTDOWN_TIMEOUT",
+        "HITCOUNT_LOG_FORMAT",
+        "HITCOUNT_REDIS_CA",
+    ] {
+        assert!(
+            worker.contains(&format!("env: {var}")),
+            "worker --help documents {var}"
+        );
+    }
+    assert!(worker.contains("[default: redis://127.0.0.1:6379]"));
+    assert!(worker.contains("[default: 0.0.0.0:9184]"));
+    assert!(worker.contains("[default: hits:dead]"));
+}
+
+#[test]
+fn hit_then_get_through_the_environment() {
+    let srv = server();
+    let url = srv.url();
+    let env = [("REDIS_URL", url.as_str()), ("HITCOUNT_PREFIX", "app1:")];
+    let now = unix_now();
+    stdout(&hitcount(
+        &["hit", "page:home", "--count", "3", "--at", &now.to_string()],
+        &env,
+    ));
+    stdout(&hitcount(&["hit", "page:home"], &env));
+    // Count them with a worker, in-process, with the same prefix.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut s = settings(&url, "w");
+        s.layout.prefix = "app1:".into();
+        let workers = Workers::start(vec![s.clone()]);
+        let mut c = conn(&url).await;
+        wait_drained(&mut c, &keys(&s)).await;
+        workers.stop().await;
+        let known: Vec<String> = redis::cmd("ZRANGE")
+            .arg("app1:known:")
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(known.contains(&"60:page:home".to_string()), "{known:?}");
+    });
+    let json = stdout(&hitcount(
+        &["get", "page:home", "--precision", "86400", "--json"],
+        &env,
+    ));
+    let samples: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    let total: i64 = samples.iter().map(|s| s["count"].as_i64().unwrap()).sum();
+    assert_eq!(total, 4);
+    assert_eq!(samples[0]["time"].as_i64().unwrap() % 86400, 0);
+    let table = stdout(&hitcount(
+        &["get", "page:home", "--precision", "86400"],
+        &env,
+    ));
+    assert!(
+        table.contains("time (UTC)") && table.contains(" 4"),
+        "{table}"
+    );
+}
+
+#[test]
+fn bad_input_fails_with_a_clear_message() {
+    let o = hitcount(&["hit", "x", "--count", "0"], &[]);
+    assert!(!o.status.success());
+    let o = hitcount(
+        &["worker", "--precisions", "0"],
+        &[("HITCOUNT_LISTEN", "127.0.0.1:0")],
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("HITCOUNT_PRECISIONS"));
+    let port = hitcount::embedded::free_port();
+    let o = hitcount(
+        &["get", "x", "--precision", "60"],
+        &[("REDIS_URL", &format!("redis://:topsecret@127.0.0.1:{port}"))],
+    );
+    assert!(!o.status.success());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("topsecret"));
+}
+
+#[test]
+fn load_and_demo_run_end_to_end() {
+    let srv = server();
+    let url = srv.url();
+    let out = stdout(&hitcount(
+        &["load", "--hits", "2000", "--names", "50", "--zipf", "1.0"],
+        &[("REDIS_URL", &url)],
+    ));
+    assert!(out.contains("sent 2000 hits over 50 names"), "{out}");
+    let demo = stdout(&hitcount(
+        &["demo", "--hits", "3000", "--names", "100"],
+        &[],
+    ));
+    assert!(
+        demo.contains("total at the 1-day precision: 3000 of 3000 sent: exact"),
+        "{demo}"
+    );
+}

@@ -31,6 +31,9 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
         setting: "--redis-url / REDIS_URL",
         reason,
     };
+    if args.url.starts_with("rediss://") {
+        install_crypto_provider();
+    }
     let tls_files = args.ca.is_some() || args.cert.is_some();
     if !tls_files {
         return Client::open(args.url.as_str()).map_err(|e| invalid(format!("{e}")));
@@ -64,6 +67,19 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
         },
     )
     .map_err(|e| invalid(format!("{e}")))
+}
+
+/// Makes ring rustls' process-wide crypto provider unless one is set already.
+/// redis-rs builds its TLS configuration from the process default and
+/// panics without one; rustls is compiled here with ring only.
+fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Fails only if another thread installed one meanwhile: fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    });
 }
 
 /// Opens a multiplexed connection whose replies may take up to

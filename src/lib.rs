@@ -22,7 +22,8 @@
 //!   workers. [`worker`]: the loop tying them together.
 //! - [`producer`]: the fire-and-forget library. [`counters`]: reading counters.
 //! - [`connect`]: connections, TLS, error classes, backoff.
-//! - [`metrics`], [`http`]: Prometheus metrics and probes. [`shutdown`].
+//! - [`metrics`], [`http`]: Prometheus metrics and probes; [`sampler`]: the
+//!   consumer group's lag, pending entries and backlog age. [`shutdown`].
 //! - [`embedded`]: a throwaway redis-server for the demo, bench and tests.
 //! - [`workload`]: synthetic names for load and benchmarks.
 //! - [`cli`]: the `hitcount` subcommands.
@@ -40,6 +41,7 @@ pub mod keys;
 pub mod metrics;
 pub mod producer;
 pub mod recovery;
+pub mod sampler;
 pub mod scripts;
 pub mod shutdown;
 pub mod stream;

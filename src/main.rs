@@ -6,7 +6,8 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = hitcount::cli::Cli::parse();
-    hitcount::cli::init_tracing(cli.log_format, cli.default_log_level());
+    let format = cli.log_format;
+    hitcount::cli::init_tracing(format, cli.default_log_level());
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -17,7 +18,13 @@ fn main() -> ExitCode {
     match runtime.block_on(hitcount::cli::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("hitcount: {e:#}");
+            // In JSON mode the last word is a JSON line too, for the shipper.
+            match format {
+                hitcount::cli::LogFormat::Json => {
+                    tracing::error!(error = format!("{e:#}"), "hitcount failed")
+                }
+                hitcount::cli::LogFormat::Text => eprintln!("hitcount: {e:#}"),
+            }
             ExitCode::FAILURE
         }
     }

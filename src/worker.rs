@@ -154,9 +154,6 @@ impl Worker {
     async fn turn(&mut self) -> Result<(), RedisError> {
         if self.conn.is_none() {
             self.sync().await?;
-            if self.conn.is_none() {
-                return Ok(()); // shutting down while Redis is away
-            }
         }
         if self.window.is_empty() && self.rejected.is_empty() && self.ids.is_empty() {
             self.maintain().await?;
@@ -302,6 +299,7 @@ impl Worker {
                     }
                     self.outage.failed("applying a window", &e);
                     tokio::time::sleep(self.backoff.pause()).await;
+                    self.health.turned();
                     if e.is_io_error() || e.is_connection_dropped() || e.code() == Some("NOSCRIPT")
                     {
                         return Err(e); // resync: reconnect, then recovery finishes the record
@@ -356,18 +354,11 @@ impl Worker {
         self.finished = None; // its record is ours: recovered below
         let timeout =
             Duration::from_millis(self.settings.worker.block_ms) + connect::RESPONSE_TIMEOUT;
-        let mut give_up = self.shutdown.clone();
-        let Some(mut conn) = connect::open_with_retry(
-            &self.client,
-            timeout,
-            "worker",
-            &mut self.outage,
-            &mut give_up,
-        )
-        .await
-        else {
-            return Ok(());
-        };
+        // One try per turn: a failure goes through `failed` (backoff), and
+        // the loop keeps turning, so a Redis outage leaves the worker live
+        // (restarting it would not help) but not ready.
+        let mut conn = connect::open(&self.client, timeout).await?;
+        self.outage.recovered("worker");
         self.health.set_redis_connected(true);
         crate::scripts::load_all(&mut conn).await?;
         stream::ensure_group(&mut conn, &self.keys).await?;

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
+
 use super::Common;
 use crate::producer::{Producer, ProducerOptions};
 
@@ -23,6 +25,18 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // The producer never reports errors (it retries in the background); a
+    // one-shot command connects first so a bad password, CA or certificate
+    // fails at once with Redis' or TLS' own words.
+    let client = crate::connect::client(&args.common.redis)?;
+    crate::connect::open(&client, crate::connect::RESPONSE_TIMEOUT)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot connect to Redis at {}",
+                crate::config::redact_url(&args.common.redis.url)
+            )
+        })?;
     let producer = Producer::start(
         &args.common.redis,
         &args.common.stream,

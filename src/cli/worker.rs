@@ -1,4 +1,5 @@
-//! `hitcount worker`: one consumer of the group, with its HTTP endpoints.
+//! `hitcount worker`: one consumer of the group, with its HTTP endpoints and
+//! the group sampler.
 
 use std::time::Duration;
 
@@ -6,10 +7,8 @@ use anyhow::Context;
 
 use super::Common;
 use crate::config::WorkerArgs;
-
-/// A worker is unhealthy when its loop has not turned for this long (a
-/// turn waits at most BLOCK plus a reply timeout).
-const STUCK_AFTER: Duration = Duration::from_secs(60);
+use crate::keys::Keys;
+use crate::metrics::metrics;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -20,12 +19,39 @@ pub struct Args {
     /// Address of the HTTP server: /metrics, /healthz, /readyz.
     #[arg(long, env = "HITCOUNT_LISTEN", default_value = "0.0.0.0:9184")]
     listen: String,
+    /// Seconds without a turn of the worker loop after which /healthz fails
+    /// (the loop turns at least every --block-ms plus a 10 s reply timeout,
+    /// also while Redis is down).
+    #[arg(
+        long = "stuck-after",
+        env = "HITCOUNT_STUCK_AFTER",
+        default_value_t = 60
+    )]
+    stuck_after_secs: u64,
+}
+
+impl Args {
+    /// The liveness bound, checked against the longest a turn may take.
+    fn stuck_after(&self) -> anyhow::Result<Duration> {
+        let bound = Duration::from_secs(self.stuck_after_secs);
+        let longest_turn =
+            Duration::from_millis(self.worker.block_ms) + crate::connect::RESPONSE_TIMEOUT;
+        anyhow::ensure!(
+            bound > longest_turn,
+            "invalid --stuck-after / HITCOUNT_STUCK_AFTER: {}s must exceed the longest turn \
+             of the loop ({}s: --block-ms plus the reply timeout)",
+            self.stuck_after_secs,
+            longest_turn.as_secs_f64()
+        );
+        Ok(bound)
+    }
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    let stuck_after = args.stuck_after()?;
     let settings = super::worker_settings(&args.common, &args.worker);
     let (trigger, shutdown) = crate::shutdown::channel();
-    let health = crate::http::Health::new(STUCK_AFTER);
+    let health = crate::http::Health::new(stuck_after);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {} (HITCOUNT_LISTEN)", args.listen))?;
@@ -34,7 +60,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let http = tokio::spawn(crate::http::serve(listener, health.clone(), async move {
         http_stop.wait().await
     }));
-    let worker = crate::worker::Worker::new(settings, health, shutdown)?;
+    let worker = crate::worker::Worker::new(settings, health, shutdown.clone())?;
+    metrics().init_precisions(args.common.layout.precisions.iter().map(|&p| u64::from(p)));
+    let sampler = tokio::spawn(crate::sampler::run(
+        crate::connect::client(&args.common.redis)?,
+        Keys::new(&args.common.layout, &args.common.stream),
+        shutdown,
+    ));
     let signals = tokio::spawn({
         let trigger = trigger.clone();
         async move {
@@ -46,6 +78,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     worker.run().await;
     trigger.trigger();
     signals.abort();
+    let _ = sampler.await;
     let _ = http.await;
     Ok(())
 }

@@ -2,6 +2,8 @@
 //! in-process or as the real binary, and the reference algorithm of the seeds.
 #![allow(dead_code)]
 
+pub mod bin;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,170 @@
+//! Least privilege: hitcount runs end to end as a Redis ACL user that has
+//! only the commands and keys of `deploy/redis/hitcount.acl`, and Redis'
+//! ACL LOG stays empty (no command or key was refused).
+
+mod common;
+
+use std::time::Duration;
+
+use common::bin::{free_addr, http_get, run_hitcount, start_worker};
+use common::*;
+use hitcount::config::{RedisArgs, StreamArgs};
+use hitcount::embedded::ServerOptions;
+use hitcount::producer::{Producer, ProducerOptions};
+
+const USER: &str = "hitcount";
+const PASSWORD: &str = "acl-test-pw";
+
+/// The rules every deployment is told to give hitcount's user.
+fn acl_rules() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/redis/hitcount.acl");
+    std::fs::read_to_string(path).unwrap().trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_runs_as_the_least_privileged_user() {
+    let rules = acl_rules();
+    assert!(rules.contains("-@all"), "the rules must start from nothing");
+    let server = server_with(ServerOptions {
+        extra: vec![format!("user {USER} on >{PASSWORD} {rules}")],
+        ..ServerOptions::default()
+    });
+    let admin_url = server.url();
+    let url = format!("redis://{USER}:{PASSWORD}@127.0.0.1:{}", server.port());
+    let mut admin = conn(&admin_url).await;
+    // The user really is restricted.
+    let mut user = conn(&url).await;
+    let denied: redis::RedisResult<String> =
+        redis::cmd("GET").arg("other").query_async(&mut user).await;
+    assert!(denied.unwrap_err().code() == Some("NOPERM"));
+    let denied: redis::RedisResult<()> = redis::cmd("FLUSHALL").query_async(&mut user).await;
+    assert!(denied.unwrap_err().code() == Some("NOPERM"));
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+
+    // Events through the producer library, as the user.
+    let ts = (unix_now() - 30) as f64;
+    let producer = Producer::start(
+        &RedisArgs::from_url(&url),
+        &StreamArgs::default(),
+        ProducerOptions::default(),
+    )
+    .unwrap();
+    let mut hits = Vec::new();
+    for i in 0..600 {
+        let name = format!("page:{}", i % 7);
+        producer.hit_at(&name, 1, ts);
+        hits.push((name, 1, ts as i64));
+    }
+    producer.flush().await;
+
+    // A consumer that took entries and vanished: the workers must claim them.
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("hits")
+        .arg("hitcount")
+        .arg("0")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("hitcount")
+        .arg("gone")
+        .arg("COUNT")
+        .arg(100)
+        .arg("STREAMS")
+        .arg("hits")
+        .arg(">")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    // An entry that cannot be counted: dead-lettered.
+    let _: String = redis::cmd("XADD")
+        .arg("hits")
+        .arg("*")
+        .arg("nom")
+        .arg("x")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+
+    // One worker in-process, one as the real binary (with its sampler).
+    let mut s = settings(&url, "acl-w1");
+    s.worker.claim_idle_ms = 1000;
+    let workers = Workers::start(vec![s.clone()]);
+    let listen = free_addr();
+    let mut w2 = start_worker(&url, "acl-w2", &listen, &["--claim-idle-ms", "1000"]);
+
+    // The hit command, as the user.
+    let out = run_hitcount(&[
+        "hit",
+        "page:cli",
+        "--count",
+        "5",
+        "--at",
+        &ts.to_string(),
+        "--redis-url",
+        &url,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    hits.push(("page:cli".into(), 5, ts as i64));
+
+    wait_drained(&mut admin, &keys(&s)).await;
+    // Let the binary's sampler take a sample as the user.
+    tokio::time::sleep(hitcount::sampler::SAMPLE_EVERY + Duration::from_secs(1)).await;
+    let (status, metrics) = http_get(&listen, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("hitcount_redis_errors_total{kind=\"response\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hitcount_group_pending_entries 0"),
+        "{metrics}"
+    );
+    assert!(
+        w2.terminate(Duration::from_secs(30)).success(),
+        "{}",
+        w2.stderr()
+    );
+    workers.stop().await;
+
+    assert_eq!(
+        read_all(&mut admin, &keys(&s)).await,
+        reference(&hits, &s.layout.precisions)
+    );
+    let dead: u64 = redis::cmd("XLEN")
+        .arg("hits:dead")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(dead, 1);
+
+    // Reading a counter, as the user.
+    let out = run_hitcount(&["get", "page:cli", "-p", "60", "--json", "--redis-url", &url]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(samples[0]["count"], 5, "{samples}");
+
+    // Nothing was refused along the way.
+    let log: Vec<redis::Value> = redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(log.is_empty(), "ACL LOG: {log:?}");
+    producer.shutdown(Duration::from_secs(1)).await;
+}

@@ -158,7 +158,14 @@ impl Worker {
                 return Ok(()); // shutting down while Redis is away
             }
         }
-        if self.window.is_empty() && self.rejected.is_empty() && self.ids.is_empty() {
+        // Claim only once this consumer's own pending entries are read: a
+        // claimed entry becomes one of them, so claiming during that scan
+        // would put it in the window twice (once claimed, once re-read).
+        if self.cursor == Cursor::New
+            && self.window.is_empty()
+            && self.rejected.is_empty()
+            && self.ids.is_empty()
+        {
             self.maintain().await?;
         }
         let block = match (&self.cursor, self.opened) {

@@ -126,7 +126,7 @@ async fn chaos_every_hit_counts_exactly_once() {
             let name = format!("c{}", rng.random_range(0..NAMES));
             producer.hit_at(&name, 1, ts as f64);
             hits.push((name, 1, ts));
-            if hits.len() % BAD_EVERY == 0 {
+            if hits.len().is_multiple_of(BAD_EVERY) {
                 let id: String = redis::cmd("XADD")
                     .arg("hits")
                     .arg("*")

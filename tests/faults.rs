@@ -342,8 +342,7 @@ async fn a_counter_of_the_wrong_type_or_overflowing_fails_alone() {
         }
         assert_eq!(hget(&mut c, &k.count(p, "big"), bucket).await, b, "big@{p}");
     }
-    let dead = dead_letters(&mut c).await;
-    let mut dead: Vec<_> = dead.iter().map(|d| d.clone()).collect();
+    let mut dead = dead_letters(&mut c).await;
     dead.sort_by(|a, b| a["name"].cmp(&b["name"]));
     assert_eq!(dead[0]["reason"], "apply_error");
     assert_eq!(dead[0]["name"], "big");

@@ -392,7 +392,10 @@ impl Committer {
             failures,
         };
         self.finish(conn, &finished).await?;
-        tracing::info!(window = %record.window, owner = %record.owner, "finished a window left by a stopped worker");
+        tracing::info!(window = %record.window, owner = %record.owner,
+            first = record.ids.split(' ').next().unwrap_or(""),
+            last = record.ids.rsplit(' ').next().unwrap_or(""),
+            "finished a window left by a stopped worker");
         Ok(true)
     }
 }

@@ -65,8 +65,11 @@ pub async fn claim(
     let claimed = Claimed { reply };
     let n = claimed.entries().len();
     if n > 0 || poisoned > 0 {
+        let entries = claimed.entries();
         tracing::info!(
             claimed = n,
+            first = entries.first().map_or("", |e| e.id_str()),
+            last = entries.last().map_or("", |e| e.id_str()),
             dead_lettered = poisoned,
             "claimed entries left idle by other consumers"
         );

@@ -155,7 +155,14 @@ impl Worker {
         if self.conn.is_none() {
             self.sync().await?;
         }
-        if self.window.is_empty() && self.rejected.is_empty() && self.ids.is_empty() {
+        // Claim only once this consumer's own pending entries are read: a
+        // claimed entry becomes one of them, so claiming during that scan
+        // would put it in the window twice (once claimed, once re-read).
+        if self.cursor == Cursor::New
+            && self.window.is_empty()
+            && self.rejected.is_empty()
+            && self.ids.is_empty()
+        {
             self.maintain().await?;
         }
         let block = match (&self.cursor, self.opened) {
@@ -392,7 +399,10 @@ impl Worker {
                 self.add_entries(&entries);
             }
         }
-        if self.last_gc.elapsed() >= Duration::from_secs(60) {
+        // Often enough that a consumer is removed soon after its idle bound,
+        // at most once a minute (XINFO CONSUMERS walks every consumer).
+        let gc_every = Duration::from_millis((w.consumer_idle_ms / 2).clamp(1000, 60_000));
+        if self.last_gc.elapsed() >= gc_every {
             self.last_gc = Instant::now();
             let conn = self.conn.as_mut().expect("synced");
             recovery::remove_gone_consumers(conn, &self.keys, w.consumer_idle_ms, "").await?;

@@ -145,3 +145,155 @@ pub fn unix_now() -> i64 {
 pub fn health() -> Arc<hitcount::http::Health> {
     hitcount::http::Health::new(Duration::from_secs(60))
 }
+
+/// A `hitcount worker` process (the real binary), killed when dropped. Its
+/// stderr goes to a file so tests can read its logs.
+pub struct BinWorker {
+    pub consumer: String,
+    child: Option<std::process::Child>,
+    log: std::path::PathBuf,
+}
+
+impl BinWorker {
+    /// Starts `hitcount worker` on `url` as `consumer` with extra flags;
+    /// logs at `RUST_LOG=warn` (or `log_level`) into `dir`.
+    pub fn start(url: &str, consumer: &str, extra: &[&str], dir: &std::path::Path) -> BinWorker {
+        Self::start_with_log(url, consumer, extra, dir, "warn")
+    }
+
+    pub fn start_with_log(
+        url: &str,
+        consumer: &str,
+        extra: &[&str],
+        dir: &std::path::Path,
+        log_level: &str,
+    ) -> BinWorker {
+        let log = dir.join(format!("{consumer}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hitcount"))
+            .arg("worker")
+            .args(["--redis-url", url, "--consumer", consumer])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("RUST_LOG", log_level)
+            .env_remove("REDIS_URL")
+            .stdout(std::process::Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("spawning hitcount worker");
+        BinWorker {
+            consumer: consumer.to_string(),
+            child: Some(child),
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> libc::pid_t {
+        self.child.as_ref().expect("running").id() as libc::pid_t
+    }
+
+    /// Sends a signal (SIGSTOP, SIGCONT, SIGTERM...).
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on our own, not yet reaped child.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// SIGKILL, as a crash or an evicted pod.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits for the process to exit, at most `deadline`; its exit code.
+    pub fn wait(&mut self, deadline: Duration) -> Option<i32> {
+        let child = self.child.as_mut()?;
+        let until = Instant::now() + deadline;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return status.code();
+            }
+            if Instant::now() > until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for BinWorker {
+    fn drop(&mut self) {
+        // SIGKILL ends stopped processes too.
+        self.kill();
+    }
+}
+
+/// Consumers of the group `hitcount` on `hits`, by name.
+pub async fn consumers(conn: &mut MultiplexedConnection) -> Vec<String> {
+    let v: redis::Value = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg("hits")
+        .arg("hitcount")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let redis::Value::Array(list) = v else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|c| {
+            let pairs = hitcount::stream::info_pairs(c);
+            hitcount::stream::info_str(&pairs, "name")
+        })
+        .collect()
+}
+
+/// Entries pending in the group (XPENDING summary count).
+pub async fn pending(conn: &mut MultiplexedConnection) -> i64 {
+    let v: redis::Value = redis::cmd("XPENDING")
+        .arg("hits")
+        .arg("hitcount")
+        .query_async(conn)
+        .await
+        .unwrap();
+    match v {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::Int(n)) => *n,
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// The dead-letter stream's entries as field maps (last value wins).
+pub async fn dead_letters(conn: &mut MultiplexedConnection) -> Vec<BTreeMap<String, String>> {
+    let v: redis::Value = redis::cmd("XRANGE")
+        .arg("hits:dead")
+        .arg("-")
+        .arg("+")
+        .query_async(conn)
+        .await
+        .unwrap();
+    hitcount::stream::entry_list(&v)
+        .iter()
+        .map(|e| {
+            e.pairs()
+                .map(|(f, v)| {
+                    (
+                        String::from_utf8_lossy(f).into_owned(),
+                        String::from_utf8_lossy(v).into_owned(),
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}

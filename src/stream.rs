@@ -101,8 +101,10 @@ pub async fn ensure_group(conn: &mut MultiplexedConnection, keys: &Keys) -> Redi
     }
 }
 
-/// Reads up to `count` entries for `consumer`: new ones when `from` is `>`,
-/// else its own pending ones after `from`. `block_ms` only applies to `>`.
+/// Reads up to `count` new entries (`from` = `>`) for `consumer`, waiting up
+/// to `block_ms` for some. (With an id instead of `>`, XREADGROUP re-reads
+/// the consumer's pending entries but counts a delivery for each: use
+/// [`read_own_pending`] for that.)
 pub async fn read(
     conn: &mut MultiplexedConnection,
     keys: &Keys,
@@ -122,6 +124,27 @@ pub async fn read(
     }
     cmd.arg("STREAMS").arg(&keys.stream).arg(from);
     cmd.query_async(conn).await
+}
+
+/// Reads up to `count` of `consumer`'s own pending entries after `after`
+/// ("0": from the start) without counting a delivery; the reply is an entry
+/// list (see [`entry_list`]).
+pub async fn read_own_pending(
+    conn: &mut MultiplexedConnection,
+    keys: &Keys,
+    consumer: &str,
+    count: usize,
+    after: &str,
+) -> RedisResult<Value> {
+    crate::scripts::PENDING
+        .evalsha(1)
+        .arg(&keys.stream)
+        .arg(&keys.group)
+        .arg(consumer)
+        .arg(after)
+        .arg(count)
+        .query_async(conn)
+        .await
 }
 
 /// Acknowledges ids (space separated) in commands of at most `per_command`

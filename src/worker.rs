@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{Client, RedisError};
+use redis::{Client, RedisError, Value};
 
 use crate::aggregate::{Cell, Window};
 use crate::commit::{Committer, Finished, Outcome, Rejected, Sealed, APPLY_GUARD};
@@ -174,22 +174,9 @@ impl Worker {
                 Some((left.as_millis() as u64).max(1))
             }
         };
-        let from = match &self.cursor {
-            Cursor::Pending(id) => id.clone(),
-            Cursor::New => ">".into(),
-        };
-        let conn = self.conn.as_mut().expect("synced");
-        let reply = stream::read(
-            conn,
-            &self.keys,
-            &self.consumer,
-            self.settings.worker.read_count,
-            block,
-            &from,
-        )
-        .await?;
+        let reply = self.read(block).await?;
         self.backoff.reset();
-        let entries = stream::read_reply_entries(&reply);
+        let entries = self.entries(&reply);
         if entries.is_empty() {
             if self.cursor != Cursor::New {
                 self.cursor = Cursor::New;
@@ -211,6 +198,27 @@ impl Worker {
             self.flush().await?;
         }
         Ok(())
+    }
+
+    /// Reads the next entries: this consumer's own pending ones first (after
+    /// a start or any error), then new ones.
+    async fn read(&mut self, block: Option<u64>) -> Result<Value, RedisError> {
+        let conn = self.conn.as_mut().expect("synced");
+        let count = self.settings.worker.read_count;
+        match &self.cursor {
+            Cursor::Pending(after) => {
+                stream::read_own_pending(conn, &self.keys, &self.consumer, count, after).await
+            }
+            Cursor::New => stream::read(conn, &self.keys, &self.consumer, count, block, ">").await,
+        }
+    }
+
+    /// The entries of a reply of [`Worker::read`].
+    fn entries<'a>(&self, reply: &'a Value) -> Vec<EntryRef<'a>> {
+        match self.cursor {
+            Cursor::Pending(_) => stream::entry_list(reply),
+            Cursor::New => stream::read_reply_entries(reply),
+        }
     }
 
     /// Decodes entries into the window (or the rejected list).
@@ -444,18 +452,9 @@ impl Worker {
             self.flush().await?;
         }
         self.cursor = Cursor::Pending("0".into());
-        while let Cursor::Pending(from) = self.cursor.clone() {
-            let conn = self.conn.as_mut().expect("synced");
-            let reply = stream::read(
-                conn,
-                &self.keys,
-                &self.consumer,
-                self.settings.worker.read_count,
-                None,
-                &from,
-            )
-            .await?;
-            let entries = stream::read_reply_entries(&reply);
+        while let Cursor::Pending(_) = self.cursor {
+            let reply = self.read(None).await?;
+            let entries = self.entries(&reply);
             if entries.is_empty() {
                 break;
             }

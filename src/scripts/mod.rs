@@ -57,6 +57,8 @@ scripts! {
     CLAIM = "claim.lua";
     /// Append a producer's batch at most once.
     PRODUCE = "produce.lua";
+    /// Read own pending entries without counting deliveries.
+    PENDING = "pending.lua";
     /// Remove consumers that are gone and own nothing.
     GC = "gc.lua";
 }

@@ -1,0 +1,21 @@
+-- Read this consumer's own pending entries after an id, without counting a
+-- delivery. (XREADGROUP with an id instead of '>' bumps each entry's delivery
+-- count, so a worker that reconnects often would make healthy entries look
+-- poisonous to the max-deliveries rule.)
+--
+-- KEYS[1] stream   ARGV[1] group   ARGV[2] consumer
+-- ARGV[3] read after this id (exclusive; '0' from the start)   ARGV[4] count
+-- Returns entries as XRANGE does, [id, fields]; an entry deleted from the
+-- stream while pending comes back as [id, nil].
+
+local start = '-'
+if ARGV[3] ~= '0' then
+    start = '(' .. ARGV[3]
+end
+local pending = redis.call('XPENDING', KEYS[1], ARGV[1], start, '+', ARGV[4], ARGV[2])
+local out = {}
+for _, p in ipairs(pending) do
+    local entry = redis.call('XRANGE', KEYS[1], p[1], p[1])[1]
+    out[#out + 1] = entry or {p[1], false}
+end
+return out

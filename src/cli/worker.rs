@@ -1,11 +1,14 @@
-//! `hitcount worker`: one consumer of the group, with its HTTP endpoints.
+//! `hitcount worker`: one consumer of the group, with its HTTP endpoints,
+//! and a candidate for the leadership: while it holds the lease it also
+//! cleans counters and trims the stream.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 
 use super::Common;
-use crate::config::WorkerArgs;
+use crate::config::{LeaderArgs, WorkerArgs};
 
 /// A worker is unhealthy when its loop has not turned for this long (a
 /// turn waits at most BLOCK plus a reply timeout).
@@ -17,6 +20,8 @@ pub struct Args {
     common: Common,
     #[command(flatten)]
     worker: WorkerArgs,
+    #[command(flatten)]
+    leader: LeaderArgs,
     /// Address of the HTTP server: /metrics, /healthz, /readyz.
     #[arg(long, env = "HITCOUNT_LISTEN", default_value = "0.0.0.0:9184")]
     listen: String,
@@ -24,6 +29,7 @@ pub struct Args {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let settings = super::worker_settings(&args.common, &args.worker);
+    args.leader.validate()?;
     let (trigger, shutdown) = crate::shutdown::channel();
     let health = crate::http::Health::new(STUCK_AFTER);
     let listener = tokio::net::TcpListener::bind(&args.listen)
@@ -34,7 +40,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let http = tokio::spawn(crate::http::serve(listener, health.clone(), async move {
         http_stop.wait().await
     }));
-    let worker = crate::worker::Worker::new(settings, health, shutdown)?;
+    let worker = crate::worker::Worker::new(settings.clone(), health, shutdown.clone())?;
+    let leader = spawn_leader(&settings, &args.leader, worker.consumer(), &shutdown)?;
     let signals = tokio::spawn({
         let trigger = trigger.clone();
         async move {
@@ -46,6 +53,34 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     worker.run().await;
     trigger.trigger();
     signals.abort();
+    for task in leader {
+        let _ = task.await;
+    }
     let _ = http.await;
     Ok(())
+}
+
+/// Starts the lease keeper and the leader's duties; both stop on `shutdown`
+/// (the keeper releasing the lease).
+fn spawn_leader(
+    settings: &crate::worker::Settings,
+    leader: &LeaderArgs,
+    consumer: &str,
+    shutdown: &crate::shutdown::Shutdown,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let client = crate::connect::client(&settings.redis)?;
+    let keys = crate::keys::Keys::new(&settings.layout, &settings.stream);
+    let lease = Arc::new(crate::leader::Lease::new(&keys, leader, consumer));
+    let cleaner = crate::cleaner::Cleaner::new(keys.clone(), &settings.layout, lease.clone());
+    Ok(vec![
+        tokio::spawn(lease.clone().keep(client.clone(), shutdown.clone())),
+        tokio::spawn(crate::duties::run(
+            client,
+            keys,
+            cleaner,
+            leader.clone(),
+            lease,
+            shutdown.clone(),
+        )),
+    ])
 }

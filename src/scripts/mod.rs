@@ -59,6 +59,16 @@ scripts! {
     PRODUCE = "produce.lua";
     /// Remove consumers that are gone and own nothing.
     GC = "gc.lua";
+    /// Renew the leader lease if it is still this worker's.
+    RENEW = "renew.lua";
+    /// Release the leader lease if it is still this worker's.
+    RELEASE = "release.lua";
+    /// A counter's fields, or its length when it is too big to list at once.
+    FIELDS = "fields.lua";
+    /// Delete old samples of a counter and forget it when empty (fenced).
+    CLEAN = "clean.lua";
+    /// Trim the stream below what every group still needs (fenced).
+    TRIM = "trim.lua";
 }
 
 /// Loads every script into Redis' script cache.

@@ -63,9 +63,7 @@ scripts! {
     RENEW = "renew.lua";
     /// Release the leader lease if it is still this worker's.
     RELEASE = "release.lua";
-    /// A counter's fields, or its length when it is too big to list at once.
-    FIELDS = "fields.lua";
-    /// Delete old samples of a counter and forget it when empty (fenced).
+    /// Delete old samples of a batch of counters; forget those left empty (fenced).
     CLEAN = "clean.lua";
     /// Trim the stream below what every group still needs (fenced).
     TRIM = "trim.lua";

@@ -68,7 +68,7 @@ fn seeds_pass(st: &mut State, passes: u64, now: i64) {
     for hash in members {
         let prec: i64 = hash.split_once(':').unwrap().0.parse().unwrap();
         let bprec = (prec / 60).max(1) as u64;
-        if passes % bprec != 0 {
+        if !passes.is_multiple_of(bprec) {
             continue;
         }
         let cutoff = now - 120 * prec;
@@ -305,8 +305,28 @@ async fn orphaned_members_and_foreign_fields() {
     );
 }
 
+/// This VM stalls now and then for up to ~25 ms by itself (`redis-cli
+/// --intrinsic-latency` on an idle machine), and SLOWLOG times wall clock,
+/// so a stall can land in any command. A command too big is too big on every
+/// run, a stall is not: the check is repeated on a fresh server up to
+/// [`ATTEMPTS`] times and must come out empty once.
+const ATTEMPTS: usize = 3;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_samples_and_100k_counters_never_trip_the_slowlog() {
+    for attempt in 1..=ATTEMPTS {
+        let slow = big_pass().await;
+        if slow.is_empty() {
+            return;
+        }
+        eprintln!("attempt {attempt}: commands over 10 ms: {slow:#?}");
+    }
+    panic!("the SLOWLOG was not empty in {ATTEMPTS} runs");
+}
+
+/// Fills a hash with a million old samples and `known:` with 100,000
+/// counters, runs a pass, checks everything went; returns the SLOWLOG.
+async fn big_pass() -> Vec<String> {
     let srv = server();
     let mut c = conn(&srv.url()).await;
     let keys = default_keys();
@@ -378,7 +398,6 @@ async fn a_million_samples_and_100k_counters_never_trip_the_slowlog() {
             format!("{:?} µs {:?}", e[2], &cmd[..cmd.len().min(5)])
         })
         .collect();
-    assert!(slow.is_empty(), "commands over 10 ms: {brief:#?}");
     assert_eq!(report.samples_removed, BIG as u64 + COUNTERS as u64);
     assert_eq!(report.counters_removed, COUNTERS as u64 + 1);
     let (known, exists): (u64, bool) = redis::pipe()
@@ -392,4 +411,5 @@ async fn a_million_samples_and_100k_counters_never_trip_the_slowlog() {
     assert_eq!((known, exists), (0, false));
     let dbsize: u64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
     assert_eq!(dbsize, 1, "only the lease is left");
+    brief
 }

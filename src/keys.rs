@@ -102,6 +102,12 @@ impl Keys {
         format!("{}hc:applied:{window_id}", self.prefix)
     }
 
+    /// STRING: the leader lease, holding the leader's token. `name` is the
+    /// configured `--leader-key`; the prefix goes in front like everywhere.
+    pub fn leader(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
     /// HASH with the leader's last cleaner pass (when, how long, removed).
     pub fn cleaner_status(&self) -> String {
         format!("{}hc:cleaner", self.prefix)
@@ -150,6 +156,7 @@ mod tests {
         let p = keys("app1:");
         assert_eq!(p.known(), "app1:known:");
         assert_eq!(p.count(1, "a"), "app1:count:1:a");
+        assert_eq!(p.leader("hitcount:leader"), "app1:hitcount:leader");
     }
 
     #[test]

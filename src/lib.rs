@@ -20,6 +20,10 @@
 //! - [`stream`]: reading the stream. [`commit`]: a window's exactly-once way
 //!   into the counters. [`recovery`]: claiming from and finishing for stopped
 //!   workers. [`worker`]: the loop tying them together.
+//! - [`leader`]: the lease that elects one worker for the leader's
+//!   [`duties`]: [`cleaner`] (old samples out of counters) and [`trim`] (the
+//!   stream below what every group still needs). [`status`]: what
+//!   `hitcount status` shows.
 //! - [`producer`]: the fire-and-forget library. [`counters`]: reading counters.
 //! - [`connect`]: connections, TLS, error classes, backoff.
 //! - [`metrics`], [`http`]: Prometheus metrics and probes; [`sampler`]: the
@@ -29,21 +33,26 @@
 //! - [`cli`]: the `hitcount` subcommands.
 
 pub mod aggregate;
+pub mod cleaner;
 pub mod cli;
 pub mod commit;
 pub mod config;
 pub mod connect;
 pub mod counters;
+pub mod duties;
 pub mod embedded;
 pub mod event;
 pub mod http;
 pub mod keys;
+pub mod leader;
 pub mod metrics;
 pub mod producer;
 pub mod recovery;
 pub mod sampler;
 pub mod scripts;
 pub mod shutdown;
+pub mod status;
 pub mod stream;
+pub mod trim;
 pub mod worker;
 pub mod workload;

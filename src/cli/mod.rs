@@ -5,10 +5,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 
+mod clean;
 mod demo;
 mod get;
 mod hit;
 mod load;
+mod status;
 mod worker;
 
 /// Count hits at scale on Redis: a stream of hit events in, multi-precision
@@ -43,6 +45,10 @@ enum Command {
     Load(load::Args),
     /// Print a counter's samples, oldest first.
     Get(get::Args),
+    /// Run one cleaner pass and one stream trim now, under the leader lease.
+    Clean(clean::Args),
+    /// Show the stream, its groups, the leader and the last cleaner pass.
+    Status(status::Args),
     /// Run the whole flow on a throwaway Redis: workers, load, counters.
     Demo(demo::Args),
 }
@@ -93,6 +99,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Load(a) => load::run(a).await,
         Command::Get(a) => get::run(a).await,
         Command::Demo(a) => demo::run(a).await,
+        Command::Clean(a) => clean::run(a).await,
+        Command::Status(a) => status::run(a).await,
     }
 }
 

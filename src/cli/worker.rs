@@ -1,12 +1,14 @@
 //! `hitcount worker`: one consumer of the group, with its HTTP endpoints and
-//! the group sampler.
+//! the group sampler, and a candidate for the leadership: while it holds the
+//! lease it also cleans counters and trims the stream.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 
 use super::Common;
-use crate::config::WorkerArgs;
+use crate::config::{LeaderArgs, WorkerArgs};
 use crate::keys::Keys;
 use crate::metrics::metrics;
 
@@ -16,6 +18,8 @@ pub struct Args {
     common: Common,
     #[command(flatten)]
     worker: WorkerArgs,
+    #[command(flatten)]
+    leader: LeaderArgs,
     /// Address of the HTTP server: /metrics, /healthz, /readyz.
     #[arg(long, env = "HITCOUNT_LISTEN", default_value = "0.0.0.0:9184")]
     listen: String,
@@ -50,6 +54,7 @@ impl Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let stuck_after = args.stuck_after()?;
     let settings = super::worker_settings(&args.common, &args.worker);
+    args.leader.validate()?;
     let (trigger, shutdown) = crate::shutdown::channel();
     let health = crate::http::Health::new(stuck_after);
     let listener = tokio::net::TcpListener::bind(&args.listen)
@@ -60,13 +65,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let http = tokio::spawn(crate::http::serve(listener, health.clone(), async move {
         http_stop.wait().await
     }));
-    let worker = crate::worker::Worker::new(settings, health, shutdown.clone())?;
+    let worker = crate::worker::Worker::new(settings.clone(), health, shutdown.clone())?;
     metrics().init_precisions(args.common.layout.precisions.iter().map(|&p| u64::from(p)));
     let sampler = tokio::spawn(crate::sampler::run(
         crate::connect::client(&args.common.redis)?,
         Keys::new(&args.common.layout, &args.common.stream),
-        shutdown,
+        shutdown.clone(),
     ));
+    let leader = spawn_leader(&settings, &args.leader, worker.consumer(), &shutdown)?;
     let signals = tokio::spawn({
         let trigger = trigger.clone();
         async move {
@@ -79,6 +85,34 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     trigger.trigger();
     signals.abort();
     let _ = sampler.await;
+    for task in leader {
+        let _ = task.await;
+    }
     let _ = http.await;
     Ok(())
+}
+
+/// Starts the lease keeper and the leader's duties; both stop on `shutdown`
+/// (the keeper releasing the lease).
+fn spawn_leader(
+    settings: &crate::worker::Settings,
+    leader: &LeaderArgs,
+    consumer: &str,
+    shutdown: &crate::shutdown::Shutdown,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let client = crate::connect::client(&settings.redis)?;
+    let keys = crate::keys::Keys::new(&settings.layout, &settings.stream);
+    let lease = Arc::new(crate::leader::Lease::new(&keys, leader, consumer));
+    let cleaner = crate::cleaner::Cleaner::new(keys.clone(), &settings.layout, lease.clone());
+    Ok(vec![
+        tokio::spawn(lease.clone().keep(client.clone(), shutdown.clone())),
+        tokio::spawn(crate::duties::run(
+            client,
+            keys,
+            cleaner,
+            leader.clone(),
+            lease,
+            shutdown.clone(),
+        )),
+    ])
 }

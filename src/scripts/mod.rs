@@ -61,6 +61,14 @@ scripts! {
     PENDING = "pending.lua";
     /// Remove consumers that are gone and own nothing.
     GC = "gc.lua";
+    /// Renew the leader lease if it is still this worker's.
+    RENEW = "renew.lua";
+    /// Release the leader lease if it is still this worker's.
+    RELEASE = "release.lua";
+    /// Delete old samples of a batch of counters; forget those left empty (fenced).
+    CLEAN = "clean.lua";
+    /// Trim the stream below what every group still needs (fenced).
+    TRIM = "trim.lua";
 }
 
 /// Loads every script into Redis' script cache.

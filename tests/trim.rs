@@ -1,0 +1,129 @@
+//! Trimming the stream never removes an entry a consumer group still needs
+//! (pending anywhere, or not yet delivered), also with a second group that
+//! lags behind; a stale token trims nothing.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use hitcount::cleaner::CleanError;
+use hitcount::config::{LayoutArgs, LeaderArgs};
+use hitcount::embedded::ServerOptions;
+use hitcount::keys::Keys;
+use hitcount::leader::Lease;
+use redis::aio::MultiplexedConnection;
+
+async fn ids(c: &mut MultiplexedConnection) -> Vec<String> {
+    let v: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("hits")
+        .arg("-")
+        .arg("+")
+        .query_async(c)
+        .await
+        .unwrap();
+    v.into_iter().map(|(id, _)| id).collect()
+}
+
+/// Reads `n` entries as `group`, acknowledging the first `ack` of them.
+async fn read(c: &mut MultiplexedConnection, group: &str, n: usize, ack: usize) -> Vec<String> {
+    let reply: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(group)
+        .arg("c1")
+        .arg("COUNT")
+        .arg(n)
+        .arg("STREAMS")
+        .arg("hits")
+        .arg(">")
+        .query_async(c)
+        .await
+        .unwrap();
+    let got: Vec<String> = hitcount::stream::read_reply_entries(&reply)
+        .iter()
+        .map(|e| e.id_str().to_string())
+        .collect();
+    if ack > 0 {
+        let mut cmd = redis::cmd("XACK");
+        cmd.arg("hits").arg(group);
+        for id in &got[..ack] {
+            cmd.arg(id);
+        }
+        let _: i64 = cmd.query_async(c).await.unwrap();
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trimming_keeps_what_every_group_needs() {
+    // Small stream nodes, so approximate trimming shows on small streams.
+    let srv = server_with(ServerOptions {
+        extra: vec!["stream-node-max-entries 10".into()],
+        ..ServerOptions::default()
+    });
+    let mut c = conn(&srv.url()).await;
+    hitcount::scripts::load_all(&mut c).await.unwrap();
+    let keys = Keys::new(&LayoutArgs::default(), &Default::default());
+    let lease = Arc::new(Lease::new(&keys, &LeaderArgs::default(), "test"));
+    assert!(lease.try_acquire(&mut c).await.unwrap());
+
+    // No group yet: nothing is trimmed.
+    let mut pipe = redis::pipe();
+    for i in 0..1000 {
+        pipe.cmd("XADD").arg("hits").arg("*").arg("i").arg(i);
+    }
+    let _: () = pipe.query_async(&mut c).await.unwrap();
+    let all = ids(&mut c).await;
+    let t = hitcount::trim::trim(&mut c, &keys, &lease).await.unwrap();
+    assert_eq!(t.entries, 0);
+
+    for g in ["hitcount", "other"] {
+        let _: () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg("hits")
+            .arg(g)
+            .arg("0")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    // hitcount read and acknowledged 950; "other" lags: read 300, acked 100.
+    read(&mut c, "hitcount", 950, 950).await;
+    let other = read(&mut c, "other", 300, 100).await;
+    let t = hitcount::trim::trim(&mut c, &keys, &lease).await.unwrap();
+    assert_eq!(t.min_id, other[100], "the oldest entry pending in 'other'");
+    let left = ids(&mut c).await;
+    assert!(t.entries >= 90, "whole nodes below it went: {}", t.entries);
+    assert_eq!(left.len() as u64, 1000 - t.entries);
+    assert!(
+        left.ends_with(&all[100..]),
+        "everything from the pending on is kept"
+    );
+
+    // 'other' catches up completely; hitcount still has 50 undelivered.
+    let rest = read(&mut c, "other", 1000, 0).await;
+    let mut ack = redis::cmd("XACK");
+    ack.arg("hits").arg("other");
+    for id in other[100..].iter().chain(&rest) {
+        ack.arg(id);
+    }
+    let _: i64 = ack.query_async(&mut c).await.unwrap();
+    let t = hitcount::trim::trim(&mut c, &keys, &lease).await.unwrap();
+    let left = ids(&mut c).await;
+    assert!(left.ends_with(&all[950..]), "undelivered entries are kept");
+    assert!(
+        left.len() <= 60,
+        "trimmed up to hitcount's last delivered: {}",
+        left.len()
+    );
+    assert!(t.entries > 0);
+
+    // A worker whose token no longer holds the lease trims nothing.
+    let stale = Lease::new(&keys, &LeaderArgs::default(), "stale");
+    assert!(!stale.try_acquire(&mut c).await.unwrap());
+    assert!(matches!(
+        hitcount::trim::trim(&mut c, &keys, &stale).await,
+        Err(CleanError::LostLease)
+    ));
+    assert!(slowlog(&mut c).await.is_empty());
+}

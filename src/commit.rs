@@ -283,9 +283,10 @@ impl Committer {
         let pipe = apply_pipeline(&self.keys, window, cells, ids, finished);
         let chunks = cells.chunks(CHUNK_CELLS);
         let replies: Vec<Value> = pipe.query_async(conn).await?;
-        let replies = &replies[usize::from(finished.is_some())..];
+        // The marker's EXPIRE is ignored: redis-rs leaves its reply out, so
+        // replies line up with the chunks from the first.
         let mut failures = Vec::new();
-        for (chunk, reply) in chunks.zip(replies) {
+        for (chunk, reply) in chunks.zip(&replies) {
             let text = stream::bytes(reply).unwrap_or(b"");
             for line in String::from_utf8_lossy(text).lines() {
                 let Some((idx, err)) = line.split_once('\t') else {

@@ -24,10 +24,12 @@
 //! - [`connect`]: connections, TLS, error classes, backoff.
 //! - [`metrics`], [`http`]: Prometheus metrics and probes. [`shutdown`].
 //! - [`embedded`]: a throwaway redis-server for the demo, bench and tests.
+//! - [`bench`]: `hitcount bench`, throughput next to the Redis ceiling.
 //! - [`workload`]: synthetic names for load and benchmarks.
 //! - [`cli`]: the `hitcount` subcommands.
 
 pub mod aggregate;
+pub mod bench;
 pub mod cli;
 pub mod commit;
 pub mod config;

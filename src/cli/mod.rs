@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 
+mod bench;
 mod demo;
 mod get;
 mod hit;
@@ -45,6 +46,8 @@ enum Command {
     Get(get::Args),
     /// Run the whole flow on a throwaway Redis: workers, load, counters.
     Demo(demo::Args),
+    /// Measure throughput against what Redis can deliver, and print a table.
+    Bench(bench::Args),
 }
 
 /// Settings shared by the commands that read or write counters.
@@ -79,6 +82,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Load(a) => load::run(a).await,
         Command::Get(a) => get::run(a).await,
         Command::Demo(a) => demo::run(a).await,
+        Command::Bench(a) => bench::run(a).await,
     }
 }
 

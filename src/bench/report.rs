@@ -128,6 +128,21 @@ impl Report {
         first.map_or(10_000.0, |r| r.hitcount.drained.rate() / 2.0)
     }
 
+    /// SLOWLOG entries in all (the summary lines hold `×N`).
+    pub fn slowlog_entries(&self) -> usize {
+        self.slowlog
+            .iter()
+            .filter_map(|l| {
+                l.split_once('×')?
+                    .1
+                    .split(' ')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .sum()
+    }
+
     fn seeds_rate(&self, workload: Workload) -> Option<f64> {
         self.seeds
             .iter()
@@ -199,7 +214,7 @@ impl Report {
         let _ = writeln!(
             out,
             "- SLOWLOG (10 ms) entries after the run: {}{}",
-            self.slowlog.len(),
+            self.slowlog_entries(),
             if self.slowlog.is_empty() {
                 String::new()
             } else {

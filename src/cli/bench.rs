@@ -14,7 +14,7 @@ pub struct Args {
     #[arg(long = "redis-url", env = "REDIS_URL", hide_env_values = true)]
     redis_url: Option<String>,
     /// Entries prefilled per workload (the default run takes about a minute).
-    #[arg(long, default_value_t = 400_000)]
+    #[arg(long, default_value_t = 100_000)]
     entries: u64,
     /// Worker counts, comma separated; the ceiling runs as many consumers.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2])]

@@ -132,6 +132,49 @@ pub struct Committer {
     dead_maxlen: u64,
 }
 
+/// Builds the pipeline of steps 2 and 3 without sending it: one apply
+/// script per chunk of [`CHUNK_CELLS`] cells, then XACKs of at most
+/// [`ACK_IDS`] ids; first, when `finished` names a window, the EXPIRE that
+/// shortens its marker (its reply is ignored). Pure, so that benchmarks and
+/// tests can build it without a connection.
+pub fn apply_pipeline(
+    keys: &Keys,
+    window: &str,
+    cells: &[Cell<'_>],
+    ids: &str,
+    finished: Option<&str>,
+) -> redis::Pipeline {
+    let marker = keys.applied_marker(window);
+    let known = keys.known();
+    let mut pipe = redis::pipe();
+    if let Some(done) = finished {
+        expire_marker_into(keys, &mut pipe, done);
+    }
+    for (i, chunk) in cells.chunks(CHUNK_CELLS).enumerate() {
+        let mut cmd = APPLY.evalsha(2 + chunk.len());
+        cmd.arg(&marker).arg(&known);
+        for c in chunk {
+            cmd.arg(keys.count(c.precision, c.name));
+        }
+        cmd.arg(i).arg(MARKER_TTL_SECS);
+        for c in chunk {
+            cmd.arg(c.bucket)
+                .arg(c.delta)
+                .arg(Keys::member(c.precision, c.name));
+        }
+        pipe.add_command(cmd);
+    }
+    stream::ack_into(&mut pipe, keys, ids, ACK_IDS);
+    pipe
+}
+
+fn expire_marker_into(keys: &Keys, pipe: &mut redis::Pipeline, window: &str) {
+    pipe.cmd("EXPIRE")
+        .arg(keys.applied_marker(window))
+        .arg(MARKER_TTL_AFTER_FINISH)
+        .ignore();
+}
+
 impl Committer {
     /// A committer for `consumer`.
     pub fn new(keys: Keys, consumer: String, dead_maxlen: u64) -> Self {
@@ -238,33 +281,13 @@ impl Committer {
         ids: &str,
         finished: Option<&str>,
     ) -> Result<Vec<Failure>, RedisError> {
-        let k = &self.keys;
-        let marker = k.applied_marker(window);
-        let known = k.known();
-        let mut pipe = redis::pipe();
-        if let Some(done) = finished {
-            self.expire_marker_into(&mut pipe, done);
-        }
-        let chunks: Vec<&[Cell<'_>]> = cells.chunks(CHUNK_CELLS).collect();
-        for (i, chunk) in chunks.iter().enumerate() {
-            let mut cmd = APPLY.evalsha(2 + chunk.len());
-            cmd.arg(&marker).arg(&known);
-            for c in chunk.iter() {
-                cmd.arg(k.count(c.precision, c.name));
-            }
-            cmd.arg(i).arg(MARKER_TTL_SECS);
-            for c in chunk.iter() {
-                cmd.arg(c.bucket)
-                    .arg(c.delta)
-                    .arg(Keys::member(c.precision, c.name));
-            }
-            pipe.add_command(cmd);
-        }
-        stream::ack_into(&mut pipe, k, ids, ACK_IDS);
+        let pipe = apply_pipeline(&self.keys, window, cells, ids, finished);
+        let chunks = cells.chunks(CHUNK_CELLS);
         let replies: Vec<Value> = pipe.query_async(conn).await?;
-        let replies = &replies[usize::from(finished.is_some())..];
+        // The marker's EXPIRE is ignored: redis-rs leaves its reply out, so
+        // replies line up with the chunks from the first.
         let mut failures = Vec::new();
-        for (chunk, reply) in chunks.iter().zip(replies) {
+        for (chunk, reply) in chunks.zip(&replies) {
             let text = stream::bytes(reply).unwrap_or(b"");
             for line in String::from_utf8_lossy(text).lines() {
                 let Some((idx, err)) = line.split_once('\t') else {
@@ -287,10 +310,7 @@ impl Committer {
 
     /// Shortens the marker of a finished window to its final TTL.
     pub fn expire_marker_into(&self, pipe: &mut redis::Pipeline, window: &str) {
-        pipe.cmd("EXPIRE")
-            .arg(self.keys.applied_marker(window))
-            .arg(MARKER_TTL_AFTER_FINISH)
-            .ignore();
+        expire_marker_into(&self.keys, pipe, window);
     }
 
     /// Finishes a window alone (when no next window comes to carry it).

@@ -29,10 +29,12 @@
 //! - [`metrics`], [`http`]: Prometheus metrics and probes; [`sampler`]: the
 //!   consumer group's lag, pending entries and backlog age. [`shutdown`].
 //! - [`embedded`]: a throwaway redis-server for the demo, bench and tests.
+//! - [`bench`]: `hitcount bench`, throughput next to the Redis ceiling.
 //! - [`workload`]: synthetic names for load and benchmarks.
 //! - [`cli`]: the `hitcount` subcommands.
 
 pub mod aggregate;
+pub mod bench;
 pub mod cleaner;
 pub mod cli;
 pub mod commit;

@@ -439,3 +439,54 @@ async fn the_producer_drops_and_counts_beyond_its_bound() {
     assert_eq!(producer.buffered(), 100);
     producer.shutdown(Duration::from_millis(100)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_refusing_its_increment_is_dead_lettered_in_a_later_window_too() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let now = unix_now() as f64;
+    // count:60:bad holds a string: HINCRBY on it fails with WRONGTYPE.
+    let _: () = redis::cmd("SET")
+        .arg("count:60:bad")
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    xadd_msgpack(&mut c, "good", 1, Some(now)).await;
+    xadd_msgpack(&mut c, "bad", 2, Some(now)).await;
+    // One entry per read and per window: the second window's apply step
+    // also carries the first window's marker EXPIRE.
+    let mut s = settings(&srv.url(), "w1");
+    s.worker.read_count = 1;
+    s.worker.window_entries = 1;
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(&mut c, &keys(&s)).await;
+    workers.stop().await;
+
+    let got = read_all(&mut c, &keys(&s)).await;
+    assert_eq!(got[&(60, "good".to_string())].values().sum::<i64>(), 1);
+    assert_eq!(got[&(1, "bad".to_string())].values().sum::<i64>(), 2);
+    let dead: redis::Value = redis::cmd("XRANGE")
+        .arg("hits:dead")
+        .arg("-")
+        .arg("+")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let dead = hitcount::stream::entry_list(&dead);
+    assert_eq!(dead.len(), 1, "one failed cell, dead-lettered once");
+    let pairs: std::collections::HashMap<String, String> = dead[0]
+        .pairs()
+        .map(|(f, v)| {
+            (
+                String::from_utf8_lossy(f).into(),
+                String::from_utf8_lossy(v).into(),
+            )
+        })
+        .collect();
+    assert_eq!(pairs["reason"], "apply_error");
+    assert_eq!(pairs["precision"], "60");
+    assert_eq!(pairs["name"], "bad");
+    assert_eq!(pairs["count"], "2");
+    assert!(pairs["error"].contains("WRONGTYPE"), "{pairs:?}");
+}

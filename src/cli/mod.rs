@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 
+mod bench;
 mod clean;
 mod demo;
 mod get;
@@ -51,6 +52,8 @@ enum Command {
     Status(status::Args),
     /// Run the whole flow on a throwaway Redis: workers, load, counters.
     Demo(demo::Args),
+    /// Measure throughput against what Redis can deliver, and print a table.
+    Bench(bench::Args),
 }
 
 /// Settings shared by the commands that read or write counters.
@@ -101,6 +104,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo(a) => demo::run(a).await,
         Command::Clean(a) => clean::run(a).await,
         Command::Status(a) => status::run(a).await,
+        Command::Bench(a) => bench::run(a).await,
     }
 }
 

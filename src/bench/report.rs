@@ -1,0 +1,259 @@
+//! The figures of one bench run and their table (Markdown, so it can go into
+//! the README as printed).
+
+use std::fmt::Write;
+
+use redis::aio::MultiplexedConnection;
+
+use super::ceiling::Drained;
+use super::latency::{Delay, ProducerRate};
+use super::seeds::{SeedsRun, SEEDS_PYTHON_RATE};
+use super::workers::WorkerRun;
+use super::{BenchError, Options, Workload};
+
+/// Where the figures come from.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Machine {
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// CPU model from /proc/cpuinfo.
+    pub cpu: String,
+    /// Redis version.
+    pub redis: String,
+}
+
+/// One workload and worker count.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Run {
+    /// The workload.
+    pub workload: Workload,
+    /// Workers, and consumers of the ceiling.
+    pub workers: usize,
+    /// The bare consumers.
+    pub ceiling: Drained,
+    /// The real workers.
+    pub hitcount: WorkerRun,
+}
+
+/// Everything measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// The machine.
+    pub machine: Machine,
+    /// Entries per workload.
+    pub entries: u64,
+    /// Worker flags beyond the defaults.
+    pub worker_args: Vec<String>,
+    /// Ceiling and hitcount runs.
+    pub runs: Vec<Run>,
+    /// The seeds' way per workload.
+    pub seeds: Vec<(Workload, SeedsRun)>,
+    /// XADD-to-visible delay.
+    pub latency: Option<Delay>,
+    /// The producer library's rate.
+    pub producer: Option<ProducerRate>,
+    /// The memory check on a long backlog.
+    pub backlog: Option<WorkerRun>,
+    /// SLOWLOG entries (over 10 ms on the bench's own server) after the run.
+    pub slowlog: Vec<String>,
+}
+
+impl Report {
+    /// An empty report for this machine and Redis.
+    pub async fn new(
+        conn: &mut MultiplexedConnection,
+        opts: &Options,
+    ) -> Result<Report, BenchError> {
+        let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+        let redis = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+            .to_string();
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("model name"))
+                    .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+            .unwrap_or_else(|| "?".into());
+        Ok(Report {
+            machine: Machine {
+                cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+                cpu,
+                redis,
+            },
+            entries: opts.entries,
+            worker_args: opts.worker_args.clone(),
+            runs: Vec::new(),
+            seeds: Vec::new(),
+            latency: None,
+            producer: None,
+            backlog: None,
+            slowlog: Vec::new(),
+        })
+    }
+
+    /// Adds a run.
+    pub fn add_run(
+        &mut self,
+        workload: Workload,
+        workers: usize,
+        ceiling: Drained,
+        run: WorkerRun,
+    ) {
+        self.runs.push(Run {
+            workload,
+            workers,
+            ceiling,
+            hitcount: run,
+        });
+    }
+
+    /// Adds the seeds' way of a workload.
+    pub fn add_seeds(&mut self, workload: Workload, run: SeedsRun) {
+        self.seeds.push((workload, run));
+    }
+
+    /// The rate of the latency probe's steady load: half the first
+    /// workload's one-worker hitcount rate (or its first run's).
+    pub fn latency_rate(&self) -> f64 {
+        let first = self
+            .runs
+            .iter()
+            .find(|r| r.workers == 1)
+            .or(self.runs.first());
+        first.map_or(10_000.0, |r| r.hitcount.drained.rate() / 2.0)
+    }
+
+    /// SLOWLOG entries in all (the summary lines hold `×N`).
+    pub fn slowlog_entries(&self) -> usize {
+        self.slowlog
+            .iter()
+            .filter_map(|l| {
+                l.split_once('×')?
+                    .1
+                    .split(' ')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .sum()
+    }
+
+    fn seeds_rate(&self, workload: Workload) -> Option<f64> {
+        self.seeds
+            .iter()
+            .find(|(w, _)| *w == workload)
+            .map(|(_, s)| s.rate())
+    }
+
+    /// The Markdown table and the lines under it.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let m = &self.machine;
+        let _ = writeln!(
+            out,
+            "{} entries per workload; {} CPUs ({}); Redis {}{}\n",
+            self.entries,
+            m.cpus,
+            m.cpu,
+            m.redis,
+            if self.worker_args.is_empty() {
+                String::new()
+            } else {
+                format!("; worker flags: {}", self.worker_args.join(" "))
+            }
+        );
+        out.push_str("| workload | W | ceiling (entries/s) | hitcount (hits/s) | hitcount / ceiling | seeds' way in Rust (hits/s) | hitcount / seeds' Rust | hitcount / seeds' Python | Redis commands per hit | worker peak RSS |\n");
+        out.push_str("| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: |\n");
+        for r in &self.runs {
+            let h = r.hitcount.drained.rate();
+            let seeds = self.seeds_rate(r.workload);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.0} % | {} | {} | {:.0}× | {:.3} | {:.1} MiB |",
+                r.workload.label(),
+                r.workers,
+                thousands(r.ceiling.rate()),
+                thousands(h),
+                100.0 * h / r.ceiling.rate(),
+                seeds.map_or("–".into(), thousands),
+                seeds.map_or("–".into(), |s| format!("{:.0}×", h / s)),
+                h / SEEDS_PYTHON_RATE,
+                r.hitcount.commands_per_hit,
+                r.hitcount.peak_rss_mib,
+            );
+        }
+        out.push('\n');
+        if let Some(d) = &self.latency {
+            let _ = writeln!(
+                out,
+                "- XADD-to-visible at {} hits/s (half the one-worker rate), {} probes: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+                thousands(d.rate), d.probes, d.p50_ms, d.p99_ms, d.max_ms
+            );
+        }
+        if let Some(p) = &self.producer {
+            let _ = writeln!(
+                out,
+                "- producer, one process, {} hits: `hit()` {} calls/s, delivered {} hits/s, dropped {}, in the stream {}",
+                p.hits, thousands(p.calls_per_sec), thousands(p.delivered_per_sec), p.dropped, p.in_stream
+            );
+        }
+        if let Some(b) = &self.backlog {
+            let _ = writeln!(
+                out,
+                "- backlog of {} entries (1,000 hot names), one worker: {} hits/s, peak RSS {:.1} MiB, counted exactly",
+                b.drained.entries,
+                thousands(b.drained.rate()),
+                b.peak_rss_mib
+            );
+        }
+        let _ = writeln!(
+            out,
+            "- SLOWLOG (10 ms) entries after the run: {}{}",
+            self.slowlog_entries(),
+            if self.slowlog.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", self.slowlog.join("; "))
+            }
+        );
+        let _ = writeln!(
+            out,
+            "- seeds' Python: {} hits/s, measured separately with the seeds' own code",
+            thousands(SEEDS_PYTHON_RATE)
+        );
+        out
+    }
+}
+
+/// 123456.7 → "123,457".
+pub fn thousands(x: f64) -> String {
+    let n = x.round() as i64;
+    let s = n.abs().to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(super::thousands(1234567.4), "1,234,567");
+        assert_eq!(super::thousands(999.0), "999");
+        assert_eq!(super::thousands(-1000.0), "-1,000");
+    }
+}

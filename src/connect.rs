@@ -168,30 +168,44 @@ pub struct Outage {
     tries: u64,
 }
 
+/// When the current outage of this process began, if one is going on: a
+/// process logs one line when Redis becomes unreachable and one when it is
+/// reachable again, however many of its tasks (worker, leader, sampler,
+/// producer) notice.
+static DOWN_SINCE: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
 impl Outage {
-    /// Records a failed try; logs only the first of an outage.
+    /// Records a failed try; logs only the first of an outage in this process.
     pub fn failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
         self.tries += 1;
         if self.since.is_none() {
-            self.since = Some(std::time::Instant::now());
-            tracing::warn!(error = %err, "{what}: Redis unavailable, retrying with backoff");
+            let now = std::time::Instant::now();
+            self.since = Some(now);
+            let mut down = DOWN_SINCE.lock().unwrap_or_else(|p| p.into_inner());
+            if down.is_none() {
+                *down = Some(now);
+                tracing::warn!(error = %err, "{what}: Redis unavailable, retrying with backoff");
+            }
         }
     }
 
-    /// Records a success; logs the end of an outage if one was going on.
+    /// Records a success; the first component to reach Redis again logs the
+    /// end of the outage.
     pub fn recovered(&mut self, what: &str) {
-        if let Some(since) = self.since.take() {
+        if self.since.take().is_some() {
             metrics().redis_reconnects.inc();
-            tracing::warn!(
-                down_ms = since.elapsed().as_millis() as u64,
-                tries = self.tries,
-                "{what}: Redis reachable again"
-            );
+            if let Some(since) = DOWN_SINCE.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                tracing::warn!(
+                    down_ms = since.elapsed().as_millis() as u64,
+                    tries = self.tries,
+                    "{what}: Redis reachable again"
+                );
+            }
         }
         self.tries = 0;
     }
 
-    /// Whether an outage is going on.
+    /// Whether an outage is going on for this component.
     pub fn is_down(&self) -> bool {
         self.since.is_some()
     }

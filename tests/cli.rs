@@ -144,3 +144,44 @@ fn load_and_demo_run_end_to_end() {
         "{demo}"
     );
 }
+
+/// The README documents every environment variable the binary reads, and
+/// quotes the ACL rules file as it is.
+#[test]
+fn the_readme_matches_the_binary() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let mut vars = std::collections::BTreeSet::new();
+    for sub in [
+        "worker", "hit", "load", "get", "demo", "clean", "status", "bench",
+    ] {
+        let help = stdout(&hitcount(&[sub, "--help"], &[]));
+        for part in help.split("[env: ").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                .collect();
+            vars.insert(name);
+        }
+    }
+    assert!(vars.contains("REDIS_URL") && vars.len() > 20, "{vars:?}");
+    for var in &vars {
+        assert!(
+            readme.contains(&format!("`{var}`")),
+            "README documents {var}"
+        );
+    }
+    let acl = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/redis/hitcount.acl"
+    ))
+    .unwrap();
+    let rules = acl
+        .lines()
+        .rfind(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .unwrap();
+    assert!(
+        readme.contains(rules),
+        "README quotes deploy/redis/hitcount.acl"
+    );
+}

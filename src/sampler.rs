@@ -21,11 +21,10 @@ use redis::aio::MultiplexedConnection;
 use redis::{Client, RedisResult, Value};
 
 use crate::connect::{self, Outage};
-use crate::event;
 use crate::keys::Keys;
 use crate::metrics::metrics;
 use crate::shutdown::Shutdown;
-use crate::stream::{entry_list, info_pairs, info_str};
+use crate::stream::{self, info_pairs, info_str};
 
 /// Time between samples: often enough for a 15 s scrape interval to see
 /// every change, rare enough to cost Redis nothing.
@@ -73,21 +72,10 @@ pub async fn sample(conn: &mut MultiplexedConnection, keys: &Keys) -> RedisResul
         .and_then(|p| p.parse().ok())
         .unwrap_or(0);
     let last = info_str(&group, "last-delivered-id").unwrap_or_else(|| "0-0".into());
-    let next: Value = redis::cmd("XRANGE")
-        .arg(&keys.stream)
-        .arg(format!("({last}"))
-        .arg("+")
-        .arg("COUNT")
-        .arg(1)
-        .query_async(conn)
-        .await?;
-    let next_ms = entry_list(&next)
-        .first()
-        .and_then(|e| event::entry_id_ms(e.id));
-    let backlog_age = match next_ms {
-        Some(ms) => ((crate::worker::unix_ms() - ms).max(0) as f64) / 1000.0,
-        None => 0.0,
-    };
+    let mut pipe = redis::pipe();
+    stream::next_undelivered_into(&mut pipe, keys, &last);
+    let (next,): (Value,) = pipe.query_async(conn).await?;
+    let backlog_age = stream::backlog_age_secs(&next, crate::worker::unix_ms());
     Ok(Some(Sample {
         lag,
         pending,

@@ -10,7 +10,6 @@ use redis::aio::MultiplexedConnection;
 use redis::{RedisResult, Value};
 
 use crate::counters::format_utc;
-use crate::event::entry_id_ms;
 use crate::keys::Keys;
 use crate::stream::{entry_list, info_pairs, info_str};
 
@@ -108,15 +107,7 @@ pub async fn gather(
     if !exists {
         return Ok(status);
     }
-    let (info, groups): (Value, Value) = redis::pipe()
-        .cmd("XINFO")
-        .arg("STREAM")
-        .arg(&keys.stream)
-        .cmd("XINFO")
-        .arg("GROUPS")
-        .arg(&keys.stream)
-        .query_async(conn)
-        .await?;
+    let (info, groups) = crate::stream::stream_and_groups(conn, keys).await?;
     let info = info_pairs(&info);
     status.length = info_u64(&info, "length").unwrap_or(0);
     status.last_generated_id = info_str(&info, "last-generated-id");
@@ -143,26 +134,14 @@ async fn group(
 ) -> RedisResult<Group> {
     let name = info_str(g, "name").unwrap_or_default();
     let last = info_str(g, "last-delivered-id").unwrap_or_else(|| "0-0".into());
-    let (consumers, next): (Value, Value) = redis::pipe()
-        .cmd("XINFO")
+    let mut pipe = redis::pipe();
+    pipe.cmd("XINFO")
         .arg("CONSUMERS")
         .arg(&keys.stream)
-        .arg(&name)
-        .cmd("XRANGE")
-        .arg(&keys.stream)
-        .arg(format!("({last}"))
-        .arg("+")
-        .arg("COUNT")
-        .arg(1)
-        .query_async(conn)
-        .await?;
-    let next = entry_list(&next);
-    let now_ms = crate::worker::unix_ms();
-    let backlog_age_secs = next
-        .first()
-        .and_then(|e| entry_id_ms(e.id))
-        .map(|ms| (now_ms - ms).max(0) as f64 / 1000.0)
-        .unwrap_or(0.0);
+        .arg(&name);
+    crate::stream::next_undelivered_into(&mut pipe, keys, &last);
+    let (consumers, next): (Value, Value) = pipe.query_async(conn).await?;
+    let backlog_age_secs = crate::stream::backlog_age_secs(&next, crate::worker::unix_ms());
     let consumers = match consumers {
         Value::Array(cs) => cs
             .iter()
@@ -179,7 +158,7 @@ async fn group(
     };
     Ok(Group {
         lag: info_u64(g, "lag"),
-        behind: !next.is_empty(),
+        behind: !entry_list(&next).is_empty(),
         backlog_age_secs,
         pending: info_u64(g, "pending").unwrap_or(0),
         last_delivered_id: last,

@@ -196,12 +196,12 @@ pub fn info_str(pairs: &[(String, &Value)], key: &str) -> Option<String> {
         })
 }
 
-/// Whether the group has read and acknowledged everything in the stream:
-/// nothing pending and its last-delivered id is the stream's last id. (The
-/// `lag` field of XINFO GROUPS is an estimate that can stay wrong after a
-/// restart, so it is not used.)
-pub async fn drained(conn: &mut MultiplexedConnection, keys: &Keys) -> RedisResult<bool> {
-    let (stream, groups): (Value, Value) = redis::pipe()
+/// XINFO STREAM and XINFO GROUPS of the stream, in one round trip.
+pub async fn stream_and_groups(
+    conn: &mut MultiplexedConnection,
+    keys: &Keys,
+) -> RedisResult<(Value, Value)> {
+    redis::pipe()
         .cmd("XINFO")
         .arg("STREAM")
         .arg(&keys.stream)
@@ -209,7 +209,36 @@ pub async fn drained(conn: &mut MultiplexedConnection, keys: &Keys) -> RedisResu
         .arg("GROUPS")
         .arg(&keys.stream)
         .query_async(conn)
-        .await?;
+        .await
+}
+
+/// Adds to `pipe` the read of the first entry after a group's
+/// last-delivered id: the oldest entry the group has not yet received.
+pub fn next_undelivered_into(pipe: &mut redis::Pipeline, keys: &Keys, last_delivered: &str) {
+    pipe.cmd("XRANGE")
+        .arg(&keys.stream)
+        .arg(format!("({last_delivered}"))
+        .arg("+")
+        .arg("COUNT")
+        .arg(1);
+}
+
+/// How long, in seconds, the entry of a [`next_undelivered_into`] reply has
+/// waited (its id carries the ms it was appended); 0 when there is none.
+/// Sturdier than XINFO's lag estimate, and closer to what users feel.
+pub fn backlog_age_secs(next: &Value, now_ms: i64) -> f64 {
+    entry_list(next)
+        .first()
+        .and_then(|e| crate::event::entry_id_ms(e.id))
+        .map_or(0.0, |ms| (now_ms - ms).max(0) as f64 / 1000.0)
+}
+
+/// Whether the group has read and acknowledged everything in the stream:
+/// nothing pending and its last-delivered id is the stream's last id. (The
+/// `lag` field of XINFO GROUPS is an estimate that can stay wrong after a
+/// restart, so it is not used.)
+pub async fn drained(conn: &mut MultiplexedConnection, keys: &Keys) -> RedisResult<bool> {
+    let (stream, groups) = stream_and_groups(conn, keys).await?;
     let last = info_str(&info_pairs(&stream), "last-generated-id");
     let Value::Array(groups) = groups else {
         return Ok(false);

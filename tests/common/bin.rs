@@ -27,6 +27,7 @@ pub fn hitcount() -> Command {
 pub struct Child {
     child: Option<std::process::Child>,
     name: String,
+    stdout: Option<PathBuf>,
     stderr: PathBuf,
     _dir: Option<tempfile::TempDir>,
 }
@@ -35,9 +36,11 @@ impl Child {
     /// Spawns `cmd`, its output captured in a temporary directory.
     pub fn spawn(name: &str, mut cmd: Command) -> Child {
         let dir = tempfile::tempdir().unwrap();
-        let stderr = dir.path().join("stderr");
-        cmd.stdout(File::create(dir.path().join("stdout")).unwrap());
-        Self::start(name, cmd, stderr, Some(dir))
+        let stdout = dir.path().join("stdout");
+        cmd.stdout(File::create(&stdout).unwrap());
+        let mut child = Self::start(name, cmd, dir.path().join("stderr"), Some(dir));
+        child.stdout = Some(stdout);
+        child
     }
 
     /// Spawns `cmd` with its stderr in `dir/NAME.log`, which outlives the
@@ -61,6 +64,7 @@ impl Child {
         Child {
             child: Some(child),
             name: name.into(),
+            stdout: None,
             stderr,
             _dir: dir,
         }
@@ -74,6 +78,14 @@ impl Child {
     /// Its process id, while it has not been reaped.
     pub fn pid(&self) -> libc::pid_t {
         self.child.as_ref().expect("running").id() as libc::pid_t
+    }
+
+    /// Everything written to stdout so far (empty when it is discarded).
+    pub fn stdout(&self) -> String {
+        self.stdout
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
     }
 
     /// Everything written to stderr so far.

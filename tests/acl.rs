@@ -1,6 +1,8 @@
 //! Least privilege: hitcount runs end to end as a Redis ACL user that has
-//! only the commands and keys of `deploy/redis/hitcount.acl`, and Redis'
-//! ACL LOG stays empty (no command or key was refused).
+//! only the commands and keys of `deploy/redis/hitcount.acl` — the worker
+//! with its leader's duties (cleaning, trimming), the producer, `hit`, `get`,
+//! `clean --once` and `status` — and Redis' ACL LOG stays empty (no command
+//! or key was refused).
 
 mod common;
 
@@ -93,7 +95,12 @@ async fn everything_runs_as_the_least_privileged_user() {
         .await
         .unwrap();
 
-    // One worker in-process, one as the real binary (with its sampler).
+    // Old samples only the leader's pass removes.
+    let k = keys(&settings(&url, "any"));
+    plant_old(&mut admin, &k, "leader").await;
+
+    // One worker in-process, one as the real binary (with its sampler and
+    // the leader's duties: it is the only candidate).
     let mut s = settings(&url, "acl-w1");
     s.worker.claim_idle_ms = 1000;
     let workers = Workers::start(vec![s.clone()]);
@@ -119,6 +126,22 @@ async fn everything_runs_as_the_least_privileged_user() {
     hits.push(("page:cli".into(), 5, ts as i64));
 
     wait_drained(&mut admin, &keys(&s)).await;
+    // The binary leads, cleans and trims as the user.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while old_left(&mut admin, &k).await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "old samples not cleaned"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let leader: String = redis::cmd("HGET")
+        .arg(k.cleaner_status())
+        .arg("leader")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(leader.starts_with("acl-w2/"), "{leader}");
     // Let the binary's sampler take a sample as the user.
     tokio::time::sleep(hitcount::sampler::SAMPLE_EVERY + Duration::from_secs(1)).await;
     let (status, metrics) = http_get(&listen, "/metrics").unwrap();
@@ -159,6 +182,28 @@ async fn everything_runs_as_the_least_privileged_user() {
     let samples: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(samples[0]["count"], 5, "{samples}");
 
+    // The operator's commands, as the user.
+    plant_old(&mut admin, &k, "once").await;
+    let out = run_hitcount(&["clean", "--once", "--json", "--redis-url", &url]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pass: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(pass["samples_removed"], OLD, "{pass}");
+    assert_eq!(old_left(&mut admin, &k).await, 0);
+    for args in [&["status"][..], &["status", "--json"]] {
+        let out = run_hitcount(&[args, &["--redis-url", &url]].concat());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("clean-once@"), "the last pass shows: {text}");
+    }
+
     // Nothing was refused along the way.
     let log: Vec<redis::Value> = redis::cmd("ACL")
         .arg("LOG")
@@ -167,4 +212,32 @@ async fn everything_runs_as_the_least_privileged_user() {
         .unwrap();
     assert!(log.is_empty(), "ACL LOG: {log:?}");
     producer.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Old samples planted per test step.
+const OLD: u64 = 20;
+
+/// `OLD` counters `1:old:TAG:i`, each with one sample a day old.
+async fn plant_old(c: &mut redis::aio::MultiplexedConnection, k: &hitcount::keys::Keys, tag: &str) {
+    let mut pipe = redis::pipe();
+    for i in 0..OLD {
+        let m = hitcount::keys::Keys::member(1, &format!("old:{tag}:{i}"));
+        pipe.cmd("HSET")
+            .arg(k.count_of_member(&m))
+            .arg(unix_now() - 86_400)
+            .arg(1);
+        pipe.cmd("ZADD").arg(k.known()).arg(0).arg(m);
+    }
+    let _: () = pipe.query_async(c).await.unwrap();
+}
+
+/// Planted counters still known.
+async fn old_left(c: &mut redis::aio::MultiplexedConnection, k: &hitcount::keys::Keys) -> u64 {
+    redis::cmd("ZLEXCOUNT")
+        .arg(k.known())
+        .arg("[1:old:")
+        .arg("(1:old;")
+        .query_async(c)
+        .await
+        .unwrap()
 }

@@ -37,25 +37,26 @@ const BAD_EVERY: usize = 2500;
 struct Pool {
     url: String,
     dir: tempfile::TempDir,
-    slots: Vec<BinWorker>,
+    slots: Vec<bin::Child>,
     generation: usize,
     /// Slot stopped with SIGSTOP and when to continue it.
     stopped: Option<(usize, Instant)>,
 }
 
 impl Pool {
-    fn spawn(&mut self, slot: usize) -> BinWorker {
+    fn spawn(&mut self, slot: usize) -> bin::Child {
         self.generation += 1;
         let name = format!("w{slot}-g{}", self.generation);
         let claim = CLAIM_IDLE_MS.to_string();
         let level = std::env::var("HITCOUNT_CHAOS_LOG").unwrap_or_else(|_| "warn".into());
-        BinWorker::start_with_log(
+        let mut cmd = bin::worker(
             &self.url,
             &name,
+            "127.0.0.1:0",
             &["--claim-idle-ms", &claim, "--block-ms", "200"],
-            self.dir.path(),
-            &level,
-        )
+        );
+        cmd.env("RUST_LOG", level);
+        bin::Child::spawn_in(&name, cmd, self.dir.path())
     }
 
     fn logs_tail_all(&self) -> String {
@@ -146,7 +147,7 @@ async fn chaos_every_hit_counts_exactly_once() {
                 println!(
                     "{} cont {}",
                     hitcount::worker::unix_ms(),
-                    pool.slots[slot].consumer
+                    pool.slots[slot].name()
                 );
                 pool.slots[slot].signal(libc::SIGCONT);
                 pool.stopped = None;
@@ -170,7 +171,7 @@ async fn chaos_every_hit_counts_exactly_once() {
                     println!(
                         "{} kill {}",
                         hitcount::worker::unix_ms(),
-                        pool.slots[slot].consumer
+                        pool.slots[slot].name()
                     );
                     pool.slots[slot].kill();
                     pool.slots[slot] = pool.spawn(slot);
@@ -181,7 +182,7 @@ async fn chaos_every_hit_counts_exactly_once() {
                     println!(
                         "{} stop {}",
                         hitcount::worker::unix_ms(),
-                        pool.slots[slot].consumer
+                        pool.slots[slot].name()
                     );
                     pool.slots[slot].signal(libc::SIGSTOP);
                     let pause = CLAIM_IDLE_MS + rng.random_range(500..3000);
@@ -298,10 +299,10 @@ async fn chaos_every_hit_counts_exactly_once() {
     }
     for w in &mut pool.slots {
         assert_eq!(
-            w.wait(Duration::from_secs(30)),
+            w.wait(Duration::from_secs(30)).and_then(|s| s.code()),
             Some(0),
             "{} exits 0 on SIGTERM",
-            w.consumer
+            w.name()
         );
     }
 }

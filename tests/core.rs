@@ -1,6 +1,6 @@
 //! The core, end to end against a real redis-server: counts equal the seeds'
 //! reference in both event forms, bad entries are dead-lettered while good
-//! ones count, workers share a group exactly, a fenced worker's window is
+//! ones count, the dead-letter stream stays at its cap, workers share a group exactly, a fenced worker's window is
 //! dropped, too-old hits skip fine precisions, and the producer rides out an
 //! outage.
 
@@ -276,6 +276,78 @@ async fn bad_entries_are_dead_lettered_and_good_ones_in_the_batch_count() {
     let last: Vec<_> = dead[bad.len()].pairs().map(|(_, v)| v.to_vec()).collect();
     assert_eq!(last[0], b"name_not_utf8");
     assert_eq!(last[2], b"\xff\xfe", "original bytes kept");
+}
+
+/// The dead-letter stream is capped with `XADD MAXLEN ~ cap`, which only
+/// evicts whole stream nodes (radix-tree leaves of at most
+/// `stream-node-max-entries` entries, fewer when `stream-node-max-bytes`
+/// closes them first) and never goes below the cap. After each XADD the
+/// stream therefore holds at least `cap` entries and fewer than `cap` plus
+/// the oldest node: at most `cap + stream-node-max-entries - 1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_letter_stream_stays_at_its_cap_and_keeps_the_newest() {
+    const CAP: u64 = 100;
+    const BAD: usize = 3000;
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let (_, node): (String, u64) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("stream-node-max-entries")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let bound = CAP + node - 1;
+    let now = unix_now();
+    let mut bad_ids = Vec::new();
+    for chunk in 0..BAD / 100 {
+        let mut pipe = redis::pipe();
+        for i in 0..100 {
+            pipe.cmd("XADD")
+                .arg("hits")
+                .arg("*")
+                .arg("name")
+                .arg("")
+                .arg("n")
+                .arg(chunk * 100 + i);
+        }
+        pipe.cmd("XADD")
+            .arg("hits")
+            .arg("*")
+            .arg("name")
+            .arg("good")
+            .arg("ts")
+            .arg(now);
+        let mut ids: Vec<String> = pipe.query_async(&mut c).await.unwrap();
+        ids.pop();
+        bad_ids.extend(ids);
+    }
+    let mut s = settings(&srv.url(), "w1");
+    s.stream.dead_maxlen = CAP;
+    let k = keys(&s);
+    let workers = Workers::start(vec![s.clone()]);
+    // Watched all along, not only at the end.
+    let mut longest = 0;
+    while !hitcount::stream::drained(&mut c, &k).await.unwrap() {
+        let len: u64 = redis::cmd("XLEN")
+            .arg("hits:dead")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        longest = longest.max(len);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    workers.stop().await;
+    let dead = dead_letters(&mut c).await;
+    let len = dead.len() as u64;
+    println!("dead letters: {len} at the end, {longest} at most, cap {CAP}, node {node}");
+    assert!(longest <= bound, "{longest} > {bound}");
+    assert!((CAP..=bound).contains(&len), "{len} not in {CAP}..={bound}");
+    // Exactly the newest bad entries, oldest first.
+    let kept: Vec<&str> = dead.iter().map(|d| d["id"].as_str()).collect();
+    assert_eq!(kept, bad_ids[bad_ids.len() - dead.len()..].to_vec());
+    assert!(dead.iter().all(|d| d["reason"] == "empty_name"));
+    let good = read_all(&mut c, &k).await;
+    assert_eq!(good[&(1, "good".to_string())][&now], (BAD / 100) as i64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,6 +46,18 @@ async fn hget(c: &mut MultiplexedConnection, key: &str, field: i64) -> Option<i6
 }
 
 /// Polls `check` every 50 ms until it holds, failing after `secs`.
+/// A `hitcount worker` process logging at WARN into `dir`.
+fn warn_worker(url: &str, name: &str, extra: &[&str], dir: &std::path::Path) -> bin::Child {
+    let mut cmd = bin::worker(url, name, "127.0.0.1:0", extra);
+    cmd.env("RUST_LOG", "warn");
+    bin::Child::spawn_in(name, cmd, dir)
+}
+
+/// The exit code of a worker asked to stop, waiting at most 25 s.
+fn exit_code(w: &mut bin::Child) -> Option<i32> {
+    w.wait(Duration::from_secs(25)).and_then(|s| s.code())
+}
+
 macro_rules! eventually {
     ($secs:expr, $what:expr, $check:expr) => {{
         let deadline = Instant::now() + Duration::from_secs($secs);
@@ -229,7 +241,7 @@ async fn an_outage_is_logged_once_not_once_per_try() {
     let mut srv = server();
     let url = srv.url();
     let dir = tempfile::tempdir().unwrap();
-    let w = BinWorker::start(&url, "w", &["--block-ms", "200"], dir.path());
+    let w = warn_worker(&url, "w", &["--block-ms", "200"], dir.path());
     let mut c = conn(&url).await;
     let ts = unix_now();
     xadd_hits(&mut c, "before", 10, ts).await;
@@ -251,7 +263,7 @@ async fn an_outage_is_logged_once_not_once_per_try() {
         "counted after the outage",
         hget(&mut c, &k.count(1, "after"), ts).await == Some(10)
     );
-    let log = w.log();
+    let log = w.stderr();
     assert_eq!(
         log.matches("Redis unavailable").count(),
         1,
@@ -419,7 +431,7 @@ async fn a_worker_stopped_past_the_claim_time_never_double_counts() {
     let mut c = conn(&url).await;
     let dir = tempfile::tempdir().unwrap();
     // A long window: the worker holds what it read when it is stopped.
-    let mut slow = BinWorker::start(
+    let mut slow = warn_worker(
         &url,
         "slow",
         &["--window-ms", "3000", "--claim-idle-ms", "1000"],
@@ -443,11 +455,11 @@ async fn a_worker_stopped_past_the_claim_time_never_double_counts() {
     slow.signal(libc::SIGCONT);
     tokio::time::sleep(Duration::from_secs(4)).await;
     slow.signal(libc::SIGTERM);
-    assert_eq!(slow.wait(Duration::from_secs(25)), Some(0));
+    assert_eq!(exit_code(&mut slow), Some(0), "{}", slow.stderr());
     workers.stop().await;
     assert_eq!(read_all(&mut c, &k).await, expected, "counted once");
     assert_eq!(pending(&mut c).await, 0);
-    let log = slow.log();
+    let log = slow.stderr();
     assert!(log.contains("claimed by another worker"), "{log}");
 }
 
@@ -460,18 +472,25 @@ async fn sigterm_and_ctrl_c_finish_the_window_in_flight_and_leave_the_group() {
     let k = keys(&settings(&url, "any"));
     let mut hits = Vec::new();
     for (sig, name) in [(libc::SIGTERM, "term"), (libc::SIGINT, "int")] {
-        let mut w =
-            BinWorker::start_with_log(&url, name, &["--window-ms", "5000"], dir.path(), "info");
+        let mut w = bin::Child::spawn_in(
+            name,
+            bin::worker(&url, name, "127.0.0.1:0", &["--window-ms", "5000"]),
+            dir.path(),
+        );
         hits.extend(xadd_hits(&mut c, name, 100, unix_now()).await);
         eventually!(20, "window open", pending_of(&mut c, name).await == 100);
         w.signal(sig);
-        assert_eq!(w.wait(Duration::from_secs(25)), Some(0), "{}", w.log());
+        assert_eq!(exit_code(&mut w), Some(0), "{}", w.stderr());
         assert_eq!(pending(&mut c).await, 0, "nothing pending");
         assert!(
             !consumers(&mut c).await.contains(&name.to_string()),
             "{name} left the group"
         );
-        assert!(w.log().contains("worker stopped cleanly"), "{}", w.log());
+        assert!(
+            w.stderr().contains("worker stopped cleanly"),
+            "{}",
+            w.stderr()
+        );
     }
     assert_eq!(read_all(&mut c, &k).await, reference(&hits, &PRECISIONS));
 }

@@ -21,32 +21,71 @@ pub fn hitcount() -> Command {
     cmd
 }
 
-/// A child process whose stdout and stderr go to files; killed and reaped
-/// on drop.
+/// A child process whose stderr goes to a file (stdout too, unless it is
+/// discarded); killed with SIGKILL and reaped on drop, also when a test
+/// panics, so no process outlives its test.
 pub struct Child {
-    child: std::process::Child,
+    child: Option<std::process::Child>,
     name: String,
+    stdout: Option<PathBuf>,
     stderr: PathBuf,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Child {
     /// Spawns `cmd`, its output captured in a temporary directory.
     pub fn spawn(name: &str, mut cmd: Command) -> Child {
         let dir = tempfile::tempdir().unwrap();
-        let stderr = dir.path().join("stderr");
+        let stdout = dir.path().join("stdout");
+        cmd.stdout(File::create(&stdout).unwrap());
+        let mut child = Self::start(name, cmd, dir.path().join("stderr"), Some(dir));
+        child.stdout = Some(stdout);
+        child
+    }
+
+    /// Spawns `cmd` with its stderr in `dir/NAME.log`, which outlives the
+    /// child (for logs of processes a test replaces); stdout is discarded.
+    pub fn spawn_in(name: &str, mut cmd: Command, dir: &Path) -> Child {
+        cmd.stdout(Stdio::null());
+        Self::start(name, cmd, dir.join(format!("{name}.log")), None)
+    }
+
+    fn start(
+        name: &str,
+        mut cmd: Command,
+        stderr: PathBuf,
+        dir: Option<tempfile::TempDir>,
+    ) -> Child {
         cmd.stdin(Stdio::null())
-            .stdout(File::create(dir.path().join("stdout")).unwrap())
             .stderr(File::create(&stderr).unwrap());
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("spawning {name}: {e}"));
         Child {
-            child,
+            child: Some(child),
             name: name.into(),
+            stdout: None,
             stderr,
             _dir: dir,
         }
+    }
+
+    /// The name it was spawned under (a worker's consumer name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its process id, while it has not been reaped.
+    pub fn pid(&self) -> libc::pid_t {
+        self.child.as_ref().expect("running").id() as libc::pid_t
+    }
+
+    /// Everything written to stdout so far (empty when it is discarded).
+    pub fn stdout(&self) -> String {
+        self.stdout
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
     }
 
     /// Everything written to stderr so far.
@@ -56,35 +95,63 @@ impl Child {
 
     /// Panics (with the stderr) if the process has exited.
     pub fn assert_running(&mut self) {
-        if let Some(status) = self.child.try_wait().unwrap() {
+        let child = self.child.as_mut().expect("not reaped");
+        if let Some(status) = child.try_wait().unwrap() {
             panic!("{} exited ({status}):\n{}", self.name, self.stderr());
+        }
+    }
+
+    /// Sends a signal (SIGSTOP, SIGCONT, SIGTERM...).
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on our own child, not yet reaped (so its pid
+        // cannot have been reused).
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// SIGKILL and reap, as a crash or an evicted pod. SIGKILL ends stopped
+    /// processes too.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits (at most `within`) for the process to exit; its exit status,
+    /// `None` on timeout.
+    pub fn wait(&mut self, within: Duration) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
     /// Sends SIGTERM and waits (at most `within`) for the exit.
     pub fn terminate(&mut self, within: Duration) -> ExitStatus {
-        let pid = self.child.id() as libc::pid_t;
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
+        self.signal(libc::SIGTERM);
+        self.wait(within).unwrap_or_else(|| {
+            panic!(
                 "{} did not exit within {within:?} of SIGTERM:\n{}",
                 self.name,
                 self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            )
+        })
     }
 }
 
 impl Drop for Child {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 
@@ -151,23 +218,33 @@ pub fn free_addr() -> String {
     format!("127.0.0.1:{}", hitcount::embedded::free_port())
 }
 
+/// `hitcount worker` on `url` as `consumer`, serving HTTP on `listen`
+/// (`127.0.0.1:0` when the test does not scrape it), with `extra` flags.
+pub fn worker(url: &str, consumer: &str, listen: &str, extra: &[&str]) -> Command {
+    let mut cmd = hitcount();
+    cmd.args(["worker", "--redis-url", url, "--consumer", consumer])
+        .args(["--listen", listen])
+        .args(extra);
+    cmd
+}
+
 /// Starts `hitcount worker` on `url` as `consumer`, serving HTTP on `listen`,
 /// with `extra` flags; returns once `/readyz` answers 200.
 pub fn start_worker(url: &str, consumer: &str, listen: &str, extra: &[&str]) -> Child {
-    let mut cmd = hitcount();
-    cmd.args(["worker", "--redis-url", url, "--consumer", consumer])
-        .args(["--listen", listen, "--block-ms", "200"])
-        .args(extra);
+    let mut cmd = worker(url, consumer, listen, &["--block-ms", "200"]);
+    cmd.args(extra);
     let mut child = Child::spawn(consumer, cmd);
-    wait_for(
-        &format!("{consumer} ready"),
-        Duration::from_secs(60),
-        || {
-            child.assert_running();
-            http_get(listen, "/readyz").filter(|(status, _)| *status == 200)
-        },
-    );
+    wait_ready(&mut child, listen);
     child
+}
+
+/// Waits until the worker serving on `listen` answers `/readyz` with 200.
+pub fn wait_ready(child: &mut Child, listen: &str) {
+    let what = format!("{} ready", child.name());
+    wait_for(&what, Duration::from_secs(60), || {
+        child.assert_running();
+        http_get(listen, "/readyz").filter(|(status, _)| *status == 200)
+    });
 }
 
 /// The output of a finished `hitcount` run.

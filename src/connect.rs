@@ -168,33 +168,49 @@ pub struct Outage {
     tries: u64,
 }
 
-/// When the current outage of this process began, if one is going on: a
-/// process logs one line when Redis becomes unreachable and one when it is
-/// reachable again, however many of its tasks (worker, leader, sampler,
-/// producer) notice.
-static DOWN_SINCE: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+/// This process' view of Redis outages, shared by its tasks (worker, leader,
+/// sampler, producer): one line is logged when Redis becomes unreachable and
+/// one when it is reachable again, however many tasks notice.
+struct Outages {
+    /// When the current outage began, if one is going on.
+    since: Option<std::time::Instant>,
+    /// When the last one ended: a task that only notices its broken
+    /// connection shortly after (on its next use) is not a new outage.
+    ended: Option<std::time::Instant>,
+}
+
+/// A task failing within this long after an outage ended is still in it.
+const OUTAGE_AFTERSHOCK: Duration = Duration::from_secs(10);
+
+static OUTAGES: std::sync::Mutex<Outages> = std::sync::Mutex::new(Outages {
+    since: None,
+    ended: None,
+});
 
 impl Outage {
     /// Records a failed try; logs only the first of an outage in this process.
     pub fn failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
         self.tries += 1;
-        if self.since.is_none() {
-            let now = std::time::Instant::now();
-            self.since = Some(now);
-            let mut down = DOWN_SINCE.lock().unwrap_or_else(|p| p.into_inner());
-            if down.is_none() {
-                *down = Some(now);
-                tracing::warn!(error = %err, "{what}: Redis unavailable, retrying with backoff");
-            }
+        let now = std::time::Instant::now();
+        self.since.get_or_insert(now);
+        let mut o = OUTAGES.lock().unwrap_or_else(|p| p.into_inner());
+        // A failure just after an outage ended is a task noticing it late;
+        // if failures go on past that, it is a new outage and is logged.
+        let aftershock = o.ended.is_some_and(|e| e.elapsed() < OUTAGE_AFTERSHOCK);
+        if o.since.is_none() && !aftershock {
+            o.since = Some(now);
+            tracing::warn!(error = %err, "{what}: Redis unavailable, retrying with backoff");
         }
     }
 
-    /// Records a success; the first component to reach Redis again logs the
-    /// end of the outage.
+    /// Records a success; the first task to reach Redis again logs the end
+    /// of the outage.
     pub fn recovered(&mut self, what: &str) {
         if self.since.take().is_some() {
             metrics().redis_reconnects.inc();
-            if let Some(since) = DOWN_SINCE.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let mut o = OUTAGES.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(since) = o.since.take() {
+                o.ended = Some(std::time::Instant::now());
                 tracing::warn!(
                     down_ms = since.elapsed().as_millis() as u64,
                     tries = self.tries,

@@ -31,7 +31,7 @@
 //! counter hashes, and nobody deletes `known:` or counter hashes by hand
 //! while workers run (restart the workers after doing so).
 //!
-//! The cache holds at most [`CAPACITY`] names (about 100 bytes each with
+//! The cache holds at most [`CAPACITY`] names (about 110 bytes each with
 //! seven precisions) and starts over when full.
 
 use std::collections::HashMap;
@@ -40,8 +40,9 @@ use std::collections::HashMap;
 /// seconds: a member is not trusted to be in `known:` within this time of
 /// its cleaner horizon.
 pub const CLOCK_MARGIN_SECS: i64 = 60;
-/// Names remembered at most; the cache starts over past it (~13 MiB).
-pub const CAPACITY: usize = 131_072;
+/// Names remembered at most; the cache starts over past it (~7 MiB). The
+/// names worth remembering are those seen window after window, far fewer.
+pub const CAPACITY: usize = 65_536;
 /// "No bucket written with a ZADD" at this precision.
 const NONE: i64 = i64::MIN;
 

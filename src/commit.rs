@@ -4,8 +4,10 @@
 //!    consumer's fencing epoch, record the window (its entry ids and its
 //!    aggregated cells), dead-letter its rejected entries. A claim by another
 //!    worker bumps the epoch first, so a stalled worker's window is refused.
-//! 2. **Apply** (`apply.lua`, in chunks of a few thousand cells): each chunk
-//!    is marked applied in the same script, so a replay does nothing.
+//! 2. **Apply** (`apply.lua`, in chunks of [`CHUNK_CELLS`] cells, recorded
+//!    with the window): each chunk is marked applied in the same script, so a
+//!    replay does nothing. ZADDs to `known:` that [`crate::known`] proves
+//!    needless are left out.
 //! 3. **Acknowledge** the window's entries with XACK, in bounded commands.
 //! 4. **Finish**: folded into the next commit, dead-letter what failed to
 //!    apply and delete the record.

@@ -90,7 +90,13 @@ fn apply_step(c: &mut Criterion) {
     g.throughput(Throughput::Elements(es.len() as u64));
     g.bench_function("50k hits, 1000 names (7000 cells)", |b| {
         b.iter(|| {
-            let pipe = hitcount::commit::apply_pipeline(&keys, "w-1", &cells, &ids, Some("w-0"));
+            let step = hitcount::commit::Apply {
+                window: "w-1",
+                cells: &cells,
+                ids: &ids,
+                chunk: hitcount::commit::CHUNK_CELLS,
+            };
+            let (pipe, _) = hitcount::commit::apply_pipeline(&keys, &step, Some("w-0"), None);
             pipe.get_packed_pipeline().len()
         })
     });

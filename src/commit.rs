@@ -4,8 +4,10 @@
 //!    consumer's fencing epoch, record the window (its entry ids and its
 //!    aggregated cells), dead-letter its rejected entries. A claim by another
 //!    worker bumps the epoch first, so a stalled worker's window is refused.
-//! 2. **Apply** (`apply.lua`, in chunks of a few thousand cells): each chunk
-//!    is marked applied in the same script, so a replay does nothing.
+//! 2. **Apply** (`apply.lua`, in chunks of [`CHUNK_CELLS`] cells, recorded
+//!    with the window): each chunk is marked applied in the same script, so a
+//!    replay does nothing. ZADDs to `known:` that [`crate::known`] proves
+//!    needless are left out.
 //! 3. **Acknowledge** the window's entries with XACK, in bounded commands.
 //! 4. **Finish**: folded into the next commit, dead-letter what failed to
 //!    apply and delete the record.
@@ -29,13 +31,16 @@ use redis::{RedisError, RedisResult, Value};
 
 use crate::aggregate::Cell;
 use crate::keys::Keys;
+use crate::known::KnownCache;
 use crate::scripts::{APPLY, COMMIT};
 use crate::stream;
 
-/// Cells per apply script: ~1.8 µs per HINCRBY plus a ZADD member keeps a
-/// chunk near 2.5 ms: a fourth of the 10 ms that would stall other clients,
-/// leaving room for a busy machine.
-pub const CHUNK_CELLS: usize = 1000;
+/// Cells per apply script. Measured inside scripts on 100,000-name
+/// workloads: ~2.6 µs per HINCRBY creating a hash, ~1 µs per ZADD member into
+/// a `known:` of ~700k members, a few µs of Lua: 500 cells keep a chunk near
+/// 3 ms in that worst case, leaving room under the 10 ms SLOWLOG bound on a
+/// busy machine. Recorded with each window: recovery chunks alike.
+pub const CHUNK_CELLS: usize = 500;
 /// Ids per XACK command (~0.4 µs each: about 1 ms).
 pub const ACK_IDS: usize = 2500;
 /// Lifetime of an applied-chunk marker while its window is unfinished: a
@@ -95,6 +100,8 @@ pub struct Sealed<'a> {
     pub cells: &'a [Cell<'a>],
     /// Entries to dead-letter.
     pub rejected: &'a [Rejected],
+    /// Cells per apply script (recorded, so that recovery chunks alike).
+    pub chunk: usize,
 }
 
 /// What a commit did.
@@ -122,6 +129,8 @@ pub struct Record {
     pub created_ms: i64,
     /// Its entry ids, space separated.
     pub ids: String,
+    /// Cells per apply script, as committed.
+    pub chunk: usize,
 }
 
 /// Runs the commit protocol for one consumer.
@@ -132,40 +141,75 @@ pub struct Committer {
     dead_maxlen: u64,
 }
 
+/// One window's apply step: what the apply scripts and XACKs need.
+#[derive(Debug, Clone, Copy)]
+pub struct Apply<'a> {
+    /// The window id.
+    pub window: &'a str,
+    /// Its cells, in the order recorded (chunk `i` is cells
+    /// `i * chunk .. (i + 1) * chunk`).
+    pub cells: &'a [Cell<'a>],
+    /// Its entry ids, space separated.
+    pub ids: &'a str,
+    /// Cells per apply script, as recorded with the window.
+    pub chunk: usize,
+}
+
 /// Builds the pipeline of steps 2 and 3 without sending it: one apply
-/// script per chunk of [`CHUNK_CELLS`] cells, then XACKs of at most
+/// script per chunk of `step.chunk` cells, then XACKs of at most
 /// [`ACK_IDS`] ids; first, when `finished` names a window, the EXPIRE that
-/// shortens its marker (its reply is ignored). Pure, so that benchmarks and
-/// tests can build it without a connection.
+/// shortens its marker (its reply is ignored). With `known` (a cache and the
+/// current unix second), the ZADDs of members it trusts are left out
+/// (see [`crate::known`]). Returns the pipeline and the indices of the cells
+/// whose member each chunk adds. Pure, so that benchmarks and tests can
+/// build it without a connection.
 pub fn apply_pipeline(
     keys: &Keys,
-    window: &str,
-    cells: &[Cell<'_>],
-    ids: &str,
+    step: &Apply<'_>,
     finished: Option<&str>,
-) -> redis::Pipeline {
-    let marker = keys.applied_marker(window);
-    let known = keys.known();
+    known: Option<(&KnownCache, i64)>,
+) -> (redis::Pipeline, Vec<usize>) {
+    let marker = keys.applied_marker(step.window);
+    let known_key = keys.known();
+    let prefix = keys.count_of_member("").len();
     let mut pipe = redis::pipe();
+    let mut zadded = Vec::new();
     if let Some(done) = finished {
         expire_marker_into(keys, &mut pipe, done);
     }
-    for (i, chunk) in cells.chunks(CHUNK_CELLS).enumerate() {
+    for (i, chunk) in step.cells.chunks(step.chunk.max(1)).enumerate() {
+        let base = i * step.chunk.max(1);
+        let first_zadd = zadded.len();
+        let mut deadline = i64::MAX;
+        let mut prev: Option<(u32, &str)> = None;
+        for (j, c) in chunk.iter().enumerate() {
+            // Cells come grouped by counter: one member per group.
+            if prev == Some((c.precision, c.name)) {
+                continue;
+            }
+            prev = Some((c.precision, c.name));
+            match known.and_then(|(k, now)| k.trusted_until(c.precision, c.name, now)) {
+                Some(until) => deadline = deadline.min(until),
+                None => zadded.push(base + j),
+            }
+        }
         let mut cmd = APPLY.evalsha(2 + chunk.len());
-        cmd.arg(&marker).arg(&known);
+        cmd.arg(&marker).arg(&known_key);
         for c in chunk {
             cmd.arg(keys.count(c.precision, c.name));
         }
-        cmd.arg(i).arg(MARKER_TTL_SECS);
+        let deadline = if deadline == i64::MAX { 0 } else { deadline };
+        cmd.arg(i).arg(MARKER_TTL_SECS).arg(deadline).arg(prefix);
         for c in chunk {
-            cmd.arg(c.bucket)
-                .arg(c.delta)
-                .arg(Keys::member(c.precision, c.name));
+            cmd.arg(c.bucket).arg(c.delta);
+        }
+        for &z in &zadded[first_zadd..] {
+            cmd.arg(z - base + 1);
         }
         pipe.add_command(cmd);
     }
-    stream::ack_into(&mut pipe, keys, ids, ACK_IDS);
-    pipe
+    stream::ack_into(&mut pipe, keys, step.ids, ACK_IDS);
+    (pipe, zadded)
 }
 
 fn expire_marker_into(keys: &Keys, pipe: &mut redis::Pipeline, window: &str) {
@@ -173,6 +217,39 @@ fn expire_marker_into(keys: &Keys, pipe: &mut redis::Pipeline, window: &str) {
         .arg(keys.applied_marker(window))
         .arg(MARKER_TTL_AFTER_FINISH)
         .ignore();
+}
+
+/// An apply script's reply: `{status, failures}` (1 applied now, 0 a
+/// replay, -1 stale).
+fn chunk_reply(reply: &Value) -> (i64, &[u8]) {
+    match reply {
+        Value::Array(v) if v.len() == 2 => {
+            let status = match &v[0] {
+                Value::Int(i) => *i,
+                _ => 0,
+            };
+            (status, stream::bytes(&v[1]).unwrap_or(b""))
+        }
+        _ => (0, b""),
+    }
+}
+
+/// The failures of one chunk from its `cell_number<TAB>error` lines.
+fn parse_failures(chunk: &[Cell<'_>], text: &[u8]) -> Vec<Failure> {
+    String::from_utf8_lossy(text)
+        .lines()
+        .filter_map(|line| {
+            let (idx, err) = line.split_once('\t')?;
+            let c = chunk.get(idx.parse::<usize>().ok()?.checked_sub(1)?)?;
+            Some(Failure {
+                error: err.to_string(),
+                precision: c.precision,
+                name: c.name.to_string(),
+                bucket: c.bucket,
+                delta: c.delta,
+            })
+        })
+        .collect()
 }
 
 impl Committer {
@@ -246,8 +323,8 @@ impl Committer {
                 cmd.arg(w.window)
                     .arg(w.ids)
                     .arg(blob)
-                    .arg(CHUNK_CELLS)
-                    .arg(w.cells.len().div_ceil(CHUNK_CELLS));
+                    .arg(w.chunk)
+                    .arg(w.cells.len().div_ceil(w.chunk.max(1)));
                 cmd.arg(w.rejected.len());
                 for r in w.rejected {
                     cmd.arg(&r.id).arg(r.reason).arg(r.fields.len());
@@ -272,40 +349,51 @@ impl Committer {
     /// Steps 2 and 3 in one pipeline: apply every chunk (at most once each),
     /// then acknowledge the ids. Returns the cells that failed to apply.
     /// Safe to repeat after any error. `finished` names a window finished by
-    /// the last commit, whose marker may now expire soon.
+    /// the last commit, whose marker may now expire soon. With `known`, ZADDs
+    /// of members it trusts are left out and the members added are
+    /// remembered; a chunk that finds it stale clears it and the step runs
+    /// again with every ZADD (chunks already applied only replay).
     pub async fn apply_and_ack(
         &self,
         conn: &mut MultiplexedConnection,
-        window: &str,
-        cells: &[Cell<'_>],
-        ids: &str,
+        step: &Apply<'_>,
         finished: Option<&str>,
+        mut known: Option<&mut KnownCache>,
     ) -> Result<Vec<Failure>, RedisError> {
-        let pipe = apply_pipeline(&self.keys, window, cells, ids, finished);
-        let chunks = cells.chunks(CHUNK_CELLS);
-        let replies: Vec<Value> = pipe.query_async(conn).await?;
-        // The marker's EXPIRE is ignored: redis-rs leaves its reply out, so
-        // replies line up with the chunks from the first.
-        let mut failures = Vec::new();
-        for (chunk, reply) in chunks.zip(&replies) {
-            let text = stream::bytes(reply).unwrap_or(b"");
-            for line in String::from_utf8_lossy(text).lines() {
-                let Some((idx, err)) = line.split_once('\t') else {
+        loop {
+            let now_s = crate::worker::unix_ms().div_euclid(1000);
+            let (pipe, zadded) = apply_pipeline(
+                &self.keys,
+                step,
+                finished,
+                known.as_deref().map(|k| (k, now_s)),
+            );
+            let replies: Vec<Value> = pipe.query_async(conn).await?;
+            // The marker's EXPIRE is ignored: redis-rs leaves its reply out, so
+            // replies line up with the chunks from the first.
+            let mut failures = Vec::new();
+            let mut stale = false;
+            let chunk = step.chunk.max(1);
+            for (i, (cells, reply)) in step.cells.chunks(chunk).zip(&replies).enumerate() {
+                let (status, text) = chunk_reply(reply);
+                if status < 0 {
+                    stale = true;
                     continue;
-                };
-                let Some(c) = idx.parse::<usize>().ok().and_then(|i| chunk.get(i - 1)) else {
-                    continue;
-                };
-                failures.push(Failure {
-                    error: err.to_string(),
-                    precision: c.precision,
-                    name: c.name.to_string(),
-                    bucket: c.bucket,
-                    delta: c.delta,
-                });
+                }
+                if let (1, Some(k)) = (status, known.as_deref_mut()) {
+                    let range = i * chunk..i * chunk + cells.len();
+                    for &z in zadded.iter().filter(|z| range.contains(z)) {
+                        let c = &step.cells[z];
+                        k.wrote(c.precision, c.name, c.bucket);
+                    }
+                }
+                failures.extend(parse_failures(cells, text));
+            }
+            match known.as_deref_mut() {
+                Some(k) if stale => k.clear(),
+                _ => return Ok(failures),
             }
         }
-        Ok(failures)
     }
 
     /// Shortens the marker of a finished window to its final TTL.
@@ -349,19 +437,21 @@ impl Committer {
                 .arg(self.keys.window(id))
                 .arg("owner")
                 .arg("created")
-                .arg("ids");
+                .arg("ids")
+                .arg("chunk");
         }
-        let rows: Vec<(Option<String>, Option<i64>, Option<String>)> =
-            pipe.query_async(conn).await?;
+        type Row = (Option<String>, Option<i64>, Option<String>, Option<usize>);
+        let rows: Vec<Row> = pipe.query_async(conn).await?;
         let records = ids
             .into_iter()
             .zip(rows)
-            .filter_map(|(window, (owner, created, ids))| {
+            .filter_map(|(window, (owner, created, ids, chunk))| {
                 Some(Record {
                     window,
                     owner: owner?,
                     created_ms: created?,
                     ids: ids?,
+                    chunk: chunk?,
                 })
             })
             .collect();
@@ -406,7 +496,17 @@ impl Committer {
             return Ok(false);
         }
         let failures = self
-            .apply_and_ack(conn, &record.window, &cells, &record.ids, None)
+            .apply_and_ack(
+                conn,
+                &Apply {
+                    window: &record.window,
+                    cells: &cells,
+                    ids: &record.ids,
+                    chunk: record.chunk,
+                },
+                None,
+                None,
+            )
             .await?;
         let finished = Finished {
             window: record.window.clone(),

@@ -18,7 +18,7 @@
 //! - [`event`]: the hit event and its wire forms. [`aggregate`]: hits to
 //!   increments, pure.
 //! - [`stream`]: reading the stream. [`commit`]: a window's exactly-once way
-//!   into the counters. [`recovery`]: claiming from and finishing for stopped
+//!   into the counters; [`known`]: which `known:` ZADDs it may leave out. [`recovery`]: claiming from and finishing for stopped
 //!   workers. [`worker`]: the loop tying them together.
 //! - [`leader`]: the lease that elects one worker for the leader's
 //!   [`duties`]: [`cleaner`] (old samples out of counters) and [`trim`] (the
@@ -46,6 +46,7 @@ pub mod embedded;
 pub mod event;
 pub mod http;
 pub mod keys;
+pub mod known;
 pub mod leader;
 pub mod metrics;
 pub mod producer;

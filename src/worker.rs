@@ -1,9 +1,11 @@
 //! The worker loop: read entries, aggregate a window, commit it, apply it,
 //! acknowledge it; recover what stopped workers left behind.
 //!
-//! One worker is one consumer of the group, and runs strictly in sequence on
-//! one connection: reads are never ahead of what is applied, so memory stays
-//! bounded by one window. Any Redis error drops the window in flight (its
+//! One worker is one consumer of the group, on one connection. While it
+//! works through a backlog it keeps one read of new entries in flight (sent
+//! as soon as a full read comes back, on a clone of the connection), so Redis
+//! reads the next entries while the worker aggregates and applies: memory
+//! stays bounded by one window and one read. Any Redis error drops the window in flight (its
 //! entries stay pending) and *resyncs*: reconnect with backoff, reload the
 //! scripts, read this consumer's epoch, finish its own recorded windows, then
 //! re-read its pending entries before new ones. See [`crate::commit`] for why
@@ -16,12 +18,15 @@ use redis::aio::MultiplexedConnection;
 use redis::{Client, RedisError, Value};
 
 use crate::aggregate::{Cell, Window};
-use crate::commit::{Committer, Finished, Outcome, Rejected, Sealed, APPLY_GUARD};
+use crate::commit::{
+    Apply, Committer, Finished, Outcome, Rejected, Sealed, APPLY_GUARD, CHUNK_CELLS,
+};
 use crate::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 use crate::connect::{self, Backoff, ErrorClass, Outage};
 use crate::event;
 use crate::http::Health;
 use crate::keys::Keys;
+use crate::known::KnownCache;
 use crate::metrics::metrics;
 use crate::recovery;
 use crate::shutdown::Shutdown;
@@ -30,6 +35,14 @@ use crate::stream::{self, EntryRef};
 /// A window closes early once it holds this many rejected entries, so the
 /// commit script's dead-letter XADDs stay short.
 const MAX_REJECTED_PER_WINDOW: usize = 500;
+/// While reads come back full (a backlog), a window closes on age only at
+/// this many times `--window-ms`: bigger windows drain a backlog with fewer
+/// commands, and its counters are late anyway. Bounded so that a window
+/// stays far younger than the claim time.
+const BACKLOG_AGE_FACTOR: u32 = 10;
+/// How long a resync waits for a read ahead still in flight (whose entries
+/// it must see as pending), in ms.
+const AHEAD_WAIT_MS: u64 = 2000;
 
 /// Everything a worker needs.
 #[derive(Debug, Clone, Default)]
@@ -66,9 +79,15 @@ pub struct Worker {
     incarnation: String,
     seq: u64,
     window: Window,
+    known: KnownCache,
     ids: String,
     rejected: Vec<Rejected>,
     opened: Option<Instant>,
+    /// The last read of new entries came back short: the worker is at the
+    /// stream's head, so windows close on `--window-ms`.
+    caught_up: bool,
+    /// The next read of new entries, sent while this one is processed.
+    ahead: Option<tokio::task::JoinHandle<Result<Value, RedisError>>>,
     oldest_ms: i64,
     finished: Option<Finished>,
     health: Arc<Health>,
@@ -93,6 +112,7 @@ impl Worker {
         let consumer = settings.worker.consumer_name();
         let committer = Committer::new(keys.clone(), consumer.clone(), settings.stream.dead_maxlen);
         let window = Window::new(&settings.layout.precisions, settings.layout.samples);
+        let known = KnownCache::new(window.precisions(), settings.layout.samples);
         let now = Instant::now();
         Ok(Worker {
             client,
@@ -104,9 +124,12 @@ impl Worker {
             incarnation: format!("{:016x}", rand::random::<u64>()),
             seq: 0,
             window,
+            known,
             ids: String::new(),
             rejected: Vec::new(),
             opened: None,
+            caught_up: true,
+            ahead: None,
             oldest_ms: i64::MAX,
             finished: None,
             health,
@@ -174,9 +197,26 @@ impl Worker {
                 Some((left.as_millis() as u64).max(1))
             }
         };
-        let reply = self.read(block).await?;
+        // A read ahead serves only reads of new entries: after a fence its
+        // entries are pending, and the scan of pending entries reads them.
+        let ahead = if self.cursor == Cursor::New {
+            self.take_ahead().await?
+        } else {
+            self.settle_ahead().await;
+            None
+        };
+        let reply = match ahead {
+            Some(reply) => reply,
+            None => self.read(block).await?,
+        };
         self.backoff.reset();
         let entries = self.entries(&reply);
+        if self.cursor == Cursor::New {
+            self.caught_up = entries.len() < self.settings.worker.read_count;
+            if !self.caught_up {
+                self.read_ahead();
+            }
+        }
         if entries.is_empty() {
             if self.cursor != Cursor::New {
                 self.cursor = Cursor::New;
@@ -210,6 +250,43 @@ impl Worker {
                 stream::read_own_pending(conn, &self.keys, &self.consumer, count, after).await
             }
             Cursor::New => stream::read(conn, &self.keys, &self.consumer, count, block, ">").await,
+        }
+    }
+
+    /// Sends the next read of new entries now, without blocking, on a clone
+    /// of the connection, so that Redis reads while this worker aggregates
+    /// and applies: at most one read ahead, so memory stays bounded by a
+    /// window and one read. The entries are simply the next ones this
+    /// consumer is delivered (pending to it, so a resync re-reads them).
+    fn read_ahead(&mut self) {
+        let mut conn = self.conn.clone().expect("synced");
+        let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
+        let count = self.settings.worker.read_count;
+        self.ahead = Some(tokio::spawn(async move {
+            stream::read(&mut conn, &keys, &consumer, count, None, ">").await
+        }));
+    }
+
+    /// The read ahead, if one was sent and found entries.
+    async fn take_ahead(&mut self) -> Result<Option<Value>, RedisError> {
+        let Some(handle) = self.ahead.take() else {
+            return Ok(None);
+        };
+        let reply = handle.await.map_err(|e| {
+            RedisError::from((redis::ErrorKind::Io, "read ahead failed", e.to_string()))
+        })??;
+        Ok((!stream::read_reply_entries(&reply).is_empty()).then_some(reply))
+    }
+
+    /// Waits (boundedly) for a read ahead still in flight, so that its
+    /// entries are pending before this consumer re-reads its pending ones; a
+    /// read that never returns leaves them to be claimed.
+    async fn settle_ahead(&mut self) {
+        if let Some(mut handle) = self.ahead.take() {
+            let wait = Duration::from_millis(AHEAD_WAIT_MS);
+            if tokio::time::timeout(wait, &mut handle).await.is_err() {
+                handle.abort();
+            }
         }
     }
 
@@ -256,9 +333,11 @@ impl Worker {
         self.window.hits() as usize >= w.window_entries
             || self.window.cells_len() >= w.window_cells
             || self.rejected.len() >= MAX_REJECTED_PER_WINDOW
-            || self
-                .opened
-                .is_some_and(|t| t.elapsed() >= Duration::from_millis(w.window_ms))
+            || self.opened.is_some_and(|t| {
+                let age = Duration::from_millis(w.window_ms);
+                let elapsed = t.elapsed();
+                elapsed >= age && (self.caught_up || elapsed >= age * BACKLOG_AGE_FACTOR)
+            })
     }
 
     /// Commits, applies and acknowledges the window; finishes the previous one.
@@ -272,6 +351,7 @@ impl Worker {
             ids: &self.ids,
             cells: &cells,
             rejected: &self.rejected,
+            chunk: CHUNK_CELLS,
         };
         let conn = self.conn.as_mut().expect("synced");
         let outcome = self
@@ -301,9 +381,15 @@ impl Worker {
                 )));
             }
             let conn = self.conn.as_mut().expect("synced");
+            let step = Apply {
+                window: &window_id,
+                cells: &cells,
+                ids: &self.ids,
+                chunk: CHUNK_CELLS,
+            };
             match self
                 .committer
-                .apply_and_ack(conn, &window_id, &cells, &self.ids, finished.as_deref())
+                .apply_and_ack(conn, &step, finished.as_deref(), Some(&mut self.known))
                 .await
             {
                 Ok(f) => break f,
@@ -365,8 +451,11 @@ impl Worker {
     /// Reconnects and restores a consistent state after any error.
     async fn sync(&mut self) -> Result<(), RedisError> {
         self.health.set_in_group(false);
+        self.settle_ahead().await;
         self.clear_window();
         self.finished = None; // its record is ours: recovered below
+                              // A restart or failover may have lost the members it remembers.
+        self.known.clear();
         let timeout =
             Duration::from_millis(self.settings.worker.block_ms) + connect::RESPONSE_TIMEOUT;
         // One try per turn: a failure goes through `failed` (backoff), and
@@ -445,6 +534,7 @@ impl Worker {
     /// After shutdown: apply what is in flight, then this consumer's pending
     /// entries, finish, and leave the group when nothing is left.
     async fn drain(&mut self) -> Result<(), RedisError> {
+        self.settle_ahead().await;
         if self.conn.is_none() {
             return Ok(());
         }

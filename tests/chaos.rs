@@ -9,6 +9,8 @@
 //!
 //! Short by default (30,000 hits, about 40 s); `HITCOUNT_CHAOS_LONG=1` sends
 //! 300,000. `HITCOUNT_CHAOS_SEED=<n>` replays a run (the seed is printed).
+//! `HITCOUNT_CHAOS_WORKER_ARGS="--window-entries 200000 --window-ms 1000"`
+//! passes more flags to every worker (larger windows, say).
 
 mod common;
 
@@ -49,12 +51,10 @@ impl Pool {
         let name = format!("w{slot}-g{}", self.generation);
         let claim = CLAIM_IDLE_MS.to_string();
         let level = std::env::var("HITCOUNT_CHAOS_LOG").unwrap_or_else(|_| "warn".into());
-        let mut cmd = bin::worker(
-            &self.url,
-            &name,
-            "127.0.0.1:0",
-            &["--claim-idle-ms", &claim, "--block-ms", "200"],
-        );
+        let extra = std::env::var("HITCOUNT_CHAOS_WORKER_ARGS").unwrap_or_default();
+        let mut args = vec!["--claim-idle-ms", &claim, "--block-ms", "200"];
+        args.extend(extra.split_whitespace());
+        let mut cmd = bin::worker(&self.url, &name, "127.0.0.1:0", &args);
         cmd.env("RUST_LOG", level);
         bin::Child::spawn_in(&name, cmd, self.dir.path())
     }

@@ -266,6 +266,94 @@ async fn writes_racing_a_pass_are_never_orphaned() {
     assert_eq!(keys_left.len(), N, "no hash without its known: member");
 }
 
+/// Every counter hash that holds data has its member in `known:`.
+async fn assert_no_orphans(c: &mut MultiplexedConnection, keys: &Keys) -> usize {
+    let known: std::collections::BTreeSet<String> = redis::cmd("ZRANGE")
+        .arg(keys.known())
+        .arg(0)
+        .arg(-1)
+        .query_async(c)
+        .await
+        .unwrap();
+    let hashes: Vec<String> = redis::cmd("KEYS")
+        .arg(keys.count_of_member("*"))
+        .query_async(c)
+        .await
+        .unwrap();
+    let prefix = keys.count_of_member("").len();
+    for h in &hashes {
+        assert!(
+            known.contains(&h[prefix..]),
+            "{h} holds data but {} is not in known:",
+            &h[prefix..]
+        );
+    }
+    hashes.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_skipping_zadds_never_orphans_a_counter_across_cleaner_passes() {
+    // One worker applies three windows; between them the cleaner runs on a
+    // leader clock ahead of this one by just under the allowed skew, which
+    // removes the members whose only samples it deems old. The worker must
+    // add those members back when it writes them again, while it leaves out
+    // the ZADDs of members it added recently.
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let keys = default_keys();
+    let workers = Workers::start(vec![settings(&url, "w1")]);
+    let (mut cleaner, _lease) = leader(&mut c, &keys).await;
+    let names: Vec<String> = (0..200).map(|i| format!("n{i}")).collect();
+    let send = |ages: Vec<i64>| {
+        let names = names.clone();
+        let url = url.clone();
+        async move {
+            let mut c = conn(&url).await;
+            let now = unix_now();
+            let mut pipe = redis::pipe();
+            for (name, age) in names.iter().zip(ages) {
+                pipe.cmd("XADD")
+                    .arg("hits")
+                    .arg("*")
+                    .arg("name")
+                    .arg(name)
+                    .arg("ts")
+                    .arg(now - age)
+                    .ignore();
+            }
+            pipe.query_async::<()>(&mut c).await.unwrap();
+        }
+    };
+    let skew = hitcount::known::CLOCK_MARGIN_SECS - 1;
+    let ones = |c: &State| c.keys().filter(|m| m.starts_with("1:")).count();
+
+    // Window 1: second-precision samples aged 0..100 s.
+    send((0..200).map(|i| i % 100).collect()).await;
+    wait_drained(&mut c, &keys).await;
+    assert_eq!(assert_no_orphans(&mut c, &keys).await, 200 * 7);
+    let before = ones(&state(&mut c, &keys).await);
+    assert_eq!(before, 200);
+    cleaner.pass(&mut c, unix_now() + skew).await.unwrap();
+    let after = ones(&state(&mut c, &keys).await);
+    assert!(after < before, "the pass removed no member: {after}");
+    assert!(after > 0, "the pass removed every member");
+    assert_no_orphans(&mut c, &keys).await;
+
+    // Window 2: every name again, fresh: removed members come back.
+    send(vec![0; 200]).await;
+    wait_drained(&mut c, &keys).await;
+    assert_eq!(assert_no_orphans(&mut c, &keys).await, 200 * 7);
+    assert_eq!(ones(&state(&mut c, &keys).await), 200);
+
+    // Window 3, after another skewed pass (the fresh samples stay).
+    cleaner.pass(&mut c, unix_now() + skew).await.unwrap();
+    send((0..200).map(|i| i % 3).collect()).await;
+    wait_drained(&mut c, &keys).await;
+    assert_eq!(assert_no_orphans(&mut c, &keys).await, 200 * 7);
+    workers.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphaned_members_and_foreign_fields() {
     let srv = server();

@@ -437,6 +437,7 @@ async fn a_stalled_workers_window_is_fenced_after_its_entries_are_claimed() {
         ids: &ids,
         cells: &cells,
         rejected: &[],
+        chunk: hitcount::commit::CHUNK_CELLS,
     };
     let outcome = committer
         .commit(&mut c, &epoch, None, Some(&sealed))

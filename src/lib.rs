@@ -19,7 +19,8 @@
 //!   increments, pure.
 //! - [`stream`]: reading the stream. [`commit`]: a window's exactly-once way
 //!   into the counters; [`known`]: which `known:` ZADDs it may leave out. [`recovery`]: claiming from and finishing for stopped
-//!   workers. [`worker`]: the loop tying them together.
+//!   workers. [`batch`]: the window being filled. [`worker`]: the loop tying
+//!   them together.
 //! - [`leader`]: the lease that elects one worker for the leader's
 //!   [`duties`]: [`cleaner`] (old samples out of counters) and [`trim`] (the
 //!   stream below what every group still needs). [`status`]: what
@@ -34,6 +35,7 @@
 //! - [`cli`]: the `hitcount` subcommands.
 
 pub mod aggregate;
+pub mod batch;
 pub mod bench;
 pub mod cleaner;
 pub mod cli;

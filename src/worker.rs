@@ -17,13 +17,11 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis::{Client, RedisError, Value};
 
-use crate::aggregate::{Cell, Window};
-use crate::commit::{
-    Apply, Committer, Finished, Outcome, Rejected, Sealed, APPLY_GUARD, CHUNK_CELLS,
-};
+use crate::aggregate::Cell;
+use crate::batch::Batch;
+use crate::commit::{Apply, Committer, Finished, Outcome, Sealed, APPLY_GUARD, CHUNK_CELLS};
 use crate::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 use crate::connect::{self, Backoff, ErrorClass, Outage};
-use crate::event;
 use crate::http::Health;
 use crate::keys::Keys;
 use crate::known::KnownCache;
@@ -32,14 +30,6 @@ use crate::recovery;
 use crate::shutdown::Shutdown;
 use crate::stream::{self, EntryRef};
 
-/// A window closes early once it holds this many rejected entries, so the
-/// commit script's dead-letter XADDs stay short.
-const MAX_REJECTED_PER_WINDOW: usize = 500;
-/// While reads come back full (a backlog), a window closes on age only at
-/// this many times `--window-ms`: bigger windows drain a backlog with fewer
-/// commands, and its counters are late anyway. Bounded so that a window
-/// stays far younger than the claim time.
-const BACKLOG_AGE_FACTOR: u32 = 10;
 /// How long a resync waits for a read ahead still in flight (whose entries
 /// it must see as pending), in ms.
 const AHEAD_WAIT_MS: u64 = 2000;
@@ -78,17 +68,13 @@ pub struct Worker {
     cursor: Cursor,
     incarnation: String,
     seq: u64,
-    window: Window,
+    batch: Batch,
     known: KnownCache,
-    ids: String,
-    rejected: Vec<Rejected>,
-    opened: Option<Instant>,
     /// The last read of new entries came back short: the worker is at the
     /// stream's head, so windows close on `--window-ms`.
     caught_up: bool,
     /// The next read of new entries, sent while this one is processed.
     ahead: Option<tokio::task::JoinHandle<Result<Value, RedisError>>>,
-    oldest_ms: i64,
     finished: Option<Finished>,
     health: Arc<Health>,
     outage: Outage,
@@ -111,8 +97,8 @@ impl Worker {
         let keys = Keys::new(&settings.layout, &settings.stream);
         let consumer = settings.worker.consumer_name();
         let committer = Committer::new(keys.clone(), consumer.clone(), settings.stream.dead_maxlen);
-        let window = Window::new(&settings.layout.precisions, settings.layout.samples);
-        let known = KnownCache::new(window.precisions(), settings.layout.samples);
+        let batch = Batch::new(&settings.layout.precisions, settings.layout.samples);
+        let known = KnownCache::new(batch.window().precisions(), settings.layout.samples);
         let now = Instant::now();
         Ok(Worker {
             client,
@@ -123,14 +109,10 @@ impl Worker {
             cursor: Cursor::Pending("0".into()),
             incarnation: format!("{:016x}", rand::random::<u64>()),
             seq: 0,
-            window,
+            batch,
             known,
-            ids: String::new(),
-            rejected: Vec::new(),
-            opened: None,
             caught_up: true,
             ahead: None,
-            oldest_ms: i64::MAX,
             finished: None,
             health,
             outage: Outage::default(),
@@ -181,14 +163,10 @@ impl Worker {
         // Claim only once this consumer's own pending entries are read: a
         // claimed entry becomes one of them, so claiming during that scan
         // would put it in the window twice (once claimed, once re-read).
-        if self.cursor == Cursor::New
-            && self.window.is_empty()
-            && self.rejected.is_empty()
-            && self.ids.is_empty()
-        {
+        if self.cursor == Cursor::New && self.batch.is_empty() {
             self.maintain().await?;
         }
-        let block = match (&self.cursor, self.opened) {
+        let block = match (&self.cursor, self.batch.opened()) {
             (Cursor::Pending(_), _) => None,
             (Cursor::New, None) => Some(self.settings.worker.block_ms),
             (Cursor::New, Some(t)) => {
@@ -220,7 +198,7 @@ impl Worker {
         if entries.is_empty() {
             if self.cursor != Cursor::New {
                 self.cursor = Cursor::New;
-            } else if !self.ids.is_empty() {
+            } else if !self.batch.is_empty() {
                 self.flush().await?;
             } else if let Some(done) = self.finished.take() {
                 let conn = self.conn.as_mut().expect("synced");
@@ -298,46 +276,13 @@ impl Worker {
         }
     }
 
-    /// Decodes entries into the window (or the rejected list).
+    /// Decodes entries into the window being filled.
     fn add_entries(&mut self, entries: &[EntryRef<'_>]) {
-        let now_ms = unix_ms();
-        if self.opened.is_none() {
-            self.opened = Some(Instant::now());
-        }
-        for e in entries {
-            if !self.ids.is_empty() {
-                self.ids.push(' ');
-            }
-            self.ids.push_str(e.id_str());
-            if e.fields.is_none() {
-                continue; // deleted while pending: nothing to count, just acknowledge
-            }
-            match event::decode(e.id, e.pairs()) {
-                Ok(hit) => {
-                    self.window.add(&hit, now_ms);
-                    if let Some(ms) = event::entry_id_ms(e.id) {
-                        self.oldest_ms = self.oldest_ms.min(ms);
-                    }
-                }
-                Err(reject) => self.rejected.push(Rejected {
-                    id: e.id_str().to_string(),
-                    reason: reject.reason(),
-                    fields: e.pairs().map(|(f, v)| (f.to_vec(), v.to_vec())).collect(),
-                }),
-            }
-        }
+        self.batch.add(entries, unix_ms());
     }
 
     fn window_full(&self) -> bool {
-        let w = &self.settings.worker;
-        self.window.hits() as usize >= w.window_entries
-            || self.window.cells_len() >= w.window_cells
-            || self.rejected.len() >= MAX_REJECTED_PER_WINDOW
-            || self.opened.is_some_and(|t| {
-                let age = Duration::from_millis(w.window_ms);
-                let elapsed = t.elapsed();
-                elapsed >= age && (self.caught_up || elapsed >= age * BACKLOG_AGE_FACTOR)
-            })
+        self.batch.is_full(&self.settings.worker, self.caught_up)
     }
 
     /// Commits, applies and acknowledges the window; finishes the previous one.
@@ -345,12 +290,12 @@ impl Worker {
         let started = Instant::now();
         let window_id = format!("{}-{}", self.incarnation, self.seq);
         self.seq += 1;
-        let cells: Vec<Cell<'_>> = self.window.cells().collect();
+        let cells: Vec<Cell<'_>> = self.batch.window().cells().collect();
         let sealed = Sealed {
             window: &window_id,
-            ids: &self.ids,
+            ids: self.batch.ids(),
             cells: &cells,
-            rejected: &self.rejected,
+            rejected: self.batch.rejected(),
             chunk: CHUNK_CELLS,
         };
         let conn = self.conn.as_mut().expect("synced");
@@ -384,7 +329,7 @@ impl Worker {
             let step = Apply {
                 window: &window_id,
                 cells: &cells,
-                ids: &self.ids,
+                ids: self.batch.ids(),
                 chunk: CHUNK_CELLS,
             };
             match self
@@ -409,29 +354,7 @@ impl Worker {
             }
         };
         self.outage.recovered("applying a window");
-        let m = metrics();
-        m.windows_applied.inc();
-        m.window_size.observe(self.window.hits() as f64);
-        m.events_applied.inc_by(self.window.hits());
-        m.apply_duration.observe(started.elapsed().as_secs_f64());
-        for (precision, n) in self.window.skipped() {
-            m.hits_too_old
-                .with_label_values(&[&precision.to_string()])
-                .inc_by(n);
-        }
-        for r in &self.rejected {
-            m.events_dead_lettered.with_label_values(&[r.reason]).inc();
-        }
-        if !failures.is_empty() {
-            tracing::warn!(cells = failures.len(), first = %failures[0].error, "some counters refused their increments; dead-lettered");
-            m.events_dead_lettered
-                .with_label_values(&["apply_error"])
-                .inc_by(failures.len() as u64);
-        }
-        if self.oldest_ms != i64::MAX {
-            m.end_to_end_delay
-                .observe((unix_ms() - self.oldest_ms).max(0) as f64 / 1000.0);
-        }
+        self.batch.count_applied(&failures, started, unix_ms());
         self.finished = Some(Finished {
             window: window_id,
             failures,
@@ -441,11 +364,7 @@ impl Worker {
     }
 
     fn clear_window(&mut self) {
-        self.window.clear();
-        self.ids.clear();
-        self.rejected.clear();
-        self.opened = None;
-        self.oldest_ms = i64::MAX;
+        self.batch.clear();
     }
 
     /// Reconnects and restores a consistent state after any error.
@@ -538,7 +457,7 @@ impl Worker {
         if self.conn.is_none() {
             return Ok(());
         }
-        if !self.ids.is_empty() {
+        if !self.batch.is_empty() {
             self.flush().await?;
         }
         self.cursor = Cursor::Pending("0".into());

@@ -13,8 +13,9 @@ use crate::stream::EntryRef;
 /// A window closes early once it holds this many rejected entries, so the
 /// commit script's dead-letter XADDs stay short.
 const MAX_REJECTED_PER_WINDOW: usize = 500;
-/// While reads come back full (a backlog), a window may stay open this many
-/// times `--window-ms`, so it can reach its size limits.
+/// While the worker is behind (reads come back full of entries older than
+/// `--window-ms`), a window may stay open this many times `--window-ms`, so
+/// it can reach its size limits.
 const BACKLOG_AGE_FACTOR: u32 = 10;
 
 /// Entries read and not yet applied.
@@ -83,7 +84,7 @@ impl Batch {
 
     /// Whether to apply it now: at its size limits, or once open
     /// `--window-ms` at the stream's head (`caught_up`), or ten times that
-    /// while a backlog lasts.
+    /// while the worker is behind.
     pub fn is_full(&self, w: &WorkerArgs, caught_up: bool) -> bool {
         self.window.hits() as usize >= w.window_entries
             || self.window.cells_len() >= w.window_cells

@@ -260,8 +260,9 @@ pub struct WorkerArgs {
     /// costs one HINCRBY per (precision, name, bucket) it touches, so on
     /// 1,000 hot names a 100,000-entry window costs ~0.07 HINCRBY per hit
     /// (the layout's floor is 7 per name per window). Windows reach it only
-    /// while a backlog lasts (reads come back full); at the stream's head
-    /// `--window-ms` closes them first. About 2 MB of entry ids per window.
+    /// while the worker is behind (reads come back full of entries older
+    /// than `--window-ms`); at the stream's head `--window-ms` closes them
+    /// first. About 2 MB of entry ids per window.
     #[arg(
         long = "window-entries",
         env = "HITCOUNT_WINDOW_ENTRIES",
@@ -280,9 +281,10 @@ pub struct WorkerArgs {
     )]
     pub window_cells: usize,
     /// ...or once its oldest entry was read this many ms ago, when the
-    /// worker is at the stream's head (its last read came back short): the
-    /// bound on how late counters are, plus one apply. While a backlog lasts
-    /// the window may grow to ten times this age.
+    /// worker is at the stream's head (its last read came back short, or
+    /// its entries are younger than this): the bound on how late counters
+    /// are, plus one apply. While the worker is behind the window may grow
+    /// to ten times this age.
     #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", default_value_t = 100)]
     pub window_ms: u64,
     /// Entries pending longer than this (ms) on another consumer are claimed.

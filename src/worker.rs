@@ -70,8 +70,9 @@ pub struct Worker {
     seq: u64,
     batch: Batch,
     known: KnownCache,
-    /// The last read of new entries came back short: the worker is at the
-    /// stream's head, so windows close on `--window-ms`.
+    /// The last read of new entries came back short, or its newest entry is
+    /// younger than `--window-ms`: the worker is at the stream's head, so
+    /// windows close on `--window-ms`.
     caught_up: bool,
     /// The next read of new entries, sent while this one is processed.
     ahead: Option<tokio::task::JoinHandle<Result<Value, RedisError>>>,
@@ -190,8 +191,17 @@ impl Worker {
         self.backoff.reset();
         let entries = self.entries(&reply);
         if self.cursor == Cursor::New {
-            self.caught_up = entries.len() < self.settings.worker.read_count;
-            if !self.caught_up {
+            // A full read means more is waiting: read ahead. Windows grow
+            // past `--window-ms` only when the entries are old too (a real
+            // backlog), not in a burst at the head, where latency matters.
+            let full = entries.len() >= self.settings.worker.read_count;
+            let newest_age_ms = entries
+                .last()
+                .and_then(|e| crate::event::entry_id_ms(e.id))
+                .map(|ms| unix_ms() - ms);
+            let window_ms = self.settings.worker.window_ms as i64;
+            self.caught_up = !full || newest_age_ms.is_none_or(|age| age < window_ms);
+            if full {
                 self.read_ahead();
             }
         }

@@ -52,7 +52,18 @@ impl Pool {
         let claim = CLAIM_IDLE_MS.to_string();
         let level = std::env::var("HITCOUNT_CHAOS_LOG").unwrap_or_else(|_| "warn".into());
         let extra = std::env::var("HITCOUNT_CHAOS_WORKER_ARGS").unwrap_or_default();
-        let mut args = vec!["--claim-idle-ms", &claim, "--block-ms", "200"];
+        // Samples far beyond the run's length: no hit is too old to write and
+        // the cleaner removes none, so every precision's expected counts are
+        // exact however long the run (the long one outlasts the 120 s that
+        // the 1 s precision keeps by default).
+        let mut args = vec![
+            "--claim-idle-ms",
+            &claim,
+            "--block-ms",
+            "200",
+            "--samples",
+            "100000",
+        ];
         args.extend(extra.split_whitespace());
         let mut cmd = bin::worker(&self.url, &name, "127.0.0.1:0", &args);
         cmd.env("RUST_LOG", level);

@@ -220,39 +220,6 @@ impl Outage {
         }
         self.tries = 0;
     }
-
-    /// Whether an outage is going on for this component.
-    pub fn is_down(&self) -> bool {
-        self.since.is_some()
-    }
-}
-
-/// Connects, retrying with backoff until it works or `give_up` resolves.
-/// Returns `None` when given up.
-pub async fn open_with_retry(
-    client: &Client,
-    response_timeout: Duration,
-    what: &str,
-    outage: &mut Outage,
-    give_up: &mut crate::shutdown::Shutdown,
-) -> Option<MultiplexedConnection> {
-    let mut backoff = Backoff::default();
-    loop {
-        match open(client, response_timeout).await {
-            Ok(c) => {
-                outage.recovered(what);
-                return Some(c);
-            }
-            Err(e) => {
-                record(&e);
-                outage.failed(what, &e);
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff.pause()) => {}
-            _ = give_up.wait() => return None,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use common::bin::{free_addr, http_get, run_hitcount, start_worker};
 use common::*;
-use hitcount::config::{RedisArgs, StreamArgs};
 use hitcount::embedded::ServerOptions;
-use hitcount::producer::{Producer, ProducerOptions};
 
 const USER: &str = "hitcount";
 const PASSWORD: &str = "acl-test-pw";
@@ -50,12 +48,7 @@ async fn everything_runs_as_the_least_privileged_user() {
 
     // Events through the producer library, as the user.
     let ts = (unix_now() - 30) as f64;
-    let producer = Producer::start(
-        &RedisArgs::from_url(&url),
-        &StreamArgs::default(),
-        ProducerOptions::default(),
-    )
-    .unwrap();
+    let producer = producer(&url);
     let mut hits = Vec::new();
     for i in 0..600 {
         let name = format!("page:{}", i % 7);

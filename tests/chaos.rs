@@ -18,9 +18,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::*;
-use hitcount::config::{RedisArgs, StreamArgs};
 use hitcount::embedded::ServerOptions;
-use hitcount::producer::{Producer, ProducerOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -119,12 +117,7 @@ async fn chaos_every_hit_counts_exactly_once() {
         let w = pool.spawn(slot);
         pool.slots.push(w);
     }
-    let producer = Producer::start(
-        &RedisArgs::from_url(&url),
-        &StreamArgs::default(),
-        ProducerOptions::default(),
-    )
-    .unwrap();
+    let producer = producer(&url);
 
     let steps = total / STEP_HITS;
     let restart_at = steps / 2;
@@ -203,13 +196,7 @@ async fn chaos_every_hit_counts_exactly_once() {
                 3 | 4 => {
                     println!("{} client kill", hitcount::worker::unix_ms());
                     // Kills every normal client but this one (SKIPME yes).
-                    let _: i64 = redis::cmd("CLIENT")
-                        .arg("KILL")
-                        .arg("TYPE")
-                        .arg("normal")
-                        .query_async(&mut c)
-                        .await
-                        .unwrap();
+                    kill_clients(&mut c).await;
                     conn_kills += 1;
                 }
                 _ => {}

@@ -357,12 +357,7 @@ async fn two_workers_share_the_group_and_totals_are_exact() {
     let a = settings(&srv.url(), "a");
     let b = settings(&srv.url(), "b");
     let workers = Workers::start(vec![a.clone(), b]);
-    let producer = Producer::start(
-        &RedisArgs::from_url(&srv.url()),
-        &StreamArgs::default(),
-        ProducerOptions::default(),
-    )
-    .unwrap();
+    let producer = producer(&srv.url());
     let now = unix_now() as f64;
     let mut hits = Hits::new();
     for i in 0..20_000i64 {
@@ -456,12 +451,7 @@ async fn a_stalled_workers_window_is_fenced_after_its_entries_are_claimed() {
 async fn the_producer_buffers_while_redis_is_down_and_sends_once_after() {
     let mut srv = server();
     let url = srv.url();
-    let producer = Producer::start(
-        &RedisArgs::from_url(&url),
-        &StreamArgs::default(),
-        ProducerOptions::default(),
-    )
-    .unwrap();
+    let producer = producer(&url);
     for _ in 0..1000 {
         producer.hit("before");
     }

@@ -8,9 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use hitcount::config::{RedisArgs, StreamArgs};
 use hitcount::embedded::ServerOptions;
-use hitcount::producer::{Producer, ProducerOptions};
 use redis::aio::MultiplexedConnection;
 
 const PRECISIONS: [u32; 7] = hitcount::config::DEFAULT_PRECISIONS;
@@ -189,12 +187,7 @@ async fn workers_and_producer_ride_out_connection_kills_and_a_restart() {
     let mut c = conn(&url).await;
     let a = settings(&url, "a");
     let workers = Workers::start(vec![a.clone(), settings(&url, "b")]);
-    let producer = Producer::start(
-        &RedisArgs::from_url(&url),
-        &StreamArgs::default(),
-        ProducerOptions::default(),
-    )
-    .unwrap();
+    let producer = producer(&url);
     let mut hits = Vec::new();
     for round in 0..10 {
         let ts = unix_now();
@@ -208,13 +201,7 @@ async fn workers_and_producer_ride_out_connection_kills_and_a_restart() {
             srv.restart().unwrap();
             c = conn(&url).await;
         } else {
-            let _: i64 = redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("TYPE")
-                .arg("normal")
-                .query_async(&mut c)
-                .await
-                .unwrap();
+            kill_clients(&mut c).await;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -8,8 +8,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::bin::{free_addr, http_get, installed, start_worker, wait_for, Child};
-use hitcount::config::{RedisArgs, StreamArgs};
-use hitcount::producer::{Producer, ProducerOptions};
 use serde_json::Value;
 
 /// Events sent through the producer.
@@ -111,12 +109,7 @@ async fn prometheus_scrapes_two_workers() {
     assert_eq!(instances, expected);
 
     // Load through the producer, and one entry without a name.
-    let producer = Producer::start(
-        &RedisArgs::from_url(&url),
-        &StreamArgs::default(),
-        ProducerOptions::default(),
-    )
-    .unwrap();
+    let producer = common::producer(&url);
     for i in 0..EVENTS {
         producer.hit(&format!("page:{}", i % 50));
     }

@@ -11,8 +11,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hitcount::config::{RedisArgs, StreamArgs};
-use hitcount::producer::{Producer, ProducerOptions};
 use hitcount::workload::{Distribution, Names};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,12 +28,7 @@ async fn hot_and_wide_load() -> Vec<String> {
     let a = settings(&srv.url(), "a");
     let b = settings(&srv.url(), "b");
     let workers = Workers::start(vec![a.clone(), b]);
-    let producer = Producer::start(
-        &RedisArgs::from_url(&srv.url()),
-        &StreamArgs::default(),
-        ProducerOptions::default(),
-    )
-    .unwrap();
+    let producer = producer(&srv.url());
     let now = unix_now();
     let mut hits = Vec::new();
     // Hot names make big windows; many names make many cells per window.

@@ -222,6 +222,29 @@ pub async fn pending(conn: &mut MultiplexedConnection) -> i64 {
 }
 
 /// The dead-letter stream's entries as field maps (last value wins).
+/// A producer with default settings on `url`'s stream `hits`.
+pub fn producer(url: &str) -> hitcount::producer::Producer {
+    hitcount::producer::Producer::start(
+        &RedisArgs::from_url(url),
+        &StreamArgs::default(),
+        hitcount::producer::ProducerOptions::default(),
+    )
+    .unwrap()
+}
+
+/// Kills every normal client connection but this one (`CLIENT KILL` skips
+/// the caller); returns how many.
+pub async fn kill_clients(conn: &mut MultiplexedConnection) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// The dead-letter stream's entries as field maps, oldest first.
 pub async fn dead_letters(conn: &mut MultiplexedConnection) -> Vec<BTreeMap<String, String>> {
     let v: redis::Value = redis::cmd("XRANGE")
         .arg("hits:dead")

@@ -119,7 +119,7 @@ async fn passes_equal_the_seeds_clean_counters() {
 /// Six passes over mixed counters, each compared with the seeds'; returns
 /// the SLOWLOG.
 async fn six_passes() -> Vec<String> {
-    let srv = server();
+    let srv = slowlog_server();
     let mut c = conn(&srv.url()).await;
     let keys = default_keys();
     fill_mixed(&mut c, &keys).await;
@@ -407,7 +407,7 @@ async fn a_million_samples_and_100k_counters_never_trip_the_slowlog() {
 /// Fills a hash with a million old samples and `known:` with 100,000
 /// counters, runs a pass, checks everything went; returns the SLOWLOG.
 async fn big_pass() -> Vec<String> {
-    let srv = server();
+    let srv = slowlog_server();
     let mut c = conn(&srv.url()).await;
     let keys = default_keys();
     const BIG: i64 = 1_000_000;

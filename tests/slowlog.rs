@@ -23,7 +23,7 @@ async fn slowlog_stays_empty_through_hot_and_wide_load() {
 /// (`read_all` runs `ZRANGE known: 0 -1` over 700,000 members, which is
 /// the test's command, not hitcount's), then checks every count.
 async fn hot_and_wide_load() -> Vec<String> {
-    let srv = server();
+    let srv = slowlog_server();
     let mut c = conn(&srv.url()).await;
     let a = settings(&srv.url(), "a");
     let b = settings(&srv.url(), "b");

@@ -62,7 +62,7 @@ async fn trimming_keeps_what_every_group_needs() {
 /// The trims of a stream read by two groups; returns the SLOWLOG.
 async fn trims() -> Vec<String> {
     // Small stream nodes, so approximate trimming shows on small streams.
-    let srv = server_with(ServerOptions {
+    let srv = slowlog_server_with(ServerOptions {
         extra: vec!["stream-node-max-entries 10".into()],
         ..ServerOptions::default()
     });

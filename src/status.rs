@@ -30,8 +30,27 @@ pub struct Status {
     pub leader: Option<Leader>,
     /// Members of `known:`.
     pub known_counters: u64,
-    /// The leader's last pass as it recorded it (field → value).
+    /// The leader's last pass as it recorded it (field → value); numbers
+    /// are JSON numbers.
+    #[serde(serialize_with = "numbers_as_numbers")]
     pub last_pass: BTreeMap<String, String>,
+}
+
+/// Serializes a string map, writing values that are integers as numbers,
+/// so scripts reading `--json` need not parse them.
+fn numbers_as_numbers<S: serde::Serializer>(
+    map: &BTreeMap<String, String>,
+    ser: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut out = ser.serialize_map(Some(map.len()))?;
+    for (k, v) in map {
+        match v.parse::<i64>() {
+            Ok(n) => out.serialize_entry(k, &n)?,
+            Err(_) => out.serialize_entry(k, v)?,
+        }
+    }
+    out.end()
 }
 
 /// One consumer group.

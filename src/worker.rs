@@ -34,6 +34,10 @@ use crate::stream::{self, EntryRef};
 /// it must see as pending), in ms.
 const AHEAD_WAIT_MS: u64 = 2000;
 
+/// How long recording this worker's last error may take before it is given
+/// up (the connection may be the thing that failed).
+const LAST_ERROR_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Everything a worker needs.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
@@ -445,12 +449,13 @@ impl Worker {
             tracing::error!(error = %e, "unexpected reply from Redis; resyncing");
         }
         if let Some(conn) = self.conn.as_mut() {
-            let _: Result<(), _> = redis::cmd("HSET")
-                .arg(self.keys.last_errors())
+            // Best effort, and short: the connection may be what failed. It
+            // tells whoever dead-letters this consumer's entries why.
+            let mut cmd = redis::cmd("HSET");
+            cmd.arg(self.keys.last_errors())
                 .arg(&self.consumer)
-                .arg(e.to_string())
-                .query_async(conn)
-                .await;
+                .arg(e.to_string());
+            let _ = tokio::time::timeout(LAST_ERROR_TIMEOUT, cmd.query_async::<()>(conn)).await;
         }
         self.conn = None;
         let mut stop = self.shutdown.clone();

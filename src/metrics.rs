@@ -489,4 +489,13 @@ mod tests {
         assert_eq!(b.last(), Some(&1e6));
         assert!(b.windows(2).all(|w| w[0] < w[1]));
     }
+
+    #[test]
+    fn every_decoder_reject_has_its_dead_letter_label() {
+        // The label list repeats the decoder's reasons (a metric contract);
+        // a new Reject must be added here, not folded into "apply_error".
+        for r in crate::event::Reject::ALL {
+            assert!(DEAD_LETTER_REASONS.contains(&r.reason()), "{}", r.reason());
+        }
+    }
 }

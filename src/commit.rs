@@ -27,12 +27,14 @@
 //! counters, so on Redis Cluster each step stays within one hash slot.
 
 use redis::aio::MultiplexedConnection;
-use redis::{RedisError, RedisResult, Value};
+use redis::Value;
 
 use crate::aggregate::Cell;
+use crate::connect::{StoreError, StoreResult};
 use crate::keys::Keys;
 use crate::known::KnownCache;
-use crate::scripts::{APPLY, COMMIT};
+use crate::metrics::metrics;
+use crate::scripts::{APPLY, COMMIT, QUARANTINE};
 use crate::stream;
 
 /// Cells per apply script. Measured inside scripts on 100,000-name
@@ -114,12 +116,15 @@ pub enum Outcome {
     /// Another worker claimed entries from this consumer: the window is
     /// dropped; its epoch is now the one given.
     Fenced(String),
+    /// Another live worker registered this consumer name (its token given):
+    /// this one must stop.
+    Taken(String),
     /// Nothing to commit (only a finish).
     Nothing,
 }
 
 /// A recorded window as read back for recovery.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// The window id.
     pub window: String,
@@ -133,12 +138,25 @@ pub struct Record {
     pub chunk: usize,
 }
 
+/// A window record that cannot be read back, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corrupt {
+    /// The window id.
+    pub window: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
 /// Runs the commit protocol for one consumer.
 #[derive(Debug, Clone)]
 pub struct Committer {
     keys: Keys,
     consumer: String,
     dead_maxlen: u64,
+    /// This worker's registration token for its consumer name.
+    token: String,
+    /// How long a registration lives without renewal.
+    lifetime_ms: u64,
 }
 
 /// One window's apply step: what the apply scripts and XACKs need.
@@ -220,18 +238,16 @@ fn expire_marker_into(keys: &Keys, pipe: &mut redis::Pipeline, window: &str) {
 }
 
 /// An apply script's reply: `{status, failures}` (1 applied now, 0 a
-/// replay, -1 stale).
-fn chunk_reply(reply: &Value) -> (i64, &[u8]) {
-    match reply {
-        Value::Array(v) if v.len() == 2 => {
-            let status = match &v[0] {
-                Value::Int(i) => *i,
-                _ => 0,
-            };
-            (status, stream::bytes(&v[1]).unwrap_or(b""))
+/// replay, -1 stale). Anything else is an error: fail closed, never "applied".
+fn chunk_reply(reply: &Value) -> StoreResult<(i64, &[u8])> {
+    if let Value::Array(v) = reply {
+        if let [Value::Int(status @ -1..=1), text] = v.as_slice() {
+            if let Some(text) = stream::bytes(text) {
+                return Ok((*status, text));
+            }
         }
-        _ => (0, b""),
     }
+    Err(StoreError::unexpected("apply.lua", reply))
 }
 
 /// The failures of one chunk from its `cell_number<TAB>error` lines.
@@ -253,13 +269,24 @@ fn parse_failures(chunk: &[Cell<'_>], text: &[u8]) -> Vec<Failure> {
 }
 
 impl Committer {
-    /// A committer for `consumer`.
+    /// A committer for `consumer`, with a registration token of its own
+    /// (see [`Committer::with_registration`]).
     pub fn new(keys: Keys, consumer: String, dead_maxlen: u64) -> Self {
         Committer {
             keys,
             consumer,
             dead_maxlen,
+            token: format!("{:016x}", rand::random::<u64>()),
+            lifetime_ms: 15_000,
         }
+    }
+
+    /// Commits under this registration token: a commit is refused once
+    /// another live worker holds the consumer name.
+    pub fn with_registration(mut self, token: &str, lifetime_ms: u64) -> Self {
+        self.token = token.to_string();
+        self.lifetime_ms = lifetime_ms;
+        self
     }
 
     /// The keys in use.
@@ -268,7 +295,7 @@ impl Committer {
     }
 
     /// This consumer's current epoch ("0" before any claim).
-    pub async fn epoch(&self, conn: &mut MultiplexedConnection) -> RedisResult<String> {
+    pub async fn epoch(&self, conn: &mut MultiplexedConnection) -> StoreResult<String> {
         let e: Option<String> = redis::cmd("HGET")
             .arg(self.keys.epochs())
             .arg(&self.consumer)
@@ -284,18 +311,23 @@ impl Committer {
         epoch: &str,
         finish: Option<&Finished>,
         window: Option<&Sealed<'_>>,
-    ) -> RedisResult<Outcome> {
+    ) -> StoreResult<Outcome> {
         let k = &self.keys;
         let finish_key = finish.map_or_else(|| k.windows(), |f| k.window(&f.window));
         let window_key = window.map_or_else(|| k.windows(), |w| k.window(w.window));
-        let mut cmd = COMMIT.evalsha(6);
+        let mut cmd = COMMIT.evalsha(7);
         cmd.arg(&k.stream)
             .arg(k.epochs())
             .arg(k.windows())
             .arg(&k.dead)
             .arg(finish_key)
-            .arg(window_key);
-        cmd.arg(&self.consumer).arg(epoch).arg(self.dead_maxlen);
+            .arg(window_key)
+            .arg(k.consumer_registration(&self.consumer));
+        cmd.arg(&self.consumer)
+            .arg(epoch)
+            .arg(self.dead_maxlen)
+            .arg(&self.token)
+            .arg(self.lifetime_ms);
         match finish {
             Some(f) => {
                 cmd.arg(&f.window).arg(f.failures.len());
@@ -319,7 +351,10 @@ impl Committer {
                     .iter()
                     .map(|c| (c.precision, c.name, c.bucket, c.delta))
                     .collect();
-                let blob = rmp_serde::to_vec(&cells).expect("cells always serialize");
+                let blob = rmp_serde::to_vec(&cells).map_err(|e| StoreError::Unexpected {
+                    what: "encoding a window's cells",
+                    reply: e.to_string(),
+                })?;
                 cmd.arg(w.window)
                     .arg(w.ids)
                     .arg(blob)
@@ -337,13 +372,8 @@ impl Committer {
                 cmd.arg("");
             }
         }
-        let (status, epoch): (String, String) = cmd.query_async(conn).await?;
-        Ok(match status.as_str() {
-            "ok" => Outcome::Committed,
-            "dup" => Outcome::Duplicate,
-            "fenced" => Outcome::Fenced(epoch),
-            _ => Outcome::Nothing,
-        })
+        let reply: Value = cmd.query_async(conn).await?;
+        commit_outcome(&reply).ok_or_else(|| StoreError::unexpected("commit.lua", &reply))
     }
 
     /// Steps 2 and 3 in one pipeline: apply every chunk (at most once each),
@@ -359,7 +389,7 @@ impl Committer {
         step: &Apply<'_>,
         finished: Option<&str>,
         mut known: Option<&mut KnownCache>,
-    ) -> Result<Vec<Failure>, RedisError> {
+    ) -> StoreResult<Vec<Failure>> {
         loop {
             let now_s = crate::worker::unix_ms().div_euclid(1000);
             let (pipe, zadded) = apply_pipeline(
@@ -371,11 +401,18 @@ impl Committer {
             let replies: Vec<Value> = pipe.query_async(conn).await?;
             // The marker's EXPIRE is ignored: redis-rs leaves its reply out, so
             // replies line up with the chunks from the first.
+            let chunk = step.chunk.max(1);
+            let chunks = step.cells.len().div_ceil(chunk);
+            if replies.len() < chunks {
+                return Err(StoreError::Unexpected {
+                    what: "the apply pipeline",
+                    reply: format!("{} replies for {chunks} chunks", replies.len()),
+                });
+            }
             let mut failures = Vec::new();
             let mut stale = false;
-            let chunk = step.chunk.max(1);
             for (i, (cells, reply)) in step.cells.chunks(chunk).zip(&replies).enumerate() {
-                let (status, text) = chunk_reply(reply);
+                let (status, text) = chunk_reply(reply)?;
                 if status < 0 {
                     stale = true;
                     continue;
@@ -406,19 +443,19 @@ impl Committer {
         &self,
         conn: &mut MultiplexedConnection,
         finished: &Finished,
-    ) -> RedisResult<()> {
+    ) -> StoreResult<()> {
         self.commit(conn, "", Some(finished), None).await?;
         let mut pipe = redis::pipe();
         self.expire_marker_into(&mut pipe, &finished.window);
-        pipe.query_async::<()>(conn).await
+        Ok(pipe.query_async::<()>(conn).await?)
     }
 
-    /// Windows recorded and not yet finished, oldest first, with the Redis
-    /// clock's current time in ms.
+    /// Windows recorded and not yet finished, oldest first; those that
+    /// cannot be read back; and the Redis clock's current time in ms.
     pub async fn records(
         &self,
         conn: &mut MultiplexedConnection,
-    ) -> RedisResult<(Vec<Record>, i64)> {
+    ) -> StoreResult<(Vec<Record>, Vec<Corrupt>, i64)> {
         let (ids, (secs, micros)): (Vec<String>, (i64, i64)) = redis::pipe()
             .cmd("ZRANGE")
             .arg(self.keys.windows())
@@ -429,7 +466,7 @@ impl Committer {
             .await?;
         let now_ms = secs * 1000 + micros / 1000;
         if ids.is_empty() {
-            return Ok((Vec::new(), now_ms));
+            return Ok((Vec::new(), Vec::new(), now_ms));
         }
         let mut pipe = redis::pipe();
         for id in &ids {
@@ -440,22 +477,59 @@ impl Committer {
                 .arg("ids")
                 .arg("chunk");
         }
-        type Row = (Option<String>, Option<i64>, Option<String>, Option<usize>);
-        let rows: Vec<Row> = pipe.query_async(conn).await?;
-        let records = ids
-            .into_iter()
-            .zip(rows)
-            .filter_map(|(window, (owner, created, ids, chunk))| {
-                Some(Record {
-                    window,
-                    owner: owner?,
-                    created_ms: created?,
-                    ids: ids?,
-                    chunk: chunk?,
-                })
-            })
-            .collect();
-        Ok((records, now_ms))
+        let rows: Vec<Vec<Option<Vec<u8>>>> = pipe.query_async(conn).await?;
+        let (mut records, mut corrupt) = (Vec::new(), Vec::new());
+        for (window, row) in ids.into_iter().zip(rows) {
+            match parse_record(&window, &row) {
+                Ok(Some(r)) => records.push(r),
+                // Finished meanwhile: its index entry goes with the next finish.
+                Ok(None) => {}
+                Err(reason) => corrupt.push(Corrupt { window, reason }),
+            }
+        }
+        Ok((records, corrupt, now_ms))
+    }
+
+    /// Moves a record that cannot be read back to the dead-letter stream
+    /// (see `quarantine.lua` for what becomes of its entries), logs it once
+    /// and counts it. Returns whether this call moved it.
+    pub async fn quarantine(
+        &self,
+        conn: &mut MultiplexedConnection,
+        bad: &Corrupt,
+    ) -> StoreResult<bool> {
+        let applied: i64 = redis::cmd("HLEN")
+            .arg(self.keys.applied_marker(&bad.window))
+            .query_async(conn)
+            .await?;
+        let record = self.keys.window(&bad.window);
+        let reply: Value = QUARANTINE
+            .evalsha(4)
+            .arg(&record)
+            .arg(self.keys.windows())
+            .arg(&self.keys.dead)
+            .arg(&self.keys.stream)
+            .arg(&bad.window)
+            .arg(&bad.reason)
+            .arg(self.dead_maxlen)
+            .arg(&self.keys.group)
+            .arg(applied)
+            .query_async(conn)
+            .await?;
+        let (moved, acked) = match &reply {
+            Value::Array(v) => match v.as_slice() {
+                [Value::Int(m @ 0..=1), Value::Int(a)] => (*m == 1, *a),
+                _ => return Err(StoreError::unexpected("quarantine.lua", &reply)),
+            },
+            _ => return Err(StoreError::unexpected("quarantine.lua", &reply)),
+        };
+        if moved {
+            metrics().records_quarantined.inc();
+            tracing::error!(key = %record, reason = %bad.reason, applied_chunks = applied,
+                acknowledged = acked, dead_stream = %self.keys.dead,
+                "a window record could not be read back: moved to the dead-letter stream");
+        }
+        Ok(moved)
     }
 
     /// Finishes a recorded window on behalf of whoever committed it: applies
@@ -469,20 +543,24 @@ impl Committer {
         conn: &mut MultiplexedConnection,
         record: &Record,
         seen: std::time::Instant,
-    ) -> RedisResult<bool> {
+    ) -> StoreResult<bool> {
         let blob: Option<Vec<u8>> = redis::cmd("HGET")
             .arg(self.keys.window(&record.window))
             .arg("cells")
             .query_async(conn)
             .await?;
         let Some(blob) = blob else { return Ok(false) };
-        let owned: Vec<(u32, String, i64, i64)> = rmp_serde::from_slice(&blob).map_err(|e| {
-            RedisError::from((
-                redis::ErrorKind::Parse,
-                "window record's cells do not decode",
-                e.to_string(),
-            ))
-        })?;
+        let owned = match decode_cells(&blob) {
+            Ok(cells) => cells,
+            Err(reason) => {
+                let bad = Corrupt {
+                    window: record.window.clone(),
+                    reason,
+                };
+                self.quarantine(conn, &bad).await?;
+                return Ok(false);
+            }
+        };
         let cells: Vec<Cell<'_>> = owned
             .iter()
             .map(|(precision, name, bucket, delta)| Cell {
@@ -518,5 +596,158 @@ impl Committer {
             last = record.ids.rsplit(' ').next().unwrap_or(""),
             "finished a window left by a stopped worker");
         Ok(true)
+    }
+}
+
+/// The commit script's reply: `{status, epoch or holder}`; `None` for any
+/// reply it never gives.
+fn commit_outcome(reply: &Value) -> Option<Outcome> {
+    let Value::Array(v) = reply else { return None };
+    let [status, detail] = v.as_slice() else {
+        return None;
+    };
+    let status = std::str::from_utf8(stream::bytes(status)?).ok()?;
+    let detail = String::from_utf8(stream::bytes(detail)?.to_vec()).ok()?;
+    Some(match status {
+        "ok" => Outcome::Committed,
+        "dup" => Outcome::Duplicate,
+        "fenced" => Outcome::Fenced(detail),
+        "taken" => Outcome::Taken(detail),
+        "none" => Outcome::Nothing,
+        _ => return None,
+    })
+}
+
+/// A record's fields as read by [`Committer::records`]: `Ok(None)` when the
+/// record is gone (every field missing), `Err` with the reason when some are
+/// missing or do not parse.
+fn parse_record(window: &str, row: &[Option<Vec<u8>>]) -> Result<Option<Record>, String> {
+    if row.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let field = |i: usize, name: &str| -> Result<String, String> {
+        let raw = row
+            .get(i)
+            .and_then(|f| f.as_deref())
+            .ok_or_else(|| format!("field {name} is missing"))?;
+        String::from_utf8(raw.to_vec()).map_err(|_| format!("field {name} is not UTF-8"))
+    };
+    let number = |i: usize, name: &str| -> Result<i64, String> {
+        let text = field(i, name)?;
+        text.parse::<i64>()
+            .map_err(|_| format!("field {name} is not a number: {text:?}"))
+    };
+    let chunk = number(3, "chunk")?;
+    if chunk < 1 {
+        return Err(format!("field chunk must be at least 1, not {chunk}"));
+    }
+    Ok(Some(Record {
+        window: window.to_string(),
+        owner: field(0, "owner")?,
+        created_ms: number(1, "created")?,
+        ids: field(2, "ids")?,
+        chunk: chunk as usize,
+    }))
+}
+
+/// A record's cells, as committed (MessagePack of (precision, name, bucket,
+/// delta) tuples), or why they do not decode.
+fn decode_cells(blob: &[u8]) -> Result<Vec<(u32, String, i64, i64)>, String> {
+    rmp_serde::from_slice(blob).map_err(|e| format!("cells do not decode: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn every_commit_reply_class() {
+        let reply = |a: &str, b: &str| Value::Array(vec![bulk(a), bulk(b)]);
+        assert_eq!(commit_outcome(&reply("ok", "3")), Some(Outcome::Committed));
+        assert_eq!(commit_outcome(&reply("dup", "3")), Some(Outcome::Duplicate));
+        assert_eq!(commit_outcome(&reply("none", "3")), Some(Outcome::Nothing));
+        assert_eq!(
+            commit_outcome(&reply("fenced", "4")),
+            Some(Outcome::Fenced("4".into()))
+        );
+        assert_eq!(
+            commit_outcome(&reply("taken", "h/1/x")),
+            Some(Outcome::Taken("h/1/x".into()))
+        );
+        // Fail closed: anything else is not an outcome.
+        assert_eq!(commit_outcome(&reply("applied", "3")), None);
+        assert_eq!(commit_outcome(&Value::Int(1)), None);
+        assert_eq!(commit_outcome(&Value::Array(vec![bulk("ok")])), None);
+        assert_eq!(commit_outcome(&Value::Nil), None);
+    }
+
+    #[test]
+    fn every_apply_reply_class() {
+        let reply = |s: i64, t: &str| Value::Array(vec![Value::Int(s), bulk(t)]);
+        assert_eq!(chunk_reply(&reply(1, "")).unwrap(), (1, &b""[..]));
+        assert_eq!(chunk_reply(&reply(0, "")).unwrap(), (0, &b""[..]));
+        assert_eq!(chunk_reply(&reply(-1, "")).unwrap(), (-1, &b""[..]));
+        assert_eq!(
+            chunk_reply(&reply(1, "2\tWRONGTYPE")).unwrap().1,
+            b"2\tWRONGTYPE"
+        );
+        // Never taken as applied: an unknown status, a bare number, nil.
+        assert!(chunk_reply(&reply(2, "")).is_err());
+        assert!(chunk_reply(&Value::Int(1)).is_err());
+        assert!(chunk_reply(&Value::Nil).is_err());
+        assert!(chunk_reply(&Value::Array(vec![Value::Int(1)])).is_err());
+    }
+
+    #[test]
+    fn failures_name_their_cells() {
+        let cells = [
+            Cell {
+                precision: 1,
+                name: "a",
+                bucket: 10,
+                delta: 2,
+            },
+            Cell {
+                precision: 5,
+                name: "b",
+                bucket: 10,
+                delta: 3,
+            },
+        ];
+        let f = parse_failures(&cells, b"2\tWRONGTYPE bad\nnonsense\n9\tout of range");
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            (f[0].precision, f[0].name.as_str(), f[0].delta),
+            (5, "b", 3)
+        );
+    }
+
+    #[test]
+    fn records_that_cannot_be_read_back_are_named() {
+        let row = |v: [Option<&str>; 4]| -> Vec<Option<Vec<u8>>> {
+            v.iter().map(|f| f.map(|s| s.as_bytes().to_vec())).collect()
+        };
+        let good = parse_record(
+            "w",
+            &row([Some("c1"), Some("5"), Some("1-0 2-0"), Some("500")]),
+        );
+        assert_eq!(good.unwrap().unwrap().chunk, 500);
+        assert_eq!(parse_record("w", &row([None, None, None, None])), Ok(None));
+        let missing = parse_record("w", &row([Some("c1"), None, Some("1-0"), Some("500")]));
+        assert!(missing.unwrap_err().contains("created"));
+        let nan = parse_record("w", &row([Some("c1"), Some("5"), Some("1-0"), Some("x")]));
+        assert!(nan.unwrap_err().contains("chunk"));
+        let zero = parse_record("w", &row([Some("c1"), Some("5"), Some("1-0"), Some("0")]));
+        assert!(zero.is_err());
+        assert!(decode_cells(b"\xc1garbage").is_err());
+        let blob = rmp_serde::to_vec(&vec![(60u32, "a", 0i64, 2i64)]).unwrap();
+        assert_eq!(
+            decode_cells(&blob).unwrap(),
+            vec![(60, "a".to_string(), 0, 2)]
+        );
     }
 }

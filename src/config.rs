@@ -163,6 +163,37 @@ impl Default for StreamArgs {
     }
 }
 
+impl StreamArgs {
+    /// Refuses empty names and a dead-letter stream equal to the stream
+    /// (each dead letter would be read back and dead-lettered again, for ever).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let names = [
+            ("--stream / HITCOUNT_STREAM", &self.stream),
+            ("--group / HITCOUNT_GROUP", &self.group),
+            ("--dead-stream / HITCOUNT_DEAD_STREAM", &self.dead_stream),
+        ];
+        for (setting, value) in names {
+            if value.is_empty() {
+                return Err(ConfigError::Invalid {
+                    setting,
+                    reason: "must not be empty".into(),
+                });
+            }
+        }
+        if self.dead_stream == self.stream {
+            return Err(ConfigError::Invalid {
+                setting: "--dead-stream / HITCOUNT_DEAD_STREAM",
+                reason: format!(
+                    "must differ from the stream ({}): dead letters would be read back and \
+                     dead-lettered again for ever",
+                    self.stream
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The leader lease and the leader's duties (cleaning counters, trimming the
 /// stream).
 #[derive(Args, Debug, Clone)]
@@ -241,8 +272,9 @@ impl LeaderArgs {
 /// How a worker reads, windows, recovers and stops.
 #[derive(Args, Debug, Clone)]
 pub struct WorkerArgs {
-    /// Consumer name in the group; default: the pod name (POD_NAME), else the
-    /// host name. Must be unique among live workers and stable per pod.
+    /// Consumer name in the group; default: the pod name (POD_NAME), else
+    /// HOST-PID-RANDOM, unique to this process. A second worker started
+    /// under the name of a live one is refused.
     #[arg(long, env = "HITCOUNT_CONSUMER")]
     pub consumer: Option<String>,
     /// Entries per XREADGROUP (COUNT). Redis spends about 1.4 µs per entry
@@ -337,23 +369,22 @@ impl Default for WorkerArgs {
 }
 
 impl WorkerArgs {
-    /// The consumer name: the flag, else the pod's name, else the host name.
+    /// The consumer name: the flag (`HITCOUNT_CONSUMER`), else the pod's name
+    /// (`POD_NAME`), else a name unique to this process: host name, process
+    /// id and a random suffix. Two live workers must never share a name (the
+    /// exactly-once fence is per consumer), so the default never repeats; a
+    /// stable name is still better where there is one, since a restarted pod
+    /// then resumes its own pending entries at once.
     pub fn consumer_name(&self) -> String {
         if let Some(c) = self.consumer.as_ref().filter(|c| !c.is_empty()) {
             return c.clone();
         }
-        for var in ["POD_NAME", "HOSTNAME"] {
-            if let Ok(v) = std::env::var(var) {
-                if !v.is_empty() {
-                    return v;
-                }
+        if let Ok(pod) = std::env::var("POD_NAME") {
+            if !pod.is_empty() {
+                return pod;
             }
         }
-        std::fs::read_to_string("/etc/hostname")
-            .ok()
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| format!("hitcount-{}", std::process::id()))
+        unique_consumer_name()
     }
 
     /// Checks the settings against each other.
@@ -376,6 +407,22 @@ impl WorkerArgs {
                 reason: "under 1 s, live workers would steal each other's entries".into(),
             });
         }
+        if self.block_ms == 0 {
+            return Err(ConfigError::Invalid {
+                setting: "--block-ms / HITCOUNT_BLOCK_MS",
+                reason: "must be at least 1 ms (0 would make Redis block for ever)".into(),
+            });
+        }
+        if self
+            .consumer
+            .as_ref()
+            .is_some_and(|c| c.trim() != c || c.contains(char::is_control))
+        {
+            return Err(ConfigError::Invalid {
+                setting: "--consumer / HITCOUNT_CONSUMER",
+                reason: "must not have leading or trailing spaces or control characters".into(),
+            });
+        }
         if self.max_deliveries == 0 {
             return Err(ConfigError::Invalid {
                 setting: "--max-deliveries / HITCOUNT_MAX_DELIVERIES",
@@ -389,6 +436,21 @@ impl WorkerArgs {
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout_secs)
     }
+}
+
+/// `HOST-PID-RANDOM`: a consumer name no other process uses.
+fn unique_consumer_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "hitcount".to_string());
+    format!(
+        "{host}-{}-{:06x}",
+        std::process::id(),
+        rand::random::<u32>() & 0xff_ffff
+    )
 }
 
 /// Removes the password from a Redis URL so it can be printed.
@@ -450,6 +512,61 @@ mod tests {
             ..WorkerArgs::default()
         };
         assert_eq!(w.consumer_name(), "pod-1");
-        assert!(!WorkerArgs::default().consumer_name().is_empty());
+    }
+
+    #[test]
+    fn default_consumer_names_never_repeat() {
+        // Without a name (and no POD_NAME in the test environment), two
+        // workers of one process, or of one host, get different names.
+        if std::env::var_os("POD_NAME").is_none() {
+            let a = WorkerArgs::default().consumer_name();
+            let b = WorkerArgs::default().consumer_name();
+            assert_ne!(a, b);
+            assert!(a.contains(&format!("-{}-", std::process::id())), "{a}");
+        }
+    }
+
+    #[test]
+    fn block_ms_zero_is_refused() {
+        let w = WorkerArgs {
+            block_ms: 0,
+            ..WorkerArgs::default()
+        };
+        let err = w.validate().unwrap_err().to_string();
+        assert!(err.contains("HITCOUNT_BLOCK_MS"), "{err}");
+    }
+
+    #[test]
+    fn stream_names_are_validated() {
+        assert!(StreamArgs::default().validate().is_ok());
+        let same = StreamArgs {
+            dead_stream: "hits".into(),
+            ..StreamArgs::default()
+        };
+        assert!(same
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("HITCOUNT_DEAD_STREAM"));
+        for empty in [
+            StreamArgs {
+                stream: String::new(),
+                ..StreamArgs::default()
+            },
+            StreamArgs {
+                group: String::new(),
+                ..StreamArgs::default()
+            },
+            StreamArgs {
+                dead_stream: String::new(),
+                ..StreamArgs::default()
+            },
+        ] {
+            assert!(empty
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("must not be empty"));
+        }
     }
 }

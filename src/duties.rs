@@ -107,13 +107,11 @@ pub async fn run(
                 Ok(mut c) => match crate::scripts::load_all(&mut c).await {
                     Ok(()) => conn = Some(c),
                     Err(e) => {
-                        connect::record(&e);
-                        outage.failed("cleaner", &e);
+                        connect::task_failed("cleaner", &e, &mut outage, &shutdown, &client);
                     }
                 },
                 Err(e) => {
-                    connect::record(&e);
-                    outage.failed("cleaner", &e);
+                    connect::task_failed("cleaner", &e, &mut outage, &shutdown, &client);
                 }
             }
         }
@@ -144,8 +142,7 @@ pub async fn run(
                     tracing::warn!("leader lease lost during a cleaner pass: stopped cleaning");
                 }
                 Err(CleanError::Redis(e)) => {
-                    connect::record(&e);
-                    outage.failed("cleaner", &e);
+                    connect::task_failed("cleaner", &e, &mut outage, &shutdown, &client);
                     conn = None;
                 }
             }

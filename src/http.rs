@@ -37,6 +37,10 @@ pub struct Health {
     stuck_after: Duration,
     redis_connected: AtomicBool,
     in_group: AtomicBool,
+    /// Set once shutdown began: never ready again.
+    stopping: AtomicBool,
+    /// Set on an error no retry can fix: never live again.
+    fatal: AtomicBool,
 }
 
 impl Health {
@@ -50,6 +54,8 @@ impl Health {
             stuck_after,
             redis_connected: AtomicBool::new(false),
             in_group: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            fatal: AtomicBool::new(false),
         })
     }
 
@@ -66,6 +72,22 @@ impl Health {
         self.redis_connected.store(up, Ordering::Relaxed);
     }
 
+    /// Records an error no retry can fix: neither live nor ready from now on.
+    pub fn set_fatal(&self) {
+        self.fatal.store(true, Ordering::Relaxed);
+        self.set_stopping();
+    }
+
+    /// Records that the worker is stopping: not ready from now on.
+    pub fn set_stopping(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the worker is stopping.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
     /// Records whether this worker has joined the consumer group.
     pub fn set_in_group(&self, joined: bool) {
         self.in_group.store(joined, Ordering::Relaxed);
@@ -79,18 +101,22 @@ impl Health {
 
     /// True while the loop has turned within `stuck_after`.
     pub fn is_live(&self) -> bool {
-        self.since_last_turn() <= self.stuck_after
+        !self.fatal.load(Ordering::Relaxed) && self.since_last_turn() <= self.stuck_after
     }
 
     /// True when connected to Redis, in the consumer group, and live.
     pub fn is_ready(&self) -> bool {
         self.redis_connected.load(Ordering::Relaxed)
             && self.in_group.load(Ordering::Relaxed)
+            && !self.is_stopping()
             && self.is_live()
     }
 
     /// Why the worker is not live, if it is not.
     fn liveness_problem(&self) -> Option<String> {
+        if self.fatal.load(Ordering::Relaxed) {
+            return Some("stopping on a fatal error".to_string());
+        }
         let since = self.since_last_turn();
         (since > self.stuck_after).then(|| {
             format!(
@@ -104,6 +130,9 @@ impl Health {
     /// Every readiness condition that fails, empty when ready.
     fn readiness_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        if self.is_stopping() {
+            problems.push("shutting down".to_string());
+        }
         if !self.redis_connected.load(Ordering::Relaxed) {
             problems.push("redis not connected".to_string());
         }

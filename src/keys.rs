@@ -85,6 +85,13 @@ impl Keys {
         format!("{}:win:{id}", self.state)
     }
 
+    /// STRING: a live worker's registration of its consumer name, holding
+    /// its token and renewed like a lease; a second worker with the same name
+    /// is refused while it lives.
+    pub fn consumer_registration(&self, consumer: &str) -> String {
+        format!("{}:consumer:{consumer}", self.state)
+    }
+
     /// HASH consumer → last error text, shown when its entries are dead-lettered
     /// after too many deliveries.
     pub fn last_errors(&self) -> String {

@@ -146,15 +146,25 @@ impl Lease {
     /// take the lease otherwise, every [`Lease::renew_every`]; then releases.
     /// Redis errors are retried on the same schedule (the deadline runs out
     /// on its own meanwhile).
-    pub async fn keep(self: Arc<Self>, client: Client, mut shutdown: Shutdown) {
+    pub async fn keep(self: Arc<Self>, client: Client, shutdown: Shutdown) {
+        self.keep_until(client, shutdown.clone(), shutdown).await
+    }
+
+    /// [`Lease::keep`] until `done` (after the worker finished its window),
+    /// reporting fatal errors on `shutdown`.
+    pub async fn keep_until(
+        self: Arc<Self>,
+        client: Client,
+        shutdown: Shutdown,
+        mut done: Shutdown,
+    ) {
         // A reply later than a renewal period is as good as none.
         let timeout = self.renew_every().min(connect::RESPONSE_TIMEOUT);
         let mut conn: Option<MultiplexedConnection> = None;
         let mut outage = Outage::default();
-        while !shutdown.is_triggered() {
+        while !done.is_triggered() {
             if let Err(e) = self.step(&client, &mut conn, timeout).await {
-                connect::record(&e);
-                outage.failed("leader lease", &e);
+                connect::task_failed("leader lease", &e, &mut outage, &shutdown, &client);
                 conn = None;
             } else {
                 outage.recovered("leader lease");
@@ -162,7 +172,7 @@ impl Lease {
             metrics().is_leader.set(i64::from(self.held()));
             tokio::select! {
                 _ = tokio::time::sleep(self.renew_every()) => {}
-                _ = shutdown.wait() => {}
+                _ = done.wait() => {}
             }
         }
         let was_leader = self.held_until().is_some();
@@ -176,6 +186,8 @@ impl Lease {
             }
         } else if was_leader {
             self.set(None);
+            tracing::warn!(lease_ms = self.ttl.as_millis() as u64,
+                "could not release the leader lease (no connection to Redis): it expires on its own");
         }
     }
 

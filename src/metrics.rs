@@ -25,7 +25,16 @@ use prometheus::{
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Every value of the `kind` label of `hitcount_redis_errors_total`.
-pub const REDIS_ERROR_KINDS: [&str; 6] = ["io", "timeout", "script", "response", "oom", "other"];
+pub const REDIS_ERROR_KINDS: [&str; 8] = [
+    "io",
+    "timeout",
+    "script",
+    "response",
+    "oom",
+    "other",
+    "fatal",
+    "unexpected",
+];
 
 /// Every value of the `reason` label of `hitcount_events_dead_lettered_total`.
 pub const DEAD_LETTER_REASONS: [&str; 11] = [
@@ -71,6 +80,9 @@ pub struct Metrics {
     /// `hitcount_windows_fenced_total`: windows dropped unapplied because
     /// another consumer claimed some of their entries.
     pub windows_fenced: IntCounter,
+    /// `hitcount_records_quarantined_total`: bookkeeping records that could
+    /// not be read back, moved to the dead-letter stream.
+    pub records_quarantined: IntCounter,
     /// `hitcount_window_size_events`: events per applied window.
     pub window_size: Histogram,
     /// `hitcount_apply_duration_seconds`: time to write one window to Redis.
@@ -270,6 +282,11 @@ impl Metrics {
                 &[],
             ),
             windows_applied: counter(&r, "hitcount_windows_applied_total", "Windows of hits written to Redis."),
+            records_quarantined: counter(
+                &r,
+                "hitcount_records_quarantined_total",
+                "Bookkeeping records that could not be read back, moved to the dead-letter stream.",
+            ),
             windows_fenced: counter(
                 &r,
                 "hitcount_windows_fenced_total",

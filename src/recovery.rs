@@ -5,10 +5,11 @@
 use std::time::Instant;
 
 use redis::aio::MultiplexedConnection;
-use redis::{RedisResult, Value};
+use redis::Value;
 
 use crate::commit::Committer;
 use crate::config::WorkerArgs;
+use crate::connect::{StoreError, StoreResult};
 use crate::keys::Keys;
 use crate::metrics::metrics;
 use crate::scripts::{CLAIM, GC};
@@ -31,17 +32,21 @@ impl Claimed {
 }
 
 /// Finishes windows recorded more than the claim time ago (their worker
-/// stopped), then claims entries idle longer than the claim time. Entries of
-/// a consumer with an unfinished window are not claimed until it is finished.
+/// stopped), quarantines records that cannot be read back, then claims
+/// entries idle longer than the claim time. Entries of a consumer with an
+/// unfinished window are not claimed until it is finished.
 pub async fn claim(
     conn: &mut MultiplexedConnection,
     committer: &Committer,
     consumer: &str,
     settings: &WorkerArgs,
     dead_maxlen: u64,
-) -> RedisResult<Claimed> {
+) -> StoreResult<Claimed> {
     let seen = Instant::now();
-    let (records, now_ms) = committer.records(conn).await?;
+    let (records, corrupt, now_ms) = committer.records(conn).await?;
+    for bad in &corrupt {
+        committer.quarantine(conn, bad).await?;
+    }
     for r in &records {
         if now_ms - r.created_ms > settings.claim_idle_ms as i64 {
             committer.recover(conn, r, seen).await?;
@@ -61,7 +66,20 @@ pub async fn claim(
         .arg(settings.max_deliveries)
         .arg(dead_maxlen)
         .arg(keys.window(""));
-    let (reply, poisoned): (Value, u64) = cmd.query_async(conn).await?;
+    let reply: Value = cmd.query_async(conn).await?;
+    let (reply, poisoned) = match reply {
+        Value::Array(v) if v.len() == 2 => {
+            let mut it = v.into_iter();
+            match (it.next(), it.next()) {
+                (Some(claimed), Some(Value::Int(n))) if n >= 0 => (claimed, n as u64),
+                (a, b) => {
+                    let back = Value::Array(a.into_iter().chain(b).collect());
+                    return Err(StoreError::unexpected("claim.lua", &back));
+                }
+            }
+        }
+        other => return Err(StoreError::unexpected("claim.lua", &other)),
+    };
     let claimed = Claimed { reply };
     let n = claimed.entries().len();
     if n > 0 || poisoned > 0 {
@@ -89,7 +107,7 @@ pub async fn remove_gone_consumers(
     keys: &Keys,
     min_idle_ms: u64,
     leaving: &str,
-) -> RedisResult<Vec<String>> {
+) -> StoreResult<Vec<String>> {
     let removed: Vec<String> = GC
         .evalsha(2)
         .arg(&keys.stream)

@@ -120,8 +120,7 @@ pub async fn run(client: Client, keys: Keys, mut shutdown: Shutdown) {
                 }
             }
             Err(e) => {
-                connect::record(&e);
-                outage.failed("group sampler", &e);
+                connect::task_failed("group sampler", &e, &mut outage, &shutdown, &client);
                 conn = None;
             }
         }

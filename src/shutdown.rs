@@ -3,29 +3,44 @@
 //! `main` turns SIGTERM and Ctrl-C into one [`Trigger::trigger`]; every task
 //! holds a [`Shutdown`] and checks it between units of work, or waits on it
 //! in a `select!` beside a sleep. Tests trigger it directly.
+//!
+//! A task that meets an error no retry can fix calls [`Shutdown::fail`]: the
+//! first such cause is kept, everything shuts down as on SIGTERM, and the
+//! process then exits with status 1 and that one line ([`Trigger::fatal`]).
+
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
 /// The sending half: triggers shutdown for every [`Shutdown`] cloned from it.
 #[derive(Debug, Clone)]
 pub struct Trigger {
-    tx: std::sync::Arc<watch::Sender<bool>>,
+    tx: Arc<watch::Sender<bool>>,
+    fatal: Fatal,
 }
 
 /// The receiving half, cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Shutdown {
     rx: watch::Receiver<bool>,
+    tx: Arc<watch::Sender<bool>>,
+    fatal: Fatal,
 }
+
+/// The first fatal error of the process, if any.
+type Fatal = Arc<Mutex<Option<String>>>;
 
 /// A new trigger and the shutdown it controls.
 pub fn channel() -> (Trigger, Shutdown) {
     let (tx, rx) = watch::channel(false);
+    let tx = Arc::new(tx);
+    let fatal = Fatal::default();
     (
         Trigger {
-            tx: std::sync::Arc::new(tx),
+            tx: tx.clone(),
+            fatal: fatal.clone(),
         },
-        Shutdown { rx },
+        Shutdown { rx, tx, fatal },
     )
 }
 
@@ -39,7 +54,14 @@ impl Trigger {
     pub fn subscribe(&self) -> Shutdown {
         Shutdown {
             rx: self.tx.subscribe(),
+            tx: self.tx.clone(),
+            fatal: self.fatal.clone(),
         }
+    }
+
+    /// The first fatal error reported by any task, if one was.
+    pub fn fatal(&self) -> Option<String> {
+        self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -49,6 +71,26 @@ impl Shutdown {
         let (trigger, shutdown) = channel();
         std::mem::forget(trigger);
         shutdown
+    }
+
+    /// Reports an error no retry can fix and shuts everything down; the
+    /// first cause reported is the one the process exits with.
+    pub fn fail(&self, cause: String) {
+        let mut fatal = self.fatal.lock().unwrap_or_else(|p| p.into_inner());
+        if fatal.is_none() {
+            tracing::error!(cause = %cause, "stopping: this needs an operator");
+            *fatal = Some(cause);
+        }
+        drop(fatal);
+        self.tx.send_replace(true);
+    }
+
+    /// Whether a fatal error was reported.
+    pub fn failed(&self) -> bool {
+        self.fatal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 
     /// Whether shutdown was asked for.
@@ -71,10 +113,15 @@ pub async fn signals() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            },
+            // Without a SIGTERM handler, Ctrl-C still works.
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
     #[cfg(not(unix))]
@@ -97,5 +144,17 @@ mod tests {
         a.wait().await;
         b.wait().await;
         assert!(shutdown.is_triggered());
+        assert_eq!(trigger.fatal(), None);
+    }
+
+    #[tokio::test]
+    async fn the_first_fatal_cause_is_kept_and_stops_everyone() {
+        let (trigger, shutdown) = channel();
+        let mut other = trigger.subscribe();
+        shutdown.fail("first".into());
+        shutdown.fail("second".into());
+        other.wait().await;
+        assert!(other.failed());
+        assert_eq!(trigger.fatal().as_deref(), Some("first"));
     }
 }

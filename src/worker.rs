@@ -21,12 +21,13 @@ use crate::aggregate::Cell;
 use crate::batch::Batch;
 use crate::commit::{Apply, Committer, Finished, Outcome, Sealed, APPLY_GUARD, CHUNK_CELLS};
 use crate::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
-use crate::connect::{self, Backoff, ErrorClass, Outage};
+use crate::connect::{self, Backoff, ErrorClass, Outage, StoreError, StoreResult};
 use crate::http::Health;
 use crate::keys::Keys;
 use crate::known::KnownCache;
 use crate::metrics::metrics;
 use crate::recovery;
+use crate::registration::Registration;
 use crate::shutdown::Shutdown;
 use crate::stream::{self, EntryRef};
 
@@ -68,6 +69,9 @@ pub struct Worker {
     keys: Keys,
     committer: Committer,
     consumer: String,
+    /// This process' registration of `consumer`, taken at the first sync.
+    registration: Arc<Registration>,
+    registered: bool,
     epoch: String,
     cursor: Cursor,
     incarnation: String,
@@ -97,11 +101,14 @@ impl Worker {
         shutdown: Shutdown,
     ) -> Result<Worker, crate::config::ConfigError> {
         settings.layout.validate()?;
+        settings.stream.validate()?;
         settings.worker.validate()?;
         let client = connect::client(&settings.redis)?;
         let keys = Keys::new(&settings.layout, &settings.stream);
         let consumer = settings.worker.consumer_name();
-        let committer = Committer::new(keys.clone(), consumer.clone(), settings.stream.dead_maxlen);
+        let registration = Arc::new(Registration::new(&keys, &consumer));
+        let committer = Committer::new(keys.clone(), consumer.clone(), settings.stream.dead_maxlen)
+            .with_registration(registration.token(), registration.lifetime_ms());
         let batch = Batch::new(&settings.layout.precisions, settings.layout.samples);
         let known = KnownCache::new(batch.window().precisions(), settings.layout.samples);
         let now = Instant::now();
@@ -110,6 +117,8 @@ impl Worker {
             conn: None,
             committer,
             consumer,
+            registration,
+            registered: false,
             epoch: "0".into(),
             cursor: Cursor::Pending("0".into()),
             incarnation: format!("{:016x}", rand::random::<u64>()),
@@ -136,32 +145,78 @@ impl Worker {
     }
 
     /// Runs until shutdown, then drains: applies the window in flight and
-    /// this consumer's pending entries, and leaves the group, all within the
-    /// shutdown deadline.
+    /// this consumer's pending entries, leaves the group and releases its
+    /// consumer name, all within the shutdown deadline. An error no retry can
+    /// fix is reported on the shutdown (see [`Shutdown::fail`]) and stops it.
     pub async fn run(mut self) {
         tracing::info!(consumer = %self.consumer, stream = %self.keys.stream, group = %self.keys.group,
             redis = %crate::config::redact_url(&self.settings.redis.url), "worker starting");
+        let (done_trigger, done) = crate::shutdown::channel();
+        let keeper = tokio::spawn(self.registration.clone().keep(
+            self.client.clone(),
+            self.shutdown.clone(),
+            done,
+        ));
         while !self.shutdown.is_triggered() {
             self.health.turned();
             if let Err(e) = self.turn().await {
                 self.failed(e).await;
             }
         }
+        self.health.set_stopping();
         let deadline = self.settings.worker.shutdown_timeout();
-        match tokio::time::timeout(deadline, self.drain()).await {
-            Ok(Ok(())) => tracing::info!(consumer = %self.consumer, "worker stopped cleanly"),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "worker stopped; pending entries will be claimed by others")
+        let drained = match tokio::time::timeout(deadline, self.drain()).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Unexpected {
+                what: "shutdown",
+                reply: format!("deadline of {deadline:?} passed"),
+            }),
+        };
+        done_trigger.trigger();
+        let _ = keeper.await;
+        let released = self.release_name().await;
+        match (drained, released) {
+            (Ok(true), Ok(true)) => {
+                tracing::info!(consumer = %self.consumer, "worker stopped cleanly: window applied, group left, consumer name released")
             }
-            Err(_) => tracing::warn!(
-                ?deadline,
-                "shutdown deadline passed; pending entries will be claimed by others"
-            ),
+            (Ok(false), _) => tracing::warn!(consumer = %self.consumer,
+                "worker stopped without reaching Redis: its window in flight was dropped \
+                 (its entries stay pending and are claimed by other workers after \
+                 --claim-idle-ms); its consumer name lapses on its own"),
+            (Err(e), _) => tracing::warn!(consumer = %self.consumer, error = %e,
+                "worker stopped before finishing: its pending entries will be claimed by \
+                 other workers after --claim-idle-ms"),
+            (Ok(true), Err(e)) => tracing::warn!(consumer = %self.consumer, error = %e,
+                "worker stopped; window applied and group left, but its consumer name \
+                 could not be released: it lapses on its own"),
+            (Ok(true), Ok(false)) => tracing::info!(consumer = %self.consumer,
+                "worker stopped cleanly: window applied, group left"),
         }
     }
 
+    /// Releases the consumer name, if this worker registered it.
+    async fn release_name(&mut self) -> StoreResult<bool> {
+        if !self.registered {
+            return Ok(false);
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(StoreError::Unexpected {
+                what: "releasing the consumer name",
+                reply: "no connection to Redis".into(),
+            });
+        };
+        let released =
+            tokio::time::timeout(connect::RESPONSE_TIMEOUT, self.registration.release(conn))
+                .await
+                .map_err(|_| StoreError::Unexpected {
+                    what: "releasing the consumer name",
+                    reply: "timed out".into(),
+                })??;
+        Ok(released)
+    }
+
     /// One step: resync if needed, claim if due, read, maybe apply.
-    async fn turn(&mut self) -> Result<(), RedisError> {
+    async fn turn(&mut self) -> StoreResult<()> {
         if self.conn.is_none() {
             self.sync().await?;
         }
@@ -215,15 +270,14 @@ impl Worker {
             } else if !self.batch.is_empty() {
                 self.flush().await?;
             } else if let Some(done) = self.finished.take() {
-                let conn = self.conn.as_mut().expect("synced");
-                self.committer.finish(conn, &done).await?;
+                let committer = self.committer.clone();
+                committer.finish(self.conn()?, &done).await?;
             }
             return Ok(());
         }
         metrics().events_read.inc_by(entries.len() as u64);
-        if let Cursor::Pending(_) = self.cursor {
-            let last = entries.last().expect("non-empty").id_str().to_string();
-            self.cursor = Cursor::Pending(last);
+        if let (Cursor::Pending(_), Some(last)) = (&self.cursor, entries.last()) {
+            self.cursor = Cursor::Pending(last.id_str().to_string());
         }
         self.add_entries(&entries);
         if self.window_full() {
@@ -234,15 +288,25 @@ impl Worker {
 
     /// Reads the next entries: this consumer's own pending ones first (after
     /// a start or any error), then new ones.
-    async fn read(&mut self, block: Option<u64>) -> Result<Value, RedisError> {
-        let conn = self.conn.as_mut().expect("synced");
+    async fn read(&mut self, block: Option<u64>) -> StoreResult<Value> {
         let count = self.settings.worker.read_count;
-        match &self.cursor {
+        let cursor = self.cursor.clone();
+        let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
+        let conn = self.conn()?;
+        Ok(match &cursor {
             Cursor::Pending(after) => {
-                stream::read_own_pending(conn, &self.keys, &self.consumer, count, after).await
+                stream::read_own_pending(conn, &keys, &consumer, count, after).await?
             }
-            Cursor::New => stream::read(conn, &self.keys, &self.consumer, count, block, ">").await,
-        }
+            Cursor::New => stream::read(conn, &keys, &consumer, count, block, ">").await?,
+        })
+    }
+
+    /// The connection, once synced.
+    fn conn(&mut self) -> StoreResult<&mut MultiplexedConnection> {
+        self.conn.as_mut().ok_or_else(|| StoreError::Unexpected {
+            what: "the worker's connection",
+            reply: "not connected".into(),
+        })
     }
 
     /// Sends the next read of new entries now, without blocking, on a clone
@@ -251,7 +315,9 @@ impl Worker {
     /// window and one read. The entries are simply the next ones this
     /// consumer is delivered (pending to it, so a resync re-reads them).
     fn read_ahead(&mut self) {
-        let mut conn = self.conn.clone().expect("synced");
+        let Some(mut conn) = self.conn.clone() else {
+            return;
+        };
         let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
         let count = self.settings.worker.read_count;
         self.ahead = Some(tokio::spawn(async move {
@@ -260,13 +326,13 @@ impl Worker {
     }
 
     /// The read ahead, if one was sent and found entries.
-    async fn take_ahead(&mut self) -> Result<Option<Value>, RedisError> {
+    async fn take_ahead(&mut self) -> StoreResult<Option<Value>> {
         let Some(handle) = self.ahead.take() else {
             return Ok(None);
         };
-        let reply = handle.await.map_err(|e| {
-            RedisError::from((redis::ErrorKind::Io, "read ahead failed", e.to_string()))
-        })??;
+        let reply = handle
+            .await
+            .map_err(|e| StoreError::ReadAhead(e.to_string()))??;
         Ok((!stream::read_reply_entries(&reply).is_empty()).then_some(reply))
     }
 
@@ -300,7 +366,7 @@ impl Worker {
     }
 
     /// Commits, applies and acknowledges the window; finishes the previous one.
-    async fn flush(&mut self) -> Result<(), RedisError> {
+    async fn flush(&mut self) -> StoreResult<()> {
         let started = Instant::now();
         let window_id = format!("{}-{}", self.incarnation, self.seq);
         self.seq += 1;
@@ -312,7 +378,12 @@ impl Worker {
             rejected: self.batch.rejected(),
             chunk: CHUNK_CELLS,
         };
-        let conn = self.conn.as_mut().expect("synced");
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(StoreError::Unexpected {
+                what: "committing a window",
+                reply: "not connected".into(),
+            });
+        };
         let outcome = self
             .committer
             .commit(conn, &self.epoch, self.finished.as_ref(), Some(&sealed))
@@ -320,6 +391,12 @@ impl Worker {
         let finished = self.finished.take().map(|f| f.window);
         match outcome {
             Outcome::Committed | Outcome::Duplicate | Outcome::Nothing => {}
+            Outcome::Taken(holder) => {
+                return Err(StoreError::NameTaken {
+                    name: self.consumer.clone(),
+                    holder,
+                });
+            }
             Outcome::Fenced(epoch) => {
                 tracing::warn!(consumer = %self.consumer, "entries were claimed by another worker: window dropped, re-reading own pending entries");
                 metrics().windows_fenced.inc();
@@ -334,12 +411,14 @@ impl Worker {
             // Replays are safe only while the markers surely live: past the
             // guard, leave the window to recovery (which reloads it).
             if committed_at.elapsed() > APPLY_GUARD {
-                return Err(RedisError::from((
-                    redis::ErrorKind::Io,
-                    "window apply took longer than the guard",
-                )));
+                return Err(StoreError::Guard(APPLY_GUARD));
             }
-            let conn = self.conn.as_mut().expect("synced");
+            let Some(conn) = self.conn.as_mut() else {
+                return Err(StoreError::Unexpected {
+                    what: "applying a window",
+                    reply: "not connected".into(),
+                });
+            };
             let step = Apply {
                 window: &window_id,
                 cells: &cells,
@@ -353,15 +432,13 @@ impl Worker {
             {
                 Ok(f) => break f,
                 Err(e) => {
-                    if connect::record(&e) == ErrorClass::Permanent || self.shutdown.is_triggered()
-                    {
+                    if e.record() == ErrorClass::Fatal || self.shutdown.is_triggered() {
                         return Err(e);
                     }
                     self.outage.failed("applying a window", &e);
                     tokio::time::sleep(self.backoff.pause()).await;
                     self.health.turned();
-                    if e.is_io_error() || e.is_connection_dropped() || e.code() == Some("NOSCRIPT")
-                    {
+                    if e.needs_resync() {
                         return Err(e); // resync: reconnect, then recovery finishes the record
                     }
                 }
@@ -382,7 +459,7 @@ impl Worker {
     }
 
     /// Reconnects and restores a consistent state after any error.
-    async fn sync(&mut self) -> Result<(), RedisError> {
+    async fn sync(&mut self) -> StoreResult<()> {
         self.health.set_in_group(false);
         self.settle_ahead().await;
         self.clear_window();
@@ -398,12 +475,19 @@ impl Worker {
         self.outage.recovered("worker");
         self.health.set_redis_connected(true);
         crate::scripts::load_all(&mut conn).await?;
+        if !self.registered {
+            self.registration.acquire(&mut conn).await?;
+            self.registered = true;
+        }
         stream::ensure_group(&mut conn, &self.keys).await?;
         // The epoch is read before the pending entries: a claim after this
         // read bumps it, so no window can hold entries claimed since.
         self.epoch = self.committer.epoch(&mut conn).await?;
         let seen = Instant::now();
-        let (records, _) = self.committer.records(&mut conn).await?;
+        let (records, corrupt, _) = self.committer.records(&mut conn).await?;
+        for bad in &corrupt {
+            self.committer.quarantine(&mut conn, bad).await?;
+        }
         for r in records.iter().filter(|r| r.owner == self.consumer) {
             self.committer.recover(&mut conn, r, seen).await?;
         }
@@ -415,15 +499,15 @@ impl Worker {
 
     /// Claims, recovery of stopped workers' windows, consumer clean-up: on
     /// their own schedules, between windows.
-    async fn maintain(&mut self) -> Result<(), RedisError> {
+    async fn maintain(&mut self) -> StoreResult<()> {
         let w = self.settings.worker.clone();
         let claim_every = Duration::from_millis((w.claim_idle_ms / 4).clamp(250, 5000));
         if self.last_claim.elapsed() >= claim_every {
             self.last_claim = Instant::now();
-            let conn = self.conn.as_mut().expect("synced");
             let dead_maxlen = self.settings.stream.dead_maxlen;
-            let claimed =
-                recovery::claim(conn, &self.committer, &self.consumer, &w, dead_maxlen).await?;
+            let (committer, consumer) = (self.committer.clone(), self.consumer.clone());
+            let conn = self.conn()?;
+            let claimed = recovery::claim(conn, &committer, &consumer, &w, dead_maxlen).await?;
             let entries = claimed.entries();
             if !entries.is_empty() {
                 self.add_entries(&entries);
@@ -434,19 +518,26 @@ impl Worker {
         let gc_every = Duration::from_millis((w.consumer_idle_ms / 2).clamp(1000, 60_000));
         if self.last_gc.elapsed() >= gc_every {
             self.last_gc = Instant::now();
-            let conn = self.conn.as_mut().expect("synced");
-            recovery::remove_gone_consumers(conn, &self.keys, w.consumer_idle_ms, "").await?;
+            let keys = self.keys.clone();
+            let conn = self.conn()?;
+            recovery::remove_gone_consumers(conn, &keys, w.consumer_idle_ms, "").await?;
         }
         Ok(())
     }
 
     /// Handles an error of a turn: count it, drop the window, resync later.
-    async fn failed(&mut self, e: RedisError) {
-        let class = connect::record(&e);
+    async fn failed(&mut self, e: StoreError) {
+        let class = e.record();
         self.health.set_redis_connected(false);
+        if class == ErrorClass::Fatal {
+            self.health.set_fatal();
+            self.shutdown.fail(e.explain(&self.settings.redis.url));
+            self.conn = None;
+            return;
+        }
         self.outage.failed("worker", &e);
-        if class == ErrorClass::Permanent {
-            tracing::error!(error = %e, "unexpected reply from Redis; resyncing");
+        if let StoreError::Unexpected { .. } = e {
+            tracing::error!(error = %e, "unexpected reply from Redis: nothing taken as done; resyncing");
         }
         if let Some(conn) = self.conn.as_mut() {
             // Best effort, and short: the connection may be what failed. It
@@ -467,10 +558,11 @@ impl Worker {
 
     /// After shutdown: apply what is in flight, then this consumer's pending
     /// entries, finish, and leave the group when nothing is left.
-    async fn drain(&mut self) -> Result<(), RedisError> {
+    /// Returns false when there was no connection to drain on.
+    async fn drain(&mut self) -> StoreResult<bool> {
         self.settle_ahead().await;
-        if self.conn.is_none() {
-            return Ok(());
+        if self.conn.is_none() || self.shutdown.failed() {
+            return Ok(false);
         }
         if !self.batch.is_empty() {
             self.flush().await?;
@@ -482,17 +574,25 @@ impl Worker {
             if entries.is_empty() {
                 break;
             }
-            self.cursor = Cursor::Pending(entries.last().expect("non-empty").id_str().to_string());
+            if let Some(last) = entries.last() {
+                self.cursor = Cursor::Pending(last.id_str().to_string());
+            }
             self.add_entries(&entries);
             self.flush().await?;
         }
-        let conn = self.conn.as_mut().expect("synced");
-        if let Some(done) = self.finished.take() {
-            self.committer.finish(conn, &done).await?;
+        let (committer, keys, consumer) = (
+            self.committer.clone(),
+            self.keys.clone(),
+            self.consumer.clone(),
+        );
+        let finished = self.finished.take();
+        let conn = self.conn()?;
+        if let Some(done) = finished {
+            committer.finish(conn, &done).await?;
         }
-        recovery::remove_gone_consumers(conn, &self.keys, u64::MAX, &self.consumer).await?;
+        recovery::remove_gone_consumers(conn, &keys, u64::MAX, &consumer).await?;
         self.health.set_in_group(false);
-        Ok(())
+        Ok(true)
     }
 }
 

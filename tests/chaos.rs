@@ -1,7 +1,8 @@
-//! Chaos: a real redis-server with AOF, three `hitcount worker` processes and
-//! an in-process producer sending a known set of hits, while a seeded driver
-//! SIGKILLs workers (replacing them under a fresh consumer name, like a new
-//! pod), SIGSTOPs them past the claim time then SIGCONTs them, kills every
+//! Chaos: a real redis-server with AOF, three `hitcount worker` processes
+//! started with default settings (no consumer name: each takes the unique
+//! default, as users' workers on one host do) and an in-process producer
+//! sending a known set of hits, while a seeded driver SIGKILLs workers
+//! (replacing them with a new process, like a new pod), SIGSTOPs them past the claim time then SIGCONTs them, kills every
 //! client connection (`CLIENT KILL TYPE normal`) and restarts Redis once.
 //! At the end every counter at every precision must equal the reference
 //! exactly, the dead-letter stream must hold exactly the injected bad entries,
@@ -63,7 +64,9 @@ impl Pool {
             "100000",
         ];
         args.extend(extra.split_whitespace());
-        let mut cmd = bin::worker(&self.url, &name, "127.0.0.1:0", &args);
+        // Default settings, as users start workers: no consumer name given,
+        // several workers on one host.
+        let mut cmd = bin::default_worker(&self.url, "127.0.0.1:0", &args);
         cmd.env("RUST_LOG", level);
         bin::Child::spawn_in(&name, cmd, self.dir.path())
     }

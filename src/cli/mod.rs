@@ -85,6 +85,10 @@ pub fn init_tracing(format: LogFormat, default_level: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A closed stderr (a log pipe gone) must not kill the process: by
+        // default the subscriber reports its own write errors with
+        // `eprintln!`, which panics then.
+        .log_internal_errors(false)
         // Colours only on a terminal: escape codes in files and log
         // shippers are noise.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));

@@ -52,67 +52,110 @@ impl Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // Every setting is checked before anything starts.
     let stuck_after = args.stuck_after()?;
-    let settings = super::worker_settings(&args.common, &args.worker);
+    let mut settings = super::worker_settings(&args.common, &args.worker);
+    settings.layout.validate()?;
+    settings.stream.validate()?;
+    settings.worker.validate()?;
     args.leader.validate()?;
+    let client = crate::connect::client(&args.common.redis)?;
     let (trigger, shutdown) = crate::shutdown::channel();
+    // Stopped once the worker has finished its window: the lease is released
+    // then, and only after that the HTTP server stops.
+    let (done_trigger, done) = crate::shutdown::channel();
     let health = crate::http::Health::new(stuck_after);
+    let worker = crate::worker::Worker::new(settings.clone(), health.clone(), shutdown.clone())?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {} (HITCOUNT_LISTEN)", args.listen))?;
     tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
-    let mut http_stop = shutdown.clone();
+    let (http_trigger, http_stop) = crate::shutdown::channel();
     let http = tokio::spawn(crate::http::serve(listener, health.clone(), async move {
-        http_stop.wait().await
+        let mut stop = http_stop;
+        stop.wait().await
     }));
-    let worker = crate::worker::Worker::new(settings.clone(), health, shutdown.clone())?;
     metrics().init_precisions(args.common.layout.precisions.iter().map(|&p| u64::from(p)));
-    let sampler = tokio::spawn(crate::sampler::run(
-        crate::connect::client(&args.common.redis)?,
-        Keys::new(&args.common.layout, &args.common.stream),
-        shutdown.clone(),
-    ));
-    let leader = spawn_leader(&settings, &args.leader, worker.consumer(), &shutdown)?;
+    let mut tasks = crate::supervisor::Supervised::default();
+    tasks.spawn(
+        "group sampler",
+        crate::sampler::run(
+            client.clone(),
+            Keys::new(&args.common.layout, &args.common.stream),
+            shutdown.clone(),
+        ),
+    );
+    spawn_leader(
+        &mut tasks,
+        &client,
+        &settings,
+        &args.leader,
+        worker.consumer(),
+        &shutdown,
+        &done,
+    );
     let signals = tokio::spawn({
         let trigger = trigger.clone();
+        let health = health.clone();
         async move {
             crate::shutdown::signals().await;
+            health.set_stopping();
             tracing::info!("shutdown requested: finishing the window in flight");
             trigger.trigger();
         }
     });
-    worker.run().await;
-    trigger.trigger();
-    signals.abort();
-    let _ = sampler.await;
-    for task in leader {
-        let _ = task.await;
+    let worker_task = tokio::spawn(worker.run());
+    // A background task that ends before shutdown (a panic, say) must not
+    // leave the process half alive: it stops everything with its cause.
+    let watch = tokio::spawn(tasks.watch(shutdown.clone()));
+    match worker_task.await {
+        Ok(()) => {}
+        Err(e) => shutdown.fail(format!("the worker loop failed: {e}")),
     }
+    health.set_stopping();
+    trigger.trigger();
+    done_trigger.trigger();
+    signals.abort();
+    if let Ok(tasks) = watch.await {
+        tasks.join().await;
+    }
+    http_trigger.trigger();
     let _ = http.await;
-    Ok(())
+    match trigger.fatal() {
+        Some(cause) => Err(anyhow::anyhow!(cause)),
+        None => Ok(()),
+    }
 }
 
-/// Starts the lease keeper and the leader's duties; both stop on `shutdown`
-/// (the keeper releasing the lease).
+/// Starts the lease keeper (until `done`, then it releases the lease) and
+/// the leader's duties (until `shutdown`).
 fn spawn_leader(
+    tasks: &mut crate::supervisor::Supervised,
+    client: &redis::Client,
     settings: &crate::worker::Settings,
     leader: &LeaderArgs,
     consumer: &str,
     shutdown: &crate::shutdown::Shutdown,
-) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
-    let client = crate::connect::client(&settings.redis)?;
+    done: &crate::shutdown::Shutdown,
+) {
     let keys = crate::keys::Keys::new(&settings.layout, &settings.stream);
     let lease = Arc::new(crate::leader::Lease::new(&keys, leader, consumer));
     let cleaner = crate::cleaner::Cleaner::new(keys.clone(), &settings.layout, lease.clone());
-    Ok(vec![
-        tokio::spawn(lease.clone().keep(client.clone(), shutdown.clone())),
-        tokio::spawn(crate::duties::run(
-            client,
+    tasks.spawn(
+        "leader lease",
+        lease
+            .clone()
+            .keep_until(client.clone(), shutdown.clone(), done.clone()),
+    );
+    tasks.spawn(
+        "leader duties",
+        crate::duties::run(
+            client.clone(),
             keys,
             cleaner,
             leader.clone(),
             lease,
             shutdown.clone(),
-        )),
-    ])
+        ),
+    );
 }

@@ -5,9 +5,11 @@
 -- KEYS[3] windows (ZSET)    KEYS[4] dead-letter stream
 -- KEYS[5] record of the window to finish (a placeholder when none)
 -- KEYS[6] record of the window to commit (a placeholder when none)
+-- KEYS[7] this consumer name's registration (see register.lua)
 -- ARGV[1] consumer  ARGV[2] its epoch as the worker knows it  ARGV[3] dead MAXLEN
--- ARGV[4] id of the window to finish, or ''
--- ARGV[5] F, then F failures of that window's apply step, 6 values each:
+-- ARGV[4] this worker's registration token  ARGV[5] registration lifetime, ms
+-- ARGV[6] id of the window to finish, or ''
+-- ARGV[7] F, then F failures of that window's apply step, 6 values each:
 --         error, precision, name, bucket, count, window id
 -- then:   id of the window to commit, or ''; its ids (space separated);
 --         its cells (MessagePack); cells per chunk; chunk count;
@@ -17,10 +19,14 @@
 -- the record still exists, so a replay never dead-letters twice. Committing
 -- fails with {'fenced', epoch} when another worker claimed entries from this
 -- consumer since it read its epoch: the window is then dropped unapplied.
--- Returns {'ok'|'dup'|'fenced'|'none', epoch}.
+-- It fails with {'taken', holder} when another live worker registered this
+-- consumer name (two processes under one name would read each other's
+-- pending entries); a lapsed registration is taken back.
+-- Returns {'ok'|'dup'|'fenced'|'taken'|'none', epoch or holder}.
 
 local consumer, epoch, maxlen = ARGV[1], ARGV[2], ARGV[3]
-local a = 4
+local token, lifetime = ARGV[4], ARGV[5]
+local a = 6
 
 local finish = ARGV[a]
 local nfail = tonumber(ARGV[a + 1])
@@ -48,6 +54,13 @@ end
 local current = redis.call('HGET', KEYS[2], consumer) or '0'
 if current ~= epoch then
     return {'fenced', current}
+end
+local holder = redis.call('GET', KEYS[7])
+if holder ~= token then
+    if holder then
+        return {'taken', holder}
+    end
+    redis.call('SET', KEYS[7], token, 'PX', lifetime)
 end
 
 local t = redis.call('TIME')

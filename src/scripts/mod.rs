@@ -63,8 +63,12 @@ scripts! {
     GC = "gc.lua";
     /// Renew the leader lease if it is still this worker's.
     RENEW = "renew.lua";
-    /// Release the leader lease if it is still this worker's.
+    /// Release the leader lease (or a consumer registration) if it is still this worker's.
     RELEASE = "release.lua";
+    /// Take or keep a consumer name's registration.
+    REGISTER = "register.lua";
+    /// Move a window record that cannot be read back to the dead-letter stream.
+    QUARANTINE = "quarantine.lua";
     /// Delete old samples of a batch of counters; forget those left empty (fenced).
     CLEAN = "clean.lua";
     /// Trim the stream below what every group still needs (fenced).

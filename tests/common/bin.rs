@@ -228,6 +228,17 @@ pub fn worker(url: &str, consumer: &str, listen: &str, extra: &[&str]) -> Comman
     cmd
 }
 
+/// `hitcount worker` on `url` with the default consumer name, as a user
+/// starts it: no `--consumer`, no `POD_NAME`.
+pub fn default_worker(url: &str, listen: &str, extra: &[&str]) -> Command {
+    let mut cmd = hitcount();
+    cmd.env_remove("POD_NAME")
+        .args(["worker", "--redis-url", url])
+        .args(["--listen", listen])
+        .args(extra);
+    cmd
+}
+
 /// Starts `hitcount worker` on `url` as `consumer`, serving HTTP on `listen`,
 /// with `extra` flags; returns once `/readyz` answers 200.
 pub fn start_worker(url: &str, consumer: &str, listen: &str, extra: &[&str]) -> Child {

@@ -174,6 +174,15 @@ pub fn record(err: &RedisError) -> ErrorClass {
     class
 }
 
+/// A Redis error as one line that keeps Redis' own error code in front
+/// (`NOPERM this user has no permissions to run the 'xreadgroup' command`).
+pub fn describe(err: &RedisError) -> String {
+    match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => err.to_string(),
+    }
+}
+
 /// Handles a failed try of a background task (`what`): counts it; a fatal
 /// error stops the process through `shutdown` with one line naming the cause
 /// and what to change; a transient one is logged once per outage. Returns
@@ -190,8 +199,9 @@ pub fn task_failed(
         ErrorClass::Fatal => {
             let hint = fatal_hint(err).unwrap_or("");
             shutdown.fail(format!(
-                "{what}: Redis at {} refused: {err}; {hint}",
-                client.get_connection_info().addr()
+                "{what}: Redis at {} refused: {}; {hint}",
+                client.get_connection_info().addr(),
+                describe(err)
             ));
         }
         ErrorClass::Transient => outage.failed(what, err),
@@ -279,9 +289,13 @@ impl StoreError {
             StoreError::Redis(e) => fatal_hint(e),
             _ => None,
         };
+        let what = match self {
+            StoreError::Redis(e) => describe(e),
+            other => other.to_string(),
+        };
         match hint {
-            Some(h) => format!("Redis at {} refused: {self}; {h}", redact_url(url)),
-            None => format!("{self} (Redis at {})", redact_url(url)),
+            Some(h) => format!("Redis at {} refused: {what}; {h}", redact_url(url)),
+            None => format!("{what} (Redis at {})", redact_url(url)),
         }
     }
 

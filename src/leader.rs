@@ -77,7 +77,7 @@ impl Lease {
 
     /// Until when this worker may act as leader (monotonic), if it may now.
     pub fn held_until(&self) -> Option<Instant> {
-        let until = *self.until.lock().expect("lease lock");
+        let until = *self.until.lock().unwrap_or_else(|p| p.into_inner());
         until.filter(|t| *t > Instant::now())
     }
 
@@ -87,7 +87,7 @@ impl Lease {
     }
 
     fn set(&self, until: Option<Instant>) {
-        *self.until.lock().expect("lease lock") = until;
+        *self.until.lock().unwrap_or_else(|p| p.into_inner()) = until;
         metrics().is_leader.set(i64::from(until.is_some()));
     }
 
@@ -197,15 +197,21 @@ impl Lease {
         conn: &mut Option<MultiplexedConnection>,
         timeout: Duration,
     ) -> RedisResult<()> {
-        if conn.is_none() {
-            let mut c = connect::open(client, timeout).await?;
-            crate::scripts::load_all(&mut c).await?;
-            *conn = Some(c);
-        }
-        let c = conn.as_mut().expect("just opened");
+        let c = match conn {
+            Some(c) => c,
+            None => {
+                let mut c = connect::open(client, timeout).await?;
+                crate::scripts::load_all(&mut c).await?;
+                conn.insert(c)
+            }
+        };
         // Renew while this worker thinks it leads, even past its deadline
         // (after a pause): the script says whether the lease is still ours.
-        let leading = self.until.lock().expect("lease lock").is_some();
+        let leading = self
+            .until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
         if leading {
             if !self.renew(c).await? {
                 tracing::warn!(token = %self.token, "lost the leader lease: no longer leader");

@@ -18,9 +18,11 @@
 //! - [`event`]: the hit event and its wire forms. [`aggregate`]: hits to
 //!   increments, pure.
 //! - [`stream`]: reading the stream. [`commit`]: a window's exactly-once way
-//!   into the counters; [`known`]: which `known:` ZADDs it may leave out. [`recovery`]: claiming from and finishing for stopped
-//!   workers. [`batch`]: the window being filled. [`worker`]: the loop tying
-//!   them together.
+//!   into the counters; [`known`]: which `known:` ZADDs it may leave out.
+//!   [`recovery`]: claiming from and finishing for stopped workers.
+//!   [`registration`]: one live process per consumer name. [`batch`]: the
+//!   window being filled. [`worker`]: the loop tying them together;
+//!   [`supervisor`]: its background tasks, none of which may die silently.
 //! - [`leader`]: the lease that elects one worker for the leader's
 //!   [`duties`]: [`cleaner`] (old samples out of counters) and [`trim`] (the
 //!   stream below what every group still needs). [`status`]: what

@@ -90,6 +90,7 @@ impl Producer {
             keys,
             id: format!("{:016x}", rand::random::<u64>()),
             batch_no: 0,
+            confirmed: 0,
             stats: stats.clone(),
         };
         let task = tokio::spawn(sender.run(rx));
@@ -174,6 +175,8 @@ struct Sender {
     keys: Keys,
     id: String,
     batch_no: u64,
+    /// The last batch number known to be appended (its pipeline succeeded).
+    confirmed: u64,
     stats: Arc<ProducerStats>,
 }
 
@@ -204,20 +207,23 @@ impl Sender {
                 })
                 .collect();
             loop {
-                if conn.is_none() {
-                    match connect::open(&self.client, connect::RESPONSE_TIMEOUT).await {
-                        Ok(c) => conn = Some(c),
+                let c = match conn.as_mut() {
+                    Some(c) => c,
+                    None => match self.connect().await {
+                        Ok(c) => conn.insert(c),
                         Err(e) => {
                             connect::record(&e);
                             outage.failed("producer", &e);
                             tokio::time::sleep(backoff.pause()).await;
                             continue;
                         }
-                    }
-                }
-                let c = conn.as_mut().expect("connected");
+                    },
+                };
                 match self.send(c, &batches).await {
                     Ok(()) => {
+                        if let Some((last, _)) = batches.last() {
+                            self.confirmed = *last;
+                        }
                         outage.recovered("producer");
                         backoff.reset();
                         break;
@@ -242,6 +248,14 @@ impl Sender {
         }
     }
 
+    /// A new connection with the scripts loaded (a fresh or restarted Redis
+    /// has none; any error reconnects, so this is where they are loaded).
+    async fn connect(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let mut c = connect::open(&self.client, connect::RESPONSE_TIMEOUT).await?;
+        crate::scripts::load_all(&mut c).await?;
+        Ok(c)
+    }
+
     async fn send(
         &self,
         conn: &mut redis::aio::MultiplexedConnection,
@@ -256,18 +270,16 @@ impl Sender {
             cmd.arg(&self.keys.stream)
                 .arg(self.keys.producer(&self.id))
                 .arg(*no)
-                .arg(DEDUP_TTL_SECS);
+                .arg(DEDUP_TTL_SECS)
+                .arg(self.confirmed);
             for e in events.iter() {
                 cmd.arg(e);
             }
             pipe.add_command(cmd).ignore();
         }
-        match pipe.query_async::<()>(conn).await {
-            Err(e) if e.code() == Some("NOSCRIPT") => {
-                crate::scripts::load_all(conn).await?;
-                pipe.query_async(conn).await
-            }
-            other => other,
-        }
+        // An error of any batch (NOSCRIPT after a Redis restart, say) fails
+        // the trip: the caller reconnects, which reloads the scripts, and
+        // resends every batch; those already appended are recognised.
+        pipe.query_async::<()>(conn).await
     }
 }

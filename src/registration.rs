@@ -148,13 +148,13 @@ impl Registration {
         client: &Client,
         conn: &mut Option<MultiplexedConnection>,
     ) -> StoreResult<()> {
-        if conn.is_none() {
-            let mut c = connect::open(client, LIFETIME / 3).await?;
-            crate::scripts::load_all(&mut c).await?;
-            *conn = Some(c);
-        }
-        let Some(c) = conn.as_mut() else {
-            return Ok(());
+        let c = match conn {
+            Some(c) => c,
+            None => {
+                let mut c = connect::open(client, LIFETIME / 3).await?;
+                crate::scripts::load_all(&mut c).await?;
+                conn.insert(c)
+            }
         };
         match self.step(c).await? {
             None => Ok(()),

@@ -179,6 +179,9 @@ impl Worker {
             (Ok(true), Ok(true)) => {
                 tracing::info!(consumer = %self.consumer, "worker stopped cleanly: window applied, group left, consumer name released")
             }
+            (Ok(false), _) if self.shutdown.failed() => tracing::warn!(consumer = %self.consumer,
+                "worker stopped on a fatal error: its pending entries stay for other workers \
+                 to claim after --claim-idle-ms"),
             (Ok(false), _) => tracing::warn!(consumer = %self.consumer,
                 "worker stopped without reaching Redis: its window in flight was dropped \
                  (its entries stay pending and are claimed by other workers after \

@@ -3,36 +3,16 @@
 //! logged once, an AOF restart, counters that refuse increments, out of
 //! memory, a worker stopped past the claim time, and SIGTERM / Ctrl-C.
 
+#[macro_use]
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use hitcount::embedded::ServerOptions;
 use redis::aio::MultiplexedConnection;
 
 const PRECISIONS: [u32; 7] = hitcount::config::DEFAULT_PRECISIONS;
-
-/// Appends `n` hits of `name` at `ts` in the MessagePack form; returns them
-/// for the reference.
-async fn xadd_hits(
-    c: &mut MultiplexedConnection,
-    name: &str,
-    n: usize,
-    ts: i64,
-) -> Vec<(String, i64, i64)> {
-    let mut pipe = redis::pipe();
-    for _ in 0..n {
-        pipe.cmd("XADD")
-            .arg("hits")
-            .arg("*")
-            .arg("hit")
-            .arg(hitcount::event::encode(name, 1, Some(ts as f64)))
-            .ignore();
-    }
-    pipe.query_async::<()>(c).await.unwrap();
-    vec![(name.to_string(), 1, ts); n]
-}
 
 async fn hget(c: &mut MultiplexedConnection, key: &str, field: i64) -> Option<i64> {
     redis::cmd("HGET")
@@ -43,50 +23,11 @@ async fn hget(c: &mut MultiplexedConnection, key: &str, field: i64) -> Option<i6
         .unwrap()
 }
 
-/// Polls `check` every 50 ms until it holds, failing after `secs`.
 /// A `hitcount worker` process logging at WARN into `dir`.
 fn warn_worker(url: &str, name: &str, extra: &[&str], dir: &std::path::Path) -> bin::Child {
     let mut cmd = bin::worker(url, name, "127.0.0.1:0", extra);
     cmd.env("RUST_LOG", "warn");
     bin::Child::spawn_in(name, cmd, dir)
-}
-
-/// The exit code of a worker asked to stop, waiting at most 25 s.
-fn exit_code(w: &mut bin::Child) -> Option<i32> {
-    w.wait(Duration::from_secs(25)).and_then(|s| s.code())
-}
-
-macro_rules! eventually {
-    ($secs:expr, $what:expr, $check:expr) => {{
-        let deadline = Instant::now() + Duration::from_secs($secs);
-        loop {
-            if $check {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not within {} s: {}",
-                $secs,
-                $what
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }};
-}
-
-/// Pending entries of one consumer.
-async fn pending_of(c: &mut MultiplexedConnection, consumer: &str) -> usize {
-    let v: Vec<redis::Value> = redis::cmd("XPENDING")
-        .arg("hits")
-        .arg("hitcount")
-        .arg("-")
-        .arg("+")
-        .arg(100_000)
-        .arg(consumer)
-        .query_async(c)
-        .await
-        .unwrap_or_default();
-    v.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,15 +68,18 @@ fn text_logs_by_default_and_no_password_when_refused() {
         password: Some(SECRET.into()),
         ..ServerOptions::default()
     });
-    // A wrong password: the worker keeps retrying, logging the outage once.
-    let wrong = format!("{SECRET}-wrong");
-    let url = format!("redis://:{wrong}@127.0.0.1:{}", server.port());
+    // Redis unreachable: the worker keeps retrying, logging the outage once,
+    // live but not ready.
+    let down = format!(
+        "redis://:{SECRET}@127.0.0.1:{}",
+        hitcount::embedded::free_port()
+    );
     let listen = free_addr();
     let mut cmd = hitcount();
     cmd.args([
         "worker",
         "--redis-url",
-        &url,
+        &down,
         "--consumer",
         "logs-w2",
         "--listen",
@@ -94,17 +97,36 @@ fn text_logs_by_default_and_no_password_when_refused() {
     assert_eq!(status, 200, "an outage must not fail liveness");
     let (_, metrics) = http_get(&listen, "/metrics").unwrap();
     assert!(worker.terminate(Duration::from_secs(30)).success());
-    let stderr = worker.stderr();
-    assert!(stderr.lines().all(|l| !l.starts_with('{')), "{stderr}");
+    let outage = worker.stderr();
+
+    // A wrong password: no retry can fix it, so the worker stops with
+    // status 1 and one line naming the setting.
+    let wrong = format!("{SECRET}-wrong");
+    let url = format!("redis://:{wrong}@127.0.0.1:{}", server.port());
+    let mut cmd = hitcount();
+    cmd.args([
+        "worker",
+        "--redis-url",
+        &url,
+        "--consumer",
+        "logs-w3",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let mut refused = Child::spawn("refused", cmd);
+    let status = refused.wait(Duration::from_secs(20)).expect("stopped");
+    assert_eq!(status.code(), Some(1), "{}", refused.stderr());
+    let stderr = refused.stderr();
     assert!(
-        !stderr.contains('\x1b'),
-        "colour codes in a file:\n{stderr}"
-    );
-    assert!(
-        stderr.contains(" WARN ") && stderr.contains("authentication failed"),
+        stderr.contains(" ERROR ") && stderr.contains("authentication failed"),
         "{stderr}"
     );
-    for text in [&stderr, &ready, &metrics] {
+    assert!(stderr.contains("REDIS_URL"), "{stderr}");
+    for text in [&outage, &stderr] {
+        assert!(text.lines().all(|l| !l.starts_with('{')), "{text}");
+        assert!(!text.contains('\x1b'), "colour codes in a file:\n{text}");
+    }
+    for text in [&outage, &stderr, &ready, &metrics] {
         assert!(!text.contains(SECRET), "password printed:\n{text}");
     }
 }

@@ -289,3 +289,64 @@ pub async fn dead_letters(conn: &mut MultiplexedConnection) -> Vec<BTreeMap<Stri
         })
         .collect()
 }
+
+/// Appends `n` hits of `name` at `ts` in the MessagePack form; returns them
+/// for the reference.
+pub async fn xadd_hits(
+    c: &mut MultiplexedConnection,
+    name: &str,
+    n: usize,
+    ts: i64,
+) -> Vec<(String, i64, i64)> {
+    let mut pipe = redis::pipe();
+    for _ in 0..n {
+        pipe.cmd("XADD")
+            .arg("hits")
+            .arg("*")
+            .arg("hit")
+            .arg(hitcount::event::encode(name, 1, Some(ts as f64)))
+            .ignore();
+    }
+    pipe.query_async::<()>(c).await.unwrap();
+    vec![(name.to_string(), 1, ts); n]
+}
+
+/// Pending entries of one consumer.
+pub async fn pending_of(c: &mut MultiplexedConnection, consumer: &str) -> usize {
+    let v: Vec<redis::Value> = redis::cmd("XPENDING")
+        .arg("hits")
+        .arg("hitcount")
+        .arg("-")
+        .arg("+")
+        .arg(100_000)
+        .arg(consumer)
+        .query_async(c)
+        .await
+        .unwrap_or_default();
+    v.len()
+}
+
+/// The exit code of a worker asked to stop, waiting at most 25 s.
+pub fn exit_code(w: &mut bin::Child) -> Option<i32> {
+    w.wait(Duration::from_secs(25)).and_then(|s| s.code())
+}
+
+/// Polls `check` every 50 ms until it holds, failing after `secs`.
+#[macro_export]
+macro_rules! eventually {
+    ($secs:expr, $what:expr, $check:expr) => {{
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs($secs);
+        loop {
+            if $check {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not within {} s: {}",
+                $secs,
+                $what
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }};
+}

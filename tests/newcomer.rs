@@ -73,3 +73,28 @@ fn bench_quotes_the_seeds_python_figure_without_dividing_by_it() {
     let line = out.lines().find(|l| l.contains("seeds' Python")).unwrap();
     assert!(line.contains("not measured in this run"), "{line}");
 }
+
+/// Finding 8: `clean --json` and `status --json` give the last pass in the
+/// same shape: `trimmed` is the number of entries, `min_id` beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_and_status_json_give_the_pass_in_one_shape() {
+    let srv = server();
+    let url = srv.url();
+    let o = run_hitcount(&["clean", "--once", "--json", "--redis-url", &url]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let clean: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let o = run_hitcount(&["status", "--json", "--redis-url", &url]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let status: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let recorded = &status["last_pass"];
+    assert!(clean["trimmed"].is_u64(), "{clean}");
+    assert!(recorded["trimmed"].is_i64(), "{recorded}");
+    let keys = |v: &serde_json::Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&clean), keys(recorded), "{clean}\n{recorded}");
+    assert_eq!(clean["trimmed"], recorded["trimmed"]);
+    assert_eq!(clean["leader"], recorded["leader"]);
+}

@@ -15,6 +15,9 @@ use clap::Args;
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// The seeds' precisions: 1 s, 5 s, 1 min, 5 min, 1 h, 5 h, 1 day.
 pub const DEFAULT_PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
+/// [`DEFAULT_PRECISIONS`] as `--precisions` takes and `--help` shows them
+/// (a test checks that the two agree).
+pub const DEFAULT_PRECISIONS_FLAG: &str = "1,5,60,300,3600,18000,86400";
 
 /// Errors in the configuration: fatal, reported at start-up.
 #[derive(Debug, thiserror::Error)]
@@ -84,7 +87,7 @@ pub struct LayoutArgs {
     #[arg(long, env = "HITCOUNT_PREFIX", default_value = "")]
     pub prefix: String,
     /// Precisions in seconds, comma separated.
-    #[arg(long, env = "HITCOUNT_PRECISIONS", value_delimiter = ',', default_values_t = DEFAULT_PRECISIONS)]
+    #[arg(long, env = "HITCOUNT_PRECISIONS", value_delimiter = ',', default_value = DEFAULT_PRECISIONS_FLAG)]
     pub precisions: Vec<u32>,
     /// Samples kept per counter: a sample whose bucket starts at or before
     /// now - SAMPLES * PRECISION is cleaned (and never written).

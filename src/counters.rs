@@ -16,28 +16,56 @@ pub struct Sample {
 }
 
 /// The samples of counter `name` at `precision`, oldest first. Fields that
-/// are not integers (written by something else) are skipped.
+/// are not integers (written by something else) are skipped; see
+/// [`read_counter`] to learn about them.
 pub async fn read<C: ConnectionLike>(
     conn: &mut C,
     keys: &Keys,
     precision: u32,
     name: &str,
 ) -> RedisResult<Vec<Sample>> {
+    Ok(read_counter(conn, keys, precision, name).await?.samples)
+}
+
+/// A counter as read: its samples and what was skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counter {
+    /// The samples, oldest first.
+    pub samples: Vec<Sample>,
+    /// Fields whose bucket or count is not an integer (the counter was
+    /// written by something else, or damaged), skipped.
+    pub corrupt: usize,
+    /// The first of them, as (field, value).
+    pub corrupt_example: Option<(String, String)>,
+}
+
+/// [`read`], also telling how many fields were not integers.
+pub async fn read_counter<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    precision: u32,
+    name: &str,
+) -> RedisResult<Counter> {
     let raw: Vec<(String, String)> = redis::cmd("HGETALL")
         .arg(keys.count(precision, name))
         .query_async(conn)
         .await?;
-    let mut samples: Vec<Sample> = raw
-        .iter()
-        .filter_map(|(t, c)| {
-            Some(Sample {
-                time: t.parse().ok()?,
-                count: c.parse().ok()?,
-            })
-        })
-        .collect();
-    samples.sort_unstable_by_key(|s| s.time);
-    Ok(samples)
+    Ok(parse(raw))
+}
+
+fn parse(raw: Vec<(String, String)>) -> Counter {
+    let mut counter = Counter::default();
+    for (t, c) in raw {
+        match (t.parse(), c.parse()) {
+            (Ok(time), Ok(count)) => counter.samples.push(Sample { time, count }),
+            _ => {
+                counter.corrupt += 1;
+                counter.corrupt_example.get_or_insert((t, c));
+            }
+        }
+    }
+    counter.samples.sort_unstable_by_key(|s| s.time);
+    counter
 }
 
 /// Formats unix seconds as `YYYY-MM-DD HH:MM:SS` UTC.
@@ -65,6 +93,25 @@ pub fn format_utc(secs: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fields_that_are_not_integers_are_counted_not_read() {
+        let raw = [("120", "3"), ("60", "2"), ("x", "1"), ("180", "lots")]
+            .map(|(t, c)| (t.to_string(), c.to_string()));
+        let c = parse(raw.to_vec());
+        assert_eq!(
+            c.samples,
+            [
+                Sample { time: 60, count: 2 },
+                Sample {
+                    time: 120,
+                    count: 3
+                }
+            ]
+        );
+        assert_eq!(c.corrupt, 2);
+        assert_eq!(c.corrupt_example, Some(("x".into(), "1".into())));
+    }
 
     #[test]
     fn formats_utc() {

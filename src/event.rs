@@ -20,7 +20,8 @@
 //! * name: valid UTF-8, 1..=[`MAX_NAME_BYTES`] bytes.
 //! * count: an integer in 1..=[`MAX_COUNT`]. Floats (even `2.0`), strings in
 //!   MessagePack, `nil` and any other type are rejected.
-//! * ts: finite and ≥ 0; in MessagePack any int or float type. The resolved
+//! * ts: finite and ≥ 0, written without a sign in the plain form (as
+//!   `count`); in MessagePack any int or float type. The resolved
 //!   time may be at most [`MAX_FUTURE_MS`] after the entry ID's time.
 //!
 //! When an entry breaks several rules the first failing check names it, in
@@ -232,10 +233,14 @@ fn count_in_range(count: i128) -> Result<i64, Reject> {
 /// A plain-form `ts` to unix ms. `digits[.digits]` is read exactly (the ms
 /// are the first three fraction digits, the rest truncated), so
 /// `"1700000000.001"` is exactly `1700000000001`. Any other spelling that
-/// Rust's `f64` parser accepts (`1e9`, `.5`) goes through [`float_ts_ms`].
+/// Rust's `f64` parser accepts (`1e9`, `.5`) goes through [`float_ts_ms`],
+/// except a leading `+`, refused as it is for `count`.
 fn text_ts_ms(bytes: &[u8]) -> Result<i64, Reject> {
     if let Some(ms) = exact_decimal_ms(bytes) {
         return Ok(ms);
+    }
+    if bytes.first() == Some(&b'+') {
+        return Err(Reject::BadTimestamp);
     }
     let text = std::str::from_utf8(bytes).map_err(|_| Reject::BadTimestamp)?;
     float_ts_ms(text.parse::<f64>().map_err(|_| Reject::BadTimestamp)?)
@@ -652,6 +657,9 @@ mod tests {
             b"",
             b"1.2.3",
             b"\xff",
+            // A sign is refused as for count, even where f64 would take it.
+            b"+1700000000",
+            b"+1.5e9",
         ] {
             assert_eq!(
                 plain(&[("name", b"a"), ("ts", bad)]),

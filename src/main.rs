@@ -3,9 +3,13 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use hitcount::cli::{Cli, LogFormat};
 
 fn main() -> ExitCode {
-    let cli = hitcount::cli::Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     let format = cli.log_format;
     hitcount::cli::init_tracing(format, cli.default_log_level());
     let runtime = match tokio::runtime::Runtime::new() {
@@ -17,15 +21,58 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(hitcount::cli::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output has gone (`| head`): nothing to report.
+        Err(e) if e.is::<hitcount::cli::StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
             // In JSON mode the last word is a JSON line too, for the shipper.
             match format {
-                hitcount::cli::LogFormat::Json => {
+                LogFormat::Json => {
                     tracing::error!(error = format!("{e:#}"), "hitcount failed")
                 }
-                hitcount::cli::LogFormat::Text => eprintln!("hitcount: {e:#}"),
+                LogFormat::Text => eprintln!("hitcount: {e:#}"),
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Reports a command line clap refused, or prints the help or version it
+/// asked for. With JSON logs (`--log-format json` or HITCOUNT_LOG_FORMAT)
+/// an error is one JSON line like every other error; the exit status is
+/// clap's (2 for a usage error, 0 for --help and --version).
+fn usage_error(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() || !json_requested() {
+        e.exit();
+    }
+    hitcount::cli::init_tracing(LogFormat::Json, "warn");
+    let text = e.render().to_string();
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
+    tracing::error!(
+        error = first.trim_start_matches("error: "),
+        detail = text.trim_end(),
+        "invalid command line"
+    );
+    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+}
+
+/// Whether JSON logs were asked for, read from the raw command line and the
+/// environment (the parsed one is not there when parsing failed).
+fn json_requested() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = args.iter().enumerate().rev().find_map(|(i, a)| {
+        if let Some(v) = a.strip_prefix("--log-format=") {
+            Some(v.to_string())
+        } else if a == "--log-format" {
+            args.get(i + 1).cloned()
+        } else {
+            None
+        }
+    });
+    match flag {
+        Some(v) => v == "json",
+        None => std::env::var("HITCOUNT_LOG_FORMAT").is_ok_and(|v| v == "json"),
     }
 }

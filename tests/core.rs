@@ -109,13 +109,16 @@ async fn send_recent_hits(c: &mut redis::aio::MultiplexedConnection) -> Hits {
     hits
 }
 
+/// Debian's interpreter, which carries Debian's python3-redis: the one
+/// `scripts/ensure-deps` checks and installs (not whichever python3 comes
+/// first on PATH).
 fn python3() -> &'static str {
-    // Debian's interpreter carries Debian's python3-redis.
-    if std::path::Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    }
+    const PYTHON: &str = "/usr/bin/python3";
+    assert!(
+        std::path::Path::new(PYTHON).exists(),
+        "{PYTHON} is missing: run scripts/ensure-deps (it installs python3 and python3-redis)"
+    );
+    PYTHON
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,11 +147,11 @@ async fn counts_equal_the_seeds_reference_in_both_forms() {
         .arg(format!("{}/1", srv.url()))
         .arg(&file)
         .output()
-        .expect("python3 (run scripts/ensure-deps)");
+        .expect("running /usr/bin/python3 (run scripts/ensure-deps)");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{stdout}{}",
+        "{stdout}{}(a missing redis module: run scripts/ensure-deps)",
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(stdout.trim(), "ok 49");

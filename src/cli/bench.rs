@@ -12,21 +12,30 @@ pub struct Args {
     /// Redis to measure (its `bench:*` keys are written, then deleted).
     /// Default: a throwaway redis-server with the SLOWLOG at 10 ms.
     #[arg(long = "redis-url", env = "REDIS_URL", hide_env_values = true)]
-    redis_url: Option<String>,
-    /// Entries prefilled per workload (the default run takes about a minute).
-    #[arg(long, default_value_t = 100_000)]
+    pub(super) redis_url: Option<String>,
+    /// Entries prefilled per workload, at least 1 (the default run takes
+    /// about a minute).
+    #[arg(long, default_value_t = 100_000, value_parser = super::parse_at_least_one)]
     entries: u64,
-    /// Worker counts, comma separated; the ceiling runs as many consumers.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2])]
+    /// Worker counts, comma separated, each 1 to 64; the ceiling runs as
+    /// many consumers.
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     workers: Vec<usize>,
     /// Workloads, comma separated.
-    #[arg(long, value_delimiter = ',', value_enum, default_values_t = vec![Workload::Hot, Workload::Zipf, Workload::Uniform])]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_enum,
+        default_value = "hot,zipf,uniform"
+    )]
     workload: Vec<Workload>,
-    /// Hits sent the seeds' way (one pipeline per hit) per workload.
-    #[arg(long, default_value_t = 20_000)]
+    /// Hits sent the seeds' way (one pipeline per hit) per workload, at
+    /// least 1.
+    #[arg(long, default_value_t = 20_000, value_parser = super::parse_at_least_one)]
     seeds_sample: u64,
-    /// Seconds of steady load while probing the XADD-to-visible delay.
-    #[arg(long, default_value_t = 8)]
+    /// Seconds of steady load while probing the XADD-to-visible delay, 1 to
+    /// 3600.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=3600))]
     latency_secs: u64,
     /// Also drain a backlog of this many entries with one worker and report
     /// its peak RSS (5000000 takes a few minutes).
@@ -72,9 +81,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let report = crate::bench::run(&opts).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.table());
+        super::out(&report.table())?;
     }
     drop(server);
     Ok(())

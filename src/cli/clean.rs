@@ -18,14 +18,14 @@ pub struct Args {
     /// while one of them leads).
     #[arg(long, required = true)]
     once: bool,
-    /// Seconds to wait for the lease while a worker holds it.
-    #[arg(long, default_value_t = 30)]
+    /// Seconds to wait for the lease while a worker holds it (0 to 3600).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
     wait: u64,
     /// Print the outcome as JSON.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    common: Common,
+    pub(super) common: Common,
     #[command(flatten)]
     leader: LeaderArgs,
 }
@@ -35,7 +35,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.layout.validate()?;
     args.leader.validate()?;
     let client = crate::connect::client(&args.common.redis)?;
-    let mut conn = crate::connect::open(&client, crate::connect::RESPONSE_TIMEOUT).await?;
+    let mut conn = super::connect(&args.common.redis).await?;
     crate::scripts::load_all(&mut conn).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);
     let owner = format!("clean-once@{}", std::process::id());
@@ -67,10 +67,10 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         Err(CleanError::Redis(e)) => return Err(e).context("cleaner pass failed"),
     };
     if args.json {
-        println!("{}", serde_json::to_string(&last)?);
+        outln!("{}", serde_json::to_string(&last)?);
     } else {
         let p = &last.pass;
-        println!(
+        outln!(
             "cleaned {} counters in {} ms: {} samples removed, {} counters removed; {} stream entries trimmed",
             p.counters_scanned, p.duration_ms, p.samples_removed, p.counters_removed, last.trimmed.entries
         );

@@ -15,28 +15,48 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    common: Common,
+    pub(super) common: Common,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = crate::connect::client(&args.common.redis)?;
-    let mut conn = crate::connect::open(&client, crate::connect::RESPONSE_TIMEOUT).await?;
+pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.common.layout.validate()?;
+    let precisions = &args.common.layout.precisions;
+    if !precisions.contains(&args.precision) {
+        let list: Vec<String> = precisions.iter().map(u32::to_string).collect();
+        anyhow::bail!(
+            "invalid --precision: {} s is not a configured precision; the configured ones are {} \
+             (--precisions / HITCOUNT_PRECISIONS)",
+            args.precision,
+            list.join(", ")
+        );
+    }
+    let mut conn = super::connect(&args.common.redis).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);
-    let samples = counters::read(&mut conn, &keys, args.precision, &args.name).await?;
+    let counter = counters::read_counter(&mut conn, &keys, args.precision, &args.name).await?;
+    if let Some((field, value)) = &counter.corrupt_example {
+        tracing::warn!(
+            key = keys.count(args.precision, &args.name),
+            skipped = counter.corrupt,
+            example = format!("{field:?} = {value:?}"),
+            "fields that are not integers (not written by hitcount, or damaged) were skipped"
+        );
+    }
+    let samples = counter.samples;
     if args.json {
-        println!("{}", serde_json::to_string(&samples)?);
+        outln!("{}", serde_json::to_string(&samples)?);
         return Ok(());
     }
     if samples.is_empty() {
-        println!(
+        outln!(
             "no samples for {} at precision {} s",
-            args.name, args.precision
+            args.name,
+            args.precision
         );
         return Ok(());
     }
-    println!("{:<21} {:>12}", "time (UTC)", "count");
+    outln!("{:<21} {:>12}", "time (UTC)", "count");
     for s in &samples {
-        println!("{:<21} {:>12}", counters::format_utc(s.time), s.count);
+        outln!("{:<21} {:>12}", counters::format_utc(s.time), s.count);
     }
     Ok(())
 }

@@ -13,20 +13,20 @@ const MAX_IN_FLIGHT: u64 = 200_000;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Number of hit events to send.
-    #[arg(long)]
+    /// Number of hit events to send (at least 1).
+    #[arg(long, value_parser = super::parse_at_least_one)]
     hits: u64,
-    /// Number of distinct names (page:0 .. page:N-1).
-    #[arg(long, default_value_t = 1000)]
+    /// Number of distinct names (page:0 .. page:N-1), 1 to 10,000,000.
+    #[arg(long, default_value_t = 1000, value_parser = super::names_parser())]
     names: usize,
-    /// Zipf exponent for name popularity (default: uniform).
-    #[arg(long)]
+    /// Zipf exponent for name popularity, 0 to 10 (default: uniform).
+    #[arg(long, value_parser = super::parse_zipf, allow_negative_numbers = true)]
     zipf: Option<f64>,
-    /// Events per second (default: as fast as Redis takes them).
-    #[arg(long)]
+    /// Events per second, at least 1 (default: as fast as Redis takes them).
+    #[arg(long, value_parser = super::parse_at_least_one)]
     rate: Option<u64>,
     #[command(flatten)]
-    common: Common,
+    pub(super) common: Common,
 }
 
 /// What a load run sent.
@@ -41,6 +41,9 @@ pub struct Sent {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // The producer retries every error in the background; check first that
+    // Redis takes hits from this user at all.
+    super::check_stream(&args.common.redis, &args.common.stream.stream).await?;
     let producer = Producer::start(
         &args.common.redis,
         &args.common.stream,
@@ -56,7 +59,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )
     .await;
     producer.shutdown(Duration::from_secs(5)).await;
-    println!(
+    outln!(
         "sent {} hits over {} names to {} in {:.2} s ({:.0} hits/s)",
         sent.hits,
         args.names,

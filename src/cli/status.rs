@@ -12,24 +12,22 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    common: Common,
+    pub(super) common: Common,
     #[command(flatten)]
     leader: LeaderArgs,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = crate::connect::client(&args.common.redis)?;
-    let mut conn = crate::connect::open(&client, crate::connect::RESPONSE_TIMEOUT).await?;
+pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.common.layout.validate()?;
+    args.leader.validate()?;
+    let mut conn = super::connect(&args.common.redis).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);
     let status =
         crate::status::gather(&mut conn, &keys, &keys.leader(&args.leader.leader_key)).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        outln!("{}", serde_json::to_string_pretty(&status)?);
     } else {
-        print!(
-            "{}",
-            crate::status::render(&status, crate::worker::unix_ms())
-        );
+        super::out(&crate::status::render(&status, crate::worker::unix_ms()))?;
     }
     Ok(())
 }

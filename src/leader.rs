@@ -29,7 +29,7 @@ use crate::config::LeaderArgs;
 use crate::connect::{self, Outage};
 use crate::keys::Keys;
 use crate::metrics::metrics;
-use crate::scripts::{RELEASE, RENEW};
+use crate::scripts::RENEW;
 use crate::shutdown::Shutdown;
 
 /// Part of the lease given up as a safety margin: a leader considers its
@@ -133,13 +133,7 @@ impl Lease {
     /// worker's, so another can take over at once.
     pub async fn release(&self, conn: &mut MultiplexedConnection) -> RedisResult<bool> {
         self.set(None);
-        let released: i64 = RELEASE
-            .evalsha(1)
-            .arg(&self.key)
-            .arg(&self.token)
-            .query_async(conn)
-            .await?;
-        Ok(released == 1)
+        crate::scripts::release_if_held(conn, &self.key, &self.token).await
     }
 
     /// Keeps trying to lead until shutdown: renews while leader, tries to

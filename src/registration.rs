@@ -17,7 +17,7 @@ use redis::{Client, Value};
 
 use crate::connect::{self, ErrorClass, Outage, StoreError, StoreResult};
 use crate::keys::Keys;
-use crate::scripts::{REGISTER, RELEASE};
+use crate::scripts::REGISTER;
 use crate::shutdown::Shutdown;
 
 /// How long a registration lives without renewal: the longest a restarted
@@ -168,13 +168,7 @@ impl Registration {
     /// Gives the name up if this worker still holds it, so a successor under
     /// the same name starts at once. Returns whether it was released.
     pub async fn release(&self, conn: &mut MultiplexedConnection) -> StoreResult<bool> {
-        let released: i64 = RELEASE
-            .evalsha(1)
-            .arg(&self.key)
-            .arg(&self.token)
-            .query_async(conn)
-            .await?;
-        Ok(released == 1)
+        Ok(crate::scripts::release_if_held(conn, &self.key, &self.token).await?)
     }
 }
 

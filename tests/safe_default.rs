@@ -45,6 +45,21 @@ fn metric(addrs: &[&str], name: &str) -> f64 {
         .sum()
 }
 
+/// `n` workers with default names, as a user starts them on one host, each
+/// ready; with their HTTP addresses.
+fn default_workers(url: &str, n: usize, extra: &[&str]) -> (Vec<bin::Child>, Vec<String>) {
+    let addrs: Vec<String> = (0..n).map(|_| free_addr()).collect();
+    let mut workers = Vec::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        let mut cmd = bin::default_worker(url, addr, &["--block-ms", "200"]);
+        cmd.args(extra);
+        let mut w = bin::Child::spawn(&format!("default-{i}"), cmd);
+        wait_ready(&mut w, addr);
+        workers.push(w);
+    }
+    (workers, addrs)
+}
+
 /// Waits for a child to exit, returning its code.
 fn exit_within(child: &mut bin::Child, secs: u64) -> Option<i32> {
     child
@@ -118,18 +133,7 @@ async fn default_names_are_unique_per_process_on_one_host() {
     let url = srv.url();
     let mut c = conn(&url).await;
     let k = keys(&settings(&url, "any"));
-    let addrs = [free_addr(), free_addr(), free_addr()];
-    let mut workers: Vec<bin::Child> = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let cmd = bin::default_worker(&url, a, &["--block-ms", "200"]);
-            bin::Child::spawn(&format!("default-{i}"), cmd)
-        })
-        .collect();
-    for (w, a) in workers.iter_mut().zip(&addrs) {
-        wait_ready(w, a);
-    }
+    let (mut workers, _) = default_workers(&url, 3, &[]);
     let hits = send(&url, &["x", "y"], 5000).await;
     wait_drained(&mut c, &k).await;
     assert_eq!(read_all(&mut c, &k).await, reference(&hits, &PRECISIONS));
@@ -196,19 +200,7 @@ async fn a_corrupt_window_record_is_quarantined_while_counting_stays_exact() {
         .await
         .unwrap();
 
-    let addrs = [free_addr(), free_addr()];
-    let mut workers: Vec<bin::Child> = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let cmd =
-                bin::default_worker(&url, a, &["--block-ms", "200", "--claim-idle-ms", "1000"]);
-            bin::Child::spawn(&format!("w{i}"), cmd)
-        })
-        .collect();
-    for (w, a) in workers.iter_mut().zip(&addrs) {
-        wait_ready(w, a);
-    }
+    let (mut workers, addrs) = default_workers(&url, 2, &["--claim-idle-ms", "1000"]);
     hits.extend(send(&url, &["p1", "p4"], 600).await);
     wait_drained(&mut c, &k).await;
     // The ghost's entries were never counted (no chunk applied): they stay
@@ -482,4 +474,33 @@ async fn a_batch_after_a_failed_one_is_refused_so_no_retry_is_lost() {
         .await
         .unwrap();
     assert_eq!(len, 20_000);
+}
+
+#[test]
+fn every_command_refuses_empty_or_looping_stream_names() {
+    let srv = server();
+    let url = srv.url();
+    let cases: [&[&str]; 5] = [
+        &["hit", "x", "--stream", ""],
+        &["load", "--hits", "1", "--group", ""],
+        &["get", "x", "--precision", "60", "--dead-stream", "hits"],
+        &["status", "--stream", ""],
+        &["clean", "--once", "--dead-stream", ""],
+    ];
+    for args in cases {
+        let out = bin::hitcount()
+            .args(args)
+            .args(["--redis-url", &url])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("HITCOUNT_STREAM")
+                || err.contains("HITCOUNT_GROUP")
+                || err.contains("HITCOUNT_DEAD_STREAM"),
+            "{args:?} names the setting: {err}"
+        );
+    }
 }

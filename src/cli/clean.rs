@@ -32,7 +32,7 @@ pub struct Args {
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
     let _ = args.once;
-    args.common.layout.validate()?;
+    args.common.validate()?;
     args.leader.validate()?;
     let client = crate::connect::client(&args.common.redis)?;
     let mut conn = super::connect(&args.common.redis).await?;

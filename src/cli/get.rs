@@ -19,7 +19,7 @@ pub struct Args {
 }
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
-    args.common.layout.validate()?;
+    args.common.validate()?;
     let precisions = &args.common.layout.precisions;
     if !precisions.contains(&args.precision) {
         let list: Vec<String> = precisions.iter().map(u32::to_string).collect();

@@ -53,7 +53,7 @@ fn refuse_at(ts: f64, now_ms: i64, precisions: &[u32], samples: u32) -> Option<S
 }
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
-    args.common.layout.validate()?;
+    args.common.validate()?;
     if let Some(ts) = args.at {
         let layout = &args.common.layout;
         if let Some(why) = refuse_at(

@@ -40,7 +40,8 @@ pub struct Sent {
     pub elapsed: Duration,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
+pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.common.validate()?;
     // The producer retries every error in the background; check first that
     // Redis takes hits from this user at all.
     super::check_stream(&args.common.redis, &args.common.stream.stream).await?;

@@ -83,6 +83,14 @@ pub struct Common {
     pub stream: StreamArgs,
 }
 
+impl Common {
+    /// Checks the layout and the stream names (sorting the precisions).
+    pub fn validate(&mut self) -> Result<(), crate::config::ConfigError> {
+        self.layout.validate()?;
+        self.stream.validate()
+    }
+}
+
 impl Cli {
     /// The log level when RUST_LOG is not set: lifecycle logs for the
     /// long-running worker, only problems for one-shot commands.
@@ -253,12 +261,10 @@ pub async fn connect(redis: &RedisArgs) -> anyhow::Result<MultiplexedConnection>
     Ok(conn)
 }
 
-/// Whether retrying cannot help. A refused password counts as permanent
-/// here: a worker retries it (the password may be fixed while it runs), a
-/// one-shot command reports it.
+/// Whether retrying cannot help (the classes every command shares with the
+/// worker, see [`crate::connect::classify`]).
 fn permanent(err: &RedisError) -> bool {
-    err.kind() == redis::ErrorKind::AuthenticationFailed
-        || crate::connect::classify(err).0 == ErrorClass::Permanent
+    crate::connect::classify(err).0 == ErrorClass::Fatal
 }
 
 /// Checks, before a producer starts (it retries every error in the
@@ -287,7 +293,8 @@ pub async fn check_stream(redis: &RedisArgs, stream: &str) -> anyhow::Result<()>
             .arg(stream)
             .arg(keys.producer(&format!("probe-{:016x}", rand::random::<u64>())))
             .arg(1)
-            .arg(1);
+            .arg(1)
+            .arg(0);
         match produce.query_async::<u64>(&mut conn).await {
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 crate::scripts::load_all(&mut conn).await?;

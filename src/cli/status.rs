@@ -18,7 +18,7 @@ pub struct Args {
 }
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
-    args.common.layout.validate()?;
+    args.common.validate()?;
     args.leader.validate()?;
     let mut conn = super::connect(&args.common.redis).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);

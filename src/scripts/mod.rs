@@ -85,3 +85,20 @@ pub async fn load_all<C: ConnectionLike>(conn: &mut C) -> RedisResult<()> {
     debug_assert!(hashes.iter().zip(all()).all(|(h, l)| h == l.hash()));
     Ok(())
 }
+
+/// Deletes `key` if it still holds `token` (`release.lua`): how the leader
+/// lease and a consumer name registration are given up. Returns whether it
+/// was released.
+pub async fn release_if_held<C: ConnectionLike>(
+    conn: &mut C,
+    key: &str,
+    token: &str,
+) -> RedisResult<bool> {
+    let released: i64 = RELEASE
+        .evalsha(1)
+        .arg(key)
+        .arg(token)
+        .query_async(conn)
+        .await?;
+    Ok(released == 1)
+}

@@ -3,16 +3,16 @@
 //! step's pipeline of a window.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use hitcount::aggregate::{Cell, Window};
-use hitcount::config::{LayoutArgs, StreamArgs, DEFAULT_PRECISIONS};
-use hitcount::event;
-use hitcount::keys::Keys;
+use hitcount::model::aggregate::{Cell, Window};
+use hitcount::model::config::{LayoutArgs, StreamArgs, DEFAULT_PRECISIONS};
+use hitcount::model::event;
+use hitcount::model::keys::Keys;
 
 /// Hits per read, the worker's default read size.
 const BATCH: usize = 1000;
 
 fn entries(n: usize) -> Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> {
-    let base = hitcount::worker::unix_ms();
+    let base = hitcount::model::clock::unix_ms();
     (0..n)
         .map(|i| {
             let id = format!("{}-{i}", base).into_bytes();
@@ -49,7 +49,7 @@ fn decode(c: &mut Criterion) {
 
 fn aggregate(c: &mut Criterion) {
     let es = entries(BATCH);
-    let now = hitcount::worker::unix_ms();
+    let now = hitcount::model::clock::unix_ms();
     let hits: Vec<_> = es
         .iter()
         .map(|(id, _, packed)| event::decode(id, [(&b"hit"[..], packed.as_slice())]).unwrap())
@@ -73,7 +73,7 @@ fn aggregate(c: &mut Criterion) {
 
 fn apply_step(c: &mut Criterion) {
     let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
-    let now = hitcount::worker::unix_ms();
+    let now = hitcount::model::clock::unix_ms();
     let es = entries(50_000);
     let mut window = Window::new(&DEFAULT_PRECISIONS, 120);
     let mut ids = String::new();
@@ -90,13 +90,14 @@ fn apply_step(c: &mut Criterion) {
     g.throughput(Throughput::Elements(es.len() as u64));
     g.bench_function("50k hits, 1000 names (7000 cells)", |b| {
         b.iter(|| {
-            let step = hitcount::commit::Apply {
+            let step = hitcount::store::commit::Apply {
                 window: "w-1",
                 cells: &cells,
                 ids: &ids,
-                chunk: hitcount::commit::CHUNK_CELLS,
+                chunk: hitcount::store::commit::CHUNK_CELLS,
             };
-            let (pipe, _) = hitcount::commit::apply_pipeline(&keys, &step, Some("w-0"), None);
+            let (pipe, _) =
+                hitcount::store::commit::apply_pipeline(&keys, &step, Some("w-0"), None);
             pipe.get_packed_pipeline().len()
         })
     });

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use hitcount::cli::{Cli, LogFormat};
+use hitcount::edge::cli::{Cli, LogFormat};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -11,7 +11,7 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     let format = cli.log_format;
-    hitcount::cli::init_tracing(format, cli.default_log_level());
+    hitcount::edge::cli::init_tracing(format, cli.default_log_level());
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -19,10 +19,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(hitcount::cli::run(cli)) {
+    match runtime.block_on(hitcount::edge::cli::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of our output has gone (`| head`): nothing to report.
-        Err(e) if e.is::<hitcount::cli::StdoutClosed>() => ExitCode::SUCCESS,
+        Err(e) if e.is::<hitcount::edge::cli::StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
             // In JSON mode the last word is a JSON line too, for the shipper.
             match format {
@@ -44,7 +44,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
     if !e.use_stderr() || !json_requested() {
         e.exit();
     }
-    hitcount::cli::init_tracing(LogFormat::Json, "warn");
+    hitcount::edge::cli::init_tracing(LogFormat::Json, "warn");
     let text = e.render().to_string();
     let first = text
         .lines()

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::bin::{free_addr, http_get, run_hitcount, start_worker};
 use common::*;
-use hitcount::embedded::ServerOptions;
+use hitcount::edge::embedded::ServerOptions;
 
 const USER: &str = "hitcount";
 const PASSWORD: &str = "acl-test-pw";
@@ -136,7 +136,7 @@ async fn everything_runs_as_the_least_privileged_user() {
         .unwrap();
     assert!(leader.starts_with("acl-w2/"), "{leader}");
     // Let the binary's sampler take a sample as the user.
-    tokio::time::sleep(hitcount::sampler::SAMPLE_EVERY + Duration::from_secs(1)).await;
+    tokio::time::sleep(hitcount::service::sampler::SAMPLE_EVERY + Duration::from_secs(1)).await;
     let (status, metrics) = http_get(&listen, "/metrics").unwrap();
     assert_eq!(status, 200);
     assert!(
@@ -211,10 +211,14 @@ async fn everything_runs_as_the_least_privileged_user() {
 const OLD: u64 = 20;
 
 /// `OLD` counters `1:old:TAG:i`, each with one sample a day old.
-async fn plant_old(c: &mut redis::aio::MultiplexedConnection, k: &hitcount::keys::Keys, tag: &str) {
+async fn plant_old(
+    c: &mut redis::aio::MultiplexedConnection,
+    k: &hitcount::model::keys::Keys,
+    tag: &str,
+) {
     let mut pipe = redis::pipe();
     for i in 0..OLD {
-        let m = hitcount::keys::Keys::member(1, &format!("old:{tag}:{i}"));
+        let m = hitcount::model::keys::Keys::member(1, &format!("old:{tag}:{i}"));
         pipe.cmd("HSET")
             .arg(k.count_of_member(&m))
             .arg(unix_now() - 86_400)
@@ -225,7 +229,10 @@ async fn plant_old(c: &mut redis::aio::MultiplexedConnection, k: &hitcount::keys
 }
 
 /// Planted counters still known.
-async fn old_left(c: &mut redis::aio::MultiplexedConnection, k: &hitcount::keys::Keys) -> u64 {
+async fn old_left(
+    c: &mut redis::aio::MultiplexedConnection,
+    k: &hitcount::model::keys::Keys,
+) -> u64 {
     redis::cmd("ZLEXCOUNT")
         .arg(k.known())
         .arg("[1:old:")

@@ -19,11 +19,11 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::*;
-use hitcount::embedded::ServerOptions;
+use hitcount::edge::embedded::ServerOptions;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const PRECISIONS: [u32; 7] = hitcount::config::DEFAULT_PRECISIONS;
+const PRECISIONS: [u32; 7] = hitcount::model::config::DEFAULT_PRECISIONS;
 /// Claim time of the workers: short, so stopped and killed workers' entries
 /// move on quickly.
 const CLAIM_IDLE_MS: u64 = 2000;
@@ -153,7 +153,7 @@ async fn chaos_every_hit_counts_exactly_once() {
             if Instant::now() >= until {
                 println!(
                     "{} cont {}",
-                    hitcount::worker::unix_ms(),
+                    hitcount::model::clock::unix_ms(),
                     pool.slots[slot].name()
                 );
                 pool.slots[slot].signal(libc::SIGCONT);
@@ -163,9 +163,9 @@ async fn chaos_every_hit_counts_exactly_once() {
         if step == restart_at {
             // Flush first: whatever the producer has in flight when Redis
             // goes down is retried after, deduplicated by its batch number.
-            println!("{} restart", hitcount::worker::unix_ms());
+            println!("{} restart", hitcount::model::clock::unix_ms());
             srv.restart().expect("restarting redis");
-            println!("{} restarted", hitcount::worker::unix_ms());
+            println!("{} restarted", hitcount::model::clock::unix_ms());
             restarts += 1;
             c = conn(&url).await;
         } else {
@@ -177,7 +177,7 @@ async fn chaos_every_hit_counts_exactly_once() {
                     }
                     println!(
                         "{} kill {}",
-                        hitcount::worker::unix_ms(),
+                        hitcount::model::clock::unix_ms(),
                         pool.slots[slot].name()
                     );
                     pool.slots[slot].kill();
@@ -188,7 +188,7 @@ async fn chaos_every_hit_counts_exactly_once() {
                     let slot = rng.random_range(0..pool.slots.len());
                     println!(
                         "{} stop {}",
-                        hitcount::worker::unix_ms(),
+                        hitcount::model::clock::unix_ms(),
                         pool.slots[slot].name()
                     );
                     pool.slots[slot].signal(libc::SIGSTOP);
@@ -197,7 +197,7 @@ async fn chaos_every_hit_counts_exactly_once() {
                     stops += 1;
                 }
                 3 | 4 => {
-                    println!("{} client kill", hitcount::worker::unix_ms());
+                    println!("{} client kill", hitcount::model::clock::unix_ms());
                     // Kills every normal client but this one (SKIPME yes).
                     kill_clients(&mut c).await;
                     conn_kills += 1;
@@ -222,7 +222,10 @@ async fn chaos_every_hit_counts_exactly_once() {
     producer.shutdown(Duration::from_secs(5)).await;
     let keys = keys(&settings(&url, "check"));
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !hitcount::stream::drained(&mut c, &keys).await.unwrap() {
+    while !hitcount::store::stream::drained(&mut c, &keys)
+        .await
+        .unwrap()
+    {
         assert!(
             Instant::now() < deadline,
             "not drained within 120 s (seed {seed}); logs:\n{}",
@@ -255,10 +258,12 @@ async fn chaos_every_hit_counts_exactly_once() {
         .query_async(&mut c)
         .await
         .unwrap();
-    let added: usize =
-        hitcount::stream::info_str(&hitcount::stream::info_pairs(&info), "entries-added")
-            .and_then(|n| n.parse().ok())
-            .expect("entries-added");
+    let added: usize = hitcount::store::stream::info_str(
+        &hitcount::store::stream::info_pairs(&info),
+        "entries-added",
+    )
+    .and_then(|n| n.parse().ok())
+    .expect("entries-added");
     assert_eq!(added, total + bad_ids.len(), "each hit appended once");
     let dead_ids: BTreeSet<String> = dead.iter().filter_map(|d| d.get("id").cloned()).collect();
     println!(

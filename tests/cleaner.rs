@@ -10,17 +10,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::*;
-use hitcount::cleaner::Cleaner;
-use hitcount::config::{LayoutArgs, LeaderArgs};
-use hitcount::keys::Keys;
-use hitcount::leader::Lease;
+use hitcount::model::config::{LayoutArgs, LeaderArgs};
+use hitcount::model::keys::Keys;
+use hitcount::service::cleaner::Cleaner;
+use hitcount::service::leader::Lease;
 use redis::aio::MultiplexedConnection;
 
 const NOW: i64 = 1_700_000_000;
 
 /// A cleaner holding the lease on `c`.
 async fn leader(c: &mut MultiplexedConnection, keys: &Keys) -> (Cleaner, Arc<Lease>) {
-    hitcount::scripts::load_all(c).await.unwrap();
+    hitcount::store::scripts::load_all(c).await.unwrap();
     let lease = Arc::new(Lease::new(
         keys,
         &LeaderArgs {
@@ -88,7 +88,7 @@ fn seeds_pass(st: &mut State, passes: u64, now: i64) {
 /// some wholly old, some wholly young.
 async fn fill_mixed(c: &mut MultiplexedConnection, keys: &Keys) {
     let mut pipe = redis::pipe();
-    for &prec in &hitcount::config::DEFAULT_PRECISIONS {
+    for &prec in &hitcount::model::config::DEFAULT_PRECISIONS {
         let p = i64::from(prec);
         for (i, name) in ["all-old", "mixed", "young", "edge"].iter().enumerate() {
             let member = Keys::member(prec, name);
@@ -150,7 +150,7 @@ async fn a_member_leaves_known_only_if_its_hash_is_still_empty() {
     let (_cleaner, lease) = leader(&mut c, &keys).await;
     let old = NOW - 1000;
     let clean = |member: &str| {
-        let mut cmd = hitcount::scripts::CLEAN.evalsha(3);
+        let mut cmd = hitcount::store::scripts::CLEAN.evalsha(3);
         cmd.arg(lease.key())
             .arg(keys.known())
             .arg(keys.count_of_member(member))
@@ -192,7 +192,7 @@ async fn a_member_leaves_known_only_if_its_hash_is_still_empty() {
     assert_eq!(st.get("1:raced").unwrap(), &BTreeMap::from([(NOW, 1)]));
     assert!(!st.contains_key("1:quiet"));
     // Another token (a stale leader) writes nothing.
-    let mut stale = hitcount::scripts::CLEAN.evalsha(3);
+    let mut stale = hitcount::store::scripts::CLEAN.evalsha(3);
     stale
         .arg(lease.key())
         .arg(keys.known())
@@ -325,7 +325,7 @@ async fn a_worker_skipping_zadds_never_orphans_a_counter_across_cleaner_passes()
             pipe.query_async::<()>(&mut c).await.unwrap();
         }
     };
-    let skew = hitcount::known::CLOCK_MARGIN_SECS - 1;
+    let skew = hitcount::model::known::CLOCK_MARGIN_SECS - 1;
     let ones = |c: &State| c.keys().filter(|m| m.starts_with("1:")).count();
 
     // Window 1: second-precision samples aged 0..100 s.

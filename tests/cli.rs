@@ -117,7 +117,7 @@ fn bad_input_fails_with_a_clear_message() {
     );
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("HITCOUNT_PRECISIONS"));
-    let port = hitcount::embedded::free_port();
+    let port = hitcount::edge::embedded::free_port();
     let o = hitcount(
         &["get", "x", "--precision", "60"],
         &[("REDIS_URL", &format!("redis://:topsecret@127.0.0.1:{port}"))],

@@ -9,11 +9,11 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hitcount::commit::{Committer, Outcome, Sealed};
-use hitcount::config::{RedisArgs, StreamArgs};
-use hitcount::producer::{Producer, ProducerOptions};
+use hitcount::model::config::{RedisArgs, StreamArgs};
+use hitcount::service::producer::{Producer, ProducerOptions};
+use hitcount::store::commit::{Committer, Outcome, Sealed};
 
-const PRECISIONS: [u32; 7] = hitcount::config::DEFAULT_PRECISIONS;
+const PRECISIONS: [u32; 7] = hitcount::model::config::DEFAULT_PRECISIONS;
 
 /// Hits as (name, count, unix seconds as float).
 type Hits = Vec<(String, i64, f64)>;
@@ -28,7 +28,7 @@ async fn xadd_msgpack(
         .arg("hits")
         .arg("*")
         .arg("hit")
-        .arg(hitcount::event::encode(name, count, ts))
+        .arg(hitcount::model::event::encode(name, count, ts))
         .query_async(c)
         .await
         .unwrap()
@@ -47,7 +47,7 @@ async fn xadd_plain(
 }
 
 fn id_secs(id: &str) -> f64 {
-    hitcount::event::entry_id_ms(id.as_bytes()).unwrap() as f64 / 1000.0
+    hitcount::model::event::entry_id_ms(id.as_bytes()).unwrap() as f64 / 1000.0
 }
 
 fn rust_reference(hits: &Hits) -> Counts {
@@ -260,7 +260,7 @@ async fn bad_entries_are_dead_lettered_and_good_ones_in_the_batch_count() {
         .query_async(&mut c)
         .await
         .unwrap();
-    let dead = hitcount::stream::entry_list(&dead);
+    let dead = hitcount::store::stream::entry_list(&dead);
     assert_eq!(dead.len(), bad.len() + 1);
     for (entry, (id, reason)) in dead.iter().zip(&bad_ids) {
         let pairs: Vec<(String, String)> = entry
@@ -330,7 +330,7 @@ async fn the_dead_letter_stream_stays_at_its_cap_and_keeps_the_newest() {
     let workers = Workers::start(vec![s.clone()]);
     // Watched all along, not only at the end.
     let mut longest = 0;
-    while !hitcount::stream::drained(&mut c, &k).await.unwrap() {
+    while !hitcount::store::stream::drained(&mut c, &k).await.unwrap() {
         let len: u64 = redis::cmd("XLEN")
             .arg("hits:dead")
             .query_async(&mut c)
@@ -400,15 +400,17 @@ async fn a_stalled_workers_window_is_fenced_after_its_entries_are_claimed() {
     let mut stalled = settings(&srv.url(), "stalled");
     stalled.worker.claim_idle_ms = 1000;
     let k = keys(&stalled);
-    hitcount::scripts::load_all(&mut c).await.unwrap();
-    hitcount::stream::ensure_group(&mut c, &k).await.unwrap();
+    hitcount::store::scripts::load_all(&mut c).await.unwrap();
+    hitcount::store::stream::ensure_group(&mut c, &k)
+        .await
+        .unwrap();
     // The stalled worker: reads its epoch and the entries, then stops.
     let committer = Committer::new(k.clone(), "stalled".into(), 1000);
     let epoch = committer.epoch(&mut c).await.unwrap();
-    let reply = hitcount::stream::read(&mut c, &k, "stalled", 100, None, ">")
+    let reply = hitcount::store::stream::read(&mut c, &k, "stalled", 100, None, ">")
         .await
         .unwrap();
-    let entries = hitcount::stream::read_reply_entries(&reply);
+    let entries = hitcount::store::stream::read_reply_entries(&reply);
     assert_eq!(entries.len(), 10);
     let ids: Vec<&str> = entries.iter().map(|e| e.id_str()).collect();
     let ids = ids.join(" ");
@@ -422,10 +424,10 @@ async fn a_stalled_workers_window_is_fenced_after_its_entries_are_claimed() {
     workers.stop().await;
 
     // The stalled worker wakes up and tries to commit its window.
-    let mut window = hitcount::aggregate::Window::new(&PRECISIONS, 120);
+    let mut window = hitcount::model::aggregate::Window::new(&PRECISIONS, 120);
     for e in &entries {
         window.add(
-            &hitcount::event::decode(e.id, e.pairs()).unwrap(),
+            &hitcount::model::event::decode(e.id, e.pairs()).unwrap(),
             now as i64 * 1000,
         );
     }
@@ -435,7 +437,7 @@ async fn a_stalled_workers_window_is_fenced_after_its_entries_are_claimed() {
         ids: &ids,
         cells: &cells,
         rejected: &[],
-        chunk: hitcount::commit::CHUNK_CELLS,
+        chunk: hitcount::store::commit::CHUNK_CELLS,
     };
     let outcome = committer
         .commit(&mut c, &epoch, None, Some(&sealed))
@@ -485,7 +487,10 @@ async fn the_producer_buffers_while_redis_is_down_and_sends_once_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_producer_drops_and_counts_beyond_its_bound() {
-    let url = format!("redis://127.0.0.1:{}", hitcount::embedded::free_port());
+    let url = format!(
+        "redis://127.0.0.1:{}",
+        hitcount::edge::embedded::free_port()
+    );
     let producer = Producer::start(
         &RedisArgs::from_url(&url),
         &StreamArgs::default(),
@@ -539,7 +544,7 @@ async fn a_counter_refusing_its_increment_is_dead_lettered_in_a_later_window_too
         .query_async(&mut c)
         .await
         .unwrap();
-    let dead = hitcount::stream::entry_list(&dead);
+    let dead = hitcount::store::stream::entry_list(&dead);
     assert_eq!(dead.len(), 1, "one failed cell, dead-lettered once");
     let pairs: std::collections::HashMap<String, String> = dead[0]
         .pairs()

@@ -9,10 +9,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hitcount::embedded::ServerOptions;
+use hitcount::edge::embedded::ServerOptions;
 use redis::aio::MultiplexedConnection;
 
-const PRECISIONS: [u32; 7] = hitcount::config::DEFAULT_PRECISIONS;
+const PRECISIONS: [u32; 7] = hitcount::model::config::DEFAULT_PRECISIONS;
 
 async fn hget(c: &mut MultiplexedConnection, key: &str, field: i64) -> Option<i64> {
     redis::cmd("HGET")
@@ -40,11 +40,16 @@ async fn a_dead_workers_pending_entries_are_claimed_and_gone_consumers_leave() {
     s.worker.claim_idle_ms = 1000;
     s.worker.consumer_idle_ms = 2000;
     let k = keys(&s);
-    hitcount::stream::ensure_group(&mut c, &k).await.unwrap();
-    let reply = hitcount::stream::read(&mut c, &k, "dead-pod", 1000, None, ">")
+    hitcount::store::stream::ensure_group(&mut c, &k)
         .await
         .unwrap();
-    assert_eq!(hitcount::stream::read_reply_entries(&reply).len(), 100);
+    let reply = hitcount::store::stream::read(&mut c, &k, "dead-pod", 1000, None, ">")
+        .await
+        .unwrap();
+    assert_eq!(
+        hitcount::store::stream::read_reply_entries(&reply).len(),
+        100
+    );
 
     let workers = Workers::start(vec![s.clone()]);
     wait_drained(&mut c, &k).await;
@@ -69,11 +74,13 @@ async fn an_entry_delivered_too_often_is_dead_lettered_with_its_count_and_error(
     let k = keys(&s);
     let poison = xadd_hits(&mut c, "poison", 1, unix_now()).await;
     assert_eq!(poison.len(), 1);
-    hitcount::stream::ensure_group(&mut c, &k).await.unwrap();
-    let reply = hitcount::stream::read(&mut c, &k, "crashy", 10, None, ">")
+    hitcount::store::stream::ensure_group(&mut c, &k)
         .await
         .unwrap();
-    let id = hitcount::stream::read_reply_entries(&reply)[0]
+    let reply = hitcount::store::stream::read(&mut c, &k, "crashy", 10, None, ">")
+        .await
+        .unwrap();
+    let id = hitcount::store::stream::read_reply_entries(&reply)[0]
         .id_str()
         .to_string();
     // Four more deliveries to a worker that crashes on it every time.

@@ -5,8 +5,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hitcount::http::{serve, serve_with, Health, Limits};
-use hitcount::metrics::metrics;
+use hitcount::edge::http::{serve, serve_with, Health, Limits};
+use hitcount::model::metrics::metrics;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;

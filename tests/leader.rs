@@ -253,7 +253,7 @@ async fn a_leader_stopped_past_its_lease_does_nothing_after_it_resumes() {
     let seen = monitor.stdout();
 
     // The resumed worker tried to renew, was told no, and stood down.
-    let renew_sha = hitcount::scripts::RENEW.hash();
+    let renew_sha = hitcount::store::scripts::RENEW.hash();
     let stale_cmds: Vec<&str> = seen
         .lines()
         .filter(|l| l.contains(&stale_token) && !l.contains("[0 lua]"))
@@ -304,7 +304,7 @@ async fn a_leader_stopped_past_its_lease_does_nothing_after_it_resumes() {
 
 /// `redis-cli MONITOR` on `srv`, its output in a file; returns once it
 /// runs.
-fn monitor(srv: &hitcount::embedded::RedisServer) -> Child {
+fn monitor(srv: &hitcount::edge::embedded::RedisServer) -> Child {
     let mut cmd = std::process::Command::new("redis-cli");
     cmd.args(["-p", &srv.port().to_string(), "MONITOR"]);
     let mut m = Child::spawn("redis-cli MONITOR", cmd);

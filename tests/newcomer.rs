@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::bin::{hitcount, run_hitcount, Child};
 use common::*;
-use hitcount::embedded::ServerOptions;
+use hitcount::edge::embedded::ServerOptions;
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -92,7 +92,10 @@ fn nonsense_flag_values_are_refused_naming_the_flag() {
 /// counter layout are refused before Redis is contacted (no server here).
 #[test]
 fn values_that_do_not_fit_the_layout_are_refused_with_the_reason() {
-    let unreachable = format!("redis://127.0.0.1:{}", hitcount::embedded::free_port());
+    let unreachable = format!(
+        "redis://127.0.0.1:{}",
+        hitcount::edge::embedded::free_port()
+    );
     let now = unix_now();
     let cases: Vec<(Vec<String>, &str)> = vec![
         (

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::bin::{free_addr, run_hitcount, start_worker};
 use common::*;
-use hitcount::keys::Keys;
+use hitcount::model::keys::Keys;
 use redis::aio::MultiplexedConnection;
 
 /// Counters `1:NAME` with one sample `ts` each.

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use hitcount::aggregate::Window;
-use hitcount::event::{self, Hit, Reject, MAX_COUNT, MAX_FUTURE_MS, MAX_NAME_BYTES};
+use hitcount::model::aggregate::Window;
+use hitcount::model::event::{self, Hit, Reject, MAX_COUNT, MAX_FUTURE_MS, MAX_NAME_BYTES};
 use proptest::prelude::*;
 
 /// A MessagePack value tree, to build structured (not only random) inputs.

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use common::bin::{self, free_addr, http_get, wait_ready};
 use common::*;
-use hitcount::embedded::ServerOptions;
+use hitcount::edge::embedded::ServerOptions;
 use redis::aio::MultiplexedConnection;
 
-const PRECISIONS: [u32; 7] = hitcount::config::DEFAULT_PRECISIONS;
+const PRECISIONS: [u32; 7] = hitcount::model::config::DEFAULT_PRECISIONS;
 
 /// Hits of a few names at the current second, through the producer.
 async fn send(url: &str, names: &[&str], n: usize) -> Vec<(String, i64, i64)> {
@@ -160,12 +160,14 @@ async fn a_corrupt_window_record_is_quarantined_while_counting_stays_exact() {
     let mut hits = send(&url, &["p1", "p2", "p3"], 900).await;
     // A worker that read 300 entries, recorded a window whose cells do not
     // decode, and died; and a record with fields missing.
-    hitcount::scripts::load_all(&mut c).await.unwrap();
-    hitcount::stream::ensure_group(&mut c, &k).await.unwrap();
-    let reply = hitcount::stream::read(&mut c, &k, "ghost", 300, None, ">")
+    hitcount::store::scripts::load_all(&mut c).await.unwrap();
+    hitcount::store::stream::ensure_group(&mut c, &k)
         .await
         .unwrap();
-    let ids: Vec<String> = hitcount::stream::read_reply_entries(&reply)
+    let reply = hitcount::store::stream::read(&mut c, &k, "ghost", 300, None, ">")
+        .await
+        .unwrap();
+    let ids: Vec<String> = hitcount::store::stream::read_reply_entries(&reply)
         .iter()
         .map(|e| e.id_str().to_string())
         .collect();
@@ -419,12 +421,12 @@ fn bad_settings_are_refused_before_anything_starts() {
 async fn a_batch_after_a_failed_one_is_refused_so_no_retry_is_lost() {
     let srv = server();
     let mut c = conn(&srv.url()).await;
-    hitcount::scripts::load_all(&mut c).await.unwrap();
+    hitcount::store::scripts::load_all(&mut c).await.unwrap();
     let k = keys(&settings(&srv.url(), "any"));
     let dedup = k.producer("p1");
-    let event = hitcount::event::encode("x", 1, None);
+    let event = hitcount::model::event::encode("x", 1, None);
     let produce = |no: u64, confirmed: u64| {
-        let mut cmd = hitcount::scripts::PRODUCE.evalsha(2);
+        let mut cmd = hitcount::store::scripts::PRODUCE.evalsha(2);
         cmd.arg(&k.stream)
             .arg(&dedup)
             .arg(no)

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use hitcount::sampler::{sample, Sample};
+use hitcount::service::sampler::{sample, Sample};
 
 #[tokio::test]
 async fn samples_lag_pending_and_backlog_age() {
@@ -14,7 +14,7 @@ async fn samples_lag_pending_and_backlog_age() {
     assert_eq!(sample(&mut c, &keys).await.unwrap(), None, "no stream yet");
 
     // Five entries stamped 40, 30, 20, 10 and 0 seconds ago.
-    let now_ms = hitcount::worker::unix_ms();
+    let now_ms = hitcount::model::clock::unix_ms();
     for age in [40, 30, 20, 10, 0] {
         let _: String = redis::cmd("XADD")
             .arg(&keys.stream)
@@ -25,7 +25,9 @@ async fn samples_lag_pending_and_backlog_age() {
             .await
             .unwrap();
     }
-    hitcount::stream::ensure_group(&mut c, &keys).await.unwrap();
+    hitcount::store::stream::ensure_group(&mut c, &keys)
+        .await
+        .unwrap();
     let Sample {
         lag,
         pending,
@@ -35,7 +37,7 @@ async fn samples_lag_pending_and_backlog_age() {
     assert!((40.0..100.0).contains(&backlog_age), "{backlog_age}");
 
     // Two delivered, not acknowledged: the backlog starts at the third.
-    let _: redis::Value = hitcount::stream::read(&mut c, &keys, "c1", 2, None, ">")
+    let _: redis::Value = hitcount::store::stream::read(&mut c, &keys, "c1", 2, None, ">")
         .await
         .unwrap();
     let got = sample(&mut c, &keys).await.unwrap().unwrap();
@@ -47,7 +49,7 @@ async fn samples_lag_pending_and_backlog_age() {
     );
 
     // Everything delivered: no backlog.
-    let _: redis::Value = hitcount::stream::read(&mut c, &keys, "c1", 10, None, ">")
+    let _: redis::Value = hitcount::store::stream::read(&mut c, &keys, "c1", 10, None, ">")
         .await
         .unwrap();
     let got = sample(&mut c, &keys).await.unwrap().unwrap();

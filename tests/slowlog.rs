@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hitcount::workload::{Distribution, Names};
+use hitcount::edge::workload::{Distribution, Names};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowlog_stays_empty_through_hot_and_wide_load() {
@@ -51,6 +51,9 @@ async fn hot_and_wide_load() -> Vec<String> {
     workers.stop().await;
     let slow = slowlog(&mut c).await;
     let got = read_all(&mut c, &keys(&a)).await;
-    assert_eq!(got, reference(&hits, &hitcount::config::DEFAULT_PRECISIONS));
+    assert_eq!(
+        got,
+        reference(&hits, &hitcount::model::config::DEFAULT_PRECISIONS)
+    );
     slow
 }

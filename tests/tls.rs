@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use common::bin::run_hitcount;
 use common::*;
-use hitcount::config::{RedisArgs, StreamArgs};
-use hitcount::embedded::{
+use hitcount::edge::embedded::{
     make_test_certs, RedisServer, ServerOptions, CLIENT_CERT_FILE, CLIENT_KEY_FILE,
 };
-use hitcount::producer::{Producer, ProducerOptions};
+use hitcount::model::config::{RedisArgs, StreamArgs};
+use hitcount::service::producer::{Producer, ProducerOptions};
 
 /// Redis settings for the TLS server: its CA, and the client certificate
 /// when `mutual`.
@@ -27,8 +27,8 @@ fn tls_args(server: &RedisServer, certs: &Path, mutual: bool) -> RedisArgs {
 
 /// A worker and the producer through TLS; the counters are exact.
 async fn count_through_tls(redis: RedisArgs) {
-    let mut admin = hitcount::connect::open(
-        &hitcount::connect::client(&redis).unwrap(),
+    let mut admin = hitcount::store::connect::open(
+        &hitcount::store::connect::client(&redis).unwrap(),
         Duration::from_secs(10),
     )
     .await

@@ -7,11 +7,11 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use hitcount::cleaner::CleanError;
-use hitcount::config::{LayoutArgs, LeaderArgs};
-use hitcount::embedded::ServerOptions;
-use hitcount::keys::Keys;
-use hitcount::leader::Lease;
+use hitcount::edge::embedded::ServerOptions;
+use hitcount::model::config::{LayoutArgs, LeaderArgs};
+use hitcount::model::keys::Keys;
+use hitcount::service::cleaner::CleanError;
+use hitcount::service::leader::Lease;
 use redis::aio::MultiplexedConnection;
 
 async fn ids(c: &mut MultiplexedConnection) -> Vec<String> {
@@ -39,7 +39,7 @@ async fn read(c: &mut MultiplexedConnection, group: &str, n: usize, ack: usize) 
         .query_async(c)
         .await
         .unwrap();
-    let got: Vec<String> = hitcount::stream::read_reply_entries(&reply)
+    let got: Vec<String> = hitcount::store::stream::read_reply_entries(&reply)
         .iter()
         .map(|e| e.id_str().to_string())
         .collect();
@@ -67,7 +67,7 @@ async fn trims() -> Vec<String> {
         ..ServerOptions::default()
     });
     let mut c = conn(&srv.url()).await;
-    hitcount::scripts::load_all(&mut c).await.unwrap();
+    hitcount::store::scripts::load_all(&mut c).await.unwrap();
     let keys = Keys::new(&LayoutArgs::default(), &Default::default());
     let lease = Arc::new(Lease::new(&keys, &LeaderArgs::default(), "test"));
     assert!(lease.try_acquire(&mut c).await.unwrap());
@@ -79,7 +79,9 @@ async fn trims() -> Vec<String> {
     }
     let _: () = pipe.query_async(&mut c).await.unwrap();
     let all = ids(&mut c).await;
-    let t = hitcount::trim::trim(&mut c, &keys, &lease).await.unwrap();
+    let t = hitcount::service::trim::trim(&mut c, &keys, &lease)
+        .await
+        .unwrap();
     assert_eq!(t.entries, 0);
 
     for g in ["hitcount", "other"] {
@@ -95,7 +97,9 @@ async fn trims() -> Vec<String> {
     // hitcount read and acknowledged 950; "other" lags: read 300, acked 100.
     read(&mut c, "hitcount", 950, 950).await;
     let other = read(&mut c, "other", 300, 100).await;
-    let t = hitcount::trim::trim(&mut c, &keys, &lease).await.unwrap();
+    let t = hitcount::service::trim::trim(&mut c, &keys, &lease)
+        .await
+        .unwrap();
     assert_eq!(t.min_id, other[100], "the oldest entry pending in 'other'");
     let left = ids(&mut c).await;
     assert!(t.entries >= 90, "whole nodes below it went: {}", t.entries);
@@ -113,7 +117,9 @@ async fn trims() -> Vec<String> {
         ack.arg(id);
     }
     let _: i64 = ack.query_async(&mut c).await.unwrap();
-    let t = hitcount::trim::trim(&mut c, &keys, &lease).await.unwrap();
+    let t = hitcount::service::trim::trim(&mut c, &keys, &lease)
+        .await
+        .unwrap();
     let left = ids(&mut c).await;
     assert!(left.ends_with(&all[950..]), "undelivered entries are kept");
     assert!(
@@ -127,7 +133,7 @@ async fn trims() -> Vec<String> {
     let stale = Lease::new(&keys, &LeaderArgs::default(), "stale");
     assert!(!stale.try_acquire(&mut c).await.unwrap());
     assert!(matches!(
-        hitcount::trim::trim(&mut c, &keys, &stale).await,
+        hitcount::service::trim::trim(&mut c, &keys, &stale).await,
         Err(CleanError::LostLease)
     ));
     slowlog(&mut c).await

@@ -215,7 +215,7 @@ pub fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T
 
 /// A free address on the loopback interface, as `127.0.0.1:PORT`.
 pub fn free_addr() -> String {
-    format!("127.0.0.1:{}", hitcount::embedded::free_port())
+    format!("127.0.0.1:{}", hitcount::edge::embedded::free_port())
 }
 
 /// `hitcount worker` on `url` as `consumer`, serving HTTP on `listen`

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hitcount::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
-use hitcount::embedded::{RedisServer, ServerOptions};
-use hitcount::keys::Keys;
-use hitcount::shutdown::{self, Trigger};
-use hitcount::worker::Settings;
+use hitcount::edge::embedded::{RedisServer, ServerOptions};
+use hitcount::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
+use hitcount::model::keys::Keys;
+use hitcount::model::shutdown::{self, Trigger};
+use hitcount::service::worker::Settings;
 use redis::aio::MultiplexedConnection;
 
 /// A throwaway server with the SLOWLOG armed at 10 ms.
@@ -49,7 +49,7 @@ pub fn slowlog_server() -> RedisServer {
 
 pub async fn conn(url: &str) -> MultiplexedConnection {
     let client = redis::Client::open(url).unwrap();
-    hitcount::connect::open(&client, Duration::from_secs(10))
+    hitcount::store::connect::open(&client, Duration::from_secs(10))
         .await
         .unwrap()
 }
@@ -75,7 +75,7 @@ pub fn keys(s: &Settings) -> Keys {
 /// In-process workers that stop when dropped.
 pub struct Workers {
     trigger: Trigger,
-    handles: Vec<tokio::task::JoinHandle<Result<(), hitcount::config::ConfigError>>>,
+    handles: Vec<tokio::task::JoinHandle<Result<(), hitcount::model::config::ConfigError>>>,
 }
 
 impl Workers {
@@ -84,8 +84,8 @@ impl Workers {
         let handles = all
             .into_iter()
             .map(|s| {
-                let health = hitcount::http::Health::new(Duration::from_secs(60));
-                tokio::spawn(hitcount::worker::run(s, health, shutdown.clone()))
+                let health = hitcount::edge::http::Health::new(Duration::from_secs(60));
+                tokio::spawn(hitcount::service::worker::run(s, health, shutdown.clone()))
             })
             .collect();
         Workers { trigger, handles }
@@ -102,7 +102,7 @@ impl Workers {
 /// Waits until the group has read and acknowledged the whole stream.
 pub async fn wait_drained(conn: &mut MultiplexedConnection, keys: &Keys) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !hitcount::stream::drained(conn, keys).await.unwrap() {
+    while !hitcount::store::stream::drained(conn, keys).await.unwrap() {
         assert!(Instant::now() < deadline, "stream not drained within 60 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -138,7 +138,9 @@ pub async fn read_all(conn: &mut MultiplexedConnection, keys: &Keys) -> Counts {
     for m in members {
         let (p, name) = m.split_once(':').unwrap();
         let p: u32 = p.parse().unwrap();
-        let samples = hitcount::counters::read(conn, keys, p, name).await.unwrap();
+        let samples = hitcount::store::counters::read(conn, keys, p, name)
+            .await
+            .unwrap();
         out.insert(
             (p, name.to_string()),
             samples.iter().map(|s| (s.time, s.count)).collect(),
@@ -202,8 +204,8 @@ pub fn unix_now() -> i64 {
         .as_secs() as i64
 }
 
-pub fn health() -> Arc<hitcount::http::Health> {
-    hitcount::http::Health::new(Duration::from_secs(60))
+pub fn health() -> Arc<hitcount::edge::http::Health> {
+    hitcount::edge::http::Health::new(Duration::from_secs(60))
 }
 
 /// Consumers of the group `hitcount` on `hits`, by name.
@@ -220,8 +222,8 @@ pub async fn consumers(conn: &mut MultiplexedConnection) -> Vec<String> {
     };
     list.iter()
         .filter_map(|c| {
-            let pairs = hitcount::stream::info_pairs(c);
-            hitcount::stream::info_str(&pairs, "name")
+            let pairs = hitcount::store::stream::info_pairs(c);
+            hitcount::store::stream::info_str(&pairs, "name")
         })
         .collect()
 }
@@ -245,11 +247,11 @@ pub async fn pending(conn: &mut MultiplexedConnection) -> i64 {
 
 /// The dead-letter stream's entries as field maps (last value wins).
 /// A producer with default settings on `url`'s stream `hits`.
-pub fn producer(url: &str) -> hitcount::producer::Producer {
-    hitcount::producer::Producer::start(
+pub fn producer(url: &str) -> hitcount::service::producer::Producer {
+    hitcount::service::producer::Producer::start(
         &RedisArgs::from_url(url),
         &StreamArgs::default(),
-        hitcount::producer::ProducerOptions::default(),
+        hitcount::service::producer::ProducerOptions::default(),
     )
     .unwrap()
 }
@@ -275,7 +277,7 @@ pub async fn dead_letters(conn: &mut MultiplexedConnection) -> Vec<BTreeMap<Stri
         .query_async(conn)
         .await
         .unwrap();
-    hitcount::stream::entry_list(&v)
+    hitcount::store::stream::entry_list(&v)
         .iter()
         .map(|e| {
             e.pairs()
@@ -304,7 +306,7 @@ pub async fn xadd_hits(
             .arg("hits")
             .arg("*")
             .arg("hit")
-            .arg(hitcount::event::encode(name, 1, Some(ts as f64)))
+            .arg(hitcount::model::event::encode(name, 1, Some(ts as f64)))
             .ignore();
     }
     pipe.query_async::<()>(c).await.unwrap();

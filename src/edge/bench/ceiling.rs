@@ -1,0 +1,91 @@
+//! The ceiling: bare consumers that only read (XREADGROUP, the worker's read
+//! size) and acknowledge (XACK), nothing else. The fastest any worker could
+//! drain this Redis from this machine with as many consumers.
+
+use std::time::Instant;
+
+use redis::Client;
+
+use super::{keys, read_count, BenchError};
+use crate::store::stream;
+
+/// The ceiling's group for `consumers` consumers.
+pub fn group(consumers: usize) -> String {
+    format!("bench-ceiling-{consumers}")
+}
+
+/// What the consumers did.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Drained {
+    /// Entries read and acknowledged.
+    pub entries: u64,
+    /// Seconds from the first read to the last acknowledgement.
+    pub secs: f64,
+}
+
+impl Drained {
+    /// Entries per second.
+    pub fn rate(&self) -> f64 {
+        self.entries as f64 / self.secs.max(1e-9)
+    }
+}
+
+/// Drains `stream` through the ceiling's group with `consumers` consumers,
+/// each on its own connection; checks that `expected` entries came through.
+pub async fn run(
+    client: &Client,
+    stream_key: &str,
+    consumers: usize,
+    expected: u64,
+) -> Result<Drained, BenchError> {
+    let k = keys(stream_key, &group(consumers), "");
+    let mut conns = Vec::new();
+    for _ in 0..consumers {
+        conns.push(
+            crate::store::connect::open(client, crate::store::connect::RESPONSE_TIMEOUT).await?,
+        );
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut conn)| {
+            let k = k.clone();
+            tokio::spawn(async move {
+                let consumer = format!("c{i}");
+                let mut n = 0u64;
+                let mut ids = String::new();
+                loop {
+                    let reply =
+                        stream::read(&mut conn, &k, &consumer, read_count(), None, ">").await?;
+                    let entries = stream::read_reply_entries(&reply);
+                    if entries.is_empty() {
+                        return Ok::<u64, redis::RedisError>(n);
+                    }
+                    n += entries.len() as u64;
+                    ids.clear();
+                    for e in &entries {
+                        ids.push_str(e.id_str());
+                        ids.push(' ');
+                    }
+                    let mut pipe = redis::pipe();
+                    stream::ack_into(&mut pipe, &k, &ids, usize::MAX);
+                    pipe.query_async::<()>(&mut conn).await?;
+                }
+            })
+        })
+        .collect();
+    let mut entries = 0;
+    for t in tasks {
+        entries += t
+            .await
+            .map_err(|e| BenchError::Check(format!("ceiling consumer: {e}")))??;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    if entries != expected {
+        return Err(BenchError::Check(format!(
+            "the ceiling read {entries} entries, {expected} were prefilled"
+        )));
+    }
+    Ok(Drained { entries, secs })
+}

@@ -1,0 +1,244 @@
+//! The real worker, as child processes of this binary (`hitcount worker`),
+//! draining a prefilled stream to empty; then the counters are checked and
+//! each process' peak RSS read from `/proc/<pid>/status`.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use tokio::process::{Child, Command};
+
+use super::ceiling::Drained;
+use super::{command_calls, keys, reset_stats, BenchError, Sent};
+use crate::edge::workload::Names;
+use crate::model::config::RedisArgs;
+use crate::model::keys::Keys;
+use crate::store::stream;
+
+/// Pause between checks that the group has drained the stream.
+const POLL: Duration = Duration::from_millis(10);
+/// Names whose day counters are read per pipeline when checking.
+const CHECK_BATCH: usize = 5000;
+
+/// The group of a run with `workers` workers.
+pub fn group(workers: usize) -> String {
+    format!("bench-hitcount-{workers}")
+}
+
+/// How to start the workers of one run.
+#[derive(Debug, Clone)]
+pub struct Target {
+    redis: RedisArgs,
+    workers: usize,
+    extra: Vec<String>,
+    keys: Keys,
+}
+
+impl Target {
+    /// `workers` workers on `stream`, counters under `<stream>:w<workers>:`.
+    pub fn new(redis: &RedisArgs, stream: &str, workers: usize, extra: &[String]) -> Target {
+        let prefix = format!("{}:w{workers}:", stream.trim_end_matches(":hits"));
+        Target {
+            redis: redis.clone(),
+            workers,
+            extra: extra.to_vec(),
+            keys: keys(stream, &group(workers), &prefix),
+        }
+    }
+
+    /// The keys the workers use.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Starts the worker processes, logging to files in the temp directory.
+    pub fn spawn(&self) -> Result<Vec<Child>, BenchError> {
+        let exe = std::env::current_exe()?;
+        let mut children = Vec::new();
+        for i in 0..self.workers {
+            let log = std::env::temp_dir().join(format!("hitcount-bench-worker-{i}.log"));
+            let mut cmd = Command::new(&exe);
+            cmd.arg("worker")
+                .args(["--redis-url", &self.redis.url])
+                .args(["--stream", &self.keys.stream])
+                .args(["--group", &self.keys.group])
+                .args(["--dead-stream", &self.keys.dead])
+                .args(["--prefix", self.keys.prefix()])
+                .args(["--consumer", &format!("bench-{i}")])
+                .args([
+                    "--listen",
+                    &format!("127.0.0.1:{}", crate::edge::embedded::free_port()),
+                ])
+                .args(&self.extra)
+                .env("RUST_LOG", "warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(log)?)
+                .kill_on_drop(true);
+            for (flag, file) in [
+                ("--redis-ca", &self.redis.ca),
+                ("--redis-cert", &self.redis.cert),
+                ("--redis-key", &self.redis.key),
+            ] {
+                if let Some(f) = file {
+                    cmd.arg(flag).arg(f);
+                }
+            }
+            children.push(cmd.spawn()?);
+        }
+        Ok(children)
+    }
+}
+
+/// One run of the real workers.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WorkerRun {
+    /// Entries drained and the time from the group's first read to drained.
+    pub drained: Drained,
+    /// Redis commands per hit, scripts' own commands included.
+    pub commands_per_hit: f64,
+    /// The largest peak RSS of the worker processes, MiB.
+    pub peak_rss_mib: f64,
+    /// Hits counted at the 86400 s precision.
+    pub counted: i64,
+}
+
+/// Drains the prefilled stream with the target's workers and checks the
+/// counters against `sent`.
+pub async fn run(
+    conn: &mut MultiplexedConnection,
+    target: &Target,
+    sent: &Sent,
+) -> Result<WorkerRun, BenchError> {
+    let k = target.keys();
+    reset_stats(conn).await?;
+    let mut children = target.spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(120 + sent.hits / 5000);
+    let mut own_calls = 0u64;
+    // The clock starts at the group's first read, not at process start-up.
+    loop {
+        own_calls += 1;
+        if last_delivered(conn, k).await?.is_some_and(|id| id != "0-0") {
+            break;
+        }
+        check_alive(&mut children, deadline)?;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let started = Instant::now();
+    loop {
+        own_calls += 2;
+        if stream::drained(conn, k).await? {
+            break;
+        }
+        check_alive(&mut children, deadline)?;
+        tokio::time::sleep(POLL).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let calls = command_calls(conn).await?.saturating_sub(own_calls);
+    let peak_rss_mib = children
+        .iter()
+        .filter_map(|c| c.id().and_then(peak_rss_kib))
+        .fold(0.0, |a: f64, kib| a.max(kib as f64 / 1024.0));
+    stop(children).await;
+    let counted = day_total(conn, k, &sent.per_name).await?;
+    if counted != sent.hits as i64 {
+        return Err(BenchError::Check(format!(
+            "{} with {} worker(s): counted {counted} hits at the 86400 s precision, sent {}",
+            sent.workload.label(),
+            target.workers,
+            sent.hits
+        )));
+    }
+    Ok(WorkerRun {
+        drained: Drained {
+            entries: sent.hits,
+            secs,
+        },
+        commands_per_hit: calls as f64 / sent.hits as f64,
+        peak_rss_mib,
+        counted,
+    })
+}
+
+fn check_alive(children: &mut [Child], deadline: Instant) -> Result<(), BenchError> {
+    for c in children.iter_mut() {
+        if let Some(status) = c.try_wait()? {
+            return Err(BenchError::Check(format!(
+                "a worker exited ({status}); see hitcount-bench-worker-*.log in {}",
+                std::env::temp_dir().display()
+            )));
+        }
+    }
+    if Instant::now() > deadline {
+        return Err(BenchError::Check(
+            "the workers did not drain the stream in time".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Stops the workers with SIGTERM (they finish their window and leave the
+/// group) and waits for them; kills any still running after 30 s.
+pub async fn stop(children: Vec<Child>) {
+    for c in &children {
+        if let Some(pid) = c.id() {
+            // SAFETY: kill(2) on a child we started and have not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        }
+    }
+    for mut c in children {
+        if tokio::time::timeout(Duration::from_secs(30), c.wait())
+            .await
+            .is_err()
+        {
+            let _ = c.kill().await;
+        }
+    }
+}
+
+/// VmHWM of a process, KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The group's last-delivered-id, if the group exists.
+async fn last_delivered(
+    conn: &mut MultiplexedConnection,
+    k: &Keys,
+) -> Result<Option<String>, BenchError> {
+    let groups: redis::Value = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(&k.stream)
+        .query_async(conn)
+        .await?;
+    let redis::Value::Array(groups) = groups else {
+        return Ok(None);
+    };
+    Ok(groups.iter().find_map(|g| {
+        let g = stream::info_pairs(g);
+        (stream::info_str(&g, "name").as_deref() == Some(k.group.as_str()))
+            .then(|| stream::info_str(&g, "last-delivered-id"))
+            .flatten()
+    }))
+}
+
+/// The sum of every day counter of the names that were sent.
+pub async fn day_total(
+    conn: &mut MultiplexedConnection,
+    k: &Keys,
+    per_name: &[u64],
+) -> Result<i64, BenchError> {
+    let ranks: Vec<usize> = (0..per_name.len()).filter(|&r| per_name[r] > 0).collect();
+    let mut total = 0i64;
+    for batch in ranks.chunks(CHECK_BATCH) {
+        let mut pipe = redis::pipe();
+        for &r in batch {
+            pipe.cmd("HVALS").arg(k.count(86400, &Names::name(r)));
+        }
+        let values: Vec<Vec<i64>> = pipe.query_async(conn).await?;
+        total += values.iter().flatten().sum::<i64>();
+    }
+    Ok(total)
+}

@@ -1,0 +1,90 @@
+//! `hitcount bench`: measure hitcount against what this Redis can deliver
+//! (see [`crate::edge::bench`]) and print the table.
+
+use anyhow::Context;
+
+use crate::edge::bench::{Options, Workload};
+use crate::edge::embedded::{RedisServer, ServerOptions};
+use crate::model::config::RedisArgs;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Redis to measure (its `bench:*` keys are written, then deleted).
+    /// Default: a throwaway redis-server with the SLOWLOG at 10 ms.
+    #[arg(long = "redis-url", env = "REDIS_URL", hide_env_values = true)]
+    pub(super) redis_url: Option<String>,
+    /// Entries prefilled per workload, at least 1 (the default run takes
+    /// about a minute).
+    #[arg(long, default_value_t = 100_000, value_parser = super::parse_at_least_one)]
+    entries: u64,
+    /// Worker counts, comma separated, each 1 to 64; the ceiling runs as
+    /// many consumers.
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    workers: Vec<usize>,
+    /// Workloads, comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_enum,
+        default_value = "hot,zipf,uniform"
+    )]
+    workload: Vec<Workload>,
+    /// Hits sent the seeds' way (one pipeline per hit) per workload, at
+    /// least 1.
+    #[arg(long, default_value_t = 20_000, value_parser = super::parse_at_least_one)]
+    seeds_sample: u64,
+    /// Seconds of steady load while probing the XADD-to-visible delay, 1 to
+    /// 3600.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    latency_secs: u64,
+    /// Also drain a backlog of this many entries with one worker and report
+    /// its peak RSS (5000000 takes a few minutes).
+    #[arg(long, default_value_t = 0)]
+    rss_backlog: u64,
+    /// Extra flag for every worker, repeatable: `--worker-arg=--window-ms=200`.
+    #[arg(long = "worker-arg", allow_hyphen_values = true)]
+    worker_args: Vec<String>,
+    /// Print the figures as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.entries > 0 && !args.workers.contains(&0),
+        "--entries and every --workers count must be at least 1"
+    );
+    let server = match &args.redis_url {
+        Some(_) => None,
+        None => Some(
+            RedisServer::start(ServerOptions {
+                extra: vec!["slowlog-log-slower-than 10000".into()],
+                ..ServerOptions::default()
+            })
+            .context("starting a throwaway redis-server")?,
+        ),
+    };
+    let url = args
+        .redis_url
+        .clone()
+        .unwrap_or_else(|| server.as_ref().expect("started").url());
+    let opts = Options {
+        redis: RedisArgs::from_url(&url),
+        entries: args.entries,
+        workers: args.workers,
+        workloads: args.workload,
+        seeds_sample: args.seeds_sample,
+        latency_secs: args.latency_secs,
+        rss_backlog: args.rss_backlog,
+        worker_args: args.worker_args,
+        progress: !args.json,
+    };
+    let report = crate::edge::bench::run(&opts).await?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        super::out(&report.table())?;
+    }
+    drop(server);
+    Ok(())
+}

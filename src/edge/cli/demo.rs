@@ -1,0 +1,196 @@
+//! `hitcount demo`: the main job end to end on a throwaway Redis.
+//!
+//! With no REDIS_URL it starts `redis-server` on a free local port, runs two
+//! workers, sends a short Zipf load through the producer, waits until the
+//! group has drained the stream, prints a few counters at several precisions
+//! with a check of the totals, and stops everything it started. On a given
+//! Redis it first deletes what an earlier demo left there (its `demo:` keys),
+//! so that the totals it checks are its own.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::edge::embedded::{RedisServer, ServerOptions};
+use crate::edge::workload::{Distribution, Names};
+use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
+use crate::model::keys::Keys;
+use crate::service::producer::{Producer, ProducerOptions};
+use crate::store::counters;
+
+/// Most names `demo` counts: its check reads each name's counter.
+const MAX_NAMES: u64 = 100_000;
+
+/// The keys of the demo: its stream, dead-letter stream, counters, `known:`
+/// and bookkeeping (prefix `demo:`), and the producers' batch numbers, which
+/// live next to the stream (`{demo:hits}:hc:producer:*`).
+const KEY_PATTERNS: [&str; 2] = ["demo:*", "{demo:hits}:*"];
+
+/// Deletes what an earlier demo left on this Redis, a page of SCAN at a
+/// time (UNLINK frees the memory in the background); returns how many keys.
+async fn clear(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResult<u64> {
+    let mut deleted = 0;
+    for pattern in KEY_PATTERNS {
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(conn)
+                .await?;
+            if !keys.is_empty() {
+                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(conn).await?;
+                deleted += n;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(deleted)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Redis to use instead of a throwaway one. Its keys `demo:*` (and the
+    /// demo stream's bookkeeping `{demo:hits}:*`) are deleted first, then
+    /// written.
+    #[arg(long = "redis-url", env = "REDIS_URL", hide_env_values = true)]
+    pub(super) redis_url: Option<String>,
+    /// Hit events to send (1 to 1,000,000,000).
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    hits: u64,
+    /// Distinct names (Zipf 1.0 popularity), 1 to 100,000 (the check at the
+    /// end reads every one).
+    #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_NAMES))]
+    names: usize,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let server = match &args.redis_url {
+        Some(_) => None,
+        None => Some(
+            RedisServer::start(ServerOptions::default())
+                .context("starting a throwaway redis-server")?,
+        ),
+    };
+    let url = args
+        .redis_url
+        .clone()
+        .unwrap_or_else(|| server.as_ref().expect("started").url());
+    outln!("Redis: {}", crate::model::config::redact_url(&url));
+    let redis = RedisArgs::from_url(&url);
+    let stream = StreamArgs {
+        stream: "demo:hits".into(),
+        dead_stream: "demo:hits:dead".into(),
+        ..StreamArgs::default()
+    };
+    // Fail at once on a wrong password or missing permission: the workers
+    // and the producer would retry them forever.
+    super::check_stream(&redis, &stream.stream).await?;
+    let mut conn = super::connect(&redis).await?;
+    let cleared = clear(&mut conn).await?;
+    if cleared > 0 {
+        outln!(
+            "deleted {} left by an earlier demo",
+            super::plural(cleared, "demo: key", "demo: keys")
+        );
+    }
+    let layout = LayoutArgs {
+        prefix: "demo:".into(),
+        ..LayoutArgs::default()
+    };
+
+    let (trigger, shutdown) = crate::model::shutdown::channel();
+    let mut workers = Vec::new();
+    for i in 1..=2 {
+        let settings = crate::service::worker::Settings {
+            redis: redis.clone(),
+            layout: layout.clone(),
+            stream: stream.clone(),
+            worker: WorkerArgs {
+                consumer: Some(format!("demo-worker-{i}")),
+                ..WorkerArgs::default()
+            },
+        };
+        let health = crate::edge::http::Health::new(Duration::from_secs(60));
+        workers.push(tokio::spawn(crate::service::worker::run(
+            settings,
+            health,
+            shutdown.clone(),
+        )));
+    }
+    outln!(
+        "2 workers started; sending {} hits over {} names (Zipf 1.0)...",
+        args.hits,
+        args.names
+    );
+
+    let producer = Producer::start(&redis, &stream, ProducerOptions::default())?;
+    let names = Names::new(args.names, Distribution::Zipf(1.0));
+    let started = Instant::now();
+    let sent = super::load::send(&producer, args.hits, &names, None, true).await;
+    producer.shutdown(Duration::from_secs(5)).await;
+
+    let keys = Keys::new(&layout, &stream);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !crate::store::stream::drained(&mut conn, &keys).await? {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the workers did not drain the stream within 2 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let elapsed = started.elapsed();
+    trigger.trigger();
+    for w in workers {
+        w.await??;
+    }
+    outln!(
+        "sent and counted {} hits in {:.2} s ({:.0} hits/s end to end)\n",
+        sent.hits,
+        elapsed.as_secs_f64(),
+        sent.hits as f64 / elapsed.as_secs_f64()
+    );
+
+    for (rank, precision) in [(0usize, 1u32), (0, 60), (1, 300), (2, 86400)] {
+        let name = Names::name(rank);
+        let samples = counters::read(&mut conn, &keys, precision, &name).await?;
+        let total: i64 = samples.iter().map(|s| s.count).sum();
+        outln!(
+            "{name} at {precision} s precision: {}, {} in all (sent {})",
+            super::plural(samples.len() as u64, "sample", "samples"),
+            super::plural(total.max(0) as u64, "hit", "hits"),
+            sent.per_name[rank]
+        );
+        for s in samples.iter().rev().take(3).rev() {
+            outln!("  {}  {:>8}", counters::format_utc(s.time), s.count);
+        }
+    }
+    let mut counted = 0i64;
+    for rank in 0..names.len() {
+        let samples = counters::read(&mut conn, &keys, 86400, &Names::name(rank)).await?;
+        counted += samples.iter().map(|s| s.count).sum::<i64>();
+    }
+    outln!(
+        "\ntotal at the 1-day precision: {counted} of {} sent: {}",
+        sent.hits,
+        if counted == sent.hits as i64 {
+            "exact"
+        } else {
+            "MISMATCH"
+        }
+    );
+    anyhow::ensure!(
+        counted == sent.hits as i64,
+        "counted {counted} hits, sent {}",
+        sent.hits
+    );
+    outln!("Read them from any client: HGETALL demo:count:60:page:0, ZRANGE demo:known: 0 -1");
+    drop(server);
+    Ok(())
+}

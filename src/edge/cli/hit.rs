@@ -1,0 +1,121 @@
+//! `hitcount hit NAME`: send one event through the producer.
+
+use std::time::Duration;
+
+use super::Common;
+use crate::service::producer::{Producer, ProducerOptions};
+
+/// How long `hit` waits for Redis before giving up.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Counter name, e.g. page:home (1 to 4096 bytes).
+    #[arg(value_parser = super::parse_hit_name)]
+    name: String,
+    /// How many hits this event counts (1 to 1,000,000,000).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..=crate::model::event::MAX_COUNT))]
+    count: i64,
+    /// Time of the hit in unix seconds (default: when Redis receives it).
+    /// At most a day ahead, and recent enough to be kept at some precision
+    /// (within SAMPLES × the largest precision: 120 days by default).
+    #[arg(long, value_parser = super::parse_unix_seconds, allow_negative_numbers = true)]
+    at: Option<f64>,
+    #[command(flatten)]
+    pub(super) common: Common,
+}
+
+/// Why the worker would not count a hit at `ts` (unix seconds) when it
+/// arrives at `now_ms`, by its rules (see [`crate::model::event`] and
+/// [`crate::model::aggregate::Window::add`]): `None` when it counts somewhere.
+fn refuse_at(ts: f64, now_ms: i64, precisions: &[u32], samples: u32) -> Option<String> {
+    let ts_ms = (ts * 1000.0).floor() as i64;
+    if ts_ms > now_ms.saturating_add(crate::model::event::MAX_FUTURE_MS) {
+        return Some(format!(
+            "invalid --at: {ts} is more than a day ahead of now ({}); the worker would dead-letter it",
+            now_ms / 1000
+        ));
+    }
+    // Kept at precision P while its bucket starts after now - SAMPLES * P;
+    // the largest precision keeps it longest.
+    let p = i64::from(*precisions.iter().max()?);
+    let now_s = now_ms.div_euclid(1000);
+    let bucket = ts_ms.div_euclid(1000).div_euclid(p) * p;
+    let horizon = i64::from(samples) * p;
+    if bucket <= now_s - horizon {
+        return Some(format!(
+            "invalid --at: {ts} is older than every precision keeps ({samples} samples × {p} s = {} days \
+             before now, see --samples and --precisions); the worker would count it nowhere",
+            horizon / 86_400
+        ));
+    }
+    None
+}
+
+pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.common.validate()?;
+    if let Some(ts) = args.at {
+        let layout = &args.common.layout;
+        if let Some(why) = refuse_at(
+            ts,
+            crate::model::clock::unix_ms(),
+            &layout.precisions,
+            layout.samples,
+        ) {
+            anyhow::bail!(why);
+        }
+    }
+    // The producer never reports errors (it retries in the background); a
+    // one-shot command connects first so a bad password, CA, certificate,
+    // missing permission or a key of another type fails at once with
+    // Redis' or TLS' own words.
+    super::check_stream(&args.common.redis, &args.common.stream.stream).await?;
+    let producer = Producer::start(
+        &args.common.redis,
+        &args.common.stream,
+        ProducerOptions::default(),
+    )?;
+    match args.at {
+        Some(ts) => producer.hit_at(&args.name, args.count, ts),
+        None => producer.hit_n(&args.name, args.count),
+    }
+    if tokio::time::timeout(SEND_TIMEOUT, producer.flush())
+        .await
+        .is_err()
+    {
+        anyhow::bail!(
+            "could not reach Redis at {} within {SEND_TIMEOUT:?}",
+            crate::model::config::redact_url(&args.common.redis.url)
+        );
+    }
+    producer.shutdown(Duration::from_secs(1)).await;
+    outln!(
+        "sent {} x{} to {}",
+        args.name,
+        args.count,
+        args.common.stream.stream
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refuse_at;
+    use crate::model::config::DEFAULT_PRECISIONS;
+
+    #[test]
+    fn at_is_refused_where_the_worker_would_not_count_it() {
+        let now_ms = 1_795_000_000_123;
+        let now = now_ms as f64 / 1000.0;
+        let ok = |ts: f64| refuse_at(ts, now_ms, &DEFAULT_PRECISIONS, 120);
+        assert_eq!(ok(now), None);
+        assert_eq!(ok(now + 86_000.0), None);
+        assert!(ok(now + 86_401.0).unwrap().contains("a day ahead"));
+        // 120 days at the 1-day precision, minus the bucket in progress.
+        assert_eq!(ok(now - 119.0 * 86_400.0), None);
+        assert!(ok(now - 121.0 * 86_400.0).unwrap().contains("nowhere"));
+        assert!(ok(0.0).unwrap().contains("nowhere"));
+        // Only the configured layout counts.
+        assert!(refuse_at(now - 7_200.0, now_ms, &[1, 60], 120).is_some());
+    }
+}

@@ -1,0 +1,128 @@
+//! `hitcount load`: a load generator sending realistic hit events.
+
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::Common;
+use crate::edge::workload::{Distribution, Names};
+use crate::service::producer::{Producer, ProducerOptions};
+
+/// Events the generator lets the producer hold before waiting for it.
+const MAX_IN_FLIGHT: u64 = 200_000;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Number of hit events to send (at least 1).
+    #[arg(long, value_parser = super::parse_at_least_one)]
+    hits: u64,
+    /// Number of distinct names (page:0 .. page:N-1), 1 to 10,000,000.
+    #[arg(long, default_value_t = 1000, value_parser = super::names_parser())]
+    names: usize,
+    /// Zipf exponent for name popularity, 0 to 10 (default: uniform).
+    #[arg(long, value_parser = super::parse_zipf, allow_negative_numbers = true)]
+    zipf: Option<f64>,
+    /// Events per second, at least 1 (default: as fast as Redis takes them).
+    #[arg(long, value_parser = super::parse_at_least_one)]
+    rate: Option<u64>,
+    #[command(flatten)]
+    pub(super) common: Common,
+}
+
+/// What a load run sent.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    /// Events sent.
+    pub hits: u64,
+    /// Hits per name rank.
+    pub per_name: Vec<u64>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.common.validate()?;
+    // The producer retries every error in the background; check first that
+    // Redis takes hits from this user at all.
+    super::check_stream(&args.common.redis, &args.common.stream.stream).await?;
+    let producer = Producer::start(
+        &args.common.redis,
+        &args.common.stream,
+        ProducerOptions::default(),
+    )?;
+    let dist = args.zipf.map_or(Distribution::Uniform, Distribution::Zipf);
+    let sent = send(
+        &producer,
+        args.hits,
+        &Names::new(args.names, dist),
+        args.rate,
+        true,
+    )
+    .await;
+    producer.shutdown(Duration::from_secs(5)).await;
+    outln!(
+        "sent {} hits over {} names to {} in {:.2} s ({:.0} hits/s)",
+        sent.hits,
+        args.names,
+        args.common.stream.stream,
+        sent.elapsed.as_secs_f64(),
+        sent.hits as f64 / sent.elapsed.as_secs_f64().max(1e-9)
+    );
+    Ok(())
+}
+
+/// Sends `hits` events through `producer`, at `rate` per second if given,
+/// and waits until they are in Redis.
+pub async fn send(
+    producer: &Producer,
+    hits: u64,
+    names: &Names,
+    rate: Option<u64>,
+    progress: bool,
+) -> Sent {
+    let bar = if progress {
+        ProgressBar::new(hits)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} hits {per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut per_name = vec![0u64; names.len()];
+    let start = Instant::now();
+    let mut rng = rand::rng();
+    let tick = Duration::from_millis(10);
+    let mut sent = 0u64;
+    while sent < hits {
+        let quota = match rate {
+            Some(r) => {
+                let due = (start.elapsed().as_secs_f64() * r as f64) as u64;
+                if due <= sent {
+                    tokio::time::sleep(tick).await;
+                    continue;
+                }
+                (due - sent).min(hits - sent)
+            }
+            None => (hits - sent).min(10_000),
+        };
+        for _ in 0..quota {
+            let rank = names.sample(&mut rng);
+            per_name[rank] += 1;
+            producer.hit(&Names::name(rank));
+        }
+        sent += quota;
+        bar.set_position(sent);
+        while producer.buffered() > MAX_IN_FLIGHT {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::task::yield_now().await;
+    }
+    producer.flush().await;
+    bar.finish_and_clear();
+    Sent {
+        hits: sent,
+        per_name,
+        elapsed: start.elapsed(),
+    }
+}

@@ -1,0 +1,37 @@
+//! `hitcount status`: the stream, its groups and consumers, the leader, the
+//! known counters and the last cleaner pass, for a human or (`--json`) for
+//! scripts.
+
+use super::Common;
+use crate::model::config::LeaderArgs;
+use crate::model::keys::Keys;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pub(super) common: Common,
+    #[command(flatten)]
+    leader: LeaderArgs,
+}
+
+pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.common.validate()?;
+    args.leader.validate()?;
+    let mut conn = super::connect(&args.common.redis).await?;
+    let keys = Keys::new(&args.common.layout, &args.common.stream);
+    let status =
+        crate::service::status::gather(&mut conn, &keys, &keys.leader(&args.leader.leader_key))
+            .await?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        super::out(&crate::service::status::render(
+            &status,
+            crate::model::clock::unix_ms(),
+        ))?;
+    }
+    Ok(())
+}

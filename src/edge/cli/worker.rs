@@ -1,0 +1,167 @@
+//! `hitcount worker`: one consumer of the group, with its HTTP endpoints and
+//! the group sampler, and a candidate for the leadership: while it holds the
+//! lease it also cleans counters and trims the stream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::Common;
+use crate::model::config::{LeaderArgs, WorkerArgs};
+use crate::model::keys::Keys;
+use crate::model::metrics::metrics;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    worker: WorkerArgs,
+    #[command(flatten)]
+    leader: LeaderArgs,
+    /// Address of the HTTP server: /metrics, /healthz, /readyz.
+    #[arg(long, env = "HITCOUNT_LISTEN", default_value = "0.0.0.0:9184")]
+    listen: String,
+    /// Seconds without a turn of the worker loop after which /healthz fails
+    /// (the loop turns at least every --block-ms plus a 10 s reply timeout,
+    /// also while Redis is down).
+    #[arg(
+        long = "stuck-after",
+        env = "HITCOUNT_STUCK_AFTER",
+        default_value_t = 60
+    )]
+    stuck_after_secs: u64,
+}
+
+impl Args {
+    /// The liveness bound, checked against the longest a turn may take.
+    fn stuck_after(&self) -> anyhow::Result<Duration> {
+        let bound = Duration::from_secs(self.stuck_after_secs);
+        let longest_turn =
+            Duration::from_millis(self.worker.block_ms) + crate::store::connect::RESPONSE_TIMEOUT;
+        anyhow::ensure!(
+            bound > longest_turn,
+            "invalid --stuck-after / HITCOUNT_STUCK_AFTER: {}s must exceed the longest turn \
+             of the loop ({}s: --block-ms plus the reply timeout)",
+            self.stuck_after_secs,
+            longest_turn.as_secs_f64()
+        );
+        Ok(bound)
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    // Every setting is checked before anything starts.
+    let stuck_after = args.stuck_after()?;
+    let mut settings = super::worker_settings(&args.common, &args.worker);
+    settings.layout.validate()?;
+    settings.stream.validate()?;
+    settings.worker.validate()?;
+    args.leader.validate()?;
+    let client = crate::store::connect::client(&args.common.redis)?;
+    let (trigger, shutdown) = crate::model::shutdown::channel();
+    // Stopped once the worker has finished its window: the lease is released
+    // then, and only after that the HTTP server stops.
+    let (done_trigger, done) = crate::model::shutdown::channel();
+    let health = crate::edge::http::Health::new(stuck_after);
+    let worker =
+        crate::service::worker::Worker::new(settings.clone(), health.clone(), shutdown.clone())?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (HITCOUNT_LISTEN)", args.listen))?;
+    tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
+    let (http_trigger, http_stop) = crate::model::shutdown::channel();
+    let http = tokio::spawn(crate::edge::http::serve(
+        listener,
+        health.clone(),
+        async move {
+            let mut stop = http_stop;
+            stop.wait().await
+        },
+    ));
+    metrics().init_precisions(args.common.layout.precisions.iter().map(|&p| u64::from(p)));
+    let mut tasks = crate::service::supervisor::Supervised::default();
+    tasks.spawn(
+        "group sampler",
+        crate::service::sampler::run(
+            client.clone(),
+            Keys::new(&args.common.layout, &args.common.stream),
+            shutdown.clone(),
+        ),
+    );
+    spawn_leader(
+        &mut tasks,
+        &client,
+        &settings,
+        &args.leader,
+        worker.consumer(),
+        &shutdown,
+        &done,
+    );
+    let signals = tokio::spawn({
+        let trigger = trigger.clone();
+        let health = health.clone();
+        async move {
+            crate::model::shutdown::signals().await;
+            health.set_stopping();
+            tracing::info!("shutdown requested: finishing the window in flight");
+            trigger.trigger();
+        }
+    });
+    let worker_task = tokio::spawn(worker.run());
+    // A background task that ends before shutdown (a panic, say) must not
+    // leave the process half alive: it stops everything with its cause.
+    let watch = tokio::spawn(tasks.watch(shutdown.clone()));
+    match worker_task.await {
+        Ok(()) => {}
+        Err(e) => shutdown.fail(format!("the worker loop failed: {e}")),
+    }
+    health.set_stopping();
+    trigger.trigger();
+    done_trigger.trigger();
+    signals.abort();
+    if let Ok(tasks) = watch.await {
+        tasks.join().await;
+    }
+    http_trigger.trigger();
+    let _ = http.await;
+    match trigger.fatal() {
+        Some(cause) => Err(anyhow::anyhow!(cause)),
+        None => Ok(()),
+    }
+}
+
+/// Starts the lease keeper (until `done`, then it releases the lease) and
+/// the leader's duties (until `shutdown`).
+fn spawn_leader(
+    tasks: &mut crate::service::supervisor::Supervised,
+    client: &redis::Client,
+    settings: &crate::service::worker::Settings,
+    leader: &LeaderArgs,
+    consumer: &str,
+    shutdown: &crate::model::shutdown::Shutdown,
+    done: &crate::model::shutdown::Shutdown,
+) {
+    let keys = crate::model::keys::Keys::new(&settings.layout, &settings.stream);
+    let lease = Arc::new(crate::service::leader::Lease::new(&keys, leader, consumer));
+    let cleaner =
+        crate::service::cleaner::Cleaner::new(keys.clone(), &settings.layout, lease.clone());
+    tasks.spawn(
+        "leader lease",
+        lease
+            .clone()
+            .keep_until(client.clone(), shutdown.clone(), done.clone()),
+    );
+    tasks.spawn(
+        "leader duties",
+        crate::service::duties::run(
+            client.clone(),
+            keys,
+            cleaner,
+            leader.clone(),
+            lease,
+            shutdown.clone(),
+        ),
+    );
+}

@@ -1,0 +1,467 @@
+//! A window of hits turned into counter increments.
+//!
+//! A worker reads a batch of stream entries, [`Window::add`]s each decoded
+//! [`Hit`], then writes every [`Cell`] (one per distinct precision, name and
+//! bucket) to Redis as `HINCRBY count:PREC:NAME BUCKET DELTA` (plus
+//! `ZADD known: 0 PREC:NAME`), and [`Window::clear`]s it for the next batch.
+//! Summing in memory first turns thousands of hits on a hot name into one
+//! increment per precision.
+//!
+//! Buckets follow *Redis in Action* §5.2: the bucket of a hit at precision
+//! `P` seconds is `floor(ts_s / P) * P` in unix seconds, with
+//! `ts_s = floor(ts_ms / 1000)` (Euclidean division, so floors hold for any
+//! sign). Only `samples` buckets per counter are kept by the cleaner, so a hit
+//! whose bucket is already past that horizon is skipped at that precision.
+//!
+//! Cost of [`Window::add`]: one hash lookup of the name (an allocation only
+//! the first time a name appears in the window), then per precision a walk of
+//! that (name, precision)'s bucket list, which is kept sorted newest first:
+//! O(1) for hits in time order, which stream order nearly is.
+//!
+//! Arithmetic saturates: deltas and the count sum are `i64` and cannot
+//! overflow in practice (counts ≤ [`MAX_COUNT`](crate::model::event::MAX_COUNT) = 10^9
+//! times a few million hits is < 2^63), but a saturated value is still better
+//! than a wrap or a panic in a long-running worker.
+
+use std::collections::HashMap;
+
+use crate::model::event::Hit;
+
+/// "No cell" link in the bucket lists.
+const NONE: usize = usize::MAX;
+/// Scratch marker for "skipped at this precision"; no real bucket is this low
+/// since bucket ≥ `i64::MIN / 1000 - P`.
+const SKIP: i64 = i64::MIN;
+
+/// One counter increment: add `delta` to field `bucket` of HASH
+/// `count:{precision}:{name}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cell<'a> {
+    /// Precision in seconds (e.g. 60).
+    pub precision: u32,
+    /// Counter name, as in the hits.
+    pub name: &'a str,
+    /// Bucket start in unix seconds: `floor(ts_s / precision) * precision`.
+    pub bucket: i64,
+    /// Sum of the counts of this window's hits in this bucket (saturating).
+    pub delta: i64,
+}
+
+/// A stored bucket of one (name, precision) list.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    bucket: i64,
+    delta: i64,
+    /// Next (older) bucket of the same list, or [`NONE`].
+    next: usize,
+}
+
+/// In-memory sums of a window of hits, per (precision, name, bucket).
+///
+/// Reuse one `Window` per worker: [`Window::clear`] keeps its allocations.
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// Distinct precisions in seconds, in the order given.
+    precisions: Vec<u32>,
+    /// `samples * precision` per precision, seconds (the cleaner's horizon).
+    spans: Vec<i64>,
+    samples: u32,
+    /// Name → dense id; the only per-name allocation.
+    names: HashMap<Box<str>, usize>,
+    /// `heads[id * precisions.len() + p]` = newest slot of that list.
+    heads: Vec<usize>,
+    slots: Vec<Slot>,
+    /// Hits skipped as too old, per precision.
+    skipped: Vec<u64>,
+    hits: u64,
+    count_sum: i64,
+    /// Per-precision bucket of the hit being added ([`SKIP`] = skipped).
+    scratch: Vec<i64>,
+}
+
+impl Window {
+    /// A window for these precisions (seconds; duplicates are dropped, order
+    /// kept) keeping `samples` buckets per counter (the service default is
+    /// precisions 1, 5, 60, 300, 3600, 18000, 86400 and 120 samples).
+    ///
+    /// # Panics
+    /// If a precision is 0: buckets are undefined for it (a config error).
+    pub fn new(precisions: &[u32], samples: u32) -> Self {
+        assert!(
+            precisions.iter().all(|&p| p > 0),
+            "precisions must be positive: {precisions:?}"
+        );
+        let mut distinct = Vec::with_capacity(precisions.len());
+        for &p in precisions {
+            if !distinct.contains(&p) {
+                distinct.push(p);
+            }
+        }
+        let spans = distinct
+            .iter()
+            .map(|&p| i64::from(samples).saturating_mul(i64::from(p)))
+            .collect();
+        Window {
+            skipped: vec![0; distinct.len()],
+            scratch: vec![SKIP; distinct.len()],
+            precisions: distinct,
+            spans,
+            samples,
+            names: HashMap::new(),
+            heads: Vec::new(),
+            slots: Vec::new(),
+            hits: 0,
+            count_sum: 0,
+        }
+    }
+
+    /// The distinct precisions (seconds) this window counts at.
+    pub fn precisions(&self) -> &[u32] {
+        &self.precisions
+    }
+
+    /// Buckets kept per counter, as given to [`Window::new`].
+    pub fn samples(&self) -> u32 {
+        self.samples
+    }
+
+    /// Adds one hit. `now_ms` = wall clock, unix ms.
+    ///
+    /// At precision `P` the hit's bucket is skipped (not counted, and counted
+    /// in [`Window::skipped`]) when it is at or before
+    /// `now_s - samples * P` (`now_s = now_ms.div_euclid(1000)`): the cleaner
+    /// would delete it at once. It is still counted at the precisions whose
+    /// horizon holds it. A hit skipped at every precision does not intern
+    /// its name but still counts in [`Window::hits`] and
+    /// [`Window::count_sum`].
+    pub fn add(&mut self, hit: &Hit<'_>, now_ms: i64) {
+        self.hits += 1;
+        self.count_sum = self.count_sum.saturating_add(hit.count);
+        let now_s = now_ms.div_euclid(1000);
+        let ts_s = hit.ts_ms.div_euclid(1000);
+        let mut kept = false;
+        for (p, &prec) in self.precisions.iter().enumerate() {
+            let prec = i64::from(prec);
+            let bucket = ts_s.div_euclid(prec) * prec;
+            if bucket <= now_s.saturating_sub(self.spans[p]) {
+                self.skipped[p] += 1;
+                self.scratch[p] = SKIP;
+            } else {
+                self.scratch[p] = bucket;
+                kept = true;
+            }
+        }
+        if !kept {
+            return;
+        }
+        let np = self.precisions.len();
+        let id = self.intern(hit.name);
+        for p in 0..np {
+            let bucket = self.scratch[p];
+            if bucket != SKIP {
+                self.bump(id * np + p, bucket, hit.count);
+            }
+        }
+    }
+
+    /// Dense id of `name`, allocating it only the first time.
+    fn intern(&mut self, name: &str) -> usize {
+        if let Some(&id) = self.names.get(name) {
+            return id;
+        }
+        let id = self.names.len();
+        self.names.insert(name.into(), id);
+        self.heads
+            .extend(std::iter::repeat_n(NONE, self.precisions.len()));
+        id
+    }
+
+    /// Adds `delta` to `bucket` in list `list`, keeping it newest first.
+    fn bump(&mut self, list: usize, bucket: i64, delta: i64) {
+        let (mut prev, mut cur) = (NONE, self.heads[list]);
+        while cur != NONE {
+            let slot = &mut self.slots[cur];
+            if slot.bucket == bucket {
+                slot.delta = slot.delta.saturating_add(delta);
+                return;
+            }
+            if slot.bucket < bucket {
+                break;
+            }
+            prev = cur;
+            cur = slot.next;
+        }
+        let new = self.slots.len();
+        self.slots.push(Slot {
+            bucket,
+            delta,
+            next: cur,
+        });
+        if prev == NONE {
+            self.heads[list] = new;
+        } else {
+            self.slots[prev].next = new;
+        }
+    }
+
+    /// Hits (events) added since [`Window::new`] or [`Window::clear`],
+    /// skipped ones included.
+    pub fn hits(&self) -> u64 {
+        self.hits
+    }
+
+    /// Sum of the counts of the hits added (saturating), skipped ones included.
+    pub fn count_sum(&self) -> i64 {
+        self.count_sum
+    }
+
+    /// Distinct (precision, name, bucket) cells, i.e. `HINCRBY`s to send.
+    pub fn cells_len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Distinct names with at least one cell.
+    pub fn names_len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Every distinct cell with its summed delta, in no particular order
+    /// (grouped by name, then precision, newest bucket first).
+    pub fn cells(&self) -> impl Iterator<Item = Cell<'_>> {
+        let np = self.precisions.len();
+        self.names.iter().flat_map(move |(name, &id)| {
+            self.precisions
+                .iter()
+                .enumerate()
+                .flat_map(move |(p, &precision)| {
+                    let mut cur = self.heads[id * np + p];
+                    std::iter::from_fn(move || {
+                        let slot = self.slots.get(cur)?;
+                        cur = slot.next;
+                        Some(Cell {
+                            precision,
+                            name,
+                            bucket: slot.bucket,
+                            delta: slot.delta,
+                        })
+                    })
+                })
+        })
+    }
+
+    /// `(precision, hits skipped as too old)` for every precision, zeros
+    /// included, in precision order.
+    pub fn skipped(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.precisions
+            .iter()
+            .copied()
+            .zip(self.skipped.iter().copied())
+    }
+
+    /// Empties the window, keeping its allocations (except the interned
+    /// names, which are freed) for the next batch.
+    pub fn clear(&mut self) {
+        self.names.clear();
+        self.heads.clear();
+        self.slots.clear();
+        self.skipped.fill(0);
+        self.hits = 0;
+        self.count_sum = 0;
+    }
+
+    /// True when no hit was added since [`Window::new`] or [`Window::clear`].
+    /// A window whose hits were all skipped is not empty: its skips still
+    /// need reporting.
+    pub fn is_empty(&self) -> bool {
+        self.hits == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    const DEFAULT: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
+    /// A wall clock for the tests: 2023-11-14T22:13:20Z.
+    const NOW_MS: i64 = 1_700_000_000_000;
+
+    fn hit(name: &str, count: i64, ts_ms: i64) -> Hit<'_> {
+        Hit { name, count, ts_ms }
+    }
+
+    fn cells(w: &Window) -> BTreeMap<(u32, String, i64), i64> {
+        let mut out = BTreeMap::new();
+        for c in w.cells() {
+            assert!(out
+                .insert((c.precision, c.name.to_owned(), c.bucket), c.delta)
+                .is_none());
+        }
+        assert_eq!(out.len(), w.cells_len());
+        out
+    }
+
+    #[test]
+    fn one_hit_all_precisions() {
+        let mut w = Window::new(&DEFAULT, 120);
+        w.add(&hit("a", 3, NOW_MS - 1), NOW_MS);
+        let ts_s = NOW_MS / 1000 - 1;
+        let expect: BTreeMap<_, _> = DEFAULT
+            .iter()
+            .map(|&p| {
+                (
+                    (
+                        p,
+                        "a".to_owned(),
+                        ts_s.div_euclid(i64::from(p)) * i64::from(p),
+                    ),
+                    3,
+                )
+            })
+            .collect();
+        assert_eq!(cells(&w), expect);
+        assert_eq!(
+            (w.hits(), w.count_sum(), w.names_len(), w.cells_len()),
+            (1, 3, 1, 7)
+        );
+        assert!(w.skipped().all(|(_, n)| n == 0));
+        // 86400 buckets start at midnight UTC.
+        assert!(w
+            .cells()
+            .any(|c| c.precision == 86400 && c.bucket == 1_699_920_000));
+    }
+
+    #[test]
+    fn bucket_boundaries() {
+        let mut w = Window::new(&[60], 120);
+        let start_ms = 1_700_000_040_000; // multiple of 60 s
+        w.add(&hit("a", 1, start_ms), NOW_MS);
+        w.add(&hit("a", 10, start_ms - 1), NOW_MS);
+        w.add(&hit("a", 100, start_ms + 59_999), NOW_MS);
+        let got = cells(&w);
+        assert_eq!(got[&(60, "a".into(), 1_700_000_040)], 101);
+        assert_eq!(got[&(60, "a".into(), 1_699_999_980)], 10);
+        assert_eq!(got.len(), 2);
+    }
+
+    #[test]
+    fn floor_is_euclidean() {
+        // Hits before the epoch still floor down (no truncation toward zero).
+        let mut w = Window::new(&[1, 60], u32::MAX);
+        w.add(&hit("a", 1, -1), 0);
+        w.add(&hit("a", 1, -1001), 0);
+        let got = cells(&w);
+        assert_eq!(got[&(1, "a".into(), -1)], 1);
+        assert_eq!(got[&(1, "a".into(), -2)], 1);
+        assert_eq!(got[&(60, "a".into(), -60)], 2);
+        // And in the positive range floor = truncation.
+        let mut w = Window::new(&[86400], 120);
+        w.add(&hit("a", 1, 86_400_000 * 2 - 1), 86_400_000 * 3);
+        assert_eq!(cells(&w)[&(86400, "a".into(), 86_400)], 1);
+    }
+
+    #[test]
+    fn too_old_is_skipped_per_precision() {
+        // samples = 120: at P = 1 the horizon is 120 s, at P = 60 it is 2 h.
+        let now_s = NOW_MS / 1000;
+        let mut w = Window::new(&[1, 60], 120);
+        let edge = now_s - 120; // bucket at P = 1 exactly at the horizon: skipped
+        w.add(&hit("old", 1, edge * 1000 + 999), NOW_MS + 999);
+        w.add(&hit("kept", 1, (edge + 1) * 1000), NOW_MS);
+        let got = cells(&w);
+        assert!(!got.contains_key(&(1, "old".into(), edge)));
+        assert_eq!(got[&(1, "kept".into(), edge + 1)], 1);
+        assert!(got.keys().any(|k| k.0 == 60 && k.1 == "old"));
+        assert_eq!(w.skipped().collect::<Vec<_>>(), [(1, 1), (60, 0)]);
+
+        // At P = 60 the same rule, with bucket starts.
+        let mut w = Window::new(&[60], 120);
+        let horizon = now_s - 120 * 60;
+        let b = horizon.div_euclid(60) * 60; // the bucket at or before the horizon
+        assert_eq!(b, horizon - horizon.rem_euclid(60));
+        w.add(&hit("a", 1, b * 1000), (b + 120 * 60) * 1000);
+        w.add(&hit("a", 2, (b + 60) * 1000), (b + 120 * 60) * 1000);
+        assert_eq!(cells(&w), BTreeMap::from([((60, "a".into(), b + 60), 2)]));
+        assert_eq!(w.skipped().collect::<Vec<_>>(), [(60, 1)]);
+    }
+
+    #[test]
+    fn hit_skipped_everywhere_interns_nothing() {
+        let mut w = Window::new(&[1, 5], 2);
+        w.add(&hit("gone", 4, 0), NOW_MS);
+        assert_eq!(
+            (w.hits(), w.count_sum(), w.names_len(), w.cells_len()),
+            (1, 4, 0, 0)
+        );
+        assert!(!w.is_empty());
+        assert_eq!(w.skipped().collect::<Vec<_>>(), [(1, 1), (5, 1)]);
+    }
+
+    #[test]
+    fn sums_and_orders() {
+        let mut w = Window::new(&[1, 5], 1000);
+        // Out of order inside one (name, precision) list.
+        for (ts_s, c) in [(100, 1), (103, 2), (101, 4), (100, 8), (99, 16), (105, 32)] {
+            w.add(&hit("a", c, ts_s * 1000 + 500), 200_000);
+            w.add(&hit("b", 1, ts_s * 1000), 200_000);
+        }
+        let got = cells(&w);
+        assert_eq!(got[&(1, "a".into(), 100)], 9);
+        assert_eq!(got[&(1, "a".into(), 99)], 16);
+        assert_eq!(got[&(5, "a".into(), 100)], 15);
+        assert_eq!(got[&(5, "a".into(), 95)], 16);
+        assert_eq!(got[&(5, "a".into(), 105)], 32);
+        assert_eq!(got[&(5, "b".into(), 100)], 4);
+        assert_eq!(w.names_len(), 2);
+        assert_eq!(w.count_sum(), 63 + 6);
+        assert_eq!(w.hits(), 12);
+        // Each list is newest first.
+        let a1: Vec<i64> = w
+            .cells()
+            .filter(|c| c.name == "a" && c.precision == 1)
+            .map(|c| c.bucket)
+            .collect();
+        assert_eq!(a1, [105, 103, 101, 100, 99]);
+    }
+
+    #[test]
+    fn saturates() {
+        let mut w = Window::new(&[1], 10);
+        w.add(&hit("a", i64::MAX, 0), 0);
+        w.add(&hit("a", i64::MAX, 0), 0);
+        assert_eq!(w.count_sum(), i64::MAX);
+        assert_eq!(w.cells().next().unwrap().delta, i64::MAX);
+    }
+
+    #[test]
+    fn clear_and_reuse() {
+        let mut w = Window::new(&DEFAULT, 120);
+        assert!(w.is_empty());
+        w.add(&hit("a", 1, NOW_MS), NOW_MS);
+        w.add(&hit("a", 1, 0), NOW_MS);
+        w.clear();
+        assert!(w.is_empty());
+        assert_eq!(
+            (w.hits(), w.count_sum(), w.names_len(), w.cells_len()),
+            (0, 0, 0, 0)
+        );
+        assert_eq!(w.cells().count(), 0);
+        assert!(w.skipped().all(|(_, n)| n == 0));
+        w.add(&hit("b", 2, NOW_MS), NOW_MS);
+        assert_eq!(w.names_len(), 1);
+        assert!(w.cells().all(|c| c.name == "b" && c.delta == 2));
+    }
+
+    #[test]
+    fn precisions_deduped() {
+        let w = Window::new(&[60, 1, 60], 5);
+        assert_eq!(w.precisions(), [60, 1]);
+        assert_eq!(w.samples(), 5);
+    }
+
+    #[test]
+    #[should_panic(expected = "precisions must be positive")]
+    fn zero_precision_panics() {
+        let _ = Window::new(&[1, 0], 120);
+    }
+}

@@ -1,0 +1,14 @@
+//! The pure floor: what a hit is and what it becomes, with no Redis in
+//! sight. The event and its two wire forms, aggregation into cells, every
+//! key name, every setting with its default, the metrics, the shutdown
+//! signal and the clock. Everything above builds on these; nothing here
+//! names a Redis type (a test checks it).
+
+pub mod aggregate;
+pub mod clock;
+pub mod config;
+pub mod event;
+pub mod keys;
+pub mod known;
+pub mod metrics;
+pub mod shutdown;

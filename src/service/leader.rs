@@ -1,0 +1,275 @@
+//! The leader lease: exactly one worker at a time cleans counters and trims
+//! the stream.
+//!
+//! The lease is a key (`--leader-key`, default `hitcount:leader`) holding the
+//! leader's token, unique per worker process. It is taken with
+//! `SET key token NX PX lease`, renewed every third of the lease by a script
+//! that extends it only while it still holds this token, and released at
+//! shutdown by a script that deletes it only if it still holds this token.
+//! When the leader dies, the key expires and another worker takes it within
+//! about one lease.
+//!
+//! A leader must stop acting before its lease could have passed to another
+//! worker, even if its process was paused (SIGSTOP, a long GC-like stall, a
+//! frozen VM). So [`Lease::held`] does not ask Redis: it compares the
+//! monotonic clock with a deadline set at each successful renewal to *the
+//! time the renewal was sent* + lease - a safety margin. A paused process
+//! wakes up with its deadline already passed. On top of that every write of
+//! the leader's duties is fenced in Redis: the scripts check the token first
+//! (see `clean.lua`, `trim.lua`), so even a write already on its way when the
+//! deadline passes does nothing once another worker holds the lease.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{Client, RedisResult};
+
+use crate::model::config::LeaderArgs;
+use crate::model::keys::Keys;
+use crate::model::metrics::metrics;
+use crate::model::shutdown::Shutdown;
+use crate::store::connect::{self, Outage};
+use crate::store::scripts::RENEW;
+
+/// Part of the lease given up as a safety margin: a leader considers its
+/// lease over this much before Redis expires it (clock rate differences,
+/// the time a write takes to reach Redis).
+const MARGIN_DIVISOR: u32 = 5;
+
+/// One worker's claim on the leadership.
+#[derive(Debug)]
+pub struct Lease {
+    key: String,
+    token: String,
+    ttl: Duration,
+    /// Until when this worker may act as leader; `None` when it is not leader.
+    until: Mutex<Option<Instant>>,
+}
+
+impl Lease {
+    /// A lease for this worker (`owner`, shown in `hitcount status`): not
+    /// held until [`Lease::try_acquire`] succeeds.
+    pub fn new(keys: &Keys, settings: &LeaderArgs, owner: &str) -> Lease {
+        Lease {
+            key: keys.leader(&settings.leader_key),
+            token: format!("{owner}/{:016x}", rand::random::<u64>()),
+            ttl: settings.lease(),
+            until: Mutex::new(None),
+        }
+    }
+
+    /// The lease key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// This worker's token: `owner/random`, unique per process.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// How often the lease is renewed (and, by non-leaders, tried): a third
+    /// of it, so one lost renewal does not lose the leadership.
+    pub fn renew_every(&self) -> Duration {
+        self.ttl / 3
+    }
+
+    /// Until when this worker may act as leader (monotonic), if it may now.
+    pub fn held_until(&self) -> Option<Instant> {
+        let until = *self.until.lock().unwrap_or_else(|p| p.into_inner());
+        until.filter(|t| *t > Instant::now())
+    }
+
+    /// Whether this worker may act as leader now.
+    pub fn held(&self) -> bool {
+        self.held_until().is_some()
+    }
+
+    fn set(&self, until: Option<Instant>) {
+        *self.until.lock().unwrap_or_else(|p| p.into_inner()) = until;
+        metrics().is_leader.set(i64::from(until.is_some()));
+    }
+
+    fn valid_from(&self, sent: Instant) -> Instant {
+        sent + self.ttl - self.ttl / MARGIN_DIVISOR
+    }
+
+    /// Takes the lease if nobody holds it (`SET NX PX`). Returns whether this
+    /// worker is leader now.
+    pub async fn try_acquire(&self, conn: &mut MultiplexedConnection) -> RedisResult<bool> {
+        let sent = Instant::now();
+        let ok: Option<String> = redis::cmd("SET")
+            .arg(&self.key)
+            .arg(&self.token)
+            .arg("NX")
+            .arg("PX")
+            .arg(self.ttl.as_millis() as u64)
+            .query_async(conn)
+            .await?;
+        if ok.is_some() {
+            self.set(Some(self.valid_from(sent)));
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Extends the lease if it still holds this worker's token. Returns
+    /// whether this worker is still leader; when not, it stops at once.
+    pub async fn renew(&self, conn: &mut MultiplexedConnection) -> RedisResult<bool> {
+        let sent = Instant::now();
+        let renewed: i64 = RENEW
+            .evalsha(1)
+            .arg(&self.key)
+            .arg(&self.token)
+            .arg(self.ttl.as_millis() as u64)
+            .query_async(conn)
+            .await?;
+        self.set((renewed == 1).then(|| self.valid_from(sent)));
+        Ok(renewed == 1)
+    }
+
+    /// Stops acting as leader and deletes the lease if it is still this
+    /// worker's, so another can take over at once.
+    pub async fn release(&self, conn: &mut MultiplexedConnection) -> RedisResult<bool> {
+        self.set(None);
+        crate::store::scripts::release_if_held(conn, &self.key, &self.token).await
+    }
+
+    /// Keeps trying to lead until shutdown: renews while leader, tries to
+    /// take the lease otherwise, every [`Lease::renew_every`]; then releases.
+    /// Redis errors are retried on the same schedule (the deadline runs out
+    /// on its own meanwhile).
+    pub async fn keep(self: Arc<Self>, client: Client, shutdown: Shutdown) {
+        self.keep_until(client, shutdown.clone(), shutdown).await
+    }
+
+    /// [`Lease::keep`] until `done` (after the worker finished its window),
+    /// reporting fatal errors on `shutdown`.
+    pub async fn keep_until(
+        self: Arc<Self>,
+        client: Client,
+        shutdown: Shutdown,
+        mut done: Shutdown,
+    ) {
+        // A reply later than a renewal period is as good as none.
+        let timeout = self.renew_every().min(connect::RESPONSE_TIMEOUT);
+        let mut conn: Option<MultiplexedConnection> = None;
+        let mut outage = Outage::default();
+        while !done.is_triggered() {
+            if let Err(e) = self.step(&client, &mut conn, timeout).await {
+                connect::task_failed("leader lease", &e, &mut outage, &shutdown, &client);
+                conn = None;
+            } else {
+                outage.recovered("leader lease");
+            }
+            metrics().is_leader.set(i64::from(self.held()));
+            tokio::select! {
+                _ = tokio::time::sleep(self.renew_every()) => {}
+                _ = done.wait() => {}
+            }
+        }
+        let was_leader = self.held_until().is_some();
+        if let Some(c) = conn.as_mut() {
+            match self.release(c).await {
+                Ok(true) => tracing::info!(token = %self.token, "released the leader lease"),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not release the leader lease; it expires on its own")
+                }
+            }
+        } else if was_leader {
+            self.set(None);
+            tracing::warn!(lease_ms = self.ttl.as_millis() as u64,
+                "could not release the leader lease (no connection to Redis): it expires on its own");
+        }
+    }
+
+    async fn step(
+        &self,
+        client: &Client,
+        conn: &mut Option<MultiplexedConnection>,
+        timeout: Duration,
+    ) -> RedisResult<()> {
+        let c = match conn {
+            Some(c) => c,
+            None => {
+                let mut c = connect::open(client, timeout).await?;
+                crate::store::scripts::load_all(&mut c).await?;
+                conn.insert(c)
+            }
+        };
+        // Renew while this worker thinks it leads, even past its deadline
+        // (after a pause): the script says whether the lease is still ours.
+        let leading = self
+            .until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if leading {
+            if !self.renew(c).await? {
+                tracing::warn!(token = %self.token, "lost the leader lease: no longer leader");
+            }
+        } else if self.try_acquire(c).await? {
+            tracing::info!(token = %self.token, lease_ms = self.ttl.as_millis() as u64, "became leader");
+        }
+        Ok(())
+    }
+
+    /// Takes the lease for a one-off job, waiting up to `wait` while another
+    /// worker holds it. Returns whether it was taken.
+    pub async fn acquire_within(
+        &self,
+        conn: &mut MultiplexedConnection,
+        wait: Duration,
+    ) -> RedisResult<bool> {
+        let give_up = Instant::now() + wait;
+        loop {
+            if self.try_acquire(conn).await? {
+                return Ok(true);
+            }
+            if Instant::now() >= give_up {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The current leader as Redis sees it: its token and the lease left.
+pub async fn current(
+    conn: &mut MultiplexedConnection,
+    key: &str,
+) -> RedisResult<Option<(String, Duration)>> {
+    let (token, pttl): (Option<String>, i64) = redis::pipe()
+        .cmd("GET")
+        .arg(key)
+        .cmd("PTTL")
+        .arg(key)
+        .query_async(conn)
+        .await?;
+    Ok(token.map(|t| (t, Duration::from_millis(pttl.max(0) as u64))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_is_inside_the_lease() {
+        let settings = LeaderArgs {
+            lease_ms: 1500,
+            ..LeaderArgs::default()
+        };
+        let keys = Keys::new(&Default::default(), &Default::default());
+        let lease = Lease::new(&keys, &settings, "w1");
+        assert!(!lease.held());
+        assert!(lease.token().starts_with("w1/"));
+        let sent = Instant::now();
+        let until = lease.valid_from(sent);
+        assert!(until < sent + settings.lease());
+        assert!(until > sent + lease.renew_every() * 2);
+        lease.set(Some(sent - Duration::from_millis(1)));
+        assert!(!lease.held(), "a passed deadline is not leadership");
+    }
+}

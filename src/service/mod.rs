@@ -1,0 +1,18 @@
+//! The long-running parts, built on the store: the [`worker`] and what it
+//! does for stopped workers ([`recovery`]), the consumer name
+//! [`registration`], the [`leader`] lease and its [`duties`] ([`cleaner`],
+//! [`trim`]), the group [`sampler`], what `hitcount status` shows
+//! ([`status`]), the [`supervisor`] of background tasks, and the
+//! fire-and-forget [`producer`].
+
+pub mod cleaner;
+pub mod duties;
+pub mod leader;
+pub mod producer;
+pub mod recovery;
+pub mod registration;
+pub mod sampler;
+pub mod status;
+pub mod supervisor;
+pub mod trim;
+pub mod worker;

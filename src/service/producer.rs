@@ -1,0 +1,285 @@
+//! The fire-and-forget producer: `hit(name)` returns at once; a background
+//! task sends events in batches.
+//!
+//! The caller never blocks and never sees an error: events go into a bounded
+//! buffer, a background task appends them to the stream in batches (one
+//! script per batch, `produce.lua`, numbered so that a batch retried after a
+//! lost reply is not appended twice). While Redis is unreachable the buffer
+//! fills up to its bound; beyond it, events are dropped and counted
+//! (`hitcount_producer_dropped_events_total`). [`Producer::flush`] waits until
+//! everything accepted so far is in Redis; [`Producer::shutdown`] flushes and
+//! stops the task.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Client;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::model::config::{ConfigError, RedisArgs, StreamArgs};
+use crate::model::event;
+use crate::model::keys::Keys;
+use crate::model::metrics::metrics;
+use crate::store::connect::{self, Backoff, Outage};
+use crate::store::scripts::PRODUCE;
+
+/// Events per batch script: about 1.5 µs of Redis time each, so a batch stays
+/// well under a millisecond and far from the 10 ms that would stall others.
+const BATCH: usize = 250;
+/// Batches sent per round trip.
+const BATCHES_PER_TRIP: usize = 32;
+/// How long Redis remembers a producer's last batch number (its dedup).
+const DEDUP_TTL_SECS: u64 = 86_400;
+
+/// Producer settings.
+#[derive(Debug, Clone)]
+pub struct ProducerOptions {
+    /// Most events held while Redis is slow or away; more are dropped.
+    pub max_buffered: u64,
+}
+
+impl Default for ProducerOptions {
+    fn default() -> Self {
+        ProducerOptions {
+            max_buffered: 1_000_000,
+        }
+    }
+}
+
+enum Msg {
+    Hit(Vec<u8>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// Counters of what the producer did, also exported as metrics.
+#[derive(Debug, Default)]
+pub struct ProducerStats {
+    /// Events accepted into the buffer.
+    pub accepted: AtomicU64,
+    /// Events appended to the stream.
+    pub sent: AtomicU64,
+    /// Events dropped because the buffer was full.
+    pub dropped: AtomicU64,
+    buffered: AtomicU64,
+}
+
+/// A handle to the producer; cheap to clone, usable from any task or thread.
+#[derive(Clone)]
+pub struct Producer {
+    tx: mpsc::UnboundedSender<Msg>,
+    stats: Arc<ProducerStats>,
+    max_buffered: u64,
+    task: Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Producer {
+    /// Starts the background task (on the current tokio runtime). Fails only
+    /// on a bad URL or unreadable TLS files; Redis being down is not an error.
+    pub fn start(
+        redis: &RedisArgs,
+        stream: &StreamArgs,
+        opts: ProducerOptions,
+    ) -> Result<Producer, ConfigError> {
+        let client = connect::client(redis)?;
+        let keys = Keys::new(&Default::default(), stream);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(ProducerStats::default());
+        let sender = Sender {
+            client,
+            keys,
+            id: format!("{:016x}", rand::random::<u64>()),
+            batch_no: 0,
+            confirmed: 0,
+            stats: stats.clone(),
+        };
+        let task = tokio::spawn(sender.run(rx));
+        Ok(Producer {
+            tx,
+            stats,
+            max_buffered: opts.max_buffered,
+            task: Arc::new(tokio::sync::Mutex::new(Some(task))),
+        })
+    }
+
+    /// Counts one hit of `name` now. Never blocks, never fails.
+    pub fn hit(&self, name: &str) {
+        self.send(name, 1, None)
+    }
+
+    /// Counts `count` hits of `name` now.
+    pub fn hit_n(&self, name: &str, count: i64) {
+        self.send(name, count, None)
+    }
+
+    /// Counts `count` hits of `name` at `ts` (unix seconds).
+    pub fn hit_at(&self, name: &str, count: i64, ts: f64) {
+        self.send(name, count, Some(ts))
+    }
+
+    fn send(&self, name: &str, count: i64, ts: Option<f64>) {
+        let buffered = self.stats.buffered.fetch_add(1, Ordering::Relaxed);
+        if buffered >= self.max_buffered {
+            self.stats.buffered.fetch_sub(1, Ordering::Relaxed);
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            metrics().producer_dropped.inc();
+            return;
+        }
+        metrics().producer_buffered.inc();
+        self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        if self
+            .tx
+            .send(Msg::Hit(event::encode(name, count, ts)))
+            .is_err()
+        {
+            // The task is gone (after shutdown): the event cannot be sent.
+            self.stats.buffered.fetch_sub(1, Ordering::Relaxed);
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            metrics().producer_buffered.dec();
+            metrics().producer_dropped.inc();
+        }
+    }
+
+    /// What the producer did so far.
+    pub fn stats(&self) -> &ProducerStats {
+        &self.stats
+    }
+
+    /// Events waiting to be sent.
+    pub fn buffered(&self) -> u64 {
+        self.stats.buffered.load(Ordering::Relaxed)
+    }
+
+    /// Waits until every event accepted before this call is in Redis (or
+    /// dropped). Waits through outages: bound it with a timeout if needed.
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Msg::Flush(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Flushes (for at most `deadline`) and stops the background task.
+    pub async fn shutdown(self, deadline: Duration) {
+        let _ = tokio::time::timeout(deadline, self.flush()).await;
+        if let Some(task) = self.task.lock().await.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+/// The background task's state.
+struct Sender {
+    client: Client,
+    keys: Keys,
+    id: String,
+    batch_no: u64,
+    /// The last batch number known to be appended (its pipeline succeeded).
+    confirmed: u64,
+    stats: Arc<ProducerStats>,
+}
+
+impl Sender {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        let mut conn = None;
+        let mut outage = Outage::default();
+        let mut backoff = Backoff::default();
+        let mut msgs = Vec::with_capacity(BATCH * BATCHES_PER_TRIP);
+        let mut events: Vec<Vec<u8>> = Vec::with_capacity(BATCH * BATCHES_PER_TRIP);
+        let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
+        loop {
+            if rx.recv_many(&mut msgs, BATCH * BATCHES_PER_TRIP).await == 0 {
+                return; // every handle dropped
+            }
+            for m in msgs.drain(..) {
+                match m {
+                    Msg::Hit(e) => events.push(e),
+                    Msg::Flush(done) => flushes.push(done),
+                }
+            }
+            // Number the batches once: retries resend the same numbers.
+            let batches: Vec<(u64, &[Vec<u8>])> = events
+                .chunks(BATCH)
+                .map(|c| {
+                    self.batch_no += 1;
+                    (self.batch_no, c)
+                })
+                .collect();
+            loop {
+                let c = match conn.as_mut() {
+                    Some(c) => c,
+                    None => match self.connect().await {
+                        Ok(c) => conn.insert(c),
+                        Err(e) => {
+                            connect::record(&e);
+                            outage.failed("producer", &e);
+                            tokio::time::sleep(backoff.pause()).await;
+                            continue;
+                        }
+                    },
+                };
+                match self.send(c, &batches).await {
+                    Ok(()) => {
+                        if let Some((last, _)) = batches.last() {
+                            self.confirmed = *last;
+                        }
+                        outage.recovered("producer");
+                        backoff.reset();
+                        break;
+                    }
+                    Err(e) => {
+                        connect::record(&e);
+                        outage.failed("producer", &e);
+                        conn = None;
+                        tokio::time::sleep(backoff.pause()).await;
+                    }
+                }
+            }
+            let n = events.len() as u64;
+            self.stats.sent.fetch_add(n, Ordering::Relaxed);
+            self.stats.buffered.fetch_sub(n, Ordering::Relaxed);
+            metrics().producer_sent.inc_by(n);
+            metrics().producer_buffered.sub(n as i64);
+            events.clear();
+            for f in flushes.drain(..) {
+                let _ = f.send(());
+            }
+        }
+    }
+
+    /// A new connection with the scripts loaded (a fresh or restarted Redis
+    /// has none; any error reconnects, so this is where they are loaded).
+    async fn connect(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let mut c = connect::open(&self.client, connect::RESPONSE_TIMEOUT).await?;
+        crate::store::scripts::load_all(&mut c).await?;
+        Ok(c)
+    }
+
+    async fn send(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        batches: &[(u64, &[Vec<u8>])],
+    ) -> redis::RedisResult<()> {
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (no, events) in batches {
+            let mut cmd = PRODUCE.evalsha(2);
+            cmd.arg(&self.keys.stream)
+                .arg(self.keys.producer(&self.id))
+                .arg(*no)
+                .arg(DEDUP_TTL_SECS)
+                .arg(self.confirmed);
+            for e in events.iter() {
+                cmd.arg(e);
+            }
+            pipe.add_command(cmd).ignore();
+        }
+        // An error of any batch (NOSCRIPT after a Redis restart, say) fails
+        // the trip: the caller reconnects, which reloads the scripts, and
+        // resends every batch; those already appended are recognised.
+        pipe.query_async::<()>(conn).await
+    }
+}

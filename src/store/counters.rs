@@ -1,0 +1,122 @@
+//! Reading counters, as the seeds' `get_counter` does: every sample of
+//! `count:PREC:NAME` as (bucket start, count), oldest first.
+
+use redis::aio::ConnectionLike;
+use redis::RedisResult;
+
+use crate::model::keys::Keys;
+
+/// One sample of a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Sample {
+    /// Bucket start, unix seconds.
+    pub time: i64,
+    /// Hits counted in the bucket.
+    pub count: i64,
+}
+
+/// The samples of counter `name` at `precision`, oldest first. Fields that
+/// are not integers (written by something else) are skipped; see
+/// [`read_counter`] to learn about them.
+pub async fn read<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    precision: u32,
+    name: &str,
+) -> RedisResult<Vec<Sample>> {
+    Ok(read_counter(conn, keys, precision, name).await?.samples)
+}
+
+/// A counter as read: its samples and what was skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counter {
+    /// The samples, oldest first.
+    pub samples: Vec<Sample>,
+    /// Fields whose bucket or count is not an integer (the counter was
+    /// written by something else, or damaged), skipped.
+    pub corrupt: usize,
+    /// The first of them, as (field, value).
+    pub corrupt_example: Option<(String, String)>,
+}
+
+/// [`read`], also telling how many fields were not integers.
+pub async fn read_counter<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    precision: u32,
+    name: &str,
+) -> RedisResult<Counter> {
+    let raw: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(keys.count(precision, name))
+        .query_async(conn)
+        .await?;
+    Ok(parse(raw))
+}
+
+fn parse(raw: Vec<(String, String)>) -> Counter {
+    let mut counter = Counter::default();
+    for (t, c) in raw {
+        match (t.parse(), c.parse()) {
+            (Ok(time), Ok(count)) => counter.samples.push(Sample { time, count }),
+            _ => {
+                counter.corrupt += 1;
+                counter.corrupt_example.get_or_insert((t, c));
+            }
+        }
+    }
+    counter.samples.sort_unstable_by_key(|s| s.time);
+    counter
+}
+
+/// Formats unix seconds as `YYYY-MM-DD HH:MM:SS` UTC.
+pub fn format_utc(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (H. Hinnant's algorithm), valid for the whole i64 day range used here.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_that_are_not_integers_are_counted_not_read() {
+        let raw = [("120", "3"), ("60", "2"), ("x", "1"), ("180", "lots")]
+            .map(|(t, c)| (t.to_string(), c.to_string()));
+        let c = parse(raw.to_vec());
+        assert_eq!(
+            c.samples,
+            [
+                Sample { time: 60, count: 2 },
+                Sample {
+                    time: 120,
+                    count: 3
+                }
+            ]
+        );
+        assert_eq!(c.corrupt, 2);
+        assert_eq!(c.corrupt_example, Some(("x".into(), "1".into())));
+    }
+
+    #[test]
+    fn formats_utc() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00:00");
+        assert_eq!(format_utc(1_700_000_000), "2023-11-14 22:13:20");
+        assert_eq!(format_utc(951_782_400), "2000-02-29 00:00:00");
+    }
+}

@@ -1,0 +1,11 @@
+//! Redis access: the one connection type and its error classes
+//! ([`connect`]), the Lua scripts ([`scripts`]), the counters as any client
+//! reads them ([`counters`]), the stream and its consumer group ([`stream`]),
+//! and a window's exactly-once way into the counters ([`commit`]). Uses the
+//! model floor only.
+
+pub mod commit;
+pub mod connect;
+pub mod counters;
+pub mod scripts;
+pub mod stream;

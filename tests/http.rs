@@ -5,8 +5,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hitcount::edge::http::{serve, serve_with, Health, Limits};
+use hitcount::edge::http::{serve, serve_with, Limits};
 use hitcount::model::metrics::metrics;
+use hitcount::service::health::Health;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;

@@ -39,6 +39,7 @@ use crate::model::config::LayoutArgs;
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
 use crate::service::leader::Lease;
+use crate::store::connect::StoreError;
 use crate::store::scripts::CLEAN;
 
 /// Counters read from `known:` per round trip.
@@ -58,13 +59,19 @@ const PASS_SECONDS: u32 = 60;
 /// Why a pass stopped early.
 #[derive(Debug, thiserror::Error)]
 pub enum CleanError {
-    /// Redis failed (transient: the next pass starts over).
-    #[error("redis: {0}")]
-    Redis(#[from] RedisError),
+    /// Redis failed (transient: the next pass starts over; or fatal).
+    #[error("{0}")]
+    Store(#[from] StoreError),
     /// The lease ran out or another worker holds it: this worker must not
     /// write any more.
     #[error("the leader lease was lost during the pass")]
     LostLease,
+}
+
+impl From<RedisError> for CleanError {
+    fn from(e: RedisError) -> Self {
+        CleanError::Store(StoreError::Redis(e))
+    }
 }
 
 /// What one pass did.
@@ -262,7 +269,7 @@ impl Cleaner {
             scan.arg(key).arg(cursor).arg("COUNT").arg(SCAN_COUNT);
             let reply = self.apply(conn, &plans, Some(scan), report).await?;
             (cursor, pairs) = redis::from_redis_value(reply.unwrap_or(Value::Nil))
-                .map_err(|e| CleanError::Redis(e.into()))?;
+                .map_err(|e| CleanError::from(RedisError::from(e)))?;
         }
     }
 

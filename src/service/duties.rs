@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::Client;
 
 use crate::model::config::LeaderArgs;
@@ -16,7 +15,7 @@ use crate::model::shutdown::Shutdown;
 use crate::service::cleaner::{self, CleanError, Cleaner, PassReport};
 use crate::service::leader::Lease;
 use crate::service::trim::{self, Trimmed};
-use crate::store::connect::{self, Outage};
+use crate::store::connect::{self, Conn, Reconnecting};
 
 /// How often a worker that is not leader looks whether it became one.
 const IDLE_CHECK: Duration = Duration::from_millis(500);
@@ -51,7 +50,7 @@ fn trimmed_as_recorded<S: serde::Serializer>(t: &Trimmed, ser: S) -> Result<S::O
 /// [`CleanError::LostLease`] as soon as `lease` is no longer held.
 pub async fn once(
     cleaner: &mut Cleaner,
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &Keys,
     lease: &Lease,
     now: i64,
@@ -103,8 +102,7 @@ pub async fn run(
     lease: Arc<Lease>,
     mut shutdown: Shutdown,
 ) {
-    let mut conn: Option<MultiplexedConnection> = None;
-    let mut outage = Outage::default();
+    let mut link = Reconnecting::new(client, "cleaner", connect::RESPONSE_TIMEOUT);
     while !shutdown.is_triggered() {
         if !lease.held() {
             tokio::select! {
@@ -114,49 +112,30 @@ pub async fn run(
             continue;
         }
         let started = Instant::now();
-        if conn.is_none() {
-            match connect::open(&client, connect::RESPONSE_TIMEOUT).await {
-                Ok(mut c) => match crate::store::scripts::load_all(&mut c).await {
-                    Ok(()) => conn = Some(c),
-                    Err(e) => {
-                        connect::task_failed("cleaner", &e, &mut outage, &shutdown, &client);
-                    }
-                },
-                Err(e) => {
-                    connect::task_failed("cleaner", &e, &mut outage, &shutdown, &client);
-                }
+        let now = crate::model::clock::unix_ms() / 1000;
+        let result = match link.get().await {
+            Ok(c) => once(&mut cleaner, c, &keys, &lease, now).await,
+            Err(e) => Err(e.into()),
+        };
+        match result {
+            Ok(last) => {
+                link.succeeded();
+                let p = &last.pass;
+                tracing::debug!(
+                    pass = p.pass,
+                    duration_ms = p.duration_ms,
+                    counters_scanned = p.counters_scanned,
+                    samples_removed = p.samples_removed,
+                    counters_removed = p.counters_removed,
+                    trimmed = last.trimmed.entries,
+                    "cleaner pass done"
+                );
             }
-        }
-        if let Some(c) = conn.as_mut() {
-            match once(
-                &mut cleaner,
-                c,
-                &keys,
-                &lease,
-                crate::model::clock::unix_ms() / 1000,
-            )
-            .await
-            {
-                Ok(last) => {
-                    outage.recovered("cleaner");
-                    let p = &last.pass;
-                    tracing::debug!(
-                        pass = p.pass,
-                        duration_ms = p.duration_ms,
-                        counters_scanned = p.counters_scanned,
-                        samples_removed = p.samples_removed,
-                        counters_removed = p.counters_removed,
-                        trimmed = last.trimmed.entries,
-                        "cleaner pass done"
-                    );
-                }
-                Err(CleanError::LostLease) => {
-                    tracing::warn!("leader lease lost during a cleaner pass: stopped cleaning");
-                }
-                Err(CleanError::Redis(e)) => {
-                    connect::task_failed("cleaner", &e, &mut outage, &shutdown, &client);
-                    conn = None;
-                }
+            Err(CleanError::LostLease) => {
+                tracing::warn!("leader lease lost during a cleaner pass: stopped cleaning");
+            }
+            Err(CleanError::Store(e)) => {
+                link.failed(&e, Some(&shutdown));
             }
         }
         let pause = cleaner::pause_after(started.elapsed(), settings.clean_interval());

@@ -22,14 +22,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::{Client, RedisResult};
 
 use crate::model::config::LeaderArgs;
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
-use crate::store::connect::{self, Outage};
+use crate::store::connect::{self, Conn, Reconnecting, StoreResult};
 use crate::store::scripts::RENEW;
 
 /// Part of the lease given up as a safety margin: a leader considers its
@@ -97,7 +96,7 @@ impl Lease {
 
     /// Takes the lease if nobody holds it (`SET NX PX`). Returns whether this
     /// worker is leader now.
-    pub async fn try_acquire(&self, conn: &mut MultiplexedConnection) -> RedisResult<bool> {
+    pub async fn try_acquire(&self, conn: &mut Conn) -> RedisResult<bool> {
         let sent = Instant::now();
         let ok: Option<String> = redis::cmd("SET")
             .arg(&self.key)
@@ -116,7 +115,7 @@ impl Lease {
 
     /// Extends the lease if it still holds this worker's token. Returns
     /// whether this worker is still leader; when not, it stops at once.
-    pub async fn renew(&self, conn: &mut MultiplexedConnection) -> RedisResult<bool> {
+    pub async fn renew(&self, conn: &mut Conn) -> RedisResult<bool> {
         let sent = Instant::now();
         let renewed: i64 = RENEW
             .evalsha(1)
@@ -131,7 +130,7 @@ impl Lease {
 
     /// Stops acting as leader and deletes the lease if it is still this
     /// worker's, so another can take over at once.
-    pub async fn release(&self, conn: &mut MultiplexedConnection) -> RedisResult<bool> {
+    pub async fn release(&self, conn: &mut Conn) -> RedisResult<bool> {
         self.set(None);
         crate::store::scripts::release_if_held(conn, &self.key, &self.token).await
     }
@@ -154,14 +153,13 @@ impl Lease {
     ) {
         // A reply later than a renewal period is as good as none.
         let timeout = self.renew_every().min(connect::RESPONSE_TIMEOUT);
-        let mut conn: Option<MultiplexedConnection> = None;
-        let mut outage = Outage::default();
+        let mut link = Reconnecting::new(client, "leader lease", timeout);
         while !done.is_triggered() {
-            if let Err(e) = self.step(&client, &mut conn, timeout).await {
-                connect::task_failed("leader lease", &e, &mut outage, &shutdown, &client);
-                conn = None;
-            } else {
-                outage.recovered("leader lease");
+            match self.step(&mut link).await {
+                Ok(()) => link.succeeded(),
+                Err(e) => {
+                    link.failed(&e, Some(&shutdown));
+                }
             }
             metrics().is_leader.set(i64::from(self.held()));
             tokio::select! {
@@ -170,7 +168,7 @@ impl Lease {
             }
         }
         let was_leader = self.held_until().is_some();
-        if let Some(c) = conn.as_mut() {
+        if let Some(c) = link.current() {
             match self.release(c).await {
                 Ok(true) => tracing::info!(token = %self.token, "released the leader lease"),
                 Ok(false) => {}
@@ -185,20 +183,8 @@ impl Lease {
         }
     }
 
-    async fn step(
-        &self,
-        client: &Client,
-        conn: &mut Option<MultiplexedConnection>,
-        timeout: Duration,
-    ) -> RedisResult<()> {
-        let c = match conn {
-            Some(c) => c,
-            None => {
-                let mut c = connect::open(client, timeout).await?;
-                crate::store::scripts::load_all(&mut c).await?;
-                conn.insert(c)
-            }
-        };
+    async fn step(&self, link: &mut Reconnecting) -> StoreResult<()> {
+        let c = link.get().await?;
         // Renew while this worker thinks it leads, even past its deadline
         // (after a pause): the script says whether the lease is still ours.
         let leading = self
@@ -218,11 +204,7 @@ impl Lease {
 
     /// Takes the lease for a one-off job, waiting up to `wait` while another
     /// worker holds it. Returns whether it was taken.
-    pub async fn acquire_within(
-        &self,
-        conn: &mut MultiplexedConnection,
-        wait: Duration,
-    ) -> RedisResult<bool> {
+    pub async fn acquire_within(&self, conn: &mut Conn, wait: Duration) -> RedisResult<bool> {
         let give_up = Instant::now() + wait;
         loop {
             if self.try_acquire(conn).await? {
@@ -237,10 +219,7 @@ impl Lease {
 }
 
 /// The current leader as Redis sees it: its token and the lease left.
-pub async fn current(
-    conn: &mut MultiplexedConnection,
-    key: &str,
-) -> RedisResult<Option<(String, Duration)>> {
+pub async fn current(conn: &mut Conn, key: &str) -> RedisResult<Option<(String, Duration)>> {
     let (token, pttl): (Option<String>, i64) = redis::pipe()
         .cmd("GET")
         .arg(key)

@@ -7,6 +7,7 @@
 
 pub mod cleaner;
 pub mod duties;
+pub mod health;
 pub mod leader;
 pub mod producer;
 pub mod recovery;

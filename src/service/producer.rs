@@ -21,7 +21,7 @@ use crate::model::config::{ConfigError, RedisArgs, StreamArgs};
 use crate::model::event;
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
-use crate::store::connect::{self, Backoff, Outage};
+use crate::store::connect::{self, Conn, Reconnecting, StoreError};
 use crate::store::scripts::PRODUCE;
 
 /// Events per batch script: about 1.5 µs of Redis time each, so a batch stays
@@ -182,9 +182,8 @@ struct Sender {
 
 impl Sender {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
-        let mut conn = None;
-        let mut outage = Outage::default();
-        let mut backoff = Backoff::default();
+        let mut link =
+            Reconnecting::new(self.client.clone(), "producer", connect::RESPONSE_TIMEOUT);
         let mut msgs = Vec::with_capacity(BATCH * BATCHES_PER_TRIP);
         let mut events: Vec<Vec<u8>> = Vec::with_capacity(BATCH * BATCHES_PER_TRIP);
         let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
@@ -207,33 +206,21 @@ impl Sender {
                 })
                 .collect();
             loop {
-                let c = match conn.as_mut() {
-                    Some(c) => c,
-                    None => match self.connect().await {
-                        Ok(c) => conn.insert(c),
-                        Err(e) => {
-                            connect::record(&e);
-                            outage.failed("producer", &e);
-                            tokio::time::sleep(backoff.pause()).await;
-                            continue;
-                        }
-                    },
+                let result = match link.get().await {
+                    Ok(c) => self.send(c, &batches).await.map_err(StoreError::from),
+                    Err(e) => Err(e),
                 };
-                match self.send(c, &batches).await {
+                match result {
                     Ok(()) => {
                         if let Some((last, _)) = batches.last() {
                             self.confirmed = *last;
                         }
-                        outage.recovered("producer");
-                        backoff.reset();
+                        link.succeeded();
                         break;
                     }
-                    Err(e) => {
-                        connect::record(&e);
-                        outage.failed("producer", &e);
-                        conn = None;
-                        tokio::time::sleep(backoff.pause()).await;
-                    }
+                    // Never stops: the caller is fire-and-forget. A refused
+                    // password is logged once and retried like an outage.
+                    Err(e) => tokio::time::sleep(link.failed(&e, None).1).await,
                 }
             }
             let n = events.len() as u64;
@@ -248,19 +235,7 @@ impl Sender {
         }
     }
 
-    /// A new connection with the scripts loaded (a fresh or restarted Redis
-    /// has none; any error reconnects, so this is where they are loaded).
-    async fn connect(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
-        let mut c = connect::open(&self.client, connect::RESPONSE_TIMEOUT).await?;
-        crate::store::scripts::load_all(&mut c).await?;
-        Ok(c)
-    }
-
-    async fn send(
-        &self,
-        conn: &mut redis::aio::MultiplexedConnection,
-        batches: &[(u64, &[Vec<u8>])],
-    ) -> redis::RedisResult<()> {
+    async fn send(&self, conn: &mut Conn, batches: &[(u64, &[Vec<u8>])]) -> redis::RedisResult<()> {
         if batches.is_empty() {
             return Ok(());
         }

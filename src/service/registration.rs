@@ -12,12 +12,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::{Client, Value};
 
 use crate::model::keys::Keys;
 use crate::model::shutdown::Shutdown;
-use crate::store::connect::{self, ErrorClass, Outage, StoreError, StoreResult};
+use crate::store::connect::{Conn, ErrorClass, Reconnecting, StoreError, StoreResult};
 use crate::store::scripts::REGISTER;
 
 /// How long a registration lives without renewal: the longest a restarted
@@ -69,7 +68,7 @@ impl Registration {
 
     /// Takes the name or keeps it: `Ok(None)` when it is this worker's,
     /// `Ok(Some(holder))` when another holds it.
-    async fn step(&self, conn: &mut MultiplexedConnection) -> StoreResult<Option<String>> {
+    async fn step(&self, conn: &mut Conn) -> StoreResult<Option<String>> {
         let reply: Value = REGISTER
             .evalsha(1)
             .arg(&self.key)
@@ -84,7 +83,7 @@ impl Registration {
     /// to one lifetime for its registration to lapse (a restarted worker's
     /// own old one), and refuses with [`StoreError::NameTaken`] as soon as
     /// the holder renews it (a live worker).
-    pub async fn acquire(&self, conn: &mut MultiplexedConnection) -> StoreResult<()> {
+    pub async fn acquire(&self, conn: &mut Conn) -> StoreResult<()> {
         let give_up = Instant::now() + LIFETIME + RENEW_EVERY;
         let mut last: Option<(String, i64)> = None;
         loop {
@@ -122,18 +121,31 @@ impl Registration {
             _ = acquired.wait_for(|a| *a) => {}
             _ = done.wait() => return,
         }
-        let mut conn: Option<MultiplexedConnection> = None;
-        let mut outage = Outage::default();
+        let mut link = Reconnecting::new(client, "consumer registration", LIFETIME / 3);
         while !done.is_triggered() {
-            match self.renew(&client, &mut conn).await {
-                Ok(()) => outage.recovered("consumer registration"),
+            let result = match link.get().await {
+                Ok(c) => self.step(c).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(None) => link.succeeded(),
+                // Another worker took the name (this one was paused past the
+                // lifetime): stop at once, the commit fence refuses us anyway.
+                Ok(Some(holder)) => {
+                    shutdown.fail(
+                        StoreError::NameTaken {
+                            name: self.name.clone(),
+                            holder,
+                        }
+                        .to_string(),
+                    );
+                    return;
+                }
                 Err(e) => {
-                    if e.record() == ErrorClass::Fatal {
-                        shutdown.fail(e.to_string());
+                    // The commit fence keeps the count exact meanwhile.
+                    if link.failed(&e, Some(&shutdown)).0 == ErrorClass::Fatal {
                         return;
                     }
-                    outage.failed("consumer registration", &e);
-                    conn = None;
                 }
             }
             tokio::select! {
@@ -143,31 +155,9 @@ impl Registration {
         }
     }
 
-    async fn renew(
-        &self,
-        client: &Client,
-        conn: &mut Option<MultiplexedConnection>,
-    ) -> StoreResult<()> {
-        let c = match conn {
-            Some(c) => c,
-            None => {
-                let mut c = connect::open(client, LIFETIME / 3).await?;
-                crate::store::scripts::load_all(&mut c).await?;
-                conn.insert(c)
-            }
-        };
-        match self.step(c).await? {
-            None => Ok(()),
-            Some(holder) => Err(StoreError::NameTaken {
-                name: self.name.clone(),
-                holder,
-            }),
-        }
-    }
-
     /// Gives the name up if this worker still holds it, so a successor under
     /// the same name starts at once. Returns whether it was released.
-    pub async fn release(&self, conn: &mut MultiplexedConnection) -> StoreResult<bool> {
+    pub async fn release(&self, conn: &mut Conn) -> StoreResult<bool> {
         Ok(crate::store::scripts::release_if_held(conn, &self.key, &self.token).await?)
     }
 }

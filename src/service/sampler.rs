@@ -17,13 +17,12 @@
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::{Client, RedisResult, Value};
 
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
-use crate::store::connect::{self, Outage};
+use crate::store::connect::{self, Conn, Reconnecting, StoreError};
 use crate::store::stream::{self, info_pairs, info_str};
 
 /// Time between samples: often enough for a 15 s scrape interval to see
@@ -43,7 +42,7 @@ pub struct Sample {
 
 /// Reads the group's lag, pending count and backlog age. `None` when the
 /// stream or the group does not exist yet.
-pub async fn sample(conn: &mut MultiplexedConnection, keys: &Keys) -> RedisResult<Option<Sample>> {
+pub async fn sample(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<Sample>> {
     let groups: RedisResult<Value> = redis::cmd("XINFO")
         .arg("GROUPS")
         .arg(&keys.stream)
@@ -96,8 +95,7 @@ fn export(s: &Sample) {
 /// Samples every [`SAMPLE_EVERY`] until `shutdown`, reconnecting after
 /// errors (logged once per outage, counted in `hitcount_redis_errors_total`).
 pub async fn run(client: Client, keys: Keys, mut shutdown: Shutdown) {
-    let mut conn: Option<MultiplexedConnection> = None;
-    let mut outage = Outage::default();
+    let mut link = Reconnecting::new(client, "group sampler", connect::RESPONSE_TIMEOUT);
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -105,23 +103,19 @@ pub async fn run(client: Client, keys: Keys, mut shutdown: Shutdown) {
             _ = tick.tick() => {}
             _ = shutdown.wait() => return,
         }
-        let result = match conn.as_mut() {
-            Some(c) => sample(c, &keys).await,
-            None => match connect::open(&client, connect::RESPONSE_TIMEOUT).await {
-                Ok(c) => sample(conn.insert(c), &keys).await,
-                Err(e) => Err(e),
-            },
+        let result = match link.get().await {
+            Ok(c) => sample(c, &keys).await.map_err(StoreError::from),
+            Err(e) => Err(e),
         };
         match result {
             Ok(s) => {
-                outage.recovered("group sampler");
+                link.succeeded();
                 if let Some(s) = s {
                     export(&s);
                 }
             }
             Err(e) => {
-                connect::task_failed("group sampler", &e, &mut outage, &shutdown, &client);
-                conn = None;
+                link.failed(&e, Some(&shutdown));
             }
         }
     }

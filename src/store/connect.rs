@@ -15,6 +15,9 @@ use redis::{AsyncConnectionConfig, Client, RedisError};
 
 use crate::model::config::{redact_url, ConfigError, RedisArgs};
 use crate::model::metrics::metrics;
+pub use crate::store::error::{
+    classify, describe, fatal_hint, record, ErrorClass, StoreError, StoreResult,
+};
 
 /// Time allowed to open a connection (TCP, TLS, AUTH).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -82,12 +85,14 @@ fn install_crypto_provider() {
     });
 }
 
-/// Opens a multiplexed connection whose replies may take up to
-/// `response_timeout` (give blocking reads more than their BLOCK).
-pub async fn open(
-    client: &Client,
-    response_timeout: Duration,
-) -> Result<MultiplexedConnection, RedisError> {
+/// The one connection type hitcount talks to Redis through. Every module
+/// names this, never redis-rs' own type, so that another kind of connection
+/// (a cluster's) is added here, in one place.
+pub type Conn = MultiplexedConnection;
+
+/// Opens a connection whose replies may take up to `response_timeout` (give
+/// blocking reads more than their BLOCK); never without a deadline.
+pub async fn open(client: &Client, response_timeout: Duration) -> Result<Conn, RedisError> {
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(Some(response_timeout));
@@ -96,226 +101,106 @@ pub async fn open(
         .await
 }
 
-/// What to do about an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// The connection or the server is (maybe briefly) unavailable, or a
-    /// reply was not what the code expects: back off, reconnect, retry.
-    /// Includes OOM, LOADING, BUSY, TRYAGAIN, failover and timeouts.
-    Transient,
-    /// Retrying cannot help until an operator changes something (a password,
-    /// an ACL, a setting, the Redis version): the process stops with one line
-    /// naming the cause and the setting to fix.
-    Fatal,
+/// A connection opened on first use, with the scripts loaded, and opened
+/// again after any error: the one reconnect loop every long-running task
+/// (worker, lease, registration, duties, sampler, producer) goes through.
+/// Failures are counted and logged once per outage; a fatal one stops the
+/// process through the shutdown.
+pub struct Reconnecting {
+    client: Client,
+    what: &'static str,
+    timeout: Duration,
+    conn: Option<Conn>,
+    opened: u64,
+    outage: Outage,
+    backoff: Backoff,
 }
 
-/// Sorts an error into its class and a bounded metric label.
-pub fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
-    if fatal_hint(err).is_some() {
-        return (ErrorClass::Fatal, "fatal");
-    }
-    if err.is_timeout() {
-        return (ErrorClass::Transient, "timeout");
-    }
-    if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
-        return (ErrorClass::Transient, "io");
-    }
-    match err.code() {
-        Some("OOM") => (ErrorClass::Transient, "oom"),
-        Some("NOSCRIPT") => (ErrorClass::Transient, "script"),
-        Some(
-            "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "MOVED"
-            | "ASK",
-        ) => (ErrorClass::Transient, "other"),
-        _ => (ErrorClass::Transient, "response"),
-    }
-}
-
-/// For an error no retry can fix, what an operator should change.
-pub fn fatal_hint(err: &RedisError) -> Option<&'static str> {
-    let text = err.to_string();
-    let detail = err.detail().unwrap_or("");
-    if err.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(err.code(), Some("WRONGPASS" | "NOAUTH"))
-        || text.contains("WRONGPASS")
-        || text.contains("NOAUTH")
-    {
-        return Some("check the user and password in REDIS_URL (--redis-url)");
-    }
-    if err.code() == Some("NOPERM") || text.contains("NOPERM") {
-        return Some(
-            "grant the Redis user the command named (see the README's ACL line), or use another user in REDIS_URL",
-        );
-    }
-    if err.kind() == redis::ErrorKind::InvalidClientConfig {
-        return Some("check REDIS_URL (--redis-url) and the TLS settings");
-    }
-    if err.code() == Some("WRONGTYPE") || text.starts_with("WRONGTYPE") {
-        return Some(
-            "a key hitcount uses holds another type: check HITCOUNT_STREAM, HITCOUNT_DEAD_STREAM and HITCOUNT_PREFIX",
-        );
-    }
-    let lower = detail.to_ascii_lowercase();
-    if lower.contains("unknown command") || text.contains("unknown command") {
-        return Some("hitcount needs Redis 7.0 or newer with scripting and streams");
-    }
-    if lower.contains("error compiling script") || lower.contains("scripting is disabled") {
-        return Some(
-            "Redis refused hitcount's Lua scripts: it needs Redis 7.0 or newer with EVAL allowed",
-        );
-    }
-    None
-}
-
-/// Counts an error in `hitcount_redis_errors_total` and returns its class.
-pub fn record(err: &RedisError) -> ErrorClass {
-    let (class, kind) = classify(err);
-    metrics().redis_errors.with_label_values(&[kind]).inc();
-    class
-}
-
-/// A Redis error as one line that keeps Redis' own error code in front
-/// (`NOPERM this user has no permissions to run the 'xreadgroup' command`).
-pub fn describe(err: &RedisError) -> String {
-    match (err.code(), err.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        _ => err.to_string(),
-    }
-}
-
-/// Handles a failed try of a background task (`what`): counts it; a fatal
-/// error stops the process through `shutdown` with one line naming the cause
-/// and what to change; a transient one is logged once per outage. Returns
-/// the class.
-pub fn task_failed(
-    what: &str,
-    err: &RedisError,
-    outage: &mut Outage,
-    shutdown: &crate::model::shutdown::Shutdown,
-    client: &Client,
-) -> ErrorClass {
-    let class = record(err);
-    match class {
-        ErrorClass::Fatal => {
-            let hint = fatal_hint(err).unwrap_or("");
-            shutdown.fail(format!(
-                "{what}: Redis at {} refused: {}; {hint}",
-                client.get_connection_info().addr(),
-                describe(err)
-            ));
+impl Reconnecting {
+    /// A connection for the task `what` (named in logs), whose replies may
+    /// take up to `timeout`.
+    pub fn new(client: Client, what: &'static str, timeout: Duration) -> Reconnecting {
+        Reconnecting {
+            client,
+            what,
+            timeout,
+            conn: None,
+            opened: 0,
+            outage: Outage::default(),
+            backoff: Backoff::default(),
         }
-        ErrorClass::Transient => outage.failed(what, err),
     }
-    class
-}
 
-/// An error of the Redis access layer: Redis' own, or a reply the code does
-/// not expect, or a record it cannot read back. Each carries its class.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// Redis (or the connection to it) failed.
-    #[error("{0}")]
-    Redis(#[from] RedisError),
-    /// A reply of a script or command is not one the code knows: nothing is
-    /// taken as done, the caller keeps its state and retries later.
-    #[error("unexpected reply to {what}: {reply}")]
-    Unexpected {
-        /// The command or script.
-        what: &'static str,
-        /// The reply, abridged.
-        reply: String,
-    },
-    /// A window's apply step ran past the time its markers surely live: it is
-    /// left to recovery, which reloads the record.
-    #[error("window apply took longer than the guard ({0:?})")]
-    Guard(std::time::Duration),
-    /// A read ahead task ended without a reply.
-    #[error("the read ahead task failed: {0}")]
-    ReadAhead(String),
-    /// Another live worker holds this consumer name.
-    #[error(
-        "consumer name {name:?} is in use by another live worker ({holder}); give each worker \
-         its own HITCOUNT_CONSUMER (--consumer), or leave it unset for a unique default"
-    )]
-    NameTaken {
-        /// The consumer name.
-        name: String,
-        /// The holder's registration token (`host/pid/random`).
-        holder: String,
-    },
-}
-
-impl StoreError {
-    /// What to do about it.
-    pub fn class(&self) -> ErrorClass {
-        match self {
-            StoreError::Redis(e) => classify(e).0,
-            StoreError::NameTaken { .. } => ErrorClass::Fatal,
-            StoreError::Unexpected { .. } | StoreError::Guard(_) | StoreError::ReadAhead(_) => {
-                ErrorClass::Transient
+    /// The connection, opened now (scripts loaded) if there is none.
+    pub async fn get(&mut self) -> StoreResult<&mut Conn> {
+        let conn = match self.conn.take() {
+            Some(c) => c,
+            None => {
+                let mut c = open(&self.client, self.timeout).await?;
+                crate::store::scripts::load_all(&mut c).await?;
+                self.opened += 1;
+                c
             }
-        }
-    }
-
-    /// Counts it in `hitcount_redis_errors_total` and returns its class.
-    pub fn record(&self) -> ErrorClass {
-        match self {
-            StoreError::Redis(e) => record(e),
-            StoreError::Unexpected { .. } => {
-                metrics()
-                    .redis_errors
-                    .with_label_values(&["unexpected"])
-                    .inc();
-                ErrorClass::Transient
-            }
-            other => other.class(),
-        }
-    }
-
-    /// Whether the connection must be rebuilt (and the worker resync).
-    pub fn needs_resync(&self) -> bool {
-        match self {
-            StoreError::Redis(e) => {
-                e.is_io_error() || e.is_connection_dropped() || e.code() == Some("NOSCRIPT")
-            }
-            _ => true,
-        }
-    }
-
-    /// One line for an operator: the cause and, for a fatal error, what to
-    /// change.
-    pub fn explain(&self, url: &str) -> String {
-        let hint = match self {
-            StoreError::Redis(e) => fatal_hint(e),
-            _ => None,
         };
-        let what = match self {
-            StoreError::Redis(e) => describe(e),
-            other => other.to_string(),
-        };
-        match hint {
-            Some(h) => format!("Redis at {} refused: {what}; {h}", redact_url(url)),
-            None => format!("{what} (Redis at {})", redact_url(url)),
-        }
+        Ok(self.conn.insert(conn))
     }
 
-    /// Shortens a reply for an error message.
-    pub fn unexpected(what: &'static str, reply: &redis::Value) -> StoreError {
-        let mut text = format!("{reply:?}");
-        if text.len() > 200 {
-            let mut cut = 200;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
+    /// The connection if one is open.
+    pub fn current(&mut self) -> Option<&mut Conn> {
+        self.conn.as_mut()
+    }
+
+    /// How many connections were opened so far: a change tells a caller
+    /// that keeps state next to the connection (the worker) to resync.
+    pub fn opened(&self) -> u64 {
+        self.opened
+    }
+
+    /// Records a success: ends an outage, resets the backoff.
+    pub fn succeeded(&mut self) {
+        self.outage.recovered(self.what);
+        self.backoff.reset();
+    }
+
+    /// Handles a failure: counts it and drops the connection; a transient
+    /// error is logged once per outage, a fatal one stops the process
+    /// through `shutdown` with one line naming the cause (without a
+    /// shutdown, as for the producer, which never stops its caller, it is
+    /// logged once per outage and retried). Returns its class and the pause
+    /// before the next try.
+    pub fn failed(
+        &mut self,
+        err: &StoreError,
+        shutdown: Option<&crate::model::shutdown::Shutdown>,
+    ) -> (ErrorClass, Duration) {
+        self.conn = None;
+        let class = err.record();
+        match (class, shutdown) {
+            (ErrorClass::Fatal, Some(shutdown)) => {
+                let addr = self.client.get_connection_info().addr();
+                let cause = match err {
+                    StoreError::Redis(e) => {
+                        let hint = fatal_hint(e).unwrap_or("");
+                        format!(
+                            "{}: Redis at {addr} refused: {}; {hint}",
+                            self.what,
+                            describe(e)
+                        )
+                    }
+                    other => format!("{}: {other} (Redis at {addr})", self.what),
+                };
+                shutdown.fail(cause);
             }
-            text.truncate(cut);
-            text.push('…');
+            _ => self.outage.failed(self.what, err),
         }
-        StoreError::Unexpected { what, reply: text }
+        (class, self.backoff.pause())
+    }
+
+    /// The client, for tasks that open more connections of their own.
+    pub fn client(&self) -> &Client {
+        &self.client
     }
 }
-
-/// A result of the Redis access layer.
-pub type StoreResult<T> = Result<T, StoreError>;
 
 /// Capped exponential backoff with full jitter.
 #[derive(Debug)]

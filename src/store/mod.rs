@@ -7,5 +7,6 @@
 pub mod commit;
 pub mod connect;
 pub mod counters;
+pub mod error;
 pub mod scripts;
 pub mod stream;

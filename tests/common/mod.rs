@@ -84,7 +84,7 @@ impl Workers {
         let handles = all
             .into_iter()
             .map(|s| {
-                let health = hitcount::edge::http::Health::new(Duration::from_secs(60));
+                let health = hitcount::service::health::Health::new(Duration::from_secs(60));
                 tokio::spawn(hitcount::service::worker::run(s, health, shutdown.clone()))
             })
             .collect();
@@ -204,8 +204,8 @@ pub fn unix_now() -> i64 {
         .as_secs() as i64
 }
 
-pub fn health() -> Arc<hitcount::edge::http::Health> {
-    hitcount::edge::http::Health::new(Duration::from_secs(60))
+pub fn health() -> Arc<hitcount::service::health::Health> {
+    hitcount::service::health::Health::new(Duration::from_secs(60))
 }
 
 /// Consumers of the group `hitcount` on `hits`, by name.

@@ -64,7 +64,10 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     let last = match result {
         Ok(last) => last,
         Err(CleanError::LostLease) => bail!("the leader lease was lost during the pass"),
-        Err(CleanError::Redis(e)) => return Err(e).context("cleaner pass failed"),
+        Err(CleanError::Store(crate::store::connect::StoreError::Redis(e))) => {
+            return Err(e).context("cleaner pass failed")
+        }
+        Err(CleanError::Store(e)) => return Err(e).context("cleaner pass failed"),
     };
     if args.json {
         outln!("{}", serde_json::to_string(&last)?);

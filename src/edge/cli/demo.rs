@@ -117,7 +117,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 ..WorkerArgs::default()
             },
         };
-        let health = crate::edge::http::Health::new(Duration::from_secs(60));
+        let health = crate::service::health::Health::new(Duration::from_secs(60));
         workers.push(tokio::spawn(crate::service::worker::run(
             settings,
             health,

@@ -64,7 +64,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Stopped once the worker has finished its window: the lease is released
     // then, and only after that the HTTP server stops.
     let (done_trigger, done) = crate::model::shutdown::channel();
-    let health = crate::edge::http::Health::new(stuck_after);
+    let health = crate::service::health::Health::new(stuck_after);
     let worker =
         crate::service::worker::Worker::new(settings.clone(), health.clone(), shutdown.clone())?;
     let listener = tokio::net::TcpListener::bind(&args.listen)

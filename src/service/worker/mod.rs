@@ -16,10 +16,8 @@ pub mod batch;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::{Client, RedisError, Value};
+use redis::{RedisError, Value};
 
-use crate::edge::http::Health;
 use crate::model::aggregate::Cell;
 use crate::model::clock::unix_ms;
 use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
@@ -27,11 +25,14 @@ use crate::model::keys::Keys;
 use crate::model::known::KnownCache;
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
+use crate::service::health::Health;
 use crate::service::recovery;
 use crate::service::registration::Registration;
 use crate::service::worker::batch::Batch;
 use crate::store::commit::{Apply, Committer, Finished, Outcome, Sealed, APPLY_GUARD, CHUNK_CELLS};
-use crate::store::connect::{self, Backoff, ErrorClass, Outage, StoreError, StoreResult};
+use crate::store::connect::{
+    self, Backoff, Conn, ErrorClass, Outage, Reconnecting, StoreError, StoreResult,
+};
 use crate::store::stream::{self, EntryRef};
 
 /// How long a resync waits for a read ahead still in flight (whose entries
@@ -67,8 +68,11 @@ enum Cursor {
 /// One consumer of the group.
 pub struct Worker {
     settings: Settings,
-    client: Client,
-    conn: Option<MultiplexedConnection>,
+    /// The connection, reopened after any error.
+    link: Reconnecting,
+    /// `link.opened()` when this worker last synced: a new connection
+    /// means a resync.
+    synced: Option<u64>,
     keys: Keys,
     committer: Committer,
     consumer: String,
@@ -89,8 +93,9 @@ pub struct Worker {
     ahead: Option<tokio::task::JoinHandle<Result<Value, RedisError>>>,
     finished: Option<Finished>,
     health: Arc<Health>,
-    outage: Outage,
-    backoff: Backoff,
+    /// Retries of a window's apply step on the same connection.
+    apply_outage: Outage,
+    apply_backoff: Backoff,
     last_claim: Instant,
     last_gc: Instant,
     shutdown: Shutdown,
@@ -116,8 +121,12 @@ impl Worker {
         let known = KnownCache::new(batch.window().precisions(), settings.layout.samples);
         let now = Instant::now();
         Ok(Worker {
-            client,
-            conn: None,
+            link: Reconnecting::new(
+                client,
+                "worker",
+                Duration::from_millis(settings.worker.block_ms) + connect::RESPONSE_TIMEOUT,
+            ),
+            synced: None,
             committer,
             consumer,
             registration,
@@ -132,8 +141,8 @@ impl Worker {
             ahead: None,
             finished: None,
             health,
-            outage: Outage::default(),
-            backoff: Backoff::default(),
+            apply_outage: Outage::default(),
+            apply_backoff: Backoff::default(),
             last_claim: now,
             last_gc: now,
             shutdown,
@@ -156,7 +165,7 @@ impl Worker {
             redis = %crate::model::config::redact_url(&self.settings.redis.url), "worker starting");
         let (done_trigger, done) = crate::model::shutdown::channel();
         let keeper = tokio::spawn(self.registration.clone().keep(
-            self.client.clone(),
+            self.link.client().clone(),
             self.shutdown.clone(),
             done,
         ));
@@ -205,7 +214,7 @@ impl Worker {
         if !self.registered {
             return Ok(false);
         }
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.current() else {
             return Err(StoreError::Unexpected {
                 what: "releasing the consumer name",
                 reply: "no connection to Redis".into(),
@@ -223,7 +232,7 @@ impl Worker {
 
     /// One step: resync if needed, claim if due, read, maybe apply.
     async fn turn(&mut self) -> StoreResult<()> {
-        if self.conn.is_none() {
+        if self.link.current().is_none() || self.synced != Some(self.link.opened()) {
             self.sync().await?;
         }
         // Claim only once this consumer's own pending entries are read: a
@@ -253,7 +262,7 @@ impl Worker {
             Some(reply) => reply,
             None => self.read(block).await?,
         };
-        self.backoff.reset();
+        self.link.succeeded();
         let entries = self.entries(&reply);
         if self.cursor == Cursor::New {
             // A full read means more is waiting: read ahead. Windows grow
@@ -308,8 +317,8 @@ impl Worker {
     }
 
     /// The connection, once synced.
-    fn conn(&mut self) -> StoreResult<&mut MultiplexedConnection> {
-        self.conn.as_mut().ok_or_else(|| StoreError::Unexpected {
+    fn conn(&mut self) -> StoreResult<&mut Conn> {
+        self.link.current().ok_or_else(|| StoreError::Unexpected {
             what: "the worker's connection",
             reply: "not connected".into(),
         })
@@ -321,7 +330,7 @@ impl Worker {
     /// window and one read. The entries are simply the next ones this
     /// consumer is delivered (pending to it, so a resync re-reads them).
     fn read_ahead(&mut self) {
-        let Some(mut conn) = self.conn.clone() else {
+        let Some(mut conn) = self.link.current().cloned() else {
             return;
         };
         let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
@@ -384,7 +393,7 @@ impl Worker {
             rejected: self.batch.rejected(),
             chunk: CHUNK_CELLS,
         };
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.link.current() else {
             return Err(StoreError::Unexpected {
                 what: "committing a window",
                 reply: "not connected".into(),
@@ -419,7 +428,7 @@ impl Worker {
             if committed_at.elapsed() > APPLY_GUARD {
                 return Err(StoreError::Guard(APPLY_GUARD));
             }
-            let Some(conn) = self.conn.as_mut() else {
+            let Some(conn) = self.link.current() else {
                 return Err(StoreError::Unexpected {
                     what: "applying a window",
                     reply: "not connected".into(),
@@ -438,19 +447,23 @@ impl Worker {
             {
                 Ok(f) => break f,
                 Err(e) => {
-                    if e.record() == ErrorClass::Fatal || self.shutdown.is_triggered() {
+                    // Resync (reconnect, then recovery finishes the record)
+                    // unless the same connection may simply try again.
+                    if e.class() == ErrorClass::Fatal
+                        || e.needs_resync()
+                        || self.shutdown.is_triggered()
+                    {
                         return Err(e);
                     }
-                    self.outage.failed("applying a window", &e);
-                    tokio::time::sleep(self.backoff.pause()).await;
+                    e.record();
+                    self.apply_outage.failed("applying a window", &e);
+                    tokio::time::sleep(self.apply_backoff.pause()).await;
                     self.health.turned();
-                    if e.needs_resync() {
-                        return Err(e); // resync: reconnect, then recovery finishes the record
-                    }
                 }
             }
         };
-        self.outage.recovered("applying a window");
+        self.apply_outage.recovered("applying a window");
+        self.apply_backoff.reset();
         self.batch.count_applied(&failures, started, unix_ms());
         self.finished = Some(Finished {
             window: window_id,
@@ -472,33 +485,30 @@ impl Worker {
         self.finished = None; // its record is ours: recovered below
                               // A restart or failover may have lost the members it remembers.
         self.known.clear();
-        let timeout =
-            Duration::from_millis(self.settings.worker.block_ms) + connect::RESPONSE_TIMEOUT;
         // One try per turn: a failure goes through `failed` (backoff), and
         // the loop keeps turning, so a Redis outage leaves the worker live
         // (restarting it would not help) but not ready.
-        let mut conn = connect::open(&self.client, timeout).await?;
-        self.outage.recovered("worker");
+        let conn = self.link.get().await?;
         self.health.set_redis_connected(true);
-        crate::store::scripts::load_all(&mut conn).await?;
         if !self.registered {
-            self.registration.acquire(&mut conn).await?;
+            self.registration.acquire(conn).await?;
             self.registered = true;
         }
-        stream::ensure_group(&mut conn, &self.keys).await?;
+        stream::ensure_group(conn, &self.keys).await?;
         // The epoch is read before the pending entries: a claim after this
         // read bumps it, so no window can hold entries claimed since.
-        self.epoch = self.committer.epoch(&mut conn).await?;
+        self.epoch = self.committer.epoch(conn).await?;
         let seen = Instant::now();
-        let (records, corrupt, _) = self.committer.records(&mut conn).await?;
+        let (records, corrupt, _) = self.committer.records(conn).await?;
         for bad in &corrupt {
-            self.committer.quarantine(&mut conn, bad).await?;
+            self.committer.quarantine(conn, bad).await?;
         }
         for r in records.iter().filter(|r| r.owner == self.consumer) {
-            self.committer.recover(&mut conn, r, seen).await?;
+            self.committer.recover(conn, r, seen).await?;
         }
         self.cursor = Cursor::Pending("0".into());
-        self.conn = Some(conn);
+        self.synced = Some(self.link.opened());
+        self.link.succeeded();
         self.health.set_in_group(true);
         Ok(())
     }
@@ -531,33 +541,32 @@ impl Worker {
         Ok(())
     }
 
-    /// Handles an error of a turn: count it, drop the window, resync later.
+    /// Handles an error of a turn: count it, drop the window, resync later;
+    /// an error no retry can fix stops the process.
     async fn failed(&mut self, e: StoreError) {
-        let class = e.record();
         self.health.set_redis_connected(false);
+        if e.class() == ErrorClass::Transient {
+            if let StoreError::Unexpected { .. } = e {
+                tracing::error!(error = %e, "unexpected reply from Redis: nothing taken as done; resyncing");
+            }
+            if let Some(conn) = self.link.current() {
+                // Best effort, and short: the connection may be what failed.
+                // It tells whoever dead-letters this consumer's entries why.
+                let mut cmd = redis::cmd("HSET");
+                cmd.arg(self.keys.last_errors())
+                    .arg(&self.consumer)
+                    .arg(e.to_string());
+                let _ = tokio::time::timeout(LAST_ERROR_TIMEOUT, cmd.query_async::<()>(conn)).await;
+            }
+        }
+        let (class, pause) = self.link.failed(&e, Some(&self.shutdown));
         if class == ErrorClass::Fatal {
             self.health.set_fatal();
-            self.shutdown.fail(e.explain(&self.settings.redis.url));
-            self.conn = None;
             return;
         }
-        self.outage.failed("worker", &e);
-        if let StoreError::Unexpected { .. } = e {
-            tracing::error!(error = %e, "unexpected reply from Redis: nothing taken as done; resyncing");
-        }
-        if let Some(conn) = self.conn.as_mut() {
-            // Best effort, and short: the connection may be what failed. It
-            // tells whoever dead-letters this consumer's entries why.
-            let mut cmd = redis::cmd("HSET");
-            cmd.arg(self.keys.last_errors())
-                .arg(&self.consumer)
-                .arg(e.to_string());
-            let _ = tokio::time::timeout(LAST_ERROR_TIMEOUT, cmd.query_async::<()>(conn)).await;
-        }
-        self.conn = None;
         let mut stop = self.shutdown.clone();
         tokio::select! {
-            _ = tokio::time::sleep(self.backoff.pause()) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = stop.wait() => {}
         }
     }
@@ -567,7 +576,7 @@ impl Worker {
     /// Returns false when there was no connection to drain on.
     async fn drain(&mut self) -> StoreResult<bool> {
         self.settle_ahead().await;
-        if self.conn.is_none() || self.shutdown.failed() {
+        if self.link.current().is_none() || self.shutdown.failed() {
             return Ok(false);
         }
         if !self.batch.is_empty() {

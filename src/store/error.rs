@@ -1,0 +1,188 @@
+//! Every error of the Redis access layer sorted into its class: transient
+//! (back off, reconnect, retry: outages, timeouts, LOADING, BUSY, OOM,
+//! failover, a reply the code does not expect) or fatal (no retry can help:
+//! a wrong password, NOPERM, an unknown command, a key of the wrong type, a
+//! script Redis refuses). Bad input never gets here: it is dead-lettered
+//! where it is read.
+
+use redis::RedisError;
+
+use crate::model::metrics::metrics;
+
+/// What to do about an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The connection or the server is (maybe briefly) unavailable, or a
+    /// reply was not what the code expects: back off, reconnect, retry.
+    /// Includes OOM, LOADING, BUSY, TRYAGAIN, failover and timeouts.
+    Transient,
+    /// Retrying cannot help until an operator changes something (a password,
+    /// an ACL, a setting, the Redis version): the process stops with one line
+    /// naming the cause and the setting to fix.
+    Fatal,
+}
+
+/// Sorts an error into its class and a bounded metric label.
+pub fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
+    if fatal_hint(err).is_some() {
+        return (ErrorClass::Fatal, "fatal");
+    }
+    if err.is_timeout() {
+        return (ErrorClass::Transient, "timeout");
+    }
+    if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
+        return (ErrorClass::Transient, "io");
+    }
+    match err.code() {
+        Some("OOM") => (ErrorClass::Transient, "oom"),
+        Some("NOSCRIPT") => (ErrorClass::Transient, "script"),
+        Some(
+            "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "MOVED"
+            | "ASK",
+        ) => (ErrorClass::Transient, "other"),
+        _ => (ErrorClass::Transient, "response"),
+    }
+}
+
+/// For an error no retry can fix, what an operator should change.
+pub fn fatal_hint(err: &RedisError) -> Option<&'static str> {
+    let text = err.to_string();
+    let detail = err.detail().unwrap_or("");
+    if err.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(err.code(), Some("WRONGPASS" | "NOAUTH"))
+        || text.contains("WRONGPASS")
+        || text.contains("NOAUTH")
+    {
+        return Some("check the user and password in REDIS_URL (--redis-url)");
+    }
+    if err.code() == Some("NOPERM") || text.contains("NOPERM") {
+        return Some(
+            "grant the Redis user the command named (see the README's ACL line), or use another user in REDIS_URL",
+        );
+    }
+    if err.kind() == redis::ErrorKind::InvalidClientConfig {
+        return Some("check REDIS_URL (--redis-url) and the TLS settings");
+    }
+    if err.code() == Some("WRONGTYPE") || text.starts_with("WRONGTYPE") {
+        return Some(
+            "a key hitcount uses holds another type: check HITCOUNT_STREAM, HITCOUNT_DEAD_STREAM and HITCOUNT_PREFIX",
+        );
+    }
+    let lower = detail.to_ascii_lowercase();
+    if lower.contains("unknown command") || text.contains("unknown command") {
+        return Some("hitcount needs Redis 7.0 or newer with scripting and streams");
+    }
+    if lower.contains("error compiling script") || lower.contains("scripting is disabled") {
+        return Some(
+            "Redis refused hitcount's Lua scripts: it needs Redis 7.0 or newer with EVAL allowed",
+        );
+    }
+    None
+}
+
+/// Counts an error in `hitcount_redis_errors_total` and returns its class.
+pub fn record(err: &RedisError) -> ErrorClass {
+    let (class, kind) = classify(err);
+    metrics().redis_errors.with_label_values(&[kind]).inc();
+    class
+}
+
+/// A Redis error as one line that keeps Redis' own error code in front
+/// (`NOPERM this user has no permissions to run the 'xreadgroup' command`).
+pub fn describe(err: &RedisError) -> String {
+    match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => err.to_string(),
+    }
+}
+
+/// An error of the Redis access layer: Redis' own, or a reply the code does
+/// not expect, or a record it cannot read back. Each carries its class.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Redis (or the connection to it) failed.
+    #[error("{0}")]
+    Redis(#[from] RedisError),
+    /// A reply of a script or command is not one the code knows: nothing is
+    /// taken as done, the caller keeps its state and retries later.
+    #[error("unexpected reply to {what}: {reply}")]
+    Unexpected {
+        /// The command or script.
+        what: &'static str,
+        /// The reply, abridged.
+        reply: String,
+    },
+    /// A window's apply step ran past the time its markers surely live: it is
+    /// left to recovery, which reloads the record.
+    #[error("window apply took longer than the guard ({0:?})")]
+    Guard(std::time::Duration),
+    /// A read ahead task ended without a reply.
+    #[error("the read ahead task failed: {0}")]
+    ReadAhead(String),
+    /// Another live worker holds this consumer name.
+    #[error(
+        "consumer name {name:?} is in use by another live worker ({holder}); give each worker \
+         its own HITCOUNT_CONSUMER (--consumer), or leave it unset for a unique default"
+    )]
+    NameTaken {
+        /// The consumer name.
+        name: String,
+        /// The holder's registration token (`host/pid/random`).
+        holder: String,
+    },
+}
+
+impl StoreError {
+    /// What to do about it.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            StoreError::Redis(e) => classify(e).0,
+            StoreError::NameTaken { .. } => ErrorClass::Fatal,
+            StoreError::Unexpected { .. } | StoreError::Guard(_) | StoreError::ReadAhead(_) => {
+                ErrorClass::Transient
+            }
+        }
+    }
+
+    /// Counts it in `hitcount_redis_errors_total` and returns its class.
+    pub fn record(&self) -> ErrorClass {
+        match self {
+            StoreError::Redis(e) => record(e),
+            StoreError::Unexpected { .. } => {
+                metrics()
+                    .redis_errors
+                    .with_label_values(&["unexpected"])
+                    .inc();
+                ErrorClass::Transient
+            }
+            other => other.class(),
+        }
+    }
+
+    /// Whether the connection must be rebuilt (and the worker resync).
+    pub fn needs_resync(&self) -> bool {
+        match self {
+            StoreError::Redis(e) => {
+                e.is_io_error() || e.is_connection_dropped() || e.code() == Some("NOSCRIPT")
+            }
+            _ => true,
+        }
+    }
+
+    /// Shortens a reply for an error message.
+    pub fn unexpected(what: &'static str, reply: &redis::Value) -> StoreError {
+        let mut text = format!("{reply:?}");
+        if text.len() > 200 {
+            let mut cut = 200;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            text.push('…');
+        }
+        StoreError::Unexpected { what, reply: text }
+    }
+}
+
+/// A result of the Redis access layer.
+pub type StoreResult<T> = Result<T, StoreError>;

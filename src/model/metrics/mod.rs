@@ -12,44 +12,31 @@
 //! ([`REDIS_ERROR_KINDS`], [`DEAD_LETTER_REASONS`]) are pre-initialised to
 //! zero so their series exist before the first event; precisions come from
 //! configuration, see [`Metrics::init_precisions`].
+//!
+//! This file holds the families ([`Metrics`]), their registration and
+//! [`render()`]; `labels` holds the label sets known in advance and the
+//! recording helpers that keep labels bounded; `register` holds the
+//! constructors that register one family each and the histograms' buckets.
 
 use std::sync::LazyLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus::{
-    Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+mod labels;
+mod register;
+
+pub use labels::{DEAD_LETTER_REASONS, REDIS_ERROR_KINDS};
+
+use register::{
+    counter, counter_vec, gauge, histogram, int_gauge, reg, window_size_buckets, APPLY_BUCKETS,
+    CLEANER_BUCKETS, DELAY_BUCKETS,
 };
 
 /// Content type of [`render()`]'s output (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Every value of the `kind` label of `hitcount_redis_errors_total`.
-pub const REDIS_ERROR_KINDS: [&str; 8] = [
-    "io",
-    "timeout",
-    "script",
-    "response",
-    "oom",
-    "other",
-    "fatal",
-    "unexpected",
-];
-
-/// Every value of the `reason` label of `hitcount_events_dead_lettered_total`.
-pub const DEAD_LETTER_REASONS: [&str; 11] = [
-    "missing_name",
-    "empty_name",
-    "name_too_long",
-    "name_not_utf8",
-    "bad_count",
-    "bad_timestamp",
-    "future_timestamp",
-    "bad_msgpack",
-    "bad_entry_id",
-    "apply_error",
-    "max_deliveries",
-];
 
 /// All of hitcount's metric handles. Obtain it with [`metrics()`].
 ///
@@ -168,67 +155,6 @@ pub fn unix_now_seconds() -> f64 {
 /// The git revision built from, or "unknown".
 pub fn revision() -> &'static str {
     option_env!("HITCOUNT_GIT_REVISION").unwrap_or("unknown")
-}
-
-/// Durations from 0.5 ms to 10 s for Redis round trips.
-const APPLY_BUCKETS: &[f64] = &[
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-/// Delays from 10 ms to 10 min.
-const DELAY_BUCKETS: &[f64] = &[
-    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
-];
-/// Cleaner passes, from 10 ms to 10 min.
-const CLEANER_BUCKETS: &[f64] = &[
-    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
-];
-
-/// 1, 2, 5, 10, … 1e6: log-spaced event counts (1-2-5 per decade).
-fn window_size_buckets() -> Vec<f64> {
-    let mut b = Vec::with_capacity(19);
-    let mut decade = 1.0;
-    while decade < 1e6 {
-        b.extend([decade, 2.0 * decade, 5.0 * decade]);
-        decade *= 10.0;
-    }
-    b.push(1e6);
-    b
-}
-
-/// Registers a collector; the names are fixed at compile time, so a failure
-/// is a programming error caught by the first test that touches metrics.
-fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
-    r.register(Box::new(c.clone()))
-        .expect("registering a metric family");
-    c
-}
-
-fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
-    reg(r, IntCounter::new(name, help).expect("valid counter"))
-}
-
-fn counter_vec(r: &Registry, name: &str, help: &str, label: &str, init: &[&str]) -> IntCounterVec {
-    let v = reg(
-        r,
-        IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid counter vec"),
-    );
-    for value in init {
-        v.with_label_values(&[*value]);
-    }
-    v
-}
-
-fn int_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
-    reg(r, IntGauge::new(name, help).expect("valid gauge"))
-}
-
-fn gauge(r: &Registry, name: &str, help: &str) -> Gauge {
-    reg(r, Gauge::new(name, help).expect("valid gauge"))
-}
-
-fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
-    let opts = HistogramOpts::new(name, help).buckets(buckets);
-    reg(r, Histogram::with_opts(opts).expect("valid histogram"))
 }
 
 impl Metrics {
@@ -384,41 +310,6 @@ impl Metrics {
             registry: r,
         }
     }
-
-    /// Creates the `hitcount_hits_too_old_total` series of each configured
-    /// precision (bucket length in seconds) at 0, so they exist before the
-    /// first late hit. Call once at startup with the configured precisions.
-    pub fn init_precisions(&self, precisions: impl IntoIterator<Item = u64>) {
-        for p in precisions {
-            self.hits_too_old.with_label_values(&[&p.to_string()]);
-        }
-    }
-
-    /// Records one failed Redis operation of `kind`, which should be one of
-    /// [`REDIS_ERROR_KINDS`]; any other value is counted as "other" so the
-    /// label stays bounded.
-    pub fn redis_error(&self, kind: &str) {
-        let kind = if REDIS_ERROR_KINDS.contains(&kind) {
-            kind
-        } else {
-            "other"
-        };
-        self.redis_errors.with_label_values(&[kind]).inc();
-    }
-
-    /// Records `n` dead-lettered events for `reason`, which should be one of
-    /// [`DEAD_LETTER_REASONS`]; any other value is counted as "apply_error"
-    /// so the label stays bounded.
-    pub fn dead_lettered(&self, reason: &str, n: u64) {
-        let reason = if DEAD_LETTER_REASONS.contains(&reason) {
-            reason
-        } else {
-            "apply_error"
-        };
-        self.events_dead_lettered
-            .with_label_values(&[reason])
-            .inc_by(n);
-    }
 }
 
 #[cfg(test)]
@@ -475,44 +366,5 @@ mod tests {
             "hitcount_build_info{{revision=\"{}\",version=\"{version}\"}} 1",
             revision()
         )));
-    }
-
-    #[test]
-    fn unknown_label_values_fold_into_bounded_ones() {
-        let m = metrics();
-        let other = m.redis_errors.with_label_values(&["other"]).get();
-        m.redis_error("ERR something went wrong at key foo");
-        assert_eq!(
-            m.redis_errors.with_label_values(&["other"]).get(),
-            other + 1
-        );
-        let apply = m
-            .events_dead_lettered
-            .with_label_values(&["apply_error"])
-            .get();
-        m.dead_lettered("bogus", 2);
-        assert_eq!(
-            m.events_dead_lettered
-                .with_label_values(&["apply_error"])
-                .get(),
-            apply + 2
-        );
-    }
-
-    #[test]
-    fn window_size_buckets_span_one_to_a_million() {
-        let b = window_size_buckets();
-        assert_eq!(b.first(), Some(&1.0));
-        assert_eq!(b.last(), Some(&1e6));
-        assert!(b.windows(2).all(|w| w[0] < w[1]));
-    }
-
-    #[test]
-    fn every_decoder_reject_has_its_dead_letter_label() {
-        // The label list repeats the decoder's reasons (a metric contract);
-        // a new Reject must be added here, not folded into "apply_error".
-        for r in crate::model::event::Reject::ALL {
-            assert!(DEAD_LETTER_REASONS.contains(&r.reason()), "{}", r.reason());
-        }
     }
 }

@@ -1,0 +1,193 @@
+//! Where data lives in Redis: the counter layout ([`LayoutArgs`]: key
+//! prefix, precisions, samples) and the stream with its consumer group and
+//! dead-letter stream ([`StreamArgs`]), with their defaults and validation.
+
+use clap::Args;
+
+use super::ConfigError;
+
+/// The seeds' precisions: 1 s, 5 s, 1 min, 5 min, 1 h, 5 h, 1 day.
+pub const DEFAULT_PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
+/// [`DEFAULT_PRECISIONS`] as `--precisions` takes and `--help` shows them
+/// (a test checks that the two agree).
+pub const DEFAULT_PRECISIONS_FLAG: &str = "1,5,60,300,3600,18000,86400";
+
+/// The counter layout: where counters live and at which precisions.
+#[derive(Args, Debug, Clone)]
+pub struct LayoutArgs {
+    /// Prefix of every counter key (`known:`, `count:*`) and of hitcount's
+    /// own bookkeeping keys, e.g. `app1:`. Empty by default.
+    #[arg(long, env = "HITCOUNT_PREFIX", default_value = "")]
+    pub prefix: String,
+    /// Precisions in seconds, comma separated.
+    #[arg(long, env = "HITCOUNT_PRECISIONS", value_delimiter = ',', default_value = DEFAULT_PRECISIONS_FLAG)]
+    pub precisions: Vec<u32>,
+    /// Samples kept per counter: a sample whose bucket starts at or before
+    /// now - SAMPLES * PRECISION is cleaned (and never written).
+    #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = 120)]
+    pub samples: u32,
+}
+
+impl Default for LayoutArgs {
+    fn default() -> Self {
+        LayoutArgs {
+            prefix: String::new(),
+            precisions: DEFAULT_PRECISIONS.to_vec(),
+            samples: 120,
+        }
+    }
+}
+
+impl LayoutArgs {
+    /// Checks the precisions and samples; sorts and dedups the precisions.
+    pub fn validate(&mut self) -> Result<(), ConfigError> {
+        let invalid = |reason: &str| ConfigError::Invalid {
+            setting: "--precisions / HITCOUNT_PRECISIONS",
+            reason: reason.to_string(),
+        };
+        if self.precisions.is_empty() {
+            return Err(invalid("at least one precision is needed"));
+        }
+        if self.precisions.contains(&0) {
+            return Err(invalid("a precision of 0 seconds is meaningless"));
+        }
+        self.precisions.sort_unstable();
+        self.precisions.dedup();
+        if self.samples == 0 {
+            return Err(ConfigError::Invalid {
+                setting: "--samples / HITCOUNT_SAMPLES",
+                reason: "at least one sample must be kept".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The stream, its consumer group and the dead-letter stream.
+#[derive(Args, Debug, Clone)]
+pub struct StreamArgs {
+    /// Key of the stream the apps write hit events to.
+    #[arg(long, env = "HITCOUNT_STREAM", default_value = "hits")]
+    pub stream: String,
+    /// Consumer group the workers share.
+    #[arg(long, env = "HITCOUNT_GROUP", default_value = "hitcount")]
+    pub group: String,
+    /// Stream that receives entries that cannot be counted, with the reason.
+    #[arg(
+        long = "dead-stream",
+        env = "HITCOUNT_DEAD_STREAM",
+        default_value = "hits:dead"
+    )]
+    pub dead_stream: String,
+    /// Approximate cap on the dead-letter stream's length (XADD MAXLEN ~).
+    #[arg(
+        long = "dead-maxlen",
+        env = "HITCOUNT_DEAD_MAXLEN",
+        default_value_t = 100_000
+    )]
+    pub dead_maxlen: u64,
+}
+
+impl Default for StreamArgs {
+    fn default() -> Self {
+        StreamArgs {
+            stream: "hits".into(),
+            group: "hitcount".into(),
+            dead_stream: "hits:dead".into(),
+            dead_maxlen: 100_000,
+        }
+    }
+}
+
+impl StreamArgs {
+    /// Refuses empty names and a dead-letter stream equal to the stream
+    /// (each dead letter would be read back and dead-lettered again, for ever).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let names = [
+            ("--stream / HITCOUNT_STREAM", &self.stream),
+            ("--group / HITCOUNT_GROUP", &self.group),
+            ("--dead-stream / HITCOUNT_DEAD_STREAM", &self.dead_stream),
+        ];
+        for (setting, value) in names {
+            if value.is_empty() {
+                return Err(ConfigError::Invalid {
+                    setting,
+                    reason: "must not be empty".into(),
+                });
+            }
+        }
+        if self.dead_stream == self.stream {
+            return Err(ConfigError::Invalid {
+                setting: "--dead-stream / HITCOUNT_DEAD_STREAM",
+                reason: format!(
+                    "must differ from the stream ({}): dead letters would be read back and \
+                     dead-lettered again for ever",
+                    self.stream
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precisions_are_validated() {
+        let mut l = LayoutArgs {
+            precisions: vec![60, 1, 60],
+            ..LayoutArgs::default()
+        };
+        l.validate().unwrap();
+        assert_eq!(l.precisions, vec![1, 60]);
+        l.precisions = vec![0];
+        assert!(l.validate().is_err());
+        l.precisions = vec![];
+        assert!(l.validate().is_err());
+    }
+
+    #[test]
+    fn stream_names_are_validated() {
+        assert!(StreamArgs::default().validate().is_ok());
+        let same = StreamArgs {
+            dead_stream: "hits".into(),
+            ..StreamArgs::default()
+        };
+        assert!(same
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("HITCOUNT_DEAD_STREAM"));
+        for empty in [
+            StreamArgs {
+                stream: String::new(),
+                ..StreamArgs::default()
+            },
+            StreamArgs {
+                group: String::new(),
+                ..StreamArgs::default()
+            },
+            StreamArgs {
+                dead_stream: String::new(),
+                ..StreamArgs::default()
+            },
+        ] {
+            assert!(empty
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("must not be empty"));
+        }
+    }
+
+    #[test]
+    fn precisions_flag_matches_precisions() {
+        let parsed: Vec<u32> = DEFAULT_PRECISIONS_FLAG
+            .split(',')
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert_eq!(parsed, DEFAULT_PRECISIONS);
+    }
+}

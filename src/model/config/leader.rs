@@ -1,0 +1,84 @@
+//! The leader lease and the leader's duties ([`LeaderArgs`]): the lease key
+//! and length and the cleaner's interval, shared by `worker`, `clean` and
+//! `status`.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use super::ConfigError;
+
+/// The leader lease and the leader's duties (cleaning counters, trimming the
+/// stream).
+#[derive(Args, Debug, Clone)]
+pub struct LeaderArgs {
+    /// Key of the leader lease. The key prefix (HITCOUNT_PREFIX) is put in
+    /// front of it, as for every other key: `app1:hitcount:leader`.
+    #[arg(
+        long = "leader-key",
+        env = "HITCOUNT_LEADER_KEY",
+        default_value = "hitcount:leader"
+    )]
+    pub leader_key: String,
+    /// Length of the lease in ms. The leader renews it every third of this;
+    /// if the leader dies, another worker takes over within about this long.
+    #[arg(long = "lease-ms", env = "HITCOUNT_LEASE_MS", default_value_t = 15_000)]
+    pub lease_ms: u64,
+    /// Seconds between the starts of two cleaner passes (the seeds clean once
+    /// a minute); a pass longer than this is followed by a 1 s pause.
+    #[arg(
+        long = "clean-interval",
+        env = "HITCOUNT_CLEAN_INTERVAL",
+        default_value_t = 60
+    )]
+    pub clean_interval_secs: u64,
+}
+
+impl Default for LeaderArgs {
+    fn default() -> Self {
+        LeaderArgs {
+            leader_key: "hitcount:leader".into(),
+            lease_ms: 15_000,
+            clean_interval_secs: 60,
+        }
+    }
+}
+
+impl LeaderArgs {
+    /// Shortest lease: a renewal (every third) must fit in a round trip with
+    /// room to spare, even on a busy machine.
+    pub const MIN_LEASE_MS: u64 = 300;
+
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.lease_ms < Self::MIN_LEASE_MS {
+            return Err(ConfigError::Invalid {
+                setting: "--lease-ms / HITCOUNT_LEASE_MS",
+                reason: format!("must be at least {} ms", Self::MIN_LEASE_MS),
+            });
+        }
+        if self.clean_interval_secs == 0 {
+            return Err(ConfigError::Invalid {
+                setting: "--clean-interval / HITCOUNT_CLEAN_INTERVAL",
+                reason: "must be at least 1 s".into(),
+            });
+        }
+        if self.leader_key.is_empty() {
+            return Err(ConfigError::Invalid {
+                setting: "--leader-key / HITCOUNT_LEADER_KEY",
+                reason: "must not be empty".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The lease length.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    /// The time between two cleaner passes.
+    pub fn clean_interval(&self) -> Duration {
+        Duration::from_secs(self.clean_interval_secs)
+    }
+}

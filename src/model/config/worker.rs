@@ -1,0 +1,228 @@
+//! How a worker reads, windows, recovers and stops ([`WorkerArgs`]), and
+//! its consumer name.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use super::ConfigError;
+
+/// How a worker reads, windows, recovers and stops.
+#[derive(Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// Consumer name in the group; default: the pod name (POD_NAME), else
+    /// HOST-PID-RANDOM, unique to this process. A second worker started
+    /// under the name of a live one is refused.
+    #[arg(long, env = "HITCOUNT_CONSUMER")]
+    pub consumer: Option<String>,
+    /// Entries per XREADGROUP (COUNT). Redis spends about 1.4 µs per entry
+    /// read, so 1000 keeps every read near 1.5 ms.
+    #[arg(
+        long = "read-count",
+        env = "HITCOUNT_READ_COUNT",
+        default_value_t = 1000
+    )]
+    pub read_count: usize,
+    /// Longest wait for new entries when idle (XREADGROUP BLOCK), in ms.
+    #[arg(long = "block-ms", env = "HITCOUNT_BLOCK_MS", default_value_t = 2000)]
+    pub block_ms: u64,
+    /// A window is applied once it holds this many entries. Each window
+    /// costs one HINCRBY per (precision, name, bucket) it touches, so on
+    /// 1,000 hot names a 100,000-entry window costs ~0.07 HINCRBY per hit
+    /// (the layout's floor is 7 per name per window). Windows reach it only
+    /// while the worker is behind (reads come back full of entries older
+    /// than `--window-ms`); at the stream's head `--window-ms` closes them
+    /// first. About 2 MB of entry ids per window.
+    #[arg(
+        long = "window-entries",
+        env = "HITCOUNT_WINDOW_ENTRIES",
+        default_value_t = 100_000
+    )]
+    pub window_entries: usize,
+    /// ...or this many distinct (precision, name, bucket) cells: many names
+    /// (Zipf over 100,000) make cells, not entries, the bound. Larger cell
+    /// windows barely cut HINCRBYs per hit there (most names of the tail
+    /// appear once per window anyway) and cost ~0.5 KiB of worker memory per
+    /// cell while applying, so 40,000 keeps a worker near 40 MiB.
+    #[arg(
+        long = "window-cells",
+        env = "HITCOUNT_WINDOW_CELLS",
+        default_value_t = 40_000
+    )]
+    pub window_cells: usize,
+    /// ...or once its oldest entry was read this many ms ago, when the
+    /// worker is at the stream's head (its last read came back short, or
+    /// its entries are younger than this): the bound on how late counters
+    /// are, plus one apply. While the worker is behind the window may grow
+    /// to ten times this age.
+    #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", default_value_t = 100)]
+    pub window_ms: u64,
+    /// Entries pending longer than this (ms) on another consumer are claimed.
+    #[arg(
+        long = "claim-idle-ms",
+        env = "HITCOUNT_CLAIM_IDLE_MS",
+        default_value_t = 30_000
+    )]
+    pub claim_idle_ms: u64,
+    /// An entry delivered more than this many times without being applied is
+    /// dead-lettered.
+    #[arg(
+        long = "max-deliveries",
+        env = "HITCOUNT_MAX_DELIVERIES",
+        default_value_t = 5
+    )]
+    pub max_deliveries: u32,
+    /// Consumers idle this long (ms) that own no pending entry leave the group.
+    #[arg(
+        long = "consumer-idle-ms",
+        env = "HITCOUNT_CONSUMER_IDLE_MS",
+        default_value_t = 3_600_000
+    )]
+    pub consumer_idle_ms: u64,
+    /// Seconds to finish the window in flight after SIGTERM before exiting
+    /// anyway (Kubernetes' grace period is 30 s).
+    #[arg(
+        long = "shutdown-timeout",
+        env = "HITCOUNT_SHUTDOWN_TIMEOUT",
+        default_value_t = 20
+    )]
+    pub shutdown_timeout_secs: u64,
+}
+
+impl Default for WorkerArgs {
+    fn default() -> Self {
+        WorkerArgs {
+            consumer: None,
+            read_count: 1000,
+            block_ms: 2000,
+            window_entries: 100_000,
+            window_cells: 40_000,
+            window_ms: 100,
+            claim_idle_ms: 30_000,
+            max_deliveries: 5,
+            consumer_idle_ms: 3_600_000,
+            shutdown_timeout_secs: 20,
+        }
+    }
+}
+
+impl WorkerArgs {
+    /// The consumer name: the flag (`HITCOUNT_CONSUMER`), else the pod's name
+    /// (`POD_NAME`), else a name unique to this process: host name, process
+    /// id and a random suffix. Two live workers must never share a name (the
+    /// exactly-once fence is per consumer), so the default never repeats; a
+    /// stable name is still better where there is one, since a restarted pod
+    /// then resumes its own pending entries at once.
+    pub fn consumer_name(&self) -> String {
+        if let Some(c) = self.consumer.as_ref().filter(|c| !c.is_empty()) {
+            return c.clone();
+        }
+        if let Ok(pod) = std::env::var("POD_NAME") {
+            if !pod.is_empty() {
+                return pod;
+            }
+        }
+        unique_consumer_name()
+    }
+
+    /// Checks the settings against each other.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.read_count == 0 || self.read_count > 5000 {
+            return Err(ConfigError::Invalid {
+                setting: "--read-count / HITCOUNT_READ_COUNT",
+                reason: "must be 1..=5000 (bigger reads hold Redis over 10 ms)".into(),
+            });
+        }
+        if self.window_entries == 0 || self.window_cells == 0 {
+            return Err(ConfigError::Invalid {
+                setting: "--window-entries / --window-cells",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.claim_idle_ms < 1000 {
+            return Err(ConfigError::Invalid {
+                setting: "--claim-idle-ms / HITCOUNT_CLAIM_IDLE_MS",
+                reason: "under 1 s, live workers would steal each other's entries".into(),
+            });
+        }
+        if self.block_ms == 0 {
+            return Err(ConfigError::Invalid {
+                setting: "--block-ms / HITCOUNT_BLOCK_MS",
+                reason: "must be at least 1 ms (0 would make Redis block for ever)".into(),
+            });
+        }
+        if self
+            .consumer
+            .as_ref()
+            .is_some_and(|c| c.trim() != c || c.contains(char::is_control))
+        {
+            return Err(ConfigError::Invalid {
+                setting: "--consumer / HITCOUNT_CONSUMER",
+                reason: "must not have leading or trailing spaces or control characters".into(),
+            });
+        }
+        if self.max_deliveries == 0 {
+            return Err(ConfigError::Invalid {
+                setting: "--max-deliveries / HITCOUNT_MAX_DELIVERIES",
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `shutdown_timeout_secs` as a duration.
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_secs(self.shutdown_timeout_secs)
+    }
+}
+
+/// `HOST-PID-RANDOM`: a consumer name no other process uses.
+fn unique_consumer_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "hitcount".to_string());
+    format!(
+        "{host}-{}-{:06x}",
+        std::process::id(),
+        rand::random::<u32>() & 0xff_ffff
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consumer_flag_wins() {
+        let w = WorkerArgs {
+            consumer: Some("pod-1".into()),
+            ..WorkerArgs::default()
+        };
+        assert_eq!(w.consumer_name(), "pod-1");
+    }
+
+    #[test]
+    fn default_consumer_names_never_repeat() {
+        // Without a name (and no POD_NAME in the test environment), two
+        // workers of one process, or of one host, get different names.
+        if std::env::var_os("POD_NAME").is_none() {
+            let a = WorkerArgs::default().consumer_name();
+            let b = WorkerArgs::default().consumer_name();
+            assert_ne!(a, b);
+            assert!(a.contains(&format!("-{}-", std::process::id())), "{a}");
+        }
+    }
+
+    #[test]
+    fn block_ms_zero_is_refused() {
+        let w = WorkerArgs {
+            block_ms: 0,
+            ..WorkerArgs::default()
+        };
+        let err = w.validate().unwrap_err().to_string();
+        assert!(err.contains("HITCOUNT_BLOCK_MS"), "{err}");
+    }
+}

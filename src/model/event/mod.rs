@@ -1,0 +1,416 @@
+//! The hit event and its two wire forms.
+//!
+//! A hit is one stream entry. Producers in any language write it in one of two
+//! forms, and this module is the reference for both:
+//!
+//! * **MessagePack**: one field `hit` whose value is a MessagePack map
+//!   `{"name": str, "count": int, "ts": int | float}`. `count` is optional
+//!   (default 1), `ts` is optional (unix seconds). Unknown keys are ignored,
+//!   whatever their value. If an entry has a `hit` field it is in this form and
+//!   its other fields are ignored. A key given twice: the last one wins.
+//! * **Plain fields**: `name`, optional `count` (decimal integer, e.g. `3`),
+//!   optional `ts` (decimal unix seconds, e.g. `1700000000` or
+//!   `1700000000.25`). Other fields are ignored; a field given twice: the last
+//!   one wins.
+//!
+//! Without `ts`, the hit happened at the entry ID's millisecond part (IDs are
+//! `<ms>-<seq>`), which is when Redis accepted it.
+//!
+//! Rules, each with its [`Reject`] reason:
+//! * name: valid UTF-8, 1..=[`MAX_NAME_BYTES`] bytes.
+//! * count: an integer in 1..=[`MAX_COUNT`]. Floats (even `2.0`), strings in
+//!   MessagePack, `nil` and any other type are rejected.
+//! * ts: finite and ≥ 0, written without a sign in the plain form (as
+//!   `count`); in MessagePack any int or float type. The resolved
+//!   time may be at most [`MAX_FUTURE_MS`] after the entry ID's time.
+//!
+//! When an entry breaks several rules the first failing check names it, in
+//! this order: entry ID, MessagePack structure, name, count, ts, future.
+//!
+//! Decoding never panics, never copies the name (it borrows from the entry's
+//! bytes) and never allocates. The MessagePack form is read with `rmp`'s marker
+//! table and a bounds-checked, iterative (no recursion) skipper, so hostile
+//! nesting cannot exhaust the stack.
+//!
+//! One file per part: this one holds the [`Hit`], the limits, the [`Reject`]
+//! reasons, the [`decode`] entry point and the checks both forms share;
+//! `msgpack` reads and writes the `hit` field's map (and `reader` is its
+//! bounds-checked MessagePack cursor); `plain` reads the plain fields.
+
+mod msgpack;
+mod plain;
+mod reader;
+
+pub use msgpack::encode;
+
+use msgpack::decode_msgpack;
+use plain::{text_count, text_ts_ms};
+
+/// Longest accepted hit name, in bytes of UTF-8 (4096). Names key Redis
+/// counters; a bound keeps one bad producer from bloating every precision.
+pub const MAX_NAME_BYTES: usize = 4096;
+
+/// Largest accepted `count` of one hit (10^9). Keeps per-window sums far from
+/// `i64` overflow even for windows of millions of hits.
+pub const MAX_COUNT: i64 = 1_000_000_000;
+
+/// How far (in ms, one day) a hit's `ts` may lie after its entry ID's time.
+/// Later hits are almost surely clock or unit bugs (ms sent as seconds) and
+/// would create counters no one will ever read.
+pub const MAX_FUTURE_MS: i64 = 86_400_000;
+
+/// One decoded hit. `name` borrows from the stream entry's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hit<'a> {
+    /// Counter name, valid UTF-8, 1..=[`MAX_NAME_BYTES`] bytes.
+    pub name: &'a str,
+    /// How many hits this event stands for, 1..=[`MAX_COUNT`].
+    pub count: i64,
+    /// When the hit happened, unix milliseconds: `floor(ts * 1000)` for the
+    /// event's `ts`, else the entry ID's millisecond part.
+    pub ts_ms: i64,
+}
+
+/// Why a stream entry is not a valid hit. [`Reject::reason`] gives a stable
+/// label for metrics; `Display` gives a sentence for logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Reject {
+    /// No `name` (no `name` field, or no `name` key in the `hit` map).
+    #[error("hit has no name")]
+    MissingName,
+    /// `name` is the empty string.
+    #[error("name is empty")]
+    EmptyName,
+    /// `name` is longer than [`MAX_NAME_BYTES`].
+    #[error("name longer than {} bytes", MAX_NAME_BYTES)]
+    NameTooLong,
+    /// `name` is not valid UTF-8.
+    #[error("name is not valid UTF-8")]
+    NameNotUtf8,
+    /// `count` is not an integer in 1..=[`MAX_COUNT`].
+    #[error("count is not an integer from 1 to {}", MAX_COUNT)]
+    BadCount,
+    /// `ts` is not a finite number of unix seconds ≥ 0.
+    #[error("ts is not a finite, non-negative number of unix seconds")]
+    BadTimestamp,
+    /// `ts` is more than [`MAX_FUTURE_MS`] after the entry ID's time.
+    #[error("ts more than {} ms after the entry ID's time", MAX_FUTURE_MS)]
+    FutureTimestamp,
+    /// The `hit` field is not one well-formed MessagePack map, or its `name`
+    /// is not a MessagePack string.
+    #[error("hit field is not a well-formed MessagePack map with a string name")]
+    BadMessagePack,
+    /// The entry ID is not `<ms>-<seq>` with decimal parts (`ms` ≤ `i64::MAX`).
+    #[error("entry ID is not <ms>-<seq>")]
+    BadEntryId,
+}
+
+impl Reject {
+    /// Every reason, in declaration order (e.g. to pre-register metric labels).
+    pub const ALL: [Reject; 9] = [
+        Reject::MissingName,
+        Reject::EmptyName,
+        Reject::NameTooLong,
+        Reject::NameNotUtf8,
+        Reject::BadCount,
+        Reject::BadTimestamp,
+        Reject::FutureTimestamp,
+        Reject::BadMessagePack,
+        Reject::BadEntryId,
+    ];
+
+    /// Stable snake_case label, e.g. `"name_too_long"`; part of the metrics
+    /// contract, never renamed.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Reject::MissingName => "missing_name",
+            Reject::EmptyName => "empty_name",
+            Reject::NameTooLong => "name_too_long",
+            Reject::NameNotUtf8 => "name_not_utf8",
+            Reject::BadCount => "bad_count",
+            Reject::BadTimestamp => "bad_timestamp",
+            Reject::FutureTimestamp => "future_timestamp",
+            Reject::BadMessagePack => "bad_msgpack",
+            Reject::BadEntryId => "bad_entry_id",
+        }
+    }
+}
+
+/// The millisecond part of a stream entry ID: `b"1700000000123-5"` →
+/// `Some(1700000000123)`. `None` unless the ID is `<digits>-<digits>` with the
+/// first part ≤ `i64::MAX` and the second ≤ `u64::MAX`.
+pub fn entry_id_ms(id: &[u8]) -> Option<i64> {
+    let dash = id.iter().position(|&b| b == b'-')?;
+    let (ms, seq) = (&id[..dash], &id[dash + 1..]);
+    parse_digits(seq).filter(|&s| s <= u64::MAX as u128)?;
+    parse_digits(ms).and_then(|m| i64::try_from(m).ok())
+}
+
+/// Decodes one stream entry (its ID and its field/value pairs) into a [`Hit`].
+///
+/// The returned name borrows from the field values; nothing is copied or
+/// allocated. See the module doc for the forms and the rules.
+pub fn decode<'a, I>(id: &[u8], fields: I) -> Result<Hit<'a>, Reject>
+where
+    I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
+{
+    let id_ms = entry_id_ms(id).ok_or(Reject::BadEntryId)?;
+    let (mut hit, mut name, mut count, mut ts) = (None, None, None, None);
+    for (key, value) in fields {
+        match key {
+            b"hit" => hit = Some(value),
+            b"name" => name = Some(value),
+            b"count" => count = Some(value),
+            b"ts" => ts = Some(value),
+            _ => {}
+        }
+    }
+    let (name, count, ts_ms) = match hit {
+        Some(packed) => decode_msgpack(packed)?,
+        None => {
+            let name = check_name(name.ok_or(Reject::MissingName)?)?;
+            let count = count.map_or(Ok(1), text_count)?;
+            let ts_ms = ts.map(text_ts_ms).transpose()?;
+            (name, count, ts_ms)
+        }
+    };
+    let ts_ms = match ts_ms {
+        Some(t) if t > id_ms.saturating_add(MAX_FUTURE_MS) => return Err(Reject::FutureTimestamp),
+        Some(t) => t,
+        None => id_ms,
+    };
+    Ok(Hit { name, count, ts_ms })
+}
+
+/// Checks a name's bytes: non-empty, ≤ [`MAX_NAME_BYTES`], valid UTF-8.
+fn check_name(bytes: &[u8]) -> Result<&str, Reject> {
+    if bytes.is_empty() {
+        Err(Reject::EmptyName)
+    } else if bytes.len() > MAX_NAME_BYTES {
+        Err(Reject::NameTooLong)
+    } else {
+        std::str::from_utf8(bytes).map_err(|_| Reject::NameNotUtf8)
+    }
+}
+
+/// Parses 1..=39 ASCII digits (fits u128); `None` for anything else.
+fn parse_digits(s: &[u8]) -> Option<u128> {
+    if s.is_empty() || s.len() > 39 {
+        return None;
+    }
+    s.iter().try_fold(0u128, |acc, &b| {
+        let d = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        acc.checked_mul(10)?.checked_add(u128::from(d))
+    })
+}
+
+fn count_in_range(count: i128) -> Result<i64, Reject> {
+    if (1..=i128::from(MAX_COUNT)).contains(&count) {
+        Ok(count as i64)
+    } else {
+        Err(Reject::BadCount)
+    }
+}
+
+/// Float seconds to ms: finite, ≥ 0, `floor(ts * 1000)` (saturating).
+fn float_ts_ms(ts: f64) -> Result<i64, Reject> {
+    if ts.is_finite() && ts >= 0.0 {
+        // `as` saturates; a saturated value is rejected as future later.
+        Ok((ts * 1000.0).floor() as i64)
+    } else {
+        Err(Reject::BadTimestamp)
+    }
+}
+
+fn clamp_ms(ms: u128) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) const ID: &[u8] = b"1700000000123-5";
+    pub(super) const ID_MS: i64 = 1_700_000_000_123;
+
+    pub(super) fn plain<'a>(fields: &'a [(&'a str, &'a [u8])]) -> Result<Hit<'a>, Reject> {
+        decode(ID, fields.iter().map(|(k, v)| (k.as_bytes(), *v)))
+    }
+
+    pub(super) fn packed(bytes: &[u8]) -> Result<Hit<'_>, Reject> {
+        decode(ID, [(&b"hit"[..], bytes)])
+    }
+
+    /// A MessagePack map from (key, already-encoded value) pairs.
+    pub(super) fn map(pairs: &[(&str, Vec<u8>)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmp::encode::write_map_len(&mut out, pairs.len() as u32).unwrap();
+        for (k, v) in pairs {
+            rmp::encode::write_str(&mut out, k).unwrap();
+            out.extend_from_slice(v);
+        }
+        out
+    }
+
+    pub(super) fn mp_str(s: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmp::encode::write_str(&mut out, s).unwrap();
+        out
+    }
+
+    pub(super) fn mp_raw_str(bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmp::encode::write_str_len(&mut out, bytes.len() as u32).unwrap();
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    pub(super) fn mp_int(v: i64) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmp::encode::write_sint(&mut out, v).unwrap();
+        out
+    }
+
+    pub(super) fn mp_f64(v: f64) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmp::encode::write_f64(&mut out, v).unwrap();
+        out
+    }
+
+    pub(super) fn hit(name: &str, count: i64, ts_ms: i64) -> Hit<'_> {
+        Hit { name, count, ts_ms }
+    }
+
+    #[test]
+    fn entry_ids() {
+        assert_eq!(entry_id_ms(b"1700000000123-5"), Some(ID_MS));
+        assert_eq!(entry_id_ms(b"0-0"), Some(0));
+        assert_eq!(
+            entry_id_ms(b"9223372036854775807-18446744073709551615"),
+            Some(i64::MAX)
+        );
+        for bad in [
+            &b""[..],
+            b"-",
+            b"123",
+            b"123-",
+            b"-5",
+            b"12a-5",
+            b"12-5-6",
+            b"+12-5",
+            b"9223372036854775808-0",
+            b"1-18446744073709551616",
+        ] {
+            assert_eq!(entry_id_ms(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(plain(&[("name", b"a")]).map(|_| ()), Ok(()));
+        assert_eq!(
+            decode(b"nope", [(&b"name"[..], &b"a"[..])]),
+            Err(Reject::BadEntryId)
+        );
+    }
+
+    #[test]
+    fn name_lengths() {
+        let max = "n".repeat(MAX_NAME_BYTES);
+        let over = "n".repeat(MAX_NAME_BYTES + 1);
+        let kib = "é".repeat(512);
+        assert_eq!(kib.len(), 1024);
+        assert_eq!(plain(&[("name", max.as_bytes())]).unwrap().name, max);
+        assert_eq!(
+            plain(&[("name", over.as_bytes())]),
+            Err(Reject::NameTooLong)
+        );
+        assert_eq!(plain(&[("name", kib.as_bytes())]).unwrap().name, kib);
+        let m = encode(&max, 1, None);
+        assert_eq!(packed(&m).unwrap().name, max);
+        assert_eq!(packed(&encode(&over, 1, None)), Err(Reject::NameTooLong));
+        assert_eq!(packed(&encode(&kib, 3, None)).unwrap(), hit(&kib, 3, ID_MS));
+    }
+
+    #[test]
+    fn name_borrows_input() {
+        let fields: [(&[u8], &[u8]); 1] = [(b"name", b"borrowed")];
+        let h = decode(ID, fields).unwrap();
+        assert_eq!(h.name.as_ptr(), fields[0].1.as_ptr());
+        let m = encode("borrowed", 1, None);
+        let h = packed(&m).unwrap();
+        assert!(m.as_ptr_range().contains(&h.name.as_ptr()));
+    }
+
+    #[test]
+    fn future_timestamps() {
+        let limit_s = (ID_MS + MAX_FUTURE_MS) as f64 / 1000.0;
+        assert_eq!(
+            packed(&encode("a", 1, Some(limit_s))).unwrap().ts_ms,
+            ID_MS + MAX_FUTURE_MS
+        );
+        assert_eq!(
+            packed(&encode("a", 1, Some(limit_s + 0.002))),
+            Err(Reject::FutureTimestamp)
+        );
+        assert_eq!(
+            plain(&[("name", b"a"), ("ts", b"1700086400.123")])
+                .unwrap()
+                .ts_ms,
+            ID_MS + MAX_FUTURE_MS
+        );
+        assert_eq!(
+            plain(&[("name", b"a"), ("ts", b"1700086400.124")]),
+            Err(Reject::FutureTimestamp)
+        );
+        // Milliseconds sent as seconds, and absurd values, saturate into "future".
+        assert_eq!(
+            plain(&[("name", b"a"), ("ts", b"1700000000123")]),
+            Err(Reject::FutureTimestamp)
+        );
+        assert_eq!(
+            plain(&[("name", b"a"), ("ts", &[b'9'; 60])]),
+            Err(Reject::FutureTimestamp)
+        );
+        assert_eq!(
+            packed(&encode("a", 1, Some(1e300))),
+            Err(Reject::FutureTimestamp)
+        );
+        assert_eq!(
+            packed(&map(&[
+                ("name", mp_str("a")),
+                (
+                    "ts",
+                    vec![0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]
+                )
+            ])),
+            Err(Reject::FutureTimestamp)
+        );
+        // The past is fine (the aggregator decides what is too old).
+        assert_eq!(plain(&[("name", b"a"), ("ts", b"0")]).unwrap().ts_ms, 0);
+    }
+
+    #[test]
+    fn reasons() {
+        let labels: Vec<_> = Reject::ALL.iter().map(|r| r.reason()).collect();
+        assert_eq!(
+            labels,
+            [
+                "missing_name",
+                "empty_name",
+                "name_too_long",
+                "name_not_utf8",
+                "bad_count",
+                "bad_timestamp",
+                "future_timestamp",
+                "bad_msgpack",
+                "bad_entry_id"
+            ]
+        );
+        assert_eq!(
+            Reject::NameTooLong.to_string(),
+            "name longer than 4096 bytes"
+        );
+        assert!(Reject::BadCount.to_string().contains("1000000000"));
+        assert!(Reject::FutureTimestamp.to_string().contains("86400000"));
+        for r in Reject::ALL {
+            assert!(!r.to_string().is_empty());
+        }
+    }
+}

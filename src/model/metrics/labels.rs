@@ -1,0 +1,106 @@
+//! The label values known in advance ([`REDIS_ERROR_KINDS`],
+//! [`DEAD_LETTER_REASONS`], the configured precisions): their series are
+//! created at zero, and any other value is folded into a bounded one.
+
+use super::Metrics;
+
+/// Every value of the `kind` label of `hitcount_redis_errors_total`.
+pub const REDIS_ERROR_KINDS: [&str; 8] = [
+    "io",
+    "timeout",
+    "script",
+    "response",
+    "oom",
+    "other",
+    "fatal",
+    "unexpected",
+];
+
+/// Every value of the `reason` label of `hitcount_events_dead_lettered_total`.
+pub const DEAD_LETTER_REASONS: [&str; 11] = [
+    "missing_name",
+    "empty_name",
+    "name_too_long",
+    "name_not_utf8",
+    "bad_count",
+    "bad_timestamp",
+    "future_timestamp",
+    "bad_msgpack",
+    "bad_entry_id",
+    "apply_error",
+    "max_deliveries",
+];
+
+impl Metrics {
+    /// Creates the `hitcount_hits_too_old_total` series of each configured
+    /// precision (bucket length in seconds) at 0, so they exist before the
+    /// first late hit. Call once at startup with the configured precisions.
+    pub fn init_precisions(&self, precisions: impl IntoIterator<Item = u64>) {
+        for p in precisions {
+            self.hits_too_old.with_label_values(&[&p.to_string()]);
+        }
+    }
+
+    /// Records one failed Redis operation of `kind`, which should be one of
+    /// [`REDIS_ERROR_KINDS`]; any other value is counted as "other" so the
+    /// label stays bounded.
+    pub fn redis_error(&self, kind: &str) {
+        let kind = if REDIS_ERROR_KINDS.contains(&kind) {
+            kind
+        } else {
+            "other"
+        };
+        self.redis_errors.with_label_values(&[kind]).inc();
+    }
+
+    /// Records `n` dead-lettered events for `reason`, which should be one of
+    /// [`DEAD_LETTER_REASONS`]; any other value is counted as "apply_error"
+    /// so the label stays bounded.
+    pub fn dead_lettered(&self, reason: &str, n: u64) {
+        let reason = if DEAD_LETTER_REASONS.contains(&reason) {
+            reason
+        } else {
+            "apply_error"
+        };
+        self.events_dead_lettered
+            .with_label_values(&[reason])
+            .inc_by(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::metrics::metrics;
+
+    #[test]
+    fn unknown_label_values_fold_into_bounded_ones() {
+        let m = metrics();
+        let other = m.redis_errors.with_label_values(&["other"]).get();
+        m.redis_error("ERR something went wrong at key foo");
+        assert_eq!(
+            m.redis_errors.with_label_values(&["other"]).get(),
+            other + 1
+        );
+        let apply = m
+            .events_dead_lettered
+            .with_label_values(&["apply_error"])
+            .get();
+        m.dead_lettered("bogus", 2);
+        assert_eq!(
+            m.events_dead_lettered
+                .with_label_values(&["apply_error"])
+                .get(),
+            apply + 2
+        );
+    }
+
+    #[test]
+    fn every_decoder_reject_has_its_dead_letter_label() {
+        // The label list repeats the decoder's reasons (a metric contract);
+        // a new Reject must be added here, not folded into "apply_error".
+        for r in crate::model::event::Reject::ALL {
+            assert!(DEAD_LETTER_REASONS.contains(&r.reason()), "{}", r.reason());
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! How one family is built: a constructor per metric type that registers
+//! it (names are fixed, so a failure is a programming error), and the
+//! histograms' bucket layouts.
+
+use prometheus::{
+    Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
+
+/// Durations from 0.5 ms to 10 s for Redis round trips.
+pub(super) const APPLY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// Delays from 10 ms to 10 min.
+pub(super) const DELAY_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+/// Cleaner passes, from 10 ms to 10 min.
+pub(super) const CLEANER_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+/// 1, 2, 5, 10, … 1e6: log-spaced event counts (1-2-5 per decade).
+pub(super) fn window_size_buckets() -> Vec<f64> {
+    let mut b = Vec::with_capacity(19);
+    let mut decade = 1.0;
+    while decade < 1e6 {
+        b.extend([decade, 2.0 * decade, 5.0 * decade]);
+        decade *= 10.0;
+    }
+    b.push(1e6);
+    b
+}
+
+/// Registers a collector; the names are fixed at compile time, so a failure
+/// is a programming error caught by the first test that touches metrics.
+pub(super) fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
+    r.register(Box::new(c.clone()))
+        .expect("registering a metric family");
+    c
+}
+
+pub(super) fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    reg(r, IntCounter::new(name, help).expect("valid counter"))
+}
+
+pub(super) fn counter_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    label: &str,
+    init: &[&str],
+) -> IntCounterVec {
+    let v = reg(
+        r,
+        IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid counter vec"),
+    );
+    for value in init {
+        v.with_label_values(&[*value]);
+    }
+    v
+}
+
+pub(super) fn int_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    reg(r, IntGauge::new(name, help).expect("valid gauge"))
+}
+
+pub(super) fn gauge(r: &Registry, name: &str, help: &str) -> Gauge {
+    reg(r, Gauge::new(name, help).expect("valid gauge"))
+}
+
+pub(super) fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+    let opts = HistogramOpts::new(name, help).buckets(buckets);
+    reg(r, Histogram::with_opts(opts).expect("valid histogram"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_size_buckets_span_one_to_a_million() {
+        let b = window_size_buckets();
+        assert_eq!(b.first(), Some(&1.0));
+        assert_eq!(b.last(), Some(&1e6));
+        assert!(b.windows(2).all(|w| w[0] < w[1]));
+    }
+}

@@ -1,10 +1,19 @@
 //! Where hitcount meets people and other programs: the HTTP endpoints
 //! ([`http`]), the command line ([`cli`]), and, for the demo, the benchmark
 //! and the tests, a throwaway `redis-server` ([`embedded`]), the benchmark
-//! itself ([`bench`]) and synthetic names ([`workload`]).
+//! itself ([`mod@bench`]) and synthetic names ([`workload`]).
+//!
+//! The `cli` feature, on by default, gates [`cli`], [`embedded`],
+//! [`mod@bench`] and [`workload`], and the crates only they use. A library
+//! built with `default-features = false` has only [`http`] here, and spawns
+//! no processes.
 
+#[cfg(feature = "cli")]
 pub mod bench;
+#[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "cli")]
 pub mod embedded;
 pub mod http;
+#[cfg(feature = "cli")]
 pub mod workload;

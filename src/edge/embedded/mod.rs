@@ -23,18 +23,30 @@
 //!
 //! For TLS, [`make_test_certs`] creates a throwaway CA with a server and a
 //! client certificate signed by it.
+//!
+//! This file holds the server itself and its options and errors; the
+//! submodules hold the rest: `config` renders `redis.conf`, `process` finds
+//! the binary, picks ports, signals and waits, and reads the logs, and `tls`
+//! makes the test certificates.
 
-use std::fmt::Write as _;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::PermissionsExt;
+use std::fs::{self, OpenOptions};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
+
+mod config;
+mod process;
+mod tls;
+
+pub use process::free_port;
+pub use tls::{make_test_certs, TlsFiles, CLIENT_CERT_FILE, CLIENT_KEY_FILE};
+
+use config::{percent_encode, render_config};
+use process::{answers, find_redis_server, log_tail, read_from, signal, wait_timeout};
 
 /// How long [`RedisServer::start`] and [`RedisServer::restart`] wait for the
 /// server to answer.
@@ -57,12 +69,6 @@ pub const LOG_FILE: &str = "redis.log";
 /// stdout and stderr (early configuration errors land here).
 pub const OUTPUT_FILE: &str = "redis.out";
 
-/// Name of the client certificate [`make_test_certs`] writes.
-pub const CLIENT_CERT_FILE: &str = "client.crt";
-
-/// Name of the client key [`make_test_certs`] writes.
-pub const CLIENT_KEY_FILE: &str = "client.key";
-
 /// The log line Redis prints once data is loaded and it accepts clients.
 const READY_LINE: &str = "Ready to accept connections";
 
@@ -79,21 +85,6 @@ pub struct ServerOptions {
     /// Raw `redis.conf` lines appended after the generated ones, e.g.
     /// `"slowlog-log-slower-than 10000"` or `"user app on >pw ~* +@all"`.
     pub extra: Vec<String>,
-}
-
-/// Certificate files for a TLS [`RedisServer`], as made by
-/// [`make_test_certs`].
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    /// The server's certificate (PEM).
-    pub cert: PathBuf,
-    /// The server's private key (PEM).
-    pub key: PathBuf,
-    /// The CA certificate that signs server and client certificates (PEM).
-    pub ca: PathBuf,
-    /// Require clients to present a certificate signed by `ca`
-    /// (`tls-auth-clients yes`).
-    pub require_client_cert: bool,
 }
 
 /// Why a throwaway Redis could not be provided.
@@ -348,43 +339,15 @@ impl RedisServer {
         }
     }
 
-    /// Whether the port answers: `+PONG` (or `-NOAUTH` when a password is
-    /// required) to a RESP `PING`; for TLS, whether it accepts connections.
+    /// Whether the port answers (see [`process::answers`]).
     fn answers(&self) -> bool {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
-        let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
-            return false;
-        };
-        if self.opts.tls.is_some() {
-            return true;
-        }
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-        if stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
-            return false;
-        }
-        match read_line(&mut stream) {
-            Some(reply) => reply.starts_with("+PONG") || reply.starts_with("-NOAUTH"),
-            // -LOADING and anything else: not yet.
-            None => false,
-        }
+        answers(self.port, self.opts.tls.is_some())
     }
 
     /// The last lines of the log and of the output written since the given
     /// offsets.
     fn log_tail(&self, log_offset: u64, out_offset: u64) -> String {
-        let mut tail = String::new();
-        for (name, offset) in [(OUTPUT_FILE, out_offset), (LOG_FILE, log_offset)] {
-            let text = read_from(&self.dir().join(name), offset);
-            let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-            for line in &lines[lines.len().saturating_sub(20)..] {
-                let _ = writeln!(tail, "{line}");
-            }
-        }
-        if tail.is_empty() {
-            tail.push_str("(empty log)\n");
-        }
-        tail
+        log_tail(self.dir(), log_offset, out_offset)
     }
 }
 
@@ -394,218 +357,6 @@ impl Drop for RedisServer {
     }
 }
 
-/// Returns a port on 127.0.0.1 that was free a moment ago: binds port 0,
-/// reads the port the kernel chose, and releases it.
-///
-/// Another process may take it before it is used; [`RedisServer::start`]
-/// retries with a fresh port when that happens.
-pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("binding 127.0.0.1:0 must succeed")
-}
-
-/// Creates throwaway TLS material in `dir` with the `openssl` CLI: a CA
-/// (`ca.crt`, `ca.key`), a server certificate for `127.0.0.1` and `localhost`
-/// signed by it (`server.crt`, `server.key`), and a client certificate
-/// ([`CLIENT_CERT_FILE`], [`CLIENT_KEY_FILE`]), all ECDSA P-256, PEM, valid
-/// for ten years.
-///
-/// The returned [`TlsFiles`] point at the CA and the server's files, with
-/// `require_client_cert` off; set it to make the server demand the client
-/// certificate.
-pub fn make_test_certs(dir: &Path) -> Result<TlsFiles, EmbeddedError> {
-    fs::create_dir_all(dir).map_err(|e| EmbeddedError::io(format!("creating {dir:?}"), e))?;
-    let cnf = dir.join("openssl.cnf");
-    fs::write(&cnf, OPENSSL_CNF).map_err(|e| EmbeddedError::io(format!("writing {cnf:?}"), e))?;
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
-    let days = ["-days", "3650"];
-    let cfg = ["-config", "openssl.cnf"];
-
-    let mut ca = vec!["req", "-x509", "-new", "-nodes", "-extensions", "v3_ca"];
-    ca.extend(cfg);
-    ca.extend(ec);
-    ca.extend(days);
-    ca.extend(["-keyout", "ca.key", "-out", "ca.crt"]);
-    ca.extend(["-subj", "/CN=hitcount test CA"]);
-    openssl(dir, "creating the CA", &ca)?;
-
-    for (name, cn, ext) in [
-        ("server", "/CN=localhost", "server_ext"),
-        ("client", "/CN=hitcount test client", "client_ext"),
-    ] {
-        let (key, csr, crt) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.crt"),
-        );
-        let mut req = vec!["req", "-new", "-nodes"];
-        req.extend(cfg);
-        req.extend(ec);
-        req.extend(["-keyout", &key, "-out", &csr, "-subj", cn]);
-        openssl(dir, "creating a certificate request", &req)?;
-        let mut sign = vec!["x509", "-req", "-in", &csr, "-CA", "ca.crt"];
-        sign.extend(["-CAkey", "ca.key", "-CAcreateserial", "-out", &crt]);
-        sign.extend(days);
-        sign.extend(["-extfile", "openssl.cnf", "-extensions", ext]);
-        openssl(dir, "signing a certificate", &sign)?;
-    }
-    Ok(TlsFiles {
-        cert: dir.join("server.crt"),
-        key: dir.join("server.key"),
-        ca: dir.join("ca.crt"),
-        require_client_cert: false,
-    })
-}
-
-const OPENSSL_CNF: &str = "\
-[req]
-distinguished_name = dn
-prompt = no
-
-[dn]
-CN = hitcount test
-
-[v3_ca]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign, cRLSign
-subjectKeyIdentifier = hash
-
-[server_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
-subjectAltName = IP:127.0.0.1, DNS:localhost
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-
-[client_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = clientAuth
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-";
-
-/// Runs `openssl args…` in `dir`.
-fn openssl(dir: &Path, step: &'static str, args: &[&str]) -> Result<(), EmbeddedError> {
-    let output = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| EmbeddedError::Certs {
-            step,
-            message: match e.kind() {
-                io::ErrorKind::NotFound => "the openssl CLI is not installed: install Debian's \
-                     openssl (e.g. `apt-get install -y openssl`, or run scripts/ensure-deps)"
-                    .to_string(),
-                _ => format!("cannot run openssl: {e}"),
-            },
-        })?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(EmbeddedError::Certs {
-            step,
-            message: format!(
-                "openssl {} ({}): {}",
-                args.join(" "),
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ),
-        })
-    }
-}
-
-/// Renders `redis.conf` for a server in `dir` on `port`.
-fn render_config(dir: &Path, port: u16, opts: &ServerOptions) -> String {
-    let path = |p: &Path| quote(&p.to_string_lossy());
-    let mut conf = String::new();
-    let mut line = |l: String| {
-        conf.push_str(&l);
-        conf.push('\n');
-    };
-    line("# Written by hitcount's embedded launcher: a throwaway server.".into());
-    line(format!("dir {}", path(dir)));
-    line("bind 127.0.0.1".into());
-    line("daemonize no".into());
-    line("save \"\"".into());
-    line(format!("logfile {}", path(&dir.join(LOG_FILE))));
-    line("loglevel notice".into());
-    line("always-show-logo no".into());
-    match &opts.tls {
-        None => line(format!("port {port}")),
-        Some(tls) => {
-            line("port 0".into());
-            line(format!("tls-port {port}"));
-            line(format!("tls-cert-file {}", path(&tls.cert)));
-            line(format!("tls-key-file {}", path(&tls.key)));
-            line(format!("tls-ca-cert-file {}", path(&tls.ca)));
-            let auth = if tls.require_client_cert { "yes" } else { "no" };
-            line(format!("tls-auth-clients {auth}"));
-        }
-    }
-    if opts.appendonly {
-        line("appendonly yes".into());
-        line("appendfsync everysec".into());
-    }
-    if let Some(pw) = &opts.password {
-        line(format!("requirepass {}", quote(pw)));
-    }
-    for extra in &opts.extra {
-        line(extra.clone());
-    }
-    conf
-}
-
-/// Quotes a value for `redis.conf`: double quotes, with `\`, `"` and control
-/// characters escaped.
-fn quote(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            c if (c as u32) < 0x20 || c == '\x7f' => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-fn percent_encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
-
-/// Looks for an executable `redis-server` on `PATH`, then in `/usr/sbin` and
-/// `/usr/bin`.
-fn find_redis_server() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
-        .map(|dir| dir.join("redis-server"))
-        .find(|candidate| {
-            fs::metadata(candidate)
-                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                .unwrap_or(false)
-        })
-}
-
 /// Whether a start failed because the port was taken.
 fn is_address_in_use(err: &EmbeddedError) -> bool {
     match err {
@@ -613,99 +364,5 @@ fn is_address_in_use(err: &EmbeddedError) -> bool {
             log_tail.contains("Address already in use")
         }
         _ => false,
-    }
-}
-
-/// Reads a file from `offset` on, lossily; empty when it cannot be read.
-fn read_from(path: &Path, offset: u64) -> String {
-    use std::io::{Seek, SeekFrom};
-    let mut buf = Vec::new();
-    if let Ok(mut file) = File::open(path) {
-        if file.seek(SeekFrom::Start(offset)).is_ok() {
-            let _ = file.read_to_end(&mut buf);
-        }
-    }
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
-/// Reads one `\r\n`-terminated line.
-fn read_line(stream: &mut TcpStream) -> Option<String> {
-    let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    while !line.ends_with(b"\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => line.push(byte[0]),
-            _ => return None,
-        }
-        if line.len() > 4096 {
-            return None;
-        }
-    }
-    Some(String::from_utf8_lossy(&line).into_owned())
-}
-
-/// Sends `sig` to `pid`.
-fn signal(pid: u32, sig: libc::c_int) {
-    if let Ok(pid) = libc::pid_t::try_from(pid) {
-        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
-        // own child, which has not been reaped yet.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
-}
-
-/// Waits up to `timeout` for `child` to exit.
-fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
-            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
-            _ => return None,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quotes_config_values() {
-        assert_eq!(quote("plain"), "\"plain\"");
-        assert_eq!(quote("a \"b\" \\c\n"), "\"a \\\"b\\\" \\\\c\\x0a\"");
-    }
-
-    #[test]
-    fn percent_encodes_passwords() {
-        assert_eq!(percent_encode("s3cret-_.~"), "s3cret-_.~");
-        assert_eq!(percent_encode("p@ss word/:"), "p%40ss%20word%2F%3A");
-    }
-
-    #[test]
-    fn renders_tls_config_without_plain_port() {
-        let opts = ServerOptions {
-            tls: Some(TlsFiles {
-                cert: "/c/server.crt".into(),
-                key: "/c/server.key".into(),
-                ca: "/c/ca.crt".into(),
-                require_client_cert: true,
-            }),
-            extra: vec!["maxclients 100".into()],
-            ..ServerOptions::default()
-        };
-        let conf = render_config(Path::new("/d"), 7000, &opts);
-        assert!(conf.contains("\nport 0\n"));
-        assert!(conf.contains("\ntls-port 7000\n"));
-        assert!(conf.contains("\ntls-auth-clients yes\n"));
-        assert!(conf.ends_with("maxclients 100\n"));
-    }
-
-    #[test]
-    fn free_port_is_bindable() {
-        let port = free_port();
-        assert_ne!(port, 0);
-        TcpListener::bind((Ipv4Addr::LOCALHOST, port)).expect("port is free");
     }
 }

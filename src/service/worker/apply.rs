@@ -1,0 +1,110 @@
+//! A full window on its way into the counters: commit, apply, acknowledge
+//! (see [`crate::store::commit`] for why that is exactly once).
+
+use std::time::Instant;
+
+use super::{Cursor, Worker};
+use crate::model::aggregate::Cell;
+use crate::model::clock::unix_ms;
+use crate::model::metrics::metrics;
+use crate::store::commit::{Apply, Finished, Outcome, Sealed, APPLY_GUARD, CHUNK_CELLS};
+use crate::store::connect::{ErrorClass, StoreError, StoreResult};
+
+impl Worker {
+    /// Commits, applies and acknowledges the window; finishes the previous one.
+    pub(super) async fn flush(&mut self) -> StoreResult<()> {
+        let started = Instant::now();
+        let window_id = format!("{}-{}", self.incarnation, self.seq);
+        self.seq += 1;
+        let cells: Vec<Cell<'_>> = self.batch.window().cells().collect();
+        let sealed = Sealed {
+            window: &window_id,
+            ids: self.batch.ids(),
+            cells: &cells,
+            rejected: self.batch.rejected(),
+            chunk: CHUNK_CELLS,
+        };
+        let Some(conn) = self.link.current() else {
+            return Err(StoreError::Unexpected {
+                what: "committing a window",
+                reply: "not connected".into(),
+            });
+        };
+        let outcome = self
+            .committer
+            .commit(conn, &self.epoch, self.finished.as_ref(), Some(&sealed))
+            .await?;
+        let finished = self.finished.take().map(|f| f.window);
+        match outcome {
+            Outcome::Committed | Outcome::Duplicate | Outcome::Nothing => {}
+            Outcome::Taken(holder) => {
+                return Err(StoreError::NameTaken {
+                    name: self.consumer.clone(),
+                    holder,
+                });
+            }
+            Outcome::Fenced(epoch) => {
+                tracing::warn!(consumer = %self.consumer, "entries were claimed by another worker: window dropped, re-reading own pending entries");
+                metrics().windows_fenced.inc();
+                self.epoch = epoch;
+                self.cursor = Cursor::Pending("0".into());
+                self.clear_window();
+                return Ok(());
+            }
+        }
+        let committed_at = Instant::now();
+        let failures = loop {
+            // Replays are safe only while the markers surely live: past the
+            // guard, leave the window to recovery (which reloads it).
+            if committed_at.elapsed() > APPLY_GUARD {
+                return Err(StoreError::Guard(APPLY_GUARD));
+            }
+            let Some(conn) = self.link.current() else {
+                return Err(StoreError::Unexpected {
+                    what: "applying a window",
+                    reply: "not connected".into(),
+                });
+            };
+            let step = Apply {
+                window: &window_id,
+                cells: &cells,
+                ids: self.batch.ids(),
+                chunk: CHUNK_CELLS,
+            };
+            match self
+                .committer
+                .apply_and_ack(conn, &step, finished.as_deref(), Some(&mut self.known))
+                .await
+            {
+                Ok(f) => break f,
+                Err(e) => {
+                    // Resync (reconnect, then recovery finishes the record)
+                    // unless the same connection may simply try again.
+                    if e.class() == ErrorClass::Fatal
+                        || e.needs_resync()
+                        || self.shutdown.is_triggered()
+                    {
+                        return Err(e);
+                    }
+                    e.record();
+                    self.apply_outage.failed("applying a window", &e);
+                    tokio::time::sleep(self.apply_backoff.pause()).await;
+                    self.health.turned();
+                }
+            }
+        };
+        self.apply_outage.recovered("applying a window");
+        self.apply_backoff.reset();
+        self.batch.count_applied(&failures, started, unix_ms());
+        self.finished = Some(Finished {
+            window: window_id,
+            failures,
+        });
+        self.clear_window();
+        Ok(())
+    }
+
+    pub(super) fn clear_window(&mut self) {
+        self.batch.clear();
+    }
+}

@@ -1,0 +1,93 @@
+//! Reading the stream for the worker: its own pending entries first (after
+//! a start or any error), then new ones, with one read ahead in flight while
+//! a backlog lasts.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::{Cursor, Worker, AHEAD_WAIT_MS};
+use crate::model::clock::unix_ms;
+use crate::store::connect::{Conn, StoreError, StoreResult};
+use crate::store::stream::{self, EntryRef};
+
+impl Worker {
+    /// Reads the next entries: this consumer's own pending ones first (after
+    /// a start or any error), then new ones.
+    pub(super) async fn read(&mut self, block: Option<u64>) -> StoreResult<Value> {
+        let count = self.settings.worker.read_count;
+        let cursor = self.cursor.clone();
+        let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
+        let conn = self.conn()?;
+        Ok(match &cursor {
+            Cursor::Pending(after) => {
+                stream::read_own_pending(conn, &keys, &consumer, count, after).await?
+            }
+            Cursor::New => stream::read(conn, &keys, &consumer, count, block, ">").await?,
+        })
+    }
+
+    /// The connection, once synced.
+    pub(super) fn conn(&mut self) -> StoreResult<&mut Conn> {
+        self.link.current().ok_or_else(|| StoreError::Unexpected {
+            what: "the worker's connection",
+            reply: "not connected".into(),
+        })
+    }
+
+    /// Sends the next read of new entries now, without blocking, on a clone
+    /// of the connection, so that Redis reads while this worker aggregates
+    /// and applies: at most one read ahead, so memory stays bounded by a
+    /// window and one read. The entries are simply the next ones this
+    /// consumer is delivered (pending to it, so a resync re-reads them).
+    pub(super) fn read_ahead(&mut self) {
+        let Some(mut conn) = self.link.current().cloned() else {
+            return;
+        };
+        let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
+        let count = self.settings.worker.read_count;
+        self.ahead = Some(tokio::spawn(async move {
+            stream::read(&mut conn, &keys, &consumer, count, None, ">").await
+        }));
+    }
+
+    /// The read ahead, if one was sent and found entries.
+    pub(super) async fn take_ahead(&mut self) -> StoreResult<Option<Value>> {
+        let Some(handle) = self.ahead.take() else {
+            return Ok(None);
+        };
+        let reply = handle
+            .await
+            .map_err(|e| StoreError::ReadAhead(e.to_string()))??;
+        Ok((!stream::read_reply_entries(&reply).is_empty()).then_some(reply))
+    }
+
+    /// Waits (boundedly) for a read ahead still in flight, so that its
+    /// entries are pending before this consumer re-reads its pending ones; a
+    /// read that never returns leaves them to be claimed.
+    pub(super) async fn settle_ahead(&mut self) {
+        if let Some(mut handle) = self.ahead.take() {
+            let wait = Duration::from_millis(AHEAD_WAIT_MS);
+            if tokio::time::timeout(wait, &mut handle).await.is_err() {
+                handle.abort();
+            }
+        }
+    }
+
+    /// The entries of a reply of [`Worker::read`].
+    pub(super) fn entries<'a>(&self, reply: &'a Value) -> Vec<EntryRef<'a>> {
+        match self.cursor {
+            Cursor::Pending(_) => stream::entry_list(reply),
+            Cursor::New => stream::read_reply_entries(reply),
+        }
+    }
+
+    /// Decodes entries into the window being filled.
+    pub(super) fn add_entries(&mut self, entries: &[EntryRef<'_>]) {
+        self.batch.add(entries, unix_ms());
+    }
+
+    pub(super) fn window_full(&self) -> bool {
+        self.batch.is_full(&self.settings.worker, self.caught_up)
+    }
+}

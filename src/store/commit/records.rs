@@ -1,0 +1,245 @@
+//! Recorded windows read back: for recovery (a stopped worker's windows
+//! are finished by another), and quarantine of records that cannot be read
+//! (moved to the dead-letter stream, see `quarantine.lua`).
+
+use redis::Value;
+
+use super::{Apply, Committer, Finished, APPLY_GUARD};
+use crate::model::aggregate::Cell;
+use crate::model::metrics::metrics;
+use crate::store::connect::{Conn, StoreError, StoreResult};
+use crate::store::scripts::QUARANTINE;
+
+/// A recorded window as read back for recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The window id.
+    pub window: String,
+    /// The consumer that committed it.
+    pub owner: String,
+    /// Commit time on the Redis clock, unix ms.
+    pub created_ms: i64,
+    /// Its entry ids, space separated.
+    pub ids: String,
+    /// Cells per apply script, as committed.
+    pub chunk: usize,
+}
+
+/// A window record that cannot be read back, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corrupt {
+    /// The window id.
+    pub window: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl Committer {
+    /// Windows recorded and not yet finished, oldest first; those that
+    /// cannot be read back; and the Redis clock's current time in ms.
+    pub async fn records(&self, conn: &mut Conn) -> StoreResult<(Vec<Record>, Vec<Corrupt>, i64)> {
+        let (ids, (secs, micros)): (Vec<String>, (i64, i64)) = redis::pipe()
+            .cmd("ZRANGE")
+            .arg(self.keys.windows())
+            .arg(0)
+            .arg(-1)
+            .cmd("TIME")
+            .query_async(conn)
+            .await?;
+        let now_ms = secs * 1000 + micros / 1000;
+        if ids.is_empty() {
+            return Ok((Vec::new(), Vec::new(), now_ms));
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("HMGET")
+                .arg(self.keys.window(id))
+                .arg("owner")
+                .arg("created")
+                .arg("ids")
+                .arg("chunk");
+        }
+        let rows: Vec<Vec<Option<Vec<u8>>>> = pipe.query_async(conn).await?;
+        let (mut records, mut corrupt) = (Vec::new(), Vec::new());
+        for (window, row) in ids.into_iter().zip(rows) {
+            match parse_record(&window, &row) {
+                Ok(Some(r)) => records.push(r),
+                // Finished meanwhile: its index entry goes with the next finish.
+                Ok(None) => {}
+                Err(reason) => corrupt.push(Corrupt { window, reason }),
+            }
+        }
+        Ok((records, corrupt, now_ms))
+    }
+
+    /// Moves a record that cannot be read back to the dead-letter stream
+    /// (see `quarantine.lua` for what becomes of its entries), logs it once
+    /// and counts it. Returns whether this call moved it.
+    pub async fn quarantine(&self, conn: &mut Conn, bad: &Corrupt) -> StoreResult<bool> {
+        let applied: i64 = redis::cmd("HLEN")
+            .arg(self.keys.applied_marker(&bad.window))
+            .query_async(conn)
+            .await?;
+        let record = self.keys.window(&bad.window);
+        let reply: Value = QUARANTINE
+            .evalsha(4)
+            .arg(&record)
+            .arg(self.keys.windows())
+            .arg(&self.keys.dead)
+            .arg(&self.keys.stream)
+            .arg(&bad.window)
+            .arg(&bad.reason)
+            .arg(self.dead_maxlen)
+            .arg(&self.keys.group)
+            .arg(applied)
+            .query_async(conn)
+            .await?;
+        let (moved, acked) = match &reply {
+            Value::Array(v) => match v.as_slice() {
+                [Value::Int(m @ 0..=1), Value::Int(a)] => (*m == 1, *a),
+                _ => return Err(StoreError::unexpected("quarantine.lua", &reply)),
+            },
+            _ => return Err(StoreError::unexpected("quarantine.lua", &reply)),
+        };
+        if moved {
+            metrics().records_quarantined.inc();
+            tracing::error!(key = %record, reason = %bad.reason, applied_chunks = applied,
+                acknowledged = acked, dead_stream = %self.keys.dead,
+                "a window record could not be read back: moved to the dead-letter stream");
+        }
+        Ok(moved)
+    }
+
+    /// Finishes a recorded window on behalf of whoever committed it: applies
+    /// its chunks (markers make this a no-op for chunks already applied),
+    /// acknowledges its ids, dead-letters failures and deletes the record.
+    /// Returns false when the record was already gone.
+    /// `seen` is when the record was loaded: past [`APPLY_GUARD`] it is left
+    /// to a later pass.
+    pub async fn recover(
+        &self,
+        conn: &mut Conn,
+        record: &Record,
+        seen: std::time::Instant,
+    ) -> StoreResult<bool> {
+        let blob: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(self.keys.window(&record.window))
+            .arg("cells")
+            .query_async(conn)
+            .await?;
+        let Some(blob) = blob else { return Ok(false) };
+        let owned = match decode_cells(&blob) {
+            Ok(cells) => cells,
+            Err(reason) => {
+                let bad = Corrupt {
+                    window: record.window.clone(),
+                    reason,
+                };
+                self.quarantine(conn, &bad).await?;
+                return Ok(false);
+            }
+        };
+        let cells: Vec<Cell<'_>> = owned
+            .iter()
+            .map(|(precision, name, bucket, delta)| Cell {
+                precision: *precision,
+                name,
+                bucket: *bucket,
+                delta: *delta,
+            })
+            .collect();
+        if seen.elapsed() > APPLY_GUARD {
+            return Ok(false);
+        }
+        let failures = self
+            .apply_and_ack(
+                conn,
+                &Apply {
+                    window: &record.window,
+                    cells: &cells,
+                    ids: &record.ids,
+                    chunk: record.chunk,
+                },
+                None,
+                None,
+            )
+            .await?;
+        let finished = Finished {
+            window: record.window.clone(),
+            failures,
+        };
+        self.finish(conn, &finished).await?;
+        tracing::info!(window = %record.window, owner = %record.owner,
+            first = record.ids.split(' ').next().unwrap_or(""),
+            last = record.ids.rsplit(' ').next().unwrap_or(""),
+            "finished a window left by a stopped worker");
+        Ok(true)
+    }
+}
+/// A record's fields as read by [`Committer::records`]: `Ok(None)` when the
+/// record is gone (every field missing), `Err` with the reason when some are
+/// missing or do not parse.
+fn parse_record(window: &str, row: &[Option<Vec<u8>>]) -> Result<Option<Record>, String> {
+    if row.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let field = |i: usize, name: &str| -> Result<String, String> {
+        let raw = row
+            .get(i)
+            .and_then(|f| f.as_deref())
+            .ok_or_else(|| format!("field {name} is missing"))?;
+        String::from_utf8(raw.to_vec()).map_err(|_| format!("field {name} is not UTF-8"))
+    };
+    let number = |i: usize, name: &str| -> Result<i64, String> {
+        let text = field(i, name)?;
+        text.parse::<i64>()
+            .map_err(|_| format!("field {name} is not a number: {text:?}"))
+    };
+    let chunk = number(3, "chunk")?;
+    if chunk < 1 {
+        return Err(format!("field chunk must be at least 1, not {chunk}"));
+    }
+    Ok(Some(Record {
+        window: window.to_string(),
+        owner: field(0, "owner")?,
+        created_ms: number(1, "created")?,
+        ids: field(2, "ids")?,
+        chunk: chunk as usize,
+    }))
+}
+
+/// A record's cells, as committed (MessagePack of (precision, name, bucket,
+/// delta) tuples), or why they do not decode.
+fn decode_cells(blob: &[u8]) -> Result<Vec<(u32, String, i64, i64)>, String> {
+    rmp_serde::from_slice(blob).map_err(|e| format!("cells do not decode: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_that_cannot_be_read_back_are_named() {
+        let row = |v: [Option<&str>; 4]| -> Vec<Option<Vec<u8>>> {
+            v.iter().map(|f| f.map(|s| s.as_bytes().to_vec())).collect()
+        };
+        let good = parse_record(
+            "w",
+            &row([Some("c1"), Some("5"), Some("1-0 2-0"), Some("500")]),
+        );
+        assert_eq!(good.unwrap().unwrap().chunk, 500);
+        assert_eq!(parse_record("w", &row([None, None, None, None])), Ok(None));
+        let missing = parse_record("w", &row([Some("c1"), None, Some("1-0"), Some("500")]));
+        assert!(missing.unwrap_err().contains("created"));
+        let nan = parse_record("w", &row([Some("c1"), Some("5"), Some("1-0"), Some("x")]));
+        assert!(nan.unwrap_err().contains("chunk"));
+        let zero = parse_record("w", &row([Some("c1"), Some("5"), Some("1-0"), Some("0")]));
+        assert!(zero.is_err());
+        assert!(decode_cells(b"\xc1garbage").is_err());
+        let blob = rmp_serde::to_vec(&vec![(60u32, "a", 0i64, 2i64)]).unwrap();
+        assert_eq!(
+            decode_cells(&blob).unwrap(),
+            vec![(60, "a".to_string(), 0, 2)]
+        );
+    }
+}

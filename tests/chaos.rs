@@ -222,7 +222,7 @@ async fn chaos_every_hit_counts_exactly_once() {
     producer.shutdown(Duration::from_secs(5)).await;
     let keys = keys(&settings(&url, "check"));
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !hitcount::store::stream::drained(&mut c, &keys)
+    while !hitcount::store::group::drained(&mut c, &keys)
         .await
         .unwrap()
     {
@@ -258,12 +258,9 @@ async fn chaos_every_hit_counts_exactly_once() {
         .query_async(&mut c)
         .await
         .unwrap();
-    let added: usize = hitcount::store::stream::info_str(
-        &hitcount::store::stream::info_pairs(&info),
-        "entries-added",
-    )
-    .and_then(|n| n.parse().ok())
-    .expect("entries-added");
+    let added = hitcount::store::group::StreamInfo::parse(&info)
+        .entries_added
+        .expect("entries-added") as usize;
     assert_eq!(added, total + bad_ids.len(), "each hit appended once");
     let dead_ids: BTreeSet<String> = dead.iter().filter_map(|d| d.get("id").cloned()).collect();
     println!(

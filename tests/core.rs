@@ -330,7 +330,7 @@ async fn the_dead_letter_stream_stays_at_its_cap_and_keeps_the_newest() {
     let workers = Workers::start(vec![s.clone()]);
     // Watched all along, not only at the end.
     let mut longest = 0;
-    while !hitcount::store::stream::drained(&mut c, &k).await.unwrap() {
+    while !hitcount::store::group::drained(&mut c, &k).await.unwrap() {
         let len: u64 = redis::cmd("XLEN")
             .arg("hits:dead")
             .query_async(&mut c)

@@ -17,13 +17,13 @@
 
 use std::time::Duration;
 
-use redis::{Client, RedisResult, Value};
+use redis::{Client, RedisResult};
 
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
 use crate::store::connect::{self, Conn, Reconnecting, StoreError};
-use crate::store::stream::{self, info_pairs, info_str};
+use crate::store::group::{self, GroupInfo};
 
 /// Time between samples: often enough for a 15 s scrape interval to see
 /// every change, rare enough to cost Redis nothing.
@@ -43,43 +43,21 @@ pub struct Sample {
 /// Reads the group's lag, pending count and backlog age. `None` when the
 /// stream or the group does not exist yet.
 pub async fn sample(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<Sample>> {
-    let groups: RedisResult<Value> = redis::cmd("XINFO")
-        .arg("GROUPS")
-        .arg(&keys.stream)
-        .query_async(conn)
-        .await;
-    let groups = match groups {
-        Ok(g) => g,
-        // No stream yet: nothing to report (the worker creates it).
-        Err(e) if e.code() == Some("ERR") && e.to_string().contains("no such key") => {
-            return Ok(None)
-        }
-        Err(e) => return Err(e),
-    };
-    let Value::Array(groups) = groups else {
+    let Some(g) = group::own_group(conn, keys).await? else {
         return Ok(None);
     };
-    let Some(group) = groups
-        .iter()
-        .map(info_pairs)
-        .find(|g| info_str(g, "name").as_deref() == Some(keys.group.as_str()))
-    else {
-        return Ok(None);
-    };
-    let lag = info_str(&group, "lag").and_then(|l| l.parse().ok());
-    let pending = info_str(&group, "pending")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    let last = info_str(&group, "last-delivered-id").unwrap_or_else(|| "0-0".into());
-    let mut pipe = redis::pipe();
-    stream::next_undelivered_into(&mut pipe, keys, &last);
-    let (next,): (Value,) = pipe.query_async(conn).await?;
-    let backlog_age = stream::backlog_age_secs(&next, crate::model::clock::unix_ms());
-    Ok(Some(Sample {
-        lag,
-        pending,
-        backlog_age,
-    }))
+    let now_ms = crate::model::clock::unix_ms();
+    let age = group::backlog_age(conn, keys, &g, now_ms).await?;
+    Ok(Some(sample_of(&g, age)))
+}
+
+/// A sample from the group's state and its backlog age, pure.
+pub fn sample_of(g: &GroupInfo, backlog_age: Option<f64>) -> Sample {
+    Sample {
+        lag: g.lag.map(|l| l as i64),
+        pending: g.pending as i64,
+        backlog_age: backlog_age.unwrap_or(0.0),
+    }
 }
 
 /// Sets the group gauges from a sample.
@@ -118,5 +96,25 @@ pub async fn run(client: Client, keys: Keys, mut shutdown: Shutdown) {
                 link.failed(&e, Some(&shutdown));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_keeps_an_unknown_lag_unknown() {
+        let g = GroupInfo {
+            name: "g".into(),
+            pending: 4,
+            last_delivered_id: "1-0".into(),
+            lag: None,
+        };
+        let s = sample_of(&g, None);
+        assert_eq!((s.lag, s.pending, s.backlog_age), (None, 4, 0.0));
+        let g = GroupInfo { lag: Some(9), ..g };
+        assert_eq!(sample_of(&g, Some(1.5)).lag, Some(9));
+        assert_eq!(sample_of(&g, Some(1.5)).backlog_age, 1.5);
     }
 }

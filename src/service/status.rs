@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use redis::aio::MultiplexedConnection;
-use redis::{RedisResult, Value};
+use redis::RedisResult;
 
 use crate::model::keys::Keys;
+use crate::store::connect::Conn;
 use crate::store::counters::format_utc;
-use crate::store::stream::{entry_list, info_pairs, info_str};
+use crate::store::group;
 
 /// Everything `hitcount status` shows.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -96,14 +96,8 @@ pub struct Leader {
 }
 
 /// Reads the status from Redis; `leader_key` is the full lease key.
-pub async fn gather(
-    conn: &mut MultiplexedConnection,
-    keys: &Keys,
-    leader_key: &str,
-) -> RedisResult<Status> {
-    let (exists, known, last_pass): (bool, u64, BTreeMap<String, String>) = redis::pipe()
-        .cmd("EXISTS")
-        .arg(&keys.stream)
+pub async fn gather(conn: &mut Conn, keys: &Keys, leader_key: &str) -> RedisResult<Status> {
+    let (known, last_pass): (u64, BTreeMap<String, String>) = redis::pipe()
         .cmd("ZCARD")
         .arg(keys.known())
         .cmd("HGETALL")
@@ -123,72 +117,33 @@ pub async fn gather(
         last_pass,
         ..Status::default()
     };
-    if !exists {
+    let Some((info, groups)) = group::stream_and_groups(conn, keys).await? else {
         return Ok(status);
-    }
-    let (info, groups) = crate::store::stream::stream_and_groups(conn, keys).await?;
-    let info = info_pairs(&info);
-    status.length = info_u64(&info, "length").unwrap_or(0);
-    status.last_generated_id = info_str(&info, "last-generated-id");
-    status.first_entry_id = info
-        .iter()
-        .find(|(k, _)| k == "first-entry")
-        .and_then(|(_, v)| {
-            entry_list(&Value::Array(vec![(*v).clone()]))
-                .first()
-                .map(|e| e.id_str().to_string())
+    };
+    status.length = info.length;
+    status.last_generated_id = info.last_generated_id;
+    status.first_entry_id = info.first_entry_id;
+    for g in groups {
+        let now_ms = crate::model::clock::unix_ms();
+        let (consumers, age) = group::consumers_and_backlog(conn, keys, &g, now_ms).await?;
+        status.groups.push(Group {
+            lag: g.lag,
+            behind: age.is_some(),
+            backlog_age_secs: age.unwrap_or(0.0),
+            pending: g.pending,
+            last_delivered_id: g.last_delivered_id,
+            consumers: consumers
+                .into_iter()
+                .map(|c| Consumer {
+                    name: c.name,
+                    pending: c.pending,
+                    idle_ms: c.idle_ms,
+                })
+                .collect(),
+            name: g.name,
         });
-    if let Value::Array(groups) = groups {
-        for g in &groups {
-            status.groups.push(group(conn, keys, &info_pairs(g)).await?);
-        }
     }
     Ok(status)
-}
-
-async fn group(
-    conn: &mut MultiplexedConnection,
-    keys: &Keys,
-    g: &[(String, &Value)],
-) -> RedisResult<Group> {
-    let name = info_str(g, "name").unwrap_or_default();
-    let last = info_str(g, "last-delivered-id").unwrap_or_else(|| "0-0".into());
-    let mut pipe = redis::pipe();
-    pipe.cmd("XINFO")
-        .arg("CONSUMERS")
-        .arg(&keys.stream)
-        .arg(&name);
-    crate::store::stream::next_undelivered_into(&mut pipe, keys, &last);
-    let (consumers, next): (Value, Value) = pipe.query_async(conn).await?;
-    let backlog_age_secs =
-        crate::store::stream::backlog_age_secs(&next, crate::model::clock::unix_ms());
-    let consumers = match consumers {
-        Value::Array(cs) => cs
-            .iter()
-            .map(|c| {
-                let c = info_pairs(c);
-                Consumer {
-                    name: info_str(&c, "name").unwrap_or_default(),
-                    pending: info_u64(&c, "pending").unwrap_or(0),
-                    idle_ms: info_u64(&c, "idle").unwrap_or(0),
-                }
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
-    Ok(Group {
-        lag: info_u64(g, "lag"),
-        behind: !entry_list(&next).is_empty(),
-        backlog_age_secs,
-        pending: info_u64(g, "pending").unwrap_or(0),
-        last_delivered_id: last,
-        consumers,
-        name,
-    })
-}
-
-fn info_u64(pairs: &[(String, &Value)], key: &str) -> Option<u64> {
-    info_str(pairs, key)?.parse().ok()
 }
 
 /// The status for a human.

@@ -8,5 +8,6 @@ pub mod commit;
 pub mod connect;
 pub mod counters;
 pub mod error;
+pub mod group;
 pub mod scripts;
 pub mod stream;

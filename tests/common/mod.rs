@@ -102,7 +102,7 @@ impl Workers {
 /// Waits until the group has read and acknowledged the whole stream.
 pub async fn wait_drained(conn: &mut MultiplexedConnection, keys: &Keys) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !hitcount::store::stream::drained(conn, keys).await.unwrap() {
+    while !hitcount::store::group::drained(conn, keys).await.unwrap() {
         assert!(Instant::now() < deadline, "stream not drained within 60 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -217,14 +217,9 @@ pub async fn consumers(conn: &mut MultiplexedConnection) -> Vec<String> {
         .query_async(conn)
         .await
         .unwrap();
-    let redis::Value::Array(list) = v else {
-        return Vec::new();
-    };
-    list.iter()
-        .filter_map(|c| {
-            let pairs = hitcount::store::stream::info_pairs(c);
-            hitcount::store::stream::info_str(&pairs, "name")
-        })
+    hitcount::store::group::ConsumerInfo::parse_all(&v)
+        .into_iter()
+        .map(|c| c.name)
         .collect()
 }
 

@@ -5,7 +5,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
+use crate::store::connect::Conn;
 use tokio::process::{Child, Command};
 
 use super::ceiling::Drained;
@@ -13,7 +13,7 @@ use super::{command_calls, keys, reset_stats, BenchError, Sent};
 use crate::edge::workload::Names;
 use crate::model::config::RedisArgs;
 use crate::model::keys::Keys;
-use crate::store::stream;
+use crate::store::group;
 
 /// Pause between checks that the group has drained the stream.
 const POLL: Duration = Duration::from_millis(10);
@@ -105,11 +105,7 @@ pub struct WorkerRun {
 
 /// Drains the prefilled stream with the target's workers and checks the
 /// counters against `sent`.
-pub async fn run(
-    conn: &mut MultiplexedConnection,
-    target: &Target,
-    sent: &Sent,
-) -> Result<WorkerRun, BenchError> {
+pub async fn run(conn: &mut Conn, target: &Target, sent: &Sent) -> Result<WorkerRun, BenchError> {
     let k = target.keys();
     reset_stats(conn).await?;
     let mut children = target.spawn()?;
@@ -127,7 +123,7 @@ pub async fn run(
     let started = Instant::now();
     loop {
         own_calls += 2;
-        if stream::drained(conn, k).await? {
+        if group::drained(conn, k).await? {
             break;
         }
         check_alive(&mut children, deadline)?;
@@ -204,32 +200,14 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
 }
 
 /// The group's last-delivered-id, if the group exists.
-async fn last_delivered(
-    conn: &mut MultiplexedConnection,
-    k: &Keys,
-) -> Result<Option<String>, BenchError> {
-    let groups: redis::Value = redis::cmd("XINFO")
-        .arg("GROUPS")
-        .arg(&k.stream)
-        .query_async(conn)
-        .await?;
-    let redis::Value::Array(groups) = groups else {
-        return Ok(None);
-    };
-    Ok(groups.iter().find_map(|g| {
-        let g = stream::info_pairs(g);
-        (stream::info_str(&g, "name").as_deref() == Some(k.group.as_str()))
-            .then(|| stream::info_str(&g, "last-delivered-id"))
-            .flatten()
-    }))
+async fn last_delivered(conn: &mut Conn, k: &Keys) -> Result<Option<String>, BenchError> {
+    Ok(group::own_group(conn, k)
+        .await?
+        .map(|g| g.last_delivered_id))
 }
 
 /// The sum of every day counter of the names that were sent.
-pub async fn day_total(
-    conn: &mut MultiplexedConnection,
-    k: &Keys,
-    per_name: &[u64],
-) -> Result<i64, BenchError> {
+pub async fn day_total(conn: &mut Conn, k: &Keys, per_name: &[u64]) -> Result<i64, BenchError> {
     let ranks: Vec<usize> = (0..per_name.len()).filter(|&r| per_name[r] > 0).collect();
     let mut total = 0i64;
     for batch in ranks.chunks(CHECK_BATCH) {

@@ -138,7 +138,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let keys = Keys::new(&layout, &stream);
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !crate::store::stream::drained(&mut conn, &keys).await? {
+    while !crate::store::group::drained(&mut conn, &keys).await? {
         anyhow::ensure!(
             Instant::now() < deadline,
             "the workers did not drain the stream within 2 minutes"

@@ -1,0 +1,426 @@
+//! The consumer group's state as Redis reports it (`XINFO STREAM`, `XINFO
+//! GROUPS`, `XINFO CONSUMERS`), parsed in one place into typed values: what
+//! `hitcount status` shows, what the sampler exports, what "drained" means.
+//! Replies come as flat `[key, value, …]` arrays (RESP2) or maps (RESP3);
+//! both parse alike, and a field missing or of another type reads as
+//! absent, never as a panic.
+
+use redis::{RedisResult, Value};
+
+use crate::model::keys::Keys;
+use crate::store::connect::Conn;
+use crate::store::stream::{bytes, entry_list};
+
+/// The stream, as `XINFO STREAM` reports it (the fields hitcount uses).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamInfo {
+    /// Entries in the stream.
+    pub length: u64,
+    /// The id of the last entry ever added.
+    pub last_generated_id: Option<String>,
+    /// The oldest entry still in the stream.
+    pub first_entry_id: Option<String>,
+    /// Entries ever appended, trimmed ones included (Redis 7).
+    pub entries_added: Option<u64>,
+}
+
+/// One consumer group, as `XINFO GROUPS` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupInfo {
+    /// Its name.
+    pub name: String,
+    /// Entries delivered and not yet acknowledged.
+    pub pending: u64,
+    /// The last entry delivered to a consumer (`0-0` before any).
+    pub last_delivered_id: String,
+    /// Entries not yet delivered, when Redis can tell (an estimate that can
+    /// stay wrong after a restart).
+    pub lag: Option<u64>,
+}
+
+/// One consumer of a group, as `XINFO CONSUMERS` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConsumerInfo {
+    /// Its name.
+    pub name: String,
+    /// Entries it holds unacknowledged.
+    pub pending: u64,
+    /// Time since it last tried to read, in ms.
+    pub idle_ms: u64,
+}
+
+impl StreamInfo {
+    /// Parses an `XINFO STREAM` reply.
+    pub fn parse(reply: &Value) -> StreamInfo {
+        let f = fields(reply);
+        StreamInfo {
+            length: number(&f, "length").unwrap_or(0),
+            last_generated_id: text(&f, "last-generated-id"),
+            entries_added: number(&f, "entries-added"),
+            first_entry_id: f
+                .iter()
+                .find(|(k, _)| k == "first-entry")
+                .and_then(|(_, v)| {
+                    entry_list(&Value::Array(vec![(*v).clone()]))
+                        .first()
+                        .map(|e| e.id_str().to_string())
+                }),
+        }
+    }
+}
+
+impl GroupInfo {
+    /// Parses an `XINFO GROUPS` reply: every group.
+    pub fn parse_all(reply: &Value) -> Vec<GroupInfo> {
+        list(reply)
+            .iter()
+            .map(|g| {
+                let f = fields(g);
+                GroupInfo {
+                    name: text(&f, "name").unwrap_or_default(),
+                    pending: number(&f, "pending").unwrap_or(0),
+                    last_delivered_id: text(&f, "last-delivered-id")
+                        .unwrap_or_else(|| "0-0".into()),
+                    lag: number(&f, "lag"),
+                }
+            })
+            .collect()
+    }
+}
+
+impl ConsumerInfo {
+    /// Parses an `XINFO CONSUMERS` reply: every consumer.
+    pub fn parse_all(reply: &Value) -> Vec<ConsumerInfo> {
+        list(reply)
+            .iter()
+            .map(|c| {
+                let f = fields(c);
+                ConsumerInfo {
+                    name: text(&f, "name").unwrap_or_default(),
+                    pending: number(&f, "pending").unwrap_or(0),
+                    idle_ms: number(&f, "idle").unwrap_or(0),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The stream and its groups, in one round trip; `None` when the stream
+/// does not exist.
+pub async fn stream_and_groups(
+    conn: &mut Conn,
+    keys: &Keys,
+) -> RedisResult<Option<(StreamInfo, Vec<GroupInfo>)>> {
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&keys.stream)
+        .query_async(conn)
+        .await?;
+    if !exists {
+        return Ok(None);
+    }
+    let (stream, groups): (Value, Value) = redis::pipe()
+        .cmd("XINFO")
+        .arg("STREAM")
+        .arg(&keys.stream)
+        .cmd("XINFO")
+        .arg("GROUPS")
+        .arg(&keys.stream)
+        .query_async(conn)
+        .await?;
+    Ok(Some((
+        StreamInfo::parse(&stream),
+        GroupInfo::parse_all(&groups),
+    )))
+}
+
+/// This deployment's group (`keys.group`), `None` when the stream or the
+/// group does not exist yet.
+pub async fn own_group(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<GroupInfo>> {
+    let reply: RedisResult<Value> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(&keys.stream)
+        .query_async(conn)
+        .await;
+    let reply = match reply {
+        Ok(r) => r,
+        // No stream yet: no group either (the worker creates both).
+        Err(e) if e.code() == Some("ERR") && e.to_string().contains("no such key") => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(GroupInfo::parse_all(&reply)
+        .into_iter()
+        .find(|g| g.name == keys.group))
+}
+
+/// A group's consumers and the age in seconds of its oldest undelivered
+/// entry (`None` when there is none), in one round trip.
+pub async fn consumers_and_backlog(
+    conn: &mut Conn,
+    keys: &Keys,
+    group: &GroupInfo,
+    now_ms: i64,
+) -> RedisResult<(Vec<ConsumerInfo>, Option<f64>)> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(&keys.stream)
+        .arg(&group.name);
+    next_undelivered_into(&mut pipe, keys, &group.last_delivered_id);
+    let (consumers, next): (Value, Value) = pipe.query_async(conn).await?;
+    Ok((
+        ConsumerInfo::parse_all(&consumers),
+        backlog_age_secs(&next, now_ms),
+    ))
+}
+
+/// The age in seconds of the group's oldest undelivered entry (`None` when
+/// there is none).
+pub async fn backlog_age(
+    conn: &mut Conn,
+    keys: &Keys,
+    group: &GroupInfo,
+    now_ms: i64,
+) -> RedisResult<Option<f64>> {
+    let mut pipe = redis::pipe();
+    next_undelivered_into(&mut pipe, keys, &group.last_delivered_id);
+    let (next,): (Value,) = pipe.query_async(conn).await?;
+    Ok(backlog_age_secs(&next, now_ms))
+}
+
+/// Whether the group has read and acknowledged everything in the stream:
+/// nothing pending and its last-delivered id is the stream's last id. (The
+/// `lag` field is an estimate that can stay wrong after a restart, so it is
+/// not used.)
+pub async fn drained(conn: &mut Conn, keys: &Keys) -> RedisResult<bool> {
+    let Some((stream, groups)) = stream_and_groups(conn, keys).await? else {
+        return Ok(false);
+    };
+    Ok(groups
+        .iter()
+        .find(|g| g.name == keys.group)
+        .is_some_and(|g| is_drained(&stream, g)))
+}
+
+/// The rule of [`drained`], pure.
+pub fn is_drained(stream: &StreamInfo, group: &GroupInfo) -> bool {
+    group.pending == 0 && stream.last_generated_id.as_deref() == Some(&group.last_delivered_id)
+}
+
+/// Adds to `pipe` the read of the first entry after a group's
+/// last-delivered id: the oldest entry the group has not yet received.
+fn next_undelivered_into(pipe: &mut redis::Pipeline, keys: &Keys, last_delivered: &str) {
+    pipe.cmd("XRANGE")
+        .arg(&keys.stream)
+        .arg(format!("({last_delivered}"))
+        .arg("+")
+        .arg("COUNT")
+        .arg(1);
+}
+
+/// How long, in seconds, the entry of a [`next_undelivered_into`] reply has
+/// waited (its id carries the ms it was appended); `None` when there is
+/// none. Sturdier than XINFO's lag estimate, and closer to what users feel.
+pub fn backlog_age_secs(next: &Value, now_ms: i64) -> Option<f64> {
+    let entries = entry_list(next);
+    let first = entries.first()?;
+    let ms = crate::model::event::entry_id_ms(first.id).unwrap_or(now_ms);
+    Some((now_ms - ms).max(0) as f64 / 1000.0)
+}
+
+/// The items of an array reply (empty for anything else).
+fn list(v: &Value) -> &[Value] {
+    match v {
+        Value::Array(items) => items,
+        _ => &[],
+    }
+}
+
+/// A flat `[key, value, key, value…]` (or map) reply as pairs.
+fn fields(v: &Value) -> Vec<(String, &Value)> {
+    match v {
+        Value::Array(items) => items
+            .chunks_exact(2)
+            .filter_map(|kv| Some((String::from_utf8_lossy(bytes(&kv[0])?).into_owned(), &kv[1])))
+            .collect(),
+        Value::Map(m) => m
+            .iter()
+            .filter_map(|(k, v)| Some((String::from_utf8_lossy(bytes(k)?).into_owned(), v)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A field as text (numbers written out).
+fn text(fields: &[(String, &Value)], key: &str) -> Option<String> {
+    fields
+        .iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, v)| match v {
+            Value::Int(i) => Some(i.to_string()),
+            other => bytes(other).map(|b| String::from_utf8_lossy(b).into_owned()),
+        })
+}
+
+/// A field as a non-negative number.
+fn number(fields: &[(String, &Value)], key: &str) -> Option<u64> {
+    text(fields, key)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn group_reply(name: &str, pending: i64, last: &str, lag: Value) -> Value {
+        Value::Array(vec![
+            bulk("name"),
+            bulk(name),
+            bulk("consumers"),
+            Value::Int(2),
+            bulk("pending"),
+            Value::Int(pending),
+            bulk("last-delivered-id"),
+            bulk(last),
+            bulk("entries-read"),
+            Value::Int(10),
+            bulk("lag"),
+            lag,
+        ])
+    }
+
+    #[test]
+    fn groups_parse_with_and_without_a_known_lag() {
+        let reply = Value::Array(vec![
+            group_reply("hitcount", 3, "5-1", Value::Int(7)),
+            group_reply("other", 0, "0-0", Value::Nil),
+        ]);
+        let groups = GroupInfo::parse_all(&reply);
+        assert_eq!(
+            groups,
+            vec![
+                GroupInfo {
+                    name: "hitcount".into(),
+                    pending: 3,
+                    last_delivered_id: "5-1".into(),
+                    lag: Some(7),
+                },
+                GroupInfo {
+                    name: "other".into(),
+                    pending: 0,
+                    last_delivered_id: "0-0".into(),
+                    lag: None,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn resp3_maps_parse_like_arrays() {
+        let map = Value::Map(vec![
+            (bulk("name"), bulk("g")),
+            (bulk("pending"), Value::Int(4)),
+            (bulk("last-delivered-id"), bulk("9-0")),
+        ]);
+        let g = &GroupInfo::parse_all(&Value::Array(vec![map]))[0];
+        assert_eq!((g.name.as_str(), g.pending, g.lag), ("g", 4, None));
+    }
+
+    #[test]
+    fn odd_replies_read_as_absent_never_panic() {
+        assert!(GroupInfo::parse_all(&Value::Nil).is_empty());
+        assert!(GroupInfo::parse_all(&Value::Int(3)).is_empty());
+        let half = Value::Array(vec![Value::Array(vec![bulk("name")])]);
+        let g = &GroupInfo::parse_all(&half)[0];
+        assert_eq!((g.name.as_str(), g.last_delivered_id.as_str()), ("", "0-0"));
+        let negative = Value::Array(vec![group_reply("g", -1, "1-0", Value::Int(-5))]);
+        let g = &GroupInfo::parse_all(&negative)[0];
+        assert_eq!((g.pending, g.lag), (0, None));
+        assert_eq!(StreamInfo::parse(&Value::Nil), StreamInfo::default());
+    }
+
+    #[test]
+    fn the_stream_and_its_first_entry() {
+        let reply = Value::Array(vec![
+            bulk("length"),
+            Value::Int(12),
+            bulk("last-generated-id"),
+            bulk("20-3"),
+            bulk("first-entry"),
+            Value::Array(vec![
+                bulk("10-0"),
+                Value::Array(vec![bulk("hit"), bulk("x")]),
+            ]),
+        ]);
+        assert_eq!(
+            StreamInfo::parse(&reply),
+            StreamInfo {
+                length: 12,
+                last_generated_id: Some("20-3".into()),
+                first_entry_id: Some("10-0".into()),
+                entries_added: None,
+            }
+        );
+    }
+
+    #[test]
+    fn consumers_parse() {
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk("name"),
+            bulk("w1"),
+            bulk("pending"),
+            Value::Int(5),
+            bulk("idle"),
+            Value::Int(1200),
+            bulk("inactive"),
+            Value::Int(1300),
+        ])]);
+        assert_eq!(
+            ConsumerInfo::parse_all(&reply),
+            vec![ConsumerInfo {
+                name: "w1".into(),
+                pending: 5,
+                idle_ms: 1200
+            }]
+        );
+    }
+
+    #[test]
+    fn drained_means_nothing_pending_and_the_last_id_delivered() {
+        let stream = StreamInfo {
+            length: 3,
+            last_generated_id: Some("30-0".into()),
+            ..StreamInfo::default()
+        };
+        let g = |pending, last: &str| GroupInfo {
+            name: "g".into(),
+            pending,
+            last_delivered_id: last.into(),
+            lag: None,
+        };
+        assert!(is_drained(&stream, &g(0, "30-0")));
+        assert!(!is_drained(&stream, &g(1, "30-0")), "pending");
+        assert!(!is_drained(&stream, &g(0, "29-0")), "undelivered");
+        let empty = StreamInfo::default();
+        assert!(!is_drained(&empty, &g(0, "0-0")), "no last id: unknown");
+    }
+
+    #[test]
+    fn backlog_age_comes_from_the_entry_id() {
+        let next = Value::Array(vec![Value::Array(vec![
+            bulk("1000-0"),
+            Value::Array(vec![bulk("hit"), bulk("x")]),
+        ])]);
+        assert_eq!(backlog_age_secs(&next, 3500), Some(2.5));
+        assert_eq!(backlog_age_secs(&Value::Array(vec![]), 3500), None);
+        assert_eq!(
+            backlog_age_secs(&next, 500),
+            Some(0.0),
+            "clock behind: not negative"
+        );
+    }
+}

@@ -72,6 +72,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn clap_defaults_match_default() {
+        assert_clap_defaults!(RedisArgs {
+            url: "REDIS_URL",
+            ca: "HITCOUNT_REDIS_CA",
+            cert: "HITCOUNT_REDIS_CERT",
+            key: "HITCOUNT_REDIS_KEY",
+        });
+    }
+
+    #[test]
     fn redacts_passwords() {
         assert_eq!(
             redact_url("redis://user:secret@host:6379/0"),

@@ -11,29 +11,46 @@ pub const DEFAULT_PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
 /// [`DEFAULT_PRECISIONS`] as `--precisions` takes and `--help` shows them
 /// (a test checks that the two agree).
 pub const DEFAULT_PRECISIONS_FLAG: &str = "1,5,60,300,3600,18000,86400";
+/// Default key prefix (`--prefix`): none, so the counters keep the seeds' key
+/// names (`known:`, `count:*`); set one to share a Redis between apps.
+pub const DEFAULT_PREFIX: &str = "";
+/// Default samples kept per counter (`--samples`): a counter covers
+/// `SAMPLES * PRECISION` seconds, so 120 keeps two hours at the 1 min
+/// precision and 120 days at the 1 day one.
+pub const DEFAULT_SAMPLES: u32 = 120;
+/// Default key of the stream the apps write hit events to (`--stream`).
+pub const DEFAULT_STREAM: &str = "hits";
+/// Default consumer group the workers share (`--group`).
+pub const DEFAULT_GROUP: &str = "hitcount";
+/// Default dead-letter stream (`--dead-stream`): the stream's name with a
+/// `:dead` suffix; it must differ from the stream.
+pub const DEFAULT_DEAD_STREAM: &str = "hits:dead";
+/// Default approximate cap on the dead-letter stream's length, in entries
+/// (`--dead-maxlen`, XADD MAXLEN ~).
+pub const DEFAULT_DEAD_MAXLEN: u64 = 100_000;
 
 /// The counter layout: where counters live and at which precisions.
 #[derive(Args, Debug, Clone)]
 pub struct LayoutArgs {
     /// Prefix of every counter key (`known:`, `count:*`) and of hitcount's
     /// own bookkeeping keys, e.g. `app1:`. Empty by default.
-    #[arg(long, env = "HITCOUNT_PREFIX", default_value = "")]
+    #[arg(long, env = "HITCOUNT_PREFIX", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
     /// Precisions in seconds, comma separated.
     #[arg(long, env = "HITCOUNT_PRECISIONS", value_delimiter = ',', default_value = DEFAULT_PRECISIONS_FLAG)]
     pub precisions: Vec<u32>,
     /// Samples kept per counter: a sample whose bucket starts at or before
     /// now - SAMPLES * PRECISION is cleaned (and never written).
-    #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = 120)]
+    #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = DEFAULT_SAMPLES)]
     pub samples: u32,
 }
 
 impl Default for LayoutArgs {
     fn default() -> Self {
         LayoutArgs {
-            prefix: String::new(),
+            prefix: DEFAULT_PREFIX.into(),
             precisions: DEFAULT_PRECISIONS.to_vec(),
-            samples: 120,
+            samples: DEFAULT_SAMPLES,
         }
     }
 }
@@ -67,23 +84,23 @@ impl LayoutArgs {
 #[derive(Args, Debug, Clone)]
 pub struct StreamArgs {
     /// Key of the stream the apps write hit events to.
-    #[arg(long, env = "HITCOUNT_STREAM", default_value = "hits")]
+    #[arg(long, env = "HITCOUNT_STREAM", default_value = DEFAULT_STREAM)]
     pub stream: String,
     /// Consumer group the workers share.
-    #[arg(long, env = "HITCOUNT_GROUP", default_value = "hitcount")]
+    #[arg(long, env = "HITCOUNT_GROUP", default_value = DEFAULT_GROUP)]
     pub group: String,
     /// Stream that receives entries that cannot be counted, with the reason.
     #[arg(
         long = "dead-stream",
         env = "HITCOUNT_DEAD_STREAM",
-        default_value = "hits:dead"
+        default_value = DEFAULT_DEAD_STREAM
     )]
     pub dead_stream: String,
     /// Approximate cap on the dead-letter stream's length (XADD MAXLEN ~).
     #[arg(
         long = "dead-maxlen",
         env = "HITCOUNT_DEAD_MAXLEN",
-        default_value_t = 100_000
+        default_value_t = DEFAULT_DEAD_MAXLEN
     )]
     pub dead_maxlen: u64,
 }
@@ -91,10 +108,10 @@ pub struct StreamArgs {
 impl Default for StreamArgs {
     fn default() -> Self {
         StreamArgs {
-            stream: "hits".into(),
-            group: "hitcount".into(),
-            dead_stream: "hits:dead".into(),
-            dead_maxlen: 100_000,
+            stream: DEFAULT_STREAM.into(),
+            group: DEFAULT_GROUP.into(),
+            dead_stream: DEFAULT_DEAD_STREAM.into(),
+            dead_maxlen: DEFAULT_DEAD_MAXLEN,
         }
     }
 }
@@ -133,6 +150,21 @@ impl StreamArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clap_defaults_match_default() {
+        assert_clap_defaults!(LayoutArgs {
+            prefix: "HITCOUNT_PREFIX",
+            precisions: "HITCOUNT_PRECISIONS",
+            samples: "HITCOUNT_SAMPLES",
+        });
+        assert_clap_defaults!(StreamArgs {
+            stream: "HITCOUNT_STREAM",
+            group: "HITCOUNT_GROUP",
+            dead_stream: "HITCOUNT_DEAD_STREAM",
+            dead_maxlen: "HITCOUNT_DEAD_MAXLEN",
+        });
+    }
 
     #[test]
     fn precisions_are_validated() {

@@ -8,6 +8,15 @@ use clap::Args;
 
 use super::ConfigError;
 
+/// Default key of the leader lease (`--leader-key`), behind the key prefix.
+pub const DEFAULT_LEADER_KEY: &str = "hitcount:leader";
+/// Default length of the leader lease, in ms (`--lease-ms`): renewed every
+/// third (5 s), so a dead leader is replaced within about 15 s.
+pub const DEFAULT_LEASE_MS: u64 = 15_000;
+/// Default seconds between the starts of two cleaner passes
+/// (`--clean-interval`): the seeds clean once a minute.
+pub const DEFAULT_CLEAN_INTERVAL_SECS: u64 = 60;
+
 /// The leader lease and the leader's duties (cleaning counters, trimming the
 /// stream).
 #[derive(Args, Debug, Clone)]
@@ -17,19 +26,19 @@ pub struct LeaderArgs {
     #[arg(
         long = "leader-key",
         env = "HITCOUNT_LEADER_KEY",
-        default_value = "hitcount:leader"
+        default_value = DEFAULT_LEADER_KEY
     )]
     pub leader_key: String,
     /// Length of the lease in ms. The leader renews it every third of this;
     /// if the leader dies, another worker takes over within about this long.
-    #[arg(long = "lease-ms", env = "HITCOUNT_LEASE_MS", default_value_t = 15_000)]
+    #[arg(long = "lease-ms", env = "HITCOUNT_LEASE_MS", default_value_t = DEFAULT_LEASE_MS)]
     pub lease_ms: u64,
     /// Seconds between the starts of two cleaner passes (the seeds clean once
     /// a minute); a pass longer than this is followed by a 1 s pause.
     #[arg(
         long = "clean-interval",
         env = "HITCOUNT_CLEAN_INTERVAL",
-        default_value_t = 60
+        default_value_t = DEFAULT_CLEAN_INTERVAL_SECS
     )]
     pub clean_interval_secs: u64,
 }
@@ -37,9 +46,9 @@ pub struct LeaderArgs {
 impl Default for LeaderArgs {
     fn default() -> Self {
         LeaderArgs {
-            leader_key: "hitcount:leader".into(),
-            lease_ms: 15_000,
-            clean_interval_secs: 60,
+            leader_key: DEFAULT_LEADER_KEY.into(),
+            lease_ms: DEFAULT_LEASE_MS,
+            clean_interval_secs: DEFAULT_CLEAN_INTERVAL_SECS,
         }
     }
 }
@@ -80,5 +89,19 @@ impl LeaderArgs {
     /// The time between two cleaner passes.
     pub fn clean_interval(&self) -> Duration {
         Duration::from_secs(self.clean_interval_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clap_defaults_match_default() {
+        assert_clap_defaults!(LeaderArgs {
+            leader_key: "HITCOUNT_LEADER_KEY",
+            lease_ms: "HITCOUNT_LEASE_MS",
+            clean_interval_secs: "HITCOUNT_CLEAN_INTERVAL",
+        });
     }
 }

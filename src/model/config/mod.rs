@@ -11,8 +11,42 @@
 //! the leader lease and its duties (`leader`), and how a worker reads and
 //! windows (`worker`). This file holds the [`ConfigError`] they share; every
 //! item is re-exported here, so `crate::model::config::X` names it.
+//!
+//! Each default is written once, as a `DEFAULT_*` constant next to its
+//! struct: the clap attribute (`default_value` / `default_value_t`) and the
+//! struct's `Default` impl both name it, and a test per struct parses an
+//! empty command line and checks it equals `Default::default()`.
 
 use std::path::PathBuf;
+
+/// Test helper: parses an empty command line into `$ty` and asserts that
+/// every field equals `$ty::default()`'s, so the clap defaults and the
+/// `Default` impl cannot drift apart. Every field must be listed (with its
+/// environment variable): the pattern is exhaustive, so a new field that is
+/// not listed fails to compile. A field whose variable is set in the test
+/// environment is skipped, since clap reads it (tests run in parallel, so
+/// the variables are checked, never removed).
+#[cfg(test)]
+macro_rules! assert_clap_defaults {
+    ($ty:ident { $($field:ident: $env:literal),* $(,)? }) => {{
+        use clap::{Args as _, FromArgMatches as _};
+        let matches = <$ty>::augment_args(clap::Command::new("t"))
+            .try_get_matches_from(["t"])
+            .expect("an empty command line parses");
+        let parsed = <$ty>::from_arg_matches(&matches).expect("defaults convert");
+        let default = <$ty>::default();
+        let $ty { $($field: _),* } = &default;
+        $(
+            if std::env::var_os($env).is_none() {
+                assert_eq!(
+                    parsed.$field,
+                    default.$field,
+                    concat!(stringify!($ty), ".", stringify!($field), " (", $env, ")")
+                );
+            }
+        )*
+    }};
+}
 
 mod connection;
 mod layout;
@@ -20,9 +54,16 @@ mod leader;
 mod worker;
 
 pub use connection::{redact_url, RedisArgs, DEFAULT_REDIS_URL};
-pub use layout::{LayoutArgs, StreamArgs, DEFAULT_PRECISIONS, DEFAULT_PRECISIONS_FLAG};
-pub use leader::LeaderArgs;
-pub use worker::WorkerArgs;
+pub use layout::{
+    LayoutArgs, StreamArgs, DEFAULT_DEAD_MAXLEN, DEFAULT_DEAD_STREAM, DEFAULT_GROUP,
+    DEFAULT_PRECISIONS, DEFAULT_PRECISIONS_FLAG, DEFAULT_PREFIX, DEFAULT_SAMPLES, DEFAULT_STREAM,
+};
+pub use leader::{LeaderArgs, DEFAULT_CLEAN_INTERVAL_SECS, DEFAULT_LEADER_KEY, DEFAULT_LEASE_MS};
+pub use worker::{
+    WorkerArgs, DEFAULT_BLOCK_MS, DEFAULT_CLAIM_IDLE_MS, DEFAULT_CONSUMER_IDLE_MS,
+    DEFAULT_MAX_DELIVERIES, DEFAULT_READ_COUNT, DEFAULT_SHUTDOWN_TIMEOUT_SECS,
+    DEFAULT_WINDOW_CELLS, DEFAULT_WINDOW_ENTRIES, DEFAULT_WINDOW_MS,
+};
 
 /// Errors in the configuration: fatal, reported at start-up.
 #[derive(Debug, thiserror::Error)]

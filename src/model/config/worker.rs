@@ -7,6 +7,38 @@ use clap::Args;
 
 use super::ConfigError;
 
+/// Default entries per XREADGROUP (`--read-count`, COUNT): Redis spends about
+/// 1.4 µs per entry read, so 1000 keeps every read near 1.5 ms.
+pub const DEFAULT_READ_COUNT: usize = 1000;
+/// Default longest wait for new entries when idle, in ms (`--block-ms`,
+/// XREADGROUP BLOCK).
+pub const DEFAULT_BLOCK_MS: u64 = 2000;
+/// Default entries that close a window (`--window-entries`): on 1,000 hot
+/// names a 100,000-entry window costs ~0.07 HINCRBY per hit, and holds about
+/// 2 MB of entry ids.
+pub const DEFAULT_WINDOW_ENTRIES: usize = 100_000;
+/// Default distinct (precision, name, bucket) cells that close a window
+/// (`--window-cells`): at ~0.5 KiB per cell while applying, 40,000 keeps a
+/// worker near 40 MiB, and larger windows barely cut HINCRBYs per hit.
+pub const DEFAULT_WINDOW_CELLS: usize = 40_000;
+/// Default age, in ms, at which a window is closed when the worker is at the
+/// stream's head (`--window-ms`): the bound on how late counters are, plus
+/// one apply.
+pub const DEFAULT_WINDOW_MS: u64 = 100;
+/// Default time, in ms, an entry stays pending on another consumer before it
+/// is claimed (`--claim-idle-ms`); under 1 s is refused, as live workers
+/// would steal each other's entries.
+pub const DEFAULT_CLAIM_IDLE_MS: u64 = 30_000;
+/// Default deliveries without being applied after which an entry is
+/// dead-lettered (`--max-deliveries`).
+pub const DEFAULT_MAX_DELIVERIES: u32 = 5;
+/// Default idle time, in ms, after which a consumer that owns no pending
+/// entry leaves the group (`--consumer-idle-ms`): one hour.
+pub const DEFAULT_CONSUMER_IDLE_MS: u64 = 3_600_000;
+/// Default seconds to finish the window in flight after SIGTERM
+/// (`--shutdown-timeout`): under Kubernetes' 30 s grace period.
+pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 20;
+
 /// How a worker reads, windows, recovers and stops.
 #[derive(Args, Debug, Clone)]
 pub struct WorkerArgs {
@@ -20,11 +52,11 @@ pub struct WorkerArgs {
     #[arg(
         long = "read-count",
         env = "HITCOUNT_READ_COUNT",
-        default_value_t = 1000
+        default_value_t = DEFAULT_READ_COUNT
     )]
     pub read_count: usize,
     /// Longest wait for new entries when idle (XREADGROUP BLOCK), in ms.
-    #[arg(long = "block-ms", env = "HITCOUNT_BLOCK_MS", default_value_t = 2000)]
+    #[arg(long = "block-ms", env = "HITCOUNT_BLOCK_MS", default_value_t = DEFAULT_BLOCK_MS)]
     pub block_ms: u64,
     /// A window is applied once it holds this many entries. Each window
     /// costs one HINCRBY per (precision, name, bucket) it touches, so on
@@ -36,7 +68,7 @@ pub struct WorkerArgs {
     #[arg(
         long = "window-entries",
         env = "HITCOUNT_WINDOW_ENTRIES",
-        default_value_t = 100_000
+        default_value_t = DEFAULT_WINDOW_ENTRIES
     )]
     pub window_entries: usize,
     /// ...or this many distinct (precision, name, bucket) cells: many names
@@ -47,7 +79,7 @@ pub struct WorkerArgs {
     #[arg(
         long = "window-cells",
         env = "HITCOUNT_WINDOW_CELLS",
-        default_value_t = 40_000
+        default_value_t = DEFAULT_WINDOW_CELLS
     )]
     pub window_cells: usize,
     /// ...or once its oldest entry was read this many ms ago, when the
@@ -55,13 +87,13 @@ pub struct WorkerArgs {
     /// its entries are younger than this): the bound on how late counters
     /// are, plus one apply. While the worker is behind the window may grow
     /// to ten times this age.
-    #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", default_value_t = 100)]
+    #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", default_value_t = DEFAULT_WINDOW_MS)]
     pub window_ms: u64,
     /// Entries pending longer than this (ms) on another consumer are claimed.
     #[arg(
         long = "claim-idle-ms",
         env = "HITCOUNT_CLAIM_IDLE_MS",
-        default_value_t = 30_000
+        default_value_t = DEFAULT_CLAIM_IDLE_MS
     )]
     pub claim_idle_ms: u64,
     /// An entry delivered more than this many times without being applied is
@@ -69,14 +101,14 @@ pub struct WorkerArgs {
     #[arg(
         long = "max-deliveries",
         env = "HITCOUNT_MAX_DELIVERIES",
-        default_value_t = 5
+        default_value_t = DEFAULT_MAX_DELIVERIES
     )]
     pub max_deliveries: u32,
     /// Consumers idle this long (ms) that own no pending entry leave the group.
     #[arg(
         long = "consumer-idle-ms",
         env = "HITCOUNT_CONSUMER_IDLE_MS",
-        default_value_t = 3_600_000
+        default_value_t = DEFAULT_CONSUMER_IDLE_MS
     )]
     pub consumer_idle_ms: u64,
     /// Seconds to finish the window in flight after SIGTERM before exiting
@@ -84,7 +116,7 @@ pub struct WorkerArgs {
     #[arg(
         long = "shutdown-timeout",
         env = "HITCOUNT_SHUTDOWN_TIMEOUT",
-        default_value_t = 20
+        default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS
     )]
     pub shutdown_timeout_secs: u64,
 }
@@ -93,15 +125,15 @@ impl Default for WorkerArgs {
     fn default() -> Self {
         WorkerArgs {
             consumer: None,
-            read_count: 1000,
-            block_ms: 2000,
-            window_entries: 100_000,
-            window_cells: 40_000,
-            window_ms: 100,
-            claim_idle_ms: 30_000,
-            max_deliveries: 5,
-            consumer_idle_ms: 3_600_000,
-            shutdown_timeout_secs: 20,
+            read_count: DEFAULT_READ_COUNT,
+            block_ms: DEFAULT_BLOCK_MS,
+            window_entries: DEFAULT_WINDOW_ENTRIES,
+            window_cells: DEFAULT_WINDOW_CELLS,
+            window_ms: DEFAULT_WINDOW_MS,
+            claim_idle_ms: DEFAULT_CLAIM_IDLE_MS,
+            max_deliveries: DEFAULT_MAX_DELIVERIES,
+            consumer_idle_ms: DEFAULT_CONSUMER_IDLE_MS,
+            shutdown_timeout_secs: DEFAULT_SHUTDOWN_TIMEOUT_SECS,
         }
     }
 }
@@ -194,6 +226,22 @@ fn unique_consumer_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clap_defaults_match_default() {
+        assert_clap_defaults!(WorkerArgs {
+            consumer: "HITCOUNT_CONSUMER",
+            read_count: "HITCOUNT_READ_COUNT",
+            block_ms: "HITCOUNT_BLOCK_MS",
+            window_entries: "HITCOUNT_WINDOW_ENTRIES",
+            window_cells: "HITCOUNT_WINDOW_CELLS",
+            window_ms: "HITCOUNT_WINDOW_MS",
+            claim_idle_ms: "HITCOUNT_CLAIM_IDLE_MS",
+            max_deliveries: "HITCOUNT_MAX_DELIVERIES",
+            consumer_idle_ms: "HITCOUNT_CONSUMER_IDLE_MS",
+            shutdown_timeout_secs: "HITCOUNT_SHUTDOWN_TIMEOUT",
+        });
+    }
 
     #[test]
     fn consumer_flag_wins() {

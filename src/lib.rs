@@ -17,33 +17,41 @@
 //!
 //! Four floors, one folder each. A floor uses the floors below it and never
 //! one above; no two modules import each other (`tests/architecture.rs`
-//! checks both, and that this list matches the tree).
+//! checks both, and that this drawing matches the tree).
 //!
 //! ```text
-//!  edge/     http.rs  cli/ (one file per subcommand)  embedded.rs  bench/  workload.rs
-//!    │         probes, metrics   the binary's commands   a throwaway redis-server
+//!  edge/     http.rs        /metrics, /healthz, /readyz
+//!    │       cli/           the binary's subcommands, one file each    ┐ behind the
+//!    │       embedded/      a throwaway redis-server (demo, bench, tests) │ `cli` feature
+//!    │       bench/         `hitcount bench`;  workload.rs: synthetic names ┘ (default)
 //!    ▼
-//!  service/  worker/ (mod.rs, batch.rs)  recovery.rs  registration.rs  leader.rs
-//!    │       duties.rs  cleaner.rs  trim.rs  sampler.rs  status.rs  supervisor.rs
-//!    │       producer.rs
+//!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window)
+//!    │       recovery.rs    claims, and windows finished for stopped workers
+//!    │       registration.rs one live process per consumer name
+//!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties
+//!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
 //!    ▼
-//!  store/    connect.rs (the connection type, error classes, backoff)  scripts/ (*.lua)
-//!    │       stream.rs  commit.rs  counters.rs
+//!  store/    connect.rs     the connection type, reconnecting, backoff; error.rs: error classes
+//!    │       scripts/       every Lua script (*.lua) and its loader
+//!    │       stream.rs  group.rs  commit/ (mod.rs, apply.rs, records.rs)  counters.rs
 //!    ▼
-//!  model/    event.rs  aggregate.rs  keys.rs  config.rs  known.rs  metrics.rs
-//!            shutdown.rs  clock.rs                       (no Redis here)
+//!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  keys.rs  known.rs
+//!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
+//!            register.rs)  shutdown.rs  clock.rs                      no Redis here
 //! ```
 //!
 //! - [`model`], the pure floor: the hit and its wire forms ([`model::event`]),
 //!   hits to increments ([`model::aggregate`]), every key name
-//!   ([`model::keys`]), every setting and default ([`model::config`]), which
-//!   `known:` ZADDs may be left out ([`model::known`]), the metrics
-//!   ([`model::metrics`]), the shutdown signal ([`model::shutdown`]) and the
-//!   clock ([`model::clock`]).
-//! - [`store`], Redis access: connections, error classes and backoff
-//!   ([`store::connect`]), the Lua scripts ([`store::scripts`]), the stream
-//!   and its group ([`store::stream`]), a window's exactly-once way into the
-//!   counters ([`store::commit`]), reading counters ([`store::counters`]).
+//!   ([`model::keys`]), every setting and its default, written once
+//!   ([`model::config`]), which `known:` ZADDs may be left out
+//!   ([`model::known`]), the metrics ([`model::metrics`]), the shutdown
+//!   signal ([`model::shutdown`]) and the clock ([`model::clock`]).
+//! - [`store`], Redis access: the one connection type and its reconnect
+//!   loop ([`store::connect`]), error classes ([`store::error`]), the Lua
+//!   scripts ([`store::scripts`]), the stream ([`store::stream`]) and its
+//!   consumer group's state ([`store::group`]), a window's exactly-once way
+//!   into the counters ([`store::commit`]), reading counters
+//!   ([`store::counters`]).
 //! - [`service`], what runs: the [`service::worker`] loop and the window it
 //!   fills ([`service::worker::batch`]), claiming from and finishing for
 //!   stopped workers ([`service::recovery`]), one live process per consumer
@@ -51,15 +59,15 @@
 //!   ([`service::leader`]) and its [`service::duties`]
 //!   ([`service::cleaner`], [`service::trim`]), the group's lag
 //!   ([`service::sampler`]), what `hitcount status` shows
-//!   ([`service::status`]), background tasks that may not die silently
+//!   ([`service::status`]), the probes' view of a worker
+//!   ([`service::health`]), background tasks that may not die silently
 //!   ([`service::supervisor`]), and the fire-and-forget
 //!   [`service::producer`].
 //! - [`edge`], where people and programs meet it: the probes and
-//!   `/metrics` ([`edge::http`]), the `hitcount` subcommands
-//!   ([`edge::cli`]), and, behind the `cli` feature (on by default), the
-//!   demo's and the tests' throwaway `redis-server` ([`edge::embedded`]),
-//!   `hitcount bench` ([`edge::bench`]) and synthetic names
-//!   ([`edge::workload`]).
+//!   `/metrics` ([`edge::http`]) and, behind the `cli` feature (on by
+//!   default; a library user leaves it out with `default-features =
+//!   false`), the `hitcount` subcommands, the throwaway `redis-server`, the
+//!   benchmark and its synthetic names.
 
 pub mod edge;
 pub mod model;

@@ -1,0 +1,245 @@
+//! The shape of the code, checked: four floors (model, store, service,
+//! edge), each using only the floors below it; no import circle between
+//! modules; no Redis type in the pure floor; every file drawn in the crate's
+//! Layout section and every name drawn there present; no file over about
+//! 400 lines of code outside its tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const FLOORS: [&str; 4] = ["model", "store", "service", "edge"];
+/// "About 400 lines": a file over this has two jobs.
+const MAX_CODE_LINES: usize = 420;
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every module file below a floor, with its module path (`service::worker`).
+fn modules() -> Vec<(Vec<String>, PathBuf)> {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut out: Vec<(Vec<String>, PathBuf)> = files
+        .into_iter()
+        .filter_map(|f| {
+            let rel = f.strip_prefix(src()).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if parts.last().is_some_and(|p| p == "mod") {
+                parts.pop();
+            }
+            FLOORS
+                .contains(&parts.first()?.as_str())
+                .then_some((parts, f))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The code of a file before its unit tests, without comment lines.
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    code.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The modules a file names through `crate::…` paths (as long as they go
+/// down the module tree: `crate::store::commit::Apply` names
+/// `store::commit`).
+fn references(code: &str, known: &BTreeSet<Vec<String>>) -> BTreeSet<Vec<String>> {
+    let mut out = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        let rest = &code[i + "crate::".len()..];
+        let path: Vec<String> = rest
+            .split("::")
+            .map(|seg| {
+                seg.chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect::<String>()
+            })
+            .take_while(|seg| !seg.is_empty())
+            .collect();
+        // The longest prefix that is a module.
+        if let Some(m) = (1..=path.len())
+            .rev()
+            .map(|n| path[..n].to_vec())
+            .find(|p| known.contains(p))
+        {
+            out.insert(m);
+        }
+    }
+    out
+}
+
+fn floor(m: &[String]) -> usize {
+    FLOORS.iter().position(|f| *f == m[0]).unwrap()
+}
+
+#[test]
+fn no_floor_uses_a_floor_above_it() {
+    let mods = modules();
+    let known: BTreeSet<Vec<String>> = mods.iter().map(|(m, _)| m.clone()).collect();
+    let mut bad = Vec::new();
+    for (m, path) in &mods {
+        for r in references(&code(path), &known) {
+            if floor(&r) > floor(m) {
+                bad.push(format!("{} uses {}", m.join("::"), r.join("::")));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "arrows up the floors:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn no_import_circle_between_modules() {
+    let mods = modules();
+    let known: BTreeSet<Vec<String>> = mods.iter().map(|(m, _)| m.clone()).collect();
+    // A module and its own ancestors or descendants are one unit here.
+    let related = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (m, path) in &mods {
+        let to: BTreeSet<_> = references(&code(path), &known)
+            .into_iter()
+            .filter(|r| !related(m, r))
+            .collect();
+        edges.insert(m.clone(), to);
+    }
+    // Depth-first search for a back edge.
+    fn visit(
+        m: &Vec<String>,
+        edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        state: &mut BTreeMap<Vec<String>, u8>,
+        stack: &mut Vec<Vec<String>>,
+    ) -> Option<Vec<String>> {
+        match state.get(m) {
+            Some(2) => return None,
+            Some(1) => {
+                let start = stack.iter().position(|s| s == m).unwrap();
+                let mut cycle: Vec<String> = stack[start..].iter().map(|s| s.join("::")).collect();
+                cycle.push(m.join("::"));
+                return Some(cycle);
+            }
+            _ => {}
+        }
+        state.insert(m.clone(), 1);
+        stack.push(m.clone());
+        for n in edges.get(m).into_iter().flatten() {
+            if let Some(c) = visit(n, edges, state, stack) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        state.insert(m.clone(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for m in edges.keys() {
+        if let Some(cycle) = visit(m, &edges, &mut state, &mut Vec::new()) {
+            panic!("import circle: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_pure_floor_names_no_redis_type() {
+    for (m, path) in modules().iter().filter(|(m, _)| m[0] == "model") {
+        let code = code(path);
+        for word in [
+            "redis::",
+            "use redis",
+            "MultiplexedConnection",
+            "RedisError",
+        ] {
+            assert!(
+                !code.contains(word),
+                "{} names `{word}`: the model floor must not touch Redis",
+                m.join("::")
+            );
+        }
+    }
+}
+
+#[test]
+fn the_layout_section_draws_the_tree() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let start = lib.find("# Layout").expect("a Layout section in lib.rs");
+    let layout = &lib[start..];
+    let end = layout.find("\npub mod").unwrap_or(layout.len());
+    let layout = &layout[..end];
+    let mut missing = Vec::new();
+    for (m, path) in modules() {
+        if m.len() == 1 {
+            continue; // the floor folder itself
+        }
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        let name = if file == "mod.rs" {
+            format!("{}/", m.last().unwrap())
+        } else {
+            file
+        };
+        // A folder's own files may be drawn as the folder.
+        let parent_drawn = m.len() > 2 && layout.contains(&format!("{}/", m[m.len() - 2]));
+        if !layout.contains(&name) && !parent_drawn {
+            missing.push(m.join("::"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not drawn in lib.rs' Layout: {missing:?}"
+    );
+    // And every file name drawn exists.
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let names: BTreeSet<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for word in layout.split(|c: char| c.is_whitespace() || "(),`".contains(c)) {
+        if word.ends_with(".rs") && !word.contains(['*', '/']) {
+            assert!(
+                names.contains(word),
+                "lib.rs draws {word}, which is not in the tree"
+            );
+        }
+    }
+}
+
+#[test]
+fn no_file_has_two_jobs() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut big = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let lines = text
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap_or("")
+            .lines()
+            .count();
+        if lines > MAX_CODE_LINES {
+            big.push(format!("{} ({lines} lines)", f.display()));
+        }
+    }
+    assert!(
+        big.is_empty(),
+        "files over {MAX_CODE_LINES} lines of code: {big:?}"
+    );
+}

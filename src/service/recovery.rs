@@ -88,14 +88,17 @@ pub async fn claim(
     Ok(claimed)
 }
 
-/// Splits the claim script's reply `{claimed entries, dead-lettered count}`.
+/// Splits the claim script's reply `{claimed entries, dead-lettered count}`
+/// (the entries always a list, as XCLAIM returns them, possibly empty).
 /// Anything else is an error: nothing is taken as claimed.
 fn claim_reply(reply: Value) -> StoreResult<(Value, u64)> {
     match reply {
         Value::Array(v) if v.len() == 2 => {
             let mut it = v.into_iter();
             match (it.next(), it.next()) {
-                (Some(claimed), Some(Value::Int(n))) if n >= 0 => Ok((claimed, n as u64)),
+                (Some(claimed @ Value::Array(_)), Some(Value::Int(n))) if n >= 0 => {
+                    Ok((claimed, n as u64))
+                }
                 (a, b) => {
                     let back = Value::Array(a.into_iter().chain(b).collect());
                     Err(StoreError::unexpected("claim.lua", &back))
@@ -212,5 +215,14 @@ mod tests {
         assert_refused(Value::Array(vec![claimed_list(), bulk("3")]));
         assert_refused(Value::Array(vec![claimed_list(), Value::Nil]));
         assert_refused(Value::Array(vec![claimed_list(), Value::Double(3.0)]));
+    }
+
+    #[test]
+    fn a_claimed_part_that_is_not_a_list_is_refused() {
+        // Read as "no entries", these would sit claimed by this consumer,
+        // unseen until its next resync.
+        assert_refused(Value::Array(vec![Value::Nil, Value::Int(0)]));
+        assert_refused(Value::Array(vec![Value::Int(5), Value::Int(0)]));
+        assert_refused(Value::Array(vec![bulk("1-0"), Value::Int(0)]));
     }
 }

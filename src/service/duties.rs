@@ -66,9 +66,17 @@ pub async fn once(
     if !lease.held() {
         return Err(CleanError::LostLease);
     }
+    let _: () = record(keys, &last).query_async(conn).await?;
+    metrics().cleaner_last_pass.set(last.at_ms as f64 / 1000.0);
+    Ok(last)
+}
+
+/// The HSET recording `last` in `Keys::cleaner_status`, under the field
+/// names of its JSON form (what `hitcount status` reads back).
+fn record(keys: &Keys, last: &LastPass) -> redis::Cmd {
     let p = &last.pass;
-    let _: () = redis::cmd("HSET")
-        .arg(keys.cleaner_status())
+    let mut cmd = redis::cmd("HSET");
+    cmd.arg(keys.cleaner_status())
         .arg("at_ms")
         .arg(last.at_ms)
         .arg("leader")
@@ -86,11 +94,8 @@ pub async fn once(
         .arg("trimmed")
         .arg(last.trimmed.entries)
         .arg("min_id")
-        .arg(&last.trimmed.min_id)
-        .query_async(conn)
-        .await?;
-    metrics().cleaner_last_pass.set(last.at_ms as f64 / 1000.0);
-    Ok(last)
+        .arg(&last.trimmed.min_id);
+    cmd
 }
 
 /// Runs the duties until shutdown, whenever `lease` is held.
@@ -143,5 +148,159 @@ pub async fn run(
             _ = tokio::time::sleep(pause) => {}
             _ = shutdown.wait() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::config::LayoutArgs;
+
+    fn keys() -> Keys {
+        Keys::new(&LayoutArgs::default(), &Default::default())
+    }
+
+    fn last() -> LastPass {
+        LastPass {
+            at_ms: 1_700_000_000_123,
+            leader: "worker-1/00000000deadbeef".into(),
+            pass: PassReport {
+                pass: 4,
+                counters_scanned: 10,
+                samples_removed: 20,
+                counters_removed: 3,
+                duration_ms: 7,
+            },
+            trimmed: Trimmed {
+                entries: 12_000,
+                min_id: "1700000000000-5".into(),
+            },
+        }
+    }
+
+    /// The command's arguments as text.
+    fn args(cmd: &redis::Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => panic!("an HSET has no cursor"),
+            })
+            .collect()
+    }
+
+    /// Field names of an HSET's arguments (after the command and the key).
+    fn fields(args: &[String]) -> Vec<&str> {
+        args[2..].iter().step_by(2).map(String::as_str).collect()
+    }
+
+    #[test]
+    fn the_pass_is_recorded_field_by_field_in_the_status_hash() {
+        let keys = keys();
+        let got = args(&record(&keys, &last()));
+        let want: Vec<String> = [
+            "HSET",
+            &keys.cleaner_status(),
+            "at_ms",
+            "1700000000123",
+            "leader",
+            "worker-1/00000000deadbeef",
+            "pass",
+            "4",
+            "duration_ms",
+            "7",
+            "counters_scanned",
+            "10",
+            "samples_removed",
+            "20",
+            "counters_removed",
+            "3",
+            "trimmed",
+            "12000",
+            "min_id",
+            "1700000000000-5",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_pass_without_a_group_records_an_empty_min_id() {
+        let mut l = last();
+        l.trimmed = Trimmed::default();
+        let got = args(&record(&keys(), &l));
+        let at = got.iter().position(|a| a == "min_id").unwrap();
+        assert_eq!(got[at + 1], "");
+        let at = got.iter().position(|a| a == "trimmed").unwrap();
+        assert_eq!(got[at + 1], "0");
+    }
+
+    #[test]
+    fn the_status_display_finds_every_field_it_reads() {
+        // The fields `hitcount status` prints from the hash.
+        let got = args(&record(&keys(), &last()));
+        let recorded = fields(&got);
+        for f in [
+            "at_ms",
+            "leader",
+            "duration_ms",
+            "counters_scanned",
+            "samples_removed",
+            "counters_removed",
+            "trimmed",
+        ] {
+            assert!(recorded.contains(&f), "{f} is not recorded");
+        }
+    }
+
+    #[cfg(feature = "cli")]
+    #[test]
+    fn the_json_form_is_flat_with_the_recorded_field_names() {
+        let json = serde_json::to_value(last()).unwrap();
+        let obj = json.as_object().expect("one flat object");
+        assert_eq!(obj["trimmed"], 12_000);
+        assert_eq!(obj["min_id"], "1700000000000-5");
+        assert_eq!(obj["pass"], 4);
+        assert!(
+            !obj.contains_key("entries"),
+            "trimmed entries are `trimmed`"
+        );
+        // `clean --json` and `status --json` agree: the same names.
+        let mut json_names: Vec<&str> = obj.keys().map(String::as_str).collect();
+        let got = args(&record(&keys(), &last()));
+        let mut recorded = fields(&got);
+        json_names.sort_unstable();
+        recorded.sort_unstable();
+        assert_eq!(json_names, recorded);
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_is_not_leader_runs_no_pass_and_stops_at_shutdown() {
+        let keys = keys();
+        let lease = Arc::new(Lease::new(&keys, &LeaderArgs::default(), "test"));
+        let cleaner = Cleaner::new(keys.clone(), &LayoutArgs::default(), lease.clone());
+        // Nothing listens there: the duties must not need Redis to idle.
+        let client = Client::open("redis://127.0.0.1:1/").unwrap();
+        let (trigger, shutdown) = crate::model::shutdown::channel();
+        let last_pass = metrics().cleaner_last_pass.get();
+        let duties = tokio::spawn(run(
+            client,
+            keys,
+            cleaner,
+            LeaderArgs::default(),
+            lease,
+            shutdown,
+        ));
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!duties.is_finished(), "idles until shutdown");
+        trigger.trigger();
+        tokio::time::timeout(Duration::from_secs(5), duties)
+            .await
+            .expect("stops at shutdown, without waiting out its idle check")
+            .unwrap();
+        assert_eq!(metrics().cleaner_last_pass.get(), last_pass);
     }
 }

@@ -67,19 +67,7 @@ pub async fn claim(
         .arg(dead_maxlen)
         .arg(keys.window(""));
     let reply: Value = cmd.query_async(conn).await?;
-    let (reply, poisoned) = match reply {
-        Value::Array(v) if v.len() == 2 => {
-            let mut it = v.into_iter();
-            match (it.next(), it.next()) {
-                (Some(claimed), Some(Value::Int(n))) if n >= 0 => (claimed, n as u64),
-                (a, b) => {
-                    let back = Value::Array(a.into_iter().chain(b).collect());
-                    return Err(StoreError::unexpected("claim.lua", &back));
-                }
-            }
-        }
-        other => return Err(StoreError::unexpected("claim.lua", &other)),
-    };
+    let (reply, poisoned) = claim_reply(reply)?;
     let claimed = Claimed { reply };
     let n = claimed.entries().len();
     if n > 0 || poisoned > 0 {
@@ -98,6 +86,27 @@ pub async fn claim(
         .with_label_values(&["max_deliveries"])
         .inc_by(poisoned);
     Ok(claimed)
+}
+
+/// Splits the claim script's reply `{claimed entries, dead-lettered count}`
+/// (the entries always a list, as XCLAIM returns them, possibly empty).
+/// Anything else is an error: nothing is taken as claimed.
+fn claim_reply(reply: Value) -> StoreResult<(Value, u64)> {
+    match reply {
+        Value::Array(v) if v.len() == 2 => {
+            let mut it = v.into_iter();
+            match (it.next(), it.next()) {
+                (Some(claimed @ Value::Array(_)), Some(Value::Int(n))) if n >= 0 => {
+                    Ok((claimed, n as u64))
+                }
+                (a, b) => {
+                    let back = Value::Array(a.into_iter().chain(b).collect());
+                    Err(StoreError::unexpected("claim.lua", &back))
+                }
+            }
+        }
+        other => Err(StoreError::unexpected("claim.lua", &other)),
+    }
 }
 
 /// Removes consumers idle for `min_idle_ms` that own no pending entry, and
@@ -121,4 +130,99 @@ pub async fn remove_gone_consumers(
         tracing::info!(consumers = ?removed, "removed consumers that are gone from the group");
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// Two claimed entries as XCLAIM returns them: one with fields, one
+    /// deleted from the stream while pending.
+    fn claimed_list() -> Value {
+        Value::Array(vec![
+            Value::Array(vec![
+                bulk("1700000000000-0"),
+                Value::Array(vec![bulk("name"), bulk("home")]),
+            ]),
+            Value::Array(vec![bulk("1700000000000-1"), Value::Nil]),
+        ])
+    }
+
+    /// The error a reply must give: unexpected, naming the script.
+    fn assert_refused(reply: Value) {
+        let shown = format!("{reply:?}");
+        match claim_reply(reply) {
+            Err(StoreError::Unexpected { what, reply }) => {
+                assert_eq!(what, "claim.lua");
+                assert!(!reply.is_empty(), "the reply is shown for {shown}");
+            }
+            other => panic!("{shown} must be refused, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_claim_reply_gives_the_entries_and_the_dead_lettered_count() {
+        let (list, poisoned) =
+            claim_reply(Value::Array(vec![claimed_list(), Value::Int(3)])).unwrap();
+        assert_eq!(poisoned, 3);
+        let claimed = Claimed { reply: list };
+        let entries = claimed.entries();
+        let ids: Vec<_> = entries.iter().map(|e| e.id_str()).collect();
+        assert_eq!(ids, ["1700000000000-0", "1700000000000-1"]);
+        let pairs: Vec<_> = entries[0].pairs().collect();
+        assert_eq!(pairs, [(&b"name"[..], &b"home"[..])]);
+        assert!(entries[1].fields.is_none(), "deleted: no fields");
+    }
+
+    #[test]
+    fn a_claim_of_nothing_is_empty() {
+        let (list, poisoned) =
+            claim_reply(Value::Array(vec![Value::Array(vec![]), Value::Int(0)])).unwrap();
+        assert_eq!(poisoned, 0);
+        assert!(Claimed { reply: list }.entries().is_empty());
+    }
+
+    #[test]
+    fn dead_lettered_only_is_a_good_reply() {
+        let (list, poisoned) =
+            claim_reply(Value::Array(vec![Value::Array(vec![]), Value::Int(7)])).unwrap();
+        assert_eq!(poisoned, 7);
+        assert_eq!(list, Value::Array(vec![]));
+    }
+
+    #[test]
+    fn replies_not_a_pair_are_refused() {
+        assert_refused(Value::Nil);
+        assert_refused(Value::Okay);
+        assert_refused(Value::Int(0));
+        assert_refused(bulk("OK"));
+        assert_refused(Value::Array(vec![]));
+        assert_refused(Value::Array(vec![claimed_list()]));
+        assert_refused(Value::Array(vec![
+            claimed_list(),
+            Value::Int(1),
+            Value::Int(1),
+        ]));
+    }
+
+    #[test]
+    fn a_count_that_is_not_a_non_negative_integer_is_refused() {
+        assert_refused(Value::Array(vec![claimed_list(), Value::Int(-1)]));
+        assert_refused(Value::Array(vec![claimed_list(), bulk("3")]));
+        assert_refused(Value::Array(vec![claimed_list(), Value::Nil]));
+        assert_refused(Value::Array(vec![claimed_list(), Value::Double(3.0)]));
+    }
+
+    #[test]
+    fn a_claimed_part_that_is_not_a_list_is_refused() {
+        // Read as "no entries", these would sit claimed by this consumer,
+        // unseen until its next resync.
+        assert_refused(Value::Array(vec![Value::Nil, Value::Int(0)]));
+        assert_refused(Value::Array(vec![Value::Int(5), Value::Int(0)]));
+        assert_refused(Value::Array(vec![bulk("1-0"), Value::Int(0)]));
+    }
 }

@@ -52,18 +52,8 @@ pub async fn trim(
             .arg(STEP)
             .query_async(conn)
             .await?;
-        let Value::Array(v) = reply else {
-            return Err(CleanError::LostLease);
-        };
-        let evicted = match v.first() {
-            Some(Value::Int(n)) => (*n).max(0) as u64,
-            _ => 0,
-        };
-        out.min_id = v
-            .get(1)
-            .and_then(bytes)
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .unwrap_or_default();
+        let (evicted, min_id) = step_reply(&reply)?;
+        out.min_id = min_id;
         out.entries += evicted;
         metrics().stream_trimmed.inc_by(evicted);
         if evicted == 0 {
@@ -71,4 +61,89 @@ pub async fn trim(
         }
     }
     Ok(out)
+}
+
+/// Reads one trim step's reply `{entries evicted, minimum id kept}`: `-1`
+/// (or any reply that is not a list) means the lease is not held. An
+/// unreadable count reads as 0, which ends the pass; an unreadable id as ''.
+fn step_reply(reply: &Value) -> Result<(u64, String), CleanError> {
+    let Value::Array(v) = reply else {
+        return Err(CleanError::LostLease);
+    };
+    let evicted = match v.first() {
+        Some(Value::Int(n)) => (*n).max(0) as u64,
+        _ => 0,
+    };
+    let min_id = v
+        .get(1)
+        .and_then(bytes)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_default();
+    Ok((evicted, min_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_step_gives_the_entries_evicted_and_the_minimum_id_kept() {
+        let reply = Value::Array(vec![Value::Int(10_000), bulk("1700000000123-4")]);
+        assert_eq!(
+            step_reply(&reply).unwrap(),
+            (10_000, "1700000000123-4".to_string())
+        );
+        // The id may come back as a simple string (RESP3).
+        let reply = Value::Array(vec![Value::Int(0), Value::SimpleString("9-1".into())]);
+        assert_eq!(step_reply(&reply).unwrap(), (0, "9-1".to_string()));
+    }
+
+    #[test]
+    fn no_group_or_no_stream_trims_nothing_and_has_no_minimum() {
+        let reply = Value::Array(vec![Value::Int(0), bulk("")]);
+        assert_eq!(step_reply(&reply).unwrap(), (0, String::new()));
+    }
+
+    #[test]
+    fn minus_one_means_the_lease_is_lost() {
+        assert!(matches!(
+            step_reply(&Value::Int(-1)),
+            Err(CleanError::LostLease)
+        ));
+    }
+
+    #[test]
+    fn a_reply_that_is_not_a_list_stops_the_trim_as_a_lost_lease() {
+        for reply in [Value::Nil, Value::Okay, Value::Int(5), bulk("OK")] {
+            assert!(
+                matches!(step_reply(&reply), Err(CleanError::LostLease)),
+                "{reply:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_count_reads_as_nothing_evicted() {
+        // 0 ends the pass: nothing is assumed trimmed.
+        for first in [Value::Int(-3), bulk("12"), Value::Nil] {
+            let reply = Value::Array(vec![first.clone(), bulk("5-0")]);
+            assert_eq!(
+                step_reply(&reply).unwrap(),
+                (0, "5-0".to_string()),
+                "{first:?}"
+            );
+        }
+        assert_eq!(
+            step_reply(&Value::Array(vec![])).unwrap(),
+            (0, String::new())
+        );
+        assert_eq!(
+            step_reply(&Value::Array(vec![Value::Int(7), Value::Int(5)])).unwrap(),
+            (7, String::new())
+        );
+    }
 }

@@ -148,3 +148,453 @@ impl Batch {
         self.oldest_ms = i64::MAX;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use redis::Value;
+
+    use super::*;
+
+    /// Entry id time of the entries below, unix ms.
+    const T0: i64 = 1_700_000_000_000;
+    /// The wall clock of the tests: a second after `T0`, so no hit is too old.
+    const NOW: i64 = T0 + 1_000;
+    /// Two precisions: every accepted hit of a new name makes two cells.
+    const PRECISIONS: [u32; 2] = [1, 60];
+
+    /// Metrics are process-wide: the tests that count windows run one at a
+    /// time, so each sees only its own increments.
+    static METRICS: Mutex<()> = Mutex::new(());
+
+    fn bulk(s: &[u8]) -> Value {
+        Value::BulkString(s.to_vec())
+    }
+
+    /// Field/value pairs as XREADGROUP returns them (bulk strings).
+    fn fields(pairs: &[(&str, &[u8])]) -> Vec<Value> {
+        pairs
+            .iter()
+            .flat_map(|(k, v)| [bulk(k.as_bytes()), bulk(v)])
+            .collect()
+    }
+
+    fn entry<'a>(id: &'a str, fields: &'a [Value]) -> EntryRef<'a> {
+        EntryRef {
+            id: id.as_bytes(),
+            fields: Some(fields),
+        }
+    }
+
+    /// An entry deleted from the stream while pending: no fields.
+    fn deleted(id: &str) -> EntryRef<'_> {
+        EntryRef {
+            id: id.as_bytes(),
+            fields: None,
+        }
+    }
+
+    fn batch() -> Batch {
+        Batch::new(&PRECISIONS, 120)
+    }
+
+    fn settings(entries: usize, cells: usize, window_ms: u64) -> WorkerArgs {
+        WorkerArgs {
+            window_entries: entries,
+            window_cells: cells,
+            window_ms,
+            ..WorkerArgs::default()
+        }
+    }
+
+    /// Large limits: only the one a test sets can close the window.
+    fn roomy() -> WorkerArgs {
+        settings(1_000_000, 1_000_000, 60_000)
+    }
+
+    /// Backdates the window's opening by `ms`, as if it had been open that
+    /// long (no sleeping).
+    fn open_since(b: &mut Batch, ms: u64) {
+        let t = Instant::now()
+            .checked_sub(Duration::from_millis(ms))
+            .expect("the monotonic clock is older than the test's offset");
+        b.opened = Some(t);
+    }
+
+    #[test]
+    fn a_new_batch_is_empty_unopened_and_not_full() {
+        let b = batch();
+        assert!(b.is_empty());
+        assert!(b.opened().is_none());
+        assert_eq!(b.ids(), "");
+        assert!(b.rejected().is_empty());
+        assert!(b.window().is_empty());
+        assert!(!b.is_full(&settings(1, 1, 0), true));
+        assert!(!b.is_full(&settings(1, 1, 0), false));
+    }
+
+    #[test]
+    fn plain_field_entries_are_counted_in_the_window() {
+        let f = fields(&[("name", b"home"), ("count", b"3")]);
+        let mut b = batch();
+        b.add(&[entry("1700000000000-0", &f)], NOW);
+        assert!(!b.is_empty());
+        assert!(b.opened().is_some());
+        assert_eq!(b.window().hits(), 1);
+        assert_eq!(b.window().count_sum(), 3);
+        let mut cells: Vec<_> = b
+            .window()
+            .cells()
+            .map(|c| (c.precision, c.name.to_string(), c.bucket, c.delta))
+            .collect();
+        cells.sort();
+        assert_eq!(
+            cells,
+            vec![
+                (1, "home".to_string(), 1_700_000_000, 3),
+                (60, "home".to_string(), 1_699_999_980, 3),
+            ]
+        );
+        assert!(b.rejected().is_empty());
+    }
+
+    #[test]
+    fn msgpack_entries_are_counted_in_the_window() {
+        let packed = event::encode("cart", 2, Some(1_700_000_000.5));
+        let f = fields(&[("hit", &packed)]);
+        let mut b = batch();
+        b.add(&[entry("1700000000000-0", &f)], NOW);
+        assert_eq!(b.window().hits(), 1);
+        assert_eq!(b.window().count_sum(), 2);
+        assert_eq!(b.window().cells_len(), PRECISIONS.len());
+        assert!(b.window().cells().all(|c| c.name == "cart" && c.delta == 2));
+        assert!(b.rejected().is_empty());
+    }
+
+    #[test]
+    fn simple_string_values_read_like_bulk_strings() {
+        // RESP3 servers and scripts may answer simple strings.
+        let f = vec![
+            Value::SimpleString("name".into()),
+            Value::SimpleString("home".into()),
+        ];
+        let mut b = batch();
+        b.add(&[entry("1700000000000-0", &f)], NOW);
+        assert_eq!(b.window().hits(), 1);
+        assert!(b.window().cells().all(|c| c.name == "home"));
+    }
+
+    #[test]
+    fn the_same_name_in_one_bucket_adds_up_in_one_cell_per_precision() {
+        let f = fields(&[("name", b"home")]);
+        let mut b = batch();
+        b.add(
+            &[entry("1700000000000-0", &f), entry("1700000000000-1", &f)],
+            NOW,
+        );
+        b.add(&[entry("1700000000100-0", &f)], NOW);
+        assert_eq!(b.window().hits(), 3);
+        assert_eq!(b.window().cells_len(), PRECISIONS.len());
+        assert!(b.window().cells().all(|c| c.delta == 3));
+    }
+
+    #[test]
+    fn ids_are_collected_space_separated_in_read_order_across_reads() {
+        let f = fields(&[("name", b"home")]);
+        let bad = fields(&[("count", b"1")]);
+        let mut b = batch();
+        b.add(&[entry("1-0", &f), deleted("2-0")], NOW);
+        b.add(&[entry("3-0", &bad)], NOW);
+        b.add(&[entry("10-0", &f)], NOW);
+        // Accepted, deleted and rejected entries are all acknowledged.
+        assert_eq!(b.ids(), "1-0 2-0 3-0 10-0");
+    }
+
+    #[test]
+    fn deleted_entries_are_only_acknowledged() {
+        let mut b = batch();
+        b.add(&[deleted("1700000000000-0")], NOW);
+        assert!(!b.is_empty(), "its id still has to be acknowledged");
+        assert_eq!(b.ids(), "1700000000000-0");
+        assert!(b.window().is_empty());
+        assert!(b.rejected().is_empty());
+        assert_eq!(b.oldest_ms, i64::MAX, "no hit: no delay to report");
+    }
+
+    #[test]
+    fn invalid_entries_are_rejected_with_their_reason_and_fields() {
+        let no_name = fields(&[("count", b"2"), ("extra", b"x")]);
+        let bad_count = fields(&[("name", b"home"), ("count", b"0")]);
+        let bad_packed = fields(&[("hit", b"\xc1")]);
+        let good = fields(&[("name", b"home")]);
+        let mut b = batch();
+        b.add(
+            &[
+                entry("1700000000000-0", &no_name),
+                entry("1700000000000-1", &bad_count),
+                entry("not-an-id", &good),
+                entry("1700000000000-2", &bad_packed),
+                entry("1700000000000-3", &good),
+            ],
+            NOW,
+        );
+        let got: Vec<_> = b
+            .rejected()
+            .iter()
+            .map(|r| (r.id.as_str(), r.reason))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("1700000000000-0", "missing_name"),
+                ("1700000000000-1", "bad_count"),
+                ("not-an-id", "bad_entry_id"),
+                ("1700000000000-2", "bad_msgpack"),
+            ]
+        );
+        // The original fields go to the dead-letter stream unchanged.
+        assert_eq!(
+            b.rejected()[0].fields,
+            vec![
+                (b"count".to_vec(), b"2".to_vec()),
+                (b"extra".to_vec(), b"x".to_vec()),
+            ]
+        );
+        assert_eq!(b.window().hits(), 1, "only the valid entry is counted");
+        assert_eq!(b.oldest_ms, T0, "from the valid entry only");
+    }
+
+    #[test]
+    fn the_oldest_id_time_comes_from_the_counted_entries() {
+        let f = fields(&[("name", b"home")]);
+        let mut b = batch();
+        b.add(&[entry("1700000000500-0", &f)], NOW);
+        b.add(
+            &[entry("1700000000200-7", &f), entry("1700000000900-0", &f)],
+            NOW,
+        );
+        assert_eq!(b.oldest_ms, T0 + 200);
+    }
+
+    #[test]
+    fn the_window_opens_at_its_first_read_only() {
+        let f = fields(&[("name", b"home")]);
+        let mut b = batch();
+        b.add(&[entry("1700000000000-0", &f)], NOW);
+        let first = b.opened().expect("opened by the first read");
+        b.add(&[entry("1700000000001-0", &f)], NOW);
+        assert_eq!(b.opened(), Some(first));
+    }
+
+    #[test]
+    fn full_at_the_entry_limit() {
+        let f = fields(&[("name", b"home")]);
+        let w = settings(2, 1_000_000, 60_000);
+        let mut b = batch();
+        b.add(&[entry("1700000000000-0", &f)], NOW);
+        assert!(!b.is_full(&w, true));
+        assert!(!b.is_full(&w, false));
+        b.add(&[entry("1700000000000-1", &f)], NOW);
+        assert!(b.is_full(&w, true));
+        assert!(b.is_full(&w, false), "size limits hold behind too");
+    }
+
+    #[test]
+    fn only_counted_hits_reach_the_entry_limit() {
+        // Deleted and rejected entries are acknowledged but are no hits.
+        let bad = fields(&[("count", b"1")]);
+        let w = settings(2, 1_000_000, 60_000);
+        let mut b = batch();
+        b.add(&[deleted("1-0"), entry("2-0", &bad), deleted("3-0")], NOW);
+        assert!(!b.is_full(&w, true));
+    }
+
+    #[test]
+    fn full_at_the_cell_limit() {
+        let a = fields(&[("name", b"a")]);
+        let c = fields(&[("name", b"c")]);
+        // Two precisions: a name makes two cells.
+        let w = settings(1_000_000, 4, 60_000);
+        let mut b = batch();
+        b.add(
+            &[entry("1700000000000-0", &a), entry("1700000000000-1", &a)],
+            NOW,
+        );
+        assert_eq!(b.window().cells_len(), 2);
+        assert!(!b.is_full(&w, true));
+        b.add(&[entry("1700000000000-2", &c)], NOW);
+        assert_eq!(b.window().cells_len(), 4);
+        assert!(b.is_full(&w, true));
+        assert!(b.is_full(&w, false));
+    }
+
+    #[test]
+    fn full_at_the_rejected_limit() {
+        let bad = fields(&[("count", b"1")]);
+        let ids: Vec<String> = (0..MAX_REJECTED_PER_WINDOW)
+            .map(|i| format!("{i}-0"))
+            .collect();
+        let entries: Vec<_> = ids.iter().map(|id| entry(id, &bad)).collect();
+        let w = roomy();
+        let mut b = batch();
+        b.add(&entries[..MAX_REJECTED_PER_WINDOW - 1], NOW);
+        assert!(!b.is_full(&w, true));
+        b.add(&entries[MAX_REJECTED_PER_WINDOW - 1..], NOW);
+        assert_eq!(b.rejected().len(), MAX_REJECTED_PER_WINDOW);
+        assert!(b.is_full(&w, true));
+        assert!(b.is_full(&w, false));
+    }
+
+    #[test]
+    fn at_the_head_full_once_open_window_ms() {
+        let f = fields(&[("name", b"home")]);
+        let w = settings(1_000_000, 1_000_000, 1_000);
+        let mut b = batch();
+        b.add(&[entry("1700000000000-0", &f)], NOW);
+        assert!(!b.is_full(&w, true), "just opened");
+        open_since(&mut b, 1_000);
+        assert!(b.is_full(&w, true));
+    }
+
+    #[test]
+    fn behind_full_only_once_open_ten_times_window_ms() {
+        let f = fields(&[("name", b"home")]);
+        let w = settings(1_000_000, 1_000_000, 1_000);
+        let mut b = batch();
+        b.add(&[entry("1700000000000-0", &f)], NOW);
+        open_since(&mut b, 1_000);
+        assert!(!b.is_full(&w, false));
+        open_since(&mut b, 9_900);
+        assert!(!b.is_full(&w, false));
+        open_since(&mut b, 10_000);
+        assert!(b.is_full(&w, false));
+        assert!(b.is_full(&w, true));
+    }
+
+    #[test]
+    fn clear_empties_it_for_the_next_window() {
+        let f = fields(&[("name", b"home")]);
+        let bad = fields(&[("count", b"1")]);
+        let w = settings(1, 1, 0);
+        let mut b = batch();
+        b.add(
+            &[entry("1700000000000-0", &f), entry("1700000000000-1", &bad)],
+            NOW,
+        );
+        assert!(b.is_full(&w, true));
+        b.clear();
+        assert!(b.is_empty());
+        assert!(b.opened().is_none());
+        assert_eq!(b.ids(), "");
+        assert!(b.rejected().is_empty());
+        assert!(b.window().is_empty());
+        assert_eq!(b.window().cells_len(), 0);
+        assert_eq!(b.oldest_ms, i64::MAX);
+        assert!(
+            !b.is_full(&w, true),
+            "an unopened empty window never closes"
+        );
+        // And it fills again from scratch.
+        b.add(&[entry("1700000000500-0", &f)], NOW);
+        assert_eq!(b.ids(), "1700000000500-0");
+        assert_eq!(b.window().hits(), 1);
+        assert_eq!(b.oldest_ms, T0 + 500);
+    }
+
+    #[test]
+    fn count_applied_counts_the_window_once() {
+        let _one_at_a_time = METRICS.lock().unwrap_or_else(|p| p.into_inner());
+        let m = metrics();
+        let windows = m.windows_applied.get();
+        let applied = m.events_applied.get();
+        let (sizes, size_sum) = (
+            m.window_size.get_sample_count(),
+            m.window_size.get_sample_sum(),
+        );
+        let durations = m.apply_duration.get_sample_count();
+        let (delays, delay_sum) = (
+            m.end_to_end_delay.get_sample_count(),
+            m.end_to_end_delay.get_sample_sum(),
+        );
+        let missing = m
+            .events_dead_lettered
+            .with_label_values(&["missing_name"])
+            .get();
+        let bad_count = m
+            .events_dead_lettered
+            .with_label_values(&["bad_count"])
+            .get();
+
+        let f = fields(&[("name", b"home"), ("count", b"5")]);
+        let no_name = fields(&[("count", b"1")]);
+        let zero = fields(&[("name", b"home"), ("count", b"0")]);
+        let mut b = batch();
+        b.add(
+            &[
+                entry("1700000000000-0", &f),
+                entry("1700000000250-0", &f),
+                entry("1700000000300-0", &no_name),
+                entry("1700000000300-1", &no_name),
+                entry("1700000000400-0", &zero),
+                deleted("1700000000500-0"),
+            ],
+            NOW,
+        );
+        b.count_applied(&[], Instant::now(), T0 + 2_500);
+
+        assert_eq!(m.windows_applied.get(), windows + 1);
+        assert_eq!(
+            m.events_applied.get(),
+            applied + 2,
+            "events, not their counts"
+        );
+        assert_eq!(m.window_size.get_sample_count(), sizes + 1);
+        assert_eq!(m.window_size.get_sample_sum(), size_sum + 2.0);
+        assert_eq!(m.apply_duration.get_sample_count(), durations + 1);
+        assert_eq!(m.end_to_end_delay.get_sample_count(), delays + 1);
+        // From the oldest counted entry's id time.
+        assert_eq!(m.end_to_end_delay.get_sample_sum(), delay_sum + 2.5);
+        assert_eq!(
+            m.events_dead_lettered
+                .with_label_values(&["missing_name"])
+                .get(),
+            missing + 2
+        );
+        assert_eq!(
+            m.events_dead_lettered
+                .with_label_values(&["bad_count"])
+                .get(),
+            bad_count + 1
+        );
+    }
+
+    #[test]
+    fn count_applied_reports_too_old_hits_per_precision_and_no_delay_without_hits() {
+        let _one_at_a_time = METRICS.lock().unwrap_or_else(|p| p.into_inner());
+        let m = metrics();
+        // Precision 7 s appears in no other test.
+        let too_old = |p: &str| m.hits_too_old.with_label_values(&[p]).get();
+        let (one, seven) = (too_old("1"), too_old("7"));
+        let delays = m.end_to_end_delay.get_sample_count();
+
+        // Two samples: at one 1 s and 7 s buckets, a hit 100 s old is too old
+        // at both precisions. It is still counted as a hit.
+        let f = fields(&[("name", b"home")]);
+        let mut b = Batch::new(&[1, 7], 2);
+        b.add(&[entry("1700000000000-0", &f)], T0 + 100_000);
+        assert_eq!(b.window().hits(), 1);
+        assert_eq!(b.window().cells_len(), 0);
+        b.count_applied(&[], Instant::now(), T0 + 100_000);
+        assert_eq!(too_old("1"), one + 1);
+        assert_eq!(too_old("7"), seven + 1);
+        let after_old = m.end_to_end_delay.get_sample_count();
+        assert_eq!(after_old, delays + 1);
+
+        // A window of deleted entries only has no delay to report.
+        let mut gone = batch();
+        gone.add(&[deleted("1700000000000-1")], NOW);
+        gone.count_applied(&[], Instant::now(), NOW);
+        assert_eq!(m.end_to_end_delay.get_sample_count(), after_old);
+    }
+}

@@ -138,3 +138,57 @@ async fn trims() -> Vec<String> {
     ));
     slowlog(&mut c).await
 }
+
+/// Stream ids compare as numbers (`9-5 < 10-0`), never as text: with ids of
+/// different lengths a text comparison would trim an entry still pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_of_different_lengths_compare_as_numbers() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    hitcount::store::scripts::load_all(&mut c).await.unwrap();
+    let keys = Keys::new(&LayoutArgs::default(), &Default::default());
+    let lease = Arc::new(Lease::new(&keys, &LeaderArgs::default(), "test"));
+    assert!(lease.try_acquire(&mut c).await.unwrap());
+    let mut pipe = redis::pipe();
+    for id in ["8-0", "9-0", "9-5", "10-0", "11-0", "100-0"] {
+        pipe.cmd("XADD").arg("hits").arg(id).arg("i").arg(id);
+    }
+    let _: () = pipe.query_async(&mut c).await.unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("hits")
+        .arg("hitcount")
+        .arg("0")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // Read all six; acknowledge all but 9-5, which stays pending.
+    let got = read(&mut c, "hitcount", 6, 0).await;
+    assert_eq!(got, ["8-0", "9-0", "9-5", "10-0", "11-0", "100-0"]);
+    let _: i64 = redis::cmd("XACK")
+        .arg("hits")
+        .arg("hitcount")
+        .arg("8-0")
+        .arg("9-0")
+        .arg("10-0")
+        .arg("11-0")
+        .arg("100-0")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let t = hitcount::service::trim::trim(&mut c, &keys, &lease)
+        .await
+        .unwrap();
+    assert_eq!(t.min_id, "9-5", "the oldest pending entry");
+    let left = ids(&mut c).await;
+    assert!(
+        left.contains(&"9-5".to_string()),
+        "the pending entry is kept: {left:?}"
+    );
+    assert!(left.ends_with(&[
+        "9-5".to_string(),
+        "10-0".into(),
+        "11-0".into(),
+        "100-0".into()
+    ]));
+}

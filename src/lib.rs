@@ -31,7 +31,8 @@
 //!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
 //!    ▼
-//!  store/    connect.rs     the connection type, reconnecting, backoff; error.rs: error classes
+//!  store/    client.rs      one node or a cluster: the one connection type, Conn
+//!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
 //!    │       scripts/       every Lua script (*.lua) and its loader
 //!    │       stream.rs  group.rs  commit/ (mod.rs, apply.rs, records.rs)  counters.rs
 //!    ▼
@@ -46,8 +47,9 @@
 //!   ([`model::config`]), which `known:` ZADDs may be left out
 //!   ([`model::known`]), the metrics ([`model::metrics`]), the shutdown
 //!   signal ([`model::shutdown`]) and the clock ([`model::clock`]).
-//! - [`store`], Redis access: the one connection type and its reconnect
-//!   loop ([`store::connect`]), error classes ([`store::error`]), the Lua
+//! - [`store`], Redis access: one node or a cluster and the one connection
+//!   type ([`store::client`]), the reconnect loop ([`store::connect`]),
+//!   error classes ([`store::error`]), the Lua
 //!   scripts ([`store::scripts`]), the stream ([`store::stream`]) and its
 //!   consumer group's state ([`store::group`]), a window's exactly-once way
 //!   into the counters ([`store::commit`]), reading counters

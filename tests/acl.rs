@@ -212,7 +212,7 @@ const OLD: u64 = 20;
 
 /// `OLD` counters `1:old:TAG:i`, each with one sample a day old.
 async fn plant_old(
-    c: &mut redis::aio::MultiplexedConnection,
+    c: &mut hitcount::store::connect::Conn,
     k: &hitcount::model::keys::Keys,
     tag: &str,
 ) {
@@ -229,10 +229,7 @@ async fn plant_old(
 }
 
 /// Planted counters still known.
-async fn old_left(
-    c: &mut redis::aio::MultiplexedConnection,
-    k: &hitcount::model::keys::Keys,
-) -> u64 {
+async fn old_left(c: &mut hitcount::store::connect::Conn, k: &hitcount::model::keys::Keys) -> u64 {
     redis::cmd("ZLEXCOUNT")
         .arg(k.known())
         .arg("[1:old:")

@@ -14,12 +14,12 @@ use hitcount::model::config::{LayoutArgs, LeaderArgs};
 use hitcount::model::keys::Keys;
 use hitcount::service::cleaner::Cleaner;
 use hitcount::service::leader::Lease;
-use redis::aio::MultiplexedConnection;
+use hitcount::store::connect::Conn;
 
 const NOW: i64 = 1_700_000_000;
 
 /// A cleaner holding the lease on `c`.
-async fn leader(c: &mut MultiplexedConnection, keys: &Keys) -> (Cleaner, Arc<Lease>) {
+async fn leader(c: &mut Conn, keys: &Keys) -> (Cleaner, Arc<Lease>) {
     hitcount::store::scripts::load_all(c).await.unwrap();
     let lease = Arc::new(Lease::new(
         keys,
@@ -41,7 +41,7 @@ fn default_keys() -> Keys {
 /// known: members and every counter's samples (the whole counter layout).
 type State = BTreeMap<String, BTreeMap<i64, i64>>;
 
-async fn state(c: &mut MultiplexedConnection, keys: &Keys) -> State {
+async fn state(c: &mut Conn, keys: &Keys) -> State {
     let members: Vec<String> = redis::cmd("ZRANGE")
         .arg(keys.known())
         .arg(0)
@@ -86,7 +86,7 @@ fn seeds_pass(st: &mut State, passes: u64, now: i64) {
 
 /// Counters at every precision with samples on both sides of the horizon,
 /// some wholly old, some wholly young.
-async fn fill_mixed(c: &mut MultiplexedConnection, keys: &Keys) {
+async fn fill_mixed(c: &mut Conn, keys: &Keys) {
     let mut pipe = redis::pipe();
     for &prec in &hitcount::model::config::DEFAULT_PRECISIONS {
         let p = i64::from(prec);
@@ -267,7 +267,7 @@ async fn writes_racing_a_pass_are_never_orphaned() {
 }
 
 /// Every counter hash that holds data has its member in `known:`.
-async fn assert_no_orphans(c: &mut MultiplexedConnection, keys: &Keys) -> usize {
+async fn assert_no_orphans(c: &mut Conn, keys: &Keys) -> usize {
     let known: std::collections::BTreeSet<String> = redis::cmd("ZRANGE")
         .arg(keys.known())
         .arg(0)

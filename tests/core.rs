@@ -19,7 +19,7 @@ const PRECISIONS: [u32; 7] = hitcount::model::config::DEFAULT_PRECISIONS;
 type Hits = Vec<(String, i64, f64)>;
 
 async fn xadd_msgpack(
-    c: &mut redis::aio::MultiplexedConnection,
+    c: &mut hitcount::store::connect::Conn,
     name: &str,
     count: i64,
     ts: Option<f64>,
@@ -34,10 +34,7 @@ async fn xadd_msgpack(
         .unwrap()
 }
 
-async fn xadd_plain(
-    c: &mut redis::aio::MultiplexedConnection,
-    fields: &[(&str, String)],
-) -> String {
+async fn xadd_plain(c: &mut hitcount::store::connect::Conn, fields: &[(&str, String)]) -> String {
     let mut cmd = redis::cmd("XADD");
     cmd.arg("hits").arg("*");
     for (f, v) in fields {
@@ -60,7 +57,7 @@ fn rust_reference(hits: &Hits) -> Counts {
 
 /// Deterministic hits of the last 100 s (inside every precision's window),
 /// with bucket edges, sent half in each form; some without ts.
-async fn send_recent_hits(c: &mut redis::aio::MultiplexedConnection) -> Hits {
+async fn send_recent_hits(c: &mut hitcount::store::connect::Conn) -> Hits {
     let now = unix_now();
     let mut hits = Hits::new();
     let minute = now - now % 60;

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use common::*;
 use hitcount::edge::embedded::ServerOptions;
-use redis::aio::MultiplexedConnection;
+use hitcount::store::connect::Conn;
 
 const PRECISIONS: [u32; 7] = hitcount::model::config::DEFAULT_PRECISIONS;
 
-async fn hget(c: &mut MultiplexedConnection, key: &str, field: i64) -> Option<i64> {
+async fn hget(c: &mut Conn, key: &str, field: i64) -> Option<i64> {
     redis::cmd("HGET")
         .arg(key)
         .arg(field)

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::bin::{free_addr, http_get, start_worker, wait_for, Child};
 use common::*;
-use redis::aio::MultiplexedConnection;
+use hitcount::store::connect::Conn;
 
 /// A short lease, renewed (and tried by the others) every third of it.
 const LEASE_MS: u64 = 1500;
@@ -64,7 +64,7 @@ fn three_workers(url: &str) -> Vec<Worker> {
 }
 
 /// The lease's token, if the key exists.
-async fn token(c: &mut MultiplexedConnection) -> Option<String> {
+async fn token(c: &mut Conn) -> Option<String> {
     redis::cmd("GET")
         .arg(LEASE_KEY)
         .query_async(c)
@@ -84,7 +84,7 @@ fn holder(workers: &[Worker], token: &str) -> usize {
 /// Waits until the lease is held by a worker in `among` other than the one
 /// holding `not` and that worker's metric says so; returns its index.
 async fn wait_leader(
-    c: &mut MultiplexedConnection,
+    c: &mut Conn,
     workers: &[Worker],
     among: &[usize],
     not: Option<&str>,

@@ -11,10 +11,10 @@ use std::time::Duration;
 use common::bin::{free_addr, run_hitcount, start_worker};
 use common::*;
 use hitcount::model::keys::Keys;
-use redis::aio::MultiplexedConnection;
+use hitcount::store::connect::Conn;
 
 /// Counters `1:NAME` with one sample `ts` each.
-async fn plant(c: &mut MultiplexedConnection, k: &Keys, names: &[String], ts: i64) {
+async fn plant(c: &mut Conn, k: &Keys, names: &[String], ts: i64) {
     let mut pipe = redis::pipe();
     for name in names {
         let m = Keys::member(1, name);
@@ -24,7 +24,7 @@ async fn plant(c: &mut MultiplexedConnection, k: &Keys, names: &[String], ts: i6
     let _: () = pipe.query_async(c).await.unwrap();
 }
 
-async fn known(c: &mut MultiplexedConnection, k: &Keys) -> Vec<String> {
+async fn known(c: &mut Conn, k: &Keys) -> Vec<String> {
     redis::cmd("ZRANGE")
         .arg(k.known())
         .arg(0)
@@ -209,7 +209,7 @@ async fn clean_once_and_status_through_the_binary() {
 }
 
 /// The lease's token, waiting for a holder.
-async fn bin_leader(c: &mut MultiplexedConnection) -> String {
+async fn bin_leader(c: &mut Conn) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let t: Option<String> = redis::cmd("GET")
@@ -227,7 +227,7 @@ async fn bin_leader(c: &mut MultiplexedConnection) -> String {
 
 /// The recorded last pass, once `token` has recorded one.
 async fn wait_status(
-    c: &mut MultiplexedConnection,
+    c: &mut Conn,
     k: &Keys,
     token: &str,
 ) -> std::collections::HashMap<String, String> {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::bin::{self, free_addr, http_get, wait_ready};
 use common::*;
 use hitcount::edge::embedded::ServerOptions;
-use redis::aio::MultiplexedConnection;
+use hitcount::store::connect::Conn;
 
 const PRECISIONS: [u32; 7] = hitcount::model::config::DEFAULT_PRECISIONS;
 
@@ -67,7 +67,7 @@ fn exit_within(child: &mut bin::Child, secs: u64) -> Option<i32> {
         .and_then(|status| status.code())
 }
 
-async fn exists(c: &mut MultiplexedConnection, key: &str) -> bool {
+async fn exists(c: &mut Conn, key: &str) -> bool {
     redis::cmd("EXISTS")
         .arg(key)
         .query_async::<i64>(c)

@@ -27,12 +27,11 @@ fn tls_args(server: &RedisServer, certs: &Path, mutual: bool) -> RedisArgs {
 
 /// A worker and the producer through TLS; the counters are exact.
 async fn count_through_tls(redis: RedisArgs) {
-    let mut admin = hitcount::store::connect::open(
-        &hitcount::store::connect::client(&redis).unwrap(),
-        Duration::from_secs(10),
-    )
-    .await
-    .expect("a TLS connection with the test CA");
+    let mut admin = hitcount::store::connect::client(&redis)
+        .unwrap()
+        .open(Duration::from_secs(10))
+        .await
+        .expect("a TLS connection with the test CA");
     let mut s = settings(&redis.url, "tls-w1");
     s.redis = redis.clone();
     let workers = Workers::start(vec![s.clone()]);

@@ -12,9 +12,9 @@ use hitcount::model::config::{LayoutArgs, LeaderArgs};
 use hitcount::model::keys::Keys;
 use hitcount::service::cleaner::CleanError;
 use hitcount::service::leader::Lease;
-use redis::aio::MultiplexedConnection;
+use hitcount::store::connect::Conn;
 
-async fn ids(c: &mut MultiplexedConnection) -> Vec<String> {
+async fn ids(c: &mut Conn) -> Vec<String> {
     let v: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
         .arg("hits")
         .arg("-")
@@ -26,7 +26,7 @@ async fn ids(c: &mut MultiplexedConnection) -> Vec<String> {
 }
 
 /// Reads `n` entries as `group`, acknowledging the first `ack` of them.
-async fn read(c: &mut MultiplexedConnection, group: &str, n: usize, ack: usize) -> Vec<String> {
+async fn read(c: &mut Conn, group: &str, n: usize, ack: usize) -> Vec<String> {
     let reply: redis::Value = redis::cmd("XREADGROUP")
         .arg("GROUP")
         .arg(group)

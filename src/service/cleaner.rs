@@ -32,7 +32,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
+use crate::store::connect::Conn;
 use redis::{RedisError, Value};
 
 use crate::model::config::LayoutArgs;
@@ -123,11 +123,7 @@ impl Cleaner {
     }
 
     /// One pass over every counter at wall-clock time `now` (unix seconds).
-    pub async fn pass(
-        &mut self,
-        conn: &mut MultiplexedConnection,
-        now: i64,
-    ) -> Result<PassReport, CleanError> {
+    pub async fn pass(&mut self, conn: &mut Conn, now: i64) -> Result<PassReport, CleanError> {
         let started = Instant::now();
         let mut report = PassReport {
             pass: self.passes,
@@ -187,7 +183,7 @@ impl Cleaner {
     /// pages through the big ones.
     async fn clean_page(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut Conn,
         due: &[(String, i64)],
         report: &mut PassReport,
     ) -> Result<(), CleanError> {
@@ -238,7 +234,7 @@ impl Cleaner {
     /// in the same round trip as reading the next page.
     async fn clean_big(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut Conn,
         member: &str,
         key: &str,
         cutoff: i64,
@@ -278,7 +274,7 @@ impl Cleaner {
     /// `then` (whose reply is returned).
     async fn apply(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut Conn,
         plans: &[Plan],
         then: Option<redis::Cmd>,
         report: &mut PassReport,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::Client;
+use crate::store::connect::Client;
 
 use crate::model::config::LeaderArgs;
 use crate::model::keys::Keys;
@@ -281,7 +281,10 @@ mod tests {
         let lease = Arc::new(Lease::new(&keys, &LeaderArgs::default(), "test"));
         let cleaner = Cleaner::new(keys.clone(), &LayoutArgs::default(), lease.clone());
         // Nothing listens there: the duties must not need Redis to idle.
-        let client = Client::open("redis://127.0.0.1:1/").unwrap();
+        let client = crate::store::connect::client(&crate::model::config::RedisArgs::from_url(
+            "redis://127.0.0.1:1/",
+        ))
+        .unwrap();
         let (trigger, shutdown) = crate::model::shutdown::channel();
         let last_pass = metrics().cleaner_last_pass.get();
         let duties = tokio::spawn(run(

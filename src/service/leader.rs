@@ -22,7 +22,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::{Client, RedisResult};
+use crate::store::connect::Client;
+use redis::RedisResult;
 
 use crate::model::config::LeaderArgs;
 use crate::model::keys::Keys;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Client;
+use crate::store::connect::Client;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::model::config::{ConfigError, RedisArgs, StreamArgs};

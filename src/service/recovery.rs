@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use redis::aio::MultiplexedConnection;
+use crate::store::connect::Conn;
 use redis::Value;
 
 use crate::model::config::WorkerArgs;
@@ -36,7 +36,7 @@ impl Claimed {
 /// entries idle longer than the claim time. Entries of a consumer with an
 /// unfinished window are not claimed until it is finished.
 pub async fn claim(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     committer: &Committer,
     consumer: &str,
     settings: &WorkerArgs,
@@ -112,7 +112,7 @@ fn claim_reply(reply: Value) -> StoreResult<(Value, u64)> {
 /// Removes consumers idle for `min_idle_ms` that own no pending entry, and
 /// `leaving` (this worker at shutdown) if it owns none. Returns their names.
 pub async fn remove_gone_consumers(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &Keys,
     min_idle_ms: u64,
     leaving: &str,

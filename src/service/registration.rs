@@ -12,7 +12,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Client, Value};
+use crate::store::connect::Client;
+use redis::Value;
 
 use crate::model::keys::Keys;
 use crate::model::shutdown::Shutdown;

@@ -17,7 +17,8 @@
 
 use std::time::Duration;
 
-use redis::{Client, RedisResult};
+use crate::store::connect::Client;
+use redis::RedisResult;
 
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;

@@ -8,7 +8,7 @@
 //! [`STEP`] entries (whole stream nodes, a millisecond or so). A pass repeats
 //! the step until nothing more can go, or [`MAX_STEPS`] times.
 
-use redis::aio::MultiplexedConnection;
+use crate::store::connect::Conn;
 use redis::Value;
 
 use crate::model::keys::Keys;
@@ -34,11 +34,7 @@ pub struct Trimmed {
 }
 
 /// Trims `keys.stream` as the holder of `lease`.
-pub async fn trim(
-    conn: &mut MultiplexedConnection,
-    keys: &Keys,
-    lease: &Lease,
-) -> Result<Trimmed, CleanError> {
+pub async fn trim(conn: &mut Conn, keys: &Keys, lease: &Lease) -> Result<Trimmed, CleanError> {
     let mut out = Trimmed::default();
     for _ in 0..MAX_STEPS {
         if !lease.held() {

@@ -1,5 +1,7 @@
-//! Connecting to Redis: URLs, TLS files, timeouts, and reconnecting with
-//! capped exponential backoff and jitter.
+//! Staying connected to Redis: the reconnect loop every task goes through
+//! ([`Reconnecting`]), capped exponential backoff with jitter, outages
+//! logged once; the client and its connection type live in
+//! [`crate::store::client`].
 //!
 //! Every error is sorted into one of three classes (see [`classify`]): bad
 //! input is handled where it arises (dead-lettered), transient errors make the
@@ -10,17 +12,12 @@
 use std::time::Duration;
 
 use rand::Rng;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisError};
 
-use crate::model::config::{redact_url, ConfigError, RedisArgs};
 use crate::model::metrics::metrics;
 pub use crate::store::error::{
     classify, describe, fatal_hint, record, ErrorClass, StoreError, StoreResult,
 };
 
-/// Time allowed to open a connection (TCP, TLS, AUTH).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time allowed for a reply to a non-blocking command. Never "none": a call
 /// was seen to hang forever during a failover.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -28,78 +25,7 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
-/// Builds a client from the settings, reading TLS files when given.
-pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
-    let invalid = |reason: String| ConfigError::Invalid {
-        setting: "--redis-url / REDIS_URL",
-        reason,
-    };
-    if args.url.starts_with("rediss://") {
-        install_crypto_provider();
-    }
-    let tls_files = args.ca.is_some() || args.cert.is_some();
-    if !tls_files {
-        return Client::open(args.url.as_str()).map_err(|e| invalid(format!("{e}")));
-    }
-    if !args.url.starts_with("rediss://") {
-        return Err(invalid(format!(
-            "TLS files are set but {} is not a rediss:// URL",
-            redact_url(&args.url)
-        )));
-    }
-    let read = |what: &'static str, path: &std::path::PathBuf| {
-        std::fs::read(path).map_err(|source| ConfigError::TlsFile {
-            what,
-            path: path.clone(),
-            source,
-        })
-    };
-    let root_cert = args.ca.as_ref().map(|p| read("CA", p)).transpose()?;
-    let client_tls = match (&args.cert, &args.key) {
-        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-            client_cert: read("client certificate", cert)?,
-            client_key: read("client key", key)?,
-        }),
-        _ => None,
-    };
-    Client::build_with_tls(
-        args.url.as_str(),
-        redis::TlsCertificates {
-            client_tls,
-            root_cert,
-        },
-    )
-    .map_err(|e| invalid(format!("{e}")))
-}
-
-/// Makes ring rustls' process-wide crypto provider unless one is set already.
-/// redis-rs builds its TLS configuration from the process default and
-/// panics without one; rustls is compiled here with ring only.
-fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Fails only if another thread installed one meanwhile: fine.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-    });
-}
-
-/// The one connection type hitcount talks to Redis through. Every module
-/// names this, never redis-rs' own type, so that another kind of connection
-/// (a cluster's) is added here, in one place.
-pub type Conn = MultiplexedConnection;
-
-/// Opens a connection whose replies may take up to `response_timeout` (give
-/// blocking reads more than their BLOCK); never without a deadline.
-pub async fn open(client: &Client, response_timeout: Duration) -> Result<Conn, RedisError> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(response_timeout));
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-}
+pub use crate::store::client::{client, Client, Conn};
 
 /// A connection opened on first use, with the scripts loaded, and opened
 /// again after any error: the one reconnect loop every long-running task
@@ -136,7 +62,7 @@ impl Reconnecting {
         let conn = match self.conn.take() {
             Some(c) => c,
             None => {
-                let mut c = open(&self.client, self.timeout).await?;
+                let mut c = self.client.open(self.timeout).await?;
                 crate::store::scripts::load_all(&mut c).await?;
                 self.opened += 1;
                 c
@@ -177,7 +103,7 @@ impl Reconnecting {
         let class = err.record();
         match (class, shutdown) {
             (ErrorClass::Fatal, Some(shutdown)) => {
-                let addr = self.client.get_connection_info().addr();
+                let addr = self.client.describe();
                 let cause = match err {
                     StoreError::Redis(e) => {
                         let hint = fatal_hint(e).unwrap_or("");
@@ -304,15 +230,5 @@ mod tests {
         assert!(pauses[19] >= BACKOFF_MAX / 2);
         b.reset();
         assert!(b.pause() <= BACKOFF_MIN);
-    }
-
-    #[test]
-    fn tls_files_need_rediss() {
-        let args = RedisArgs {
-            ca: Some("ca.pem".into()),
-            ..RedisArgs::from_url("redis://127.0.0.1:1")
-        };
-        let err = client(&args).unwrap_err().to_string();
-        assert!(err.contains("rediss://"), "{err}");
     }
 }

@@ -119,6 +119,12 @@ pub enum StoreError {
     /// A read ahead task ended without a reply.
     #[error("the read ahead task failed: {0}")]
     ReadAhead(String),
+    /// A part of hitcount that does not run on Redis Cluster yet met one.
+    #[error(
+        "{0} does not run on Redis Cluster yet (its scripts touch keys of several hash slots); \
+         run it against one Redis node, or use hit, load and get, which work on a cluster"
+    )]
+    NotOnCluster(&'static str),
     /// Another live worker holds this consumer name.
     #[error(
         "consumer name {name:?} is in use by another live worker ({holder}); give each worker \
@@ -137,7 +143,7 @@ impl StoreError {
     pub fn class(&self) -> ErrorClass {
         match self {
             StoreError::Redis(e) => classify(e).0,
-            StoreError::NameTaken { .. } => ErrorClass::Fatal,
+            StoreError::NameTaken { .. } | StoreError::NotOnCluster(_) => ErrorClass::Fatal,
             StoreError::Unexpected { .. } | StoreError::Guard(_) | StoreError::ReadAhead(_) => {
                 ErrorClass::Transient
             }

@@ -4,6 +4,7 @@
 //! and a window's exactly-once way into the counters ([`commit`]). Uses the
 //! model floor only.
 
+pub mod client;
 pub mod commit;
 pub mod connect;
 pub mod counters;

@@ -2,7 +2,7 @@
 //! walking raw replies without redis-rs' typed stream parsing (which costs
 //! about half again as much client CPU).
 
-use redis::aio::MultiplexedConnection;
+use crate::store::connect::Conn;
 use redis::{RedisResult, Value};
 
 use crate::model::keys::Keys;
@@ -86,7 +86,7 @@ pub fn entry_list(list: &Value) -> Vec<EntryRef<'_>> {
 
 /// Creates the stream and the group when absent. The group starts at the
 /// beginning of the stream: hits sent before the first worker ran count too.
-pub async fn ensure_group(conn: &mut MultiplexedConnection, keys: &Keys) -> RedisResult<()> {
+pub async fn ensure_group(conn: &mut Conn, keys: &Keys) -> RedisResult<()> {
     let created: RedisResult<()> = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg(&keys.stream)
@@ -106,7 +106,7 @@ pub async fn ensure_group(conn: &mut MultiplexedConnection, keys: &Keys) -> Redi
 /// the consumer's pending entries but counts a delivery for each: use
 /// [`read_own_pending`] for that.)
 pub async fn read(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &Keys,
     consumer: &str,
     count: usize,
@@ -130,7 +130,7 @@ pub async fn read(
 /// ("0": from the start) without counting a delivery; the reply is an entry
 /// list (see [`entry_list`]).
 pub async fn read_own_pending(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &Keys,
     consumer: &str,
     count: usize,

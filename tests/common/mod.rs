@@ -13,7 +13,7 @@ use hitcount::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 use hitcount::model::keys::Keys;
 use hitcount::model::shutdown::{self, Trigger};
 use hitcount::service::worker::Settings;
-use redis::aio::MultiplexedConnection;
+use hitcount::store::connect::Conn;
 
 /// A throwaway server with the SLOWLOG armed at 10 ms.
 pub fn server() -> RedisServer {
@@ -47,11 +47,11 @@ pub fn slowlog_server() -> RedisServer {
     slowlog_server_with(ServerOptions::default())
 }
 
-pub async fn conn(url: &str) -> MultiplexedConnection {
-    let client = redis::Client::open(url).unwrap();
-    hitcount::store::connect::open(&client, Duration::from_secs(10))
-        .await
-        .unwrap()
+/// A connection as hitcount opens them (one node, or a cluster when the
+/// server is one).
+pub async fn conn(url: &str) -> Conn {
+    let client = hitcount::store::connect::client(&RedisArgs::from_url(url)).unwrap();
+    client.open(Duration::from_secs(10)).await.unwrap()
 }
 
 /// Settings for a worker on `url` with fast claims for tests.
@@ -100,7 +100,7 @@ impl Workers {
 }
 
 /// Waits until the group has read and acknowledged the whole stream.
-pub async fn wait_drained(conn: &mut MultiplexedConnection, keys: &Keys) {
+pub async fn wait_drained(conn: &mut Conn, keys: &Keys) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !hitcount::store::group::drained(conn, keys).await.unwrap() {
         assert!(Instant::now() < deadline, "stream not drained within 60 s");
@@ -126,7 +126,7 @@ pub fn reference(hits: &[(String, i64, i64)], precisions: &[u32]) -> Counts {
 }
 
 /// Every counter in Redis under the layout, read as the seeds read them.
-pub async fn read_all(conn: &mut MultiplexedConnection, keys: &Keys) -> Counts {
+pub async fn read_all(conn: &mut Conn, keys: &Keys) -> Counts {
     let members: Vec<String> = redis::cmd("ZRANGE")
         .arg(keys.known())
         .arg(0)
@@ -151,7 +151,7 @@ pub async fn read_all(conn: &mut MultiplexedConnection, keys: &Keys) -> Counts {
 
 /// SLOWLOG entries (commands over the 10 ms threshold armed by [`server`]),
 /// each as its duration in µs and the command's first five words.
-pub async fn slowlog(conn: &mut MultiplexedConnection) -> Vec<String> {
+pub async fn slowlog(conn: &mut Conn) -> Vec<String> {
     let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(128)
@@ -209,7 +209,7 @@ pub fn health() -> Arc<hitcount::service::health::Health> {
 }
 
 /// Consumers of the group `hitcount` on `hits`, by name.
-pub async fn consumers(conn: &mut MultiplexedConnection) -> Vec<String> {
+pub async fn consumers(conn: &mut Conn) -> Vec<String> {
     let v: redis::Value = redis::cmd("XINFO")
         .arg("CONSUMERS")
         .arg("hits")
@@ -224,7 +224,7 @@ pub async fn consumers(conn: &mut MultiplexedConnection) -> Vec<String> {
 }
 
 /// Entries pending in the group (XPENDING summary count).
-pub async fn pending(conn: &mut MultiplexedConnection) -> i64 {
+pub async fn pending(conn: &mut Conn) -> i64 {
     let v: redis::Value = redis::cmd("XPENDING")
         .arg("hits")
         .arg("hitcount")
@@ -253,7 +253,7 @@ pub fn producer(url: &str) -> hitcount::service::producer::Producer {
 
 /// Kills every normal client connection but this one (`CLIENT KILL` skips
 /// the caller); returns how many.
-pub async fn kill_clients(conn: &mut MultiplexedConnection) -> i64 {
+pub async fn kill_clients(conn: &mut Conn) -> i64 {
     redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -264,7 +264,7 @@ pub async fn kill_clients(conn: &mut MultiplexedConnection) -> i64 {
 }
 
 /// The dead-letter stream's entries as field maps, oldest first.
-pub async fn dead_letters(conn: &mut MultiplexedConnection) -> Vec<BTreeMap<String, String>> {
+pub async fn dead_letters(conn: &mut Conn) -> Vec<BTreeMap<String, String>> {
     let v: redis::Value = redis::cmd("XRANGE")
         .arg("hits:dead")
         .arg("-")
@@ -289,12 +289,7 @@ pub async fn dead_letters(conn: &mut MultiplexedConnection) -> Vec<BTreeMap<Stri
 
 /// Appends `n` hits of `name` at `ts` in the MessagePack form; returns them
 /// for the reference.
-pub async fn xadd_hits(
-    c: &mut MultiplexedConnection,
-    name: &str,
-    n: usize,
-    ts: i64,
-) -> Vec<(String, i64, i64)> {
+pub async fn xadd_hits(c: &mut Conn, name: &str, n: usize, ts: i64) -> Vec<(String, i64, i64)> {
     let mut pipe = redis::pipe();
     for _ in 0..n {
         pipe.cmd("XADD")
@@ -309,7 +304,7 @@ pub async fn xadd_hits(
 }
 
 /// Pending entries of one consumer.
-pub async fn pending_of(c: &mut MultiplexedConnection, consumer: &str) -> usize {
+pub async fn pending_of(c: &mut Conn, consumer: &str) -> usize {
     let v: Vec<redis::Value> = redis::cmd("XPENDING")
         .arg("hits")
         .arg("hitcount")

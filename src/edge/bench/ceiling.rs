@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use redis::Client;
+use crate::store::connect::Client;
 
 use super::{keys, read_count, BenchError};
 use crate::store::stream;
@@ -41,9 +41,7 @@ pub async fn run(
     let k = keys(stream_key, &group(consumers), "");
     let mut conns = Vec::new();
     for _ in 0..consumers {
-        conns.push(
-            crate::store::connect::open(client, crate::store::connect::RESPONSE_TIMEOUT).await?,
-        );
+        conns.push(client.open(crate::store::connect::RESPONSE_TIMEOUT).await?);
     }
     let started = Instant::now();
     let tasks: Vec<_> = conns

@@ -42,8 +42,7 @@ pub async fn visible_delay(
     let target = workers::Target::new(redis, stream, 1, &opts.worker_args);
     let k = target.keys().clone();
     let client = crate::store::connect::client(redis)?;
-    let mut conn =
-        crate::store::connect::open(&client, crate::store::connect::RESPONSE_TIMEOUT).await?;
+    let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
     crate::store::stream::ensure_group(&mut conn, &k).await?;
     let children = target.spawn()?;
     let producer = Producer::start(redis, &stream_args(stream), ProducerOptions::default())?;
@@ -151,8 +150,7 @@ pub async fn producer_rate(redis: &RedisArgs, hits: u64) -> Result<ProducerRate,
         .load(std::sync::atomic::Ordering::Relaxed);
     producer.shutdown(Duration::from_secs(5)).await;
     let client = crate::store::connect::client(redis)?;
-    let mut conn =
-        crate::store::connect::open(&client, crate::store::connect::RESPONSE_TIMEOUT).await?;
+    let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
     let in_stream: u64 = redis::cmd("XLEN")
         .arg(stream)
         .query_async(&mut conn)

@@ -17,8 +17,8 @@ pub mod workers;
 
 use std::time::Duration;
 
+use crate::store::connect::Conn;
 use indicatif::{ProgressBar, ProgressStyle};
-use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
 
 use crate::edge::workload::{Distribution, Names};
@@ -110,8 +110,7 @@ pub fn read_count() -> usize {
 /// Runs everything and returns the figures.
 pub async fn run(opts: &Options) -> Result<Report, BenchError> {
     let client = crate::store::connect::client(&opts.redis)?;
-    let mut conn =
-        crate::store::connect::open(&client, crate::store::connect::RESPONSE_TIMEOUT).await?;
+    let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
     cleanup(&mut conn).await?;
     let _: () = redis::cmd("SLOWLOG")
         .arg("RESET")
@@ -201,7 +200,7 @@ pub struct Sent {
 /// Appends `n` hits (MessagePack form, no timestamp: the entry's own time)
 /// in pipelines of XADDs.
 pub async fn prefill(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     stream: &str,
     workload: Workload,
     n: u64,
@@ -234,11 +233,7 @@ pub async fn prefill(
     })
 }
 
-async fn create_group(
-    conn: &mut MultiplexedConnection,
-    stream: &str,
-    group: &str,
-) -> Result<(), BenchError> {
+async fn create_group(conn: &mut Conn, stream: &str, group: &str) -> Result<(), BenchError> {
     let keys = keys(stream, group, "");
     crate::store::stream::ensure_group(conn, &keys).await?;
     Ok(())
@@ -260,10 +255,7 @@ pub fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
 }
 
 /// Deletes every key matching `pattern` (SCAN + UNLINK).
-pub async fn delete_matching(
-    conn: &mut MultiplexedConnection,
-    pattern: &str,
-) -> Result<(), BenchError> {
+pub async fn delete_matching(conn: &mut Conn, pattern: &str) -> Result<(), BenchError> {
     let mut cursor = 0u64;
     loop {
         let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
@@ -284,12 +276,12 @@ pub async fn delete_matching(
     }
 }
 
-async fn cleanup(conn: &mut MultiplexedConnection) -> Result<(), BenchError> {
+async fn cleanup(conn: &mut Conn) -> Result<(), BenchError> {
     delete_matching(conn, "bench:*").await
 }
 
 /// SLOWLOG entries, summed up per command: "EVALSHA ×3 (max 12345 µs)".
-async fn slowlog(conn: &mut MultiplexedConnection) -> Result<Vec<String>, BenchError> {
+async fn slowlog(conn: &mut Conn) -> Result<Vec<String>, BenchError> {
     let entries: Vec<Value> = redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(128)
@@ -326,7 +318,7 @@ async fn slowlog(conn: &mut MultiplexedConnection) -> Result<Vec<String>, BenchE
 
 /// Calls of every command since the last `CONFIG RESETSTAT`, scripts' own
 /// commands included, minus the RESETSTAT itself.
-pub async fn command_calls(conn: &mut MultiplexedConnection) -> Result<u64, BenchError> {
+pub async fn command_calls(conn: &mut Conn) -> Result<u64, BenchError> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -347,7 +339,7 @@ pub async fn command_calls(conn: &mut MultiplexedConnection) -> Result<u64, Benc
 }
 
 /// Resets the command statistics.
-pub async fn reset_stats(conn: &mut MultiplexedConnection) -> Result<(), BenchError> {
+pub async fn reset_stats(conn: &mut Conn) -> Result<(), BenchError> {
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async(conn)

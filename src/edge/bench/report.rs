@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use redis::aio::MultiplexedConnection;
+use crate::store::connect::Conn;
 
 use super::ceiling::Drained;
 use super::latency::{Delay, ProducerRate};
@@ -60,10 +60,7 @@ pub struct Report {
 
 impl Report {
     /// An empty report for this machine and Redis.
-    pub async fn new(
-        conn: &mut MultiplexedConnection,
-        opts: &Options,
-    ) -> Result<Report, BenchError> {
+    pub async fn new(conn: &mut Conn, opts: &Options) -> Result<Report, BenchError> {
         let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
         let redis = info
             .lines()

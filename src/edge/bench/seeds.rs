@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use redis::aio::MultiplexedConnection;
+use crate::store::connect::Conn;
 
 use super::{keys, BenchError, Workload};
 use crate::edge::workload::Names;
@@ -35,11 +35,7 @@ impl SeedsRun {
 
 /// Counts `hits` hits drawn from `workload` the seeds' way, under
 /// `bench:seeds:`.
-pub async fn run(
-    conn: &mut MultiplexedConnection,
-    workload: Workload,
-    hits: u64,
-) -> Result<SeedsRun, BenchError> {
+pub async fn run(conn: &mut Conn, workload: Workload, hits: u64) -> Result<SeedsRun, BenchError> {
     let k = keys("bench:seeds:hits", "seeds", "bench:seeds:");
     let known = k.known();
     let names = workload.names();

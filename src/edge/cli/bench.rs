@@ -64,10 +64,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .context("starting a throwaway redis-server")?,
         ),
     };
-    let url = args
-        .redis_url
-        .clone()
-        .unwrap_or_else(|| server.as_ref().expect("started").url());
+    let url = match (&args.redis_url, &server) {
+        (Some(url), _) => url.clone(),
+        (None, Some(server)) => server.url(),
+        (None, None) => anyhow::bail!("no Redis to measure"),
+    };
+    if args.redis_url.is_some() {
+        super::connect_single(&RedisArgs::from_url(&url), "hitcount bench").await?;
+    }
     let opts = Options {
         redis: RedisArgs::from_url(&url),
         entries: args.entries,

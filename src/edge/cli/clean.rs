@@ -35,7 +35,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     args.leader.validate()?;
     let client = crate::store::connect::client(&args.common.redis)?;
-    let mut conn = super::connect(&args.common.redis).await?;
+    let mut conn = super::connect_single(&args.common.redis, "hitcount clean").await?;
     crate::store::scripts::load_all(&mut conn).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);
     let owner = format!("clean-once@{}", std::process::id());

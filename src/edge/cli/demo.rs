@@ -28,7 +28,7 @@ const KEY_PATTERNS: [&str; 2] = ["demo:*", "{demo:hits}:*"];
 
 /// Deletes what an earlier demo left on this Redis, a page of SCAN at a
 /// time (UNLINK frees the memory in the background); returns how many keys.
-async fn clear(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResult<u64> {
+async fn clear(conn: &mut crate::store::connect::Conn) -> redis::RedisResult<u64> {
     let mut deleted = 0;
     for pattern in KEY_PATTERNS {
         let mut cursor = 0u64;
@@ -92,7 +92,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Fail at once on a wrong password or missing permission: the workers
     // and the producer would retry them forever.
     super::check_stream(&redis, &stream.stream).await?;
-    let mut conn = super::connect(&redis).await?;
+    let mut conn = super::connect_single(&redis, "hitcount demo").await?;
     let cleared = clear(&mut conn).await?;
     if cleared > 0 {
         outln!(

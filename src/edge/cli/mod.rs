@@ -3,9 +3,9 @@
 
 use std::io::Write as _;
 
+use crate::store::connect::Conn;
 use anyhow::anyhow;
 use clap::{Parser, Subcommand, ValueEnum};
-use redis::aio::MultiplexedConnection;
 use redis::RedisError;
 
 use crate::model::config::{redact_url, LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
@@ -241,7 +241,7 @@ pub fn one_line(err: anyhow::Error, url: Option<&str>) -> anyhow::Error {
 /// it (a `PING`, so a missing password shows here): any failure is one line
 /// naming the URL. Reaching Redis is tried once, within the connect and
 /// reply timeouts of [`crate::store::connect`].
-pub async fn connect(redis: &RedisArgs) -> anyhow::Result<MultiplexedConnection> {
+pub async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
     let client = crate::store::connect::client(redis)?;
     let url = redact_url(&redis.url);
     let failed = |e: RedisError| {
@@ -251,13 +251,27 @@ pub async fn connect(redis: &RedisArgs) -> anyhow::Result<MultiplexedConnection>
             anyhow!("cannot connect to Redis at {url}: {}", cause(&e))
         }
     };
-    let mut conn = crate::store::connect::open(&client, crate::store::connect::RESPONSE_TIMEOUT)
+    let mut conn = client
+        .open(crate::store::connect::RESPONSE_TIMEOUT)
         .await
         .map_err(failed)?;
     let _: () = redis::cmd("PING")
         .query_async(&mut conn)
         .await
         .map_err(failed)?;
+    Ok(conn)
+}
+
+/// [`connect`] for a command that runs on one Redis node only (for now): a
+/// cluster is refused with one line saying so.
+pub async fn connect_single(
+    redis: &RedisArgs,
+    what: &'static str,
+) -> anyhow::Result<crate::store::connect::Conn> {
+    let conn = connect(redis).await?;
+    if conn.is_cluster() {
+        return Err(crate::store::connect::StoreError::NotOnCluster(what).into());
+    }
     Ok(conn)
 }
 

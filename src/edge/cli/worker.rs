@@ -136,7 +136,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// the leader's duties (until `shutdown`).
 fn spawn_leader(
     tasks: &mut crate::service::supervisor::Supervised,
-    client: &redis::Client,
+    client: &crate::store::connect::Client,
     settings: &crate::service::worker::Settings,
     leader: &LeaderArgs,
     consumer: &str,

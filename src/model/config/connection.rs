@@ -1,5 +1,6 @@
-//! How to reach Redis: the URL and the TLS files ([`RedisArgs`]), its
-//! default, and [`redact_url`] to print a URL without its password.
+//! How to reach Redis: the URL (one node, or several nodes of a Redis
+//! Cluster), cluster mode and the TLS files ([`RedisArgs`]), their defaults,
+//! and [`redact_url`] to print a URL without its password.
 
 use std::path::PathBuf;
 
@@ -7,14 +8,33 @@ use clap::Args;
 
 /// Default Redis URL when `REDIS_URL` is not set.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// Default cluster mode: ask the server (`cluster_enabled:1` in `INFO`).
+pub const DEFAULT_CLUSTER: ClusterMode = ClusterMode::Auto;
+
+/// Whether to talk to Redis as a cluster (`HITCOUNT_CLUSTER`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClusterMode {
+    /// A cluster when the first node reports `cluster_enabled:1`.
+    #[default]
+    Auto,
+    /// Always a cluster client.
+    On,
+    /// Always one node (a cluster's other nodes answer MOVED).
+    Off,
+}
 
 /// How to reach Redis.
 #[derive(Args, Debug, Clone)]
 pub struct RedisArgs {
-    /// Redis URL: redis://[user:password@]host:port[/db] or rediss:// for TLS.
-    /// The password is never logged.
+    /// Redis URL: redis://[user:password@]host:port[/db] or rediss:// for TLS;
+    /// several nodes of a cluster separated by commas. The password is never
+    /// logged.
     #[arg(long = "redis-url", env = "REDIS_URL", default_value = DEFAULT_REDIS_URL, hide_env_values = true)]
     pub url: String,
+    /// Redis Cluster: auto (when the server reports cluster_enabled:1), on or
+    /// off.
+    #[arg(long = "cluster", env = "HITCOUNT_CLUSTER", value_enum, default_value_t = DEFAULT_CLUSTER)]
+    pub cluster: ClusterMode,
     /// PEM file of the CA that signed the server's certificate (rediss:// only;
     /// default: the system's roots).
     #[arg(long = "redis-ca", env = "HITCOUNT_REDIS_CA")]
@@ -38,6 +58,7 @@ impl RedisArgs {
     pub fn from_url(url: &str) -> Self {
         RedisArgs {
             url: url.to_string(),
+            cluster: DEFAULT_CLUSTER,
             ca: None,
             cert: None,
             key: None,
@@ -45,8 +66,25 @@ impl RedisArgs {
     }
 }
 
-/// Removes the password from a Redis URL so it can be printed.
+impl RedisArgs {
+    /// The node URLs: `url` split at its commas (a comma in a password is
+    /// written `%2C`, as in any URL).
+    pub fn urls(&self) -> Vec<&str> {
+        self.url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect()
+    }
+}
+
+/// Removes the passwords from a Redis URL (or a comma-separated list of
+/// them) so it can be printed.
 pub fn redact_url(url: &str) -> String {
+    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+}
+
+fn redact_one(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
@@ -75,6 +113,7 @@ mod tests {
     fn clap_defaults_match_default() {
         assert_clap_defaults!(RedisArgs {
             url: "REDIS_URL",
+            cluster: "HITCOUNT_CLUSTER",
             ca: "HITCOUNT_REDIS_CA",
             cert: "HITCOUNT_REDIS_CERT",
             key: "HITCOUNT_REDIS_KEY",
@@ -91,5 +130,17 @@ mod tests {
         assert_eq!(redact_url("redis://secret@h:1"), "redis://***@h:1");
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
         assert_eq!(redact_url("redis://u:p@ss@h:1"), "redis://u:***@h:1");
+        assert_eq!(
+            redact_url("redis://u:one@h1:1,redis://u:two@h2:2"),
+            "redis://u:***@h1:1,redis://u:***@h2:2",
+            "every node of a list"
+        );
+    }
+
+    #[test]
+    fn a_list_of_nodes_splits_at_commas() {
+        let args = RedisArgs::from_url("redis://h1:1, redis://h2:2,");
+        assert_eq!(args.urls(), ["redis://h1:1", "redis://h2:2"]);
+        assert_eq!(RedisArgs::default().urls(), [DEFAULT_REDIS_URL]);
     }
 }

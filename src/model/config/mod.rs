@@ -53,7 +53,7 @@ mod layout;
 mod leader;
 mod worker;
 
-pub use connection::{redact_url, RedisArgs, DEFAULT_REDIS_URL};
+pub use connection::{redact_url, ClusterMode, RedisArgs, DEFAULT_CLUSTER, DEFAULT_REDIS_URL};
 pub use layout::{
     LayoutArgs, StreamArgs, DEFAULT_DEAD_MAXLEN, DEFAULT_DEAD_STREAM, DEFAULT_GROUP,
     DEFAULT_PRECISIONS, DEFAULT_PRECISIONS_FLAG, DEFAULT_PREFIX, DEFAULT_SAMPLES, DEFAULT_STREAM,

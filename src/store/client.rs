@@ -1,0 +1,298 @@
+//! Who hitcount talks to: one Redis node, or a Redis Cluster (several nodes
+//! in `REDIS_URL`, `HITCOUNT_CLUSTER=on`, or detected: `auto` asks the first
+//! node `CLUSTER INFO`), with TLS files when given; and [`Conn`], the
+//! one connection type every module uses, whichever it is.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use crate::model::config::{redact_url, ClusterMode, ConfigError, RedisArgs};
+
+/// Time allowed to open a connection (TCP, TLS, AUTH).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How to reach Redis, built from the settings; cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    /// The first node (the only one without a cluster).
+    first: redis::Client,
+    /// Every node given, for a cluster client.
+    nodes: Vec<String>,
+    tls: Option<redis::TlsCertificates>,
+    mode: ClusterMode,
+    /// Whether the server is a cluster, once `auto` asked it.
+    detected: Arc<OnceLock<bool>>,
+    /// The nodes, passwords hidden, for messages.
+    shown: String,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("nodes", &self.shown)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+/// Builds a client from the settings, reading TLS files when given.
+pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid {
+        setting: "--redis-url / REDIS_URL",
+        reason,
+    };
+    let nodes: Vec<String> = args.urls().into_iter().map(str::to_string).collect();
+    let Some(first_url) = nodes.first() else {
+        return Err(invalid("no Redis URL given".into()));
+    };
+    if nodes.len() > 1 && args.cluster == ClusterMode::Off {
+        return Err(ConfigError::Invalid {
+            setting: "--cluster / HITCOUNT_CLUSTER",
+            reason: format!(
+                "off, but REDIS_URL names {} nodes: give one node, or let it be auto or on",
+                nodes.len()
+            ),
+        });
+    }
+    let tls_urls = nodes.iter().filter(|u| u.starts_with("rediss://")).count();
+    if tls_urls != 0 && tls_urls != nodes.len() {
+        return Err(invalid(
+            "mixes rediss:// and redis:// nodes: use one scheme for all".into(),
+        ));
+    }
+    if tls_urls > 0 {
+        install_crypto_provider();
+    }
+    let tls_files = args.ca.is_some() || args.cert.is_some();
+    if tls_files && tls_urls == 0 {
+        return Err(invalid(format!(
+            "TLS files are set but {} is not a rediss:// URL",
+            redact_url(&args.url)
+        )));
+    }
+    let tls = if tls_files {
+        let read = |what: &'static str, path: &std::path::PathBuf| {
+            std::fs::read(path).map_err(|source| ConfigError::TlsFile {
+                what,
+                path: path.clone(),
+                source,
+            })
+        };
+        let root_cert = args.ca.as_ref().map(|p| read("CA", p)).transpose()?;
+        let client_tls = match (&args.cert, &args.key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read("client certificate", cert)?,
+                client_key: read("client key", key)?,
+            }),
+            _ => None,
+        };
+        Some(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        })
+    } else {
+        None
+    };
+    let first = match &tls {
+        Some(certs) => redis::Client::build_with_tls(first_url.as_str(), certs.clone()),
+        None => redis::Client::open(first_url.as_str()),
+    }
+    .map_err(|e| invalid(format!("{e}")))?;
+    let detected = Arc::new(OnceLock::new());
+    match args.cluster {
+        ClusterMode::On => {
+            let _ = detected.set(true);
+        }
+        ClusterMode::Off => {
+            let _ = detected.set(false);
+        }
+        // Several nodes given: a cluster, whatever the first one says.
+        ClusterMode::Auto if nodes.len() > 1 => {
+            let _ = detected.set(true);
+        }
+        ClusterMode::Auto => {}
+    }
+    Ok(Client {
+        first,
+        shown: redact_url(&args.url),
+        nodes,
+        tls,
+        mode: args.cluster,
+        detected,
+    })
+}
+
+impl Client {
+    /// The nodes, passwords hidden, for messages.
+    pub fn describe(&self) -> &str {
+        &self.shown
+    }
+
+    /// Opens a connection whose replies may take up to `response_timeout`
+    /// (give blocking reads more than their BLOCK); never without a
+    /// deadline. With `auto`, the first open asks the server whether it is
+    /// a cluster.
+    pub async fn open(&self, response_timeout: Duration) -> RedisResult<Conn> {
+        match self.detected.get() {
+            Some(true) => return self.open_cluster(response_timeout).await,
+            Some(false) => return self.open_single(response_timeout).await.map(Conn::Single),
+            None => {}
+        }
+        let mut single = self.open_single(response_timeout).await?;
+        // CLUSTER INFO (read-only, `+cluster|info` in the ACL) answers on a
+        // cluster node and is refused with "cluster support disabled" by
+        // any other.
+        let reply: RedisResult<String> = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut single)
+            .await;
+        let cluster = match reply {
+            Ok(_) => true,
+            Err(e) if cluster_disabled(&e.to_string()) => false,
+            Err(e) => return Err(e),
+        };
+        let _ = self.detected.set(cluster);
+        if cluster {
+            self.open_cluster(response_timeout).await
+        } else {
+            Ok(Conn::Single(single))
+        }
+    }
+
+    async fn open_single(&self, response_timeout: Duration) -> RedisResult<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(response_timeout));
+        self.first
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    async fn open_cluster(&self, response_timeout: Duration) -> RedisResult<Conn> {
+        let mut builder = ClusterClient::builder(self.nodes.iter().map(String::as_str))
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(response_timeout);
+        if let Some(certs) = &self.tls {
+            builder = builder.certs(certs.clone());
+        }
+        let conn = builder.build()?.get_async_connection().await?;
+        Ok(Conn::Cluster(conn))
+    }
+}
+
+/// Whether a refused `CLUSTER INFO` says the server is no cluster node.
+fn cluster_disabled(error: &str) -> bool {
+    error.contains("cluster support disabled")
+}
+
+/// Makes ring rustls' process-wide crypto provider unless one is set already.
+/// redis-rs builds its TLS configuration from the process default and
+/// panics without one; rustls is compiled here with ring only.
+fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Fails only if another thread installed one meanwhile: fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    });
+}
+
+/// The one connection type hitcount talks to Redis through: to one node,
+/// or to a cluster (routed by key, redirected on MOVED/ASK). Every module
+/// names this, never redis-rs' own types. Cheap to clone (multiplexed).
+#[derive(Clone)]
+pub enum Conn {
+    /// One Redis node.
+    Single(MultiplexedConnection),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Whether this is a cluster connection.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_files_need_rediss() {
+        let args = RedisArgs {
+            ca: Some("ca.pem".into()),
+            ..RedisArgs::from_url("redis://127.0.0.1:1")
+        };
+        let err = client(&args).unwrap_err().to_string();
+        assert!(err.contains("rediss://"), "{err}");
+    }
+
+    #[test]
+    fn several_nodes_are_a_cluster_unless_off_which_is_refused() {
+        let mut args = RedisArgs::from_url("redis://127.0.0.1:1,redis://127.0.0.1:2");
+        let c = client(&args).unwrap();
+        assert_eq!(c.detected.get(), Some(&true));
+        assert_eq!(c.describe(), "redis://127.0.0.1:1,redis://127.0.0.1:2");
+        args.cluster = ClusterMode::Off;
+        let err = client(&args).unwrap_err().to_string();
+        assert!(err.contains("HITCOUNT_CLUSTER"), "{err}");
+        let mixed = RedisArgs::from_url("rediss://127.0.0.1:1,redis://127.0.0.1:2");
+        assert!(client(&mixed).unwrap_err().to_string().contains("mixes"));
+    }
+
+    #[test]
+    fn one_node_is_asked_unless_told() {
+        let mut args = RedisArgs::from_url("redis://127.0.0.1:1");
+        assert_eq!(client(&args).unwrap().detected.get(), None);
+        args.cluster = ClusterMode::On;
+        assert_eq!(client(&args).unwrap().detected.get(), Some(&true));
+        args.cluster = ClusterMode::Off;
+        assert_eq!(client(&args).unwrap().detected.get(), Some(&false));
+    }
+
+    #[test]
+    fn a_server_without_cluster_support_says_so() {
+        assert!(cluster_disabled(
+            "An error was signalled by the server - ResponseError: This instance has cluster support disabled"
+        ));
+        assert!(!cluster_disabled(
+            "NOPERM this user has no permissions to run the 'cluster|info' command"
+        ));
+    }
+}

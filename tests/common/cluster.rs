@@ -373,7 +373,11 @@ impl Cluster {
                     node.port
                 ));
             }
-            if query::<String>(node.port, &redis::cmd("PING")).is_ok() {
+            // Our process, not whoever else may hold the port by now.
+            let pid = info_text(node.port, "INFO", "server")
+                .ok()
+                .and_then(|t| field_of(&t, "process_id"));
+            if pid == Some(node.pid.to_string()) {
                 return Ok(());
             }
             if Instant::now() > deadline {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod bin;
+pub mod cluster;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -10,6 +10,8 @@
 use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
+
+use crate::store::client::Conn;
 use redis::{Cmd, RedisResult, Script};
 
 /// A script: its source and its SHA1.
@@ -75,8 +77,20 @@ scripts! {
     TRIM = "trim.lua";
 }
 
-/// Loads every script into Redis' script cache.
-pub async fn load_all<C: ConnectionLike>(conn: &mut C) -> RedisResult<()> {
+/// Loads every script into Redis' script cache: in one pipeline on one
+/// node; on a cluster, one `SCRIPT LOAD` each, which the cluster client
+/// sends to every node (a pipeline would go to one node only).
+pub async fn load_all(conn: &mut Conn) -> RedisResult<()> {
+    if conn.is_cluster() {
+        for lua in all() {
+            let _: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(lua.source)
+                .query_async(conn)
+                .await?;
+        }
+        return Ok(());
+    }
     let mut pipe = redis::pipe();
     for lua in all() {
         pipe.cmd("SCRIPT").arg("LOAD").arg(lua.source);

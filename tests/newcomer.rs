@@ -321,6 +321,11 @@ fn demo_twice_on_the_same_redis_is_exact_both_times() {
         );
         if run == 2 {
             assert!(out.contains("left by an earlier demo"), "{out}");
+        } else {
+            assert!(
+                !out.contains("left by an earlier demo"),
+                "a fresh Redis has nothing of an earlier demo: {out}"
+            );
         }
         assert!(!out.contains(" 1 samples"), "{out}");
     }

@@ -89,9 +89,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         dead_stream: "demo:hits:dead".into(),
         ..StreamArgs::default()
     };
-    // Fail at once on a wrong password or missing permission: the workers
-    // and the producer would retry them forever.
-    super::check_stream(&redis, &stream.stream).await?;
     let mut conn = super::connect_single(&redis, "hitcount demo").await?;
     let cleared = clear(&mut conn).await?;
     if cleared > 0 {
@@ -100,6 +97,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             super::plural(cleared, "demo: key", "demo: keys")
         );
     }
+    // Fail at once on a wrong password or missing permission: the workers
+    // and the producer would retry them forever. (After the clearing: the
+    // check leaves a short-lived probe key of its own.)
+    super::check_stream(&redis, &stream.stream).await?;
     let layout = LayoutArgs {
         prefix: "demo:".into(),
         ..LayoutArgs::default()

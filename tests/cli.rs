@@ -185,3 +185,42 @@ fn the_readme_matches_the_binary() {
         "README quotes deploy/redis/hitcount.acl"
     );
 }
+
+/// Every default the README's Configuration table states is the binary's
+/// own: for each setting with an environment variable and a default, the
+/// table's row for that variable quotes exactly that default.
+#[test]
+fn the_readme_states_the_binarys_defaults() {
+    use clap::CommandFactory;
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let cli = hitcount::edge::cli::Cli::command();
+    let mut checked = 0;
+    for cmd in std::iter::once(&cli).chain(cli.get_subcommands()) {
+        for arg in cmd.get_arguments() {
+            let Some(env) = arg.get_env().and_then(|e| e.to_str()) else {
+                continue;
+            };
+            let default: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            let default = default.join(",");
+            if default.is_empty() {
+                continue;
+            }
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{env}`")))
+                .unwrap_or_else(|| panic!("no Configuration row for {env}"));
+            let cell = row.split('|').nth(3).unwrap_or("");
+            assert!(
+                cell.contains(&format!("`{default}`")),
+                "README row for {env} says {cell:?}, the binary's default is {default}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} defaults checked");
+}

@@ -21,6 +21,7 @@
 //!
 //! ```text
 //!  edge/     http.rs        /metrics, /healthz, /readyz
+//!    │       server.rs      the hardened HTTP/1 loop every endpoint shares
 //!    │       cli/           the binary's subcommands, one file each    ┐ behind the
 //!    │       embedded/      a throwaway redis-server (demo, bench, tests) │ `cli` feature
 //!    │       bench/         `hitcount bench`;  workload.rs: synthetic names ┘ (default)
@@ -66,7 +67,8 @@
 //!   ([`service::supervisor`]), and the fire-and-forget
 //!   [`service::producer`].
 //! - [`edge`], where people and programs meet it: the probes and
-//!   `/metrics` ([`edge::http`]) and, behind the `cli` feature (on by
+//!   `/metrics` ([`edge::http`]) on the hardened HTTP loop they share
+//!   ([`edge::server`]) and, behind the `cli` feature (on by
 //!   default; a library user leaves it out with `default-features =
 //!   false`), the `hitcount` subcommands, the throwaway `redis-server`, the
 //!   benchmark and its synthetic names.

@@ -1,6 +1,6 @@
 //! Where hitcount meets people and other programs: the HTTP endpoints
-//! ([`http`]), the command line ([`cli`]), and, for the demo, the benchmark
-//! and the tests, a throwaway `redis-server` ([`embedded`]), the benchmark
+//! ([`http`], on the hardened loop of [`server`]), the command line
+//! ([`cli`]), and, for the demo, the benchmark and the tests, a throwaway `redis-server` ([`embedded`]), the benchmark
 //! itself ([`mod@bench`]) and synthetic names ([`workload`]).
 //!
 //! The `cli` feature, on by default, gates [`cli`], [`embedded`],
@@ -15,5 +15,6 @@ pub mod cli;
 #[cfg(feature = "cli")]
 pub mod embedded;
 pub mod http;
+pub mod server;
 #[cfg(feature = "cli")]
 pub mod workload;

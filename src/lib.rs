@@ -22,9 +22,10 @@
 //! ```text
 //!  edge/     http.rs        /metrics, /healthz, /readyz
 //!    │       server.rs      the hardened HTTP/1 loop every endpoint shares
-//!    │       cli/           the binary's subcommands, one file each    ┐ behind the
-//!    │       embedded/      a throwaway redis-server (demo, bench, tests) │ `cli` feature
-//!    │       bench/         `hitcount bench`;  workload.rs: synthetic names ┘ (default)
+//!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐
+//!    │       cli/           the binary's subcommands, one file each          │ behind the
+//!    │       embedded/      a throwaway redis-server (demo, bench, tests)    │ `cli` feature
+//!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)
 //!    ▼
 //!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window)
 //!    │       recovery.rs    claims, and windows finished for stopped workers
@@ -74,7 +75,8 @@
 //!   `/metrics` ([`edge::http`]) on the hardened HTTP loop they share
 //!   ([`edge::server`]) and, behind the `cli` feature (on by
 //!   default; a library user leaves it out with `default-features =
-//!   false`), the `hitcount` subcommands, the throwaway `redis-server`, the
+//!   false`), the read-only JSON query API of `hitcount serve`
+//!   ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
 //!   benchmark and its synthetic names.
 
 pub mod edge;

@@ -21,20 +21,24 @@
 //!
 //! ```text
 //!  edge/     http.rs        /metrics, /healthz, /readyz
-//!    │       cli/           the binary's subcommands, one file each    ┐ behind the
-//!    │       embedded/      a throwaway redis-server (demo, bench, tests) │ `cli` feature
-//!    │       bench/         `hitcount bench`;  workload.rs: synthetic names ┘ (default)
+//!    │       server.rs      the hardened HTTP/1 loop every endpoint shares
+//!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐
+//!    │       cli/           the binary's subcommands, one file each          │ behind the
+//!    │       embedded/      a throwaway redis-server (demo, bench, tests)    │ `cli` feature
+//!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)
 //!    ▼
 //!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window)
 //!    │       recovery.rs    claims, and windows finished for stopped workers
 //!    │       registration.rs one live process per consumer name
 //!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
+//!    │       ranking.rs     `top`: one cached ranking scan per (precision, bucket)
 //!    ▼
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
 //!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
 //!    │       scripts/       every Lua script (*.lua) and its loader
 //!    │       stream.rs  group.rs  commit/ (mod.rs, apply.rs, records.rs)  counters.rs
+//!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
 //!    ▼
 //!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  keys.rs  known.rs
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
@@ -53,7 +57,8 @@
 //!   scripts ([`store::scripts`]), the stream ([`store::stream`]) and its
 //!   consumer group's state ([`store::group`]), a window's exactly-once way
 //!   into the counters ([`store::commit`]), reading counters
-//!   ([`store::counters`]).
+//!   ([`store::counters`]) and the query API's read-only queries
+//!   ([`store::query`]).
 //! - [`service`], what runs: the [`service::worker`] loop and the window it
 //!   fills ([`service::worker::batch`]), claiming from and finishing for
 //!   stopped workers ([`service::recovery`]), one live process per consumer
@@ -63,12 +68,15 @@
 //!   ([`service::sampler`]), what `hitcount status` shows
 //!   ([`service::status`]), the probes' view of a worker
 //!   ([`service::health`]), background tasks that may not die silently
-//!   ([`service::supervisor`]), and the fire-and-forget
-//!   [`service::producer`].
+//!   ([`service::supervisor`]), the fire-and-forget
+//!   [`service::producer`], and the query API's cached bucket rankings
+//!   ([`service::ranking`]).
 //! - [`edge`], where people and programs meet it: the probes and
-//!   `/metrics` ([`edge::http`]) and, behind the `cli` feature (on by
+//!   `/metrics` ([`edge::http`]) on the hardened HTTP loop they share
+//!   ([`edge::server`]) and, behind the `cli` feature (on by
 //!   default; a library user leaves it out with `default-features =
-//!   false`), the `hitcount` subcommands, the throwaway `redis-server`, the
+//!   false`), the read-only JSON query API of `hitcount serve`
+//!   ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
 //!   benchmark and its synthetic names.
 
 pub mod edge;

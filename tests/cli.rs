@@ -153,7 +153,7 @@ fn the_readme_matches_the_binary() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let mut vars = std::collections::BTreeSet::new();
     for sub in [
-        "worker", "hit", "load", "get", "demo", "clean", "status", "bench",
+        "worker", "hit", "load", "get", "demo", "clean", "status", "bench", "serve",
     ] {
         let help = stdout(&hitcount(&[sub, "--help"], &[]));
         for part in help.split("[env: ").skip(1) {

@@ -1,13 +1,16 @@
 //! Where hitcount meets people and other programs: the HTTP endpoints
-//! ([`http`]), the command line ([`cli`]), and, for the demo, the benchmark
-//! and the tests, a throwaway `redis-server` ([`embedded`]), the benchmark
-//! itself ([`mod@bench`]) and synthetic names ([`workload`]).
+//! ([`http`] and the query API [`api`], on the hardened loop of
+//! [`server`]), the command line ([`cli`]), and, for the demo, the
+//! benchmark and the tests, a throwaway `redis-server` ([`embedded`]), the
+//! benchmark itself ([`mod@bench`]) and synthetic names ([`workload`]).
 //!
-//! The `cli` feature, on by default, gates [`cli`], [`embedded`],
+//! The `cli` feature, on by default, gates [`api`], [`cli`], [`embedded`],
 //! [`mod@bench`] and [`workload`], and the crates only they use. A library
 //! built with `default-features = false` has only [`http`] here, and spawns
 //! no processes.
 
+#[cfg(feature = "cli")]
+pub mod api;
 #[cfg(feature = "cli")]
 pub mod bench;
 #[cfg(feature = "cli")]
@@ -15,5 +18,6 @@ pub mod cli;
 #[cfg(feature = "cli")]
 pub mod embedded;
 pub mod http;
+pub mod server;
 #[cfg(feature = "cli")]
 pub mod workload;

@@ -2,14 +2,16 @@
 //! does for stopped workers ([`recovery`]), the consumer name
 //! [`registration`], the [`leader`] lease and its [`duties`] ([`cleaner`],
 //! [`trim`]), the group [`sampler`], what `hitcount status` shows
-//! ([`status`]), the [`supervisor`] of background tasks, and the
-//! fire-and-forget [`producer`].
+//! ([`status`]), the [`supervisor`] of background tasks, the
+//! fire-and-forget [`producer`], and the query API's cached bucket
+//! [`ranking`]s.
 
 pub mod cleaner;
 pub mod duties;
 pub mod health;
 pub mod leader;
 pub mod producer;
+pub mod ranking;
 pub mod recovery;
 pub mod registration;
 pub mod sampler;

@@ -1,6 +1,7 @@
 //! Redis access: the one connection type and its error classes
 //! ([`connect`]), the Lua scripts ([`scripts`]), the counters as any client
-//! reads them ([`counters`]), the stream and its consumer group ([`stream`]),
+//! reads them ([`counters`]) and the query API's read-only queries
+//! ([`query`]), the stream and its consumer group ([`stream`]),
 //! and a window's exactly-once way into the counters ([`commit`]). Uses the
 //! model floor only.
 
@@ -10,5 +11,6 @@ pub mod connect;
 pub mod counters;
 pub mod error;
 pub mod group;
+pub mod query;
 pub mod scripts;
 pub mod stream;

@@ -26,6 +26,7 @@ mod demo;
 mod get;
 mod hit;
 mod load;
+mod serve;
 mod status;
 mod worker;
 
@@ -64,6 +65,8 @@ enum Command {
     Get(get::Args),
     /// Run one cleaner pass and one stream trim now, under the leader lease.
     Clean(clean::Args),
+    /// Serve the read-only JSON query API (/api/v1/counters, /api/v1/top).
+    Serve(serve::Args),
     /// Show the stream, its groups, the leader and the last cleaner pass.
     Status(status::Args),
     /// Run the whole flow on a throwaway Redis: workers, load, counters.
@@ -96,7 +99,7 @@ impl Cli {
     /// long-running worker, only problems for one-shot commands.
     pub fn default_log_level(&self) -> &'static str {
         match self.command {
-            Command::Worker(_) => "info",
+            Command::Worker(_) | Command::Serve(_) => "info",
             _ => "warn",
         }
     }
@@ -136,6 +139,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo(a) => demo::run(a).await,
         Command::Clean(a) => clean::run(a).await,
         Command::Status(a) => status::run(a).await,
+        Command::Serve(a) => serve::run(a).await,
         Command::Bench(a) => bench::run(a).await,
     };
     match result {
@@ -154,6 +158,7 @@ impl Command {
             Command::Get(a) => Some(a.common.redis.url.clone()),
             Command::Clean(a) => Some(a.common.redis.url.clone()),
             Command::Status(a) => Some(a.common.redis.url.clone()),
+            Command::Serve(a) => Some(a.redis.url.clone()),
             Command::Demo(a) => a.redis_url.clone(),
             Command::Bench(a) => a.redis_url.clone(),
         }

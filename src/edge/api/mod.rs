@@ -1,0 +1,297 @@
+//! `hitcount serve`'s read-only JSON API, on the hardened loop of
+//! [`crate::edge::server`]:
+//!
+//! - `GET /api/v1/counters?prefix=&after=&limit=`: names in name order,
+//!   each with its precisions, paged ([`crate::store::query::list`]);
+//! - `GET /api/v1/counters/{name}?precision=&from=&until=`: a counter's
+//!   samples ([`crate::store::query::samples`]);
+//! - `GET /api/v1/top?precision=&bucket=&limit=`: a bucket's ranking, from
+//!   [`crate::service::ranking`] (at most 5 s stale).
+//!
+//! Bad input is a 400 (or 404) with `{"error": "…"}`, never a 500; Redis
+//! out of reach is a 503. Every answer is JSON, never cached or sniffed, and
+//! forbids any active content.
+
+pub mod params;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_SECURITY_POLICY};
+use hyper::{Request, StatusCode};
+use redis::RedisError;
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::edge::server::{self, Limits, Resp};
+use crate::model::keys::Keys;
+use crate::service::ranking::{Rankings, KEEP};
+use crate::store::connect::{Client, Conn};
+use crate::store::query;
+use params::{bucket_start, decode, Query};
+
+const JSON: &str = "application/json; charset=utf-8";
+/// Names per page of `/api/v1/counters` and `/api/v1/top` unless `limit`.
+pub const DEFAULT_LIMIT: usize = 100;
+/// Largest `limit`.
+pub const MAX_LIMIT: usize = KEEP;
+/// Finest precision `/api/v1/top` ranks: a finer bucket is over before
+/// its scan is.
+pub const TOP_MIN_PRECISION: u32 = 60;
+/// Time allowed for one Redis reply.
+const REDIS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the API reads and how.
+pub struct Api {
+    client: Client,
+    conn: tokio::sync::Mutex<Option<Conn>>,
+    keys: Keys,
+    precisions: Vec<u32>,
+    rankings: Rankings,
+}
+
+impl Api {
+    /// The API over the counters named by `keys` at `precisions` (sorted),
+    /// read through `client` (connected on first use, again after a
+    /// connection error).
+    pub fn new(client: Client, keys: Keys, precisions: Vec<u32>) -> Api {
+        Api {
+            client,
+            conn: tokio::sync::Mutex::new(None),
+            rankings: Rankings::new(keys.clone()),
+            keys,
+            precisions,
+        }
+    }
+
+    async fn conn(&self) -> Result<Conn, Failure> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = self
+            .client
+            .open(REDIS_TIMEOUT)
+            .await
+            .map_err(Failure::Redis)?;
+        Ok(slot.insert(c).clone())
+    }
+
+    /// Forgets the connection after an error that was not Redis' answer
+    /// (it may be broken), so the next request connects again.
+    async fn failed(&self, err: &RedisError) {
+        if err.code().is_none() {
+            *self.conn.lock().await = None;
+        }
+    }
+}
+
+/// Serves the API on `listener` within `limits` until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    api: Api,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: Limits,
+) -> std::io::Result<()> {
+    let api = Arc::new(api);
+    server::run(listener, limits, shutdown, move |req| {
+        let api = api.clone();
+        async move { handle(&api, &req).await }
+    })
+    .await
+}
+
+/// Why a request got no answer.
+enum Failure {
+    BadRequest(String),
+    NotFound(String),
+    Redis(RedisError),
+}
+
+impl From<String> for Failure {
+    fn from(reason: String) -> Failure {
+        Failure::BadRequest(reason)
+    }
+}
+
+enum Route<'a> {
+    List,
+    Counter(&'a str),
+    Top,
+}
+
+fn route(path: &str) -> Option<Route<'_>> {
+    match path.strip_prefix("/api/v1/")? {
+        "counters" => Some(Route::List),
+        "top" => Some(Route::Top),
+        rest => rest.strip_prefix("counters/").map(Route::Counter),
+    }
+}
+
+async fn handle(api: &Api, req: &Request<Incoming>) -> Resp {
+    let Some(route) = route(req.uri().path()) else {
+        return error(StatusCode::NOT_FOUND, "no such path");
+    };
+    if !server::allowed(req.method()) {
+        let mut resp = server::method_not_allowed(JSON, body("only GET and HEAD"));
+        forbid_content(&mut resp);
+        return resp;
+    }
+    let answer = async {
+        let query = Query::parse(req.uri().query())?;
+        match route {
+            Route::List => list(api, &query).await,
+            Route::Counter(raw) => counter(api, raw, &query).await,
+            Route::Top => top(api, &query).await,
+        }
+    };
+    match answer.await {
+        Ok(json) => json_response(StatusCode::OK, json),
+        Err(Failure::BadRequest(why)) => error(StatusCode::BAD_REQUEST, &why),
+        Err(Failure::NotFound(why)) => error(StatusCode::NOT_FOUND, &why),
+        Err(Failure::Redis(e)) => {
+            tracing::warn!(error = %e, "query API: Redis failed");
+            api.failed(&e).await;
+            error(StatusCode::SERVICE_UNAVAILABLE, "Redis is unavailable")
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ListBody {
+    counters: Vec<ListedBody>,
+    next: Option<String>,
+}
+
+#[derive(Serialize)]
+struct ListedBody {
+    name: String,
+    precisions: Vec<u32>,
+}
+
+async fn list(api: &Api, q: &Query) -> Result<String, Failure> {
+    let limit = q.limit(DEFAULT_LIMIT, MAX_LIMIT)?;
+    let mut conn = api.conn().await?;
+    let page = query::list(
+        &mut conn,
+        &api.keys,
+        &api.precisions,
+        q.get("prefix").unwrap_or(""),
+        q.get("after"),
+        limit,
+    )
+    .await
+    .map_err(Failure::Redis)?;
+    let counters = page
+        .counters
+        .into_iter()
+        .map(|c| ListedBody {
+            name: c.name,
+            precisions: c.precisions,
+        })
+        .collect();
+    to_json(&ListBody {
+        counters,
+        next: page.next,
+    })
+}
+
+#[derive(Serialize)]
+struct CounterBody<'a> {
+    name: &'a str,
+    precision: u32,
+    samples: Vec<(i64, i64)>,
+}
+
+async fn counter(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
+    let name = decode(raw, false)?;
+    let precision = q.precision(&api.precisions)?;
+    let (from, until) = (q.int("from")?, q.int("until")?);
+    if name.is_empty() {
+        return Err(Failure::NotFound("no such counter".into()));
+    }
+    let mut conn = api.conn().await?;
+    let samples = query::samples(&mut conn, &api.keys, precision, &name, from, until)
+        .await
+        .map_err(Failure::Redis)?
+        .ok_or_else(|| {
+            Failure::NotFound(format!("no counter {name:?} at precision {precision}"))
+        })?;
+    to_json(&CounterBody {
+        name: &name,
+        precision,
+        samples: samples.iter().map(|s| (s.time, s.count)).collect(),
+    })
+}
+
+#[derive(Serialize)]
+struct TopBody<'a> {
+    precision: u32,
+    bucket: i64,
+    counters: Vec<TopEntry<'a>>,
+}
+
+#[derive(Serialize)]
+struct TopEntry<'a> {
+    name: &'a str,
+    count: i64,
+}
+
+async fn top(api: &Api, q: &Query) -> Result<String, Failure> {
+    let precision = q.precision(&api.precisions)?;
+    if precision < TOP_MIN_PRECISION {
+        return Err(Failure::BadRequest(format!(
+            "top ranks precisions of {TOP_MIN_PRECISION} s or more: a {precision} s bucket \
+             is over before a ranking of it could be computed and cached"
+        )));
+    }
+    let limit = q.limit(DEFAULT_LIMIT, MAX_LIMIT)?;
+    let now = crate::model::clock::unix_ms().div_euclid(1000);
+    let bucket = bucket_start(q.int("bucket")?.unwrap_or(now), precision);
+    let mut conn = api.conn().await?;
+    let ranking = api
+        .rankings
+        .get(&mut conn, precision, bucket)
+        .await
+        .map_err(Failure::Redis)?;
+    to_json(&TopBody {
+        precision,
+        bucket,
+        counters: ranking
+            .iter()
+            .take(limit)
+            .map(|(name, count)| TopEntry {
+                name,
+                count: *count,
+            })
+            .collect(),
+    })
+}
+
+fn to_json(value: &impl Serialize) -> Result<String, Failure> {
+    Ok(serde_json::to_string(value).expect("plain data serializes"))
+}
+
+fn body(why: &str) -> String {
+    serde_json::json!({ "error": why }).to_string()
+}
+
+fn error(status: StatusCode, why: &str) -> Resp {
+    json_response(status, body(why))
+}
+
+fn json_response(status: StatusCode, json: String) -> Resp {
+    let mut resp = server::respond(status, JSON, json);
+    forbid_content(&mut resp);
+    resp
+}
+
+/// The API serves data only: nothing in an answer may load or run.
+fn forbid_content(resp: &mut Resp) {
+    resp.headers_mut().insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'"),
+    );
+}

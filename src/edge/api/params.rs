@@ -1,0 +1,149 @@
+//! The query API's input, checked: percent-decoding of the path and the
+//! query string, and each parameter's range. Every refusal is a sentence
+//! for a 400 answer. Pure.
+
+/// Decodes `%XX` escapes (and `+` as a space when `plus_is_space`, as in a
+/// query string); the result must be UTF-8.
+pub fn decode(text: &str, plus_is_space: bool) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok());
+                let byte = hex
+                    .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| format!("bad percent-encoding in `{text}`"))?;
+                out.push(byte);
+                i += 3;
+            }
+            b'+' if plus_is_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("`{text}` does not decode to UTF-8"))
+}
+
+/// A query string's parameters, decoded; the first of a repeated name wins.
+#[derive(Debug, Default)]
+pub struct Query(Vec<(String, String)>);
+
+impl Query {
+    /// Parses `a=1&b=x%20y`.
+    pub fn parse(query: Option<&str>) -> Result<Query, String> {
+        let mut pairs = Vec::new();
+        for part in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').unwrap_or((part, ""));
+            pairs.push((decode(k, true)?, decode(v, true)?));
+        }
+        Ok(Query(pairs))
+    }
+
+    /// The value of `name`, if given.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `name` as an integer, if given.
+    pub fn int(&self, name: &str) -> Result<Option<i64>, String> {
+        self.get(name)
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| format!("{name} must be a whole number, not `{v}`"))
+            })
+            .transpose()
+    }
+
+    /// `limit`: 1..=`max`, `default` when absent.
+    pub fn limit(&self, default: usize, max: usize) -> Result<usize, String> {
+        let Some(v) = self.get("limit") else {
+            return Ok(default);
+        };
+        match v.parse::<usize>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "limit must be a whole number from 1 to {max}, not `{v}`"
+            )),
+        }
+    }
+
+    /// `precision`, required, one of `configured`.
+    pub fn precision(&self, configured: &[u32]) -> Result<u32, String> {
+        let list = || {
+            configured
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let Some(v) = self.get("precision") else {
+            return Err(format!("precision is required: one of {}", list()));
+        };
+        match v.parse::<u32>() {
+            Ok(p) if configured.contains(&p) => Ok(p),
+            _ => Err(format!("precision must be one of {}, not `{v}`", list())),
+        }
+    }
+}
+
+/// The start of the bucket of `precision` holding `t`.
+pub fn bucket_start(t: i64, precision: u32) -> i64 {
+    let p = i64::from(precision);
+    t.div_euclid(p) * p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_percent_and_plus() {
+        assert_eq!(decode("a%2Fb%20c%3A", false).unwrap(), "a/b c:");
+        assert_eq!(decode("caf%C3%A9+x", false).unwrap(), "café+x");
+        assert_eq!(decode("caf%C3%A9+x", true).unwrap(), "café x");
+        assert!(decode("%zz", false).is_err());
+        assert!(decode("%4", false).is_err());
+        assert!(decode("%", false).is_err());
+        assert!(decode("%ff", false).unwrap_err().contains("UTF-8"));
+        assert!(decode("%C3", false).is_err());
+    }
+
+    #[test]
+    fn parameters_are_checked() {
+        let q = Query::parse(Some("limit=0&precision=7&from=x&empty")).unwrap();
+        assert!(q.limit(100, 1000).is_err());
+        assert!(q.precision(&[1, 60]).unwrap_err().contains("1,60"));
+        assert!(q.int("from").is_err());
+        assert_eq!(q.int("until"), Ok(None));
+        assert_eq!(q.get("empty"), Some(""));
+        let q = Query::parse(Some("limit=1000&precision=60&prefix=a+b%2F")).unwrap();
+        assert_eq!(q.limit(100, 1000), Ok(1000));
+        assert_eq!(q.precision(&[1, 60]), Ok(60));
+        assert_eq!(q.get("prefix"), Some("a b/"));
+        assert!(Query::parse(Some("limit=1001"))
+            .unwrap()
+            .limit(100, 1000)
+            .is_err());
+        assert_eq!(Query::parse(None).unwrap().limit(100, 1000), Ok(100));
+        assert!(Query::parse(Some("a=%")).is_err());
+    }
+
+    #[test]
+    fn buckets_start_at_multiples() {
+        assert_eq!(bucket_start(1_700_000_059, 60), 1_700_000_040);
+        assert_eq!(bucket_start(-1, 60), -60);
+    }
+}

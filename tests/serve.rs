@@ -1,0 +1,525 @@
+//! `hitcount serve`, the read-only JSON query API, run as the real binary
+//! against a real redis-server: exact samples for awkward names, paging
+//! without loss or repeats, `top` against a brute-force ranking, every
+//! refusal, and the whole API as a Redis user that may only read.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::bin::{free_addr, hitcount, run_hitcount, wait_for, Child};
+use common::*;
+use hitcount::edge::embedded::ServerOptions;
+use hitcount::store::connect::Conn;
+use serde_json::{json, Value};
+
+/// The rules of a read-only user, as the README gives them.
+const READ_ONLY: &str = "resetchannels ~known: ~count:* -@all +@read +@connection +cluster|info";
+
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+    fn has(&self, header: &str) -> bool {
+        self.head
+            .to_ascii_lowercase()
+            .contains(&header.to_ascii_lowercase())
+    }
+}
+
+/// One HTTP/1.1 request; the status, the head and the body (never chunked
+/// here: the API answers with a length).
+fn request(addr: &str, method: &str, path: &str) -> Option<Answer> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some(Answer {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    })
+}
+
+fn get(addr: &str, path: &str) -> Answer {
+    let a = request(addr, "GET", path).unwrap_or_else(|| panic!("no answer to {path}"));
+    // The headers every answer carries.
+    for h in [
+        "content-type: application/json; charset=utf-8",
+        "cache-control: no-store",
+        "x-content-type-options: nosniff",
+        "content-security-policy: default-src 'none'",
+    ] {
+        assert!(a.has(h), "{path}: no `{h}` in\n{}", a.head);
+    }
+    a
+}
+
+/// Starts `hitcount serve` on `url` and waits until it answers.
+fn serve(url: &str, extra: &[&str]) -> (Child, String) {
+    let addr = free_addr();
+    let mut cmd = hitcount();
+    cmd.args(["serve", "--redis-url", url, "--listen", &addr])
+        .args(extra);
+    let mut child = Child::spawn("serve", cmd);
+    wait_for("serve answers", Duration::from_secs(30), || {
+        child.assert_running();
+        request(&addr, "GET", "/api/v1/nope")
+    });
+    (child, addr)
+}
+
+/// Percent-encodes every byte but unreserved ones.
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Writes a counter directly in the seeds' layout.
+async fn seed(c: &mut Conn, precision: u32, name: &str, samples: &[(i64, i64)]) {
+    let mut pipe = redis::pipe();
+    pipe.cmd("ZADD")
+        .arg("known:")
+        .arg(0)
+        .arg(format!("{precision}:{name}"));
+    for (t, n) in samples {
+        pipe.cmd("HSET")
+            .arg(format!("count:{precision}:{name}"))
+            .arg(t)
+            .arg(n);
+    }
+    let _: () = pipe.query_async(c).await.unwrap();
+}
+
+const AWKWARD: [&str; 6] = [
+    "page:home",
+    "a/b/c",
+    "with space",
+    "café ☕",
+    "x:y/z é%20+",
+    "日本語:ページ",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_of_awkward_names_are_exact() {
+    let server = server();
+    let mut c = conn(&server.url()).await;
+    let mut expected = BTreeMap::new();
+    for (i, name) in AWKWARD.iter().enumerate() {
+        let i = i as i64;
+        let samples = [
+            (1_700_000_040, 3 + i),
+            (1_700_000_100, 1),
+            (1_700_000_160, 20 * i),
+        ];
+        seed(&mut c, 60, name, &samples).await;
+        seed(&mut c, 1, name, &[(1_700_000_001, 7)]).await;
+        expected.insert(name.to_string(), samples);
+    }
+    // Known but emptied by the cleaner: no samples, yet it exists.
+    seed(&mut c, 60, "emptied", &[]).await;
+    let (_serve, addr) = serve(&server.url(), &[]);
+
+    for (name, samples) in &expected {
+        let a = get(
+            &addr,
+            &format!("/api/v1/counters/{}?precision=60", enc(name)),
+        );
+        assert_eq!(a.status, 200, "{name}: {}", a.body);
+        let want: Vec<Value> = samples.iter().map(|(t, n)| json!([t, n])).collect();
+        assert_eq!(
+            a.json(),
+            json!({"name": name, "precision": 60, "samples": want})
+        );
+        let a = get(
+            &addr,
+            &format!(
+                "/api/v1/counters/{}?precision=60&from=1700000100&until=1700000100",
+                enc(name)
+            ),
+        );
+        assert_eq!(a.json()["samples"], json!([[1_700_000_100, 1]]), "{name}");
+        let a = get(
+            &addr,
+            &format!("/api/v1/counters/{}?precision=1", enc(name)),
+        );
+        assert_eq!(a.json()["samples"], json!([[1_700_000_001, 7]]), "{name}");
+    }
+    let a = get(&addr, "/api/v1/counters/emptied?precision=60");
+    assert_eq!((a.status, a.json()["samples"].clone()), (200, json!([])));
+    // ':' and a raw '/' in the path are part of the name too.
+    let a = get(&addr, "/api/v1/counters/a/b/c?precision=60");
+    assert_eq!(a.json()["name"], "a/b/c");
+
+    // The listing: names (not members), each with its precisions.
+    let a = get(&addr, "/api/v1/counters");
+    let body = a.json();
+    assert_eq!(body["next"], Value::Null);
+    let names: Vec<&str> = body["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    let mut want: Vec<&str> = AWKWARD.to_vec();
+    want.push("emptied");
+    want.sort_unstable();
+    assert_eq!(names, want);
+    assert_eq!(body["counters"][0]["precisions"], json!([1, 60]), "{body}");
+    let a = get(&addr, &format!("/api/v1/counters?prefix={}", enc("café")));
+    assert_eq!(
+        a.json()["counters"],
+        json!([{"name": "café ☕", "precisions": [1, 60]}])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paging_loses_and_repeats_nothing() {
+    let server = server();
+    let mut c = conn(&server.url()).await;
+    // 2,500 names; precisions vary by name, and some names exist only at
+    // a coarse precision, so the per-precision lists differ.
+    let mut want: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    let mut pipe = redis::pipe();
+    for i in 0..2500 {
+        let name = match i % 5 {
+            0 => format!("p/{i:05} é"),
+            1 => format!("p:{i:05}"),
+            _ => format!("q {i:05}"),
+        };
+        let precisions: Vec<u32> = match i % 4 {
+            0 => vec![1, 60, 86400],
+            1 => vec![60],
+            2 => vec![86400],
+            _ => vec![1, 5, 60, 300, 3600, 18000, 86400],
+        };
+        for p in &precisions {
+            pipe.cmd("ZADD")
+                .arg("known:")
+                .arg(0)
+                .arg(format!("{p}:{name}"));
+        }
+        want.insert(name, precisions);
+    }
+    let _: () = pipe.query_async(&mut c).await.unwrap();
+    let (_serve, addr) = serve(&server.url(), &[]);
+
+    for (limit, prefix) in [(1000, ""), (333, ""), (7, "p"), (100, "q ")] {
+        let mut got: Vec<(String, Vec<u32>)> = Vec::new();
+        let mut after: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let mut path = format!("/api/v1/counters?limit={limit}&prefix={}", enc(prefix));
+            if let Some(a) = &after {
+                path.push_str(&format!("&after={}", enc(a)));
+            }
+            let body = get(&addr, &path).json();
+            let page = body["counters"].as_array().unwrap();
+            assert!(page.len() <= limit);
+            for c in page {
+                let precisions = c["precisions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p.as_u64().unwrap() as u32)
+                    .collect();
+                got.push((c["name"].as_str().unwrap().to_string(), precisions));
+            }
+            pages += 1;
+            match &body["next"] {
+                Value::Null => break,
+                Value::String(n) => {
+                    assert_eq!(page.len(), limit, "only a full page has a next");
+                    after = Some(n.clone());
+                }
+                other => panic!("next: {other}"),
+            }
+        }
+        let expected: Vec<(String, Vec<u32>)> = want
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix))
+            .map(|(n, p)| (n.clone(), p.clone()))
+            .collect();
+        assert_eq!(got.len(), expected.len(), "limit {limit} prefix {prefix:?}");
+        assert_eq!(got, expected, "limit {limit} prefix {prefix:?}");
+        assert_eq!(
+            pages,
+            expected.len().div_ceil(limit).max(1),
+            "limit {limit}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_is_the_brute_force_ranking() {
+    let server = server();
+    let mut c = conn(&server.url()).await;
+    let bucket = 1_700_000_100 / 300 * 300;
+    let mut counts: Vec<(String, i64)> = Vec::new();
+    let mut pipe = redis::pipe();
+    // 2,300 names over several ZRANGEBYLEX pages, many ties, some without
+    // this bucket.
+    for i in 0..2300_i64 {
+        let name = format!("{} n{i}", AWKWARD[i as usize % AWKWARD.len()]);
+        pipe.cmd("ZADD")
+            .arg("known:")
+            .arg(0)
+            .arg(format!("300:{name}"));
+        pipe.cmd("HSET")
+            .arg(format!("count:300:{name}"))
+            .arg(bucket - 300)
+            .arg(1_000_000);
+        if i % 10 != 0 {
+            let n = (i * 7919) % 97;
+            pipe.cmd("HSET")
+                .arg(format!("count:300:{name}"))
+                .arg(bucket)
+                .arg(n);
+            counts.push((name, n));
+        }
+    }
+    let _: () = pipe.query_async(&mut c).await.unwrap();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let (_serve, addr) = serve(&server.url(), &[]);
+
+    for limit in [1, 50, 1000] {
+        // Any time inside the bucket names it.
+        let a = get(
+            &addr,
+            &format!(
+                "/api/v1/top?precision=300&bucket={}&limit={limit}",
+                bucket + 17
+            ),
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+        let want: Vec<Value> = counts
+            .iter()
+            .take(limit)
+            .map(|(n, c)| json!({"name": n, "count": c}))
+            .collect();
+        assert_eq!(
+            a.json(),
+            json!({"precision": 300, "bucket": bucket, "counters": want})
+        );
+    }
+    // The default bucket is the current one.
+    let a = get(&addr, "/api/v1/top?precision=3600");
+    let now = unix_now();
+    let b = a.json()["bucket"].as_i64().unwrap();
+    assert!(
+        b % 3600 == 0 && b <= now && now - b < 3600 + 5,
+        "{}",
+        a.body
+    );
+    assert_eq!(a.json()["counters"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_json_and_says_why() {
+    let server = server();
+    let mut c = conn(&server.url()).await;
+    seed(&mut c, 60, "page:home", &[(60, 1)]).await;
+    let (_serve, addr) = serve(&server.url(), &[]);
+    let cases: &[(&str, u16, &str)] = &[
+        (
+            "/api/v1/counters/page:home?precision=7",
+            400,
+            "precision must be one of 1,5,60",
+        ),
+        ("/api/v1/counters/page:home", 400, "precision is required"),
+        (
+            "/api/v1/counters/page:home?precision=x",
+            400,
+            "precision must be one of",
+        ),
+        (
+            "/api/v1/counters/page:home?precision=60&from=x",
+            400,
+            "from must be a whole number",
+        ),
+        (
+            "/api/v1/counters/page:home?precision=60&until=1.5",
+            400,
+            "until must be",
+        ),
+        (
+            "/api/v1/counters/bad%zz?precision=60",
+            400,
+            "percent-encoding",
+        ),
+        (
+            "/api/v1/counters/bad%?precision=60",
+            400,
+            "percent-encoding",
+        ),
+        ("/api/v1/counters/bad%FF%FE?precision=60", 400, "UTF-8"),
+        ("/api/v1/counters?prefix=%C3", 400, "UTF-8"),
+        (
+            "/api/v1/counters?limit=0",
+            400,
+            "limit must be a whole number from 1 to 1000",
+        ),
+        ("/api/v1/counters?limit=1001", 400, "from 1 to 1000"),
+        ("/api/v1/counters?limit=-1", 400, "from 1 to 1000"),
+        ("/api/v1/counters?limit=ten", 400, "from 1 to 1000"),
+        ("/api/v1/top?precision=5", 400, "60 s or more"),
+        ("/api/v1/top?precision=1", 400, "60 s or more"),
+        ("/api/v1/top", 400, "precision is required"),
+        (
+            "/api/v1/top?precision=60&bucket=now",
+            400,
+            "bucket must be a whole number",
+        ),
+        ("/api/v1/top?precision=60&limit=5000", 400, "from 1 to 1000"),
+        ("/api/v1/counters/nothing?precision=60", 404, "no counter"),
+        ("/api/v1/counters/page:home?precision=1", 404, "no counter"),
+        ("/api/v1/counters/?precision=60", 404, "no such counter"),
+        ("/api/v1/nope", 404, "no such path"),
+        ("/api/v2/counters", 404, "no such path"),
+        ("/", 404, "no such path"),
+    ];
+    for (path, status, why) in cases {
+        let a = get(&addr, path);
+        assert_eq!(a.status, *status, "{path}: {}", a.body);
+        let msg = a.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(msg.contains(why), "{path}: {msg:?} lacks {why:?}");
+    }
+    // An unknown parameter is ignored.
+    assert_eq!(
+        get(&addr, "/api/v1/counters/page:home?precision=60&x=1").status,
+        200
+    );
+    for method in ["POST", "PUT", "DELETE", "PATCH"] {
+        let a = request(&addr, method, "/api/v1/counters").unwrap();
+        assert_eq!(a.status, 405, "{method}");
+        assert!(a.has("allow: GET, HEAD"), "{}", a.head);
+        assert!(a.has("content-security-policy: default-src 'none'"));
+        assert!(a.json()["error"].is_string());
+    }
+    let head = request(&addr, "HEAD", "/api/v1/counters").unwrap();
+    assert_eq!((head.status, head.body.as_str()), (200, ""));
+    // Headers that do not fit the buffer are refused, as on /metrics.
+    let long = format!("/api/v1/counters?prefix={}", "a".repeat(20_000));
+    assert_eq!(request(&addr, "GET", &long).map(|a| a.status), Some(431));
+}
+
+#[test]
+fn redis_out_of_reach_is_a_503() {
+    // A port nothing listens on.
+    let dead = format!("redis://{}", free_addr());
+    let (_serve, addr) = serve(&dead, &[]);
+    for path in [
+        "/api/v1/counters",
+        "/api/v1/counters/x?precision=60",
+        "/api/v1/top?precision=60",
+    ] {
+        let a = get(&addr, path);
+        assert_eq!(a.status, 503, "{path}: {}", a.body);
+        assert_eq!(a.json(), json!({"error": "Redis is unavailable"}));
+    }
+    // Bad input is still told before Redis is needed.
+    assert_eq!(get(&addr, "/api/v1/counters?limit=0").status, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_as_a_user_that_may_only_read() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(
+        readme.contains(READ_ONLY),
+        "README gives the read-only rules"
+    );
+    let server = server_with(ServerOptions {
+        extra: vec![format!("user reader on >read-pw {READ_ONLY}")],
+        ..ServerOptions::default()
+    });
+    let mut admin = conn(&server.url()).await;
+    for name in AWKWARD {
+        seed(&mut admin, 60, name, &[(60, 2), (120, 5)]).await;
+    }
+    let url = format!("redis://reader:read-pw@127.0.0.1:{}", server.port());
+    // The user really cannot write.
+    let mut reader = conn(&url).await;
+    let denied: redis::RedisResult<()> = redis::cmd("HSET")
+        .arg("count:60:x")
+        .arg(1)
+        .arg(1)
+        .query_async(&mut reader)
+        .await;
+    assert_eq!(denied.unwrap_err().code(), Some("NOPERM"));
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+
+    let (_serve, addr) = serve(&url, &[]);
+    let a = get(&addr, "/api/v1/counters?limit=2");
+    assert_eq!(a.status, 200, "{}", a.body);
+    for name in AWKWARD {
+        let a = get(
+            &addr,
+            &format!("/api/v1/counters/{}?precision=60", enc(name)),
+        );
+        assert_eq!(a.json()["samples"], json!([[60, 2], [120, 5]]), "{name}");
+    }
+    assert_eq!(get(&addr, "/api/v1/counters/none?precision=60").status, 404);
+    let a = get(&addr, "/api/v1/top?precision=60&bucket=120&limit=3");
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.json()["counters"].as_array().unwrap().len(), 3);
+
+    let log: Vec<redis::Value> = redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(log.is_empty(), "ACL LOG: {log:?}");
+}
+
+#[test]
+fn a_bad_listen_address_exits_1_saying_so() {
+    for listen in ["nonsense", "127.0.0.1:99999"] {
+        let out = run_hitcount(&[
+            "serve",
+            "--listen",
+            listen,
+            "--redis-url",
+            "redis://127.0.0.1:1",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].contains(&format!(
+                "cannot listen on {listen} (HITCOUNT_SERVE_LISTEN)"
+            )),
+            "{err}"
+        );
+    }
+}

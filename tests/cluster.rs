@@ -111,3 +111,63 @@ fn commands_that_do_not_run_on_a_cluster_yet_refuse_it_clearly() {
         text(&out)
     );
 }
+
+/// `hitcount serve` on a cluster: names by page, exact samples and `top`
+/// (equal to a brute-force ranking) over counters spread across the slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reads_counters_spread_over_the_cluster() {
+    let cluster = Cluster::start();
+    let seeds = cluster.seed_url();
+    let mut c = cluster.client_conn().await;
+    let bucket = 3600 * 1000;
+    let mut expected = Vec::new();
+    for i in 0..150 {
+        let name = format!("p/{i:03}");
+        let count = (i * 37) % 11 + 1;
+        let _: () = c
+            .hset(format!("count:3600:{name}"), bucket, count)
+            .await
+            .unwrap();
+        let _: () = c.zadd("known:", format!("3600:{name}"), 0).await.unwrap();
+        expected.push((name, count as i64));
+    }
+    expected.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+
+    let addr = bin::free_addr();
+    let mut serve = bin::Child::spawn("serve", {
+        let mut cmd = bin::hitcount();
+        cmd.args(["serve", "--redis-url", &seeds, "--listen", &addr]);
+        cmd
+    });
+    let get = |path: &str| -> serde_json::Value {
+        let (status, body) = bin::http_get(&addr, path).expect("serve answers");
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    bin::wait_for("serve answers", std::time::Duration::from_secs(30), || {
+        serve.assert_running();
+        bin::http_get(&addr, "/api/v1/nope")
+    });
+    let page = get("/api/v1/counters?prefix=p%2F&limit=1000");
+    assert_eq!(page["counters"].as_array().unwrap().len(), 150);
+    let one = get("/api/v1/counters/p%2F007?precision=3600");
+    assert_eq!(
+        one["samples"],
+        serde_json::json!([[bucket, expected.iter().find(|e| e.0 == "p/007").unwrap().1]])
+    );
+    let top = get(&format!(
+        "/api/v1/top?precision=3600&bucket={bucket}&limit=20"
+    ));
+    let got: Vec<(String, i64)> = top["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["count"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, expected[..20].to_vec());
+}

@@ -13,6 +13,7 @@ use redis::aio::ConnectionLike;
 use redis::RedisResult;
 
 use crate::model::keys::Keys;
+use crate::store::client::Conn;
 use crate::store::counters::{self, Sample};
 
 /// One counter name and the precisions it has in `known:`.
@@ -166,8 +167,8 @@ pub const RANK_PAGE: usize = 1000;
 /// precision: pages of [`RANK_PAGE`] `known:` members (ZRANGEBYLEX from the
 /// last one seen), each followed by one pipeline of as many HGETs. A name
 /// without that bucket, or whose count is not an integer, is left out.
-pub async fn rank<C: ConnectionLike>(
-    conn: &mut C,
+pub async fn rank(
+    conn: &mut Conn,
     keys: &Keys,
     precision: u32,
     bucket: i64,
@@ -193,11 +194,7 @@ pub async fn rank<C: ConnectionLike>(
             .filter_map(|m| m.strip_prefix(head.as_slice()))
             .filter_map(|n| String::from_utf8(n.to_vec()).ok())
             .collect();
-        let mut pipe = redis::pipe();
-        for n in &names {
-            pipe.cmd("HGET").arg(keys.count(precision, n)).arg(bucket);
-        }
-        let counts: Vec<Option<String>> = pipe.query_async(conn).await?;
+        let counts = counts_of(conn, keys, precision, bucket, &names).await?;
         for (name, count) in names.into_iter().zip(counts) {
             if let Some(c) = count.and_then(|c| c.parse::<i64>().ok()) {
                 best.push((name, c));
@@ -209,6 +206,46 @@ pub async fn rank<C: ConnectionLike>(
         }
     }
     Ok(best)
+}
+
+/// The count of `bucket` in each named counter: one pipeline on one node;
+/// on a cluster, where a pipeline may not span hash slots, one HGET per
+/// name, all in flight at once on the multiplexed connection.
+async fn counts_of(
+    conn: &mut Conn,
+    keys: &Keys,
+    precision: u32,
+    bucket: i64,
+    names: &[String],
+) -> RedisResult<Vec<Option<String>>> {
+    if !conn.is_cluster() {
+        let mut pipe = redis::pipe();
+        for n in names {
+            pipe.cmd("HGET").arg(keys.count(precision, n)).arg(bucket);
+        }
+        return pipe.query_async(conn).await;
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, n) in names.iter().enumerate() {
+        let mut c = conn.clone();
+        let key = keys.count(precision, n);
+        tasks.spawn(async move {
+            let count: RedisResult<Option<String>> = redis::cmd("HGET")
+                .arg(key)
+                .arg(bucket)
+                .query_async(&mut c)
+                .await;
+            (i, count)
+        });
+    }
+    let mut counts = vec![None; names.len()];
+    while let Some(done) = tasks.join_next().await {
+        let (i, count) = done.map_err(|e| {
+            redis::RedisError::from((redis::ErrorKind::Io, "a ranking read failed", e.to_string()))
+        })?;
+        counts[i] = count?;
+    }
+    Ok(counts)
 }
 
 /// Sorts highest count first, ties by name, and keeps the first `keep`.

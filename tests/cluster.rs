@@ -1,6 +1,7 @@
 //! hitcount on a real local Redis Cluster (3 masters, 3 replicas), as far as
 //! it goes today: `REDIS_URL` with several nodes or one (auto-detected),
-//! `hit`, `load` and `get` through the cluster with the seed layout; the
+//! `hit`, `load`, `get`, `status` and `serve` through the cluster with the
+//! seed layout; the
 //! commands that do not run on a cluster yet refuse it with one line, and
 //! `HITCOUNT_CLUSTER=off` with several nodes is refused.
 
@@ -31,7 +32,7 @@ fn text(out: &std::process::Output) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hit_load_and_get_work_on_a_cluster_with_the_seed_layout() {
+async fn hit_load_get_and_status_work_on_a_cluster_with_the_seed_layout() {
     let cluster = Cluster::start();
     let seeds = cluster.seed_url();
     assert!(seeds.contains(','), "several nodes: {seeds}");
@@ -50,6 +51,12 @@ async fn hit_load_and_get_work_on_a_cluster_with_the_seed_layout() {
     let mut c = cluster.client_conn().await;
     let len: i64 = c.xlen("hits").await.unwrap();
     assert_eq!(len, 502);
+    // And what `status` shows through the cluster.
+    let out = run(&seeds, &["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["stream"], "hits", "{}", text(&out));
+    assert_eq!(status["length"], 502, "{}", text(&out));
 
     // The counters as the seeds lay them out, wherever the cluster put
     // them: written here by hand (no worker runs on a cluster yet), read
@@ -76,9 +83,8 @@ async fn hit_load_and_get_work_on_a_cluster_with_the_seed_layout() {
 fn commands_that_do_not_run_on_a_cluster_yet_refuse_it_clearly() {
     let cluster = Cluster::start();
     let seeds = cluster.seed_url();
-    let cases: [&[&str]; 4] = [
+    let cases: [&[&str]; 3] = [
         &["worker", "--listen", "127.0.0.1:0"],
-        &["status"],
         &["clean", "--once"],
         &["demo", "--hits", "100", "--names", "5"],
     ];

@@ -97,10 +97,13 @@ pub struct Leader {
 
 /// Reads the status from Redis; `leader_key` is the full lease key.
 pub async fn gather(conn: &mut Conn, keys: &Keys, leader_key: &str) -> RedisResult<Status> {
-    let (known, last_pass): (u64, BTreeMap<String, String>) = redis::pipe()
-        .cmd("ZCARD")
+    // Two commands, not one pipeline: on a cluster the keys may sit in two
+    // hash slots, and a pipeline may not span them.
+    let known: u64 = redis::cmd("ZCARD")
         .arg(keys.known())
-        .cmd("HGETALL")
+        .query_async(conn)
+        .await?;
+    let last_pass: BTreeMap<String, String> = redis::cmd("HGETALL")
         .arg(keys.cleaner_status())
         .query_async(conn)
         .await?;

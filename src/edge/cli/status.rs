@@ -20,7 +20,7 @@ pub struct Args {
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     args.leader.validate()?;
-    let mut conn = super::connect_single(&args.common.redis, "hitcount status").await?;
+    let mut conn = super::connect(&args.common.redis).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);
     let status =
         crate::service::status::gather(&mut conn, &keys, &keys.leader(&args.leader.leader_key))

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use super::Common;
-use crate::service::producer::{Producer, ProducerOptions};
 
 /// How long `hit` waits for Redis before giving up.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -65,16 +64,9 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
             anyhow::bail!(why);
         }
     }
-    // The producer never reports errors (it retries in the background); a
-    // one-shot command connects first so a bad password, CA, certificate,
-    // missing permission or a key of another type fails at once with
-    // Redis' or TLS' own words.
-    super::check_stream(&args.common.redis, &args.common.stream.stream).await?;
-    let producer = Producer::start(
-        &args.common.redis,
-        &args.common.stream,
-        ProducerOptions::default(),
-    )?;
+    // A bad password, CA, certificate, missing permission or a key of
+    // another type fails here at once, with Redis' or TLS' own words.
+    let producer = super::checked_producer(&args.common).await?;
     match args.at {
         Some(ts) => producer.hit_at(&args.name, args.count, ts),
         None => producer.hit_n(&args.name, args.count),

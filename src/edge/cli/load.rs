@@ -6,7 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Common;
 use crate::edge::workload::{Distribution, Names};
-use crate::service::producer::{Producer, ProducerOptions};
+use crate::service::producer::Producer;
 
 /// Events the generator lets the producer hold before waiting for it.
 const MAX_IN_FLIGHT: u64 = 200_000;
@@ -42,14 +42,7 @@ pub struct Sent {
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
-    // The producer retries every error in the background; check first that
-    // Redis takes hits from this user at all.
-    super::check_stream(&args.common.redis, &args.common.stream.stream).await?;
-    let producer = Producer::start(
-        &args.common.redis,
-        &args.common.stream,
-        ProducerOptions::default(),
-    )?;
+    let producer = super::checked_producer(&args.common).await?;
     let dist = args.zipf.map_or(Distribution::Uniform, Distribution::Zipf);
     let sent = send(
         &producer,

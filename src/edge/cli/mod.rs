@@ -3,13 +3,9 @@
 
 use std::io::Write as _;
 
-use crate::store::connect::Conn;
-use anyhow::anyhow;
 use clap::{Parser, Subcommand, ValueEnum};
-use redis::RedisError;
 
-use crate::model::config::{redact_url, LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
-use crate::store::connect::ErrorClass;
+use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 
 /// Writes one line to stdout, like `println!`, but a closed stdout (the
 /// reader quit: `hitcount get NAME | head -1`) returns [`StdoutClosed`] from
@@ -26,9 +22,14 @@ mod demo;
 mod get;
 mod hit;
 mod load;
+mod reach;
 mod serve;
 mod status;
 mod worker;
+
+pub use reach::{
+    cause, check_stream, checked_producer, connect, connect_single, one_line, redis_error,
+};
 
 /// Count hits at scale on Redis: a stream of hit events in, multi-precision
 /// counters (the Redis in Action §5.2 layout) out.
@@ -182,156 +183,6 @@ pub fn out(text: &str) -> anyhow::Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
         Err(e) => Err(anyhow::Error::new(e).context("cannot write to stdout")),
-    }
-}
-
-/// What went wrong, in one line: for a reply error (alone or the first of a
-/// pipeline) its code and message, plus a hint for the usual causes; else
-/// the client's words.
-pub fn cause(err: &RedisError) -> String {
-    if err.kind() == redis::ErrorKind::AuthenticationFailed {
-        return "authentication failed: wrong user name or password (WRONGPASS)".into();
-    }
-    let Some((_, first)) = err
-        .clone()
-        .into_server_errors()
-        .and_then(|errors| errors.first().cloned())
-    else {
-        return err.to_string();
-    };
-    let code = first.code();
-    let mut line = match first.details() {
-        Some(detail) => format!("{code} {detail}"),
-        None => code.to_string(),
-    };
-    match code {
-        "NOAUTH" => {
-            line.push_str(" (the Redis URL carries no password: redis://[USER:]PASSWORD@HOST:PORT)")
-        }
-        "NOPERM" => line.push_str(
-            " (the user lacks a command or key hitcount needs: see deploy/redis/hitcount.acl)",
-        ),
-        _ => {}
-    }
-    line
-}
-
-/// A Redis error as one line naming the Redis URL (password hidden).
-pub fn redis_error(url: &str, err: &RedisError) -> anyhow::Error {
-    anyhow!("Redis at {}: {}", redact_url(url), cause(err))
-}
-
-/// Rewrites an error whose cause is a [`RedisError`] as one line: the
-/// contexts above it, then [`redis_error`]. Other errors pass unchanged.
-pub fn one_line(err: anyhow::Error, url: Option<&str>) -> anyhow::Error {
-    let Some(redis) = err.chain().find_map(|e| e.downcast_ref::<RedisError>()) else {
-        return err;
-    };
-    let raw = redis.to_string();
-    let mut parts: Vec<String> = err
-        .chain()
-        .take_while(|e| !e.is::<RedisError>())
-        .map(|e| e.to_string())
-        // A wrapper that only repeats the Redis error adds nothing.
-        .filter(|m| !m.ends_with(&raw))
-        .collect();
-    parts.push(match url {
-        Some(url) => redis_error(url, redis).to_string(),
-        None => format!("Redis: {}", cause(redis)),
-    });
-    anyhow!(parts.join(": "))
-}
-
-/// Opens a connection for a one-shot command and makes sure Redis accepts
-/// it (a `PING`, so a missing password shows here): any failure is one line
-/// naming the URL. Reaching Redis is tried once, within the connect and
-/// reply timeouts of [`crate::store::connect`].
-pub async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
-    let client = crate::store::connect::client(redis)?;
-    let url = redact_url(&redis.url);
-    let failed = |e: RedisError| {
-        if permanent(&e) {
-            anyhow!("Redis at {url} refused the connection: {}", cause(&e))
-        } else {
-            anyhow!("cannot connect to Redis at {url}: {}", cause(&e))
-        }
-    };
-    let mut conn = client
-        .open(crate::store::connect::RESPONSE_TIMEOUT)
-        .await
-        .map_err(failed)?;
-    let _: () = redis::cmd("PING")
-        .query_async(&mut conn)
-        .await
-        .map_err(failed)?;
-    Ok(conn)
-}
-
-/// [`connect`] for a command that runs on one Redis node only (for now): a
-/// cluster is refused with one line saying so.
-pub async fn connect_single(
-    redis: &RedisArgs,
-    what: &'static str,
-) -> anyhow::Result<crate::store::connect::Conn> {
-    let conn = connect(redis).await?;
-    if conn.is_cluster() {
-        return Err(crate::store::connect::StoreError::NotOnCluster(what).into());
-    }
-    Ok(conn)
-}
-
-/// Whether retrying cannot help (the classes every command shares with the
-/// worker, see [`crate::store::connect::classify`]).
-fn permanent(err: &RedisError) -> bool {
-    crate::store::connect::classify(err).0 == ErrorClass::Fatal
-}
-
-/// Checks, before a producer starts (it retries every error in the
-/// background, forever), that hit events can go to `stream`: Redis accepts
-/// the connection and this user may use the key, which is a stream or does
-/// not exist yet (`XLEN`), and it may run the producer's script (run with
-/// no events on a probe key of its own that expires within a second: it
-/// appends nothing). Both are allowed by hitcount's ACL rules.
-pub async fn check_stream(redis: &RedisArgs, stream: &str) -> anyhow::Result<()> {
-    let mut conn = connect(redis).await?;
-    let url = redact_url(&redis.url);
-    let probe = async {
-        let _: u64 = redis::cmd("XLEN")
-            .arg(stream)
-            .query_async(&mut conn)
-            .await?;
-        let keys = crate::model::keys::Keys::new(
-            &LayoutArgs::default(),
-            &StreamArgs {
-                stream: stream.to_string(),
-                ..StreamArgs::default()
-            },
-        );
-        let mut produce = crate::store::scripts::PRODUCE.evalsha(2);
-        produce
-            .arg(stream)
-            .arg(keys.producer(&format!("probe-{:016x}", rand::random::<u64>())))
-            .arg(1)
-            .arg(1)
-            .arg(0);
-        match produce.query_async::<u64>(&mut conn).await {
-            Err(e) if e.code() == Some("NOSCRIPT") => {
-                crate::store::scripts::load_all(&mut conn).await?;
-                produce.query_async::<u64>(&mut conn).await
-            }
-            other => other,
-        }
-    };
-    match probe.await {
-        Ok(_) => Ok(()),
-        Err(e) if e.code() == Some("WRONGTYPE") => Err(anyhow!(
-            "cannot send hits to {stream} on Redis at {url}: that key holds another type than a stream \
-             (choose another with --stream / HITCOUNT_STREAM)"
-        )),
-        Err(e) => Err(anyhow!(
-            "cannot send hits to {stream} on Redis at {url}: {}",
-            cause(&e)
-        )),
     }
 }
 

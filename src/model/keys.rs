@@ -13,6 +13,12 @@
 
 use crate::model::config::{LayoutArgs, StreamArgs};
 
+/// How long a consumer name's registration lives without renewal, in ms:
+/// the longest a worker restarted under its own name waits for its old one
+/// to lapse. Written here, beside the key, because the commit fence and the
+/// registration both set it.
+pub const REGISTRATION_LIFETIME_MS: u64 = 15_000;
+
 /// Key names for one deployment (prefix, stream, group).
 #[derive(Debug, Clone)]
 pub struct Keys {
@@ -85,7 +91,8 @@ impl Keys {
         format!("{}:win:{id}", self.state)
     }
 
-    /// STRING: a live worker's registration of its consumer name, holding
+    /// STRING: a live worker's registration of its consumer name (lives
+    /// [`REGISTRATION_LIFETIME_MS`] without renewal), holding
     /// its token and renewed like a lease; a second worker with the same name
     /// is refused while it lives.
     pub fn consumer_registration(&self, consumer: &str) -> String {

@@ -22,7 +22,7 @@ use crate::store::scripts::REGISTER;
 
 /// How long a registration lives without renewal: the longest a restarted
 /// worker waits for its own old registration to lapse.
-pub const LIFETIME: Duration = Duration::from_secs(15);
+pub const LIFETIME: Duration = Duration::from_millis(crate::model::keys::REGISTRATION_LIFETIME_MS);
 /// How often a live worker renews it. Often, so that a duplicate started
 /// next to it sees the renewal and is refused within about this long.
 pub const RENEW_EVERY: Duration = Duration::from_secs(1);

@@ -137,7 +137,7 @@ impl Committer {
             consumer,
             dead_maxlen,
             token: format!("{:016x}", rand::random::<u64>()),
-            lifetime_ms: 15_000,
+            lifetime_ms: crate::model::keys::REGISTRATION_LIFETIME_MS,
         }
     }
 

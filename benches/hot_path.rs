@@ -95,9 +95,10 @@ fn apply_step(c: &mut Criterion) {
                 cells: &cells,
                 ids: &ids,
                 chunk: hitcount::store::commit::CHUNK_CELLS,
+                by_slot: false,
             };
-            let (pipe, _) =
-                hitcount::store::commit::apply_pipeline(&keys, &step, Some("w-0"), None);
+            let done = [keys.applied_marker("w-0")];
+            let (pipe, _) = hitcount::store::commit::apply_pipeline(&keys, &step, &done, None);
             pipe.get_packed_pipeline().len()
         })
     });

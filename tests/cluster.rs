@@ -1,8 +1,8 @@
 //! hitcount on a real local Redis Cluster (3 masters, 3 replicas), as far as
 //! it goes today: `REDIS_URL` with several nodes or one (auto-detected),
 //! `hit`, `load`, `get`, `status` and `serve` through the cluster with the
-//! seed layout; the
-//! commands that do not run on a cluster yet refuse it with one line, and
+//! seed layout (the worker: `cluster_worker.rs`);
+//! the commands that do not run on a cluster yet refuse it with one line, and
 //! `HITCOUNT_CLUSTER=off` with several nodes is refused.
 
 mod common;
@@ -83,8 +83,7 @@ async fn hit_load_get_and_status_work_on_a_cluster_with_the_seed_layout() {
 fn commands_that_do_not_run_on_a_cluster_yet_refuse_it_clearly() {
     let cluster = Cluster::start();
     let seeds = cluster.seed_url();
-    let cases: [&[&str]; 3] = [
-        &["worker", "--listen", "127.0.0.1:0"],
+    let cases: [&[&str]; 2] = [
         &["clean", "--once"],
         &["demo", "--hits", "100", "--names", "5"],
     ];

@@ -435,6 +435,7 @@ async fn a_stalled_workers_window_is_fenced_after_its_entries_are_claimed() {
         cells: &cells,
         rejected: &[],
         chunk: hitcount::store::commit::CHUNK_CELLS,
+        chunks: cells.len().div_ceil(hitcount::store::commit::CHUNK_CELLS),
     };
     let outcome = committer
         .commit(&mut c, &epoch, None, Some(&sealed))

@@ -12,6 +12,7 @@
 //!   share state.
 
 use crate::model::config::{LayoutArgs, StreamArgs};
+use crate::model::slots::slot;
 
 /// How long a consumer name's registration lives without renewal, in ms:
 /// the longest a worker restarted under its own name waits for its old one
@@ -19,35 +20,107 @@ use crate::model::config::{LayoutArgs, StreamArgs};
 /// registration both set it.
 pub const REGISTRATION_LIFETIME_MS: u64 = 15_000;
 
-/// Key names for one deployment (prefix, stream, group).
+/// Key names for one stream shard of a deployment (prefix, stream, group).
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
-    /// The stream of hit events.
+    /// The stream of hit events (this shard's).
     pub stream: String,
     /// The consumer group.
     pub group: String,
-    /// The dead-letter stream.
+    /// The dead-letter stream (this shard's).
     pub dead: String,
+    /// This shard's number, `0..shards`.
+    pub shard: u32,
+    /// How many shards the stream has.
+    pub shards: u32,
     /// Base of the bookkeeping keys: carries the stream's hash slot.
     state: String,
 }
 
 impl Keys {
-    /// Keys for the given layout and stream settings.
+    /// Keys of an unsharded stream on one Redis (shard 0 of 1): the
+    /// counters' keys, and the stream's as configured.
     pub fn new(layout: &LayoutArgs, stream: &StreamArgs) -> Self {
+        Keys::shard(layout, stream, 0, false)
+    }
+
+    /// Keys of shard `k` of `stream.shards`. With one shard the stream is
+    /// `STREAM` itself and, on one Redis, its dead letters `DEAD_STREAM`; with
+    /// several, shard k is `STREAM:{k}`. A shard's dead-letter stream must
+    /// share its Cluster slot (dead letters are written by the commit
+    /// script): `DEAD_STREAM:{k}`, or `DEAD_STREAM:{STREAM}` for one shard
+    /// on a cluster. See [`Keys::slot_problem`] for what is checked.
+    pub fn shard(layout: &LayoutArgs, stream: &StreamArgs, k: u32, clustered: bool) -> Self {
+        let shards = stream.shards.max(1);
+        let (name, dead) = if shards == 1 {
+            let dead = if clustered {
+                format!("{}:{}", stream.dead_stream, slot_tagged(&stream.stream))
+            } else {
+                stream.dead_stream.clone()
+            };
+            (stream.stream.clone(), dead)
+        } else {
+            (
+                format!("{}:{{{k}}}", stream.stream),
+                format!("{}:{{{k}}}", stream.dead_stream),
+            )
+        };
         Keys {
             prefix: layout.prefix.clone(),
-            stream: stream.stream.clone(),
-            group: stream.group.clone(),
-            dead: stream.dead_stream.clone(),
             state: format!(
                 "{}{}:hc:{}",
                 layout.prefix,
-                slot_tagged(&stream.stream),
+                slot_tagged(&name),
                 stream.group
             ),
+            stream: name,
+            group: stream.group.clone(),
+            dead,
+            shard: k.min(shards - 1),
+            shards,
         }
+    }
+
+    /// The keys of every shard, in shard order.
+    pub fn all_shards(layout: &LayoutArgs, stream: &StreamArgs, clustered: bool) -> Vec<Keys> {
+        (0..stream.shards.max(1))
+            .map(|k| Keys::shard(layout, stream, k, clustered))
+            .collect()
+    }
+
+    /// The shard the Rust producer sends `name`'s hits to: FNV-1a (64 bit)
+    /// of the name's UTF-8 bytes, modulo the shard count, so one name's
+    /// hits aggregate in one shard. Any shard is counted alike.
+    pub fn shard_of_name(name: &str, shards: u32) -> u32 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in name.as_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        (h % shards.max(1) as u64) as u32
+    }
+
+    /// Why this shard's keys cannot work on a Redis Cluster, if they cannot:
+    /// the commit script touches the stream, its dead letters and the
+    /// bookkeeping keys at once, so all must share one hash slot (a `{` in
+    /// the prefix or in the dead-letter stream's name can break that).
+    pub fn slot_problem(&self) -> Option<String> {
+        let want = slot(self.stream.as_bytes());
+        let keys = [
+            ("the dead-letter stream", self.dead.clone()),
+            ("the bookkeeping keys", self.epochs()),
+            ("the producers' keys", self.producer("p")),
+        ];
+        keys.into_iter()
+            .find(|(_, k)| slot(k.as_bytes()) != want)
+            .map(|(what, key)| {
+                format!(
+                    "on a Redis Cluster {what} ({key}) must share the stream {}'s hash slot: \
+                     remove the `{{…}}` from HITCOUNT_PREFIX / HITCOUNT_DEAD_STREAM",
+                    self.stream
+                )
+            })
     }
 
     /// The key prefix (may be empty).
@@ -110,10 +183,29 @@ impl Keys {
         format!("{}:hc:producer:{id}", slot_tagged(&self.stream))
     }
 
+    /// ZSET worker → expiry (ms): the live workers sharing the shards. One
+    /// key for every shard (in the unsharded stream name's slot).
+    pub fn members(&self) -> String {
+        format!("{}:members", self.state)
+    }
+
+    /// STRING: the lease of this shard, holding its reader's token (only
+    /// with several shards: one shard is read by every worker).
+    pub fn shard_lease(&self) -> String {
+        format!("{}:lease", self.state)
+    }
+
     /// HASH chunk index → failures: marks a window's chunks as applied so that
     /// replays do nothing. Expires on its own.
     pub fn applied_marker(&self, window_id: &str) -> String {
         format!("{}hc:applied:{window_id}", self.prefix)
+    }
+
+    /// The applied marker of a window's chunks in one Cluster hash slot:
+    /// `tag` (see [`crate::model::slots::tag_for_slot`]) puts it in the
+    /// slot of the counters it guards.
+    pub fn applied_marker_tagged(&self, window_id: &str, tag: &str) -> String {
+        format!("{}hc:applied:{{{tag}}}:{window_id}", self.prefix)
     }
 
     /// STRING: the leader lease, holding the leader's token. `name` is the
@@ -180,5 +272,57 @@ mod tests {
         assert_eq!(k.window("w1"), "{hits}:hc:hitcount:win:w1");
         assert_eq!(slot_tagged("{app}.hits"), "{app}.hits");
         assert_eq!(slot_tagged("a{}b"), "{a{}b}");
+    }
+
+    #[test]
+    fn shards_are_named_by_the_contract() {
+        let layout = LayoutArgs::default();
+        let one = StreamArgs::default();
+        let k = Keys::shard(&layout, &one, 0, false);
+        assert_eq!((k.stream.as_str(), k.dead.as_str()), ("hits", "hits:dead"));
+        let k = Keys::shard(&layout, &one, 0, true);
+        assert_eq!(
+            (k.stream.as_str(), k.dead.as_str()),
+            ("hits", "hits:dead:{hits}")
+        );
+        assert_eq!(k.slot_problem(), None);
+        let many = StreamArgs {
+            shards: 16,
+            ..StreamArgs::default()
+        };
+        let all = Keys::all_shards(&layout, &many, true);
+        assert_eq!(all.len(), 16);
+        assert_eq!(all[15].stream, "hits:{15}");
+        assert_eq!(all[15].dead, "hits:dead:{15}");
+        assert_eq!(all[3].shard_lease(), "hits:{3}:hc:hitcount:lease");
+        assert_eq!(all[3].producer("p1"), "hits:{3}:hc:producer:p1");
+        assert!(all.iter().all(|k| k.slot_problem().is_none()));
+        // Single Redis, several shards: the same names.
+        assert_eq!(Keys::shard(&layout, &many, 2, false).dead, "hits:dead:{2}");
+        // A tag in the prefix moves the bookkeeping away from the stream.
+        let tagged = LayoutArgs {
+            prefix: "{app}:".into(),
+            ..LayoutArgs::default()
+        };
+        let k = Keys::shard(&tagged, &one, 0, true);
+        assert!(k.slot_problem().unwrap().contains("HITCOUNT_PREFIX"));
+    }
+
+    #[test]
+    fn names_go_to_a_fixed_shard() {
+        // FNV-1a 64 of "" is the offset basis; of "a" a published value.
+        assert_eq!(
+            Keys::shard_of_name("", 1 << 31),
+            (0xcbf2_9ce4_8422_2325u64 % (1 << 31)) as u32
+        );
+        assert_eq!(
+            Keys::shard_of_name("a", 1000),
+            (0xaf63_dc4c_8601_ec8cu64 % 1000) as u32
+        );
+        assert_eq!(Keys::shard_of_name("page:home", 1), 0);
+        let spread: std::collections::HashSet<u32> = (0..1000)
+            .map(|i| Keys::shard_of_name(&format!("n{i}"), 16))
+            .collect();
+        assert_eq!(spread.len(), 16);
     }
 }

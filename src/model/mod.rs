@@ -12,3 +12,4 @@ pub mod keys;
 pub mod known;
 pub mod metrics;
 pub mod shutdown;
+pub mod slots;

@@ -25,6 +25,8 @@ pub struct Shutdown {
     rx: watch::Receiver<bool>,
     tx: Arc<watch::Sender<bool>>,
     fatal: Fatal,
+    /// The shutdown this one is a part of (see [`Shutdown::child`]).
+    parent: Option<Box<Shutdown>>,
 }
 
 /// The first fatal error of the process, if any.
@@ -40,7 +42,12 @@ pub fn channel() -> (Trigger, Shutdown) {
             tx: tx.clone(),
             fatal: fatal.clone(),
         },
-        Shutdown { rx, tx, fatal },
+        Shutdown {
+            rx,
+            tx,
+            fatal,
+            parent: None,
+        },
     )
 }
 
@@ -56,6 +63,7 @@ impl Trigger {
             rx: self.tx.subscribe(),
             tx: self.tx.clone(),
             fatal: self.fatal.clone(),
+            parent: None,
         }
     }
 
@@ -83,6 +91,29 @@ impl Shutdown {
         }
         drop(fatal);
         self.tx.send_replace(true);
+        if let Some(parent) = &self.parent {
+            parent.tx.send_replace(true);
+        }
+    }
+
+    /// A shutdown for a part of what this one stops (one shard's worker):
+    /// asked for by its own trigger or with this one; a fatal failure of
+    /// the part stops the whole (they share the cause).
+    pub fn child(&self) -> (Trigger, Shutdown) {
+        let (tx, rx) = watch::channel(false);
+        let tx = Arc::new(tx);
+        (
+            Trigger {
+                tx: tx.clone(),
+                fatal: self.fatal.clone(),
+            },
+            Shutdown {
+                rx,
+                tx,
+                fatal: self.fatal.clone(),
+                parent: Some(Box::new(self.clone())),
+            },
+        )
     }
 
     /// Whether a fatal error was reported.
@@ -95,15 +126,26 @@ impl Shutdown {
 
     /// Whether shutdown was asked for.
     pub fn is_triggered(&self) -> bool {
-        *self.rx.borrow()
+        *self.rx.borrow() || self.parent.as_ref().is_some_and(|p| p.is_triggered())
     }
 
     /// Resolves once shutdown is asked for (at once if it already was).
     pub async fn wait(&mut self) {
-        // An error means every trigger is gone: nobody can ask any more, so
-        // this waits forever, as a never-triggered shutdown should.
-        if self.rx.wait_for(|stop| *stop).await.is_err() {
-            std::future::pending::<()>().await;
+        let own = async {
+            // An error means every trigger is gone: nobody can ask any more,
+            // so this waits forever, as a never-triggered shutdown should.
+            if self.rx.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        match self.parent.as_deref_mut() {
+            Some(parent) => {
+                tokio::select! {
+                    _ = own => {}
+                    _ = Box::pin(parent.wait()) => {}
+                }
+            }
+            None => own.await,
         }
     }
 }
@@ -145,6 +187,24 @@ mod tests {
         b.wait().await;
         assert!(shutdown.is_triggered());
         assert_eq!(trigger.fatal(), None);
+    }
+
+    #[tokio::test]
+    async fn a_child_stops_alone_or_with_its_parent_and_fails_both() {
+        let (trigger, whole) = channel();
+        let (part_trigger, mut part) = whole.child();
+        part_trigger.trigger();
+        part.wait().await;
+        assert!(!whole.is_triggered(), "a part stops alone");
+        let (_t, mut part) = whole.child();
+        trigger.trigger();
+        part.wait().await;
+        assert!(part.is_triggered());
+        let (trigger, mut whole) = channel();
+        let (_t, part) = whole.child();
+        part.fail("shard".into());
+        whole.wait().await;
+        assert_eq!(trigger.fatal().as_deref(), Some("shard"));
     }
 
     #[tokio::test]

@@ -45,6 +45,8 @@ pub struct Lease {
     ttl: Duration,
     /// Until when this worker may act as leader; `None` when it is not leader.
     until: Mutex<Option<Instant>>,
+    /// The leader lease (shown as `hitcount_is_leader`), not a shard's.
+    leader: bool,
 }
 
 impl Lease {
@@ -56,6 +58,19 @@ impl Lease {
             token: format!("{owner}/{:016x}", rand::random::<u64>()),
             ttl: settings.lease(),
             until: Mutex::new(None),
+            leader: true,
+        }
+    }
+
+    /// The lease of one stream shard (see [`crate::service::shards`]),
+    /// taken and renewed like the leader's.
+    pub fn shard(keys: &Keys, owner: &str, ttl: Duration) -> Lease {
+        Lease {
+            key: keys.shard_lease(),
+            token: format!("{owner}/{:016x}", rand::random::<u64>()),
+            ttl,
+            until: Mutex::new(None),
+            leader: false,
         }
     }
 
@@ -88,7 +103,9 @@ impl Lease {
 
     fn set(&self, until: Option<Instant>) {
         *self.until.lock().unwrap_or_else(|p| p.into_inner()) = until;
-        metrics().is_leader.set(i64::from(until.is_some()));
+        if self.leader {
+            metrics().is_leader.set(i64::from(until.is_some()));
+        }
     }
 
     fn valid_from(&self, sent: Instant) -> Instant {
@@ -162,7 +179,9 @@ impl Lease {
                     link.failed(&e, Some(&shutdown));
                 }
             }
-            metrics().is_leader.set(i64::from(self.held()));
+            if self.leader {
+                metrics().is_leader.set(i64::from(self.held()));
+            }
             tokio::select! {
                 _ = tokio::time::sleep(self.renew_every()) => {}
                 _ = done.wait() => {}

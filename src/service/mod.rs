@@ -1,4 +1,5 @@
-//! The long-running parts, built on the store: the [`worker`] and what it
+//! The long-running parts, built on the store: the [`worker`] of a stream
+//! shard, the [`shards`] a process reads, and what a worker
 //! does for stopped workers ([`recovery`]), the consumer name
 //! [`registration`], the [`leader`] lease and its [`duties`] ([`cleaner`],
 //! [`trim`]), the group [`sampler`], what `hitcount status` shows
@@ -15,6 +16,7 @@ pub mod ranking;
 pub mod recovery;
 pub mod registration;
 pub mod sampler;
+pub mod shards;
 pub mod status;
 pub mod supervisor;
 pub mod trim;

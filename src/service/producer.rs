@@ -9,6 +9,10 @@
 //! (`hitcount_producer_dropped_events_total`). [`Producer::flush`] waits until
 //! everything accepted so far is in Redis; [`Producer::shutdown`] flushes and
 //! stops the task.
+//!
+//! With several stream shards (`HITCOUNT_SHARDS`) a name's hits go to the
+//! shard [`Keys::shard_of_name`] picks, so they aggregate in one worker's
+//! windows; each shard has its own batch numbers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -48,7 +52,8 @@ impl Default for ProducerOptions {
 }
 
 enum Msg {
-    Hit(Vec<u8>),
+    /// A hit event for a shard.
+    Hit(u32, Vec<u8>),
     Flush(oneshot::Sender<()>),
 }
 
@@ -70,6 +75,7 @@ pub struct Producer {
     tx: mpsc::UnboundedSender<Msg>,
     stats: Arc<ProducerStats>,
     max_buffered: u64,
+    shards: u32,
     task: Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
@@ -81,16 +87,25 @@ impl Producer {
         stream: &StreamArgs,
         opts: ProducerOptions,
     ) -> Result<Producer, ConfigError> {
+        stream.validate()?;
         let client = connect::client(redis)?;
-        let keys = Keys::new(&Default::default(), stream);
+        // Only the stream keys are used: the dead-letter naming of a
+        // cluster does not matter here.
+        let shards = Keys::all_shards(&Default::default(), stream, false)
+            .into_iter()
+            .map(|keys| Shard {
+                keys,
+                batch_no: 0,
+                confirmed: 0,
+                events: Vec::new(),
+            })
+            .collect();
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(ProducerStats::default());
         let sender = Sender {
             client,
-            keys,
+            shards,
             id: format!("{:016x}", rand::random::<u64>()),
-            batch_no: 0,
-            confirmed: 0,
             stats: stats.clone(),
         };
         let task = tokio::spawn(sender.run(rx));
@@ -98,6 +113,7 @@ impl Producer {
             tx,
             stats,
             max_buffered: opts.max_buffered,
+            shards: stream.shards.max(1),
             task: Arc::new(tokio::sync::Mutex::new(Some(task))),
         })
     }
@@ -129,7 +145,10 @@ impl Producer {
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
         if self
             .tx
-            .send(Msg::Hit(event::encode(name, count, ts)))
+            .send(Msg::Hit(
+                Keys::shard_of_name(name, self.shards),
+                event::encode(name, count, ts),
+            ))
             .is_err()
         {
             // The task is gone (after shutdown): the event cannot be sent.
@@ -169,14 +188,20 @@ impl Producer {
     }
 }
 
-/// The background task's state.
-struct Sender {
-    client: Client,
+/// One shard's stream, its batch numbers and the events waiting for it.
+struct Shard {
     keys: Keys,
-    id: String,
     batch_no: u64,
     /// The last batch number known to be appended (its pipeline succeeded).
     confirmed: u64,
+    events: Vec<Vec<u8>>,
+}
+
+/// The background task's state.
+struct Sender {
+    client: Client,
+    shards: Vec<Shard>,
+    id: String,
     stats: Arc<ProducerStats>,
 }
 
@@ -185,7 +210,6 @@ impl Sender {
         let mut link =
             Reconnecting::new(self.client.clone(), "producer", connect::RESPONSE_TIMEOUT);
         let mut msgs = Vec::with_capacity(BATCH * BATCHES_PER_TRIP);
-        let mut events: Vec<Vec<u8>> = Vec::with_capacity(BATCH * BATCHES_PER_TRIP);
         let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
         loop {
             if rx.recv_many(&mut msgs, BATCH * BATCHES_PER_TRIP).await == 0 {
@@ -193,61 +217,66 @@ impl Sender {
             }
             for m in msgs.drain(..) {
                 match m {
-                    Msg::Hit(e) => events.push(e),
+                    Msg::Hit(k, e) => self.shards[k as usize].events.push(e),
                     Msg::Flush(done) => flushes.push(done),
                 }
             }
-            // Number the batches once: retries resend the same numbers.
-            let batches: Vec<(u64, &[Vec<u8>])> = events
-                .chunks(BATCH)
-                .map(|c| {
-                    self.batch_no += 1;
-                    (self.batch_no, c)
-                })
-                .collect();
-            loop {
-                let result = match link.get().await {
-                    Ok(c) => self.send(c, &batches).await.map_err(StoreError::from),
-                    Err(e) => Err(e),
-                };
-                match result {
-                    Ok(()) => {
-                        if let Some((last, _)) = batches.last() {
-                            self.confirmed = *last;
-                        }
-                        link.succeeded();
-                        break;
-                    }
-                    // Never stops: the caller is fire-and-forget. A refused
-                    // password is logged once and retried like an outage.
-                    Err(e) => tokio::time::sleep(link.failed(&e, None).1).await,
-                }
+            let mut n = 0;
+            for shard in &mut self.shards {
+                n += shard.events.len() as u64;
+                shard.send_all(&self.id, &mut link).await;
             }
-            let n = events.len() as u64;
             self.stats.sent.fetch_add(n, Ordering::Relaxed);
             self.stats.buffered.fetch_sub(n, Ordering::Relaxed);
             metrics().producer_sent.inc_by(n);
             metrics().producer_buffered.sub(n as i64);
-            events.clear();
             for f in flushes.drain(..) {
                 let _ = f.send(());
             }
         }
     }
+}
 
-    async fn send(&self, conn: &mut Conn, batches: &[(u64, &[Vec<u8>])]) -> redis::RedisResult<()> {
-        if batches.is_empty() {
-            return Ok(());
+impl Shard {
+    /// Appends every waiting event, retrying until it is in Redis (never
+    /// stops: the caller is fire-and-forget; a refused password is logged
+    /// once and retried like an outage).
+    async fn send_all(&mut self, id: &str, link: &mut Reconnecting) {
+        if self.events.is_empty() {
+            return;
         }
+        // Number the batches once: retries resend the same numbers.
+        let first = self.batch_no + 1;
+        self.batch_no += self.events.len().div_ceil(BATCH) as u64;
+        loop {
+            let result = match link.get().await {
+                Ok(c) => self.send(c, id, first).await.map_err(StoreError::from),
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(()) => {
+                    self.confirmed = self.batch_no;
+                    link.succeeded();
+                    break;
+                }
+                Err(e) => tokio::time::sleep(link.failed(&e, None).1).await,
+            }
+        }
+        self.events.clear();
+    }
+
+    /// One pipeline (one slot: the shard's) of this shard's batches,
+    /// numbered from `first`.
+    async fn send(&self, conn: &mut Conn, id: &str, first: u64) -> redis::RedisResult<()> {
         let mut pipe = redis::pipe();
-        for (no, events) in batches {
+        for (i, events) in self.events.chunks(BATCH).enumerate() {
             let mut cmd = PRODUCE.evalsha(2);
             cmd.arg(&self.keys.stream)
-                .arg(self.keys.producer(&self.id))
-                .arg(*no)
+                .arg(self.keys.producer(id))
+                .arg(first + i as u64)
                 .arg(DEDUP_TTL_SECS)
                 .arg(self.confirmed);
-            for e in events.iter() {
+            for e in events {
                 cmd.arg(e);
             }
             pipe.add_command(cmd).ignore();

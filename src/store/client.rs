@@ -219,6 +219,42 @@ impl Conn {
     pub fn is_cluster(&self) -> bool {
         matches!(self, Conn::Cluster(_))
     }
+
+    /// Sends commands that may each live in a different hash slot and
+    /// returns their replies in order: one pipeline on one node; on a
+    /// cluster each command on its own, all in flight at once (a cluster
+    /// pipeline must stay in one slot). Any command's error fails the call,
+    /// as it fails a pipeline.
+    pub async fn query_each(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<Value>> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.is_cluster() {
+            let mut pipe = redis::pipe();
+            for c in cmds {
+                pipe.add_command(c);
+            }
+            return pipe.query_async(self).await;
+        }
+        let n = cmds.len();
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, cmd) in cmds.into_iter().enumerate() {
+            let mut conn = self.clone();
+            tasks.spawn(async move { (i, cmd.query_async::<Value>(&mut conn).await) });
+        }
+        let mut replies = vec![Value::Nil; n];
+        while let Some(done) = tasks.join_next().await {
+            let (i, reply) = done.map_err(|e| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "a concurrent command failed",
+                    e.to_string(),
+                ))
+            })?;
+            replies[i] = reply?;
+        }
+        Ok(replies)
+    }
 }
 
 impl ConnectionLike for Conn {

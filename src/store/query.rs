@@ -218,34 +218,19 @@ async fn counts_of(
     bucket: i64,
     names: &[String],
 ) -> RedisResult<Vec<Option<String>>> {
-    if !conn.is_cluster() {
-        let mut pipe = redis::pipe();
-        for n in names {
-            pipe.cmd("HGET").arg(keys.count(precision, n)).arg(bucket);
-        }
-        return pipe.query_async(conn).await;
-    }
-    let mut tasks = tokio::task::JoinSet::new();
-    for (i, n) in names.iter().enumerate() {
-        let mut c = conn.clone();
-        let key = keys.count(precision, n);
-        tasks.spawn(async move {
-            let count: RedisResult<Option<String>> = redis::cmd("HGET")
-                .arg(key)
-                .arg(bucket)
-                .query_async(&mut c)
-                .await;
-            (i, count)
-        });
-    }
-    let mut counts = vec![None; names.len()];
-    while let Some(done) = tasks.join_next().await {
-        let (i, count) = done.map_err(|e| {
-            redis::RedisError::from((redis::ErrorKind::Io, "a ranking read failed", e.to_string()))
-        })?;
-        counts[i] = count?;
-    }
-    Ok(counts)
+    let cmds = names
+        .iter()
+        .map(|n| {
+            let mut c = redis::cmd("HGET");
+            c.arg(keys.count(precision, n)).arg(bucket);
+            c
+        })
+        .collect();
+    let replies = conn.query_each(cmds).await?;
+    replies
+        .into_iter()
+        .map(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
+        .collect()
 }
 
 /// Sorts highest count first, ties by name, and keeps the first `keep`.

@@ -86,7 +86,7 @@ impl Workers {
             .into_iter()
             .map(|s| {
                 let health = hitcount::service::health::Health::new(Duration::from_secs(60));
-                tokio::spawn(hitcount::service::worker::run(s, health, shutdown.clone()))
+                tokio::spawn(hitcount::service::shards::run(s, health, shutdown.clone()))
             })
             .collect();
         Workers { trigger, handles }

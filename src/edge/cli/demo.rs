@@ -119,7 +119,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             },
         };
         let health = crate::service::health::Health::new(Duration::from_secs(60));
-        workers.push(tokio::spawn(crate::service::worker::run(
+        workers.push(tokio::spawn(crate::service::shards::run(
             settings,
             health,
             shutdown.clone(),

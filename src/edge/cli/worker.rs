@@ -58,6 +58,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     settings.layout.validate()?;
     settings.stream.validate()?;
     settings.worker.validate()?;
+    // One name for the process: its shards' consumers and its leader token.
+    let consumer = settings.worker.consumer_name();
+    settings.worker.consumer = Some(consumer.clone());
     args.leader.validate()?;
     let client = crate::store::connect::client(&args.common.redis)?;
     let (trigger, shutdown) = crate::model::shutdown::channel();
@@ -65,8 +68,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // then, and only after that the HTTP server stops.
     let (done_trigger, done) = crate::model::shutdown::channel();
     let health = crate::service::health::Health::new(stuck_after);
-    let worker =
-        crate::service::worker::Worker::new(settings.clone(), health.clone(), shutdown.clone())?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {} (HITCOUNT_LISTEN)", args.listen))?;
@@ -95,7 +96,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         &client,
         &settings,
         &args.leader,
-        worker.consumer(),
+        &consumer,
         &shutdown,
         &done,
     );
@@ -109,12 +110,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             trigger.trigger();
         }
     });
-    let worker_task = tokio::spawn(worker.run());
+    let worker_task = tokio::spawn(crate::service::shards::run(
+        settings.clone(),
+        health.clone(),
+        shutdown.clone(),
+    ));
     // A background task that ends before shutdown (a panic, say) must not
     // leave the process half alive: it stops everything with its cause.
     let watch = tokio::spawn(tasks.watch(shutdown.clone()));
     match worker_task.await {
-        Ok(()) => {}
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => shutdown.fail(e.to_string()),
         Err(e) => shutdown.fail(format!("the worker loop failed: {e}")),
     }
     health.set_stopping();

@@ -25,6 +25,11 @@ pub const DEFAULT_GROUP: &str = "hitcount";
 /// Default dead-letter stream (`--dead-stream`): the stream's name with a
 /// `:dead` suffix; it must differ from the stream.
 pub const DEFAULT_DEAD_STREAM: &str = "hits:dead";
+/// Default number of stream shards (`--shards`): one stream, `hits`.
+pub const DEFAULT_SHARDS: u32 = 1;
+/// Most stream shards: each is read by one worker at a time, and the shard
+/// label of the metrics stays bounded.
+pub const MAX_SHARDS: u32 = 256;
 /// Default approximate cap on the dead-letter stream's length, in entries
 /// (`--dead-maxlen`, XADD MAXLEN ~).
 pub const DEFAULT_DEAD_MAXLEN: u64 = 100_000;
@@ -103,6 +108,13 @@ pub struct StreamArgs {
         default_value_t = DEFAULT_DEAD_MAXLEN
     )]
     pub dead_maxlen: u64,
+    /// Stream shards: with more than one, shard k of the stream is
+    /// `STREAM:{k}` (its dead letters `DEAD_STREAM:{k}`), each with the
+    /// group, and the workers share the shards through leases. Spreads the
+    /// stream over the masters of a Redis Cluster; use at least 16 for 3
+    /// masters.
+    #[arg(long, env = "HITCOUNT_SHARDS", default_value_t = DEFAULT_SHARDS)]
+    pub shards: u32,
 }
 
 impl Default for StreamArgs {
@@ -112,6 +124,7 @@ impl Default for StreamArgs {
             group: DEFAULT_GROUP.into(),
             dead_stream: DEFAULT_DEAD_STREAM.into(),
             dead_maxlen: DEFAULT_DEAD_MAXLEN,
+            shards: DEFAULT_SHARDS,
         }
     }
 }
@@ -132,6 +145,12 @@ impl StreamArgs {
                     reason: "must not be empty".into(),
                 });
             }
+        }
+        if !(1..=MAX_SHARDS).contains(&self.shards) {
+            return Err(ConfigError::Invalid {
+                setting: "--shards / HITCOUNT_SHARDS",
+                reason: format!("must be between 1 and {MAX_SHARDS}, not {}", self.shards),
+            });
         }
         if self.dead_stream == self.stream {
             return Err(ConfigError::Invalid {
@@ -163,6 +182,7 @@ mod tests {
             group: "HITCOUNT_GROUP",
             dead_stream: "HITCOUNT_DEAD_STREAM",
             dead_maxlen: "HITCOUNT_DEAD_MAXLEN",
+            shards: "HITCOUNT_SHARDS",
         });
     }
 

@@ -7,7 +7,9 @@ use super::{Cursor, Worker};
 use crate::model::aggregate::Cell;
 use crate::model::clock::unix_ms;
 use crate::model::metrics::metrics;
-use crate::store::commit::{Apply, Finished, Outcome, Sealed, APPLY_GUARD, CHUNK_CELLS};
+use crate::store::commit::{
+    markers, plan, sort_for_cluster, Apply, Finished, Outcome, Sealed, APPLY_GUARD, CHUNK_CELLS,
+};
 use crate::store::connect::{ErrorClass, StoreError, StoreResult};
 
 impl Worker {
@@ -16,13 +18,28 @@ impl Worker {
         let started = Instant::now();
         let window_id = format!("{}-{}", self.incarnation, self.seq);
         self.seq += 1;
-        let cells: Vec<Cell<'_>> = self.batch.window().cells().collect();
+        let mut cells: Vec<Cell<'_>> = self.batch.window().cells().collect();
+        let by_slot = self.link.current().is_some_and(|c| c.is_cluster());
+        if by_slot {
+            sort_for_cluster(self.committer.keys(), &mut cells);
+        }
+        let plan = plan(
+            self.committer.keys(),
+            &Apply {
+                window: &window_id,
+                cells: &cells,
+                ids: "",
+                chunk: CHUNK_CELLS,
+                by_slot,
+            },
+        );
         let sealed = Sealed {
             window: &window_id,
             ids: self.batch.ids(),
             cells: &cells,
             rejected: self.batch.rejected(),
             chunk: CHUNK_CELLS,
+            chunks: plan.len(),
         };
         let Some(conn) = self.link.current() else {
             return Err(StoreError::Unexpected {
@@ -34,7 +51,7 @@ impl Worker {
             .committer
             .commit(conn, &self.epoch, self.finished.as_ref(), Some(&sealed))
             .await?;
-        let finished = self.finished.take().map(|f| f.window);
+        let finished = self.finished.take().map(|f| f.markers).unwrap_or_default();
         match outcome {
             Outcome::Committed | Outcome::Duplicate | Outcome::Nothing => {}
             Outcome::Taken(holder) => {
@@ -70,10 +87,11 @@ impl Worker {
                 cells: &cells,
                 ids: self.batch.ids(),
                 chunk: CHUNK_CELLS,
+                by_slot,
             };
             match self
                 .committer
-                .apply_and_ack(conn, &step, finished.as_deref(), Some(&mut self.known))
+                .apply_and_ack(conn, &step, &finished, Some(&mut self.known))
                 .await
             {
                 Ok(f) => break f,
@@ -96,9 +114,11 @@ impl Worker {
         self.apply_outage.recovered("applying a window");
         self.apply_backoff.reset();
         self.batch.count_applied(&failures, started, unix_ms());
+        let markers = markers(&plan);
         self.finished = Some(Finished {
             window: window_id,
             failures,
+            markers,
         });
         self.clear_window();
         Ok(())

@@ -31,7 +31,7 @@ use crate::service::health::Health;
 use crate::service::registration::Registration;
 use crate::service::worker::batch::Batch;
 use crate::store::commit::{Committer, Finished};
-use crate::store::connect::{self, Backoff, Outage, Reconnecting, StoreError, StoreResult};
+use crate::store::connect::{self, Backoff, Client, Outage, Reconnecting, StoreError, StoreResult};
 
 /// How long a resync waits for a read ahead still in flight (whose entries
 /// it must see as pending), in ms.
@@ -100,17 +100,16 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A worker with validated settings; connects on its first turn.
+    /// The consumer of one stream shard (`keys`) with validated settings
+    /// (see [`crate::service::shards`], which starts them); connects on its
+    /// first turn.
     pub fn new(
-        mut settings: Settings,
+        settings: Settings,
+        keys: Keys,
+        client: Client,
         health: Arc<Health>,
         shutdown: Shutdown,
-    ) -> Result<Worker, crate::model::config::ConfigError> {
-        settings.layout.validate()?;
-        settings.stream.validate()?;
-        settings.worker.validate()?;
-        let client = connect::client(&settings.redis)?;
-        let keys = Keys::new(&settings.layout, &settings.stream);
+    ) -> Worker {
         let consumer = settings.worker.consumer_name();
         let registration = Arc::new(Registration::new(&keys, &consumer));
         let committer = Committer::new(keys.clone(), consumer.clone(), settings.stream.dead_maxlen)
@@ -118,7 +117,7 @@ impl Worker {
         let batch = Batch::new(&settings.layout.precisions, settings.layout.samples);
         let known = KnownCache::new(batch.window().precisions(), settings.layout.samples);
         let now = Instant::now();
-        Ok(Worker {
+        Worker {
             link: Reconnecting::new(
                 client,
                 "worker",
@@ -146,7 +145,7 @@ impl Worker {
             shutdown,
             keys,
             settings,
-        })
+        }
     }
 
     /// This worker's consumer name.
@@ -173,7 +172,6 @@ impl Worker {
                 self.failed(e).await;
             }
         }
-        self.health.set_stopping();
         let deadline = self.settings.worker.shutdown_timeout();
         let drained = match tokio::time::timeout(deadline, self.drain()).await {
             Ok(r) => r,
@@ -298,14 +296,4 @@ impl Worker {
         }
         Ok(())
     }
-}
-
-/// Runs a worker until `shutdown`.
-pub async fn run(
-    settings: Settings,
-    health: Arc<Health>,
-    shutdown: Shutdown,
-) -> Result<(), crate::model::config::ConfigError> {
-    Worker::new(settings, health, shutdown)?.run().await;
-    Ok(())
 }

@@ -23,9 +23,6 @@ impl Worker {
         // the loop keeps turning, so a Redis outage leaves the worker live
         // (restarting it would not help) but not ready.
         let conn = self.link.get().await?;
-        if conn.is_cluster() {
-            return Err(StoreError::NotOnCluster("hitcount worker"));
-        }
         self.health.set_redis_connected(true);
         if !self.registered {
             self.registration.acquire(conn).await?;

@@ -1,16 +1,30 @@
 //! Steps 2 and 3 of a window: its cells applied in chunks, each at most
 //! once (`apply.lua` marks the chunk in the same script), and its entries
-//! acknowledged, in one pipeline.
+//! acknowledged: one pipeline on one Redis.
+//!
+//! On a Redis Cluster a script may only touch one hash slot, so a chunk
+//! holds the cells of one slot (cells come sorted by slot, see
+//! [`sort_for_cluster`]) and its marker is a key in that slot (tagged with
+//! [`crate::model::slots::tag_for_slot`]). The `known:` ZADDs, in a slot of
+//! their own, are sent after the chunk is applied (for a replayed chunk
+//! too: the worker may have died in between); every command goes on its
+//! own, all in flight at once.
 
-use redis::Value;
+use std::ops::Range;
+
+use redis::{Cmd, Value};
 
 use super::{Committer, ACK_IDS, MARKER_TTL_AFTER_FINISH, MARKER_TTL_SECS};
 use crate::model::aggregate::Cell;
 use crate::model::keys::Keys;
 use crate::model::known::KnownCache;
+use crate::model::slots::{slot, tag_for_slot};
 use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::scripts::APPLY;
 use crate::store::stream;
+
+/// Members per `ZADD known:` sent on its own (about 1 µs each).
+const ZADD_MEMBERS: usize = 1000;
 
 /// A cell that Redis refused to increment (wrong type, overflow).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,43 +46,95 @@ pub struct Failure {
 pub struct Apply<'a> {
     /// The window id.
     pub window: &'a str,
-    /// Its cells, in the order recorded (chunk `i` is cells
-    /// `i * chunk .. (i + 1) * chunk`).
+    /// Its cells, in the order recorded (see [`plan`] for the chunks).
     pub cells: &'a [Cell<'a>],
     /// Its entry ids, space separated.
     pub ids: &'a str,
     /// Cells per apply script, as recorded with the window.
     pub chunk: usize,
+    /// Chunks hold one Cluster hash slot each (on a cluster).
+    pub by_slot: bool,
 }
 
-/// Builds the pipeline of steps 2 and 3 without sending it: one apply
-/// script per chunk of `step.chunk` cells, then XACKs of at most
-/// [`ACK_IDS`] ids; first, when `finished` names a window, the EXPIRE that
-/// shortens its marker (its reply is ignored). With `known` (a cache and the
-/// current unix second), the ZADDs of members it trusts are left out
-/// (see [`crate::model::known`]). Returns the pipeline and the indices of the cells
-/// whose member each chunk adds. Pure, so that benchmarks and tests can
-/// build it without a connection.
-pub fn apply_pipeline(
+/// One apply script's share of a window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    /// Its cells, as indices into the window's.
+    pub cells: Range<usize>,
+    /// The marker key that records it as applied.
+    pub marker: String,
+}
+
+/// Sorts a window's cells for a cluster: by the hash slot of their counter,
+/// keeping each counter's cells together and in order (stable).
+pub fn sort_for_cluster(keys: &Keys, cells: &mut [Cell<'_>]) {
+    cells.sort_by_cached_key(|c| slot(keys.count(c.precision, c.name).as_bytes()));
+}
+
+/// The chunks of a window: runs of at most `step.chunk` cells, also cut
+/// where the counter's slot changes when `step.by_slot`. A function of the
+/// recorded cells alone, so that a recovering worker chunks alike.
+pub fn plan(keys: &Keys, step: &Apply<'_>) -> Vec<Chunk> {
+    let size = step.chunk.max(1);
+    if !step.by_slot {
+        let marker = keys.applied_marker(step.window);
+        return (0..step.cells.len())
+            .step_by(size)
+            .map(|start| Chunk {
+                cells: start..(start + size).min(step.cells.len()),
+                marker: marker.clone(),
+            })
+            .collect();
+    }
+    let mut chunks: Vec<Chunk> = Vec::new();
+    let mut current: Option<(u16, usize)> = None;
+    for (i, c) in step.cells.iter().enumerate() {
+        let s = slot(keys.count(c.precision, c.name).as_bytes());
+        match current {
+            Some((cs, start)) if cs == s && i - start < size => {}
+            _ => {
+                chunks.push(Chunk {
+                    cells: i..i,
+                    marker: keys.applied_marker_tagged(step.window, tag_for_slot(s)),
+                });
+                current = Some((s, i));
+            }
+        }
+        chunks.last_mut().expect("pushed").cells.end = i + 1;
+    }
+    chunks
+}
+
+/// The distinct marker keys of a plan, to expire once the window is done.
+pub fn markers(chunks: &[Chunk]) -> Vec<String> {
+    let mut m: Vec<String> = chunks.iter().map(|c| c.marker.clone()).collect();
+    m.sort_unstable();
+    m.dedup();
+    m
+}
+
+/// The apply scripts of a plan. With `known` (a cache and the current unix
+/// second), the ZADDs of members it trusts are left out (see
+/// [`crate::model::known`]). Returns the scripts and the indices of the
+/// cells whose member is to be added (by the scripts on one Redis; on a
+/// cluster by ZADDs sent after them).
+fn apply_commands(
     keys: &Keys,
     step: &Apply<'_>,
-    finished: Option<&str>,
+    chunks: &[Chunk],
     known: Option<(&KnownCache, i64)>,
-) -> (redis::Pipeline, Vec<usize>) {
-    let marker = keys.applied_marker(step.window);
+) -> (Vec<Cmd>, Vec<usize>) {
     let known_key = keys.known();
     let prefix = keys.count_of_member("").len();
-    let mut pipe = redis::pipe();
+    let mut cmds = Vec::with_capacity(chunks.len());
     let mut zadded = Vec::new();
-    if let Some(done) = finished {
-        expire_marker_into(keys, &mut pipe, done);
-    }
-    for (i, chunk) in step.cells.chunks(step.chunk.max(1)).enumerate() {
-        let base = i * step.chunk.max(1);
+    for (i, chunk) in chunks.iter().enumerate() {
+        let cells = &step.cells[chunk.cells.clone()];
+        let base = chunk.cells.start;
         let first_zadd = zadded.len();
         let mut deadline = i64::MAX;
         let mut prev: Option<(u32, &str)> = None;
-        for (j, c) in chunk.iter().enumerate() {
+        for (j, c) in cells.iter().enumerate() {
             // Cells come grouped by counter: one member per group.
             if prev == Some((c.precision, c.name)) {
                 continue;
@@ -79,30 +145,66 @@ pub fn apply_pipeline(
                 None => zadded.push(base + j),
             }
         }
-        let mut cmd = APPLY.evalsha(2 + chunk.len());
-        cmd.arg(&marker).arg(&known_key);
-        for c in chunk {
+        let mut cmd = APPLY.evalsha(2 + cells.len());
+        // On a cluster the script may not touch known: (another slot): it
+        // gets its own marker there and no member to add.
+        let zset = if step.by_slot {
+            &chunk.marker
+        } else {
+            &known_key
+        };
+        cmd.arg(&chunk.marker).arg(zset);
+        for c in cells {
             cmd.arg(keys.count(c.precision, c.name));
         }
         let deadline = if deadline == i64::MAX { 0 } else { deadline };
         cmd.arg(i).arg(MARKER_TTL_SECS).arg(deadline).arg(prefix);
-        for c in chunk {
+        for c in cells {
             cmd.arg(c.bucket).arg(c.delta);
         }
-        for &z in &zadded[first_zadd..] {
-            cmd.arg(z - base + 1);
+        if !step.by_slot {
+            for &z in &zadded[first_zadd..] {
+                cmd.arg(z - base + 1);
+            }
         }
-        pipe.add_command(cmd);
+        cmds.push(cmd);
+    }
+    (cmds, zadded)
+}
+
+/// The commands that shorten finished windows' markers to their final TTL.
+pub(super) fn expire_markers(markers: &[String]) -> Vec<Cmd> {
+    markers
+        .iter()
+        .map(|m| {
+            let mut c = redis::cmd("EXPIRE");
+            c.arg(m).arg(MARKER_TTL_AFTER_FINISH);
+            c
+        })
+        .collect()
+}
+
+/// Builds the pipeline of steps 2 and 3 on one Redis without sending it:
+/// the EXPIREs of `finished`'s markers (replies ignored), one apply script
+/// per chunk, then XACKs of at most [`ACK_IDS`] ids. Pure, so that
+/// benchmarks and tests can build it without a connection.
+pub fn apply_pipeline(
+    keys: &Keys,
+    step: &Apply<'_>,
+    finished: &[String],
+    known: Option<(&KnownCache, i64)>,
+) -> (redis::Pipeline, Vec<usize>) {
+    let chunks = plan(keys, step);
+    let (cmds, zadded) = apply_commands(keys, step, &chunks, known);
+    let mut pipe = redis::pipe();
+    for c in expire_markers(finished) {
+        pipe.add_command(c).ignore();
+    }
+    for c in cmds {
+        pipe.add_command(c);
     }
     stream::ack_into(&mut pipe, keys, step.ids, ACK_IDS);
     (pipe, zadded)
-}
-
-fn expire_marker_into(keys: &Keys, pipe: &mut redis::Pipeline, window: &str) {
-    pipe.cmd("EXPIRE")
-        .arg(keys.applied_marker(window))
-        .arg(MARKER_TTL_AFTER_FINISH)
-        .ignore();
 }
 
 /// An apply script's reply: `{status, failures}` (1 applied now, 0 a
@@ -137,10 +239,10 @@ fn parse_failures(chunk: &[Cell<'_>], text: &[u8]) -> Vec<Failure> {
 }
 
 impl Committer {
-    /// Steps 2 and 3 in one pipeline: apply every chunk (at most once each),
-    /// then acknowledge the ids. Returns the cells that failed to apply.
-    /// Safe to repeat after any error. `finished` names a window finished by
-    /// the last commit, whose marker may now expire soon. With `known`, ZADDs
+    /// Steps 2 and 3: apply every chunk (at most once each), then
+    /// acknowledge the ids. Returns the cells that failed to apply. Safe to
+    /// repeat after any error. `finished` are the markers of the window the
+    /// last commit finished, which may now expire soon. With `known`, ZADDs
     /// of members it trusts are left out and the members added are
     /// remembered; a chunk that finds it stale clears it and the step runs
     /// again with every ZADD (chunks already applied only replay).
@@ -148,44 +250,47 @@ impl Committer {
         &self,
         conn: &mut Conn,
         step: &Apply<'_>,
-        finished: Option<&str>,
+        finished: &[String],
         mut known: Option<&mut KnownCache>,
     ) -> StoreResult<Vec<Failure>> {
+        let chunks = plan(&self.keys, step);
         loop {
             let now_s = crate::model::clock::unix_ms().div_euclid(1000);
-            let (pipe, zadded) = apply_pipeline(
-                &self.keys,
-                step,
-                finished,
-                known.as_deref().map(|k| (k, now_s)),
-            );
-            let replies: Vec<Value> = pipe.query_async(conn).await?;
-            // The marker's EXPIRE is ignored: redis-rs leaves its reply out, so
-            // replies line up with the chunks from the first.
-            let chunk = step.chunk.max(1);
-            let chunks = step.cells.len().div_ceil(chunk);
-            if replies.len() < chunks {
-                return Err(StoreError::Unexpected {
-                    what: "the apply pipeline",
-                    reply: format!("{} replies for {chunks} chunks", replies.len()),
-                });
-            }
+            let trusted = known.as_deref().map(|k| (k, now_s));
+            let (statuses, zadded) = if step.by_slot {
+                let (cmds, zadded) = apply_commands(&self.keys, step, &chunks, trusted);
+                let mut all = expire_markers(finished);
+                let skip = all.len();
+                all.extend(cmds);
+                let mut acks = redis::pipe();
+                stream::ack_into(&mut acks, &self.keys, step.ids, ACK_IDS);
+                all.extend(acks.cmd_iter().cloned());
+                let replies = conn.query_each(all).await?;
+                let statuses = chunk_statuses(&chunks, &replies[skip..], step)?;
+                self.add_members(conn, step, &chunks, &statuses, &zadded)
+                    .await?;
+                (statuses, zadded)
+            } else {
+                let (pipe, zadded) = apply_pipeline(&self.keys, step, finished, trusted);
+                let replies: Vec<Value> = pipe.query_async(conn).await?;
+                // EXPIREs are ignored: redis-rs leaves their replies out, so
+                // replies line up with the chunks from the first.
+                (chunk_statuses(&chunks, &replies, step)?, zadded)
+            };
             let mut failures = Vec::new();
             let mut stale = false;
-            for (i, (cells, reply)) in step.cells.chunks(chunk).zip(&replies).enumerate() {
-                let (status, text) = chunk_reply(reply)?;
+            for (chunk, (status, chunk_failures)) in chunks.iter().zip(statuses) {
                 if status < 0 {
                     stale = true;
                     continue;
                 }
                 if let (1, Some(k)) = (status, known.as_deref_mut()) {
-                    let range = i * chunk..i * chunk + cells.len();
-                    for &z in zadded.iter().filter(|z| range.contains(z)) {
+                    for &z in zadded.iter().filter(|z| chunk.cells.contains(z)) {
                         let c = &step.cells[z];
                         k.wrote(c.precision, c.name, c.bucket);
                     }
                 }
-                failures.extend(parse_failures(cells, text));
+                failures.extend(chunk_failures);
             }
             match known.as_deref_mut() {
                 Some(k) if stale => k.clear(),
@@ -194,10 +299,86 @@ impl Committer {
         }
     }
 
-    /// Shortens the marker of a finished window to its final TTL.
-    pub fn expire_marker_into(&self, pipe: &mut redis::Pipeline, window: &str) {
-        expire_marker_into(&self.keys, pipe, window);
+    /// On a cluster, the `known:` members of the chunks just applied: those
+    /// `zadded` names for chunks applied now, every member for replayed
+    /// ones, none of the cells that failed; in commands of at most
+    /// [`ZADD_MEMBERS`]. ZADD is idempotent, so a repeat is harmless.
+    async fn add_members(
+        &self,
+        conn: &mut Conn,
+        step: &Apply<'_>,
+        chunks: &[Chunk],
+        statuses: &[(i64, Vec<Failure>)],
+        zadded: &[usize],
+    ) -> StoreResult<()> {
+        let mut members: Vec<String> = Vec::new();
+        for (chunk, (status, failures)) in chunks.iter().zip(statuses) {
+            let failed = |c: &Cell<'_>| {
+                failures
+                    .iter()
+                    .any(|f| f.precision == c.precision && f.name == c.name)
+            };
+            let mut prev: Option<(u32, &str)> = None;
+            for i in chunk.cells.clone() {
+                let c = &step.cells[i];
+                let first = prev != Some((c.precision, c.name));
+                prev = Some((c.precision, c.name));
+                let wanted = match status {
+                    1 => zadded.binary_search(&i).is_ok(),
+                    0 => first,
+                    _ => false,
+                };
+                if wanted && !failed(c) {
+                    members.push(Keys::member(c.precision, c.name));
+                }
+            }
+        }
+        let known = self.keys.known();
+        let cmds = members
+            .chunks(ZADD_MEMBERS)
+            .map(|part| {
+                let mut c = redis::cmd("ZADD");
+                c.arg(&known);
+                for m in part {
+                    c.arg(0).arg(m);
+                }
+                c
+            })
+            .collect();
+        conn.query_each(cmds).await?;
+        Ok(())
     }
+
+    /// The marker keys of a window's apply step, to expire once finished.
+    pub fn markers_of(&self, step: &Apply<'_>) -> Vec<String> {
+        markers(&plan(&self.keys, step))
+    }
+}
+
+/// Each chunk's status and failures from the replies to its scripts (the
+/// first `chunks.len()` of `replies`).
+fn chunk_statuses(
+    chunks: &[Chunk],
+    replies: &[Value],
+    step: &Apply<'_>,
+) -> StoreResult<Vec<(i64, Vec<Failure>)>> {
+    if replies.len() < chunks.len() {
+        return Err(StoreError::Unexpected {
+            what: "the apply step",
+            reply: format!("{} replies for {} chunks", replies.len(), chunks.len()),
+        });
+    }
+    chunks
+        .iter()
+        .zip(replies)
+        .map(|(chunk, reply)| {
+            let (status, text) = chunk_reply(reply)?;
+            Ok((
+                status,
+                parse_failures(&step.cells[chunk.cells.clone()], text),
+            ))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use crate::store::stream;
 pub mod apply;
 pub mod records;
 
-pub use apply::{apply_pipeline, Apply, Failure};
+pub use apply::{apply_pipeline, markers, plan, sort_for_cluster, Apply, Chunk, Failure};
 pub use records::{Corrupt, Record};
 
 /// Cells per apply script. Measured inside scripts on 100,000-name
@@ -82,6 +82,8 @@ pub struct Finished {
     pub window: String,
     /// Cells that failed to apply, to dead-letter.
     pub failures: Vec<Failure>,
+    /// Its applied markers, to expire soon now (see [`apply::markers`]).
+    pub markers: Vec<String>,
 }
 
 /// A window ready to commit, borrowed from the worker's buffers.
@@ -97,6 +99,9 @@ pub struct Sealed<'a> {
     pub rejected: &'a [Rejected],
     /// Cells per apply script (recorded, so that recovery chunks alike).
     pub chunk: usize,
+    /// How many apply scripts it takes (see [`apply::plan`]), recorded
+    /// for people reading the record.
+    pub chunks: usize,
 }
 
 /// What a commit did.
@@ -219,7 +224,7 @@ impl Committer {
                     .arg(w.ids)
                     .arg(blob)
                     .arg(w.chunk)
-                    .arg(w.cells.len().div_ceil(w.chunk.max(1)));
+                    .arg(w.chunks);
                 cmd.arg(w.rejected.len());
                 for r in w.rejected {
                     cmd.arg(&r.id).arg(r.reason).arg(r.fields.len());
@@ -239,9 +244,9 @@ impl Committer {
     /// Finishes a window alone (when no next window comes to carry it).
     pub async fn finish(&self, conn: &mut Conn, finished: &Finished) -> StoreResult<()> {
         self.commit(conn, "", Some(finished), None).await?;
-        let mut pipe = redis::pipe();
-        self.expire_marker_into(&mut pipe, &finished.window);
-        Ok(pipe.query_async::<()>(conn).await?)
+        conn.query_each(apply::expire_markers(&finished.markers))
+            .await?;
+        Ok(())
     }
 }
 

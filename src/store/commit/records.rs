@@ -76,10 +76,23 @@ impl Committer {
     /// (see `quarantine.lua` for what becomes of its entries), logs it once
     /// and counts it. Returns whether this call moved it.
     pub async fn quarantine(&self, conn: &mut Conn, bad: &Corrupt) -> StoreResult<bool> {
-        let applied: i64 = redis::cmd("HLEN")
-            .arg(self.keys.applied_marker(&bad.window))
-            .query_async(conn)
-            .await?;
+        let applied: i64 = if conn.is_cluster() {
+            // The cells that would name the slots do not decode: look in
+            // every slot (rare; one EXISTS per slot, all in flight).
+            let mut cmd = redis::cmd("EXISTS");
+            for s in 0..crate::model::slots::SLOTS {
+                cmd.arg(
+                    self.keys
+                        .applied_marker_tagged(&bad.window, crate::model::slots::tag_for_slot(s)),
+                );
+            }
+            cmd.query_async(conn).await?
+        } else {
+            redis::cmd("HLEN")
+                .arg(self.keys.applied_marker(&bad.window))
+                .query_async(conn)
+                .await?
+        };
         let record = self.keys.window(&bad.window);
         let reply: Value = QUARANTINE
             .evalsha(4)
@@ -151,22 +164,18 @@ impl Committer {
         if seen.elapsed() > APPLY_GUARD {
             return Ok(false);
         }
-        let failures = self
-            .apply_and_ack(
-                conn,
-                &Apply {
-                    window: &record.window,
-                    cells: &cells,
-                    ids: &record.ids,
-                    chunk: record.chunk,
-                },
-                None,
-                None,
-            )
-            .await?;
+        let step = Apply {
+            window: &record.window,
+            cells: &cells,
+            ids: &record.ids,
+            chunk: record.chunk,
+            by_slot: conn.is_cluster(),
+        };
+        let failures = self.apply_and_ack(conn, &step, &[], None).await?;
         let finished = Finished {
             window: record.window.clone(),
             failures,
+            markers: self.markers_of(&step),
         };
         self.finish(conn, &finished).await?;
         tracing::info!(window = %record.window, owner = %record.owner,

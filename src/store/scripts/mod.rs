@@ -75,6 +75,8 @@ scripts! {
     CLEAN = "clean.lua";
     /// Trim the stream below what every group still needs (fenced).
     TRIM = "trim.lua";
+    /// Mark this worker live (or leaving) and count the live workers of a sharded stream.
+    MEMBERS = "members.lua";
 }
 
 /// Loads every script into Redis' script cache: in one pipeline on one

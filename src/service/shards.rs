@@ -1,0 +1,295 @@
+//! Which shards of the stream this process reads, and one
+//! [`Worker`] per shard it reads.
+//!
+//! With one shard (the default) every worker process reads the one stream,
+//! as a consumer of its group. With several (`HITCOUNT_SHARDS`), the
+//! processes share them: each marks itself live about once a second
+//! (`members.lua`), counts the live ones W and reads about shards/W of them,
+//! each under a lease ([`Lease::shard`]: `SET NX PX`, renewed while held).
+//! A process over its share stops the extra shards' workers (they finish
+//! their window and pending entries) and then releases their leases; one
+//! under its share takes free shards, trying them in an order of its own
+//! (rendezvous hashing), so processes seldom race for the same shard. When a
+//! process dies its leases lapse within [`SHARD_LEASE`] and others take its
+//! shards; its pending entries are claimed as on one stream. More processes
+//! than shards is harmless: the extra ones hold none and wait.
+//!
+//! Reading a shard is only ever a consumer of its group doing what it does
+//! on one stream, so exactly once never rests on the leases: two processes
+//! reading one shard for a moment (a lease lost during a pause) are two
+//! consumers of one group.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::model::config::{ConfigError, StreamArgs};
+use crate::model::keys::Keys;
+use crate::model::shutdown::{Shutdown, Trigger};
+use crate::service::health::Health;
+use crate::service::leader::Lease;
+use crate::service::worker::{Settings, Worker};
+use crate::store::connect::{self, Client, Conn, Reconnecting, StoreResult};
+use crate::store::scripts::MEMBERS;
+
+/// How long a shard's lease lives without renewal: the longest a dead
+/// process' shards wait for another reader.
+pub const SHARD_LEASE: Duration = Duration::from_secs(10);
+
+/// How often leases are renewed, live workers counted and shards balanced.
+const TICK: Duration = Duration::from_secs(1);
+
+/// Runs this process' workers until `shutdown`: waits for Redis to learn
+/// whether it is a cluster, then reads the one stream, or its share of the
+/// shards. Settings errors are returned before anything starts; a fatal
+/// Redis error stops `shutdown` with its cause.
+pub async fn run(
+    mut settings: Settings,
+    health: Arc<Health>,
+    shutdown: Shutdown,
+) -> Result<(), ConfigError> {
+    settings.layout.validate()?;
+    settings.stream.validate()?;
+    settings.worker.validate()?;
+    // One name for every shard's consumer (the default is random).
+    settings.worker.consumer = Some(settings.worker.consumer_name());
+    let client = connect::client(&settings.redis)?;
+    let Some(clustered) = cluster_mode(&client, &shutdown).await else {
+        return Ok(());
+    };
+    let shards = Keys::all_shards(&settings.layout, &settings.stream, clustered);
+    if let Some(problem) = shards
+        .iter()
+        .find_map(|k| clustered.then(|| k.slot_problem())?)
+    {
+        shutdown.fail(problem);
+        return Ok(());
+    }
+    if let [only] = shards.as_slice() {
+        Worker::new(settings, only.clone(), client, health, shutdown)
+            .run()
+            .await;
+        return Ok(());
+    }
+    Balancer::new(settings, shards, client, health, shutdown, clustered)
+        .run()
+        .await;
+    Ok(())
+}
+
+/// Whether Redis is a cluster, once it answers (`None` at shutdown first).
+async fn cluster_mode(client: &Client, shutdown: &Shutdown) -> Option<bool> {
+    let mut link = Reconnecting::new(client.clone(), "worker", connect::RESPONSE_TIMEOUT);
+    let mut stop = shutdown.clone();
+    loop {
+        if shutdown.is_triggered() {
+            return None;
+        }
+        match link.get().await {
+            Ok(conn) => return Some(conn.is_cluster()),
+            Err(e) => {
+                let (_, pause) = link.failed(&e, Some(shutdown));
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stop.wait() => {}
+                }
+            }
+        }
+    }
+}
+
+/// A shard this process reads (or is stopping).
+struct Owned {
+    lease: Lease,
+    stop: Trigger,
+    task: JoinHandle<()>,
+    /// Asked to stop: its lease is released once its worker is done.
+    leaving: bool,
+}
+
+/// Shares the shards among the live processes.
+struct Balancer {
+    settings: Settings,
+    shards: Vec<Keys>,
+    client: Client,
+    health: Arc<Health>,
+    shutdown: Shutdown,
+    consumer: String,
+    /// The key listing live processes.
+    members: String,
+    owned: BTreeMap<u32, Owned>,
+}
+
+impl Balancer {
+    fn new(
+        settings: Settings,
+        shards: Vec<Keys>,
+        client: Client,
+        health: Arc<Health>,
+        shutdown: Shutdown,
+        clustered: bool,
+    ) -> Balancer {
+        let base = StreamArgs {
+            shards: 1,
+            ..settings.stream.clone()
+        };
+        let members = Keys::shard(&settings.layout, &base, 0, clustered).members();
+        Balancer {
+            consumer: settings.worker.consumer_name(),
+            settings,
+            shards,
+            client,
+            health,
+            shutdown,
+            members,
+            owned: BTreeMap::new(),
+        }
+    }
+
+    async fn run(mut self) {
+        tracing::info!(consumer = %self.consumer, shards = self.shards.len(),
+            "sharing the stream's shards with the other live workers");
+        let mut link = Reconnecting::new(
+            self.client.clone(),
+            "shard leases",
+            connect::RESPONSE_TIMEOUT,
+        );
+        let mut stop = self.shutdown.clone();
+        while !self.shutdown.is_triggered() {
+            match self.step(&mut link).await {
+                Ok(()) => {
+                    link.succeeded();
+                    // Holding no shard, this process only waits to take
+                    // one over: live, and ready for it.
+                    if self.owned.is_empty() {
+                        self.health.turned();
+                        self.health.set_redis_connected(true);
+                        self.health.set_in_group(true);
+                    }
+                }
+                Err(e) => {
+                    link.failed(&e, Some(&self.shutdown));
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = stop.wait() => {}
+            }
+        }
+        // Every shard's worker stops with the process: wait for them, then
+        // let the shards go at once.
+        for (_, o) in std::mem::take(&mut self.owned) {
+            o.stop.trigger();
+            let _ = o.task.await;
+            if let Some(c) = link.current() {
+                let _ = o.lease.release(c).await;
+            }
+        }
+        if let Some(c) = link.current() {
+            let _ = self.live(c, false).await;
+        }
+    }
+
+    /// One round: mark this process live, renew leases, let go of shards
+    /// over its share (and of those whose worker is done), take free ones
+    /// under it.
+    async fn step(&mut self, link: &mut Reconnecting) -> StoreResult<()> {
+        let conn = link.get().await?;
+        let live = self.live(conn, true).await?.max(1);
+        let share = self.shards.len().div_ceil(live as usize);
+        let mut lost = Vec::new();
+        for (&k, o) in &self.owned {
+            if o.task.is_finished() {
+                lost.push(k);
+            } else if !o.lease.renew(conn).await? {
+                tracing::warn!(shard = k, "lost the lease of a shard: stopping its worker");
+                o.stop.trigger();
+            }
+        }
+        for k in lost {
+            let o = self.owned.remove(&k).expect("listed");
+            o.lease.release(conn).await?;
+            tracing::info!(shard = k, "let go of a shard");
+        }
+        let reading = self.owned.values().filter(|o| !o.leaving).count();
+        if reading > share {
+            let extra: Vec<u32> = self
+                .preference()
+                .into_iter()
+                .rev()
+                .filter(|k| self.owned.get(k).is_some_and(|o| !o.leaving))
+                .take(reading - share)
+                .collect();
+            for k in extra {
+                let o = self.owned.get_mut(&k).expect("owned");
+                o.leaving = true;
+                o.stop.trigger();
+            }
+        } else if reading < share {
+            let mut want = share - reading;
+            for k in self.preference() {
+                if want == 0 {
+                    break;
+                }
+                if self.owned.contains_key(&k) {
+                    continue;
+                }
+                let keys = &self.shards[k as usize];
+                let lease = Lease::shard(keys, &self.consumer, SHARD_LEASE);
+                if lease.try_acquire(conn).await? {
+                    self.start(k, lease);
+                    want -= 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks this process live (or leaving) and returns how many are live.
+    async fn live(&self, conn: &mut Conn, staying: bool) -> StoreResult<i64> {
+        let lifetime = if staying {
+            SHARD_LEASE.as_millis() as u64
+        } else {
+            0
+        };
+        Ok(MEMBERS
+            .evalsha(1)
+            .arg(&self.members)
+            .arg(&self.consumer)
+            .arg(lifetime)
+            .query_async(conn)
+            .await?)
+    }
+
+    /// Every shard, in this process' order of preference.
+    fn preference(&self) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..self.shards.len() as u32).collect();
+        order.sort_by_key(|k| Keys::shard_of_name(&format!("{}/{k}", self.consumer), u32::MAX));
+        order
+    }
+
+    /// Starts the worker of shard `k`, whose lease this process now holds.
+    fn start(&mut self, k: u32, lease: Lease) {
+        tracing::info!(shard = k, stream = %self.shards[k as usize].stream, "took a shard");
+        let (stop, shutdown) = self.shutdown.child();
+        let worker = Worker::new(
+            self.settings.clone(),
+            self.shards[k as usize].clone(),
+            self.client.clone(),
+            self.health.clone(),
+            shutdown,
+        );
+        let task = tokio::spawn(worker.run());
+        self.owned.insert(
+            k,
+            Owned {
+                lease,
+                stop,
+                task,
+                leaving: false,
+            },
+        );
+    }
+}

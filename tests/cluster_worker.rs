@@ -1,0 +1,245 @@
+//! `hitcount worker` on a real local Redis Cluster (3 masters, 3 replicas):
+//! every hit counted exactly once into the seed layout, wherever the
+//! cluster puts the counters, with one stream or with shards.
+
+#[macro_use]
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::bin;
+use common::cluster::Cluster;
+use hitcount::model::config::{LayoutArgs, StreamArgs};
+use hitcount::model::keys::Keys;
+use hitcount::store::connect::Conn;
+
+const PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
+
+/// Workers as a user starts them: default consumer names.
+fn start_workers(url: &str, n: usize, extra: &[&str]) -> Vec<bin::Child> {
+    (0..n)
+        .map(|i| {
+            let mut cmd = bin::default_worker(url, "127.0.0.1:0", &["--block-ms", "200"]);
+            cmd.args(extra);
+            bin::Child::spawn(&format!("worker-{i}"), cmd)
+        })
+        .collect()
+}
+
+/// Appends hits to `stream`, half in each wire form, at times spread over
+/// the last hours; returns them for the reference.
+async fn send(
+    c: &mut Conn,
+    stream: &str,
+    names: &[String],
+    n: usize,
+    seed: u64,
+) -> Vec<(String, i64, i64)> {
+    let now = common::unix_now();
+    let mut pipe = redis::pipe();
+    let mut sent = Vec::new();
+    for i in 0..n {
+        let x = (i as u64).wrapping_mul(2654435761).wrapping_add(seed);
+        let name = &names[(x % names.len() as u64) as usize];
+        let count = (x % 3) as i64 + 1;
+        let ts = now - (x % 7200) as i64;
+        if i % 2 == 0 {
+            pipe.cmd("XADD")
+                .arg(stream)
+                .arg("*")
+                .arg("hit")
+                .arg(hitcount::model::event::encode(name, count, Some(ts as f64)));
+        } else {
+            pipe.cmd("XADD")
+                .arg(stream)
+                .arg("*")
+                .arg("name")
+                .arg(name)
+                .arg("count")
+                .arg(count)
+                .arg("ts")
+                .arg(ts);
+        }
+        pipe.ignore();
+        sent.push((name.clone(), count, ts));
+    }
+    pipe.query_async::<()>(c).await.unwrap();
+    sent
+}
+
+/// Waits until every shard's group has read and acknowledged everything.
+async fn wait_all_drained(c: &mut Conn, shards: &[Keys], workers: &mut [bin::Child]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        for w in workers.iter_mut() {
+            w.assert_running();
+        }
+        let mut all = true;
+        for k in shards {
+            all &= hitcount::store::group::drained(c, k).await.unwrap_or(false);
+        }
+        if all {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not drained within 90 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every counter's samples and `known:`, as the seeds' reader sees them.
+/// Buckets near the oldest kept sample (120 per precision) are left out:
+/// a bucket that aged out while the workers drained is partly counted.
+async fn assert_exact(c: &mut Conn, sent: &[(String, i64, i64)]) {
+    let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
+    let now = common::unix_now();
+    let settled = |p: u32, t: i64| t > now - 120 * p as i64 + 60;
+    let expected = common::reference(sent, &PRECISIONS);
+    let got = common::read_all(c, &keys).await;
+    for ((p, n), buckets) in &expected {
+        let mine = got.get(&(*p, n.clone())).cloned().unwrap_or_default();
+        for (t, count) in buckets.iter().filter(|(t, _)| settled(*p, **t)) {
+            assert_eq!(mine.get(t), Some(count), "count:{p}:{n} bucket {t}");
+        }
+        for (t, count) in mine.iter().filter(|(t, _)| settled(*p, **t)) {
+            assert_eq!(buckets.get(t), Some(count), "count:{p}:{n} bucket {t}");
+        }
+    }
+    let extra: BTreeSet<_> = got.keys().filter(|k| !expected.contains_key(k)).collect();
+    assert!(extra.is_empty(), "counters nobody sent: {extra:?}");
+}
+
+async fn dead_count(c: &mut Conn, stream: &str) -> usize {
+    let v: redis::Value = redis::cmd("XRANGE")
+        .arg(stream)
+        .arg("-")
+        .arg("+")
+        .query_async(c)
+        .await
+        .unwrap();
+    hitcount::store::stream::entry_list(&v).len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_count_one_stream_exactly_once_on_a_cluster() {
+    let cluster = Cluster::start();
+    let seeds = cluster.seed_url();
+    let mut c = common::conn(&seeds).await;
+    let names: Vec<String> = (0..300).map(|i| format!("page:{i}/ü {i}")).collect();
+    let mut workers = start_workers(&seeds, 2, &[]);
+    let mut sent = send(&mut c, "hits", &names, 6000, 1).await;
+    // Bad entries: dead-lettered once, into the stream's slot.
+    for _ in 0..3 {
+        let _: String = redis::cmd("XADD")
+            .arg("hits")
+            .arg("*")
+            .arg("hit")
+            .arg("not msgpack")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    sent.extend(send(&mut c, "hits", &names, 4000, 2).await);
+    let shards = Keys::all_shards(&LayoutArgs::default(), &StreamArgs::default(), true);
+    wait_all_drained(&mut c, &shards, &mut workers).await;
+    for w in &mut workers {
+        assert_eq!(
+            w.terminate(Duration::from_secs(25)).code(),
+            Some(0),
+            "{}",
+            w.stderr()
+        );
+    }
+    assert_exact(&mut c, &sent).await;
+    assert_eq!(dead_count(&mut c, "hits:dead:{hits}").await, 3);
+    // Spread over the cluster indeed: counters on every master.
+    let masters: BTreeSet<u16> = names
+        .iter()
+        .map(|n| cluster.master_of(&format!("count:60:{n}")))
+        .collect();
+    assert_eq!(masters.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_share_eight_shards_exactly_once() {
+    let cluster = Cluster::start();
+    let seeds = cluster.seed_url();
+    let mut c = common::conn(&seeds).await;
+    let stream = StreamArgs {
+        shards: 8,
+        ..StreamArgs::default()
+    };
+    let shards = Keys::all_shards(&LayoutArgs::default(), &stream, true);
+    let names: Vec<String> = (0..200).map(|i| format!("n{i}")).collect();
+    let mut workers = start_workers(&seeds, 3, &["--shards", "8"]);
+    // Any shard: a plain producer may write anywhere.
+    let mut sent = Vec::new();
+    for (i, k) in shards.iter().enumerate() {
+        sent.extend(send(&mut c, &k.stream, &names, 800, i as u64).await);
+    }
+    let _: String = redis::cmd("XADD")
+        .arg(&shards[5].stream)
+        .arg("*")
+        .arg("name")
+        .arg("")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // The Rust producer (`hitcount load`) spreads by name.
+    let out = bin::hitcount()
+        .args(["load", "--hits", "3000", "--names", "50", "--shards", "8"])
+        .env("REDIS_URL", &seeds)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_all_drained(&mut c, &shards, &mut workers).await;
+    // Each worker reads its share: all 8 shards have a consumer.
+    let mut used = 0;
+    for k in &shards {
+        let len: usize = redis::cmd("XLEN")
+            .arg(&k.stream)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        if len > 0 {
+            used += 1;
+        }
+    }
+    assert!(used >= 6, "load spread over the shards: {used}");
+    for w in &mut workers {
+        assert_eq!(
+            w.terminate(Duration::from_secs(25)).code(),
+            Some(0),
+            "{}",
+            w.stderr()
+        );
+    }
+    // `load` hits are not in `sent`: compare the totals of every precision.
+    let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
+    let got = common::read_all(&mut c, &keys).await;
+    let expected = common::reference(&sent, &PRECISIONS);
+    for ((p, n), buckets) in &expected {
+        if *p < 3600 {
+            continue; // spread over hours: only the coarse ones keep every bucket
+        }
+        let mine = &got[&(*p, n.clone())];
+        assert_eq!(mine, buckets, "count:{p}:{n}");
+    }
+    let loaded: i64 = got
+        .iter()
+        .filter(|((p, n), _)| *p == 86400 && !n.starts_with('n'))
+        .map(|(_, b)| b.values().sum::<i64>())
+        .sum();
+    assert_eq!(
+        loaded, 3000,
+        "every loaded hit counted once at the day precision"
+    );
+    assert_eq!(dead_count(&mut c, "hits:dead:{5}").await, 1);
+}

@@ -28,6 +28,7 @@
 //!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)
 //!    ▼
 //!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window)
+//!    │       shards.rs      which stream shards this process reads: leases, one worker each
 //!    │       recovery.rs    claims, and windows finished for stopped workers
 //!    │       registration.rs one live process per consumer name
 //!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties
@@ -40,14 +41,14 @@
 //!    │       stream.rs  group.rs  commit/ (mod.rs, apply.rs, records.rs)  counters.rs
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
 //!    ▼
-//!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  keys.rs  known.rs
+//!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  keys.rs  known.rs  slots.rs
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
 //!            register.rs)  shutdown.rs  clock.rs                      no Redis here
 //! ```
 //!
 //! - [`model`], the pure floor: the hit and its wire forms ([`model::event`]),
 //!   hits to increments ([`model::aggregate`]), every key name
-//!   ([`model::keys`]), every setting and its default, written once
+//!   ([`model::keys`]) and Redis Cluster hash slots ([`model::slots`]), every setting and its default, written once
 //!   ([`model::config`]), which `known:` ZADDs may be left out
 //!   ([`model::known`]), the metrics ([`model::metrics`]), the shutdown
 //!   signal ([`model::shutdown`]) and the clock ([`model::clock`]).
@@ -60,7 +61,8 @@
 //!   ([`store::counters`]) and the query API's read-only queries
 //!   ([`store::query`]).
 //! - [`service`], what runs: the [`service::worker`] loop and the window it
-//!   fills ([`service::worker::batch`]), claiming from and finishing for
+//!   fills ([`service::worker::batch`]), the stream shards a process reads
+//!   ([`service::shards`]), claiming from and finishing for
 //!   stopped workers ([`service::recovery`]), one live process per consumer
 //!   name ([`service::registration`]), the leader lease
 //!   ([`service::leader`]) and its [`service::duties`]

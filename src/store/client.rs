@@ -226,23 +226,51 @@ impl Conn {
     /// pipeline must stay in one slot). Any command's error fails the call,
     /// as it fails a pipeline.
     pub async fn query_each(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<Value>> {
+        Ok(self.query_each_waiting(cmds, None).await?.0)
+    }
+
+    /// [`Conn::query_each`], and on a cluster with `wait` = (replicas, ms)
+    /// each command followed by `WAIT replicas ms` on its own node: returns
+    /// the replies and how many commands fewer replicas confirmed in time.
+    pub async fn query_each_waiting(
+        &mut self,
+        cmds: Vec<Cmd>,
+        wait: Option<(u32, u64)>,
+    ) -> RedisResult<(Vec<Value>, usize)> {
         if cmds.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
         if !self.is_cluster() {
             let mut pipe = redis::pipe();
             for c in cmds {
                 pipe.add_command(c);
             }
-            return pipe.query_async(self).await;
+            return Ok((pipe.query_async(self).await?, 0));
         }
         let n = cmds.len();
         let mut tasks = tokio::task::JoinSet::new();
         for (i, cmd) in cmds.into_iter().enumerate() {
             let mut conn = self.clone();
-            tasks.spawn(async move { (i, cmd.query_async::<Value>(&mut conn).await) });
+            tasks.spawn(async move {
+                let reply = match wait {
+                    Some((replicas, ms)) => redis::pipe()
+                        .add_command(cmd)
+                        .cmd("WAIT")
+                        .arg(replicas)
+                        .arg(ms)
+                        .query_async::<(Value, i64)>(&mut conn)
+                        .await
+                        .map(|(v, acked)| (v, acked < i64::from(replicas))),
+                    None => cmd
+                        .query_async::<Value>(&mut conn)
+                        .await
+                        .map(|v| (v, false)),
+                };
+                (i, reply)
+            });
         }
         let mut replies = vec![Value::Nil; n];
+        let mut unconfirmed = 0;
         while let Some(done) = tasks.join_next().await {
             let (i, reply) = done.map_err(|e| {
                 redis::RedisError::from((
@@ -251,9 +279,11 @@ impl Conn {
                     e.to_string(),
                 ))
             })?;
-            replies[i] = reply?;
+            let (value, short) = reply?;
+            replies[i] = value;
+            unconfirmed += usize::from(short);
         }
-        Ok(replies)
+        Ok((replies, unconfirmed))
     }
 }
 

@@ -35,6 +35,13 @@ pub const DEFAULT_MAX_DELIVERIES: u32 = 5;
 /// Default idle time, in ms, after which a consumer that owns no pending
 /// entry leaves the group (`--consumer-idle-ms`): one hour.
 pub const DEFAULT_CONSUMER_IDLE_MS: u64 = 3_600_000;
+/// Default replicas that confirm each step of a window on a Redis Cluster
+/// (`--wait-replicas`, WAIT): one, so a master's failover loses no step
+/// whose next one ran.
+pub const DEFAULT_WAIT_REPLICAS: u32 = 1;
+/// Longest wait for replicas' confirmation of one step, in ms: a master left
+/// without a replica slows each window by about this much, never stops it.
+pub const WAIT_TIMEOUT_MS: u64 = 100;
 /// Default seconds to finish the window in flight after SIGTERM
 /// (`--shutdown-timeout`): under Kubernetes' 30 s grace period.
 pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 20;
@@ -119,6 +126,15 @@ pub struct WorkerArgs {
         default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS
     )]
     pub shutdown_timeout_secs: u64,
+    /// On a Redis Cluster, replicas that must confirm each step of a window
+    /// (its commit, each apply) before the next runs (WAIT, at most 100 ms
+    /// each); 0 does not wait. Unused on one Redis.
+    #[arg(
+        long = "wait-replicas",
+        env = "HITCOUNT_WAIT_REPLICAS",
+        default_value_t = DEFAULT_WAIT_REPLICAS
+    )]
+    pub wait_replicas: u32,
 }
 
 impl Default for WorkerArgs {
@@ -134,6 +150,7 @@ impl Default for WorkerArgs {
             max_deliveries: DEFAULT_MAX_DELIVERIES,
             consumer_idle_ms: DEFAULT_CONSUMER_IDLE_MS,
             shutdown_timeout_secs: DEFAULT_SHUTDOWN_TIMEOUT_SECS,
+            wait_replicas: DEFAULT_WAIT_REPLICAS,
         }
     }
 }
@@ -240,6 +257,7 @@ mod tests {
             max_deliveries: "HITCOUNT_MAX_DELIVERIES",
             consumer_idle_ms: "HITCOUNT_CONSUMER_IDLE_MS",
             shutdown_timeout_secs: "HITCOUNT_SHUTDOWN_TIMEOUT",
+            wait_replicas: "HITCOUNT_WAIT_REPLICAS",
         });
     }
 

@@ -67,6 +67,10 @@ pub struct Metrics {
     /// `hitcount_windows_fenced_total`: windows dropped unapplied because
     /// another consumer claimed some of their entries.
     pub windows_fenced: IntCounter,
+    /// `hitcount_replication_unconfirmed_total`: writes of a window on a
+    /// Redis Cluster that no replica confirmed within the wait (a master
+    /// without a replica): counting goes on, less safe against a failover.
+    pub replication_unconfirmed: IntCounter,
     /// `hitcount_records_quarantined_total`: bookkeeping records that could
     /// not be read back, moved to the dead-letter stream.
     pub records_quarantined: IntCounter,
@@ -213,6 +217,11 @@ impl Metrics {
                 "hitcount_records_quarantined_total",
                 "Bookkeeping records that could not be read back, moved to the dead-letter stream.",
             ),
+            replication_unconfirmed: counter(
+                &r,
+                "hitcount_replication_unconfirmed_total",
+                "Writes of a window on a Redis Cluster that no replica confirmed in time.",
+            ),
             windows_fenced: counter(
                 &r,
                 "hitcount_windows_fenced_total",
@@ -330,6 +339,7 @@ mod tests {
             "hitcount_hits_too_old_total",
             "hitcount_windows_applied_total",
             "hitcount_windows_fenced_total",
+            "hitcount_replication_unconfirmed_total",
             "hitcount_window_size_events",
             "hitcount_apply_duration_seconds",
             "hitcount_end_to_end_delay_seconds",

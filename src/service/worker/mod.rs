@@ -113,7 +113,8 @@ impl Worker {
         let consumer = settings.worker.consumer_name();
         let registration = Arc::new(Registration::new(&keys, &consumer));
         let committer = Committer::new(keys.clone(), consumer.clone(), settings.stream.dead_maxlen)
-            .with_registration(registration.token(), registration.lifetime_ms());
+            .with_registration(registration.token(), registration.lifetime_ms())
+            .with_wait(settings.worker.wait_replicas);
         let batch = Batch::new(&settings.layout.precisions, settings.layout.samples);
         let known = KnownCache::new(batch.window().precisions(), settings.layout.samples);
         let now = Instant::now();

@@ -265,7 +265,8 @@ impl Committer {
                 let mut acks = redis::pipe();
                 stream::ack_into(&mut acks, &self.keys, step.ids, ACK_IDS);
                 all.extend(acks.cmd_iter().cloned());
-                let replies = conn.query_each(all).await?;
+                let (replies, unconfirmed) = conn.query_each_waiting(all, self.wait).await?;
+                self.unconfirmed(unconfirmed);
                 let statuses = chunk_statuses(&chunks, &replies[skip..], step)?;
                 self.add_members(conn, step, &chunks, &statuses, &zadded)
                     .await?;
@@ -345,7 +346,8 @@ impl Committer {
                 c
             })
             .collect();
-        conn.query_each(cmds).await?;
+        let (_, unconfirmed) = conn.query_each_waiting(cmds, self.wait).await?;
+        self.unconfirmed(unconfirmed);
         Ok(())
     }
 

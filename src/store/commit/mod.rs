@@ -34,7 +34,9 @@
 use redis::Value;
 
 use crate::model::aggregate::Cell;
+use crate::model::config::WAIT_TIMEOUT_MS;
 use crate::model::keys::Keys;
+use crate::model::metrics::metrics;
 use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::scripts::COMMIT;
 use crate::store::stream;
@@ -131,6 +133,8 @@ pub struct Committer {
     token: String,
     /// How long a registration lives without renewal.
     lifetime_ms: u64,
+    /// On a cluster, (replicas, ms) to WAIT for after each step.
+    wait: Option<(u32, u64)>,
 }
 
 impl Committer {
@@ -143,6 +147,38 @@ impl Committer {
             dead_maxlen,
             token: format!("{:016x}", rand::random::<u64>()),
             lifetime_ms: crate::model::keys::REGISTRATION_LIFETIME_MS,
+            wait: None,
+        }
+    }
+
+    /// On a Redis Cluster, waits for `replicas` replicas to confirm each
+    /// step (the commit, each apply script and `known:` ZADD) before the
+    /// next one runs, at most [`WAIT_TIMEOUT_MS`] each: a failover of any
+    /// master then loses no step a later step relied on. A step no replica
+    /// confirmed in time is counted and logged, and counting goes on.
+    pub fn with_wait(mut self, replicas: u32) -> Self {
+        self.wait = (replicas > 0).then_some((replicas, WAIT_TIMEOUT_MS));
+        self
+    }
+
+    /// Reports steps that fewer replicas than asked confirmed in time.
+    fn unconfirmed(&self, steps: usize) {
+        if steps == 0 {
+            return;
+        }
+        metrics().replication_unconfirmed.inc_by(steps as u64);
+        static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+        let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
+            *last = Some(std::time::Instant::now());
+            tracing::warn!(
+                steps,
+                wait_ms = WAIT_TIMEOUT_MS,
+                replicas = self.wait.map_or(0, |w| w.0),
+                "a master did not get its writes confirmed by a replica in time (none \
+                 attached?): counting goes on, but a failover of that master now may \
+                 lose or repeat a window's step (logged at most once a minute)"
+            );
         }
     }
 
@@ -237,7 +273,20 @@ impl Committer {
                 cmd.arg("");
             }
         }
-        let reply: Value = cmd.query_async(conn).await?;
+        let reply: Value = match (self.wait, conn.is_cluster()) {
+            (Some((replicas, ms)), true) => {
+                let (reply, acked): (Value, i64) = redis::pipe()
+                    .add_command(cmd)
+                    .cmd("WAIT")
+                    .arg(replicas)
+                    .arg(ms)
+                    .query_async(conn)
+                    .await?;
+                self.unconfirmed(usize::from(acked < i64::from(replicas)));
+                reply
+            }
+            _ => cmd.query_async(conn).await?,
+        };
         commit_outcome(&reply).ok_or_else(|| StoreError::unexpected("commit.lua", &reply))
     }
 

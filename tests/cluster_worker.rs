@@ -64,7 +64,10 @@ async fn send(
         pipe.ignore();
         sent.push((name.clone(), count, ts));
     }
-    pipe.query_async::<()>(c).await.unwrap();
+    // Acknowledged and replicated: a failover must not lose these.
+    pipe.cmd("WAIT").arg(1).arg(5000);
+    let (replicas,): (i64,) = pipe.query_async(c).await.unwrap();
+    assert!(replicas >= 1, "{stream} replicated");
     sent
 }
 
@@ -82,10 +85,23 @@ async fn wait_all_drained(c: &mut Conn, shards: &[Keys], workers: &mut [bin::Chi
         if all {
             return;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not drained within 90 s"
-        );
+        if std::time::Instant::now() > deadline {
+            let logs: Vec<String> = workers
+                .iter()
+                .map(|w| format!("--- {}\n{}", w.name(), w.stderr()))
+                .collect();
+            let mut state = String::new();
+            for k in shards {
+                let v: redis::Value = redis::cmd("XINFO")
+                    .arg("GROUPS")
+                    .arg(&k.stream)
+                    .query_async(c)
+                    .await
+                    .unwrap_or(redis::Value::Nil);
+                state.push_str(&format!("{}: {v:?}\n", k.stream));
+            }
+            panic!("not drained within 90 s\n{state}{}", logs.join("\n"));
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -242,4 +258,151 @@ async fn three_workers_share_eight_shards_exactly_once() {
         "every loaded hit counted once at the day precision"
     );
     assert_eq!(dead_count(&mut c, "hits:dead:{5}").await, 1);
+}
+
+/// Starts `n` workers, sends `per_shard` hits to every shard, runs `chaos`
+/// once some counting is done, and checks every counter is exact.
+async fn drain_through<F, Fut>(shards: u32, workers: usize, per_shard: usize, chaos: F)
+where
+    F: FnOnce(Cluster, Vec<bin::Child>) -> Fut,
+    Fut: std::future::Future<Output = (Cluster, Vec<bin::Child>)>,
+{
+    let cluster = Cluster::start();
+    let seeds = cluster.seed_url();
+    let mut c = common::conn(&seeds).await;
+    let stream = StreamArgs {
+        shards,
+        ..StreamArgs::default()
+    };
+    let keys = Keys::all_shards(&LayoutArgs::default(), &stream, true);
+    let names: Vec<String> = (0..400).map(|i| format!("p{i}")).collect();
+    let mut sent = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        for part in 0..per_shard / 2000 {
+            sent.extend(send(&mut c, &k.stream, &names, 2000, (i * 1000 + part) as u64).await);
+        }
+    }
+    let shards_flag = shards.to_string();
+    let workers = start_workers(
+        &seeds,
+        workers,
+        &[
+            "--shards",
+            &shards_flag,
+            "--claim-idle-ms",
+            "2000",
+            "--window-entries",
+            "2000",
+        ],
+    );
+    eventually!(60, "some hits counted", {
+        let n: i64 = redis::cmd("ZCARD")
+            .arg("known:")
+            .query_async(&mut c)
+            .await
+            .unwrap_or(0);
+        n > 0
+    });
+    let (cluster, mut workers) = chaos(cluster, workers).await;
+    let mut c = common::conn(&cluster.seed_url()).await;
+    wait_all_drained(&mut c, &keys, &mut workers).await;
+    for w in &mut workers {
+        assert_eq!(
+            w.terminate(Duration::from_secs(25)).code(),
+            Some(0),
+            "{}",
+            w.stderr()
+        );
+    }
+    assert_exact(&mut c, &sent).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_master_of_known_dies_mid_drain_and_every_hit_counts_once() {
+    drain_through(1, 2, 30_000, |cluster, workers| async move {
+        let took = cluster.kill_master_of("known:").await;
+        eprintln!("failover of known:'s master took {took:?}");
+        (cluster, workers)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_of_stream_shards_dies_mid_drain_and_every_hit_counts_once() {
+    drain_through(4, 2, 8_000, |cluster, workers| async move {
+        let took = cluster.kill_master_of("hits:{1}").await;
+        eprintln!("failover of hits:{{1}}'s master took {took:?}");
+        (cluster, workers)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counter_slots_migrate_mid_drain_and_every_hit_counts_once() {
+    drain_through(2, 2, 10_000, |cluster, workers| async move {
+        // Slots of busy counters move to another master, half-moved for a
+        // while (ASK redirects, TRYAGAIN for scripts spanning both sides).
+        for name in ["count:60:p1", "count:3600:p2", "count:86400:p3", "known:"] {
+            let slot = cluster.slot_of(name);
+            let from = cluster.owner_of(slot);
+            let to = *cluster.masters().iter().find(|&&m| m != from).unwrap();
+            let moved = cluster
+                .migrate_slot_paced(slot, to, 1, Duration::from_millis(20))
+                .await;
+            eprintln!("slot {slot} ({name}): {moved} keys moved {from} -> {to}");
+        }
+        (cluster, workers)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_come_and_go_and_the_shards_follow() {
+    drain_through(8, 3, 4_000, |cluster, mut workers| async move {
+        let seeds = cluster.seed_url();
+        let extra = [
+            "--shards",
+            "8",
+            "--claim-idle-ms",
+            "2000",
+            "--window-entries",
+            "2000",
+        ];
+        // A SIGKILL, a clean stop, and new workers joining.
+        workers[0].kill();
+        workers.remove(0);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        workers.extend(start_workers(&seeds, 1, &extra));
+        assert_eq!(
+            workers[0].terminate(Duration::from_secs(25)).code(),
+            Some(0)
+        );
+        workers.remove(0);
+        workers.extend(start_workers(&seeds, 2, &extra));
+        // Three live workers share the eight shards: each holds two or three.
+        let mut c = common::conn(&seeds).await;
+        let stream = StreamArgs {
+            shards: 8,
+            ..StreamArgs::default()
+        };
+        let keys = Keys::all_shards(&LayoutArgs::default(), &stream, true);
+        eventually!(60, "the shards are shared out", {
+            let mut owners = std::collections::BTreeMap::<String, usize>::new();
+            for k in &keys {
+                let owner: Option<String> = redis::cmd("GET")
+                    .arg(k.shard_lease())
+                    .query_async(&mut c)
+                    .await
+                    .unwrap_or(None);
+                if let Some(o) = owner {
+                    *owners
+                        .entry(o.rsplit_once('/').unwrap().0.to_string())
+                        .or_default() += 1;
+                }
+            }
+            owners.len() == 3 && owners.values().all(|&n| (2..=3).contains(&n))
+        });
+        (cluster, workers)
+    })
+    .await;
 }

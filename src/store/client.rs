@@ -181,8 +181,17 @@ impl Client {
             builder = builder.certs(certs.clone());
         }
         let conn = builder.build()?.get_async_connection().await?;
-        Ok(Conn::Cluster(conn))
+        Ok(Conn::Cluster(conn, response_timeout * 2))
     }
+}
+
+/// The error of a cluster call past its deadline (an I/O timeout, so it is
+/// retried on a fresh connection like any other).
+fn timed_out(deadline: Duration) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no reply from the cluster within {deadline:?}"),
+    ))
 }
 
 /// Whether a refused `CLUSTER INFO` says the server is no cluster node.
@@ -210,14 +219,16 @@ fn install_crypto_provider() {
 pub enum Conn {
     /// One Redis node.
     Single(MultiplexedConnection),
-    /// A Redis Cluster.
-    Cluster(ClusterConnection),
+    /// A Redis Cluster, and the longest any call may take: the cluster
+    /// client retries (redirects, a node being repaired) within a call, and
+    /// a call to a master that died can otherwise hang for good.
+    Cluster(ClusterConnection, Duration),
 }
 
 impl Conn {
     /// Whether this is a cluster connection.
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Conn::Cluster(_))
+        matches!(self, Conn::Cluster(..))
     }
 
     /// Sends commands that may each live in a different hash slot and
@@ -226,51 +237,23 @@ impl Conn {
     /// pipeline must stay in one slot). Any command's error fails the call,
     /// as it fails a pipeline.
     pub async fn query_each(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<Value>> {
-        Ok(self.query_each_waiting(cmds, None).await?.0)
-    }
-
-    /// [`Conn::query_each`], and on a cluster with `wait` = (replicas, ms)
-    /// each command followed by `WAIT replicas ms` on its own node: returns
-    /// the replies and how many commands fewer replicas confirmed in time.
-    pub async fn query_each_waiting(
-        &mut self,
-        cmds: Vec<Cmd>,
-        wait: Option<(u32, u64)>,
-    ) -> RedisResult<(Vec<Value>, usize)> {
         if cmds.is_empty() {
-            return Ok((Vec::new(), 0));
+            return Ok(Vec::new());
         }
         if !self.is_cluster() {
             let mut pipe = redis::pipe();
             for c in cmds {
                 pipe.add_command(c);
             }
-            return Ok((pipe.query_async(self).await?, 0));
+            return pipe.query_async(self).await;
         }
         let n = cmds.len();
         let mut tasks = tokio::task::JoinSet::new();
         for (i, cmd) in cmds.into_iter().enumerate() {
             let mut conn = self.clone();
-            tasks.spawn(async move {
-                let reply = match wait {
-                    Some((replicas, ms)) => redis::pipe()
-                        .add_command(cmd)
-                        .cmd("WAIT")
-                        .arg(replicas)
-                        .arg(ms)
-                        .query_async::<(Value, i64)>(&mut conn)
-                        .await
-                        .map(|(v, acked)| (v, acked < i64::from(replicas))),
-                    None => cmd
-                        .query_async::<Value>(&mut conn)
-                        .await
-                        .map(|v| (v, false)),
-                };
-                (i, reply)
-            });
+            tasks.spawn(async move { (i, cmd.query_async::<Value>(&mut conn).await) });
         }
         let mut replies = vec![Value::Nil; n];
-        let mut unconfirmed = 0;
         while let Some(done) = tasks.join_next().await {
             let (i, reply) = done.map_err(|e| {
                 redis::RedisError::from((
@@ -279,11 +262,9 @@ impl Conn {
                     e.to_string(),
                 ))
             })?;
-            let (value, short) = reply?;
-            replies[i] = value;
-            unconfirmed += usize::from(short);
+            replies[i] = reply?;
         }
-        Ok((replies, unconfirmed))
+        Ok(replies)
     }
 }
 
@@ -291,7 +272,14 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c, deadline) => {
+                let deadline = *deadline;
+                Box::pin(async move {
+                    tokio::time::timeout(deadline, c.req_packed_command(cmd))
+                        .await
+                        .unwrap_or_else(|_| Err(timed_out(deadline)))
+                })
+            }
         }
     }
 
@@ -303,14 +291,21 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c, deadline) => {
+                let deadline = *deadline;
+                Box::pin(async move {
+                    tokio::time::timeout(deadline, c.req_packed_commands(pipeline, offset, count))
+                        .await
+                        .unwrap_or_else(|_| Err(timed_out(deadline)))
+                })
+            }
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
+            Conn::Cluster(c, _) => c.get_db(),
         }
     }
 }

@@ -21,6 +21,8 @@ pub use crate::store::error::{
 /// Time allowed for a reply to a non-blocking command. Never "none": a call
 /// was seen to hang forever during a failover.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest time to open a connection and load the scripts.
+pub const OPEN_DEADLINE: Duration = Duration::from_secs(10);
 /// First and longest pause between reconnection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -62,8 +64,20 @@ impl Reconnecting {
         let conn = match self.conn.take() {
             Some(c) => c,
             None => {
-                let mut c = self.client.open(self.timeout).await?;
-                crate::store::scripts::load_all(&mut c).await?;
+                // Bounded as a whole: a cluster client retries a node that
+                // is down for far longer (its own backoff), and a failover
+                // is better met by a fresh connection a moment later.
+                let open = async {
+                    let mut c = self.client.open(self.timeout).await?;
+                    crate::store::scripts::load_all(&mut c).await?;
+                    Ok::<_, StoreError>(c)
+                };
+                let c = tokio::time::timeout(OPEN_DEADLINE, open)
+                    .await
+                    .map_err(|_| StoreError::Unexpected {
+                        what: "connecting to Redis",
+                        reply: format!("no connection within {OPEN_DEADLINE:?}"),
+                    })??;
                 self.opened += 1;
                 c
             }
@@ -186,6 +200,7 @@ impl Outage {
     /// Records a failed try; logs only the first of an outage in this process.
     pub fn failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
         self.tries += 1;
+        tracing::debug!(error = %err, tries = self.tries, "{what}: Redis call failed");
         let now = std::time::Instant::now();
         self.since.get_or_insert(now);
         let mut o = OUTAGES.lock().unwrap_or_else(|p| p.into_inner());

@@ -17,7 +17,10 @@ pub fn hitcount() -> Command {
             cmd.env_remove(k);
         }
     }
-    cmd.env("RUST_LOG", "info");
+    cmd.env(
+        "RUST_LOG",
+        std::env::var("HITCOUNT_TEST_LOG").unwrap_or_else(|_| "info".into()),
+    );
     cmd
 }
 

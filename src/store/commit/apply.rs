@@ -262,14 +262,16 @@ impl Committer {
                 let mut all = expire_markers(finished);
                 let skip = all.len();
                 all.extend(cmds);
-                let mut acks = redis::pipe();
-                stream::ack_into(&mut acks, &self.keys, step.ids, ACK_IDS);
-                all.extend(acks.cmd_iter().cloned());
-                let (replies, unconfirmed) = conn.query_each_waiting(all, self.wait).await?;
-                self.unconfirmed(unconfirmed);
+                let replies = conn.query_each(all).await?;
                 let statuses = chunk_statuses(&chunks, &replies[skip..], step)?;
                 self.add_members(conn, step, &chunks, &statuses, &zadded)
                     .await?;
+                self.replicated(conn).await?;
+                // Acknowledged once counted, as on one Redis: a drained
+                // group means visible counters.
+                let mut acks = redis::pipe();
+                stream::ack_into(&mut acks, &self.keys, step.ids, ACK_IDS);
+                acks.query_async::<()>(conn).await?;
                 (statuses, zadded)
             } else {
                 let (pipe, zadded) = apply_pipeline(&self.keys, step, finished, trusted);
@@ -346,8 +348,7 @@ impl Committer {
                 c
             })
             .collect();
-        let (_, unconfirmed) = conn.query_each_waiting(cmds, self.wait).await?;
-        self.unconfirmed(unconfirmed);
+        conn.query_each(cmds).await?;
         Ok(())
     }
 

@@ -161,25 +161,38 @@ impl Committer {
         self
     }
 
-    /// Reports steps that fewer replicas than asked confirmed in time.
-    fn unconfirmed(&self, steps: usize) {
-        if steps == 0 {
-            return;
+    /// On a cluster, waits for the replicas asked by [`Committer::with_wait`]
+    /// to hold every write this connection sent so far: one `WAIT` per
+    /// master, all at once (a WAIT holds up the commands behind it on its
+    /// connection, so it goes after a step's writes, never between them).
+    /// A master whose replicas did not confirm in time is counted and
+    /// logged, and counting goes on.
+    async fn replicated(&self, conn: &mut Conn) -> StoreResult<()> {
+        let Some((replicas, ms)) = self.wait.filter(|_| conn.is_cluster()) else {
+            return Ok(());
+        };
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(ms)
+            .query_async(conn)
+            .await?;
+        if acked < i64::from(replicas) {
+            metrics().replication_unconfirmed.inc();
+            static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+            let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
+                *last = Some(std::time::Instant::now());
+                tracing::warn!(
+                    replicas,
+                    acked,
+                    wait_ms = ms,
+                    "a master did not get a window's writes confirmed by a replica in time \
+                     (none attached?): counting goes on, but a failover of that master now \
+                     may lose or repeat a step of the window (logged at most once a minute)"
+                );
+            }
         }
-        metrics().replication_unconfirmed.inc_by(steps as u64);
-        static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
-        let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
-            *last = Some(std::time::Instant::now());
-            tracing::warn!(
-                steps,
-                wait_ms = WAIT_TIMEOUT_MS,
-                replicas = self.wait.map_or(0, |w| w.0),
-                "a master did not get its writes confirmed by a replica in time (none \
-                 attached?): counting goes on, but a failover of that master now may \
-                 lose or repeat a window's step (logged at most once a minute)"
-            );
-        }
+        Ok(())
     }
 
     /// Commits under this registration token: a commit is refused once
@@ -273,20 +286,10 @@ impl Committer {
                 cmd.arg("");
             }
         }
-        let reply: Value = match (self.wait, conn.is_cluster()) {
-            (Some((replicas, ms)), true) => {
-                let (reply, acked): (Value, i64) = redis::pipe()
-                    .add_command(cmd)
-                    .cmd("WAIT")
-                    .arg(replicas)
-                    .arg(ms)
-                    .query_async(conn)
-                    .await?;
-                self.unconfirmed(usize::from(acked < i64::from(replicas)));
-                reply
-            }
-            _ => cmd.query_async(conn).await?,
-        };
+        let reply: Value = cmd.query_async(conn).await?;
+        if matches!(commit_outcome(&reply), Some(Outcome::Committed)) {
+            self.replicated(conn).await?;
+        }
         commit_outcome(&reply).ok_or_else(|| StoreError::unexpected("commit.lua", &reply))
     }
 

@@ -80,16 +80,29 @@ scripts! {
 }
 
 /// Loads every script into Redis' script cache: in one pipeline on one
-/// node; on a cluster, one `SCRIPT LOAD` each, which the cluster client
-/// sends to every node (a pipeline would go to one node only).
+/// node; on a cluster, one `SCRIPT LOAD` each to every master serving
+/// slots (a pipeline would go to one node only). Replicas are left out: a
+/// dead one must not stop the load, and a replica promoted later answers
+/// NOSCRIPT once, which makes the caller reconnect and load again.
 pub async fn load_all(conn: &mut Conn) -> RedisResult<()> {
-    if conn.is_cluster() {
+    if let Conn::Cluster(cluster, deadline) = conn {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
         for lua in all() {
-            let _: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(lua.source)
-                .query_async(conn)
-                .await?;
+            let mut cmd = redis::cmd("SCRIPT");
+            cmd.arg("LOAD").arg(lua.source);
+            let load = cluster.route_command(
+                cmd,
+                RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::AllSucceeded),
+                )),
+            );
+            tokio::time::timeout(*deadline, load).await.map_err(|_| {
+                redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "SCRIPT LOAD timed out",
+                ))
+            })??;
         }
         return Ok(());
     }

@@ -28,9 +28,11 @@
 //!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)
 //!    ▼
 //!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window)
+//!    │       shards.rs      which stream shards this process reads
 //!    │       recovery.rs    claims, and windows finished for stopped workers
 //!    │       registration.rs one live process per consumer name
-//!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties
+//!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties;
+//!    │       fence.rs  purge.rs  forget.rs   their fence, deletes, known: on a cluster
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
 //!    │       ranking.rs     `top`: one cached ranking scan per (precision, bucket)
 //!    ▼
@@ -40,7 +42,7 @@
 //!    │       stream.rs  group.rs  commit/ (mod.rs, apply.rs, records.rs)  counters.rs
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
 //!    ▼
-//!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  keys.rs  known.rs
+//!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  keys.rs  known.rs  slots.rs
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
 //!            register.rs)  shutdown.rs  clock.rs                      no Redis here
 //! ```
@@ -64,7 +66,8 @@
 //!   stopped workers ([`service::recovery`]), one live process per consumer
 //!   name ([`service::registration`]), the leader lease
 //!   ([`service::leader`]) and its [`service::duties`]
-//!   ([`service::cleaner`], [`service::trim`]), the group's lag
+//!   ([`service::cleaner`], [`service::purge`], [`service::forget`],
+//!   [`service::trim`], all under a [`service::fence`]), the group's lag
 //!   ([`service::sampler`]), what `hitcount status` shows
 //!   ([`service::status`]), the probes' view of a worker
 //!   ([`service::health`]), background tasks that may not die silently

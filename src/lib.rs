@@ -31,7 +31,8 @@
 //!    │       shards.rs      which stream shards this process reads: leases, one worker each
 //!    │       recovery.rs    claims, and windows finished for stopped workers
 //!    │       registration.rs one live process per consumer name
-//!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties
+//!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties;
+//!    │       fence.rs  purge.rs  forget.rs   their fence, deletes, known: on a cluster
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
 //!    │       ranking.rs     `top`: one cached ranking scan per (precision, bucket)
 //!    ▼
@@ -66,7 +67,8 @@
 //!   stopped workers ([`service::recovery`]), one live process per consumer
 //!   name ([`service::registration`]), the leader lease
 //!   ([`service::leader`]) and its [`service::duties`]
-//!   ([`service::cleaner`], [`service::trim`]), the group's lag
+//!   ([`service::cleaner`], [`service::purge`], [`service::forget`],
+//!   [`service::trim`], all under a [`service::fence`]), the group's lag
 //!   ([`service::sampler`]), what `hitcount status` shows
 //!   ([`service::status`]), the probes' view of a worker
 //!   ([`service::health`]), background tasks that may not die silently

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::*;
-use hitcount::model::config::{LayoutArgs, LeaderArgs};
+use hitcount::model::config::LayoutArgs;
 use hitcount::model::keys::Keys;
 use hitcount::service::cleaner::Cleaner;
 use hitcount::service::leader::Lease;
@@ -18,20 +18,9 @@ use hitcount::store::connect::Conn;
 
 const NOW: i64 = 1_700_000_000;
 
-/// A cleaner holding the lease on `c`.
+/// A cleaner holding the lease.
 async fn leader(c: &mut Conn, keys: &Keys) -> (Cleaner, Arc<Lease>) {
-    hitcount::store::scripts::load_all(c).await.unwrap();
-    let lease = Arc::new(Lease::new(
-        keys,
-        &LeaderArgs {
-            lease_ms: 600_000,
-            ..LeaderArgs::default()
-        },
-        "test",
-    ));
-    assert!(lease.try_acquire(c).await.unwrap());
-    let cleaner = Cleaner::new(keys.clone(), &LayoutArgs::default(), lease.clone());
-    (cleaner, lease)
+    cleaning_leader(c, keys).await
 }
 
 fn default_keys() -> Keys {

@@ -12,7 +12,7 @@
 //!   share state.
 
 use crate::model::config::{LayoutArgs, StreamArgs};
-use crate::model::slots::slot;
+use crate::model::slots::{slot, tag_for_slot};
 
 /// How long a consumer name's registration lives without renewal, in ms:
 /// the longest a worker restarted under its own name waits for its old one
@@ -218,6 +218,38 @@ impl Keys {
     pub fn cleaner_status(&self) -> String {
         format!("{}hc:cleaner", self.prefix)
     }
+
+    /// STRING: the counter of the leader's fencing epochs on a cluster, in
+    /// the hash slot of the lease key `lease` (so one script can check the
+    /// lease and issue the next epoch).
+    pub fn leader_epoch(&self, lease: &str) -> String {
+        format!(
+            "{}hc:leader-epoch:{{{}}}",
+            self.prefix,
+            tag_for_slot(slot(lease.as_bytes()))
+        )
+    }
+
+    /// STRING: on a cluster, the fence of the hash slot of `key`: the
+    /// largest leader epoch that wrote there (see `fence.lua`). Expires a
+    /// day after its last change.
+    pub fn fence(&self, key: &str) -> String {
+        format!(
+            "{}hc:fence:{{{}}}",
+            self.prefix,
+            tag_for_slot(slot(key.as_bytes()))
+        )
+    }
+
+    /// SET: on a cluster, the `known:` members the cleaner removed and has
+    /// not yet re-checked, in `known:`'s hash slot (see `forget.lua`).
+    pub fn forgetting(&self) -> String {
+        format!(
+            "{}hc:forgetting:{{{}}}",
+            self.prefix,
+            tag_for_slot(slot(self.known().as_bytes()))
+        )
+    }
 }
 
 /// A name that hashes to the same Cluster slot as `key`: `key` itself when it
@@ -306,6 +338,23 @@ mod tests {
         };
         let k = Keys::shard(&tagged, &one, 0, true);
         assert!(k.slot_problem().unwrap().contains("HITCOUNT_PREFIX"));
+    }
+
+    #[test]
+    fn the_leaders_cluster_keys_share_the_slots_they_guard() {
+        for prefix in ["", "app1:"] {
+            let k = keys(prefix);
+            let lease = k.leader("hitcount:leader");
+            let epoch = k.leader_epoch(&lease);
+            assert!(epoch.starts_with(&format!("{prefix}hc:leader-epoch:{{")));
+            assert_eq!(slot(epoch.as_bytes()), slot(lease.as_bytes()));
+            let known = k.known();
+            assert_eq!(slot(k.forgetting().as_bytes()), slot(known.as_bytes()));
+            assert_eq!(slot(k.fence(&known).as_bytes()), slot(known.as_bytes()));
+            let count = k.count(60, "page:{home}");
+            assert_eq!(slot(k.fence(&count).as_bytes()), slot(count.as_bytes()));
+            assert!(k.fence(&count).starts_with(&format!("{prefix}hc:fence:{{")));
+        }
     }
 
     #[test]

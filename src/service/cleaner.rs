@@ -15,16 +15,21 @@
 //!   still empty at that moment, checked atomically (`clean.lua`), so a
 //!   worker's concurrent write is never orphaned. A member whose hash is
 //!   missing altogether is removed the same way (the seeds left it forever).
+//!   On a cluster, where `known:` and the hashes live in different hash
+//!   slots, the member is removed and then the hash re-checked instead
+//!   ([`crate::service::forget`]).
 //!
 //! What is new, after seed 003's lesson that one big delete stalls Redis:
 //! - `known:` is paged by name (`ZRANGEBYLEX (last + LIMIT`; every score is
 //!   0), so counters added or removed during a pass never make it skip or
 //!   repeat one, as index-based paging would.
 //! - Each page's counters are read in two pipelined round trips (HLEN, then
-//!   HKEYS of the small ones; a big hash is paged with HSCAN instead).
+//!   HKEYS of the small ones; a big hash is paged with HSCAN instead); on a
+//!   cluster each command goes on its own, all of them in flight at once.
 //! - Fields are deleted by `clean.lua` calls of at most [`CHUNK`] fields and
-//!   counters each, every call fenced by the leader's token, all of a page's
-//!   calls in one round trip.
+//!   counters each, every call fenced ([`crate::service::fence`]: the
+//!   leader's token on one Redis, an epoch per pass on a cluster), all of a
+//!   page's calls in one round trip ([`crate::service::purge`]).
 //!
 //! No single command holds Redis for more than about a millisecond, however
 //! large `known:` or one counter grows.
@@ -38,18 +43,18 @@ use redis::{RedisError, Value};
 use crate::model::config::LayoutArgs;
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
+use crate::service::fence::Fence;
 use crate::service::leader::Lease;
+use crate::service::purge::{self, Plan};
 use crate::store::connect::StoreError;
-use crate::store::scripts::CLEAN;
+
+pub use crate::service::purge::CHUNK;
 
 /// Counters read from `known:` per round trip.
 const PAGE: usize = 500;
 /// A hash with more fields than this is paged with HSCAN instead of HKEYS
 /// (512 is also where Redis leaves the compact listpack encoding).
 const BIG_HASH: usize = 512;
-/// Fields (and counters) per `clean.lua` call: well under a millisecond of
-/// HDEL work even in a hash of a million fields.
-pub const CHUNK: usize = 200;
 /// HSCAN COUNT when paging a big hash: HSCAN COUNT 1000 on a hash of a
 /// million fields was measured at 5 ms on a 2-core VM, so 100.
 const SCAN_COUNT: usize = 100;
@@ -97,14 +102,6 @@ pub struct Cleaner {
     passes: u64,
 }
 
-/// One counter's fields to delete, and whether it may be empty afterwards.
-struct Plan {
-    member: String,
-    key: String,
-    old: Vec<Vec<u8>>,
-    forget: bool,
-}
-
 impl Cleaner {
     /// A cleaner writing under `lease`.
     pub fn new(keys: Keys, layout: &LayoutArgs, lease: Arc<Lease>) -> Cleaner {
@@ -130,6 +127,21 @@ impl Cleaner {
             ..PassReport::default()
         };
         self.passes += 1;
+        let fence = Fence::take(conn, &self.keys, &self.lease)
+            .await?
+            .ok_or(CleanError::LostLease)?;
+        if fence.is_epoch() {
+            // Members a dead leader removed without re-checking them.
+            let back = crate::service::forget::recover(conn, &self.keys, &fence)
+                .await?
+                .ok_or(CleanError::LostLease)?;
+            if back > 0 {
+                tracing::info!(
+                    members = back,
+                    "re-added counters a previous pass left out of known:"
+                );
+            }
+        }
         let mut after: Option<Vec<u8>> = None;
         loop {
             self.check()?;
@@ -157,7 +169,7 @@ impl Cleaner {
                         .then(|| (m.to_string(), now - self.samples * i64::from(prec)))
                 })
                 .collect();
-            self.clean_page(conn, &due, &mut report).await?;
+            self.clean_page(conn, &fence, &due, &mut report).await?;
             if members.len() < PAGE {
                 break;
             }
@@ -184,6 +196,7 @@ impl Cleaner {
     async fn clean_page(
         &self,
         conn: &mut Conn,
+        fence: &Fence,
         due: &[(String, i64)],
         report: &mut PassReport,
     ) -> Result<(), CleanError> {
@@ -195,21 +208,10 @@ impl Cleaner {
             .iter()
             .map(|(m, _)| self.keys.count_of_member(m))
             .collect();
-        let mut pipe = redis::pipe();
-        for key in &keys {
-            pipe.cmd("HLEN").arg(key);
-        }
-        let lens: Vec<usize> = pipe.query_async(conn).await?;
+        let lens: Vec<usize> = each(conn, "HLEN", keys.iter()).await?;
         let small: Vec<usize> = (0..due.len()).filter(|&i| lens[i] <= BIG_HASH).collect();
-        let mut pipe = redis::pipe();
-        for &i in &small {
-            pipe.cmd("HKEYS").arg(&keys[i]);
-        }
-        let fields: Vec<Vec<Vec<u8>>> = if small.is_empty() {
-            Vec::new()
-        } else {
-            pipe.query_async(conn).await?
-        };
+        let fields: Vec<Vec<Vec<u8>>> =
+            each(conn, "HKEYS", small.iter().map(|&i| &keys[i])).await?;
         let mut plans = Vec::new();
         for (&i, fields) in small.iter().zip(fields) {
             let (old, kept) = split_old(fields.iter().map(Vec::as_slice), due[i].1);
@@ -222,9 +224,9 @@ impl Cleaner {
                 });
             }
         }
-        self.apply(conn, &plans, None, report).await?;
+        self.apply(conn, fence, &plans, None, report).await?;
         for i in (0..due.len()).filter(|&i| lens[i] > BIG_HASH) {
-            self.clean_big(conn, &due[i].0, &keys[i], due[i].1, report)
+            self.clean_big(conn, fence, &due[i].0, &keys[i], due[i].1, report)
                 .await?;
         }
         Ok(())
@@ -235,6 +237,7 @@ impl Cleaner {
     async fn clean_big(
         &self,
         conn: &mut Conn,
+        fence: &Fence,
         member: &str,
         key: &str,
         cutoff: i64,
@@ -259,123 +262,62 @@ impl Cleaner {
                 vec![plan]
             };
             if cursor == 0 {
-                return self.apply(conn, &plans, None, report).await.map(|_| ());
+                return self
+                    .apply(conn, fence, &plans, None, report)
+                    .await
+                    .map(|_| ());
             }
             let mut scan = redis::cmd("HSCAN");
             scan.arg(key).arg(cursor).arg("COUNT").arg(SCAN_COUNT);
-            let reply = self.apply(conn, &plans, Some(scan), report).await?;
+            let reply = self.apply(conn, fence, &plans, Some(scan), report).await?;
             (cursor, pairs) = redis::from_redis_value(reply.unwrap_or(Value::Nil))
                 .map_err(|e| CleanError::from(RedisError::from(e)))?;
         }
     }
 
-    /// Runs the plans' fenced deletions in batches of at most [`CHUNK`]
-    /// fields and [`CHUNK`] counters each, all in one round trip, followed by
-    /// `then` (whose reply is returned).
+    /// Runs the plans' fenced deletions (see [`crate::service::purge`]),
+    /// followed by `then` (whose reply is returned), and counts them.
     async fn apply(
         &self,
         conn: &mut Conn,
+        fence: &Fence,
         plans: &[Plan],
         then: Option<redis::Cmd>,
         report: &mut PassReport,
     ) -> Result<Option<Value>, CleanError> {
         self.check()?;
-        let mut pipe = redis::pipe();
-        let mut batch = Batch::new(&self.keys, &self.lease);
-        for plan in plans {
-            let mut parts = plan.old.chunks(CHUNK).peekable();
-            if parts.peek().is_none() {
-                batch.add(&mut pipe, plan, &[], plan.forget);
-            }
-            while let Some(part) = parts.next() {
-                let last = parts.peek().is_none();
-                batch.add(&mut pipe, plan, part, plan.forget && last);
-            }
-        }
-        batch.flush(&mut pipe);
-        let batches = pipe.cmd_iter().count();
-        if let Some(cmd) = then {
-            pipe.add_command(cmd);
-        }
-        if pipe.cmd_iter().count() == 0 {
-            return Ok(None);
-        }
-        let mut replies: Vec<Value> = pipe.query_async(conn).await?;
-        let then_reply = (replies.len() > batches).then(|| replies.pop().expect("counted"));
-        let (mut removed, mut forgotten) = (0u64, 0u64);
-        let mut lost = false;
-        for r in &replies {
-            match r {
-                Value::Array(v) if v.len() == 2 => {
-                    removed += as_u64(&v[0]);
-                    forgotten += as_u64(&v[1]);
-                }
-                _ => lost = true,
-            }
-        }
-        report.samples_removed += removed;
-        report.counters_removed += forgotten;
+        let out = purge::run(conn, &self.keys, fence, plans, then).await?;
+        report.samples_removed += out.removed;
+        report.counters_removed += out.forgotten;
         let m = metrics();
-        m.cleaner_samples_removed.inc_by(removed);
-        m.cleaner_counters_removed.inc_by(forgotten);
-        if lost {
+        m.cleaner_samples_removed.inc_by(out.removed);
+        m.cleaner_counters_removed.inc_by(out.forgotten);
+        if out.lost {
             return Err(CleanError::LostLease);
         }
-        Ok(then_reply)
+        Ok(out.then)
     }
 }
 
-/// One `clean.lua` call being filled: keys, then per key its arguments.
-struct Batch<'a> {
-    keys: &'a Keys,
-    lease: &'a Lease,
-    hashes: Vec<&'a str>,
-    args: Vec<Vec<u8>>,
-    fields: usize,
-}
-
-impl<'a> Batch<'a> {
-    fn new(keys: &'a Keys, lease: &'a Lease) -> Self {
-        Batch {
-            keys,
-            lease,
-            hashes: Vec::new(),
-            args: Vec::new(),
-            fields: 0,
-        }
-    }
-
-    /// Adds `part` of a plan's fields (and the forget flag) to the call,
-    /// sending it first into `pipe` when it would grow past the bounds.
-    fn add(&mut self, pipe: &mut redis::Pipeline, plan: &'a Plan, part: &[Vec<u8>], forget: bool) {
-        if self.fields + part.len() > CHUNK || self.hashes.len() >= CHUNK {
-            self.flush(pipe);
-        }
-        self.hashes.push(&plan.key);
-        self.args.push(plan.member.clone().into_bytes());
-        self.args
-            .push(if forget { b"1".to_vec() } else { b"0".to_vec() });
-        self.args.push(part.len().to_string().into_bytes());
-        self.args.extend(part.iter().cloned());
-        self.fields += part.len().max(1);
-    }
-
-    fn flush(&mut self, pipe: &mut redis::Pipeline) {
-        if self.hashes.is_empty() {
-            return;
-        }
-        let mut cmd = CLEAN.evalsha(2 + self.hashes.len());
-        cmd.arg(self.lease.key()).arg(self.keys.known());
-        for h in self.hashes.drain(..) {
-            cmd.arg(h);
-        }
-        cmd.arg(self.lease.token());
-        for a in self.args.drain(..) {
-            cmd.arg(a);
-        }
-        pipe.add_command(cmd);
-        self.fields = 0;
-    }
+/// Sends `command KEY` for each of `keys` (one pipeline on one Redis, all
+/// in flight at once on a cluster) and reads the replies as `T`s.
+async fn each<'a, T: redis::FromRedisValue>(
+    conn: &mut Conn,
+    command: &str,
+    keys: impl Iterator<Item = &'a String>,
+) -> Result<Vec<T>, CleanError> {
+    let cmds: Vec<redis::Cmd> = keys
+        .map(|k| {
+            let mut c = redis::cmd(command);
+            c.arg(k);
+            c
+        })
+        .collect();
+    let replies = conn.query_each(cmds).await?;
+    replies
+        .into_iter()
+        .map(|v| redis::from_redis_value(v).map_err(|e| CleanError::from(RedisError::from(e))))
+        .collect()
 }
 
 /// Splits fields into those whose bucket is at or before `cutoff` (to
@@ -394,13 +336,6 @@ fn split_old<'a>(fields: impl Iterator<Item = &'a [u8]>, cutoff: i64) -> (Vec<Ve
         }
     }
     (old, kept)
-}
-
-fn as_u64(v: &Value) -> u64 {
-    match v {
-        Value::Int(i) => (*i).max(0) as u64,
-        _ => 0,
-    }
 }
 
 /// The pause after a pass that took `took`, for passes every `interval`

@@ -1,14 +1,23 @@
 //! The leader's duties, beside the worker loop in every `hitcount worker`:
 //! while this worker holds the lease, once per interval, one cleaner pass
-//! ([`crate::service::cleaner`]) and one stream trim ([`crate::service::trim`]); the outcome is
-//! recorded in Redis (`Keys::cleaner_status`) for `hitcount status`.
+//! ([`crate::service::cleaner`]) and one trim of every shard's stream
+//! ([`crate::service::trim`]); the outcome is recorded in Redis
+//! (`Keys::cleaner_status`) for `hitcount status`.
+//!
+//! Nothing here can stop the worker for a fault of Redis or of the cluster
+//! (a failover, MOVED/ASK, CROSSSLOT, a timeout): every such error is
+//! transient ([`crate::store::error`]); the pass stops, the connection is
+//! rebuilt and the next interval starts over. Every call has the reply
+//! timeout of [`connect::RESPONSE_TIMEOUT`], so no pass hangs. Only an error
+//! an operator must fix (a password, an ACL without a command the duties
+//! need) stops the process, with one line naming it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::store::connect::Client;
 
-use crate::model::config::LeaderArgs;
+use crate::model::config::{LayoutArgs, LeaderArgs, StreamArgs};
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
@@ -46,17 +55,21 @@ fn trimmed_as_recorded<S: serde::Serializer>(t: &Trimmed, ser: S) -> Result<S::O
     map.end()
 }
 
-/// Cleans and trims once at `now` (unix seconds) and records it. Fails with
+/// Cleans and trims once at `now` (unix seconds) and records it. `shards`
+/// are the keys of every stream shard ([`Keys::all_shards`]). Fails with
 /// [`CleanError::LostLease`] as soon as `lease` is no longer held.
 pub async fn once(
     cleaner: &mut Cleaner,
     conn: &mut Conn,
-    keys: &Keys,
+    shards: &[Keys],
     lease: &Lease,
     now: i64,
 ) -> Result<LastPass, CleanError> {
+    let Some(keys) = shards.first() else {
+        return Ok(LastPass::default());
+    };
     let pass = cleaner.pass(conn, now).await?;
-    let trimmed = trim::trim(conn, keys, lease).await?;
+    let trimmed = trim::trim_all(conn, shards, lease).await?;
     let last = LastPass {
         at_ms: crate::model::clock::unix_ms(),
         leader: lease.token().to_string(),
@@ -98,10 +111,13 @@ fn record(keys: &Keys, last: &LastPass) -> redis::Cmd {
     cmd
 }
 
-/// Runs the duties until shutdown, whenever `lease` is held.
+/// Runs the duties until shutdown, whenever `lease` is held, over every
+/// shard of `stream` (named as on the server the connection finds: one
+/// Redis or a cluster).
 pub async fn run(
     client: Client,
-    keys: Keys,
+    layout: LayoutArgs,
+    stream: StreamArgs,
     mut cleaner: Cleaner,
     settings: LeaderArgs,
     lease: Arc<Lease>,
@@ -119,7 +135,10 @@ pub async fn run(
         let started = Instant::now();
         let now = crate::model::clock::unix_ms() / 1000;
         let result = match link.get().await {
-            Ok(c) => once(&mut cleaner, c, &keys, &lease, now).await,
+            Ok(c) => {
+                let shards = Keys::all_shards(&layout, &stream, c.is_cluster());
+                once(&mut cleaner, c, &shards, &lease, now).await
+            }
             Err(e) => Err(e.into()),
         };
         match result {
@@ -289,7 +308,8 @@ mod tests {
         let last_pass = metrics().cleaner_last_pass.get();
         let duties = tokio::spawn(run(
             client,
-            keys,
+            LayoutArgs::default(),
+            Default::default(),
             cleaner,
             LeaderArgs::default(),
             lease,

@@ -1,17 +1,21 @@
 //! The long-running parts, built on the store: the [`worker`] of a stream
 //! shard, the [`shards`] a process reads, and what a worker
 //! does for stopped workers ([`recovery`]), the consumer name
-//! [`registration`], the [`leader`] lease and its [`duties`] ([`cleaner`],
-//! [`trim`]), the group [`sampler`], what `hitcount status` shows
+//! [`registration`], the [`leader`] lease and its [`duties`] ([`cleaner`]
+//! with its [`purge`] of old samples and, on a cluster, [`forget`] of
+//! emptied counters; [`trim`]), all under a [`fence`]), the group [`sampler`], what `hitcount status` shows
 //! ([`status`]), the [`supervisor`] of background tasks, the
 //! fire-and-forget [`producer`], and the query API's cached bucket
 //! [`ranking`]s.
 
 pub mod cleaner;
 pub mod duties;
+pub mod fence;
+pub mod forget;
 pub mod health;
 pub mod leader;
 pub mod producer;
+pub mod purge;
 pub mod ranking;
 pub mod recovery;
 pub mod registration;

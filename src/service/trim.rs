@@ -7,6 +7,11 @@
 //! not yet delivered is ever trimmed, and no call evicts more than
 //! [`STEP`] entries (whole stream nodes, a millisecond or so). A pass repeats
 //! the step until nothing more can go, or [`MAX_STEPS`] times.
+//!
+//! With shards the leader trims every shard's stream ([`trim_all`]), each
+//! on its own: on a cluster each shard is in its own hash slot, and the
+//! script is fenced there by an epoch ([`crate::service::fence`]) instead
+//! of the lease, which lives in another slot.
 
 use crate::store::connect::Conn;
 use redis::Value;
@@ -14,6 +19,7 @@ use redis::Value;
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
 use crate::service::cleaner::CleanError;
+use crate::service::fence::Fence;
 use crate::service::leader::Lease;
 use crate::store::scripts::TRIM;
 use crate::store::stream::bytes;
@@ -33,8 +39,45 @@ pub struct Trimmed {
     pub min_id: String,
 }
 
+/// Trims every shard's stream as the holder of `lease`: the entries
+/// evicted in all, and the oldest id any shard's groups still need.
+pub async fn trim_all(
+    conn: &mut Conn,
+    shards: &[Keys],
+    lease: &Lease,
+) -> Result<Trimmed, CleanError> {
+    let Some(first) = shards.first() else {
+        return Ok(Trimmed::default());
+    };
+    let fence = Fence::take(conn, first, lease)
+        .await?
+        .ok_or(CleanError::LostLease)?;
+    let mut all = Trimmed::default();
+    for keys in shards {
+        let t = trim_fenced(conn, keys, lease, &fence).await?;
+        all.entries += t.entries;
+        if older(&t.min_id, &all.min_id) {
+            all.min_id = t.min_id;
+        }
+    }
+    Ok(all)
+}
+
 /// Trims `keys.stream` as the holder of `lease`.
 pub async fn trim(conn: &mut Conn, keys: &Keys, lease: &Lease) -> Result<Trimmed, CleanError> {
+    let fence = Fence::take(conn, keys, lease)
+        .await?
+        .ok_or(CleanError::LostLease)?;
+    trim_fenced(conn, keys, lease, &fence).await
+}
+
+/// Trims `keys.stream` under `fence`, while `lease` is held.
+async fn trim_fenced(
+    conn: &mut Conn,
+    keys: &Keys,
+    lease: &Lease,
+    fence: &Fence,
+) -> Result<Trimmed, CleanError> {
     let mut out = Trimmed::default();
     for _ in 0..MAX_STEPS {
         if !lease.held() {
@@ -42,9 +85,9 @@ pub async fn trim(conn: &mut Conn, keys: &Keys, lease: &Lease) -> Result<Trimmed
         }
         let reply: Value = TRIM
             .evalsha(2)
-            .arg(lease.key())
+            .arg(fence.key(keys, &keys.stream))
             .arg(&keys.stream)
-            .arg(lease.token())
+            .arg(fence.arg())
             .arg(STEP)
             .query_async(conn)
             .await?;
@@ -57,6 +100,20 @@ pub async fn trim(conn: &mut Conn, keys: &Keys, lease: &Lease) -> Result<Trimmed
         }
     }
     Ok(out)
+}
+
+/// Whether stream id `a` is older than `b`, an empty id (no group) being
+/// older than none: the ids compare as (ms, seq) numbers.
+fn older(a: &str, b: &str) -> bool {
+    let parse = |id: &str| -> Option<(u64, u64)> {
+        let (ms, seq) = id.split_once('-')?;
+        Some((ms.parse().ok()?, seq.parse().ok()?))
+    };
+    match (parse(a), parse(b)) {
+        (Some(a), Some(b)) => a < b,
+        (Some(_), None) => true,
+        _ => false,
+    }
 }
 
 /// Reads one trim step's reply `{entries evicted, minimum id kept}`: `-1`
@@ -102,6 +159,15 @@ mod tests {
     fn no_group_or_no_stream_trims_nothing_and_has_no_minimum() {
         let reply = Value::Array(vec![Value::Int(0), bulk("")]);
         assert_eq!(step_reply(&reply).unwrap(), (0, String::new()));
+    }
+
+    #[test]
+    fn the_oldest_id_of_the_shards_is_kept() {
+        assert!(older("9-1", "10-0"));
+        assert!(older("10-0", "10-1"));
+        assert!(!older("10-1", "10-1"));
+        assert!(older("5-0", ""), "any id beats none yet");
+        assert!(!older("", "5-0"), "a shard without groups needs nothing");
     }
 
     #[test]

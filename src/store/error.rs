@@ -122,7 +122,7 @@ pub enum StoreError {
     /// A part of hitcount that does not run on Redis Cluster yet met one.
     #[error(
         "{0} does not run on Redis Cluster yet (its scripts touch keys of several hash slots); \
-         run it against one Redis node, or use hit, load, get, status and serve, which work on a cluster"
+         run it against one Redis node, or use worker, hit, load, get, status, serve and clean, which work on a cluster"
     )]
     NotOnCluster(&'static str),
     /// Another live worker holds this consumer name.

@@ -16,6 +16,32 @@ use hitcount::model::shutdown::{self, Trigger};
 use hitcount::service::worker::Settings;
 use hitcount::store::connect::Conn;
 
+/// A cleaner holding the leader lease (10 minutes) on `c`, scripts loaded.
+pub async fn cleaning_leader(
+    c: &mut Conn,
+    keys: &Keys,
+) -> (
+    hitcount::service::cleaner::Cleaner,
+    Arc<hitcount::service::leader::Lease>,
+) {
+    hitcount::store::scripts::load_all(c).await.unwrap();
+    let lease = Arc::new(hitcount::service::leader::Lease::new(
+        keys,
+        &hitcount::model::config::LeaderArgs {
+            lease_ms: 600_000,
+            ..Default::default()
+        },
+        "test",
+    ));
+    assert!(lease.try_acquire(c).await.unwrap());
+    let cleaner = hitcount::service::cleaner::Cleaner::new(
+        keys.clone(),
+        &LayoutArgs::default(),
+        lease.clone(),
+    );
+    (cleaner, lease)
+}
+
 /// A throwaway server with the SLOWLOG armed at 10 ms.
 pub fn server() -> RedisServer {
     server_with(ServerOptions::default())

@@ -1,5 +1,6 @@
-//! `hitcount clean --once`: one cleaner pass and one stream trim now, under
-//! the leader lease (so it never races a leader), for operators and tests.
+//! `hitcount clean --once`: one cleaner pass and one trim of every shard's
+//! stream now, under the leader lease (so it never races a leader), for
+//! operators and tests; on one Redis or a cluster alike.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,9 +36,10 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     args.leader.validate()?;
     let client = crate::store::connect::client(&args.common.redis)?;
-    let mut conn = super::connect_single(&args.common.redis, "hitcount clean").await?;
+    let mut conn = super::connect(&args.common.redis).await?;
     crate::store::scripts::load_all(&mut conn).await?;
-    let keys = Keys::new(&args.common.layout, &args.common.stream);
+    let shards = Keys::all_shards(&args.common.layout, &args.common.stream, conn.is_cluster());
+    let keys = shards[0].clone();
     let owner = format!("clean-once@{}", std::process::id());
     let lease = Arc::new(Lease::new(&keys, &args.leader, &owner));
     if !lease
@@ -58,7 +60,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     let keeper = tokio::spawn(lease.clone().keep(client, shutdown));
     let mut cleaner = Cleaner::new(keys.clone(), &args.common.layout, lease.clone());
     let now = crate::model::clock::unix_ms() / 1000;
-    let result = crate::service::duties::once(&mut cleaner, &mut conn, &keys, &lease, now).await;
+    let result = crate::service::duties::once(&mut cleaner, &mut conn, &shards, &lease, now).await;
     trigger.trigger();
     let _ = keeper.await;
     let last = match result {

@@ -163,7 +163,8 @@ fn spawn_leader(
         "leader duties",
         crate::service::duties::run(
             client.clone(),
-            keys,
+            settings.layout.clone(),
+            settings.stream.clone(),
             cleaner,
             leader.clone(),
             lease,

@@ -42,9 +42,12 @@ impl Lua {
     }
 }
 
+/// Each script is its file, or several files one after the other (`a.lua` +
+/// `b.lua`: `fence.lua` puts the leader's fence in front of a duty's body).
 macro_rules! scripts {
-    ($($(#[$doc:meta])* $name:ident = $file:literal;)*) => {
-        $($(#[$doc])* pub static $name: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!($file)));)*
+    ($($(#[$doc:meta])* $name:ident = $first:literal $(+ $more:literal)*;)*) => {
+        $($(#[$doc])* pub static $name: LazyLock<Lua> =
+            LazyLock::new(|| Lua::new(concat!(include_str!($first) $(, include_str!($more))*)));)*
         /// Every script, for loading.
         fn all() -> Vec<&'static Lua> { vec![$(&*$name),*] }
     };
@@ -72,9 +75,13 @@ scripts! {
     /// Move a window record that cannot be read back to the dead-letter stream.
     QUARANTINE = "quarantine.lua";
     /// Delete old samples of a batch of counters; forget those left empty (fenced).
-    CLEAN = "clean.lua";
+    CLEAN = "fence.lua" + "clean.lua";
     /// Trim the stream below what every group still needs (fenced).
-    TRIM = "trim.lua";
+    TRIM = "fence.lua" + "trim.lua";
+    /// Issue a fencing epoch to the leader of the moment (a cluster's fence).
+    EPOCH = "epoch.lua";
+    /// On a cluster: remove emptied counters from known:, journaled (fenced).
+    FORGET = "fence.lua" + "forget.lua";
     /// Mark this worker live (or leaving) and count the live workers of a sharded stream.
     MEMBERS = "members.lua";
 }

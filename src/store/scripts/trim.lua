@@ -1,8 +1,9 @@
 -- Trim the stream, as the leader, below what every consumer group still
--- needs, in one bounded step.
+-- needs, in one bounded step. Runs after fence.lua.
 --
--- KEYS[1] leader lease   KEYS[2] stream
--- ARGV[1] the leader's token   ARGV[2] most entries evicted by this call
+-- KEYS[1] the fence: the leader lease, or on a cluster the fence key of the
+-- stream's hash slot (fence.lua)   KEYS[2] stream
+-- ARGV[1] the fence's argument   ARGV[2] most entries evicted by this call
 --
 -- A group needs its pending entries (since Redis 7.0, XAUTOCLAIM and XCLAIM
 -- silently drop pending entries whose stream entries are gone) and every
@@ -13,9 +14,9 @@
 -- stream nodes only, at most ARGV[2] entries, so the call stays short.
 -- No group: nothing is trimmed (no reader has said what it needs).
 -- Returns {entries evicted, the minimum id kept ('' when none)}, or -1 when
--- this worker does not hold the lease.
+-- fenced out (this worker does not hold the lease).
 
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if not fenced(KEYS[1], ARGV[1]) then
     return -1
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then

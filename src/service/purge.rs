@@ -1,0 +1,264 @@
+//! Carrying out the cleaner's deletions: a page's plans (old fields of
+//! counters, and whether each may leave `known:` if emptied) as fenced
+//! `clean.lua` calls of at most [`CHUNK`] fields and [`CHUNK`] counters
+//! each.
+//!
+//! - **One Redis**: every call of a page in one pipeline (one round trip),
+//!   each removing its emptied counters from `known:` atomically, as the
+//!   seeds' cleaner meant to.
+//! - **A cluster**: a call touches the hashes of one hash slot only (and the
+//!   fence key of that slot); the calls of a page are all in flight at
+//!   once; the counters they report emptied then leave `known:` through
+//!   [`crate::service::forget`].
+
+use std::collections::BTreeMap;
+
+use redis::{Cmd, Value};
+
+use crate::model::keys::Keys;
+use crate::model::slots::slot;
+use crate::service::fence::Fence;
+use crate::service::forget;
+use crate::store::connect::{Conn, StoreResult};
+use crate::store::scripts::CLEAN;
+
+/// Fields (and counters) per `clean.lua` call: well under a millisecond of
+/// HDEL work even in a hash of a million fields.
+pub const CHUNK: usize = 200;
+
+/// One counter's fields to delete, and whether it may be empty afterwards.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Its `known:` member, `PREC:NAME`.
+    pub member: String,
+    /// Its hash, `count:PREC:NAME`.
+    pub key: String,
+    /// Fields to delete.
+    pub old: Vec<Vec<u8>>,
+    /// Whether no other field was seen: it leaves `known:` if its hash is
+    /// empty after the deletion.
+    pub forget: bool,
+}
+
+/// What carrying out a page's plans did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Fields deleted.
+    pub removed: u64,
+    /// Counters that left `known:`.
+    pub forgotten: u64,
+    /// A call was fenced out: the lease is lost, stop.
+    pub lost: bool,
+    /// The reply to the command sent after the deletions.
+    pub then: Option<Value>,
+}
+
+/// Runs `plans`' deletions under `fence`, followed by `then` (whose reply is
+/// returned): on one Redis all in one round trip.
+pub async fn run(
+    conn: &mut Conn,
+    keys: &Keys,
+    fence: &Fence,
+    plans: &[Plan],
+    then: Option<Cmd>,
+) -> StoreResult<Outcome> {
+    if !fence.is_epoch() {
+        let known = keys.known();
+        let cmds = batches(plans.iter(), fence.key(keys, &known), known, fence.arg());
+        let calls = cmds.len();
+        let mut pipe = redis::pipe();
+        for c in cmds {
+            pipe.add_command(c);
+        }
+        if let Some(cmd) = then {
+            pipe.add_command(cmd);
+        }
+        if pipe.cmd_iter().count() == 0 {
+            return Ok(Outcome::default());
+        }
+        let mut replies: Vec<Value> = pipe.query_async(conn).await?;
+        let then = (replies.len() > calls).then(|| replies.pop()).flatten();
+        let mut out = tally(&replies).0;
+        out.then = then;
+        return Ok(out);
+    }
+    // A cluster: the calls of each hash slot on their own.
+    let mut by_slot: BTreeMap<u16, Vec<&Plan>> = BTreeMap::new();
+    for p in plans {
+        by_slot.entry(slot(p.key.as_bytes())).or_default().push(p);
+    }
+    let mut cmds = Vec::new();
+    for group in by_slot.values() {
+        let fence_key = fence.key(keys, &group[0].key);
+        cmds.extend(batches(
+            group.iter().copied(),
+            fence_key.clone(),
+            fence_key,
+            fence.arg(),
+        ));
+    }
+    let replies = conn.query_each(cmds).await?;
+    let (mut out, emptied) = tally(&replies);
+    if !out.lost && !emptied.is_empty() {
+        match forget::forget(conn, keys, fence, &emptied).await? {
+            Some(n) => out.forgotten += n,
+            None => out.lost = true,
+        }
+    }
+    if let (Some(cmd), false) = (then, out.lost) {
+        out.then = Some(cmd.query_async(conn).await?);
+    }
+    Ok(out)
+}
+
+/// The `clean.lua` calls for `plans`, each within the [`CHUNK`] bounds, with
+/// `fence_key` and `known` as their first keys.
+fn batches<'a>(
+    plans: impl Iterator<Item = &'a Plan>,
+    fence_key: String,
+    known: String,
+    fence_arg: String,
+) -> Vec<Cmd> {
+    let mut batch = Batch {
+        head: [fence_key, known],
+        fence: fence_arg,
+        hashes: Vec::new(),
+        args: Vec::new(),
+        fields: 0,
+        out: Vec::new(),
+    };
+    for plan in plans {
+        let mut parts = plan.old.chunks(CHUNK).peekable();
+        if parts.peek().is_none() {
+            batch.add(plan, &[], plan.forget);
+        }
+        while let Some(part) = parts.next() {
+            let last = parts.peek().is_none();
+            batch.add(plan, part, plan.forget && last);
+        }
+    }
+    batch.flush();
+    batch.out
+}
+
+/// Sums the replies of `clean.lua` calls: `{deleted, forgotten}` (one
+/// Redis) or `{deleted, {emptied members}}` (a cluster); anything else (-1)
+/// means fenced out. Returns the tally and the emptied members.
+fn tally(replies: &[Value]) -> (Outcome, Vec<String>) {
+    let mut out = Outcome::default();
+    let mut emptied = Vec::new();
+    for r in replies {
+        match r {
+            Value::Array(v) if v.len() == 2 => {
+                out.removed += as_u64(&v[0]);
+                match &v[1] {
+                    Value::Array(members) => emptied.extend(
+                        members
+                            .iter()
+                            .filter_map(crate::store::stream::bytes)
+                            .map(|b| String::from_utf8_lossy(b).into_owned()),
+                    ),
+                    n => out.forgotten += as_u64(n),
+                }
+            }
+            _ => out.lost = true,
+        }
+    }
+    (out, emptied)
+}
+
+/// One `clean.lua` call being filled: keys, then per key its arguments.
+struct Batch {
+    head: [String; 2],
+    fence: String,
+    hashes: Vec<String>,
+    args: Vec<Vec<u8>>,
+    fields: usize,
+    out: Vec<Cmd>,
+}
+
+impl Batch {
+    /// Adds `part` of a plan's fields (and the forget flag) to the call,
+    /// closing it first when it would grow past the bounds.
+    fn add(&mut self, plan: &Plan, part: &[Vec<u8>], forget: bool) {
+        if self.fields + part.len() > CHUNK || self.hashes.len() >= CHUNK {
+            self.flush();
+        }
+        self.hashes.push(plan.key.clone());
+        self.args.push(plan.member.clone().into_bytes());
+        self.args
+            .push(if forget { b"1".to_vec() } else { b"0".to_vec() });
+        self.args.push(part.len().to_string().into_bytes());
+        self.args.extend(part.iter().cloned());
+        self.fields += part.len().max(1);
+    }
+
+    fn flush(&mut self) {
+        if self.hashes.is_empty() {
+            return;
+        }
+        let mut cmd = CLEAN.evalsha(2 + self.hashes.len());
+        cmd.arg(&self.head[0]).arg(&self.head[1]);
+        for h in self.hashes.drain(..) {
+            cmd.arg(h);
+        }
+        cmd.arg(&self.fence);
+        for a in self.args.drain(..) {
+            cmd.arg(a);
+        }
+        self.out.push(cmd);
+        self.fields = 0;
+    }
+}
+
+fn as_u64(v: &Value) -> u64 {
+    match v {
+        Value::Int(i) => (*i).max(0) as u64,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(key: &str, fields: usize, forget: bool) -> Plan {
+        Plan {
+            member: key.trim_start_matches("count:").to_string(),
+            key: key.to_string(),
+            old: (0..fields).map(|i| i.to_string().into_bytes()).collect(),
+            forget,
+        }
+    }
+
+    #[test]
+    fn calls_stay_within_the_chunk_bounds() {
+        let plans = [
+            plan("count:1:a", 450, true),
+            plan("count:1:b", 0, true),
+            plan("count:1:c", 10, false),
+        ];
+        let cmds = batches(plans.iter(), "lease".into(), "known:".into(), "t".into());
+        // 450 fields: 200 + 200 + 50 (with b and c in the last call).
+        assert_eq!(cmds.len(), 3);
+        for c in &cmds {
+            let n = c.args_iter().count();
+            assert!(n <= 3 + 2 + CHUNK + 4 * CHUNK, "{n}");
+        }
+    }
+
+    #[test]
+    fn replies_of_one_redis_and_of_a_cluster_are_tallied() {
+        let replies = vec![
+            Value::Array(vec![Value::Int(5), Value::Int(1)]),
+            Value::Array(vec![
+                Value::Int(3),
+                Value::Array(vec![Value::BulkString(b"1:x".to_vec())]),
+            ]),
+        ];
+        let (out, emptied) = tally(&replies);
+        assert_eq!((out.removed, out.forgotten, out.lost), (8, 1, false));
+        assert_eq!(emptied, vec!["1:x".to_string()]);
+        assert!(tally(&[Value::Int(-1)]).0.lost);
+    }
+}

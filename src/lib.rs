@@ -30,6 +30,7 @@
 //!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window)
 //!    │       recovery.rs    claims, and windows finished for stopped workers
 //!    │       registration.rs one live process per consumer name
+//!    │       shards.rs      which stream shards this process reads, one worker each
 //!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
 //!    │       ranking.rs     `top`: one cached ranking scan per (precision, bucket)
@@ -42,7 +43,7 @@
 //!    ▼
 //!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  keys.rs  known.rs
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
-//!            register.rs)  shutdown.rs  clock.rs                      no Redis here
+//!            register.rs)  shutdown.rs  clock.rs  slots.rs            no Redis here
 //! ```
 //!
 //! - [`model`], the pure floor: the hit and its wire forms ([`model::event`]),

@@ -253,6 +253,7 @@ fn the_deploy_checks_know_every_exported_metric() {
     let listed: BTreeSet<&str> = script[start..end].split_whitespace().collect();
     // Every family, including labelled ones that have no sample yet.
     hitcount::model::metrics::metrics().init_precisions([60]);
+    hitcount::model::metrics::metrics().init_shards(1);
     let exported: BTreeSet<String> = hitcount::model::metrics::render()
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))

@@ -1,5 +1,6 @@
 //! The worker's HTTP endpoint: `/metrics` for Prometheus, `/healthz`
-//! (liveness) and `/readyz` (readiness) for Kubernetes probes.
+//! (liveness) and `/readyz` (readiness, naming the stream shards the
+//! process reads when there are several) for Kubernetes probes.
 //!
 //! Anything on the pod network can reach it, so it runs on the hardened
 //! loop of [`crate::edge::server`] (header deadline, bounded buffer,
@@ -59,12 +60,18 @@ fn handle(req: &Request<Incoming>, health: &Health) -> Resp {
             Some(problem) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{problem}\n")),
         },
         _ => {
+            // With shards, the detail names the ones this process reads.
             let problems = health.readiness_problems();
+            let detail = health.shard_detail();
             if problems.is_empty() {
-                text(StatusCode::OK, "ok\n".into())
+                let body = detail.map_or("ok\n".into(), |d| format!("ok: {d}\n"));
+                text(StatusCode::OK, body)
             } else {
-                let body = format!("not ready: {}\n", problems.join("; "));
-                text(StatusCode::SERVICE_UNAVAILABLE, body)
+                let mut body = format!("not ready: {}", problems.join("; "));
+                if let Some(d) = detail {
+                    body = format!("{body} ({d})");
+                }
+                text(StatusCode::SERVICE_UNAVAILABLE, body + "\n")
             }
         }
     }

@@ -1,12 +1,22 @@
 //! The worker's health as the probes see it: whether its loop turns, is
-//! connected, is in the group, is stopping or has met a fatal error. The
-//! worker writes it, `edge::http` serves it; lock-free.
+//! connected, is in the group, is stopping or has met a fatal error, and
+//! which stream shards it reads. The worker writes it, `edge::http` serves
+//! it; lock-free.
+//!
+//! With several shards, each shard's worker writes through its own view
+//! ([`Health::for_shard`]): the process is in the group when every shard it
+//! reads has joined (a shard's worker that stops or resyncs says so for its
+//! shard alone), and ready while it reads none, standing by.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::model::config::MAX_SHARDS;
 use crate::model::metrics::{self, metrics};
+
+/// Words of a [`ShardSet`]: one bit per shard, up to [`MAX_SHARDS`].
+const SHARD_WORDS: usize = MAX_SHARDS.div_ceil(64) as usize;
 
 /// Health state shared between the worker loop (writer) and the probes
 /// (readers). Lock-free: every field is an atomic.
@@ -23,6 +33,46 @@ pub struct Health {
     stopping: AtomicBool,
     /// Set on an error no retry can fix: never live again.
     fatal: AtomicBool,
+    /// How many shards the stream has; 0 until the worker knows.
+    shards: AtomicU32,
+    /// The shards this process reads.
+    reading: ShardSet,
+    /// The shards whose worker is in the group.
+    joined: ShardSet,
+    /// Set on one shard's view: the process' health and the shard.
+    parent: Option<(Arc<Health>, u32)>,
+}
+
+/// A set of shard numbers below [`MAX_SHARDS`], one bit each; lock-free.
+#[derive(Debug, Default)]
+struct ShardSet([AtomicU64; SHARD_WORDS]);
+
+impl ShardSet {
+    fn set(&self, k: u32, on: bool) {
+        if k >= MAX_SHARDS {
+            return;
+        }
+        let (word, bit) = (&self.0[(k / 64) as usize], 1u64 << (k % 64));
+        if on {
+            word.fetch_or(bit, Ordering::Relaxed);
+        } else {
+            word.fetch_and(!bit, Ordering::Relaxed);
+        }
+    }
+
+    fn contains(&self, k: u32) -> bool {
+        k < MAX_SHARDS && self.0[(k / 64) as usize].load(Ordering::Relaxed) & (1 << (k % 64)) != 0
+    }
+
+    fn replace(&self, with: &[u32]) {
+        let mut words = [0u64; SHARD_WORDS];
+        for &k in with.iter().filter(|&&k| k < MAX_SHARDS) {
+            words[(k / 64) as usize] |= 1 << (k % 64);
+        }
+        for (w, bits) in self.0.iter().zip(words) {
+            w.store(bits, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Health {
@@ -30,7 +80,18 @@ impl Health {
     /// having turned just now. The worker is considered stuck (not live) when
     /// its loop has not turned for longer than `stuck_after`.
     pub fn new(stuck_after: Duration) -> Arc<Health> {
-        Arc::new(Health {
+        Arc::new(Health::fresh(stuck_after, None))
+    }
+
+    /// The view of shard `k`'s worker: its turns, connection and fatal
+    /// errors count for the process; its joining or leaving the group
+    /// counts for its shard alone.
+    pub fn for_shard(self: &Arc<Health>, k: u32) -> Arc<Health> {
+        Arc::new(Health::fresh(self.stuck_after, Some((self.clone(), k))))
+    }
+
+    fn fresh(stuck_after: Duration, parent: Option<(Arc<Health>, u32)>) -> Health {
+        Health {
             start: Instant::now(),
             last_turn_nanos: AtomicU64::new(0),
             stuck_after,
@@ -38,7 +99,11 @@ impl Health {
             in_group: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             fatal: AtomicBool::new(false),
-        })
+            shards: AtomicU32::new(0),
+            reading: ShardSet::default(),
+            joined: ShardSet::default(),
+            parent,
+        }
     }
 
     /// Records a turn of the worker loop; call once per iteration. Also sets
@@ -47,17 +112,26 @@ impl Health {
         let nanos = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.last_turn_nanos.store(nanos, Ordering::Relaxed);
         metrics().loop_last_turn.set(metrics::unix_now_seconds());
+        if let Some((p, _)) = &self.parent {
+            p.turned();
+        }
     }
 
     /// Records whether the Redis connection is currently usable.
     pub fn set_redis_connected(&self, up: bool) {
         self.redis_connected.store(up, Ordering::Relaxed);
+        if let Some((p, _)) = &self.parent {
+            p.set_redis_connected(up);
+        }
     }
 
     /// Records an error no retry can fix: neither live nor ready from now on.
     pub fn set_fatal(&self) {
         self.fatal.store(true, Ordering::Relaxed);
         self.set_stopping();
+        if let Some((p, _)) = &self.parent {
+            p.set_fatal();
+        }
     }
 
     /// Records that the worker is stopping: not ready from now on.
@@ -70,9 +144,62 @@ impl Health {
         self.stopping.load(Ordering::Relaxed)
     }
 
-    /// Records whether this worker has joined the consumer group.
+    /// Records whether this worker has joined the consumer group (on a
+    /// shard's view: on its shard).
     pub fn set_in_group(&self, joined: bool) {
         self.in_group.store(joined, Ordering::Relaxed);
+        if let Some((p, k)) = &self.parent {
+            p.joined.set(*k, joined);
+        }
+    }
+
+    /// In the group: with several shards, on every shard it reads (so also
+    /// while it reads none); else as the worker last said.
+    fn is_in_group(&self) -> bool {
+        let shards = self.shards.load(Ordering::Relaxed);
+        if shards <= 1 {
+            return self.in_group.load(Ordering::Relaxed);
+        }
+        (0..shards.min(MAX_SHARDS))
+            .filter(|&k| self.reading.contains(k))
+            .all(|k| self.joined.contains(k))
+    }
+
+    /// Records which of the stream's `shards` shards this process reads
+    /// (with one shard, every worker reads it), for `/readyz` and the
+    /// `hitcount_shard_owned` / `hitcount_shards_owned` gauges.
+    pub fn set_reading(&self, shards: u32, owned: &[u32]) {
+        self.reading.replace(owned);
+        self.shards.store(shards, Ordering::Relaxed);
+        metrics().set_owned(shards, owned);
+    }
+
+    /// The shards this process reads, in order.
+    pub fn reading(&self) -> Vec<u32> {
+        let shards = self.shards.load(Ordering::Relaxed).min(MAX_SHARDS);
+        (0..shards).filter(|&k| self.reading.contains(k)).collect()
+    }
+
+    /// What `/readyz` says about the shards: which this process reads, or
+    /// that it waits to take one over (which is ready: it stands by). `None`
+    /// for one stream, read by every worker.
+    pub fn shard_detail(&self) -> Option<String> {
+        let shards = self.shards.load(Ordering::Relaxed);
+        if shards <= 1 {
+            return None;
+        }
+        let reading = self.reading();
+        Some(if reading.is_empty() {
+            format!("reading no shard: waiting to take one over ({shards} shards)")
+        } else {
+            let list: Vec<String> = reading.iter().map(u32::to_string).collect();
+            let word = if reading.len() == 1 {
+                "shard"
+            } else {
+                "shards"
+            };
+            format!("reading {word} {} of {shards}", list.join(", "))
+        })
     }
 
     /// Time since the loop last turned.
@@ -89,7 +216,7 @@ impl Health {
     /// True when connected to Redis, in the consumer group, and live.
     pub fn is_ready(&self) -> bool {
         self.redis_connected.load(Ordering::Relaxed)
-            && self.in_group.load(Ordering::Relaxed)
+            && self.is_in_group()
             && !self.is_stopping()
             && self.is_live()
     }
@@ -118,10 +245,58 @@ impl Health {
         if !self.redis_connected.load(Ordering::Relaxed) {
             problems.push("redis not connected".to_string());
         }
-        if !self.in_group.load(Ordering::Relaxed) {
+        if !self.is_in_group() {
             problems.push("not in consumer group".to_string());
         }
         problems.extend(self.liveness_problem());
         problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_lists_the_shards_read() {
+        let h = Health::new(Duration::from_secs(60));
+        assert_eq!(h.shard_detail(), None, "not known yet");
+        h.set_reading(1, &[0]);
+        assert_eq!(h.shard_detail(), None, "one stream: every worker reads it");
+        h.set_reading(300, &[0, 65, 255, 256]);
+        assert_eq!(h.reading(), vec![0, 65, 255]);
+        h.set_reading(8, &[3]);
+        assert_eq!(h.shard_detail().unwrap(), "reading shard 3 of 8");
+        h.set_reading(8, &[1, 5]);
+        assert_eq!(h.shard_detail().unwrap(), "reading shards 1, 5 of 8");
+        h.set_reading(8, &[]);
+        assert_eq!(
+            h.shard_detail().unwrap(),
+            "reading no shard: waiting to take one over (8 shards)"
+        );
+    }
+
+    #[test]
+    fn the_process_is_in_the_group_on_every_shard_it_reads() {
+        let h = Health::new(Duration::from_secs(60));
+        h.set_redis_connected(true);
+        h.set_reading(4, &[]);
+        assert!(h.is_ready(), "standing by is ready");
+        let (one, two) = (h.for_shard(1), h.for_shard(2));
+        h.set_reading(4, &[1, 2]);
+        one.set_in_group(true);
+        assert!(!h.is_ready(), "shard 2 not joined yet");
+        two.set_in_group(true);
+        assert!(h.is_ready());
+        // Shard 2 handed over: its worker leaves the group, the process
+        // keeps reading shard 1 and stays ready once it lets 2 go.
+        two.set_in_group(false);
+        assert!(!h.is_ready());
+        h.set_reading(4, &[1]);
+        assert!(h.is_ready());
+        one.set_redis_connected(false);
+        assert!(!h.is_ready(), "a shard's outage is the process'");
+        one.set_fatal();
+        assert!(h.liveness_problem().is_some());
     }
 }

@@ -68,6 +68,7 @@ pub async fn run(
         return Ok(());
     }
     if let [only] = shards.as_slice() {
+        health.set_reading(1, &[0]);
         Worker::new(settings, only.clone(), client, health, shutdown)
             .run()
             .await;
@@ -173,6 +174,7 @@ impl Balancer {
                     link.failed(&e, Some(&self.shutdown));
                 }
             }
+            self.report();
             tokio::select! {
                 _ = tokio::time::sleep(TICK) => {}
                 _ = stop.wait() => {}
@@ -187,9 +189,17 @@ impl Balancer {
                 let _ = o.lease.release(c).await;
             }
         }
+        self.report();
         if let Some(c) = link.current() {
             let _ = self.live(c, false).await;
         }
+    }
+
+    /// Tells the probes and the owner gauges which shards this process
+    /// holds (the leases it holds, its workers finishing included).
+    fn report(&self) {
+        let owned: Vec<u32> = self.owned.keys().copied().collect();
+        self.health.set_reading(self.shards.len() as u32, &owned);
     }
 
     /// One round: mark this process live, renew leases, let go of shards
@@ -278,7 +288,7 @@ impl Balancer {
             self.settings.clone(),
             self.shards[k as usize].clone(),
             self.client.clone(),
-            self.health.clone(),
+            self.health.for_shard(k),
             shutdown,
         );
         let task = tokio::spawn(worker.run());

@@ -1,7 +1,13 @@
 //! What `hitcount status` shows, read from Redis: the stream and its groups
-//! (lag, pending, consumers), the leader and its lease, the number of known
-//! counters and the leader's last cleaner pass. Rendered for a human or as
-//! JSON for scripts.
+//! (lag, pending, consumers), every stream shard (length, lag, pending,
+//! consumers, the process that reads it), the leader and its lease, the
+//! number of known counters and the leader's last cleaner pass. Rendered
+//! for a human or as JSON for scripts.
+//!
+//! With one shard the stream's fields are that stream's; with several they
+//! sum up the shards (`length`) and `groups` holds the deployment's group
+//! over all of them. Each shard is read on its own: on a cluster its
+//! commands go to its slot, never in a pipeline across slots.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -34,6 +40,31 @@ pub struct Status {
     /// are JSON numbers.
     #[serde(serialize_with = "numbers_as_numbers")]
     pub last_pass: BTreeMap<String, String>,
+    /// Every shard of the stream, in order (one with an unsharded stream).
+    pub shards: Vec<Shard>,
+}
+
+/// One shard of the stream and the deployment's group on it.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Shard {
+    /// Its number, `0..HITCOUNT_SHARDS`.
+    pub shard: u32,
+    /// Its stream's key (`hits:{3}`; the stream itself when unsharded).
+    pub stream: String,
+    /// Entries in it (0 when it does not exist).
+    pub length: u64,
+    /// The group's lag on it (Redis' estimate; `None` when unknown or
+    /// when the group does not exist yet).
+    pub lag: Option<u64>,
+    /// Age in seconds of its oldest undelivered entry (0 when none).
+    pub backlog_age_secs: f64,
+    /// Entries delivered and not yet acknowledged.
+    pub pending: u64,
+    /// The group's consumers on it.
+    pub consumers: Vec<Consumer>,
+    /// The lease of the process that reads it (with several shards; `None`
+    /// when nobody holds it, and always with one, which every worker reads).
+    pub owner: Option<Leader>,
 }
 
 /// Serializes a string map, writing values that are integers as numbers,
@@ -95,8 +126,12 @@ pub struct Leader {
     pub lease_left_ms: u64,
 }
 
-/// Reads the status from Redis; `leader_key` is the full lease key.
-pub async fn gather(conn: &mut Conn, keys: &Keys, leader_key: &str) -> RedisResult<Status> {
+/// Reads the status from Redis: `shards` are the keys of every shard (one
+/// for an unsharded stream), `leader_key` is the full lease key.
+pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> RedisResult<Status> {
+    let Some(keys) = shards.first() else {
+        return Ok(Status::default());
+    };
     // Two commands, not one pipeline: on a cluster the keys may sit in two
     // hash slots, and a pipeline may not span them.
     let known: u64 = redis::cmd("ZCARD")
@@ -107,12 +142,7 @@ pub async fn gather(conn: &mut Conn, keys: &Keys, leader_key: &str) -> RedisResu
         .arg(keys.cleaner_status())
         .query_async(conn)
         .await?;
-    let leader = crate::service::leader::current(conn, leader_key)
-        .await?
-        .map(|(token, left)| Leader {
-            token,
-            lease_left_ms: left.as_millis() as u64,
-        });
+    let leader = lease(conn, leader_key).await?;
     let mut status = Status {
         stream: keys.stream.clone(),
         leader,
@@ -120,6 +150,15 @@ pub async fn gather(conn: &mut Conn, keys: &Keys, leader_key: &str) -> RedisResu
         last_pass,
         ..Status::default()
     };
+    for k in shards {
+        status.shards.push(shard(conn, k).await?);
+    }
+    if shards.len() > 1 {
+        status.stream = base_stream(&keys.stream);
+        status.length = status.shards.iter().map(|s| s.length).sum();
+        status.groups = vec![over_shards(&keys.group, &status.shards)];
+        return Ok(status);
+    }
     let Some((info, groups)) = group::stream_and_groups(conn, keys).await? else {
         return Ok(status);
     };
@@ -135,18 +174,90 @@ pub async fn gather(conn: &mut Conn, keys: &Keys, leader_key: &str) -> RedisResu
             backlog_age_secs: age.unwrap_or(0.0),
             pending: g.pending,
             last_delivered_id: g.last_delivered_id,
-            consumers: consumers
-                .into_iter()
-                .map(|c| Consumer {
-                    name: c.name,
-                    pending: c.pending,
-                    idle_ms: c.idle_ms,
-                })
-                .collect(),
+            consumers: consumers.into_iter().map(Consumer::from).collect(),
             name: g.name,
         });
     }
     Ok(status)
+}
+
+/// A lease's holder and the time it has left.
+async fn lease(conn: &mut Conn, key: &str) -> RedisResult<Option<Leader>> {
+    Ok(crate::service::leader::current(conn, key)
+        .await?
+        .map(|(token, left)| Leader {
+            token,
+            lease_left_ms: left.as_millis() as u64,
+        }))
+}
+
+/// One shard and the deployment's group on it.
+async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<Shard> {
+    let mut out = Shard {
+        shard: k.shard,
+        stream: k.stream.clone(),
+        ..Shard::default()
+    };
+    if k.shards > 1 {
+        out.owner = lease(conn, &k.shard_lease()).await?;
+    }
+    let Some((info, groups)) = group::stream_and_groups(conn, k).await? else {
+        return Ok(out);
+    };
+    out.length = info.length;
+    if let Some(g) = groups.into_iter().find(|g| g.name == k.group) {
+        let now_ms = crate::model::clock::unix_ms();
+        let (consumers, age) = group::consumers_and_backlog(conn, k, &g, now_ms).await?;
+        out.lag = g.lag;
+        out.pending = g.pending;
+        out.backlog_age_secs = age.unwrap_or(0.0);
+        out.consumers = consumers.into_iter().map(Consumer::from).collect();
+    }
+    Ok(out)
+}
+
+/// The configured stream's name from shard 0's (`hits:{0}` → `hits`).
+fn base_stream(shard0: &str) -> String {
+    shard0.strip_suffix(":{0}").unwrap_or(shard0).to_string()
+}
+
+/// The group over every shard, pure: lag and pending summed (the lag
+/// unknown when any shard's is), the oldest backlog, each consumer once
+/// (its pending summed, its shortest idle time).
+pub fn over_shards(name: &str, shards: &[Shard]) -> Group {
+    let mut consumers: BTreeMap<&str, Consumer> = BTreeMap::new();
+    for c in shards.iter().flat_map(|s| &s.consumers) {
+        let e = consumers.entry(&c.name).or_insert_with(|| Consumer {
+            name: c.name.clone(),
+            pending: 0,
+            idle_ms: u64::MAX,
+        });
+        e.pending += c.pending;
+        e.idle_ms = e.idle_ms.min(c.idle_ms);
+    }
+    let age = shards
+        .iter()
+        .map(|s| s.backlog_age_secs)
+        .fold(0.0, f64::max);
+    Group {
+        name: name.to_string(),
+        lag: shards.iter().map(|s| s.lag).sum(),
+        behind: age > 0.0 || shards.iter().any(|s| s.lag.is_some_and(|l| l > 0)),
+        backlog_age_secs: age,
+        pending: shards.iter().map(|s| s.pending).sum(),
+        last_delivered_id: String::new(),
+        consumers: consumers.into_values().collect(),
+    }
+}
+
+impl From<group::ConsumerInfo> for Consumer {
+    fn from(c: group::ConsumerInfo) -> Consumer {
+        Consumer {
+            name: c.name,
+            pending: c.pending,
+            idle_ms: c.idle_ms,
+        }
+    }
 }
 
 /// The status for a human.
@@ -154,20 +265,35 @@ pub fn render(s: &Status, now_ms: i64) -> String {
     let mut out = String::new();
     let last_id = s.last_generated_id.as_deref().unwrap_or("none");
     let first_id = s.first_entry_id.as_deref().unwrap_or("none");
-    let _ = writeln!(
-        out,
-        "stream {}: {} entries (oldest {first_id}, last {last_id})",
-        s.stream, s.length
-    );
+    if s.shards.len() > 1 {
+        let _ = writeln!(
+            out,
+            "stream {}: {} entries in {} shards",
+            s.stream,
+            s.length,
+            s.shards.len()
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "stream {}: {} entries (oldest {first_id}, last {last_id})",
+            s.stream, s.length
+        );
+    }
     if s.groups.is_empty() {
         let _ = writeln!(out, "  no consumer group");
     }
     for g in &s.groups {
         let lag = g.lag.map_or("unknown".to_string(), |l| l.to_string());
+        let last = if s.shards.len() > 1 {
+            "all shards".to_string()
+        } else {
+            format!("last delivered {}", g.last_delivered_id)
+        };
         let _ = writeln!(
             out,
-            "group {}: lag {lag} (estimate), backlog age {:.1} s, pending {}, last delivered {}",
-            g.name, g.backlog_age_secs, g.pending, g.last_delivered_id
+            "group {}: lag {lag} (estimate), backlog age {:.1} s, pending {}, {last}",
+            g.name, g.backlog_age_secs, g.pending
         );
         for c in &g.consumers {
             let _ = writeln!(
@@ -178,6 +304,9 @@ pub fn render(s: &Status, now_ms: i64) -> String {
                 c.idle_ms as f64 / 1000.0
             );
         }
+    }
+    if s.shards.len() > 1 {
+        render_shards(&mut out, &s.shards);
     }
     match &s.leader {
         Some(l) => {
@@ -216,4 +345,113 @@ pub fn render(s: &Status, now_ms: i64) -> String {
         }
     }
     out
+}
+
+/// The table of shards: one line each.
+fn render_shards(out: &mut String, shards: &[Shard]) {
+    let _ = writeln!(
+        out,
+        "{:>5}  {:<12} {:>9} {:>9} {:>9} {:>11} {:>9}  owner",
+        "shard", "stream", "entries", "lag", "pending", "backlog", "consumers"
+    );
+    for sh in shards {
+        let lag = sh.lag.map_or("?".to_string(), |l| l.to_string());
+        let owner = sh.owner.as_ref().map_or("none".to_string(), |o| {
+            format!(
+                "{} (lease left {:.1} s)",
+                o.token,
+                o.lease_left_ms as f64 / 1000.0
+            )
+        });
+        let _ = writeln!(
+            out,
+            "{:>5}  {:<12} {:>9} {:>9} {:>9} {:>9.1} s {:>9}  {owner}",
+            sh.shard,
+            sh.stream,
+            sh.length,
+            lag,
+            sh.pending,
+            sh.backlog_age_secs,
+            sh.consumers.len()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(
+        k: u32,
+        lag: Option<u64>,
+        pending: u64,
+        age: f64,
+        consumers: &[(&str, u64, u64)],
+    ) -> Shard {
+        Shard {
+            shard: k,
+            stream: format!("hits:{{{k}}}"),
+            length: 10,
+            lag,
+            backlog_age_secs: age,
+            pending,
+            consumers: consumers
+                .iter()
+                .map(|&(name, pending, idle_ms)| Consumer {
+                    name: name.into(),
+                    pending,
+                    idle_ms,
+                })
+                .collect(),
+            owner: None,
+        }
+    }
+
+    #[test]
+    fn the_group_over_shards_sums_and_merges() {
+        let shards = [
+            shard(0, Some(3), 1, 0.0, &[("a", 1, 500), ("b", 0, 90)]),
+            shard(1, Some(4), 2, 2.5, &[("a", 2, 100)]),
+        ];
+        let g = over_shards("hitcount", &shards);
+        assert_eq!((g.lag, g.pending, g.backlog_age_secs), (Some(7), 3, 2.5));
+        assert!(g.behind);
+        let a = &g.consumers[0];
+        assert_eq!((a.name.as_str(), a.pending, a.idle_ms), ("a", 3, 100));
+        let unknown = [shard(0, None, 0, 0.0, &[]), shard(1, Some(0), 0, 0.0, &[])];
+        let g = over_shards("hitcount", &unknown);
+        assert_eq!((g.lag, g.behind), (None, false));
+        assert_eq!(base_stream("hits:{0}"), "hits");
+    }
+
+    #[test]
+    fn the_table_has_a_line_per_shard_with_its_owner() {
+        let mut shards = vec![
+            shard(0, Some(3), 1, 0.0, &[("a", 1, 5)]),
+            shard(1, None, 0, 0.0, &[]),
+        ];
+        shards[0].owner = Some(Leader {
+            token: "pod-a/42".into(),
+            lease_left_ms: 8000,
+        });
+        let s = Status {
+            stream: "hits".into(),
+            length: 20,
+            groups: vec![over_shards("hitcount", &shards)],
+            shards,
+            ..Status::default()
+        };
+        let out = render(&s, 0);
+        assert!(out.contains("stream hits: 20 entries in 2 shards"), "{out}");
+        assert!(
+            out.contains(
+                "group hitcount: lag unknown (estimate), backlog age 0.0 s, pending 1, all shards"
+            ),
+            "{out}"
+        );
+        let lines: Vec<&str> = out.lines().filter(|l| l.contains("hits:{")).collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        assert!(lines[0].ends_with("pod-a/42 (lease left 8.0 s)"), "{out}");
+        assert!(lines[1].ends_with("none"), "{out}");
+    }
 }

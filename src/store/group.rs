@@ -208,15 +208,75 @@ pub fn is_drained(stream: &StreamInfo, group: &GroupInfo) -> bool {
     group.pending == 0 && stream.last_generated_id.as_deref() == Some(&group.last_delivered_id)
 }
 
-/// Adds to `pipe` the read of the first entry after a group's
-/// last-delivered id: the oldest entry the group has not yet received.
-fn next_undelivered_into(pipe: &mut redis::Pipeline, keys: &Keys, last_delivered: &str) {
-    pipe.cmd("XRANGE")
-        .arg(&keys.stream)
+/// Every shard's own group (`keys.group`) with the age in seconds of its
+/// oldest undelivered entry, in shard order; `None` for a shard whose
+/// stream or group does not exist yet. Three round trips however many
+/// shards: each command names one shard's stream and goes to its slot
+/// ([`Conn::query_each`]), never in a pipeline across slots.
+pub async fn own_groups(
+    conn: &mut Conn,
+    shards: &[Keys],
+    now_ms: i64,
+) -> RedisResult<Vec<Option<(GroupInfo, Option<f64>)>>> {
+    let exists = conn
+        .query_each(shards.iter().map(|k| one("EXISTS", k)).collect())
+        .await?;
+    let present: Vec<usize> = (0..shards.len())
+        .filter(|&i| matches!(exists.get(i), Some(Value::Int(n)) if *n > 0))
+        .collect();
+    let xinfo = present
+        .iter()
+        .map(|&i| {
+            let mut c = redis::cmd("XINFO");
+            c.arg("GROUPS").arg(&shards[i].stream);
+            c
+        })
+        .collect();
+    let replies = conn.query_each(xinfo).await?;
+    let found: Vec<(usize, GroupInfo)> = present
+        .into_iter()
+        .zip(&replies)
+        .filter_map(|(i, r)| {
+            let g = GroupInfo::parse_all(r)
+                .into_iter()
+                .find(|g| g.name == shards[i].group)?;
+            Some((i, g))
+        })
+        .collect();
+    let reads = found
+        .iter()
+        .map(|(i, g)| next_undelivered(&shards[*i], &g.last_delivered_id))
+        .collect();
+    let next = conn.query_each(reads).await?;
+    let mut out = vec![None; shards.len()];
+    for ((i, g), next) in found.into_iter().zip(&next) {
+        out[i] = Some((g, backlog_age_secs(next, now_ms)));
+    }
+    Ok(out)
+}
+
+/// A command of one key: `NAME stream`.
+fn one(name: &str, keys: &Keys) -> redis::Cmd {
+    let mut c = redis::cmd(name);
+    c.arg(&keys.stream);
+    c
+}
+
+/// The read of the first entry after a group's last-delivered id: the
+/// oldest entry the group has not yet received.
+fn next_undelivered(keys: &Keys, last_delivered: &str) -> redis::Cmd {
+    let mut c = redis::cmd("XRANGE");
+    c.arg(&keys.stream)
         .arg(format!("({last_delivered}"))
         .arg("+")
         .arg("COUNT")
         .arg(1);
+    c
+}
+
+/// Adds [`next_undelivered`] to `pipe`.
+fn next_undelivered_into(pipe: &mut redis::Pipeline, keys: &Keys, last_delivered: &str) {
+    pipe.add_command(next_undelivered(keys, last_delivered));
 }
 
 /// How long, in seconds, the entry of a [`next_undelivered_into`] reply has

@@ -1,6 +1,6 @@
-//! `hitcount status`: the stream, its groups and consumers, the leader, the
-//! known counters and the last cleaner pass, for a human or (`--json`) for
-//! scripts.
+//! `hitcount status`: the stream, its groups and consumers, every shard and
+//! the process reading it, the leader, the known counters and the last
+//! cleaner pass, for a human or (`--json`) for scripts.
 
 use super::Common;
 use crate::model::config::LeaderArgs;
@@ -21,10 +21,9 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     args.leader.validate()?;
     let mut conn = super::connect(&args.common.redis).await?;
-    let keys = Keys::new(&args.common.layout, &args.common.stream);
-    let status =
-        crate::service::status::gather(&mut conn, &keys, &keys.leader(&args.leader.leader_key))
-            .await?;
+    let shards = Keys::all_shards(&args.common.layout, &args.common.stream, conn.is_cluster());
+    let leader_key = shards[0].leader(&args.leader.leader_key);
+    let status = crate::service::status::gather(&mut conn, &shards, &leader_key).await?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&status)?);
     } else {

@@ -9,7 +9,6 @@ use anyhow::Context;
 
 use super::Common;
 use crate::model::config::{LeaderArgs, WorkerArgs};
-use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
 
 #[derive(clap::Args, Debug)]
@@ -87,7 +86,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "group sampler",
         crate::service::sampler::run(
             client.clone(),
-            Keys::new(&args.common.layout, &args.common.stream),
+            args.common.layout.clone(),
+            args.common.stream.clone(),
             shutdown.clone(),
         ),
     );

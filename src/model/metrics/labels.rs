@@ -1,8 +1,10 @@
 //! The label values known in advance ([`REDIS_ERROR_KINDS`],
-//! [`DEAD_LETTER_REASONS`], the configured precisions): their series are
-//! created at zero, and any other value is folded into a bounded one.
+//! [`DEAD_LETTER_REASONS`], the configured precisions, the stream's shards):
+//! their series are created at zero, and any other value is folded into a
+//! bounded one (a shard number past [`MAX_SHARDS`] is not recorded).
 
 use super::Metrics;
+use crate::model::config::MAX_SHARDS;
 
 /// Every value of the `kind` label of `hitcount_redis_errors_total`.
 pub const REDIS_ERROR_KINDS: [&str; 8] = [
@@ -39,6 +41,50 @@ impl Metrics {
         for p in precisions {
             self.hits_too_old.with_label_values(&[&p.to_string()]);
         }
+    }
+
+    /// Creates the per-shard series of every shard `0..shards` (at 0 unless
+    /// already set), so that a shard nobody reads shows as
+    /// `hitcount_shard_owned 0` rather than as no series at all. Call once
+    /// at startup with the configured number of shards.
+    pub fn init_shards(&self, shards: u32) {
+        for k in 0..shards.min(MAX_SHARDS) {
+            let label = [k.to_string()];
+            self.shard_owned.with_label_values(&label);
+            self.shard_lag.with_label_values(&label);
+            self.shard_pending.with_label_values(&label);
+            self.shard_backlog_age.with_label_values(&label);
+        }
+    }
+
+    /// Records which of the `shards` shards this process reads:
+    /// `hitcount_shard_owned{shard}` 1 for each of `owned`, 0 for the
+    /// others, and their number in `hitcount_shards_owned`.
+    pub fn set_owned(&self, shards: u32, owned: &[u32]) {
+        let shards = shards.min(MAX_SHARDS);
+        for k in 0..shards {
+            self.shard_owned
+                .with_label_values(&[&k.to_string()])
+                .set(i64::from(owned.contains(&k)));
+        }
+        let n = owned.iter().filter(|&&k| k < shards).count();
+        self.shards_owned.set(n as i64);
+    }
+
+    /// Records one shard's sample: its lag (left as it was when Redis does
+    /// not know it), pending entries and backlog age in seconds.
+    pub fn shard_sample(&self, shard: u32, lag: Option<i64>, pending: i64, backlog_age: f64) {
+        if shard >= MAX_SHARDS {
+            return;
+        }
+        let label = shard.to_string();
+        if let Some(lag) = lag {
+            self.shard_lag.with_label_values(&[&label]).set(lag);
+        }
+        self.shard_pending.with_label_values(&[&label]).set(pending);
+        self.shard_backlog_age
+            .with_label_values(&[&label])
+            .set(backlog_age);
     }
 
     /// Records one failed Redis operation of `kind`, which should be one of
@@ -93,6 +139,25 @@ mod tests {
                 .get(),
             apply + 2
         );
+    }
+
+    #[test]
+    fn shard_labels_stay_within_the_shards() {
+        let m = metrics();
+        m.set_owned(3, &[0, 2, 7]);
+        assert_eq!(m.shards_owned.get(), 2);
+        assert_eq!(m.shard_owned.with_label_values(&["1"]).get(), 0);
+        assert_eq!(m.shard_owned.with_label_values(&["2"]).get(), 1);
+        m.init_shards(3);
+        assert_eq!(
+            m.shard_owned.with_label_values(&["2"]).get(),
+            1,
+            "init keeps"
+        );
+        m.shard_sample(MAX_SHARDS, Some(1), 1, 1.0);
+        let out = crate::model::metrics::render();
+        assert!(!out.contains(&format!("shard=\"{MAX_SHARDS}\"")));
+        assert!(!out.contains("hitcount_shard_owned{shard=\"7\"}"));
     }
 
     #[test]

@@ -22,7 +22,8 @@ use std::sync::LazyLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus::{
-    Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Gauge, GaugeVec, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 mod labels;
@@ -31,8 +32,8 @@ mod register;
 pub use labels::{DEAD_LETTER_REASONS, REDIS_ERROR_KINDS};
 
 use register::{
-    counter, counter_vec, gauge, histogram, int_gauge, reg, window_size_buckets, APPLY_BUCKETS,
-    CLEANER_BUCKETS, DELAY_BUCKETS,
+    counter, counter_vec, gauge, gauge_vec, histogram, int_gauge, int_gauge_vec, reg,
+    window_size_buckets, APPLY_BUCKETS, CLEANER_BUCKETS, DELAY_BUCKETS,
 };
 
 /// Content type of [`render()`]'s output (Prometheus text format 0.0.4).
@@ -87,14 +88,28 @@ pub struct Metrics {
     /// `hitcount_redis_reconnects_total`: reconnections to Redis.
     pub redis_reconnects: IntCounter,
     /// `hitcount_group_lag_entries`: entries in the stream not yet delivered
-    /// to the consumer group.
+    /// to the consumer group; with shards, the sum over every shard.
     pub group_lag: IntGauge,
     /// `hitcount_group_pending_entries`: entries delivered to the group but
-    /// not yet acknowledged.
+    /// not yet acknowledged; with shards, the sum over every shard.
     pub group_pending: IntGauge,
     /// `hitcount_group_backlog_age_seconds`: age of the oldest undelivered
-    /// entry (0 when there is none).
+    /// entry (0 when there is none); with shards, the oldest of any shard.
     pub group_backlog_age: Gauge,
+    /// `hitcount_shard_lag_entries{shard}`: one shard's entries not yet
+    /// delivered to the group; `shard` is `0..HITCOUNT_SHARDS` (≤ 256).
+    pub shard_lag: IntGaugeVec,
+    /// `hitcount_shard_pending_entries{shard}`: one shard's entries
+    /// delivered to the group and not yet acknowledged.
+    pub shard_pending: IntGaugeVec,
+    /// `hitcount_shard_backlog_age_seconds{shard}`: age of one shard's
+    /// oldest undelivered entry (0 when there is none).
+    pub shard_backlog_age: GaugeVec,
+    /// `hitcount_shard_owned{shard}`: 1 while this process reads the shard
+    /// (holds its lease; with one shard, every worker reads it), else 0.
+    pub shard_owned: IntGaugeVec,
+    /// `hitcount_shards_owned`: how many shards this process reads.
+    pub shards_owned: IntGauge,
     /// `hitcount_is_leader`: 1 while this worker holds the cleaner
     /// leadership, else 0.
     pub is_leader: IntGauge,
@@ -268,6 +283,35 @@ impl Metrics {
                 "hitcount_group_backlog_age_seconds",
                 "Age of the oldest undelivered stream entry.",
             ),
+            shard_lag: int_gauge_vec(
+                &r,
+                "hitcount_shard_lag_entries",
+                "Entries of a stream shard not yet delivered to the consumer group, by shard.",
+                "shard",
+            ),
+            shard_pending: int_gauge_vec(
+                &r,
+                "hitcount_shard_pending_entries",
+                "Entries of a stream shard delivered to the group but not acknowledged, by shard.",
+                "shard",
+            ),
+            shard_backlog_age: gauge_vec(
+                &r,
+                "hitcount_shard_backlog_age_seconds",
+                "Age of a stream shard's oldest undelivered entry, by shard.",
+                "shard",
+            ),
+            shard_owned: int_gauge_vec(
+                &r,
+                "hitcount_shard_owned",
+                "1 while this process reads the stream shard, by shard.",
+                "shard",
+            ),
+            shards_owned: int_gauge(
+                &r,
+                "hitcount_shards_owned",
+                "Stream shards this process reads.",
+            ),
             is_leader: int_gauge(&r, "hitcount_is_leader", "1 while this worker is the cleaner leader."),
             cleaner_passes: counter(&r, "hitcount_cleaner_passes_total", "Completed cleaner passes."),
             cleaner_pass_duration: histogram(
@@ -329,6 +373,7 @@ mod tests {
     fn every_family_is_rendered() {
         let m = metrics();
         m.init_precisions([1, 60]);
+        m.init_shards(2);
         let out = render();
         for name in [
             "hitcount_build_info",
@@ -348,6 +393,11 @@ mod tests {
             "hitcount_group_lag_entries",
             "hitcount_group_pending_entries",
             "hitcount_group_backlog_age_seconds",
+            "hitcount_shard_lag_entries",
+            "hitcount_shard_pending_entries",
+            "hitcount_shard_backlog_age_seconds",
+            "hitcount_shard_owned",
+            "hitcount_shards_owned",
             "hitcount_is_leader",
             "hitcount_cleaner_passes_total",
             "hitcount_cleaner_pass_duration_seconds",

@@ -3,7 +3,8 @@
 //! histograms' bucket layouts.
 
 use prometheus::{
-    Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry,
 };
 
 /// Durations from 0.5 ms to 10 s for Redis round trips.
@@ -62,6 +63,20 @@ pub(super) fn counter_vec(
 
 pub(super) fn int_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
     reg(r, IntGauge::new(name, help).expect("valid gauge"))
+}
+
+pub(super) fn int_gauge_vec(r: &Registry, name: &str, help: &str, label: &str) -> IntGaugeVec {
+    reg(
+        r,
+        IntGaugeVec::new(Opts::new(name, help), &[label]).expect("valid gauge vec"),
+    )
+}
+
+pub(super) fn gauge_vec(r: &Registry, name: &str, help: &str, label: &str) -> GaugeVec {
+    reg(
+        r,
+        GaugeVec::new(Opts::new(name, help), &[label]).expect("valid gauge vec"),
+    )
 }
 
 pub(super) fn gauge(r: &Registry, name: &str, help: &str) -> Gauge {

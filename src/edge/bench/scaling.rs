@@ -307,7 +307,9 @@ async fn drain(
                 .count()
         })
         .collect();
+    let known = slot(target.keys().known().as_bytes());
     Ok(Side {
+        known_on: nodes.iter().position(|n| n.serves(known)).unwrap_or(0),
         hits: sent.hits,
         secs,
         nodes: nodes.iter().map(|n| n.addr.clone()).collect(),

@@ -31,6 +31,8 @@ pub struct Side {
     pub shards: Vec<usize>,
     /// Each node's growth over the drain.
     pub used: Vec<Usage>,
+    /// The node holding the `known:` ZSET (one key: every ZADD goes there).
+    pub known_on: usize,
 }
 
 impl Side {
@@ -187,9 +189,14 @@ impl ScalingReport {
             for (i, cpu) in c.cpu_per_hit().into_iter().enumerate() {
                 let share = format!("{:.0} %", 100.0 * cpu / total.max(1e-9));
                 let calls = format!("{:.3}", c.used[i].calls as f64 / c.hits.max(1) as f64);
+                let known = if i == c.known_on {
+                    " (holds known:)"
+                } else {
+                    ""
+                };
                 row(
                     &mut out,
-                    &format!("master {}", c.nodes[i]),
+                    &format!("master {}{known}", c.nodes[i]),
                     c.shards[i].to_string(),
                     "".into(),
                     cpu,

@@ -23,6 +23,7 @@
 //!  edge/     http.rs        /metrics, /healthz, /readyz
 //!    │       server.rs      the hardened HTTP/1 loop every endpoint shares
 //!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐
+//!    │                      assets.rs: the dashboard page (assets/)          │
 //!    │       cli/           the binary's subcommands, one file each          │ behind the
 //!    │       embedded/      a throwaway redis-server (demo, bench, tests)    │ `cli` feature
 //!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)

@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::bin::{free_addr, hitcount, run_hitcount, wait_for, Child};
+use common::bin::{free_addr, hitcount, percent_encode as enc, run_hitcount, wait_for, Child};
 use common::*;
 use hitcount::edge::embedded::ServerOptions;
 use hitcount::store::connect::Conn;
@@ -84,19 +84,6 @@ fn serve(url: &str, extra: &[&str]) -> (Child, String) {
         request(&addr, "GET", "/api/v1/nope")
     });
     (child, addr)
-}
-
-/// Percent-encodes every byte but unreserved ones.
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// Writes a counter directly in the seeds' layout.
@@ -400,7 +387,7 @@ async fn every_refusal_is_json_and_says_why() {
         ("/api/v1/counters/?precision=60", 404, "no such counter"),
         ("/api/v1/nope", 404, "no such path"),
         ("/api/v2/counters", 404, "no such path"),
-        ("/", 404, "no such path"),
+        ("/api/", 404, "no such path"),
     ];
     for (path, status, why) in cases {
         let a = get(&addr, path);

@@ -1,4 +1,5 @@
-//! `hitcount serve`'s read-only JSON API, on the hardened loop of
+//! `hitcount serve`'s read-only JSON API and the dashboard page on it
+//! ([`assets`]: every path outside `/api/`), on the hardened loop of
 //! [`crate::edge::server`]:
 //!
 //! - `GET /api/v1/counters?prefix=&after=&limit=`: names in name order,
@@ -12,6 +13,7 @@
 //! out of reach is a 503. Every answer is JSON, never cached or sniffed, and
 //! forbids any active content.
 
+pub mod assets;
 pub mod params;
 
 use std::future::Future;
@@ -131,7 +133,11 @@ fn route(path: &str) -> Option<Route<'_>> {
 }
 
 async fn handle(api: &Api, req: &Request<Incoming>) -> Resp {
-    let Some(route) = route(req.uri().path()) else {
+    let path = req.uri().path();
+    if !path.starts_with("/api/") {
+        return assets::answer(req.method(), path);
+    }
+    let Some(route) = route(path) else {
         return error(StatusCode::NOT_FOUND, "no such path");
     };
     if !server::allowed(req.method()) {

@@ -7,6 +7,7 @@
 //! hit sent meanwhile shows without a reload, the CSV export is the API's
 //! samples, the hottest names are the API's ranking, local time and dark
 //! mode on their switches, a 404 page and a message for an unknown name.
+//! And `hitcount demo` serving its dashboard at the address it prints.
 //!
 //! `HITCOUNT_SCREENSHOT=docs/dashboard.png cargo test --test dashboard`
 //! also writes the screenshot the README shows.
@@ -395,4 +396,51 @@ async fn the_dashboard_in_a_real_browser() {
     if let Some(path) = screenshot {
         assert!(path.exists(), "no screenshot at {}", path.display());
     }
+}
+
+/// `hitcount demo` ends by serving its counters' dashboard at the address
+/// it prints: with `--keep-serving` (as on a terminal) until SIGTERM.
+#[test]
+fn the_demo_serves_its_dashboard_until_stopped() {
+    let addr = free_addr();
+    let mut cmd = hitcount();
+    cmd.args(["demo", "--hits", "500", "--names", "10", "--keep-serving"])
+        .args(["--dashboard", &addr]);
+    let mut demo = Child::spawn("demo", cmd);
+    let link = format!("Dashboard: http://{addr}/?name=page:0&precision=60");
+    wait_for(
+        "the demo's dashboard address",
+        Duration::from_secs(60),
+        || {
+            demo.assert_running();
+            demo.stdout().contains(&link).then_some(())
+        },
+    );
+    assert!(demo.stdout().contains("serving it until Ctrl-C"));
+    let (status, page) = http_get(&addr, "/").unwrap();
+    assert_eq!((status, page.contains("/static/app.js")), (200, true));
+    let day = api(&addr, "/api/v1/counters/page%3A0?precision=86400");
+    let total: i64 = day["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s[1].as_i64().unwrap())
+        .sum();
+    assert!(total > 0, "{day}");
+    assert!(demo.terminate(Duration::from_secs(10)).success());
+
+    // Not on a terminal and without the flag: it prints the address and stops.
+    let o = run_hitcount(&[
+        "demo",
+        "--hits",
+        "100",
+        "--names",
+        "5",
+        "--dashboard",
+        &addr,
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains(&format!("Dashboard: http://{addr}/")), "{out}");
+    assert!(out.contains("--keep-serving keeps it open"), "{out}");
 }

@@ -510,3 +510,49 @@ fn a_bad_listen_address_exits_1_saying_so() {
         );
     }
 }
+
+/// `hitcount bench --serve` plays the open pages against the real API and
+/// reports every request it made, then deletes what it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_serve_benchmark_reports_every_request_and_cleans_up() {
+    let srv = server();
+    let url = srv.url();
+    let out = run_hitcount(&[
+        "bench",
+        "--redis-url",
+        &url,
+        "--serve",
+        "--serve-counters",
+        "3000",
+        "--serve-pages",
+        "3",
+        "--serve-refresh-secs",
+        "1",
+        "--serve-secs",
+        "3",
+        "--json",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(report["counters"], 3000);
+    // Each page: one list on open, then a series and a top per refresh.
+    assert_eq!(report["list"]["requests"], 3);
+    assert_eq!(report["series"]["requests"], 9, "{report:#}");
+    assert_eq!(report["top"]["requests"], 9, "{report:#}");
+    assert_eq!(report["top_cold"]["requests"], 3);
+    let cpu = report["cpu_percent"].as_f64().unwrap();
+    assert!(cpu > 0.0 && cpu < 100.0, "{report:#}");
+    assert!(report["commands_per_sec"].as_f64().unwrap() > 0.0);
+    let mut c = conn(&url).await;
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("bench:*")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

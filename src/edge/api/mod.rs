@@ -105,6 +105,29 @@ pub async fn serve(
     .await
 }
 
+/// The API served in a background task of this process, with the default
+/// limits (the demo's dashboard, the serve benchmark).
+pub struct Background {
+    trigger: crate::model::shutdown::Trigger,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Background {
+    /// Starts serving `api` on `listener`.
+    pub fn start(listener: TcpListener, api: Api) -> Background {
+        let (trigger, mut stop) = crate::model::shutdown::channel();
+        let shutdown = async move { stop.wait().await };
+        let task = tokio::spawn(serve(listener, api, shutdown, Limits::default()));
+        Background { trigger, task }
+    }
+
+    /// Stops serving (open requests get the shutdown grace) and returns.
+    pub async fn stop(self) -> std::io::Result<()> {
+        self.trigger.trigger();
+        self.task.await.map_err(std::io::Error::other)?
+    }
+}
+
 /// Why a request got no answer.
 enum Failure {
     BadRequest(String),

@@ -167,16 +167,7 @@ pub async fn run(opts: &ServeOptions) -> Result<ServeReport, BenchError> {
         .map_err(loopback)?;
     let addr = listener.local_addr().map_err(loopback)?;
     let api = Api::new(client, keys, layout.precisions.clone());
-    let (trigger, stop) = crate::model::shutdown::channel();
-    let server = tokio::spawn(api::serve(
-        listener,
-        api,
-        async move {
-            let mut stop = stop;
-            stop.wait().await
-        },
-        crate::edge::server::Limits::default(),
-    ));
+    let server = api::Background::start(listener, api);
 
     let idle_start = cpu_seconds(&mut conn).await?;
     tokio::time::sleep(IDLE).await;
@@ -211,10 +202,10 @@ pub async fn run(opts: &ServeOptions) -> Result<ServeReport, BenchError> {
     let seconds = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds(&mut conn).await? - cpu_start;
     let commands = super::command_calls(&mut conn).await?;
-    trigger.trigger();
     server
+        .stop()
         .await
-        .map_err(|e| BenchError::Check(format!("the API task failed: {e}")))??;
+        .map_err(|e| BenchError::Check(format!("the API task failed: {e}")))?;
     super::delete_matching(&mut conn, &format!("{PREFIX}*")).await?;
 
     Ok(ServeReport {

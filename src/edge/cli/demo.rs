@@ -234,16 +234,7 @@ async fn dashboard(
         Keys::new(layout, &StreamArgs::default()),
         layout.precisions.clone(),
     );
-    let (trigger, stop) = crate::model::shutdown::channel();
-    let serving = tokio::spawn(api::serve(
-        listener,
-        api,
-        async move {
-            let mut stop = stop;
-            stop.wait().await
-        },
-        crate::edge::server::Limits::default(),
-    ));
+    let serving = api::Background::start(listener, api);
     outln!("\nDashboard: http://{bound}/?name=page:0&precision=60");
     if keep {
         outln!("serving it until Ctrl-C");
@@ -251,7 +242,6 @@ async fn dashboard(
     } else {
         outln!("(stdout is not a terminal, so the demo stops here; --keep-serving keeps it open)");
     }
-    trigger.trigger();
-    serving.await??;
+    serving.stop().await?;
     Ok(())
 }

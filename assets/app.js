@@ -191,7 +191,8 @@
     } else {
       state.precision = precisions.includes(60) ? 60 : precisions[0];
       if (wanted !== null && wanted !== undefined && wanted !== '') {
-        note = `precision “${wanted}” is not one of this counter's; showing ${precisionLabel(state.precision)}. `;
+        const has = precisions.map(precisionLabel).join(', ');
+        note = `no precision “${wanted}” for this counter (it has ${has}); showing ${precisionLabel(state.precision)}. `;
       }
     }
     state.precisions = precisions;
@@ -387,7 +388,7 @@
     state.tz = q.get('tz') === 'local' ? 'local' : 'utc';
     state.prefix = q.get('prefix') || '';
     // Kept in the address bar until the counter has been looked up.
-    state.name = q.get('name');
+    state.name = q.get('name') || null;
     state.precision = Number(q.get('precision')) || null;
     $('tz').value = state.tz;
     $('filter').value = state.prefix;
@@ -438,7 +439,7 @@
 
     loadNames(true);
     if (q.get('view') === 'top') showView('top');
-    if (q.has('name')) open(q.get('name'), q.get('precision'));
+    if (state.name !== null) open(state.name, q.get('precision'));
   }
 
   start();

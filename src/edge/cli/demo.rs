@@ -88,6 +88,8 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // Taken first: a bad --dashboard fails before the demo runs.
+    let listener = listen(&args.dashboard).await?;
     let server = match &args.redis_url {
         Some(_) => None,
         None => Some(
@@ -210,24 +212,31 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     outln!("Read them from any client: HGETALL demo:count:60:page:0, ZRANGE demo:known: 0 -1");
     let keep = args.keep_serving || std::io::stdout().is_terminal();
-    dashboard(&args.dashboard, &redis, &layout, keep).await?;
+    dashboard(listener, &redis, &layout, keep).await?;
     drop(server);
     Ok(())
 }
 
-/// Serves the dashboard of the demo's counters on `addr` and prints its
-/// address; until Ctrl-C or SIGTERM when `keep`, else it stops at once.
+/// The dashboard's listener on `addr` (with the default, any free port
+/// when it is taken).
+async fn listen(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => Ok(l),
+        Err(_) if addr == DEFAULT_DASHBOARD => {
+            Ok(tokio::net::TcpListener::bind("127.0.0.1:0").await?)
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot listen on {addr} (--dashboard)")),
+    }
+}
+
+/// Serves the dashboard of the demo's counters on `listener` and prints
+/// its address; until Ctrl-C or SIGTERM when `keep`, else it stops at once.
 async fn dashboard(
-    addr: &str,
+    listener: tokio::net::TcpListener,
     redis: &RedisArgs,
     layout: &LayoutArgs,
     keep: bool,
 ) -> anyhow::Result<()> {
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(_) if addr == DEFAULT_DASHBOARD => tokio::net::TcpListener::bind("127.0.0.1:0").await?,
-        Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr} (--dashboard)")),
-    };
     let bound = listener.local_addr()?;
     let api = Api::new(
         crate::store::connect::client(redis)?,

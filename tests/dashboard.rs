@@ -2,11 +2,12 @@
 //! over raw HTTP, and the page itself in a real headless Chromium (Debian's
 //! `chromium`, driven by playwright-core from `tests/browser/`; both
 //! installed by `scripts/ensure-deps`) on demo data counted by real workers:
-//! no console error and nothing from another origin, the filter narrows the
-//! list, a shared link draws the counter's chart with the API's values, a
-//! hit sent meanwhile shows without a reload, the CSV export is the API's
-//! samples, the hottest names are the API's ranking, local time and dark
-//! mode on their switches, a 404 page and a message for an unknown name.
+//! no console error and nothing from another origin, the list paged through
+//! the API, the filter narrowing it, a shared link drawing the counter's
+//! chart with the API's values, a hit sent meanwhile showing without a
+//! reload, the CSV export being the API's samples, the hottest names being
+//! the API's ranking, local time and dark mode on their switches, a 404
+//! page and a message for an unknown name.
 //! And `hitcount demo` serving its dashboard at the address it prints.
 //!
 //! `HITCOUNT_SCREENSHOT=docs/dashboard.png cargo test --test dashboard`
@@ -199,18 +200,19 @@ async fn the_dashboard_in_a_real_browser() {
 
     // Demo data: a real `hitcount demo` on this Redis, then its history
     // and the live hit through a real worker of the same layout.
+    // 150 names: more than one page of the list (100).
     let demo = run_hitcount(&[
         "demo",
         "--redis-url",
         &url,
         "--hits",
-        "2000",
+        "3000",
         "--names",
-        "50",
+        "150",
     ]);
     let said = String::from_utf8_lossy(&demo.stdout);
     assert!(demo.status.success(), "{said}");
-    assert!(said.contains("2000 of 2000 sent: exact"), "{said}");
+    assert!(said.contains("3000 of 3000 sent: exact"), "{said}");
     let layout = [
         "--prefix",
         PREFIX,
@@ -293,9 +295,16 @@ async fn the_dashboard_in_a_real_browser() {
             .map(|c| c["name"].as_str().unwrap().to_string())
             .collect()
     };
+    // The list is paged through the API: 100 names, then the next page.
     let all = names(&out["all"]);
-    let filtered = names(&out["filtered"]);
+    let first = api(&addr, "/api/v1/counters?limit=100");
     assert_eq!(all, listed("limit=100"));
+    assert_eq!(out["moreShown"], true, "{out:#}");
+    let after = percent_encode(first["next"].as_str().unwrap());
+    let mut paged = all.clone();
+    paged.extend(listed(&format!("limit=100&after={after}")));
+    assert_eq!(names(&out["allPaged"]), paged);
+    let filtered = names(&out["filtered"]);
     assert_eq!(filtered, listed("prefix=page%3A1"));
     assert!(filtered.len() < all.len(), "{all:?}");
     assert!(out["filterUrl"]

@@ -18,7 +18,7 @@ const plan = JSON.parse(process.argv[2] || '{}');
 const origin = new URL(plan.base).origin;
 const t0 = Date.now();
 const log = (m) => process.stderr.write(`[dashboard.mjs ${Date.now() - t0} ms] ${m}\n`);
-const out = { errors: [], foreign: [], failed: [] };
+const out = { errors: [], foreign: [], failed: [], aborted: [] };
 /** The browser's local time zone (+09:00, no summer time): not UTC, so the switch shows. */
 const LOCAL_TZ = 'Asia/Tokyo';
 
@@ -44,14 +44,26 @@ try {
     const u = r.url();
     if (!u.startsWith('blob:') && !u.startsWith('data:') && new URL(u).origin !== origin) out.foreign.push(u);
   });
-  page.on('requestfailed', (r) => out.failed.push(`${r.url()}: ${r.failure()?.errorText}`));
+  // A request the browser cancels because this script navigates away (the
+  // favicon, a refresh in flight) is not the page's failure: kept apart.
+  page.on('requestfailed', (r) => {
+    const why = r.failure()?.errorText;
+    (why === 'net::ERR_ABORTED' ? out.aborted : out.failed).push(`${r.url()}: ${why}`);
+  });
   const names = () => page.$$eval('#names li a', (as) => as.map((a) => a.dataset.name));
 
   // 1. The list, then the filter narrows it.
   await page.goto(`${plan.base}/`, { waitUntil: 'load' });
   await page.waitForFunction(() => document.querySelectorAll('#names li').length > 0);
   out.all = await names();
-  log(`list: ${out.all.length} names`);
+  out.moreShown = await page.isVisible('#more');
+  if (out.moreShown) {
+    // The next page of names, asked of the API with the last one as `after`.
+    await page.click('#more');
+    await page.waitForFunction((n) => document.querySelectorAll('#names li').length > n, out.all.length);
+    out.allPaged = await names();
+  }
+  log(`list: ${out.all.length} names, ${out.allPaged?.length} after "more names"`);
   await page.fill('#filter', plan.prefix);
   await page.waitForFunction((p) => {
     const as = [...document.querySelectorAll('#names li a')];

@@ -222,7 +222,9 @@
         `updated ${shortTime(Math.floor(Date.now() / 1000))} ${tzName()}, every ${REFRESH_MS / 1000} s`);
     } catch (e) {
       if (seq !== state.chartSeq) return;
-      clearChart();
+      // No such counter: nothing to show. Anything else (Redis out of reach,
+      // a lost connection) may pass: the last chart stays until it does.
+      if (e.status === 404) clearChart();
       setStatus('chart-status', e.message, true);
     }
   }

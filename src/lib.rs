@@ -76,8 +76,8 @@
 //!   `/metrics` ([`edge::http`]) on the hardened HTTP loop they share
 //!   ([`edge::server`]) and, behind the `cli` feature (on by
 //!   default; a library user leaves it out with `default-features =
-//!   false`), the read-only JSON query API of `hitcount serve`
-//!   ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
+//!   false`), the read-only JSON query API and dashboard page of
+//!   `hitcount serve` ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
 //!   benchmark and its synthetic names.
 
 pub mod edge;

@@ -23,6 +23,7 @@
 //!  edge/     http.rs        /metrics, /healthz, /readyz
 //!    │       server.rs      the hardened HTTP/1 loop every endpoint shares
 //!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐
+//!    │                      assets.rs: the dashboard page (assets/)          │
 //!    │       cli/           the binary's subcommands, one file each          │ behind the
 //!    │       embedded/      a throwaway redis-server (demo, bench, tests)    │ `cli` feature
 //!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)
@@ -79,8 +80,8 @@
 //!   `/metrics` ([`edge::http`]) on the hardened HTTP loop they share
 //!   ([`edge::server`]) and, behind the `cli` feature (on by
 //!   default; a library user leaves it out with `default-features =
-//!   false`), the read-only JSON query API of `hitcount serve`
-//!   ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
+//!   false`), the read-only JSON query API and dashboard page of
+//!   `hitcount serve` ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
 //!   benchmark and its synthetic names.
 
 pub mod edge;

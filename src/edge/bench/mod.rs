@@ -8,11 +8,14 @@
 //! [`workers`] (the real worker as child processes), [`seeds`] (the seeds'
 //! algorithm in Rust), [`latency`] (XADD-to-visible delay and the producer's
 //! rate), [`report`] (the table). Every key it writes starts with `bench:`.
+//! Apart from those, [`mod@serve`] (`--serve`) measures what `hitcount
+//! serve` costs Redis with dashboards open.
 
 pub mod ceiling;
 pub mod latency;
 pub mod report;
 pub mod seeds;
+pub mod serve;
 pub mod workers;
 
 use std::time::Duration;

@@ -3,6 +3,9 @@
 
 use anyhow::Context;
 
+use std::time::Duration;
+
+use crate::edge::bench::serve::ServeOptions;
 use crate::edge::bench::{Options, Workload};
 use crate::edge::embedded::{RedisServer, ServerOptions};
 use crate::model::config::RedisArgs;
@@ -47,6 +50,22 @@ pub struct Args {
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Instead of the above: what `hitcount serve` costs Redis with
+    /// dashboards open (Redis CPU, latency of `top`).
+    #[arg(long)]
+    serve: bool,
+    /// With --serve: counter names written, at least 1.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
+    serve_counters: usize,
+    /// With --serve: dashboards open at once, 1 to 1000.
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    serve_pages: usize,
+    /// With --serve: seconds between a page's refreshes, 1 to 600.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    serve_refresh_secs: u64,
+    /// With --serve: seconds the pages stay open, 1 to 3600.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    serve_secs: u64,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -71,6 +90,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     if args.redis_url.is_some() {
         super::connect_single(&RedisArgs::from_url(&url), "hitcount bench").await?;
+    }
+    if args.serve {
+        let opts = ServeOptions {
+            redis: RedisArgs::from_url(&url),
+            counters: args.serve_counters,
+            pages: args.serve_pages,
+            refresh: Duration::from_secs(args.serve_refresh_secs),
+            duration: Duration::from_secs(args.serve_secs),
+        };
+        let report = crate::edge::bench::serve::run(&opts).await?;
+        if args.json {
+            outln!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            super::out(&report.table())?;
+        }
+        drop(server);
+        return Ok(());
     }
     let opts = Options {
         redis: RedisArgs::from_url(&url),

@@ -3,6 +3,7 @@
 //! without loss or repeats, `top` against a brute-force ranking, every
 //! refusal, and the whole API as a Redis user that may only read.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -323,6 +324,43 @@ async fn top_is_the_brute_force_ranking() {
         a.body
     );
     assert_eq!(a.json()["counters"], json!([]));
+}
+
+/// `top` never makes a request wait for a scan once a ranking is known:
+/// past 5 s it answers with the last ranking (at most 30 s old) while one
+/// background scan computes the next, which the following requests get.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_answers_from_the_last_ranking_while_the_next_is_computed() {
+    let server = server();
+    let mut c = conn(&server.url()).await;
+    let bucket = 1_700_000_000 / 3600 * 3600;
+    seed(&mut c, 3600, "a", &[(bucket, 5)]).await;
+    seed(&mut c, 3600, "b", &[(bucket, 3)]).await;
+    let (_serve, addr) = serve(&server.url(), &[]);
+    let path = format!("/api/v1/top?precision=3600&bucket={bucket}");
+    let names = |a: &Answer| -> Vec<String> {
+        a.json()["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&get(&addr, &path)), ["a", "b"]);
+    seed(&mut c, 3600, "b", &[(bucket, 9)]).await;
+    // Within 5 s: the same ranking.
+    assert_eq!(names(&get(&addr, &path)), ["a", "b"]);
+    tokio::time::sleep(Duration::from_millis(5200)).await;
+    // Stale now: answered at once from the last ranking...
+    assert_eq!(
+        names(&get(&addr, &path)),
+        ["a", "b"],
+        "served while revalidating"
+    );
+    // ...and the next requests get the new one.
+    eventually!(10, "the background scan lands", {
+        names(&get(&addr, &path)) == ["b", "a"]
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -282,7 +282,7 @@ async fn top(api: &Api, q: &Query) -> Result<String, Failure> {
     let mut conn = api.conn().await?;
     let ranking = api
         .rankings
-        .get(&mut conn, precision, bucket)
+        .get(&mut conn, precision, bucket, now)
         .await
         .map_err(Failure::Redis)?;
     to_json(&TopBody {

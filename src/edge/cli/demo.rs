@@ -35,32 +35,23 @@ const MAX_NAMES: u64 = 100_000;
 /// live next to the stream (`{demo:hits}:hc:producer:*`).
 const KEY_PATTERNS: [&str; 2] = ["demo:*", "{demo:hits}:*"];
 
-/// Deletes what an earlier demo left on this Redis, a page of SCAN at a
-/// time (UNLINK frees the memory in the background); returns how many keys.
+/// Deletes what an earlier demo left on this Redis (every master of a
+/// cluster), a page of SCAN at a time (UNLINK frees the memory in the
+/// background); returns how many keys.
 async fn clear(conn: &mut crate::store::connect::Conn) -> redis::RedisResult<u64> {
-    let mut deleted = 0;
+    let deleted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     for pattern in KEY_PATTERNS {
-        let mut cursor = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(conn)
-                .await?;
-            if !keys.is_empty() {
-                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(conn).await?;
-                deleted += n;
+        crate::store::scan::each_page(conn, pattern, |mut c, keys| {
+            let deleted = deleted.clone();
+            async move {
+                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut c).await?;
+                deleted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
             }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
+        })
+        .await?;
     }
-    Ok(deleted)
+    Ok(deleted.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 #[derive(clap::Args, Debug)]
@@ -108,7 +99,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         dead_stream: "demo:hits:dead".into(),
         ..StreamArgs::default()
     };
-    let mut conn = super::connect_single(&redis, "hitcount demo").await?;
+    let mut conn = super::connect(&redis).await?;
     let cleared = clear(&mut conn).await?;
     if cleared > 0 {
         outln!(

@@ -537,3 +537,28 @@ async fn workers_run_on_a_cluster_as_the_least_privileged_user() {
         assert!(log.is_empty(), "node {port} refused: {log:?}");
     }
 }
+
+/// A worker paused past its shard leases and the claim time, and every
+/// client connection on every master killed mid-drain: nothing is counted
+/// twice or lost (the paused worker's windows are fenced when it wakes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_worker_and_killed_connections_count_every_hit_once() {
+    drain_through(4, 3, 6_000, |cluster, workers| async move {
+        workers[0].signal(libc::SIGSTOP);
+        for port in cluster.masters() {
+            let mut node = node_conn(port).await;
+            let _: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("normal")
+                .query_async(&mut node)
+                .await
+                .unwrap();
+        }
+        // Past the shard lease (10 s) and the claim time (2 s).
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        workers[0].signal(libc::SIGCONT);
+        (cluster, workers)
+    })
+    .await;
+}

@@ -381,7 +381,8 @@ async fn workers_come_and_go_and_the_shards_follow() {
         );
         workers.remove(0);
         workers.extend(start_workers(&seeds, 2, &extra));
-        // Three live workers share the eight shards: each holds two or three.
+        // Four live workers (C, D and the two new ones) share the eight
+        // shards: two each.
         let mut c = common::conn(&seeds).await;
         let stream = StreamArgs {
             shards: 8,
@@ -408,7 +409,7 @@ async fn workers_come_and_go_and_the_shards_follow() {
                 }
                 seen.clear();
                 seen.push_str(&format!("{owners:?}"));
-                owners.len() == 3 && owners.values().all(|&n| (2..=3).contains(&n))
+                owners.len() == 4 && owners.values().all(|&n| n == 2)
             }
         );
         (cluster, workers)

@@ -23,6 +23,7 @@
 //!  edge/     http.rs        /metrics, /healthz, /readyz
 //!    │       server.rs      the hardened HTTP/1 loop every endpoint shares
 //!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐
+//!    │                      assets.rs: the dashboard page (assets/)          │
 //!    │       cli/           the binary's subcommands, one file each          │ behind the
 //!    │       embedded/      a throwaway redis-server or cluster (demo, bench)│ `cli` feature
 //!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)
@@ -41,6 +42,7 @@
 //!    │       scripts/       every Lua script (*.lua) and its loader
 //!    │       stream.rs  group.rs  commit/ (mod.rs, apply.rs, records.rs)  counters.rs
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
+//!    │       scan.rs        SCAN over one node or every master of a cluster
 //!    ▼
 //!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  keys.rs  known.rs  slots.rs
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
@@ -79,8 +81,8 @@
 //!   `/metrics` ([`edge::http`]) on the hardened HTTP loop they share
 //!   ([`edge::server`]) and, behind the `cli` feature (on by
 //!   default; a library user leaves it out with `default-features =
-//!   false`), the read-only JSON query API of `hitcount serve`
-//!   ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
+//!   false`), the read-only JSON query API and dashboard page of
+//!   `hitcount serve` ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
 //!   benchmark and its synthetic names.
 
 pub mod edge;

@@ -2,7 +2,7 @@
 //! it goes today: `REDIS_URL` with several nodes or one (auto-detected),
 //! `hit`, `load`, `get`, `status` and `serve` through the cluster with the
 //! seed layout (the worker: `cluster_worker.rs`);
-//! the commands that do not run on a cluster yet refuse it with one line, and
+//! `demo` counts exactly there, and
 //! `HITCOUNT_CLUSTER=off` with several nodes is refused.
 
 mod common;
@@ -80,24 +80,25 @@ async fn hit_load_get_and_status_work_on_a_cluster_with_the_seed_layout() {
 }
 
 #[test]
-fn commands_that_do_not_run_on_a_cluster_yet_refuse_it_clearly() {
+fn demo_runs_on_a_cluster_and_cluster_off_with_several_nodes_is_refused() {
     let cluster = Cluster::start();
     let seeds = cluster.seed_url();
-    // `clean --once` runs on a cluster now (tests/cluster_clean.rs).
-    let cases: [&[&str]; 1] = [&["demo", "--hits", "100", "--names", "5"]];
-    for args in cases {
-        let started = std::time::Instant::now();
-        let out = run(&seeds, args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+    // `hitcount demo` with REDIS_URL naming a cluster: counts exactly, and a
+    // second run first deletes what the first left on every master.
+    for round in 0..2 {
+        let out = run(&seeds, &["demo", "--hits", "3000", "--names", "40"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         assert!(
-            err.contains("does not run on Redis Cluster yet"),
-            "{args:?}: {}",
+            stdout.contains("3000 of 3000 sent: exact"),
+            "{}",
             text(&out)
         );
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(20),
-            "{args:?} refused at once"
+        assert_eq!(
+            stdout.contains("left by an earlier demo"),
+            round == 1,
+            "{}",
+            text(&out)
         );
     }
     // Several nodes with cluster mode off is a contradiction, said as such.

@@ -381,29 +381,184 @@ async fn workers_come_and_go_and_the_shards_follow() {
         );
         workers.remove(0);
         workers.extend(start_workers(&seeds, 2, &extra));
-        // Three live workers share the eight shards: each holds two or three.
+        // Four live workers (C, D and the two new ones) share the eight
+        // shards: two each.
         let mut c = common::conn(&seeds).await;
         let stream = StreamArgs {
             shards: 8,
             ..StreamArgs::default()
         };
         let keys = Keys::all_shards(&LayoutArgs::default(), &stream, true);
-        eventually!(60, "the shards are shared out", {
-            let mut owners = std::collections::BTreeMap::<String, usize>::new();
-            for k in &keys {
-                let owner: Option<String> = redis::cmd("GET")
-                    .arg(k.shard_lease())
-                    .query_async(&mut c)
-                    .await
-                    .unwrap_or(None);
-                if let Some(o) = owner {
-                    *owners
-                        .entry(o.rsplit_once('/').unwrap().0.to_string())
-                        .or_default() += 1;
+        let mut seen = String::new();
+        eventually!(
+            90,
+            format!("the shards are shared out; last seen {seen}"),
+            {
+                let mut owners = std::collections::BTreeMap::<String, usize>::new();
+                for k in &keys {
+                    let owner: Option<String> = redis::cmd("GET")
+                        .arg(k.shard_lease())
+                        .query_async(&mut c)
+                        .await
+                        .unwrap_or(None);
+                    if let Some(o) = owner {
+                        *owners
+                            .entry(o.rsplit_once('/').unwrap().0.to_string())
+                            .or_default() += 1;
+                    }
                 }
+                seen.clear();
+                seen.push_str(&format!("{owners:?}"));
+                owners.len() == 4 && owners.values().all(|&n| n == 2)
             }
-            owners.len() == 3 && owners.values().all(|&n| (2..=3).contains(&n))
-        });
+        );
+        (cluster, workers)
+    })
+    .await;
+}
+
+/// A master left without a replica: each window step waits at most 100 ms
+/// for one, counting goes on exactly, and the worker says so (metric,
+/// `/readyz` detail) while staying ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_without_a_replica_slows_counting_but_never_stops_it() {
+    let cluster = Cluster::start();
+    let seeds = cluster.seed_url();
+    let master = cluster.master_of("hits");
+    for replica in cluster.replicas_of(master) {
+        cluster.kill(replica);
+    }
+    let mut c = common::conn(&seeds).await;
+    let listen = bin::free_addr();
+    let mut worker = bin::Child::spawn(
+        "worker",
+        bin::default_worker(&seeds, &listen, &["--block-ms", "200"]),
+    );
+    let names: Vec<String> = (0..50).map(|i| format!("r{i}")).collect();
+    let mut sent = Vec::new();
+    for part in 0..3 {
+        // The stream's master has no replica to confirm the XADDs: no WAIT.
+        let mut pipe = redis::pipe();
+        for (i, n) in names.iter().enumerate() {
+            let ts = common::unix_now() - (i as i64 % 50);
+            pipe.cmd("XADD")
+                .arg("hits")
+                .arg("*")
+                .arg("name")
+                .arg(n)
+                .arg("ts")
+                .arg(ts)
+                .ignore();
+            sent.push((n.clone(), 1, ts));
+        }
+        pipe.query_async::<()>(&mut c).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100 * part)).await;
+    }
+    let shards = Keys::all_shards(&LayoutArgs::default(), &StreamArgs::default(), true);
+    wait_all_drained(&mut c, &shards, std::slice::from_mut(&mut worker)).await;
+    assert_exact(&mut c, &sent).await;
+    let (status, body) = bin::http_get(&listen, "/readyz").unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("confirmed no replica"), "{body}");
+    let (_, metrics) = bin::http_get(&listen, "/metrics").unwrap();
+    let unconfirmed = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hitcount_replication_unconfirmed_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(unconfirmed >= 1.0, "{metrics}");
+    assert_eq!(worker.terminate(Duration::from_secs(25)).code(), Some(0));
+}
+
+/// A plain connection to one node (not routed through the cluster).
+async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Least privilege on a cluster: workers over shards run as the user of
+/// `deploy/redis/hitcount.acl`, and no node's ACL LOG shows a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_run_on_a_cluster_as_the_least_privileged_user() {
+    let cluster = Cluster::start();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/redis/hitcount.acl");
+    let rules = std::fs::read_to_string(path).unwrap();
+    // Every node, masters and replicas, each on a connection of its own.
+    for port in cluster.ports() {
+        let mut node = node_conn(port).await;
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg("hitcount")
+            .arg("reset")
+            .arg("on")
+            .arg(">acl-pw");
+        for rule in rules.split_whitespace() {
+            cmd.arg(rule);
+        }
+        let _: () = cmd.query_async(&mut node).await.unwrap();
+    }
+    let user_url = cluster
+        .masters()
+        .iter()
+        .map(|p| format!("redis://hitcount:acl-pw@127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut c = common::conn(&cluster.seed_url()).await;
+    let stream = StreamArgs {
+        shards: 4,
+        ..StreamArgs::default()
+    };
+    let shards = Keys::all_shards(&LayoutArgs::default(), &stream, true);
+    let names: Vec<String> = (0..100).map(|i| format!("acl{i}")).collect();
+    let mut sent = Vec::new();
+    for (i, k) in shards.iter().enumerate() {
+        sent.extend(send(&mut c, &k.stream, &names, 1000, i as u64).await);
+    }
+    let mut workers = start_workers(&user_url, 2, &["--shards", "4"]);
+    wait_all_drained(&mut c, &shards, &mut workers).await;
+    for w in &mut workers {
+        assert_eq!(
+            w.terminate(Duration::from_secs(25)).code(),
+            Some(0),
+            "{}",
+            w.stderr()
+        );
+    }
+    assert_exact(&mut c, &sent).await;
+    for port in cluster.ports() {
+        let mut node = node_conn(port).await;
+        let log: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query_async(&mut node)
+            .await
+            .unwrap();
+        assert!(log.is_empty(), "node {port} refused: {log:?}");
+    }
+}
+
+/// A worker paused past its shard leases and the claim time, and every
+/// client connection on every master killed mid-drain: nothing is counted
+/// twice or lost (the paused worker's windows are fenced when it wakes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_worker_and_killed_connections_count_every_hit_once() {
+    drain_through(4, 3, 6_000, |cluster, workers| async move {
+        workers[0].signal(libc::SIGSTOP);
+        for port in cluster.masters() {
+            let mut node = node_conn(port).await;
+            let _: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("normal")
+                .query_async(&mut node)
+                .await
+                .unwrap();
+        }
+        // Past the shard lease (10 s) and the claim time (2 s).
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        workers[0].signal(libc::SIGCONT);
         (cluster, workers)
     })
     .await;

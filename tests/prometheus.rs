@@ -7,27 +7,16 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::bin::{free_addr, http_get, installed, start_worker, wait_for, Child};
+use common::bin::{free_addr, http_get, installed, percent_encode, start_worker, wait_for, Child};
 use serde_json::Value;
 
 /// Events sent through the producer.
 const EVENTS: u64 = 3_000;
 
-/// Percent-encodes a PromQL query for a URL.
-fn encode(q: &str) -> String {
-    q.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// The instant vector of `query`: (labels, value) per series.
 fn query(prom: &str, q: &str) -> Vec<(serde_json::Map<String, Value>, f64)> {
-    let Some((200, body)) = http_get(prom, &format!("/api/v1/query?query={}", encode(q))) else {
+    let Some((200, body)) = http_get(prom, &format!("/api/v1/query?query={}", percent_encode(q)))
+    else {
         return Vec::new();
     };
     let v: Value = serde_json::from_str(&body).expect("Prometheus API returns JSON");

@@ -3,6 +3,7 @@
 //! without loss or repeats, `top` against a brute-force ranking, every
 //! refusal, and the whole API as a Redis user that may only read.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -10,7 +11,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::bin::{free_addr, hitcount, run_hitcount, wait_for, Child};
+use common::bin::{free_addr, hitcount, percent_encode as enc, run_hitcount, wait_for, Child};
 use common::*;
 use hitcount::edge::embedded::ServerOptions;
 use hitcount::store::connect::Conn;
@@ -84,19 +85,6 @@ fn serve(url: &str, extra: &[&str]) -> (Child, String) {
         request(&addr, "GET", "/api/v1/nope")
     });
     (child, addr)
-}
-
-/// Percent-encodes every byte but unreserved ones.
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// Writes a counter directly in the seeds' layout.
@@ -338,6 +326,43 @@ async fn top_is_the_brute_force_ranking() {
     assert_eq!(a.json()["counters"], json!([]));
 }
 
+/// `top` never makes a request wait for a scan once a ranking is known:
+/// past 5 s it answers with the last ranking (at most 30 s old) while one
+/// background scan computes the next, which the following requests get.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_answers_from_the_last_ranking_while_the_next_is_computed() {
+    let server = server();
+    let mut c = conn(&server.url()).await;
+    let bucket = 1_700_000_000 / 3600 * 3600;
+    seed(&mut c, 3600, "a", &[(bucket, 5)]).await;
+    seed(&mut c, 3600, "b", &[(bucket, 3)]).await;
+    let (_serve, addr) = serve(&server.url(), &[]);
+    let path = format!("/api/v1/top?precision=3600&bucket={bucket}");
+    let names = |a: &Answer| -> Vec<String> {
+        a.json()["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&get(&addr, &path)), ["a", "b"]);
+    seed(&mut c, 3600, "b", &[(bucket, 9)]).await;
+    // Within 5 s: the same ranking.
+    assert_eq!(names(&get(&addr, &path)), ["a", "b"]);
+    tokio::time::sleep(Duration::from_millis(5200)).await;
+    // Stale now: answered at once from the last ranking...
+    assert_eq!(
+        names(&get(&addr, &path)),
+        ["a", "b"],
+        "served while revalidating"
+    );
+    // ...and the next requests get the new one.
+    eventually!(10, "the background scan lands", {
+        names(&get(&addr, &path)) == ["b", "a"]
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_refusal_is_json_and_says_why() {
     let server = server();
@@ -400,7 +425,7 @@ async fn every_refusal_is_json_and_says_why() {
         ("/api/v1/counters/?precision=60", 404, "no such counter"),
         ("/api/v1/nope", 404, "no such path"),
         ("/api/v2/counters", 404, "no such path"),
-        ("/", 404, "no such path"),
+        ("/api/", 404, "no such path"),
     ];
     for (path, status, why) in cases {
         let a = get(&addr, path);
@@ -522,4 +547,50 @@ fn a_bad_listen_address_exits_1_saying_so() {
             "{err}"
         );
     }
+}
+
+/// `hitcount bench --serve` plays the open pages against the real API and
+/// reports every request it made, then deletes what it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_serve_benchmark_reports_every_request_and_cleans_up() {
+    let srv = server();
+    let url = srv.url();
+    let out = run_hitcount(&[
+        "bench",
+        "--redis-url",
+        &url,
+        "--serve",
+        "--serve-counters",
+        "3000",
+        "--serve-pages",
+        "3",
+        "--serve-refresh-secs",
+        "1",
+        "--serve-secs",
+        "3",
+        "--json",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(report["counters"], 3000);
+    // Each page: one list on open, then a series and a top per refresh.
+    assert_eq!(report["list"]["requests"], 3);
+    assert_eq!(report["series"]["requests"], 9, "{report:#}");
+    assert_eq!(report["top"]["requests"], 9, "{report:#}");
+    assert_eq!(report["top_cold"]["requests"], 3);
+    let cpu = report["cpu_percent"].as_f64().unwrap();
+    assert!(cpu > 0.0 && cpu < 100.0, "{report:#}");
+    assert!(report["commands_per_sec"].as_f64().unwrap() > 0.0);
+    let mut c = conn(&url).await;
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("bench:*")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

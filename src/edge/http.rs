@@ -60,9 +60,18 @@ fn handle(req: &Request<Incoming>, health: &Health) -> Resp {
             Some(problem) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{problem}\n")),
         },
         _ => {
-            // With shards, the detail names the ones this process reads.
+            // With shards, the detail names the ones this process reads; on
+            // a cluster it says when a master lacked a replica lately.
             let problems = health.readiness_problems();
-            let detail = health.shard_detail();
+            let mut notes: Vec<String> = health.shard_detail().into_iter().collect();
+            if let Some(ago) = crate::store::commit::unconfirmed_recently() {
+                notes.push(format!(
+                    "a master confirmed no replica of a window's writes {}s ago \
+                     (HITCOUNT_WAIT_REPLICAS): counting goes on, less safe against its failover",
+                    ago.as_secs()
+                ));
+            }
+            let detail = (!notes.is_empty()).then(|| notes.join("; "));
             if problems.is_empty() {
                 let body = detail.map_or("ok\n".into(), |d| format!("ok: {d}\n"));
                 text(StatusCode::OK, body)

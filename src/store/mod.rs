@@ -1,7 +1,7 @@
 //! Redis access: the one connection type and its error classes
 //! ([`connect`]), the Lua scripts ([`scripts`]), the counters as any client
 //! reads them ([`counters`]) and the query API's read-only queries
-//! ([`query`]), the stream and its consumer group ([`stream`]),
+//! ([`query`]), `SCAN` over every master ([`scan`]), the stream and its consumer group ([`stream`]),
 //! and a window's exactly-once way into the counters ([`commit`]). Uses the
 //! model floor only.
 
@@ -12,5 +12,6 @@ pub mod counters;
 pub mod error;
 pub mod group;
 pub mod query;
+pub mod scan;
 pub mod scripts;
 pub mod stream;

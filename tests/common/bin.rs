@@ -184,6 +184,20 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// Percent-encodes every byte but the unreserved ones (RFC 3986), for a
+/// path segment or a query value.
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
 /// Decodes a chunked body.
 fn dechunk(mut body: &str) -> String {
     let mut out = String::new();

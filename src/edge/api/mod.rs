@@ -1,4 +1,5 @@
-//! `hitcount serve`'s read-only JSON API, on the hardened loop of
+//! `hitcount serve`'s read-only JSON API and the dashboard page on it
+//! ([`assets`]: every path outside `/api/`), on the hardened loop of
 //! [`crate::edge::server`]:
 //!
 //! - `GET /api/v1/counters?prefix=&after=&limit=`: names in name order,
@@ -12,6 +13,7 @@
 //! out of reach is a 503. Every answer is JSON, never cached or sniffed, and
 //! forbids any active content.
 
+pub mod assets;
 pub mod params;
 
 use std::future::Future;
@@ -103,6 +105,29 @@ pub async fn serve(
     .await
 }
 
+/// The API served in a background task of this process, with the default
+/// limits (the demo's dashboard, the serve benchmark).
+pub struct Background {
+    trigger: crate::model::shutdown::Trigger,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Background {
+    /// Starts serving `api` on `listener`.
+    pub fn start(listener: TcpListener, api: Api) -> Background {
+        let (trigger, mut stop) = crate::model::shutdown::channel();
+        let shutdown = async move { stop.wait().await };
+        let task = tokio::spawn(serve(listener, api, shutdown, Limits::default()));
+        Background { trigger, task }
+    }
+
+    /// Stops serving (open requests get the shutdown grace) and returns.
+    pub async fn stop(self) -> std::io::Result<()> {
+        self.trigger.trigger();
+        self.task.await.map_err(std::io::Error::other)?
+    }
+}
+
 /// Why a request got no answer.
 enum Failure {
     BadRequest(String),
@@ -131,7 +156,11 @@ fn route(path: &str) -> Option<Route<'_>> {
 }
 
 async fn handle(api: &Api, req: &Request<Incoming>) -> Resp {
-    let Some(route) = route(req.uri().path()) else {
+    let path = req.uri().path();
+    if !path.starts_with("/api/") {
+        return assets::answer(req.method(), path);
+    }
+    let Some(route) = route(path) else {
         return error(StatusCode::NOT_FOUND, "no such path");
     };
     if !server::allowed(req.method()) {
@@ -253,7 +282,7 @@ async fn top(api: &Api, q: &Query) -> Result<String, Failure> {
     let mut conn = api.conn().await?;
     let ranking = api
         .rankings
-        .get(&mut conn, precision, bucket)
+        .get(&mut conn, precision, bucket, now)
         .await
         .map_err(Failure::Redis)?;
     to_json(&TopBody {

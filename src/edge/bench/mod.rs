@@ -10,6 +10,8 @@
 //! rate), [`report`] (the table). On a Redis Cluster, [`scaling`] prices
 //! the same drains in Redis CPU per master instead ([`usage`],
 //! [`scaling_report`]). Every key it writes starts with `bench:`.
+//! Apart from those, [`mod@serve`] (`--serve`) measures what `hitcount
+//! serve` costs Redis with dashboards open.
 
 pub mod ceiling;
 pub mod latency;
@@ -17,6 +19,7 @@ pub mod report;
 pub mod scaling;
 pub mod scaling_report;
 pub mod seeds;
+pub mod serve;
 pub mod usage;
 pub mod workers;
 

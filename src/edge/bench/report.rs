@@ -22,6 +22,32 @@ pub struct Machine {
     pub redis: String,
 }
 
+impl Machine {
+    /// This machine's CPUs and the version of the Redis behind `conn`.
+    pub async fn detect(conn: &mut Conn) -> Result<Machine, BenchError> {
+        let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+        let redis = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+            .to_string();
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("model name"))
+                    .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+            .unwrap_or_else(|| "?".into());
+        Ok(Machine {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu,
+            redis,
+        })
+    }
+}
+
 /// One workload and worker count.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Run {
@@ -61,27 +87,8 @@ pub struct Report {
 impl Report {
     /// An empty report for this machine and Redis.
     pub async fn new(conn: &mut Conn, opts: &Options) -> Result<Report, BenchError> {
-        let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
-        let redis = info
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("?")
-            .trim()
-            .to_string();
-        let cpu = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("model name"))
-                    .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
-            })
-            .unwrap_or_else(|| "?".into());
         Ok(Report {
-            machine: Machine {
-                cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
-                cpu,
-                redis,
-            },
+            machine: Machine::detect(conn).await?,
             entries: opts.entries,
             worker_args: opts.worker_args.clone(),
             runs: Vec::new(),

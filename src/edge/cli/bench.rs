@@ -3,7 +3,10 @@
 
 use anyhow::Context;
 
+use std::time::Duration;
+
 use crate::edge::bench::scaling::{ClusterSource, ScalingOptions};
+use crate::edge::bench::serve::ServeOptions;
 use crate::edge::bench::{Options, Workload};
 use crate::edge::embedded::{RedisServer, ServerOptions};
 use crate::model::config::RedisArgs;
@@ -53,7 +56,7 @@ pub struct Args {
     /// number is given) and price each drain in Redis CPU per hit on every
     /// master, next to one throwaway Redis. A REDIS_URL naming a cluster
     /// does the same on that cluster.
-    #[arg(long, value_name = "MASTERS", num_args = 0..=1, default_missing_value = "3", value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, value_name = "MASTERS", conflicts_with = "serve", num_args = 0..=1, default_missing_value = "3", value_parser = clap::value_parser!(u16).range(1..=64))]
     cluster: Option<u16>,
     /// Replicas of each master of the throwaway cluster; with none, the
     /// workers run with `--wait-replicas 0`.
@@ -63,6 +66,22 @@ pub struct Args {
     /// even masters, fewer spread worse).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
     shards: u32,
+    /// Instead of the above: what `hitcount serve` costs Redis with
+    /// dashboards open (Redis CPU, latency of `top`).
+    #[arg(long)]
+    serve: bool,
+    /// With --serve: counter names written, at least 1.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
+    serve_counters: usize,
+    /// With --serve: dashboards open at once, 1 to 1000.
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    serve_pages: usize,
+    /// With --serve: seconds between a page's refreshes, 1 to 600.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    serve_refresh_secs: u64,
+    /// With --serve: seconds the pages stay open, 1 to 3600.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    serve_secs: u64,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -70,8 +89,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.entries > 0 && !args.workers.contains(&0),
         "--entries and every --workers count must be at least 1"
     );
-    if let Some(source) = cluster_source(&args).await? {
-        return scaling(args, source).await;
+    // `--serve` measures one Redis only (a cluster is refused below).
+    if !args.serve {
+        if let Some(source) = cluster_source(&args).await? {
+            return scaling(args, source).await;
+        }
     }
     let server = match &args.redis_url {
         Some(_) => None,
@@ -88,6 +110,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (None, Some(server)) => server.url(),
         (None, None) => anyhow::bail!("no Redis to measure"),
     };
+    if args.redis_url.is_some() {
+        super::connect_single(&RedisArgs::from_url(&url), "hitcount bench").await?;
+    }
+    if args.serve {
+        let opts = ServeOptions {
+            redis: RedisArgs::from_url(&url),
+            counters: args.serve_counters,
+            pages: args.serve_pages,
+            refresh: Duration::from_secs(args.serve_refresh_secs),
+            duration: Duration::from_secs(args.serve_secs),
+        };
+        let report = crate::edge::bench::serve::run(&opts).await?;
+        if args.json {
+            outln!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            super::out(&report.table())?;
+        }
+        drop(server);
+        return Ok(());
+    }
     let opts = Options {
         redis: RedisArgs::from_url(&url),
         entries: args.entries,

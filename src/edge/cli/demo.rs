@@ -6,17 +6,26 @@
 //! with a check of the totals, and stops everything it started. On a given
 //! Redis it first deletes what an earlier demo left there (its `demo:` keys),
 //! so that the totals it checks are its own.
+//!
+//! It ends by serving the dashboard of its counters (`hitcount serve`'s
+//! page and API, in-process) and printing its address: until Ctrl-C when
+//! stdout is a terminal (or with `--keep-serving`), else it stops there.
 
+use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use crate::edge::api::{self, Api};
 use crate::edge::embedded::{RedisServer, ServerOptions};
 use crate::edge::workload::{Distribution, Names};
 use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 use crate::model::keys::Keys;
 use crate::service::producer::{Producer, ProducerOptions};
 use crate::store::counters;
+
+/// Where the demo serves its dashboard; any free port when it is taken.
+pub const DEFAULT_DASHBOARD: &str = "127.0.0.1:9185";
 
 /// Most names `demo` counts: its check reads each name's counter.
 const MAX_NAMES: u64 = 100_000;
@@ -26,32 +35,23 @@ const MAX_NAMES: u64 = 100_000;
 /// live next to the stream (`{demo:hits}:hc:producer:*`).
 const KEY_PATTERNS: [&str; 2] = ["demo:*", "{demo:hits}:*"];
 
-/// Deletes what an earlier demo left on this Redis, a page of SCAN at a
-/// time (UNLINK frees the memory in the background); returns how many keys.
+/// Deletes what an earlier demo left on this Redis (every master of a
+/// cluster), a page of SCAN at a time (UNLINK frees the memory in the
+/// background); returns how many keys.
 async fn clear(conn: &mut crate::store::connect::Conn) -> redis::RedisResult<u64> {
-    let mut deleted = 0;
+    let deleted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     for pattern in KEY_PATTERNS {
-        let mut cursor = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(conn)
-                .await?;
-            if !keys.is_empty() {
-                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(conn).await?;
-                deleted += n;
+        crate::store::scan::each_page(conn, pattern, |mut c, keys| {
+            let deleted = deleted.clone();
+            async move {
+                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut c).await?;
+                deleted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
             }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
+        })
+        .await?;
     }
-    Ok(deleted)
+    Ok(deleted.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 #[derive(clap::Args, Debug)]
@@ -68,9 +68,19 @@ pub struct Args {
     /// end reads every one).
     #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_NAMES))]
     names: usize,
+    /// Address of the dashboard served at the end (with the default, any
+    /// free port when 9185 is taken).
+    #[arg(long, default_value = DEFAULT_DASHBOARD)]
+    dashboard: String,
+    /// Keep serving the dashboard until Ctrl-C even when stdout is not a
+    /// terminal (on a terminal it always does).
+    #[arg(long)]
+    keep_serving: bool,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // Taken first: a bad --dashboard fails before the demo runs.
+    let listener = listen(&args.dashboard).await?;
     let server = match &args.redis_url {
         Some(_) => None,
         None => Some(
@@ -89,7 +99,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         dead_stream: "demo:hits:dead".into(),
         ..StreamArgs::default()
     };
-    let mut conn = super::connect_single(&redis, "hitcount demo").await?;
+    let mut conn = super::connect(&redis).await?;
     let cleared = clear(&mut conn).await?;
     if cleared > 0 {
         outln!(
@@ -192,6 +202,46 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         sent.hits
     );
     outln!("Read them from any client: HGETALL demo:count:60:page:0, ZRANGE demo:known: 0 -1");
+    let keep = args.keep_serving || std::io::stdout().is_terminal();
+    dashboard(listener, &redis, &layout, keep).await?;
     drop(server);
+    Ok(())
+}
+
+/// The dashboard's listener on `addr` (with the default, any free port
+/// when it is taken).
+async fn listen(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => Ok(l),
+        Err(_) if addr == DEFAULT_DASHBOARD => {
+            Ok(tokio::net::TcpListener::bind("127.0.0.1:0").await?)
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot listen on {addr} (--dashboard)")),
+    }
+}
+
+/// Serves the dashboard of the demo's counters on `listener` and prints
+/// its address; until Ctrl-C or SIGTERM when `keep`, else it stops at once.
+async fn dashboard(
+    listener: tokio::net::TcpListener,
+    redis: &RedisArgs,
+    layout: &LayoutArgs,
+    keep: bool,
+) -> anyhow::Result<()> {
+    let bound = listener.local_addr()?;
+    let api = Api::new(
+        crate::store::connect::client(redis)?,
+        Keys::new(layout, &StreamArgs::default()),
+        layout.precisions.clone(),
+    );
+    let serving = api::Background::start(listener, api);
+    outln!("\nDashboard: http://{bound}/?name=page:0&precision=60");
+    if keep {
+        outln!("serving it until Ctrl-C");
+        crate::model::shutdown::signals().await;
+    } else {
+        outln!("(stdout is not a terminal, so the demo stops here; --keep-serving keeps it open)");
+    }
+    serving.stop().await?;
     Ok(())
 }

@@ -66,7 +66,7 @@ enum Command {
     Get(get::Args),
     /// Run one cleaner pass and one stream trim now, under the leader lease.
     Clean(clean::Args),
-    /// Serve the read-only JSON query API (/api/v1/counters, /api/v1/top).
+    /// Serve the dashboard (/) and the read-only JSON query API (/api/v1/).
     Serve(serve::Args),
     /// Show the stream, its groups, the leader and the last cleaner pass.
     Status(status::Args),

@@ -1,6 +1,6 @@
-//! `hitcount serve`: the read-only JSON query API ([`crate::edge::api`])
-//! until SIGTERM/Ctrl-C. Reads Redis with the settings every command
-//! shares; never writes.
+//! `hitcount serve`: the read-only JSON query API and the dashboard page
+//! ([`crate::edge::api`]) until SIGTERM/Ctrl-C. Reads Redis with the
+//! settings every command shares; never writes.
 
 use anyhow::Context as _;
 
@@ -13,7 +13,7 @@ pub const DEFAULT_SERVE_LISTEN: &str = "0.0.0.0:9185";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// HTTP address of the query API (/api/v1/...).
+    /// HTTP address of the dashboard (/) and the query API (/api/v1/...).
     #[arg(long, env = "HITCOUNT_SERVE_LISTEN", default_value = DEFAULT_SERVE_LISTEN)]
     listen: String,
     #[command(flatten)]
@@ -28,7 +28,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {} (HITCOUNT_SERVE_LISTEN)", args.listen))?;
-    tracing::info!(address = %listener.local_addr()?, "serving the query API on /api/v1/");
+    tracing::info!(address = %listener.local_addr()?, "serving the dashboard on / and the query API on /api/v1/");
     let keys = Keys::new(&args.layout, &StreamArgs::default());
     let api = Api::new(client, keys, args.layout.precisions.clone());
     api::serve(

@@ -123,6 +123,23 @@ pub enum Outcome {
     Nothing,
 }
 
+/// When a step of a window was last left unconfirmed by the replicas asked
+/// for (see [`Committer::with_wait`]), in this process.
+static UNCONFIRMED: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
+/// How long an unconfirmed step is shown on `/readyz` (and how often it is
+/// logged at most).
+pub const UNCONFIRMED_SHOWN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long ago a step of a window was last left unconfirmed by replicas,
+/// if within [`UNCONFIRMED_SHOWN`]: a master without a replica (for
+/// `/readyz`'s detail).
+pub fn unconfirmed_recently() -> Option<std::time::Duration> {
+    let last = *UNCONFIRMED.lock().unwrap_or_else(|p| p.into_inner());
+    last.map(|t| t.elapsed())
+        .filter(|ago| *ago < UNCONFIRMED_SHOWN)
+}
+
 /// Runs the commit protocol for one consumer.
 #[derive(Debug, Clone)]
 pub struct Committer {
@@ -178,10 +195,12 @@ impl Committer {
             .await?;
         if acked < i64::from(replicas) {
             metrics().replication_unconfirmed.inc();
-            static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
-            let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
-                *last = Some(std::time::Instant::now());
+            let now = std::time::Instant::now();
+            let previous = UNCONFIRMED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .replace(now);
+            if previous.is_none_or(|t| t.elapsed() >= UNCONFIRMED_SHOWN) {
                 tracing::warn!(
                     replicas,
                     acked,

@@ -1,0 +1,217 @@
+//! The dashboard page of `hitcount serve`: the files of `assets/` (the
+//! page, its script and style, the favicon, the 404 page and the vendored
+//! uPlot), compiled into the binary with `include_bytes!` and served from a
+//! fixed table of URL paths. A request path is only ever compared with that
+//! table, never joined to a directory, so no path can reach another file
+//! (`/static/../../etc/passwd` is simply not in the table: 404).
+//!
+//! Every page answer carries a Content-Security-Policy that allows only
+//! this origin and no inline script or style, so the page can load nothing
+//! from elsewhere; the vendored files live under a versioned path and are
+//! cached for a year, the others are revalidated on every load.
+
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY};
+use hyper::{Method, StatusCode};
+
+use crate::edge::server::{self, Resp};
+
+/// The page's policy: its own origin only, no inline code, no frames.
+pub const PAGE_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+     img-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; \
+     form-action 'none'; frame-ancestors 'none'";
+
+/// How long a browser may keep a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caching {
+    /// Asked again on every load: the page, its script and style change
+    /// with hitcount.
+    Revalidate,
+    /// Kept for a year: the path names the version (the vendored library).
+    Immutable,
+}
+
+/// One file served at one URL path.
+#[derive(Debug)]
+pub struct Asset {
+    /// The URL path it answers.
+    pub url: &'static str,
+    /// Its path under `assets/`.
+    pub file: &'static str,
+    /// Its `Content-Type`.
+    pub content_type: &'static str,
+    /// How long a browser may keep it.
+    pub caching: Caching,
+    /// Its bytes, compiled in.
+    pub body: &'static [u8],
+}
+
+macro_rules! asset {
+    ($url:literal, $file:literal, $type:literal, $caching:ident) => {
+        Asset {
+            url: $url,
+            file: $file,
+            content_type: $type,
+            caching: Caching::$caching,
+            body: include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/", $file)),
+        }
+    };
+}
+
+/// Every file of `assets/` and its URL (a unit test checks that the table
+/// covers the folder: a file added there must be added here).
+pub const ASSETS: &[Asset] = &[
+    asset!("/", "index.html", "text/html; charset=utf-8", Revalidate),
+    asset!(
+        "/static/app.js",
+        "app.js",
+        "text/javascript; charset=utf-8",
+        Revalidate
+    ),
+    asset!(
+        "/static/style.css",
+        "style.css",
+        "text/css; charset=utf-8",
+        Revalidate
+    ),
+    asset!("/favicon.svg", "favicon.svg", "image/svg+xml", Revalidate),
+    // Asked by browsers that ignore the page's icon link.
+    asset!("/favicon.ico", "favicon.svg", "image/svg+xml", Revalidate),
+    asset!("/404", "404.html", "text/html; charset=utf-8", Revalidate),
+    asset!(
+        "/static/uplot-1.6.32/uPlot.iife.min.js",
+        "vendor/uplot-1.6.32/uPlot.iife.min.js",
+        "text/javascript; charset=utf-8",
+        Immutable
+    ),
+    asset!(
+        "/static/uplot-1.6.32/uPlot.min.css",
+        "vendor/uplot-1.6.32/uPlot.min.css",
+        "text/css; charset=utf-8",
+        Immutable
+    ),
+    asset!(
+        "/static/uplot-1.6.32/LICENSE",
+        "vendor/uplot-1.6.32/LICENSE",
+        "text/plain; charset=utf-8",
+        Immutable
+    ),
+];
+
+/// The file at URL `path`, if any.
+pub fn find(path: &str) -> Option<&'static Asset> {
+    ASSETS.iter().find(|a| a.url == path)
+}
+
+/// The answer to `method path` outside the API: the file, the 404 page, or
+/// 405 for a method other than GET and HEAD.
+pub fn answer(method: &Method, path: &str) -> Resp {
+    if !server::allowed(method) {
+        let mut resp =
+            server::method_not_allowed("text/plain; charset=utf-8", "only GET and HEAD\n");
+        secure(&mut resp);
+        return resp;
+    }
+    let (status, asset) = match find(path) {
+        Some(a) if a.url != "/404" => (StatusCode::OK, a),
+        _ => (StatusCode::NOT_FOUND, find("/404").expect("in the table")),
+    };
+    let mut resp = server::respond(status, asset.content_type, asset.body);
+    let caching = match (status, asset.caching) {
+        (StatusCode::OK, Caching::Immutable) => "public, max-age=31536000, immutable",
+        (StatusCode::OK, Caching::Revalidate) => "no-cache",
+        _ => "no-store",
+    };
+    resp.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static(caching));
+    secure(&mut resp);
+    resp
+}
+
+fn secure(resp: &mut Resp) {
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(PAGE_CSP));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                files(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn the_table_covers_every_file_of_the_assets_folder() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets");
+        let mut found = Vec::new();
+        files(&root, &mut found);
+        let mut missing = Vec::new();
+        for f in found {
+            let rel = f
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if !ASSETS.iter().any(|a| a.file == rel) {
+                missing.push(rel);
+            }
+        }
+        assert!(missing.is_empty(), "assets/ files not served: {missing:?}");
+        for a in ASSETS {
+            assert!(a.url.starts_with('/') && !a.url.contains(".."), "{}", a.url);
+            assert!(!a.body.is_empty(), "{} is empty", a.file);
+        }
+    }
+
+    #[test]
+    fn only_the_table_is_served() {
+        for path in [
+            "/static/../../etc/passwd",
+            "/../etc/passwd",
+            "/static/",
+            "/static",
+            "/static/app.js/",
+            "/static/%2e%2e/404.html",
+            "/index.html",
+            "/assets/app.js",
+            "/src/lib.rs",
+        ] {
+            let resp = answer(&Method::GET, path);
+            assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
+            assert_eq!(resp.headers()[CACHE_CONTROL], "no-store", "{path}");
+        }
+        let resp = answer(&Method::GET, "/404");
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+        let resp = answer(&Method::HEAD, "/static/app.js");
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()[CACHE_CONTROL], "no-cache");
+        let resp = answer(&Method::GET, "/static/uplot-1.6.32/uPlot.iife.min.js");
+        assert!(resp.headers()[CACHE_CONTROL]
+            .to_str()
+            .unwrap()
+            .contains("immutable"));
+        let resp = answer(&Method::POST, "/");
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(resp.headers()[CONTENT_SECURITY_POLICY], PAGE_CSP);
+    }
+
+    #[test]
+    fn the_page_loads_only_what_the_table_serves() {
+        let page = std::str::from_utf8(find("/").unwrap().body).unwrap();
+        for link in page.split(['"', '\'']).filter(|s| s.starts_with('/')) {
+            let link = link.split('?').next().unwrap();
+            assert!(find(link).is_some(), "index.html links {link}, not served");
+        }
+        assert!(!page.contains("<script>"), "no inline script");
+        assert!(!page.contains("style="), "no inline style");
+    }
+}

@@ -1,0 +1,72 @@
+//! `SCAN` over the whole keyspace: one node's, or every master's on a Redis
+//! Cluster (a cluster client sends a plain `SCAN` to one node only).
+
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{RedisResult, Value};
+
+use crate::store::connect::Conn;
+
+/// Keys per `SCAN` page (`COUNT`).
+const PAGE: usize = 1000;
+
+/// Every key matching `pattern`, a page at a time, passed to `each` (which
+/// may write: `SCAN` tolerates changes between pages).
+pub async fn each_page<F, Fut>(conn: &mut Conn, pattern: &str, mut each: F) -> RedisResult<()>
+where
+    F: FnMut(Conn, Vec<String>) -> Fut,
+    Fut: std::future::Future<Output = RedisResult<()>>,
+{
+    for node in nodes(conn).await? {
+        let mut cursor = 0u64;
+        loop {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(PAGE);
+            let reply = match (&mut *conn, &node) {
+                (Conn::Cluster(c, _), Some((host, port))) => {
+                    let route = SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port: *port,
+                    };
+                    c.route_command(cmd, RoutingInfo::SingleNode(route)).await?
+                }
+                _ => cmd.query_async::<Value>(conn).await?,
+            };
+            let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply)?;
+            if !keys.is_empty() {
+                each(conn.clone(), keys).await?;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(())
+}
+
+/// The nodes to scan: `None` for the one node; every master's (host, port)
+/// on a cluster, from `CLUSTER SLOTS`.
+async fn nodes(conn: &mut Conn) -> RedisResult<Vec<Option<(String, u16)>>> {
+    if !conn.is_cluster() {
+        return Ok(vec![None]);
+    }
+    let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+    let mut masters: Vec<(String, u16)> = ranges
+        .iter()
+        .filter_map(|r| match r.get(2) {
+            Some(Value::Array(node)) => {
+                let host: String = redis::from_redis_value(node.first()?.clone()).ok()?;
+                let port: u16 = redis::from_redis_value(node.get(1)?.clone()).ok()?;
+                Some((host, port))
+            }
+            _ => None,
+        })
+        .collect();
+    masters.sort();
+    masters.dedup();
+    Ok(masters.into_iter().map(Some).collect())
+}

@@ -25,7 +25,7 @@
 //!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐
 //!    │                      assets.rs: the dashboard page (assets/)          │
 //!    │       cli/           the binary's subcommands, one file each          │ behind the
-//!    │       embedded/      a throwaway redis-server (demo, bench, tests)    │ `cli` feature
+//!    │       embedded/      a throwaway redis-server or cluster (demo, bench)│ `cli` feature
 //!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)
 //!    ▼
 //!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window)

@@ -7,15 +7,20 @@
 //! prefix. Parts: [`ceiling`] (a bare XREADGROUP + XACK consumer),
 //! [`workers`] (the real worker as child processes), [`seeds`] (the seeds'
 //! algorithm in Rust), [`latency`] (XADD-to-visible delay and the producer's
-//! rate), [`report`] (the table). Every key it writes starts with `bench:`.
+//! rate), [`report`] (the table). On a Redis Cluster, [`scaling`] prices
+//! the same drains in Redis CPU per master instead ([`usage`],
+//! [`scaling_report`]). Every key it writes starts with `bench:`.
 //! Apart from those, [`mod@serve`] (`--serve`) measures what `hitcount
 //! serve` costs Redis with dashboards open.
 
 pub mod ceiling;
 pub mod latency;
 pub mod report;
+pub mod scaling;
+pub mod scaling_report;
 pub mod seeds;
 pub mod serve;
+pub mod usage;
 pub mod workers;
 
 use std::time::Duration;
@@ -257,7 +262,8 @@ pub fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
     Keys::new(&layout, &stream)
 }
 
-/// Deletes every key matching `pattern` (SCAN + UNLINK).
+/// Deletes every key matching `pattern` (SCAN + UNLINK) on the node `conn`
+/// reaches (SCAN on a cluster connection sees one node only).
 pub async fn delete_matching(conn: &mut Conn, pattern: &str) -> Result<(), BenchError> {
     let mut cursor = 0u64;
     loop {
@@ -270,7 +276,13 @@ pub async fn delete_matching(conn: &mut Conn, pattern: &str) -> Result<(), Bench
             .query_async(conn)
             .await?;
         if !found.is_empty() {
-            let _: () = redis::cmd("UNLINK").arg(&found).query_async(conn).await?;
+            // One key per UNLINK: a cluster node refuses keys of several
+            // slots in one command.
+            let mut pipe = redis::pipe();
+            for key in &found {
+                pipe.cmd("UNLINK").arg(key).ignore();
+            }
+            pipe.query_async::<()>(conn).await?;
         }
         if next == 0 {
             return Ok(());

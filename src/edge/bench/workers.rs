@@ -156,7 +156,8 @@ pub async fn run(conn: &mut Conn, target: &Target, sent: &Sent) -> Result<Worker
     })
 }
 
-fn check_alive(children: &mut [Child], deadline: Instant) -> Result<(), BenchError> {
+/// An error when a worker has exited or `deadline` has passed.
+pub fn check_alive(children: &mut [Child], deadline: Instant) -> Result<(), BenchError> {
     for c in children.iter_mut() {
         if let Some(status) = c.try_wait()? {
             return Err(BenchError::Check(format!(

@@ -5,6 +5,7 @@ use anyhow::Context;
 
 use std::time::Duration;
 
+use crate::edge::bench::scaling::{ClusterSource, ScalingOptions};
 use crate::edge::bench::serve::ServeOptions;
 use crate::edge::bench::{Options, Workload};
 use crate::edge::embedded::{RedisServer, ServerOptions};
@@ -50,6 +51,21 @@ pub struct Args {
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Measure how hitcount scales on a Redis Cluster (see `bench::scaling`):
+    /// start a throwaway local cluster of this many masters (3 when no
+    /// number is given) and price each drain in Redis CPU per hit on every
+    /// master, next to one throwaway Redis. A REDIS_URL naming a cluster
+    /// does the same on that cluster.
+    #[arg(long, value_name = "MASTERS", conflicts_with = "serve", num_args = 0..=1, default_missing_value = "3", value_parser = clap::value_parser!(u16).range(1..=64))]
+    cluster: Option<u16>,
+    /// Replicas of each master of the throwaway cluster; with none, the
+    /// workers run with `--wait-replicas 0`.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=4))]
+    cluster_replicas: u16,
+    /// Stream shards on a cluster (16: tags 0..15 spread 6/6/4 over three
+    /// even masters, fewer spread worse).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
+    shards: u32,
     /// Instead of the above: what `hitcount serve` costs Redis with
     /// dashboards open (Redis CPU, latency of `top`).
     #[arg(long)]
@@ -73,6 +89,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.entries > 0 && !args.workers.contains(&0),
         "--entries and every --workers count must be at least 1"
     );
+    // `--serve` measures one Redis only (a cluster is refused below).
+    if !args.serve {
+        if let Some(source) = cluster_source(&args).await? {
+            return scaling(args, source).await;
+        }
+    }
     let server = match &args.redis_url {
         Some(_) => None,
         None => Some(
@@ -126,5 +148,45 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         super::out(&report.table())?;
     }
     drop(server);
+    Ok(())
+}
+
+/// The cluster to measure, if any: a throwaway one with `--cluster`, or the
+/// one REDIS_URL names.
+async fn cluster_source(args: &Args) -> anyhow::Result<Option<ClusterSource>> {
+    let given = match &args.redis_url {
+        Some(url) => {
+            let redis = RedisArgs::from_url(url);
+            super::connect(&redis).await?.is_cluster().then_some(redis)
+        }
+        None => None,
+    };
+    Ok(match (args.cluster, given) {
+        (_, Some(redis)) => Some(ClusterSource::Url(redis)),
+        (Some(_), None) if args.redis_url.is_some() => anyhow::bail!(
+            "--cluster starts a local cluster, but REDIS_URL names one Redis: unset it, or name a cluster"
+        ),
+        (Some(masters), None) => Some(ClusterSource::Local {
+            masters: masters.into(),
+            replicas: args.cluster_replicas.into(),
+        }),
+        (None, None) => None,
+    })
+}
+
+async fn scaling(args: Args, source: ClusterSource) -> anyhow::Result<()> {
+    let opts = ScalingOptions {
+        entries: args.entries,
+        workers: args.workers,
+        workloads: args.workload,
+        shards: args.shards,
+        worker_args: args.worker_args,
+    };
+    let report = crate::edge::bench::scaling::measure(source, &opts).await?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        super::out(&report.table())?;
+    }
     Ok(())
 }

@@ -26,8 +26,9 @@
 //!
 //! This file holds the server itself and its options and errors; the
 //! submodules hold the rest: `config` renders `redis.conf`, `process` finds
-//! the binary, picks ports, signals and waits, and reads the logs, and `tls`
-//! makes the test certificates.
+//! the binary, picks ports, signals and waits, and reads the logs, `tls`
+//! makes the test certificates, and `cluster` forms a throwaway Redis
+//! Cluster out of such servers ([`RedisCluster`]).
 
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -38,9 +39,12 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+mod cluster;
 mod config;
 mod process;
 mod tls;
+
+pub use cluster::{ClusterOptions, RedisCluster};
 
 pub use process::free_port;
 pub use tls::{make_test_certs, TlsFiles, CLIENT_CERT_FILE, CLIENT_KEY_FILE};
@@ -123,6 +127,9 @@ pub enum EmbeddedError {
         #[source]
         source: io::Error,
     },
+    /// A throwaway cluster could not be formed (its nodes are stopped).
+    #[error("forming a local Redis Cluster failed: {0}")]
+    Cluster(String),
     /// Creating test certificates with the `openssl` CLI failed.
     #[error("making test certificates failed at {step}: {message}")]
     Certs {

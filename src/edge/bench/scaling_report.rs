@@ -1,0 +1,293 @@
+//! The figures of [`super::scaling`] and their table: per workload and
+//! worker count, one Redis next to every master of the cluster, in Redis
+//! CPU µs per hit and each master's share, then whether the goals
+//! hold (the busiest master ≤ 1/(0.8 × masters) of one Redis per hit, all
+//! masters together ≤ 1.25×) and the drain rate they imply with one master
+//! per core.
+
+use std::fmt::Write as _;
+
+use super::scaling::ScalingOptions;
+use super::usage::{Node, Usage};
+use super::Workload;
+
+/// The busiest master may spend at most 1/(EFFICIENCY × masters) of one
+/// Redis' CPU per hit: 80 % of linear scaling.
+pub const EFFICIENCY: f64 = 0.8;
+/// All masters together may spend at most this many times one Redis' CPU
+/// per hit: what cluster routing may cost.
+pub const MAX_OVERHEAD: f64 = 1.25;
+
+/// One drain, priced on each node that served it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Side {
+    /// Hits drained (and counted exactly).
+    pub hits: u64,
+    /// Seconds from the first read to drained, on this machine.
+    pub secs: f64,
+    /// `host:port` of each node.
+    pub nodes: Vec<String>,
+    /// Stream shards in each node's slots.
+    pub shards: Vec<usize>,
+    /// Each node's growth over the drain.
+    pub used: Vec<Usage>,
+    /// The node holding the `known:` ZSET (one key: every ZADD goes there).
+    pub known_on: usize,
+}
+
+impl Side {
+    /// Each node's CPU µs per hit.
+    pub fn cpu_per_hit(&self) -> Vec<f64> {
+        let hits = self.hits.max(1) as f64;
+        self.used.iter().map(|u| u.cpu_us / hits).collect()
+    }
+
+    /// All nodes' CPU µs per hit.
+    pub fn total_per_hit(&self) -> f64 {
+        self.cpu_per_hit().iter().sum()
+    }
+
+    /// The busiest node's CPU µs per hit.
+    pub fn busiest_per_hit(&self) -> f64 {
+        self.cpu_per_hit().into_iter().fold(0.0, f64::max)
+    }
+
+    /// Commands per hit, all nodes (scripts' own commands included).
+    pub fn calls_per_hit(&self) -> f64 {
+        self.used.iter().map(|u| u.calls as f64).sum::<f64>() / self.hits.max(1) as f64
+    }
+}
+
+/// One workload and worker count, on both.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ScalingRun {
+    /// The names drawn.
+    pub workload: Workload,
+    /// Worker processes.
+    pub workers: usize,
+    /// One Redis, one stream.
+    pub single: Side,
+    /// The cluster, the stream in shards.
+    pub cluster: Side,
+}
+
+impl ScalingRun {
+    /// The busiest master's CPU per hit over one Redis'.
+    pub fn busiest_ratio(&self) -> f64 {
+        self.cluster.busiest_per_hit() / self.single.total_per_hit().max(1e-9)
+    }
+
+    /// All masters' CPU per hit over one Redis'.
+    pub fn total_ratio(&self) -> f64 {
+        self.cluster.total_per_hit() / self.single.total_per_hit().max(1e-9)
+    }
+
+    /// How many times one Redis' rate the cluster drains when each master
+    /// has a core and Redis CPU is what bounds: the busiest master sets the
+    /// pace.
+    pub fn projected_speedup(&self) -> f64 {
+        1.0 / self.busiest_ratio().max(1e-9)
+    }
+}
+
+/// Everything one `hitcount bench --cluster` measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ScalingReport {
+    /// Hits per workload.
+    pub entries: u64,
+    /// Stream shards on the cluster.
+    pub shards: u32,
+    /// `host:port` of each master, in slot order.
+    pub masters: Vec<String>,
+    /// Stream shards in each master's slots.
+    pub spread: Vec<usize>,
+    /// Replicas of the master with the fewest.
+    pub replicas: usize,
+    /// `--wait-replicas` given to the cluster's workers, when overridden.
+    pub wait_replicas: Option<u32>,
+    /// Each master's CPU while idle, µs per second (included in the runs).
+    pub idle_cpu_us_per_sec: Vec<f64>,
+    /// The runs.
+    pub runs: Vec<ScalingRun>,
+}
+
+impl ScalingReport {
+    /// An empty report of the cluster's shape.
+    pub fn new(
+        opts: &ScalingOptions,
+        masters: &[Node],
+        replicas: usize,
+        wait_replicas: Option<u32>,
+        idle: Vec<f64>,
+    ) -> ScalingReport {
+        ScalingReport {
+            entries: opts.entries,
+            shards: opts.shards,
+            masters: masters.iter().map(|n| n.addr.clone()).collect(),
+            spread: spread(
+                opts.shards,
+                &masters.iter().map(|n| n.slots.clone()).collect::<Vec<_>>(),
+            ),
+            replicas,
+            wait_replicas,
+            idle_cpu_us_per_sec: idle,
+            runs: Vec::new(),
+        }
+    }
+
+    /// The goal for the busiest master, as a share of one Redis per hit.
+    pub fn busiest_goal(&self) -> f64 {
+        1.0 / (EFFICIENCY * self.masters.len().max(1) as f64)
+    }
+
+    /// The table and the verdicts, in Markdown.
+    pub fn table(&self) -> String {
+        let m = self.masters.len();
+        let mut out = String::new();
+        let spread: Vec<String> = self.spread.iter().map(usize::to_string).collect();
+        let _ = writeln!(
+            out,
+            "{} hits per workload; {m} masters ({} replicas each{}); {} stream shards over the masters: {}\n",
+            self.entries,
+            self.replicas,
+            match self.wait_replicas {
+                Some(w) => format!(", workers with --wait-replicas {w}"),
+                None => String::new(),
+            },
+            self.shards,
+            spread.join("/"),
+        );
+        out.push_str("| workload | W | Redis | stream shards | drained here (hits/s) | Redis CPU µs/hit | share of the cluster's CPU | commands/hit |\n");
+        out.push_str("| --- | --: | --- | --: | --: | --: | --: | --: |\n");
+        for r in &self.runs {
+            let row = |out: &mut String,
+                       who: &str,
+                       shards: String,
+                       rate: String,
+                       cpu: f64,
+                       share: String,
+                       calls: String| {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {who} | {shards} | {rate} | {cpu:.2} | {share} | {calls} |",
+                    r.workload.label(),
+                    r.workers
+                );
+            };
+            let s = &r.single;
+            row(
+                &mut out,
+                "one Redis",
+                "1".into(),
+                rate(s),
+                s.total_per_hit(),
+                "".into(),
+                format!("{:.3}", s.calls_per_hit()),
+            );
+            let c = &r.cluster;
+            let total = c.total_per_hit();
+            for (i, cpu) in c.cpu_per_hit().into_iter().enumerate() {
+                let share = format!("{:.0} %", 100.0 * cpu / total.max(1e-9));
+                let calls = format!("{:.3}", c.used[i].calls as f64 / c.hits.max(1) as f64);
+                let known = if i == c.known_on {
+                    " (holds known:)"
+                } else {
+                    ""
+                };
+                row(
+                    &mut out,
+                    &format!("master {}{known}", c.nodes[i]),
+                    c.shards[i].to_string(),
+                    "".into(),
+                    cpu,
+                    share,
+                    calls,
+                );
+            }
+            row(
+                &mut out,
+                &format!("all {m} masters"),
+                self.shards.to_string(),
+                rate(c),
+                total,
+                "100 %".into(),
+                format!("{:.3}", c.calls_per_hit()),
+            );
+        }
+        out.push('\n');
+        let goal = self.busiest_goal();
+        for r in &self.runs {
+            let met = |ok: bool| if ok { "met" } else { "missed" };
+            let _ = writeln!(
+                out,
+                "- {}, W={}: busiest master {:.2}× one Redis per hit (goal ≤ {goal:.2}: {}); all masters {:.2}× (goal ≤ {MAX_OVERHEAD:.2}: {}); one master per core would drain {:.1}× one Redis",
+                r.workload.label(),
+                r.workers,
+                r.busiest_ratio(),
+                met(r.busiest_ratio() <= goal),
+                r.total_ratio(),
+                met(r.total_ratio() <= MAX_OVERHEAD),
+                r.projected_speedup(),
+            );
+        }
+        let idle: Vec<String> = self
+            .idle_cpu_us_per_sec
+            .iter()
+            .map(|u| format!("{:.0}", u / 1000.0))
+            .collect();
+        let _ = writeln!(
+            out,
+            "- idle masters spent {} ms of CPU per second each (cron, cluster bus), counted in the figures above",
+            idle.join("/")
+        );
+        out
+    }
+}
+
+fn rate(s: &Side) -> String {
+    format!("{:.0}", s.hits as f64 / s.secs.max(1e-9))
+}
+
+/// How many of `shards` stream shards (`STREAM:{0}` …, each hashed by its
+/// tag alone) fall in each master's slot ranges (inclusive).
+pub fn spread(shards: u32, masters: &[Vec<(u16, u16)>]) -> Vec<usize> {
+    let slots: Vec<u16> = (0..shards)
+        .map(|k| crate::model::slots::slot(format!("{{{k}}}").as_bytes()))
+        .collect();
+    masters
+        .iter()
+        .map(|ranges| {
+            slots
+                .iter()
+                .filter(|&&s| ranges.iter().any(|&(a, b)| (a..=b).contains(&s)))
+                .count()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The even split of `hitcount bench --cluster` (and of most clusters
+    /// made by `redis-cli --cluster create`).
+    fn even(masters: usize) -> Vec<Vec<(u16, u16)>> {
+        (0..masters)
+            .map(|i| {
+                vec![(
+                    (i * 16384 / masters) as u16,
+                    ((i + 1) * 16384 / masters - 1) as u16,
+                )]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn few_shards_spread_unevenly_over_three_masters() {
+        // The README's table of how tags 0..N-1 fall on three masters.
+        assert_eq!(spread(3, &even(3)), vec![0, 2, 1]);
+        assert_eq!(spread(8, &even(3)), vec![2, 4, 2]);
+        assert_eq!(spread(16, &even(3)), vec![6, 6, 4]);
+        assert_eq!(spread(32, &even(3)), vec![13, 11, 8]);
+    }
+}

@@ -1,0 +1,274 @@
+//! What Redis itself spends, node by node: the masters of a cluster (from
+//! `CLUSTER SLOTS`, each reached on a connection of its own) or one Redis,
+//! and each node's CPU time (`INFO cpu`) and commands (`INFO
+//! commandstats`), so a run can be priced in Redis CPU per hit on every
+//! master.
+//!
+//! CPU time is the process' (`used_cpu_sys` + `used_cpu_user`): everything
+//! the node did, network reads and writes, cluster bus and cron included.
+//! Commandstats' `usec` is not summed: a script's time already holds the
+//! time of the commands it runs, which are listed again on their own.
+
+use redis::Value;
+
+use super::BenchError;
+use crate::model::config::{ClusterMode, RedisArgs};
+use crate::store::connect::Conn;
+
+/// Hash slots of a Redis Cluster.
+const SLOTS: u16 = 16384;
+
+/// One Redis node measured: a master of a cluster, or one Redis.
+pub struct Node {
+    /// `host:port`, as the cluster names it.
+    pub addr: String,
+    /// Slot ranges it serves, inclusive (all of them for one Redis).
+    pub slots: Vec<(u16, u16)>,
+    conn: Conn,
+}
+
+/// A node's counters at one moment, or their growth between two.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Usage {
+    /// Process CPU time, µs.
+    pub cpu_us: f64,
+    /// Commands run, scripts' own included.
+    pub calls: u64,
+}
+
+impl Usage {
+    /// The growth from `before` to `self`.
+    pub fn since(&self, before: &Usage) -> Usage {
+        Usage {
+            cpu_us: self.cpu_us - before.cpu_us,
+            calls: self.calls.saturating_sub(before.calls),
+        }
+    }
+
+    /// Parses the text of `INFO cpu commandstats`.
+    pub fn parse(info: &str) -> Usage {
+        let mut u = Usage::default();
+        for line in info.lines().map(str::trim_end) {
+            if let Some(v) = line
+                .strip_prefix("used_cpu_sys:")
+                .or_else(|| line.strip_prefix("used_cpu_user:"))
+            {
+                u.cpu_us += v.parse::<f64>().unwrap_or(0.0) * 1e6;
+            } else if let Some(stats) = line.strip_prefix("cmdstat_") {
+                let field = |name: &str| -> Option<f64> {
+                    stats
+                        .split_once(':')?
+                        .1
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?
+                        .parse()
+                        .ok()
+                };
+                u.calls += field("calls").unwrap_or(0.0) as u64;
+            }
+        }
+        u
+    }
+}
+
+impl Node {
+    /// Its counters now.
+    pub async fn usage(&mut self) -> Result<Usage, BenchError> {
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .arg("commandstats")
+            .query_async(&mut self.conn)
+            .await?;
+        Ok(Usage::parse(&info))
+    }
+
+    /// Whether it serves `slot`.
+    pub fn serves(&self, slot: u16) -> bool {
+        self.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
+    }
+
+    /// Deletes its keys matching `pattern`.
+    pub async fn delete_matching(&mut self, pattern: &str) -> Result<(), BenchError> {
+        super::delete_matching(&mut self.conn, pattern).await
+    }
+}
+
+/// One Redis (not a cluster) as a [`Node`] serving every slot.
+pub async fn single(redis: &RedisArgs) -> Result<Node, BenchError> {
+    let url = redis
+        .urls()
+        .first()
+        .map(|u| u.to_string())
+        .unwrap_or_default();
+    Ok(Node {
+        addr: host_port(&url),
+        slots: vec![(0, SLOTS - 1)],
+        conn: open_node(redis, &url).await?,
+    })
+}
+
+/// The masters of the cluster `redis` names, as `CLUSTER SLOTS` on its
+/// first node lists them, in the order of their first slot; and how many
+/// replicas the master with the fewest has.
+pub async fn masters(redis: &RedisArgs) -> Result<(Vec<Node>, usize), BenchError> {
+    let seed = redis
+        .urls()
+        .first()
+        .map(|u| u.to_string())
+        .unwrap_or_default();
+    let mut first = open_node(redis, &seed).await?;
+    let reply: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut first)
+        .await?;
+    let mut nodes: Vec<Node> = Vec::new();
+    for (start, end, host, port) in slot_ranges(&reply) {
+        let addr = format!("{host}:{port}");
+        match nodes.iter_mut().find(|n| n.addr == addr) {
+            Some(n) => n.slots.push((start, end)),
+            None => {
+                let url = node_url(&seed, &host, port);
+                nodes.push(Node {
+                    addr,
+                    slots: vec![(start, end)],
+                    conn: open_node(redis, &url).await?,
+                });
+            }
+        }
+    }
+    nodes.sort_by_key(|n| n.slots.iter().map(|s| s.0).min());
+    if nodes.is_empty() {
+        return Err(BenchError::Check(format!(
+            "CLUSTER SLOTS on {} lists no master",
+            host_port(&seed)
+        )));
+    }
+    // Each range: first, last, the master, then its replicas.
+    let replicas = items(&reply)
+        .iter()
+        .map(|r| items(r).len().saturating_sub(3))
+        .min()
+        .unwrap_or(0);
+    Ok((nodes, replicas))
+}
+
+/// A connection to exactly the node at `url`, never a cluster connection.
+async fn open_node(redis: &RedisArgs, url: &str) -> Result<Conn, BenchError> {
+    let args = RedisArgs {
+        url: url.to_string(),
+        cluster: ClusterMode::Off,
+        ..redis.clone()
+    };
+    let client = crate::store::connect::client(&args)?;
+    Ok(client.open(crate::store::connect::RESPONSE_TIMEOUT).await?)
+}
+
+/// `(first, last, host, port)` of every range in a `CLUSTER SLOTS` reply.
+fn slot_ranges(reply: &Value) -> Vec<(u16, u16, String, u16)> {
+    items(reply)
+        .iter()
+        .filter_map(|range| {
+            let r = items(range);
+            let int = |v: Option<&Value>| match v {
+                Some(Value::Int(n)) => Some(*n),
+                _ => None,
+            };
+            let master = items(r.get(2)?);
+            let host = match master.first()? {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::SimpleString(s) => s.clone(),
+                _ => return None,
+            };
+            Some((
+                u16::try_from(int(r.first())?).ok()?,
+                u16::try_from(int(r.get(1))?).ok()?,
+                host,
+                u16::try_from(int(master.get(1))?).ok()?,
+            ))
+        })
+        .collect()
+}
+
+fn items(v: &Value) -> &[Value] {
+    match v {
+        Value::Array(a) => a,
+        _ => &[],
+    }
+}
+
+/// `seed` with its host and port replaced: same scheme, user, password,
+/// database and options.
+fn node_url(seed: &str, host: &str, port: u16) -> String {
+    let (scheme, rest) = seed.split_once("://").unwrap_or(("redis", seed));
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let user = authority.rfind('@').map_or("", |i| &authority[..=i]);
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    format!("{scheme}://{user}{host}:{port}{tail}")
+}
+
+/// The `host:port` of a URL, without scheme or password.
+fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, h)| h)
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_urls_keep_everything_but_the_address() {
+        assert_eq!(
+            node_url("rediss://u:p%40w@seed:6379/0?x=1", "10.0.0.2", 7001),
+            "rediss://u:p%40w@10.0.0.2:7001/0?x=1"
+        );
+        assert_eq!(node_url("redis://seed:1", "::1", 7), "redis://[::1]:7");
+        assert_eq!(host_port("redis://:pw@h:6379/0"), "h:6379");
+    }
+
+    #[test]
+    fn parses_cpu_time_and_calls() {
+        let info = "# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:0.250000\r\n\
+                    used_cpu_sys_children:9.0\r\n# Commandstats\r\n\
+                    cmdstat_evalsha:calls=10,usec=300,usec_per_call=30.00,rejected_calls=0\r\n\
+                    cmdstat_hincrby:calls=40,usec=20,usec_per_call=0.50\r\n";
+        let u = Usage::parse(info);
+        assert!((u.cpu_us - 1_750_000.0).abs() < 1e-6);
+        assert_eq!(u.calls, 50);
+        let d = u.since(&Usage {
+            cpu_us: 750_000.0,
+            calls: 5,
+        });
+        assert_eq!((d.cpu_us, d.calls), (1_000_000.0, 45));
+    }
+
+    #[test]
+    fn reads_slot_ranges() {
+        let node = |h: &str, p: i64| {
+            Value::Array(vec![
+                Value::BulkString(h.as_bytes().to_vec()),
+                Value::Int(p),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let reply = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(5460),
+            node("127.0.0.1", 7000),
+            node("127.0.0.1", 7003),
+        ])]);
+        assert_eq!(
+            slot_ranges(&reply),
+            vec![(0, 5460, "127.0.0.1".to_string(), 7000)]
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! A throwaway local Redis Cluster for `hitcount bench --cluster` (and any
+//! caller that wants one): `masters` masters, each with `replicas`
+//! replicas, every node a [`RedisServer`] on free loopback ports.
+//!
+//! [`RedisCluster::start`] starts the nodes in cluster mode, splits the
+//! 16384 hash slots evenly over the masters (master i serves slots
+//! `i·16384/M ..= (i+1)·16384/M − 1`, so node order says who serves what),
+//! introduces the nodes to each other, attaches replica j of master i, and
+//! returns once every node agrees the cluster is whole. It forms the
+//! cluster by hand rather than with `redis-cli --cluster create`, so each
+//! node's bus port is a free port of its own (the default, port + 10000,
+//! may be past 65535 or taken). Dropping it stops every node and removes
+//! their directories.
+//!
+//! Administration is synchronous, over short-lived connections with
+//! timeouts, like the rest of this module.
+
+use std::time::{Duration, Instant};
+
+use redis::FromRedisValue;
+
+use super::{free_port, is_address_in_use, EmbeddedError, RedisServer, ServerOptions};
+
+/// Hash slots of a Redis Cluster.
+const SLOTS: usize = 16384;
+/// `cluster-node-timeout` of every node, ms: a failed master is replaced in
+/// about twice this (Redis' default, 15 s, is for real networks).
+const NODE_TIMEOUT_MS: u64 = 2000;
+/// How long forming the cluster may take.
+const FORM_TIMEOUT: Duration = Duration::from_secs(30);
+/// Timeout of every administrative connection and reply.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Fresh bus ports tried per node when the chosen one is taken.
+const BUS_ATTEMPTS: usize = 4;
+/// Pause between checks while the cluster forms.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The shape of a [`RedisCluster`].
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Masters, each serving an even share of the slots; at least 1.
+    pub masters: usize,
+    /// Replicas of each master (0: none, so no failover).
+    pub replicas: usize,
+    /// Raw `redis.conf` lines for every node, after the cluster's own.
+    pub extra: Vec<String>,
+}
+
+impl Default for ClusterOptions {
+    /// Three masters without replicas: the smallest cluster whose slots
+    /// spread over more than two masters.
+    fn default() -> Self {
+        ClusterOptions {
+            masters: 3,
+            replicas: 0,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// A local Redis Cluster of child processes; dropped, it stops them all.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// Masters first (in slot order), then the replicas of master 0, 1, ….
+    nodes: Vec<RedisServer>,
+    masters: usize,
+}
+
+impl RedisCluster {
+    /// Starts and forms the cluster; see the module documentation.
+    pub fn start(opts: ClusterOptions) -> Result<RedisCluster, EmbeddedError> {
+        if opts.masters == 0 || opts.masters > SLOTS {
+            return Err(EmbeddedError::Cluster(format!(
+                "{} masters: a cluster has 1 to {SLOTS}",
+                opts.masters
+            )));
+        }
+        let count = opts.masters * (1 + opts.replicas);
+        let mut nodes = Vec::with_capacity(count);
+        for _ in 0..count {
+            nodes.push(start_node(&opts.extra)?);
+        }
+        let cluster = RedisCluster {
+            nodes,
+            masters: opts.masters,
+        };
+        cluster.form(opts.replicas)?;
+        Ok(cluster)
+    }
+
+    /// `redis://127.0.0.1:PORT` of every master, comma-joined: a
+    /// `REDIS_URL` for hitcount.
+    pub fn url(&self) -> String {
+        self.master_ports()
+            .iter()
+            .map(|p| node_url(*p))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The masters' ports, in slot order.
+    pub fn master_ports(&self) -> Vec<u16> {
+        self.nodes[..self.masters]
+            .iter()
+            .map(RedisServer::port)
+            .collect()
+    }
+
+    /// Every node's port: the masters, then their replicas.
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(RedisServer::port).collect()
+    }
+
+    /// Assigns slots and epochs, introduces every node, attaches the
+    /// replicas and waits until the cluster is whole.
+    fn form(&self, replicas: usize) -> Result<(), EmbeddedError> {
+        let m = self.masters;
+        for (i, node) in self.nodes.iter().enumerate() {
+            // Distinct epochs up front spare Redis the collision rounds.
+            admin::<()>(
+                node,
+                redis::cmd("CLUSTER").arg("SET-CONFIG-EPOCH").arg(i + 1),
+            )?;
+            if i < m {
+                let (first, last) = (i * SLOTS / m, (i + 1) * SLOTS / m - 1);
+                let mut add = redis::cmd("CLUSTER");
+                add.arg("ADDSLOTSRANGE").arg(first).arg(last);
+                admin::<()>(node, &add)?;
+            }
+        }
+        let first = &self.nodes[0];
+        for node in &self.nodes[1..] {
+            let bus = bus_port(node)?;
+            let mut meet = redis::cmd("CLUSTER");
+            meet.arg("MEET").arg("127.0.0.1").arg(node.port()).arg(bus);
+            admin::<()>(first, &meet)?;
+        }
+        let all = self.nodes.len().to_string();
+        self.wait("every node to know every node", |n| {
+            Ok(cluster_field(n, "cluster_known_nodes")?.as_deref() == Some(all.as_str()))
+        })?;
+        for (i, node) in self.nodes.iter().enumerate().skip(m) {
+            let master = &self.nodes[(i - m) / replicas];
+            let id: String = admin(master, redis::cmd("CLUSTER").arg("MYID"))?;
+            admin::<()>(node, redis::cmd("CLUSTER").arg("REPLICATE").arg(&id))?;
+        }
+        self.wait("every node to serve all slots", |n| {
+            Ok(cluster_field(n, "cluster_state")?.as_deref() == Some("ok")
+                && cluster_field(n, "cluster_slots_ok")?.as_deref() == Some("16384"))
+        })?;
+        let masters = self.masters;
+        self.wait("every replica to sync with its master", |n| {
+            if self.nodes[..masters].iter().any(|mn| mn.port() == n.port()) {
+                return Ok(true);
+            }
+            let repl: String = admin(n, redis::cmd("INFO").arg("replication"))?;
+            Ok(field(&repl, "master_link_status").as_deref() == Some("up"))
+        })
+    }
+
+    /// Polls `done` on every node until all say yes, at most
+    /// [`FORM_TIMEOUT`].
+    fn wait(
+        &self,
+        what: &str,
+        done: impl Fn(&RedisServer) -> Result<bool, EmbeddedError>,
+    ) -> Result<(), EmbeddedError> {
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        loop {
+            let mut all = true;
+            for node in &self.nodes {
+                all &= done(node)?;
+            }
+            if all {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(EmbeddedError::Cluster(format!(
+                    "waited {FORM_TIMEOUT:?} for {what}"
+                )));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// Starts one cluster node, with a fresh bus port when its first is taken.
+fn start_node(extra: &[String]) -> Result<RedisServer, EmbeddedError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut lines = vec![
+            "cluster-enabled yes".to_string(),
+            "cluster-config-file nodes.conf".to_string(),
+            format!("cluster-node-timeout {NODE_TIMEOUT_MS}"),
+            format!("cluster-port {}", free_port()),
+            // Replicas sync at once instead of waiting for more of them.
+            "repl-diskless-sync-delay 0".to_string(),
+        ];
+        lines.extend(extra.iter().cloned());
+        match RedisServer::start(ServerOptions {
+            extra: lines,
+            ..ServerOptions::default()
+        }) {
+            Err(e) if attempt < BUS_ATTEMPTS && is_address_in_use(&e) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// The node's cluster bus port, as its configuration says.
+fn bus_port(node: &RedisServer) -> Result<u16, EmbeddedError> {
+    let reply: Vec<String> = admin(node, redis::cmd("CONFIG").arg("GET").arg("cluster-port"))?;
+    reply
+        .get(1)
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| EmbeddedError::Cluster(format!("no cluster-port on {}", node.port())))
+}
+
+/// `CLUSTER INFO`'s `name` on `node`.
+fn cluster_field(node: &RedisServer, name: &str) -> Result<Option<String>, EmbeddedError> {
+    let info: String = admin(node, redis::cmd("CLUSTER").arg("INFO"))?;
+    Ok(field(&info, name))
+}
+
+/// `name:value` out of an INFO-style text.
+fn field(text: &str, name: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.trim_end().strip_prefix(name)?.strip_prefix(':'))
+        .map(str::to_string)
+}
+
+fn node_url(port: u16) -> String {
+    format!("redis://127.0.0.1:{port}")
+}
+
+/// Runs one command on `node` over a fresh connection with timeouts.
+fn admin<T: FromRedisValue>(node: &RedisServer, cmd: &redis::Cmd) -> Result<T, EmbeddedError> {
+    let run = || -> redis::RedisResult<T> {
+        let client = redis::Client::open(node.url())?;
+        let mut conn = client.get_connection_with_timeout(ADMIN_TIMEOUT)?;
+        conn.set_read_timeout(Some(ADMIN_TIMEOUT))?;
+        conn.set_write_timeout(Some(ADMIN_TIMEOUT))?;
+        cmd.query(&mut conn)
+    };
+    run().map_err(|e| EmbeddedError::Cluster(format!("{cmd:?} on {}: {e}", node.port())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_info_fields() {
+        let text = "cluster_state:ok\r\ncluster_slots_ok:16384\r\n";
+        assert_eq!(field(text, "cluster_state").as_deref(), Some("ok"));
+        assert_eq!(field(text, "cluster_slots_ok").as_deref(), Some("16384"));
+        assert_eq!(field(text, "cluster_size"), None);
+    }
+
+    #[test]
+    fn no_masters_is_refused() {
+        let opts = ClusterOptions {
+            masters: 0,
+            ..ClusterOptions::default()
+        };
+        assert!(matches!(
+            RedisCluster::start(opts),
+            Err(EmbeddedError::Cluster(_))
+        ));
+    }
+}

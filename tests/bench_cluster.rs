@@ -1,0 +1,91 @@
+//! `hitcount bench` on a Redis Cluster runs end to end at tiny sizes and
+//! prints its per-master table: with `--cluster` (a throwaway cluster of
+//! its own) and with a `REDIS_URL` naming the harness' cluster. Not a
+//! speed test: the figures of so few hits mean nothing, only that they are
+//! there, and that the counts came out exact (the bench fails otherwise).
+
+mod common;
+
+use std::process::{Output, Stdio};
+
+use common::bin;
+use common::cluster::Cluster;
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout {}\nstderr {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `hitcount bench ARGS` on 1,000 hot names, one worker, 4 shards.
+fn bench(args: &[&str], url: Option<&str>) -> Output {
+    let mut cmd = bin::hitcount();
+    cmd.args(["bench", "--entries", "2000", "--workers", "1"])
+        .args(["--workload", "hot", "--shards", "4"])
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null());
+    if let Some(url) = url {
+        cmd.env("REDIS_URL", url);
+    }
+    cmd.output().unwrap()
+}
+
+/// The table has one Redis, every master and their sum, and the verdicts.
+fn assert_per_master_table(out: &Output, masters: usize) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(out));
+    assert!(stdout.contains("| workload | W | Redis |"), "{}", text(out));
+    let rows = |who: &str| stdout.lines().filter(|l| l.contains(who)).count();
+    assert_eq!(rows("| one Redis |"), 1, "{}", text(out));
+    assert_eq!(rows("| master 127.0.0.1:"), masters, "{}", text(out));
+    assert_eq!(
+        rows(&format!("| all {masters} masters |")),
+        1,
+        "{}",
+        text(out)
+    );
+    assert!(
+        stdout.contains("busiest master") && stdout.contains("all masters"),
+        "{}",
+        text(out)
+    );
+    assert!(
+        stdout.contains("4 stream shards over the masters"),
+        "{}",
+        text(out)
+    );
+}
+
+#[test]
+fn bench_with_cluster_starts_one_and_prints_the_per_master_table() {
+    let started = std::time::Instant::now();
+    let out = bench(&["--cluster"], None);
+    assert_per_master_table(&out, 3);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("--wait-replicas 0"),
+        "no replicas, so the workers do not wait for any: {}",
+        text(&out)
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn bench_on_a_redis_url_naming_a_cluster_measures_that_cluster() {
+    let cluster = Cluster::start_with(3, 0);
+    let out = bench(&[], Some(&cluster.seed_url()));
+    assert_per_master_table(&out, 3);
+    // Its keys are gone afterwards.
+    for url in cluster.urls() {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS").arg("bench:*").query(&mut conn).unwrap();
+        assert!(keys.is_empty(), "{keys:?}");
+    }
+}

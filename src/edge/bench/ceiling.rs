@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use crate::store::connect::Client;
+use crate::store::connect::{Client, Conn};
 
 use super::{keys, read_count, BenchError};
 use crate::store::stream;
@@ -21,6 +21,8 @@ pub struct Drained {
     pub entries: u64,
     /// Seconds from the first read to the last acknowledgement.
     pub secs: f64,
+    /// Redis' own CPU time over those seconds (user + system, `INFO cpu`).
+    pub redis_cpu_secs: f64,
 }
 
 impl Drained {
@@ -28,6 +30,26 @@ impl Drained {
     pub fn rate(&self) -> f64 {
         self.entries as f64 / self.secs.max(1e-9)
     }
+
+    /// Redis CPU per entry, µs: what one entry costs the Redis thread.
+    pub fn redis_cpu_us(&self) -> f64 {
+        self.redis_cpu_secs * 1e6 / (self.entries as f64).max(1.0)
+    }
+}
+
+/// Redis' own CPU time so far, user + system, in seconds (`INFO cpu`).
+pub async fn redis_cpu_secs(conn: &mut Conn) -> Result<f64, BenchError> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    Ok(info
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            match k {
+                "used_cpu_sys" | "used_cpu_user" => v.trim().parse::<f64>().ok(),
+                _ => None,
+            }
+        })
+        .sum())
 }
 
 /// Drains `stream` through the ceiling's group with `consumers` consumers,
@@ -39,10 +61,12 @@ pub async fn run(
     expected: u64,
 ) -> Result<Drained, BenchError> {
     let k = keys(stream_key, &group(consumers), "");
+    let mut probe = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
     let mut conns = Vec::new();
     for _ in 0..consumers {
         conns.push(client.open(crate::store::connect::RESPONSE_TIMEOUT).await?);
     }
+    let cpu = redis_cpu_secs(&mut probe).await?;
     let started = Instant::now();
     let tasks: Vec<_> = conns
         .into_iter()
@@ -80,10 +104,15 @@ pub async fn run(
             .map_err(|e| BenchError::Check(format!("ceiling consumer: {e}")))??;
     }
     let secs = started.elapsed().as_secs_f64();
+    let redis_cpu_secs = redis_cpu_secs(&mut probe).await? - cpu;
     if entries != expected {
         return Err(BenchError::Check(format!(
             "the ceiling read {entries} entries, {expected} were prefilled"
         )));
     }
-    Ok(Drained { entries, secs })
+    Ok(Drained {
+        entries,
+        secs,
+        redis_cpu_secs,
+    })
 }

@@ -125,7 +125,10 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
         .query_async(&mut conn)
         .await?;
     let per_workload = 2 + 2 * opts.workers.len() as u64;
-    let steps = opts.workloads.len() as u64 * per_workload + 2 + u64::from(opts.rss_backlog > 0);
+    let steps = opts.workloads.len() as u64 * per_workload
+        + 2
+        + u64::from(opts.rss_backlog > 0)
+        + u64::from(opts.workloads.contains(&Workload::Zipf) && opts.workers.contains(&1));
     let bar = progress_bar(steps, opts.progress);
     let mut report = Report::new(&mut conn, opts).await?;
 
@@ -138,6 +141,12 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
                 create_group(&mut conn, &stream, &group).await?;
             }
         }
+        // Zipf once more with hash-table counters, next to the listpack run.
+        let hashtable = workload == Workload::Zipf && opts.workers.contains(&1);
+        if hashtable {
+            let group = format!("{}{}", workers::group(1), workers::HASHTABLE_TAG);
+            create_group(&mut conn, &stream, &group).await?;
+        }
         bar.inc(1);
         for &w in &opts.workers {
             bar.set_message(format!("{}: ceiling, {w} consumer(s)", workload.label()));
@@ -148,6 +157,14 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
             let run = workers::run(&mut conn, &target, &sent).await?;
             bar.inc(1);
             report.add_run(workload, w, ceiling, run);
+        }
+        if hashtable {
+            bar.set_message(format!("{}: hash-table counters", workload.label()));
+            let run =
+                workers::hashtable_run(&mut conn, &opts.redis, &stream, &opts.worker_args, &sent)
+                    .await?;
+            report.add_hashtable_run(workload, run);
+            bar.inc(1);
         }
         bar.set_message(format!("{}: the seeds' way", workload.label()));
         let seeds = seeds::run(&mut conn, workload, opts.seeds_sample).await?;
@@ -175,6 +192,7 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
         bar.inc(1);
         delete_matching(&mut conn, "bench:*").await?;
     }
+    report.hash_bytes = workers::hash_memory(&mut conn).await?;
     report.slowlog = slowlog(&mut conn).await?;
     bar.finish_and_clear();
     Ok(report)

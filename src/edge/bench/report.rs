@@ -59,6 +59,9 @@ pub struct Run {
     pub ceiling: Drained,
     /// The real workers.
     pub hitcount: WorkerRun,
+    /// How Redis encoded the counter hashes: `listpack` (its default
+    /// `hash-max-listpack-entries`) or `hashtable` (set low for the run).
+    pub hashes: &'static str,
 }
 
 /// Everything measured.
@@ -82,6 +85,8 @@ pub struct Report {
     pub backlog: Option<WorkerRun>,
     /// SLOWLOG entries (over 10 ms on the bench's own server) after the run.
     pub slowlog: Vec<String>,
+    /// Bytes of a counter hash of 120 samples per encoding (`MEMORY USAGE`).
+    pub hash_bytes: Vec<(String, u64)>,
 }
 
 impl Report {
@@ -97,6 +102,7 @@ impl Report {
             producer: None,
             backlog: None,
             slowlog: Vec::new(),
+            hash_bytes: Vec::new(),
         })
     }
 
@@ -113,7 +119,27 @@ impl Report {
             workers,
             ceiling,
             hitcount: run,
+            hashes: "listpack",
         });
+    }
+
+    /// Adds the one-worker run of `workload` with hash-table counters,
+    /// against the same ceiling as its listpack run.
+    pub fn add_hashtable_run(&mut self, workload: Workload, run: WorkerRun) {
+        let ceiling = self
+            .runs
+            .iter()
+            .find(|r| r.workload == workload && r.workers == 1)
+            .map(|r| r.ceiling);
+        if let Some(ceiling) = ceiling {
+            self.runs.push(Run {
+                workload,
+                workers: 1,
+                ceiling,
+                hitcount: run,
+                hashes: "hashtable",
+            });
+        }
     }
 
     /// Adds the seeds' way of a workload.
@@ -171,22 +197,28 @@ impl Report {
                 format!("; worker flags: {}", self.worker_args.join(" "))
             }
         );
-        out.push_str("| workload | W | ceiling (entries/s) | hitcount (hits/s) | hitcount / ceiling | seeds' way in Rust (hits/s) | hitcount / seeds' Rust | Redis commands per hit | worker peak RSS |\n");
-        out.push_str("| --- | --: | --: | --: | --: | --: | --: | --: | --: |\n");
+        out.push_str("| workload | W | counter hashes | ceiling (entries/s) | Redis CPU µs per entry, ceiling | hitcount (hits/s) | hitcount / ceiling | Redis CPU µs per hit | cells per hit | Redis commands per hit | seeds' way in Rust (hits/s) | hitcount / seeds' Rust | worker peak RSS |\n");
+        out.push_str(
+            "| --- | --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |\n",
+        );
         for r in &self.runs {
             let h = r.hitcount.drained.rate();
             let seeds = self.seeds_rate(r.workload);
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {:.0} % | {} | {} | {:.3} | {:.1} MiB |",
+                "| {} | {} | {} | {} | {:.2} | {} | {:.0} % | {:.2} | {:.3} | {:.3} | {} | {} | {:.1} MiB |",
                 r.workload.label(),
                 r.workers,
+                r.hashes,
                 thousands(r.ceiling.rate()),
+                r.ceiling.redis_cpu_us(),
                 thousands(h),
                 100.0 * h / r.ceiling.rate(),
+                r.hitcount.drained.redis_cpu_us(),
+                r.hitcount.cells_per_hit,
+                r.hitcount.commands_per_hit,
                 seeds.map_or("–".into(), thousands),
                 seeds.map_or("–".into(), |s| format!("{:.0}×", h / s)),
-                r.hitcount.commands_per_hit,
                 r.hitcount.peak_rss_mib,
             );
         }
@@ -212,6 +244,20 @@ impl Report {
                 b.drained.entries,
                 thousands(b.drained.rate()),
                 b.peak_rss_mib
+            );
+        }
+        if !self.hash_bytes.is_empty() {
+            let sizes: Vec<String> = self
+                .hash_bytes
+                .iter()
+                .map(|(encoding, bytes)| {
+                    format!("{} bytes as {encoding}", thousands(*bytes as f64))
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "- memory per counter hash of 120 samples (MEMORY USAGE): {}",
+                sizes.join(", ")
             );
         }
         let _ = writeln!(

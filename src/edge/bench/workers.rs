@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::store::connect::Conn;
 use tokio::process::{Child, Command};
 
-use super::ceiling::Drained;
+use super::ceiling::{redis_cpu_secs, Drained};
 use super::{command_calls, keys, reset_stats, BenchError, Sent};
 use crate::edge::workload::Names;
 use crate::model::config::RedisArgs;
@@ -37,12 +37,24 @@ pub struct Target {
 impl Target {
     /// `workers` workers on `stream`, counters under `<stream>:w<workers>:`.
     pub fn new(redis: &RedisArgs, stream: &str, workers: usize, extra: &[String]) -> Target {
-        let prefix = format!("{}:w{workers}:", stream.trim_end_matches(":hits"));
+        Target::tagged(redis, stream, workers, extra, "")
+    }
+
+    /// Like [`Target::new`], with a group and counters of their own
+    /// (`tag` appended to both), for a second run on the same stream.
+    pub fn tagged(
+        redis: &RedisArgs,
+        stream: &str,
+        workers: usize,
+        extra: &[String],
+        tag: &str,
+    ) -> Target {
+        let prefix = format!("{}:w{workers}{tag}:", stream.trim_end_matches(":hits"));
         Target {
             redis: redis.clone(),
             workers,
             extra: extra.to_vec(),
-            keys: keys(stream, &group(workers), &prefix),
+            keys: keys(stream, &format!("{}{tag}", group(workers)), &prefix),
         }
     }
 
@@ -97,6 +109,8 @@ pub struct WorkerRun {
     pub drained: Drained,
     /// Redis commands per hit, scripts' own commands included.
     pub commands_per_hit: f64,
+    /// Counter cells (HINCRBYs) per hit.
+    pub cells_per_hit: f64,
     /// The largest peak RSS of the worker processes, MiB.
     pub peak_rss_mib: f64,
     /// Hits counted at the 86400 s precision.
@@ -120,6 +134,7 @@ pub async fn run(conn: &mut Conn, target: &Target, sent: &Sent) -> Result<Worker
         check_alive(&mut children, deadline)?;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    let cpu = redis_cpu_secs(conn).await?;
     let started = Instant::now();
     loop {
         own_calls += 2;
@@ -130,7 +145,10 @@ pub async fn run(conn: &mut Conn, target: &Target, sent: &Sent) -> Result<Worker
         tokio::time::sleep(POLL).await;
     }
     let secs = started.elapsed().as_secs_f64();
+    let redis_cpu_secs = redis_cpu_secs(conn).await? - cpu;
+    own_calls += 2;
     let calls = command_calls(conn).await?.saturating_sub(own_calls);
+    let cells = calls_of(conn, "hincrby").await?;
     let peak_rss_mib = children
         .iter()
         .filter_map(|c| c.id().and_then(peak_rss_kib))
@@ -149,8 +167,10 @@ pub async fn run(conn: &mut Conn, target: &Target, sent: &Sent) -> Result<Worker
         drained: Drained {
             entries: sent.hits,
             secs,
+            redis_cpu_secs,
         },
         commands_per_hit: calls as f64 / sent.hits as f64,
+        cells_per_hit: cells as f64 / sent.hits as f64,
         peak_rss_mib,
         counted,
     })
@@ -191,6 +211,112 @@ pub async fn stop(children: Vec<Child>) {
             let _ = c.kill().await;
         }
     }
+}
+
+/// Calls of one command (lower case, e.g. `hincrby`) since the last
+/// `CONFIG RESETSTAT`, scripts' own calls included.
+pub async fn calls_of(conn: &mut Conn, command: &str) -> Result<u64, BenchError> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    let prefix = format!("cmdstat_{command}:calls=");
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+        .unwrap_or(0))
+}
+
+/// `hash-max-listpack-entries` low enough that counter hashes of 120
+/// samples are hash tables (the "hashtable" runs).
+pub const HASHTABLE_ENTRIES: u32 = 16;
+/// Samples per counter hash when measuring its memory: the default
+/// `HITCOUNT_SAMPLES`.
+const MEMORY_SAMPLES: i64 = 120;
+
+/// Sets `hash-max-listpack-entries` and returns the value it had.
+pub async fn set_listpack_entries(conn: &mut Conn, entries: &str) -> Result<String, BenchError> {
+    let old: (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("hash-max-listpack-entries")
+        .query_async(conn)
+        .await?;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("hash-max-listpack-entries")
+        .arg(entries)
+        .query_async(conn)
+        .await?;
+    Ok(old.1)
+}
+
+/// Bytes of one counter hash of [`MEMORY_SAMPLES`] samples (`MEMORY
+/// USAGE`), as Redis' current `hash-max-listpack-entries` encodes it, and
+/// that encoding. Written as the worker writes one: HINCRBY, bucket by bucket.
+pub async fn counter_hash_bytes(conn: &mut Conn) -> Result<(u64, String), BenchError> {
+    let key = "bench:memory:count:60:page";
+    let _: () = redis::cmd("DEL").arg(key).query_async(conn).await?;
+    let start = crate::model::clock::unix_ms() / 1000 / 60 * 60;
+    let mut pipe = redis::pipe();
+    for i in 0..MEMORY_SAMPLES {
+        pipe.cmd("HINCRBY")
+            .arg(key)
+            .arg(start - 60 * (MEMORY_SAMPLES - i))
+            .arg(1 + i * 37)
+            .ignore();
+    }
+    pipe.query_async::<()>(conn).await?;
+    let (bytes, encoding): (u64, String) = redis::pipe()
+        .cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key)
+        .arg("SAMPLES")
+        .arg(0)
+        .cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(key)
+        .query_async(conn)
+        .await?;
+    let _: () = redis::cmd("DEL").arg(key).query_async(conn).await?;
+    Ok((bytes, encoding))
+}
+
+/// The group tag of the one-worker run with hash-table counters.
+pub const HASHTABLE_TAG: &str = "-ht";
+
+/// One worker drains `stream` again (its own group, tagged
+/// [`HASHTABLE_TAG`], created up front) with `hash-max-listpack-entries`
+/// at [`HASHTABLE_ENTRIES`], restored afterwards whatever happens.
+pub async fn hashtable_run(
+    conn: &mut Conn,
+    redis: &RedisArgs,
+    stream: &str,
+    extra: &[String],
+    sent: &Sent,
+) -> Result<WorkerRun, BenchError> {
+    let old = set_listpack_entries(conn, &HASHTABLE_ENTRIES.to_string()).await?;
+    let target = Target::tagged(redis, stream, 1, extra, HASHTABLE_TAG);
+    let run = run(conn, &target, sent).await;
+    set_listpack_entries(conn, &old).await?;
+    run
+}
+
+/// Bytes of a counter hash of 120 samples and its encoding, with Redis'
+/// `hash-max-listpack-entries` as it is, then at [`HASHTABLE_ENTRIES`]
+/// (restored afterwards).
+pub async fn hash_memory(conn: &mut Conn) -> Result<Vec<(String, u64)>, BenchError> {
+    let (lp, lp_enc) = counter_hash_bytes(conn).await?;
+    let old = set_listpack_entries(conn, &HASHTABLE_ENTRIES.to_string()).await?;
+    let ht = counter_hash_bytes(conn).await;
+    set_listpack_entries(conn, &old).await?;
+    let (ht, ht_enc) = ht?;
+    Ok(vec![
+        (format!("{lp_enc} (hash-max-listpack-entries {old})"), lp),
+        (
+            format!("{ht_enc} (hash-max-listpack-entries {HASHTABLE_ENTRIES})"),
+            ht,
+        ),
+    ])
 }
 
 /// VmHWM of a process, KiB.

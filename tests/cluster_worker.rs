@@ -319,24 +319,24 @@ where
     assert_exact(&mut c, &sent).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_master_of_known_dies_mid_drain_and_every_hit_counts_once() {
-    drain_through(1, 2, 30_000, |cluster, workers| async move {
-        let took = cluster.kill_master_of("known:").await;
-        eprintln!("failover of known:'s master took {took:?}");
+/// [`drain_through`] with the master serving `key` SIGKILLed mid-drain.
+async fn master_dies_mid_drain(shards: u32, per_shard: usize, key: &'static str) {
+    drain_through(shards, 2, per_shard, move |cluster, workers| async move {
+        let took = cluster.kill_master_of(key).await;
+        eprintln!("failover of {key}'s master took {took:?}");
         (cluster, workers)
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_master_of_known_dies_mid_drain_and_every_hit_counts_once() {
+    master_dies_mid_drain(1, 30_000, "known:").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_of_stream_shards_dies_mid_drain_and_every_hit_counts_once() {
-    drain_through(4, 2, 8_000, |cluster, workers| async move {
-        let took = cluster.kill_master_of("hits:{1}").await;
-        eprintln!("failover of hits:{{1}}'s master took {took:?}");
-        (cluster, workers)
-    })
-    .await;
+    master_dies_mid_drain(4, 8_000, "hits:{1}").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

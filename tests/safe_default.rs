@@ -506,3 +506,30 @@ fn every_command_refuses_empty_or_looping_stream_names() {
         );
     }
 }
+
+/// Workers with different shard counts would leave shards unread: the
+/// first worker records its count, and one started with another is
+/// refused with one line naming the setting (as is the default count after
+/// a sharded start), while the same count starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_another_shard_count_is_refused() {
+    let server = server();
+    let url = server.url();
+    let (mut first, addrs) = default_workers(&url, 1, &["--shards", "4"]);
+    wait_ready(&mut first[0], &addrs[0]);
+    for other in [&["--shards", "8"][..], &[][..]] {
+        let mut cmd = bin::default_worker(&url, "127.0.0.1:0", other);
+        cmd.stderr(Stdio::piped());
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{other:?}: {err}");
+        let last = err.trim().lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("hitcount: HITCOUNT_SHARDS is") && last.contains("same"),
+            "the last line says why and what to do: {err}"
+        );
+    }
+    let (mut same, addrs) = default_workers(&url, 1, &["--shards", "4"]);
+    wait_ready(&mut same[0], &addrs[0]);
+    assert_eq!(exit_within(&mut same[0], 0), None, "the same count runs");
+}

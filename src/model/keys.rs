@@ -189,6 +189,13 @@ impl Keys {
         format!("{}:members", self.state)
     }
 
+    /// STRING: how many shards the stream is read with, recorded by the
+    /// first worker; a worker with another count is refused. One key for
+    /// every shard (in the unsharded stream name's slot).
+    pub fn shard_count(&self) -> String {
+        format!("{}:shards", self.state)
+    }
+
     /// STRING: the lease of this shard, holding its reader's token (only
     /// with several shards: one shard is read by every worker).
     pub fn shard_lease(&self) -> String {

@@ -56,7 +56,7 @@ pub async fn run(
     // One name for every shard's consumer (the default is random).
     settings.worker.consumer = Some(settings.worker.consumer_name());
     let client = connect::client(&settings.redis)?;
-    let Some(clustered) = cluster_mode(&client, &shutdown).await else {
+    let Some(clustered) = first_contact(&settings, &client, &shutdown).await else {
         return Ok(());
     };
     let shards = Keys::all_shards(&settings.layout, &settings.stream, clustered);
@@ -80,16 +80,31 @@ pub async fn run(
     Ok(())
 }
 
-/// Whether Redis is a cluster, once it answers (`None` at shutdown first).
-async fn cluster_mode(client: &Client, shutdown: &Shutdown) -> Option<bool> {
+/// Once Redis answers: whether it is a cluster, after recording this
+/// deployment's shard count or checking it against the recorded one
+/// (`None` at shutdown first, or when refused: then `shutdown` says why).
+async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown) -> Option<bool> {
     let mut link = Reconnecting::new(client.clone(), "worker", connect::RESPONSE_TIMEOUT);
     let mut stop = shutdown.clone();
     loop {
         if shutdown.is_triggered() {
             return None;
         }
-        match link.get().await {
-            Ok(conn) => return Some(conn.is_cluster()),
+        let checked = match link.get().await {
+            Ok(conn) => {
+                let clustered = conn.is_cluster();
+                record_shards(conn, settings, clustered)
+                    .await
+                    .map(|refusal| (clustered, refusal))
+            }
+            Err(e) => Err(e),
+        };
+        match checked {
+            Ok((clustered, None)) => return Some(clustered),
+            Ok((_, Some(refusal))) => {
+                shutdown.fail(refusal);
+                return None;
+            }
             Err(e) => {
                 let (_, pause) = link.failed(&e, Some(shutdown));
                 tokio::select! {
@@ -99,6 +114,41 @@ async fn cluster_mode(client: &Client, shutdown: &Shutdown) -> Option<bool> {
             }
         }
     }
+}
+
+/// Records the shard count the stream is read with (`SET NX`), or returns
+/// why this worker must not start: another count is recorded. Workers with
+/// different counts would leave shards unread, or read streams producers
+/// no longer write; the first worker records it, every later one must
+/// agree.
+async fn record_shards(
+    conn: &mut Conn,
+    settings: &Settings,
+    clustered: bool,
+) -> StoreResult<Option<String>> {
+    let base = StreamArgs {
+        shards: 1,
+        ..settings.stream.clone()
+    };
+    let key = Keys::shard(&settings.layout, &base, 0, clustered).shard_count();
+    let wanted = settings.stream.shards.max(1);
+    let recorded: Option<String> = redis::cmd("SET")
+        .arg(&key)
+        .arg(wanted)
+        .arg("NX")
+        .arg("GET")
+        .query_async(conn)
+        .await?;
+    Ok(recorded
+        .filter(|r| r.parse::<u32>().ok() != Some(wanted))
+        .map(|r| {
+            format!(
+                "HITCOUNT_SHARDS is {wanted}, but this stream's workers read it as {r} \
+                 shard(s) (recorded in {key}): give every worker and producer the same \
+                 count; to change it, drain the stream with the old count, then delete \
+                 {key}"
+            )
+        }))
 }
 
 /// A shard this process reads (or is stopping).

@@ -106,6 +106,20 @@ async fn wait_all_drained(c: &mut Conn, shards: &[Keys], workers: &mut [bin::Chi
     }
 }
 
+/// Waits until every shard is drained, then stops each worker with SIGTERM:
+/// each must exit 0 (its window applied, its names and leases released).
+async fn drain_and_stop(c: &mut Conn, shards: &[Keys], workers: &mut [bin::Child]) {
+    wait_all_drained(c, shards, workers).await;
+    for w in workers.iter_mut() {
+        assert_eq!(
+            w.terminate(Duration::from_secs(25)).code(),
+            Some(0),
+            "{}",
+            w.stderr()
+        );
+    }
+}
+
 /// Every counter's samples and `known:`, as the seeds' reader sees them.
 /// Buckets near the oldest kept sample (120 per precision) are left out:
 /// a bucket that aged out while the workers drained is partly counted.
@@ -160,15 +174,7 @@ async fn workers_count_one_stream_exactly_once_on_a_cluster() {
     }
     sent.extend(send(&mut c, "hits", &names, 4000, 2).await);
     let shards = Keys::all_shards(&LayoutArgs::default(), &StreamArgs::default(), true);
-    wait_all_drained(&mut c, &shards, &mut workers).await;
-    for w in &mut workers {
-        assert_eq!(
-            w.terminate(Duration::from_secs(25)).code(),
-            Some(0),
-            "{}",
-            w.stderr()
-        );
-    }
+    drain_and_stop(&mut c, &shards, &mut workers).await;
     assert_exact(&mut c, &sent).await;
     assert_eq!(dead_count(&mut c, "hits:dead:{hits}").await, 3);
     // Spread over the cluster indeed: counters on every master.
@@ -215,7 +221,7 @@ async fn three_workers_share_eight_shards_exactly_once() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    wait_all_drained(&mut c, &shards, &mut workers).await;
+    drain_and_stop(&mut c, &shards, &mut workers).await;
     // Each worker reads its share: all 8 shards have a consumer.
     let mut used = 0;
     // Entries ever added, not XLEN: the leader trims what was read.
@@ -231,14 +237,6 @@ async fn three_workers_share_eight_shards_exactly_once() {
         }
     }
     assert!(used >= 6, "load spread over the shards: {used}");
-    for w in &mut workers {
-        assert_eq!(
-            w.terminate(Duration::from_secs(25)).code(),
-            Some(0),
-            "{}",
-            w.stderr()
-        );
-    }
     // `load` hits are not in `sent`: compare the totals of every precision.
     let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
     let got = common::read_all(&mut c, &keys).await;
@@ -307,15 +305,7 @@ where
     });
     let (cluster, mut workers) = chaos(cluster, workers).await;
     let mut c = common::conn(&cluster.seed_url()).await;
-    wait_all_drained(&mut c, &keys, &mut workers).await;
-    for w in &mut workers {
-        assert_eq!(
-            w.terminate(Duration::from_secs(25)).code(),
-            Some(0),
-            "{}",
-            w.stderr()
-        );
-    }
+    drain_and_stop(&mut c, &keys, &mut workers).await;
     assert_exact(&mut c, &sent).await;
 }
 
@@ -518,15 +508,7 @@ async fn workers_run_on_a_cluster_as_the_least_privileged_user() {
         sent.extend(send(&mut c, &k.stream, &names, 1000, i as u64).await);
     }
     let mut workers = start_workers(&user_url, 2, &["--shards", "4"]);
-    wait_all_drained(&mut c, &shards, &mut workers).await;
-    for w in &mut workers {
-        assert_eq!(
-            w.terminate(Duration::from_secs(25)).code(),
-            Some(0),
-            "{}",
-            w.stderr()
-        );
-    }
+    drain_and_stop(&mut c, &shards, &mut workers).await;
     assert_exact(&mut c, &sent).await;
     for port in cluster.ports() {
         let mut node = node_conn(port).await;

@@ -45,6 +45,7 @@
 //!    │       scan.rs        SCAN over one node or every master of a cluster
 //!    ▼
 //!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  keys.rs  known.rs  slots.rs
+//!            stats.rs (values: summary, quantile scale)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
 //!            register.rs)  shutdown.rs  clock.rs                      no Redis here
 //! ```

@@ -148,6 +148,23 @@ impl Keys {
         format!("{}count:{member}", self.prefix)
     }
 
+    /// ZSET of every statistics hash that has data: `stats:known:`, members
+    /// `PREC:NAME` as in `known:`.
+    pub fn stats_known(&self) -> String {
+        format!("{}stats:known:", self.prefix)
+    }
+
+    /// HASH of a counter's statistics: `stats:PREC:NAME` (fields in
+    /// [`crate::model::stats`]).
+    pub fn stats(&self, precision: u32, name: &str) -> String {
+        format!("{}stats:{precision}:{name}", self.prefix)
+    }
+
+    /// HASH key of a statistics hash from its `stats:known:` member.
+    pub fn stats_of_member(&self, member: &str) -> String {
+        format!("{}stats:{member}", self.prefix)
+    }
+
     /// HASH consumer → fencing epoch. Claiming a consumer's entries bumps its
     /// epoch, so its window in flight can no longer be committed.
     pub fn epochs(&self) -> String {

@@ -13,3 +13,4 @@ pub mod known;
 pub mod metrics;
 pub mod shutdown;
 pub mod slots;
+pub mod stats;

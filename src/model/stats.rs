@@ -1,0 +1,287 @@
+//! Statistics of measured values: what one bucket of `stats:PREC:NAME`
+//! holds, the fixed logarithmic scale of its quantile histogram, and the
+//! summary (mean, standard deviation, quantiles) derived from it.
+//!
+//! # The fields of a bucket `B` (the bucket start, as for counts)
+//! `B:count`, `B:sum`, `B:sumsq`, `B:min`, `B:max`, and, at the precisions
+//! in `HITCOUNT_QUANTILE_PRECISIONS`, one field per histogram bucket holding
+//! the number of observations that fell in it:
+//! - `B:h:I` for a value `v > 0` with `I = ceil(16 × log2(v))`: bucket `I`
+//!   holds `2^((I-1)/16) < v ≤ 2^(I/16)` (Prometheus native histograms,
+//!   schema 4, use the same boundaries);
+//! - `B:h:z` for `v = 0`;
+//! - `B:h:nI` for `v < 0`, with `I` the index of `|v|`.
+//!
+//! A quantile read from the histogram is the bucket's representative value
+//! `2 × 2^(I/16) / (1 + 2^(1/16))` (negated for `nI`, 0 for `z`), within
+//! [`RELATIVE_ACCURACY`] (2.17 %) of the exact quantile, the observation of
+//! rank `ceil(q × count)` (1-based) in sorted order.
+
+use std::collections::BTreeMap;
+
+/// Histogram buckets per doubling of the value (schema 4).
+pub const PER_DOUBLING: f64 = 16.0;
+/// Largest relative error of a quantile read from the histogram:
+/// `(γ - 1) / (γ + 1)` with `γ = 2^(1/16)`.
+pub const RELATIVE_ACCURACY: f64 = 0.0217;
+/// Default of `HITCOUNT_QUANTILE_PRECISIONS`.
+pub const DEFAULT_QUANTILE_PRECISIONS: [u32; 3] = [60, 3600, 86400];
+/// The quantiles `get --stats` and the API report.
+pub const REPORTED_QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
+
+/// One bucket of the histogram scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HistBucket {
+    /// `v < 0`, with the index of `|v|`. Ordered before the others, the
+    /// largest magnitude first (see [`HistBucket::sort_key`]).
+    Negative(i32),
+    /// `v = 0`.
+    Zero,
+    /// `v > 0`, bucket `I = ceil(16 × log2(v))`.
+    Positive(i32),
+}
+
+/// The index of a positive finite value on the scale.
+fn index(v: f64) -> i32 {
+    debug_assert!(v > 0.0 && v.is_finite());
+    let i = (v.log2() * PER_DOUBLING).ceil();
+    // log2 rounding can put an exact boundary one bucket off: fix it
+    // against the bucket's own bounds.
+    let mut i = i as i32;
+    if v <= upper(i - 1) {
+        i -= 1;
+    } else if v > upper(i) {
+        i += 1;
+    }
+    i
+}
+
+/// Upper bound of positive bucket `i`: `2^(i/16)`.
+fn upper(i: i32) -> f64 {
+    (f64::from(i) / PER_DOUBLING).exp2()
+}
+
+impl HistBucket {
+    /// The bucket of a finite value; `None` for NaN or ±inf.
+    pub fn of(v: f64) -> Option<HistBucket> {
+        if !v.is_finite() {
+            None
+        } else if v > 0.0 {
+            Some(HistBucket::Positive(index(v)))
+        } else if v < 0.0 {
+            Some(HistBucket::Negative(index(-v)))
+        } else {
+            Some(HistBucket::Zero)
+        }
+    }
+
+    /// The field suffix after `B:h:`: `I`, `z` or `nI`.
+    pub fn suffix(self) -> String {
+        match self {
+            HistBucket::Positive(i) => i.to_string(),
+            HistBucket::Zero => "z".to_string(),
+            HistBucket::Negative(i) => format!("n{i}"),
+        }
+    }
+
+    /// Parses a suffix written by [`HistBucket::suffix`].
+    pub fn parse(suffix: &str) -> Option<HistBucket> {
+        match suffix {
+            "z" => Some(HistBucket::Zero),
+            s => match s.strip_prefix('n') {
+                Some(n) => n.parse().ok().map(HistBucket::Negative),
+                None => s.parse().ok().map(HistBucket::Positive),
+            },
+        }
+    }
+
+    /// The value a quantile in this bucket is reported as.
+    pub fn representative(self) -> f64 {
+        let mid = |i: i32| 2.0 * upper(i) / (1.0 + upper(1));
+        match self {
+            HistBucket::Positive(i) => mid(i),
+            HistBucket::Zero => 0.0,
+            HistBucket::Negative(i) => -mid(i),
+        }
+    }
+
+    /// Orders buckets by the values they hold.
+    fn sort_key(self) -> (i8, i64) {
+        match self {
+            HistBucket::Negative(i) => (0, -i64::from(i)),
+            HistBucket::Zero => (1, 0),
+            HistBucket::Positive(i) => (2, i64::from(i)),
+        }
+    }
+}
+
+/// Count, sum, sum of squares, min and max of a set of observations, and
+/// its histogram where kept.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    pub count: i64,
+    pub sum: f64,
+    pub sumsq: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Empty where no histogram is kept.
+    pub histogram: BTreeMap<HistBucket, i64>,
+}
+
+impl Summary {
+    /// Adds `count` observations of `value` (finite), with the histogram
+    /// when `quantiles` is true.
+    pub fn observe(&mut self, value: f64, count: i64, quantiles: bool) {
+        if self.count == 0 {
+            self.min = value;
+            self.max = value;
+        } else {
+            self.min = self.min.min(value);
+            self.max = self.max.max(value);
+        }
+        self.count += count;
+        let c = count as f64;
+        self.sum += c * value;
+        self.sumsq += c * value * value;
+        if quantiles {
+            if let Some(b) = HistBucket::of(value) {
+                *self.histogram.entry(b).or_insert(0) += count;
+            }
+        }
+    }
+
+    /// The mean, or `None` without observations.
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum / self.count as f64)
+    }
+
+    /// The population standard deviation, or `None` without observations.
+    /// Rounding can make `sumsq/n - mean²` slightly negative: read as 0.
+    pub fn stddev(&self) -> Option<f64> {
+        let mean = self.mean()?;
+        let var = self.sumsq / self.count as f64 - mean * mean;
+        Some(var.max(0.0).sqrt())
+    }
+
+    /// The `q` quantile (0 < q ≤ 1) from the histogram: the representative
+    /// value of the bucket holding the observation of rank `ceil(q × n)`,
+    /// clamped to [min, max]. `None` without a histogram.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let n: i64 = self.histogram.values().sum();
+        if n <= 0 {
+            return None;
+        }
+        let rank = ((q * n as f64).ceil() as i64).clamp(1, n);
+        let mut buckets: Vec<(HistBucket, i64)> =
+            self.histogram.iter().map(|(b, c)| (*b, *c)).collect();
+        buckets.sort_by_key(|(b, _)| b.sort_key());
+        let mut seen = 0;
+        for (b, c) in buckets {
+            seen += c;
+            if seen >= rank {
+                let v = b.representative();
+                return Some(if self.count > 0 {
+                    v.clamp(self.min, self.max)
+                } else {
+                    v
+                });
+            }
+        }
+        None
+    }
+}
+
+/// The exact `q` quantile of sorted observations, as [`Summary::quantile`]
+/// defines it (rank `ceil(q × n)`, 1-based). For tests and references.
+pub fn exact_quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    let n = sorted.len();
+    if n == 0 {
+        return None;
+    }
+    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+    Some(sorted[rank - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_follow_the_schema_4_boundaries() {
+        assert_eq!(HistBucket::of(1.0), Some(HistBucket::Positive(0)));
+        assert_eq!(HistBucket::of(2.0), Some(HistBucket::Positive(16)));
+        assert_eq!(HistBucket::of(2.0001), Some(HistBucket::Positive(17)));
+        assert_eq!(HistBucket::of(0.5), Some(HistBucket::Positive(-16)));
+        assert_eq!(HistBucket::of(0.0), Some(HistBucket::Zero));
+        assert_eq!(HistBucket::of(-2.0), Some(HistBucket::Negative(16)));
+        assert_eq!(HistBucket::of(f64::NAN), None);
+        assert_eq!(HistBucket::of(f64::INFINITY), None);
+        for i in -400..400 {
+            let b = upper(i);
+            assert_eq!(HistBucket::of(b), Some(HistBucket::Positive(i)), "{b}");
+            let above = b * (1.0 + 1e-12);
+            assert_eq!(HistBucket::of(above), Some(HistBucket::Positive(i + 1)));
+        }
+        assert!(HistBucket::of(f64::MAX).is_some());
+        assert!(HistBucket::of(f64::MIN_POSITIVE / 4.0).is_some());
+    }
+
+    #[test]
+    fn suffixes_round_trip() {
+        for b in [
+            HistBucket::Positive(-3),
+            HistBucket::Positive(42),
+            HistBucket::Zero,
+            HistBucket::Negative(-7),
+            HistBucket::Negative(5),
+        ] {
+            assert_eq!(HistBucket::parse(&b.suffix()), Some(b));
+        }
+        assert_eq!(HistBucket::parse("x"), None);
+    }
+
+    #[test]
+    fn quantiles_are_within_the_stated_accuracy() {
+        // A deterministic spread over six decades, negatives and zeros too.
+        let mut values = Vec::new();
+        let mut x: u64 = 7;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+            values.push(10f64.powf(u * 6.0 - 2.0));
+        }
+        values.extend([0.0, 0.0, -3.5, -1000.0]);
+        let mut s = Summary::default();
+        for v in &values {
+            s.observe(*v, 1, true);
+        }
+        values.sort_by(f64::total_cmp);
+        for q in [0.001, 0.01, 0.25, 0.5, 0.9, 0.99, 0.999, 1.0] {
+            let exact = exact_quantile(&values, q).unwrap();
+            let got = s.quantile(q).unwrap();
+            let err = ((got - exact) / exact).abs();
+            assert!(err <= RELATIVE_ACCURACY, "q={q}: {got} vs {exact}");
+        }
+        let lowest = s.quantile(1e-9).unwrap();
+        assert!(lowest >= -1000.0 && (lowest + 1000.0).abs() <= 1000.0 * RELATIVE_ACCURACY);
+    }
+
+    #[test]
+    fn summary_adds_counts_sums_and_extremes() {
+        let mut s = Summary::default();
+        s.observe(2.0, 3, false);
+        s.observe(-1.0, 1, false);
+        assert_eq!(
+            (s.count, s.sum, s.sumsq, s.min, s.max),
+            (4, 5.0, 13.0, -1.0, 2.0)
+        );
+        assert_eq!(s.mean(), Some(1.25));
+        let sd = s.stddev().unwrap();
+        assert!((sd - (13.0f64 / 4.0 - 1.5625).sqrt()).abs() < 1e-12);
+        assert!(s.histogram.is_empty());
+        assert_eq!(s.quantile(0.5), None);
+        assert_eq!(Summary::default().mean(), None);
+    }
+}

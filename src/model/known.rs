@@ -31,20 +31,66 @@
 //! counter hashes, and nobody deletes `known:` or counter hashes by hand
 //! while workers run (restart the workers after doing so).
 //!
-//! The cache holds at most [`CAPACITY`] names (about 110 bytes each with
-//! seven precisions) and starts over when full.
+//! # Memory
+//! A name is remembered by a 128-bit fingerprint (two independently keyed
+//! SipHash values: a false "known" needs a collision, ~2^-128 per pair) and
+//! one `u32` bucket per precision, about 60 bytes with seven precisions.
+//! Two generations of at most [`GENERATION`] names each: when the newer is
+//! full it becomes the older and the oldest is dropped, so names written
+//! window after window stay (they are written again into the newer one)
+//! while a long tail of names seen once ages out. Both full: ~15 MiB.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 
 /// Allowed difference between the Redis clock and any leader's clock, in
 /// seconds: a member is not trusted to be in `known:` within this time of
 /// its cleaner horizon.
 pub const CLOCK_MARGIN_SECS: i64 = 60;
-/// Names remembered at most; the cache starts over past it (~7 MiB). The
-/// names worth remembering are those seen window after window, far fewer.
-pub const CAPACITY: usize = 65_536;
-/// "No bucket written with a ZADD" at this precision.
-const NONE: i64 = i64::MIN;
+/// Names per generation: 7/8 of a power of two, the most a hash table of
+/// 2^17 slots holds without growing. Two generations cover a Zipf workload
+/// over 100,000 names without forgetting any.
+pub const GENERATION: usize = 114_688;
+/// "No bucket written with a ZADD" at this precision (bucket 0, the first
+/// second of 1970, is never trusted: a ZADD more, nothing less).
+const NONE: u32 = 0;
+
+/// A name's fingerprint is already uniformly random: the table uses its low
+/// bits as they are instead of hashing it again.
+#[derive(Default)]
+struct Fingerprinted(u64);
+
+impl Hasher for Fingerprinted {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = v as u64;
+    }
+}
+
+/// Fingerprint → index of the name's buckets in `buckets`.
+type Index = HashMap<u128, u32, BuildHasherDefault<Fingerprinted>>;
+
+/// One generation: names and, per name, the newest bucket written with a
+/// ZADD per precision (`stride` entries from `index × stride`).
+#[derive(Debug, Clone, Default)]
+struct Generation {
+    index: Index,
+    buckets: Vec<u32>,
+}
+
+impl Generation {
+    fn get(&self, fp: u128, stride: usize) -> Option<&[u32]> {
+        let i = *self.index.get(&fp)? as usize * stride;
+        Some(&self.buckets[i..i + stride])
+    }
+}
 
 /// Per name, the newest bucket written together with a ZADD of its member,
 /// per precision.
@@ -53,7 +99,9 @@ pub struct KnownCache {
     precisions: Vec<u32>,
     /// `SAMPLES × P - CLOCK_MARGIN_SECS`, per precision.
     trust: Vec<i64>,
-    names: HashMap<Box<str>, Box<[i64]>>,
+    keys: (RandomState, RandomState),
+    newer: Generation,
+    older: Generation,
 }
 
 impl KnownCache {
@@ -65,19 +113,35 @@ impl KnownCache {
                 .iter()
                 .map(|&p| i64::from(samples) * i64::from(p) - CLOCK_MARGIN_SECS)
                 .collect(),
-            names: HashMap::new(),
+            keys: (RandomState::new(), RandomState::new()),
+            newer: Generation::default(),
+            older: Generation::default(),
         }
+    }
+
+    fn fingerprint(&self, name: &str) -> u128 {
+        let hi = self.keys.0.hash_one(name);
+        let lo = self.keys.1.hash_one(name);
+        (u128::from(hi) << 64) | u128::from(lo)
+    }
+
+    /// The remembered buckets of a name, newer generation first.
+    fn buckets(&self, fp: u128) -> Option<&[u32]> {
+        let stride = self.precisions.len();
+        self.newer
+            .get(fp, stride)
+            .or_else(|| self.older.get(fp, stride))
     }
 
     /// Until when (unix seconds, exclusive) `P:name` is surely in `known:`,
     /// or `None` when a ZADD is needed at `now_s` (unix seconds).
     pub fn trusted_until(&self, precision: u32, name: &str, now_s: i64) -> Option<i64> {
         let p = self.precisions.iter().position(|&x| x == precision)?;
-        let b = *self.names.get(name)?.get(p)?;
+        let b = self.buckets(self.fingerprint(name))?[p];
         if b == NONE {
             return None;
         }
-        let until = b.saturating_add(self.trust[p]);
+        let until = i64::from(b).saturating_add(self.trust[p]);
         (now_s < until).then_some(until)
     }
 
@@ -86,30 +150,44 @@ impl KnownCache {
         let Some(p) = self.precisions.iter().position(|&x| x == precision) else {
             return;
         };
-        if !self.names.contains_key(name) {
-            if self.names.len() >= CAPACITY {
-                self.names.clear();
+        // A bucket a u32 cannot hold (before 1970, after 2106) is not
+        // remembered: its member is simply added every time.
+        let Ok(bucket) = u32::try_from(bucket) else {
+            return;
+        };
+        let stride = self.precisions.len();
+        let fp = self.fingerprint(name);
+        if !self.newer.index.contains_key(&fp) {
+            if self.newer.index.len() >= GENERATION {
+                self.older = std::mem::take(&mut self.newer);
             }
-            let empty = vec![NONE; self.precisions.len()].into_boxed_slice();
-            self.names.insert(name.into(), empty);
+            let carried = self.older.get(fp, stride).map(<[u32]>::to_vec);
+            let at = self.newer.index.len() as u32;
+            self.newer.index.insert(fp, at);
+            match carried {
+                Some(b) => self.newer.buckets.extend(b),
+                None => self.newer.buckets.extend(std::iter::repeat_n(NONE, stride)),
+            }
         }
-        let slot = &mut self.names.get_mut(name).expect("inserted")[p];
+        let i = self.newer.index[&fp] as usize * stride + p;
+        let slot = &mut self.newer.buckets[i];
         *slot = (*slot).max(bucket);
     }
 
     /// Forgets everything (after a resync, or a script found it stale).
     pub fn clear(&mut self) {
-        self.names.clear();
+        self.newer = Generation::default();
+        self.older = Generation::default();
     }
 
-    /// Names remembered.
+    /// Names remembered (one in both generations counts twice).
     pub fn len(&self) -> usize {
-        self.names.len()
+        self.newer.index.len() + self.older.index.len()
     }
 
     /// True when nothing is remembered.
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
+        self.len() == 0
     }
 }
 
@@ -153,15 +231,28 @@ mod tests {
     }
 
     #[test]
-    fn starts_over_when_full() {
+    fn keeps_the_names_written_again_when_a_generation_fills() {
         let mut c = KnownCache::new(&[1], 120);
-        for i in 0..CAPACITY {
+        c.wrote(1, "hot", 500);
+        for i in 0..GENERATION {
             c.wrote(1, &i.to_string(), 500);
         }
-        assert_eq!(c.len(), CAPACITY);
-        c.wrote(1, "one more", 500);
-        assert_eq!(c.len(), 1);
-        assert_eq!(c.trusted_until(1, "0", 500), None);
-        assert_eq!(c.trusted_until(1, "one more", 500), Some(560));
+        // "hot" was in the newer generation, now the older: still trusted.
+        assert_eq!(c.trusted_until(1, "hot", 500), Some(560));
+        // Written again, it moves to the newer generation and survives the
+        // next rotation; a name written only once before does not.
+        c.wrote(1, "hot", 501);
+        for i in 0..GENERATION {
+            c.wrote(1, &format!("x{i}"), 500);
+        }
+        assert_eq!(c.trusted_until(1, "hot", 500), Some(561));
+        assert_eq!(c.trusted_until(1, "0", 500), None, "aged out");
+        assert!(c.len() <= 2 * GENERATION);
+        c.wrote(1, "old", -5);
+        assert_eq!(
+            c.trusted_until(1, "old", 0),
+            None,
+            "before 1970: never trusted"
+        );
     }
 }

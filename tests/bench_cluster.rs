@@ -78,10 +78,36 @@ fn bench_with_cluster_starts_one_and_prints_the_per_master_table() {
 }
 
 #[test]
+fn warm_without_a_cluster_is_refused_with_one_line() {
+    let out = bench(&["--warm"], None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--warm prices a cluster run"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
 fn bench_on_a_redis_url_naming_a_cluster_measures_that_cluster() {
     let cluster = Cluster::start_with(3, 0);
     let out = bench(&[], Some(&cluster.seed_url()));
     assert_per_master_table(&out, 3);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("cold start (every name new)"),
+        "{}",
+        text(&out)
+    );
+    // The steady state: workers warmed up on as many hits, paused while the
+    // measured ones are filled (the bench checks both counted exactly).
+    let out = bench(&["--warm"], Some(&cluster.seed_url()));
+    assert_per_master_table(&out, 3);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("steady state (names known, workers warm"),
+        "{}",
+        text(&out)
+    );
     // Its keys are gone afterwards.
     for url in cluster.urls() {
         let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();

@@ -8,12 +8,13 @@
 //! [`workers`] (the real worker as child processes), [`seeds`] (the seeds'
 //! algorithm in Rust), [`latency`] (XADD-to-visible delay and the producer's
 //! rate), [`report`] (the table). On a Redis Cluster, [`scaling`] prices
-//! the same drains in Redis CPU per master instead ([`usage`],
+//! the same drains ([`drain`]) in Redis CPU per master instead ([`usage`],
 //! [`scaling_report`]). Every key it writes starts with `bench:`.
 //! Apart from those, [`mod@serve`] (`--serve`) measures what `hitcount
 //! serve` costs Redis with dashboards open.
 
 pub mod ceiling;
+pub mod drain;
 pub mod latency;
 pub mod report;
 pub mod scaling;

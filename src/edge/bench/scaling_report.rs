@@ -107,6 +107,9 @@ pub struct ScalingReport {
     pub wait_replicas: Option<u32>,
     /// Each master's CPU while idle, µs per second (included in the runs).
     pub idle_cpu_us_per_sec: Vec<f64>,
+    /// Priced in the steady state (names known, workers warm) rather than
+    /// from a cold start.
+    pub warm: bool,
     /// The runs.
     pub runs: Vec<ScalingRun>,
 }
@@ -131,6 +134,7 @@ impl ScalingReport {
             replicas,
             wait_replicas,
             idle_cpu_us_per_sec: idle,
+            warm: opts.warm,
             runs: Vec::new(),
         }
     }
@@ -147,8 +151,13 @@ impl ScalingReport {
         let spread: Vec<String> = self.spread.iter().map(usize::to_string).collect();
         let _ = writeln!(
             out,
-            "{} hits per workload; {m} masters ({} replicas each{}); {} stream shards over the masters: {}\n",
+            "{} hits per workload, {}; {m} masters ({} replicas each{}); {} stream shards over the masters: {}\n",
             self.entries,
+            if self.warm {
+                "steady state (names known, workers warm: --warm)"
+            } else {
+                "cold start (every name new)"
+            },
             self.replicas,
             match self.wait_replicas {
                 Some(w) => format!(", workers with --wait-replicas {w}"),

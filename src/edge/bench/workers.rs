@@ -194,15 +194,20 @@ pub fn check_alive(children: &mut [Child], deadline: Instant) -> Result<(), Benc
     Ok(())
 }
 
+/// Sends `sig` to every worker (SIGSTOP and SIGCONT pause and resume them).
+pub fn signal(children: &[Child], sig: libc::c_int) {
+    for c in children {
+        if let Some(pid) = c.id() {
+            // SAFETY: kill(2) on a child we started and have not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, sig) };
+        }
+    }
+}
+
 /// Stops the workers with SIGTERM (they finish their window and leave the
 /// group) and waits for them; kills any still running after 30 s.
 pub async fn stop(children: Vec<Child>) {
-    for c in &children {
-        if let Some(pid) = c.id() {
-            // SAFETY: kill(2) on a child we started and have not reaped.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-        }
-    }
+    signal(&children, libc::SIGTERM);
     for mut c in children {
         if tokio::time::timeout(Duration::from_secs(30), c.wait())
             .await

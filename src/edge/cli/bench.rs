@@ -66,6 +66,12 @@ pub struct Args {
     /// even masters, fewer spread worse).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
     shards: u32,
+    /// With --cluster: price the steady state instead of a cold start: the
+    /// workers first count as many hits of the workload (names known in
+    /// Redis and in their caches), are paused while the measured hits are
+    /// filled, and are priced from their resumption.
+    #[arg(long, conflicts_with = "serve")]
+    warm: bool,
     /// Instead of the above: what `hitcount serve` costs Redis with
     /// dashboards open (Redis CPU, latency of `top`).
     #[arg(long)]
@@ -89,12 +95,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.entries > 0 && !args.workers.contains(&0),
         "--entries and every --workers count must be at least 1"
     );
+    let cluster_only =
+        "--warm prices a cluster run: add --cluster (or a REDIS_URL naming a cluster)";
+    anyhow::ensure!(
+        !args.warm || args.cluster.is_some() || args.redis_url.is_some(),
+        cluster_only
+    );
     // `--serve` measures one Redis only (a cluster is refused below).
     if !args.serve {
         if let Some(source) = cluster_source(&args).await? {
             return scaling(args, source).await;
         }
     }
+    anyhow::ensure!(!args.warm, cluster_only);
     let server = match &args.redis_url {
         Some(_) => None,
         None => Some(
@@ -181,6 +194,7 @@ async fn scaling(args: Args, source: ClusterSource) -> anyhow::Result<()> {
         workloads: args.workload,
         shards: args.shards,
         worker_args: args.worker_args,
+        warm: args.warm,
     };
     let report = crate::edge::bench::scaling::measure(source, &opts).await?;
     if args.json {

@@ -135,8 +135,8 @@ pub(super) struct Warm<'a> {
 
 /// The steady state of a deployment that has run for a while: every name
 /// already has its counters and `known:` members, and the workers remember
-/// them. The workers first count `warm.first` (the same workload, another
-/// draw) as it is filled, then are paused (SIGSTOP) while `warm.then` is
+/// them. The workers first count `warm.first` (every name of the workload
+/// once) as it is filled, then are paused (SIGSTOP) while `warm.then` is
 /// filled, and are priced from their resumption (SIGCONT) until it is
 /// drained. A cold run ([`drain`]) instead prices a fresh Redis where every
 /// name is new: each of its `PREC:NAME` members costs one ZADD, all on the

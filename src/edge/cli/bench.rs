@@ -67,8 +67,8 @@ pub struct Args {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
     shards: u32,
     /// With --cluster: price the steady state instead of a cold start: the
-    /// workers first count as many hits of the workload (names known in
-    /// Redis and in their caches), are paused while the measured hits are
+    /// workers first count one hit of every name of the workload (names
+    /// known in Redis and in their caches), are paused while the measured hits are
     /// filled, and are priced from their resumption.
     #[arg(long, conflicts_with = "serve")]
     warm: bool,

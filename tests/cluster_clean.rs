@@ -16,7 +16,7 @@ use std::time::Instant;
 use common::bin;
 use common::cluster::Cluster;
 use hitcount::model::config::{LayoutArgs, StreamArgs};
-use hitcount::model::keys::Keys;
+use hitcount::model::keys::{Family, Keys};
 use hitcount::service::cleaner::Cleaner;
 use hitcount::service::fence::Fence;
 use hitcount::service::leader::Lease;
@@ -377,9 +377,15 @@ async fn a_leader_dead_between_removal_and_recheck_is_repaired_and_a_stale_one_f
     let (known, _) = state(&mut c, &keys).await;
     assert_eq!(known, BTreeSet::from(["60:raced".to_string()]));
     // The stale fence is refused in known:'s slot now.
-    let out = hitcount::service::forget::forget(&mut c, &keys, &stale, &["60:raced".into()])
-        .await
-        .unwrap();
+    let out = hitcount::service::forget::forget(
+        &mut c,
+        &keys,
+        Family::Counts,
+        &stale,
+        &["60:raced".into()],
+    )
+    .await
+    .unwrap();
     assert_eq!(out, None, "a stale leader removes nothing");
     let (known, _) = state(&mut c, &keys).await;
     assert!(known.contains("60:raced"));

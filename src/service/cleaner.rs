@@ -31,6 +31,12 @@
 //!   leader's token on one Redis, an epoch per pass on a cluster), all of a
 //!   page's calls in one round trip ([`crate::service::purge`]).
 //!
+//! Statistics (`stats:PREC:NAME`, listed in `stats:known:`) are kept the
+//! same way, in the same pass, by the same code: a [`Family`] names the
+//! ZSET, the hashes and how a field names its bucket. A statistics bucket
+//! `B` is old by the same horizon, and then every field `B:…` goes (count,
+//! sum, sumsq, min, max and the histogram's `B:h:…`).
+//!
 //! No single command holds Redis for more than about a millisecond, however
 //! large `known:` or one counter grows.
 
@@ -41,7 +47,7 @@ use crate::store::connect::Conn;
 use redis::{RedisError, Value};
 
 use crate::model::config::LayoutArgs;
-use crate::model::keys::Keys;
+use crate::model::keys::{Family, Keys};
 use crate::model::metrics::metrics;
 use crate::service::fence::Fence;
 use crate::service::leader::Lease;
@@ -90,6 +96,12 @@ pub struct PassReport {
     pub samples_removed: u64,
     /// Counters that emptied and left `known:`.
     pub counters_removed: u64,
+    /// Statistics hashes due this pass and looked at.
+    pub stats_scanned: u64,
+    /// Statistics fields deleted (every field of each old bucket).
+    pub stats_fields_removed: u64,
+    /// Statistics hashes that emptied and left `stats:known:`.
+    pub stats_removed: u64,
     /// How long the pass took, in ms.
     pub duration_ms: u64,
 }
@@ -100,6 +112,28 @@ pub struct Cleaner {
     samples: i64,
     lease: Arc<Lease>,
     passes: u64,
+}
+
+impl PassReport {
+    /// Counts hashes of `family` scanned, fields deleted and hashes
+    /// forgotten.
+    fn add(&mut self, family: Family, scanned: u64, removed: u64, forgotten: u64) {
+        let (s, r, f) = match family {
+            Family::Counts => (
+                &mut self.counters_scanned,
+                &mut self.samples_removed,
+                &mut self.counters_removed,
+            ),
+            Family::Stats => (
+                &mut self.stats_scanned,
+                &mut self.stats_fields_removed,
+                &mut self.stats_removed,
+            ),
+        };
+        *s += scanned;
+        *r += removed;
+        *f += forgotten;
+    }
 }
 
 impl Cleaner {
@@ -130,15 +164,38 @@ impl Cleaner {
         let fence = Fence::take(conn, &self.keys, &self.lease)
             .await?
             .ok_or(CleanError::LostLease)?;
+        for family in Family::ALL {
+            self.clean_family(conn, &fence, family, now, &mut report)
+                .await?;
+        }
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        let m = metrics();
+        m.cleaner_passes.inc();
+        m.cleaner_pass_duration
+            .observe(started.elapsed().as_secs_f64());
+        Ok(report)
+    }
+
+    /// The pass over one family: its ZSET page by page, each page's due
+    /// hashes cleaned.
+    async fn clean_family(
+        &self,
+        conn: &mut Conn,
+        fence: &Fence,
+        family: Family,
+        now: i64,
+        report: &mut PassReport,
+    ) -> Result<(), CleanError> {
         if fence.is_epoch() {
             // Members a dead leader removed without re-checking them.
-            let back = crate::service::forget::recover(conn, &self.keys, &fence)
+            let back = crate::service::forget::recover(conn, &self.keys, family, fence)
                 .await?
                 .ok_or(CleanError::LostLease)?;
             if back > 0 {
                 tracing::info!(
                     members = back,
-                    "re-added counters a previous pass left out of known:"
+                    zset = self.keys.known_of(family),
+                    "re-added hashes a previous pass left out of their ZSET"
                 );
             }
         }
@@ -146,7 +203,7 @@ impl Cleaner {
         loop {
             self.check()?;
             let mut cmd = redis::cmd("ZRANGEBYLEX");
-            cmd.arg(self.keys.known());
+            cmd.arg(self.keys.known_of(family));
             match &after {
                 None => cmd.arg("-"),
                 Some(last) => cmd.arg([b"(".as_slice(), last].concat()),
@@ -169,17 +226,12 @@ impl Cleaner {
                         .then(|| (m.to_string(), now - self.samples * i64::from(prec)))
                 })
                 .collect();
-            self.clean_page(conn, &fence, &due, &mut report).await?;
+            self.clean_page(conn, fence, family, &due, report).await?;
             if members.len() < PAGE {
-                break;
+                return Ok(());
             }
         }
-        report.duration_ms = started.elapsed().as_millis() as u64;
-        let m = metrics();
-        m.cleaner_passes.inc();
-        m.cleaner_pass_duration
-            .observe(started.elapsed().as_secs_f64());
-        Ok(report)
+        Ok(())
     }
 
     fn check(&self) -> Result<(), CleanError> {
@@ -190,23 +242,24 @@ impl Cleaner {
         }
     }
 
-    /// Reads one page of due counters (lengths, then the fields of the small
-    /// ones: two round trips), deletes their old samples in a third, then
+    /// Reads one page of due hashes (lengths, then the fields of the small
+    /// ones: two round trips), deletes their old buckets in a third, then
     /// pages through the big ones.
     async fn clean_page(
         &self,
         conn: &mut Conn,
         fence: &Fence,
+        family: Family,
         due: &[(String, i64)],
         report: &mut PassReport,
     ) -> Result<(), CleanError> {
         if due.is_empty() {
             return Ok(());
         }
-        report.counters_scanned += due.len() as u64;
+        report.add(family, due.len() as u64, 0, 0);
         let keys: Vec<String> = due
             .iter()
-            .map(|(m, _)| self.keys.count_of_member(m))
+            .map(|(m, _)| self.keys.hash_of_member(family, m))
             .collect();
         let lens: Vec<usize> = each(conn, "HLEN", keys.iter()).await?;
         let small: Vec<usize> = (0..due.len()).filter(|&i| lens[i] <= BIG_HASH).collect();
@@ -214,7 +267,7 @@ impl Cleaner {
             each(conn, "HKEYS", small.iter().map(|&i| &keys[i])).await?;
         let mut plans = Vec::new();
         for (&i, fields) in small.iter().zip(fields) {
-            let (old, kept) = split_old(fields.iter().map(Vec::as_slice), due[i].1);
+            let (old, kept) = split_old(family, fields.iter().map(Vec::as_slice), due[i].1);
             if !old.is_empty() || !kept {
                 plans.push(Plan {
                     member: due[i].0.clone(),
@@ -224,9 +277,11 @@ impl Cleaner {
                 });
             }
         }
-        self.apply(conn, fence, &plans, None, report).await?;
+        self.apply(conn, fence, family, &plans, None, report)
+            .await?;
         for i in (0..due.len()).filter(|&i| lens[i] > BIG_HASH) {
-            self.clean_big(conn, fence, &due[i].0, &keys[i], due[i].1, report)
+            let (member, cutoff) = (&due[i].0, due[i].1);
+            self.clean_big(conn, fence, family, member, &keys[i], cutoff, report)
                 .await?;
         }
         Ok(())
@@ -234,10 +289,12 @@ impl Cleaner {
 
     /// Pages through a big hash with HSCAN, deleting each page's old fields
     /// in the same round trip as reading the next page.
+    #[allow(clippy::too_many_arguments)]
     async fn clean_big(
         &self,
         conn: &mut Conn,
         fence: &Fence,
+        family: Family,
         member: &str,
         key: &str,
         cutoff: i64,
@@ -248,7 +305,8 @@ impl Cleaner {
         let (mut cursor, mut pairs): (u64, Vec<Vec<u8>>) = scan.query_async(conn).await?;
         let mut kept_any = false;
         loop {
-            let (old, kept) = split_old(pairs.iter().step_by(2).map(Vec::as_slice), cutoff);
+            let fields = pairs.iter().step_by(2).map(Vec::as_slice);
+            let (old, kept) = split_old(family, fields, cutoff);
             kept_any |= kept;
             let plan = Plan {
                 member: member.to_string(),
@@ -263,13 +321,15 @@ impl Cleaner {
             };
             if cursor == 0 {
                 return self
-                    .apply(conn, fence, &plans, None, report)
+                    .apply(conn, fence, family, &plans, None, report)
                     .await
                     .map(|_| ());
             }
             let mut scan = redis::cmd("HSCAN");
             scan.arg(key).arg(cursor).arg("COUNT").arg(SCAN_COUNT);
-            let reply = self.apply(conn, fence, &plans, Some(scan), report).await?;
+            let reply = self
+                .apply(conn, fence, family, &plans, Some(scan), report)
+                .await?;
             (cursor, pairs) = redis::from_redis_value(reply.unwrap_or(Value::Nil))
                 .map_err(|e| CleanError::from(RedisError::from(e)))?;
         }
@@ -281,17 +341,19 @@ impl Cleaner {
         &self,
         conn: &mut Conn,
         fence: &Fence,
+        family: Family,
         plans: &[Plan],
         then: Option<redis::Cmd>,
         report: &mut PassReport,
     ) -> Result<Option<Value>, CleanError> {
         self.check()?;
-        let out = purge::run(conn, &self.keys, fence, plans, then).await?;
-        report.samples_removed += out.removed;
-        report.counters_removed += out.forgotten;
-        let m = metrics();
-        m.cleaner_samples_removed.inc_by(out.removed);
-        m.cleaner_counters_removed.inc_by(out.forgotten);
+        let out = purge::run(conn, &self.keys, family, fence, plans, then).await?;
+        report.add(family, 0, out.removed, out.forgotten);
+        if family == Family::Counts {
+            let m = metrics();
+            m.cleaner_samples_removed.inc_by(out.removed);
+            m.cleaner_counters_removed.inc_by(out.forgotten);
+        }
         if out.lost {
             return Err(CleanError::LostLease);
         }
@@ -320,17 +382,19 @@ async fn each<'a, T: redis::FromRedisValue>(
         .collect()
 }
 
-/// Splits fields into those whose bucket is at or before `cutoff` (to
-/// delete) and whether any other field is kept (a younger sample, or a field
-/// that is not a bucket time at all, which is never touched).
-fn split_old<'a>(fields: impl Iterator<Item = &'a [u8]>, cutoff: i64) -> (Vec<Vec<u8>>, bool) {
+/// Splits fields of a `family` hash into those whose bucket is at or before
+/// `cutoff` (to delete) and whether any other field is kept (a younger
+/// bucket's, or a field that names no bucket at all, which is never
+/// touched).
+fn split_old<'a>(
+    family: Family,
+    fields: impl Iterator<Item = &'a [u8]>,
+    cutoff: i64,
+) -> (Vec<Vec<u8>>, bool) {
     let mut old = Vec::new();
     let mut kept = false;
     for f in fields {
-        match std::str::from_utf8(f)
-            .ok()
-            .and_then(|s| s.parse::<i64>().ok())
-        {
+        match family.bucket_of(f) {
             Some(t) if t <= cutoff => old.push(f.to_vec()),
             _ => kept = true,
         }
@@ -364,12 +428,26 @@ mod tests {
 
     #[test]
     fn old_means_at_or_before_the_cutoff() {
-        let fields: Vec<&[u8]> = vec![b"100", b"101", b"99", b"junk"];
-        let (old, kept) = split_old(fields.into_iter(), 100);
+        let fields: Vec<&[u8]> = vec![b"100", b"101", b"99", b"junk", b"99:count"];
+        let (old, kept) = split_old(Family::Counts, fields.into_iter(), 100);
         assert_eq!(old, vec![b"100".to_vec(), b"99".to_vec()]);
         assert!(kept);
-        let (old, kept) = split_old([b"5".as_slice()].into_iter(), 100);
+        let (old, kept) = split_old(Family::Counts, [b"5".as_slice()].into_iter(), 100);
         assert_eq!(old.len(), 1);
+        assert!(!kept);
+        // Statistics: every field of an old bucket, histogram too.
+        let fields: Vec<&[u8]> = vec![b"100:count", b"100:h:n3", b"99:sum", b"101:sum", b"100"];
+        let (old, kept) = split_old(Family::Stats, fields.into_iter(), 100);
+        assert_eq!(
+            old,
+            vec![
+                b"100:count".to_vec(),
+                b"100:h:n3".to_vec(),
+                b"99:sum".to_vec()
+            ]
+        );
+        assert!(kept);
+        let (_, kept) = split_old(Family::Stats, [b"7:max".as_slice()].into_iter(), 100);
         assert!(!kept);
     }
 

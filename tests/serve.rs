@@ -19,7 +19,8 @@ use hitcount::store::connect::Conn;
 use serde_json::{json, Value};
 
 /// The rules of a read-only user, as the README gives them.
-const READ_ONLY: &str = "resetchannels ~known: ~count:* -@all +@read +@connection +cluster|info";
+const READ_ONLY: &str =
+    "resetchannels ~known: ~count:* ~stats:* -@all +@read +@connection +cluster|info";
 
 struct Answer {
     status: u16,
@@ -512,6 +513,8 @@ async fn serves_as_a_user_that_may_only_read() {
     for name in AWKWARD {
         seed(&mut admin, 60, name, &[(60, 2), (120, 5)]).await;
     }
+    let slow = vec![(120, observations(3, 50))];
+    seed_stats(&mut admin, 60, "slow", &slow, true).await;
     let url = format!("redis://reader:read-pw@127.0.0.1:{}", server.port());
     // The user really cannot write.
     let mut reader = conn(&url).await;
@@ -543,6 +546,13 @@ async fn serves_as_a_user_that_may_only_read() {
     let a = get(&addr, "/api/v1/top?precision=60&bucket=120&limit=3");
     assert_eq!(a.status, 200, "{}", a.body);
     assert_eq!(a.json()["counters"].as_array().unwrap().len(), 3);
+    // Statistics too.
+    let a = get(&addr, "/api/v1/stats/slow?precision=60");
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_rows_match(&a.json()["buckets"], &slow, true);
+    let a = get(&addr, "/api/v1/top?precision=60&bucket=120&by=mean");
+    assert_eq!(a.json()["counters"][0]["name"], "slow", "{}", a.body);
+    assert_eq!(get(&addr, "/api/v1/stats?limit=5").status, 200);
 
     let log: Vec<redis::Value> = redis::cmd("ACL")
         .arg("LOG")

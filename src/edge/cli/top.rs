@@ -37,6 +37,23 @@ pub struct Args {
     pub(super) common: Common,
 }
 
+/// `--json`: the fields of `/api/v1/top`'s answer, in its order, with `by`.
+#[derive(serde::Serialize)]
+struct Body<'a> {
+    precision: u32,
+    bucket: i64,
+    by: &'static str,
+    counters: Vec<Entry<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct Entry<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mean: Option<f64>,
+    count: i64,
+}
+
 fn parse_by(text: &str) -> Result<By, String> {
     text.parse()
 }
@@ -64,17 +81,21 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         By::Mean => "mean",
     };
     if args.json {
-        let counters: Vec<serde_json::Value> = ranking
+        let counters = ranking
             .iter()
-            .map(|r| match r.mean {
-                Some(mean) => serde_json::json!({"name": r.name, "mean": mean, "count": r.count}),
-                None => serde_json::json!({"name": r.name, "count": r.count}),
+            .map(|r| Entry {
+                name: &r.name,
+                mean: r.mean,
+                count: r.count,
             })
             .collect();
-        let body = serde_json::json!({
-            "precision": precision, "bucket": bucket, "by": by, "counters": counters,
-        });
-        outln!("{body}");
+        let body = Body {
+            precision,
+            bucket,
+            by,
+            counters,
+        };
+        outln!("{}", serde_json::to_string(&body)?);
         return Ok(());
     }
     let when = format!("the {precision} s bucket from {} UTC", format_utc(bucket));

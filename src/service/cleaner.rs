@@ -349,11 +349,13 @@ impl Cleaner {
         self.check()?;
         let out = purge::run(conn, &self.keys, family, fence, plans, then).await?;
         report.add(family, 0, out.removed, out.forgotten);
-        if family == Family::Counts {
-            let m = metrics();
-            m.cleaner_samples_removed.inc_by(out.removed);
-            m.cleaner_counters_removed.inc_by(out.forgotten);
-        }
+        let m = metrics();
+        let (removed, forgotten) = match family {
+            Family::Counts => (&m.cleaner_samples_removed, &m.cleaner_counters_removed),
+            Family::Stats => (&m.cleaner_stats_fields_removed, &m.cleaner_stats_removed),
+        };
+        removed.inc_by(out.removed);
+        forgotten.inc_by(out.forgotten);
         if out.lost {
             return Err(CleanError::LostLease);
         }

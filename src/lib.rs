@@ -35,6 +35,7 @@
 //!    │       registration.rs one live process per consumer name
 //!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties;
 //!    │       fence.rs  purge.rs  forget.rs   their fence, deletes, known: on a cluster
+//!    │       pass_report.rs what a cleaner pass did
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
 //!    │       ranking.rs     `top`: one cached ranking scan per (order, precision, bucket)
 //!    ▼

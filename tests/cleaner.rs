@@ -324,7 +324,7 @@ fn stats_pass(st: &mut FamilyState, pass: u64, now: i64) -> u64 {
 
 /// Statistics hashes at every precision on both sides of the horizon, with
 /// histogram fields; one with a field that names no bucket; one member
-/// without a hash.
+/// without a hash; two with thousands of fields.
 async fn fill_stats(c: &mut Conn, keys: &Keys) {
     let mut pipe = redis::pipe();
     for &prec in &hitcount::model::config::DEFAULT_PRECISIONS {
@@ -357,6 +357,20 @@ async fn fill_stats(c: &mut Conn, keys: &Keys) {
         .arg(keys.stats_known())
         .arg(0)
         .arg("60:orphan");
+    // Hashes read with HKEYS above the counters' big-hash size (3,200
+    // fields), and paged with HSCAN (9,600 fields).
+    for (name, buckets) in [("wide", 400), ("big", 1200)] {
+        let member = Keys::member(1, name);
+        pipe.cmd("ZADD").arg(keys.stats_known()).arg(0).arg(&member);
+        for b in NOW - 120 - buckets / 2..NOW - 120 + buckets / 2 {
+            let mut hset = redis::cmd("HSET");
+            hset.arg(keys.stats_of_member(&member));
+            for f in ["count", "sum", "sumsq", "min", "max", "h:3", "h:z", "h:n17"] {
+                hset.arg(format!("{b}:{f}")).arg(1);
+            }
+            pipe.add_command(hset);
+        }
+    }
     let _: () = pipe.query_async(c).await.unwrap();
 }
 
@@ -407,6 +421,11 @@ async fn statistics_keep_120_samples_and_counters_are_cleaned_as_before() {
     // Pass 5 ran 300 s after pass 0: 15 of the 20 young buckets are young
     // still, each with all 8 fields.
     assert_eq!(stats["60:mixed"].len(), 15 * 8);
+    // Of the 1-second buckets around the horizon, those after `now - 120`
+    // at the last pass (NOW + 180) stay: none of the wide hash's, 299 of
+    // the big one's.
+    assert!(!stats.contains_key("1:wide"));
+    assert_eq!(stats["1:big"].len(), 299 * 8);
     let dead: u64 = redis::cmd("EXISTS")
         .arg(keys.stats(60, "all-old"))
         .query_async(&mut c)

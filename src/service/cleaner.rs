@@ -26,6 +26,9 @@
 //! - Each page's counters are read in two pipelined round trips (HLEN, then
 //!   HKEYS of the small ones; a big hash is paged with HSCAN instead); on a
 //!   cluster each command goes on its own, all of them in flight at once.
+//!   Statistics hashes hold many more fields (a few dozen per bucket), so
+//!   "big" starts higher for them and their HKEYS go in as many round trips
+//!   as keep each one's replies within `READ_FIELDS` fields.
 //! - Fields are deleted by `clean.lua` calls of at most [`CHUNK`] fields and
 //!   counters each, every call fenced ([`crate::service::fence`]: the
 //!   leader's token on one Redis, an epoch per pass on a cluster), all of a
@@ -54,13 +57,21 @@ use crate::service::leader::Lease;
 use crate::service::purge::{self, Plan};
 use crate::store::connect::StoreError;
 
+pub use crate::service::pass_report::PassReport;
 pub use crate::service::purge::CHUNK;
 
 /// Counters read from `known:` per round trip.
 const PAGE: usize = 500;
-/// A hash with more fields than this is paged with HSCAN instead of HKEYS
-/// (512 is also where Redis leaves the compact listpack encoding).
+/// A counter with more fields than this is paged with HSCAN instead of
+/// HKEYS (512 is also where Redis leaves the compact listpack encoding).
 const BIG_HASH: usize = 512;
+/// The same for statistics, whose buckets hold 5 fields plus their
+/// histogram's: HKEYS of 7,800 fields was measured at 1 ms, while paging
+/// them takes some 80 round trips.
+const BIG_STATS_HASH: usize = 8192;
+/// Most fields the HKEYS replies of one round trip hold: a page of counters
+/// just under [`BIG_HASH`] each.
+const READ_FIELDS: usize = PAGE * BIG_HASH;
 /// HSCAN COUNT when paging a big hash: HSCAN COUNT 1000 on a hash of a
 /// million fields was measured at 5 ms on a 2-core VM, so 100.
 const SCAN_COUNT: usize = 100;
@@ -85,55 +96,12 @@ impl From<RedisError> for CleanError {
     }
 }
 
-/// What one pass did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PassReport {
-    /// The pass number of this leader (0 cleans every counter).
-    pub pass: u64,
-    /// Counters due this pass and looked at.
-    pub counters_scanned: u64,
-    /// Samples deleted.
-    pub samples_removed: u64,
-    /// Counters that emptied and left `known:`.
-    pub counters_removed: u64,
-    /// Statistics hashes due this pass and looked at.
-    pub stats_scanned: u64,
-    /// Statistics fields deleted (every field of each old bucket).
-    pub stats_fields_removed: u64,
-    /// Statistics hashes that emptied and left `stats:known:`.
-    pub stats_removed: u64,
-    /// How long the pass took, in ms.
-    pub duration_ms: u64,
-}
-
 /// The cleaner of one leader: counts its passes.
 pub struct Cleaner {
     keys: Keys,
     samples: i64,
     lease: Arc<Lease>,
     passes: u64,
-}
-
-impl PassReport {
-    /// Counts hashes of `family` scanned, fields deleted and hashes
-    /// forgotten.
-    fn add(&mut self, family: Family, scanned: u64, removed: u64, forgotten: u64) {
-        let (s, r, f) = match family {
-            Family::Counts => (
-                &mut self.counters_scanned,
-                &mut self.samples_removed,
-                &mut self.counters_removed,
-            ),
-            Family::Stats => (
-                &mut self.stats_scanned,
-                &mut self.stats_fields_removed,
-                &mut self.stats_removed,
-            ),
-        };
-        *s += scanned;
-        *r += removed;
-        *f += forgotten;
-    }
 }
 
 impl Cleaner {
@@ -262,24 +230,30 @@ impl Cleaner {
             .map(|(m, _)| self.keys.hash_of_member(family, m))
             .collect();
         let lens: Vec<usize> = each(conn, "HLEN", keys.iter()).await?;
-        let small: Vec<usize> = (0..due.len()).filter(|&i| lens[i] <= BIG_HASH).collect();
-        let fields: Vec<Vec<Vec<u8>>> =
-            each(conn, "HKEYS", small.iter().map(|&i| &keys[i])).await?;
+        let big = match family {
+            Family::Counts => BIG_HASH,
+            Family::Stats => BIG_STATS_HASH,
+        };
+        let small: Vec<usize> = (0..due.len()).filter(|&i| lens[i] <= big).collect();
         let mut plans = Vec::new();
-        for (&i, fields) in small.iter().zip(fields) {
-            let (old, kept) = split_old(family, fields.iter().map(Vec::as_slice), due[i].1);
-            if !old.is_empty() || !kept {
-                plans.push(Plan {
-                    member: due[i].0.clone(),
-                    key: keys[i].clone(),
-                    old,
-                    forget: !kept,
-                });
+        for part in within_budget(&small, &lens, READ_FIELDS) {
+            let fields: Vec<Vec<Vec<u8>>> =
+                each(conn, "HKEYS", part.iter().map(|&i| &keys[i])).await?;
+            for (&i, fields) in part.iter().zip(fields) {
+                let (old, kept) = split_old(family, fields.iter().map(Vec::as_slice), due[i].1);
+                if !old.is_empty() || !kept {
+                    plans.push(Plan {
+                        member: due[i].0.clone(),
+                        key: keys[i].clone(),
+                        old,
+                        forget: !kept,
+                    });
+                }
             }
         }
         self.apply(conn, fence, family, &plans, None, report)
             .await?;
-        for i in (0..due.len()).filter(|&i| lens[i] > BIG_HASH) {
+        for i in (0..due.len()).filter(|&i| lens[i] > big) {
             let (member, cutoff) = (&due[i].0, due[i].1);
             self.clean_big(conn, fence, family, member, &keys[i], cutoff, report)
                 .await?;
@@ -384,6 +358,24 @@ async fn each<'a, T: redis::FromRedisValue>(
         .collect()
 }
 
+/// `hashes` (indexes into `lens`, their lengths) in runs whose lengths add
+/// up to at most `budget` (a longer hash alone), in order.
+fn within_budget<'a>(hashes: &'a [usize], lens: &[usize], budget: usize) -> Vec<&'a [usize]> {
+    let mut runs = Vec::new();
+    let (mut start, mut sum) = (0, 0);
+    for (k, &i) in hashes.iter().enumerate() {
+        if k > start && sum + lens[i] > budget {
+            runs.push(&hashes[start..k]);
+            (start, sum) = (k, 0);
+        }
+        sum += lens[i];
+    }
+    if start < hashes.len() {
+        runs.push(&hashes[start..]);
+    }
+    runs
+}
+
 /// Splits fields of a `family` hash into those whose bucket is at or before
 /// `cutoff` (to delete) and whether any other field is kept (a younger
 /// bucket's, or a field that names no bucket at all, which is never
@@ -451,6 +443,20 @@ mod tests {
         assert!(kept);
         let (_, kept) = split_old(Family::Stats, [b"7:max".as_slice()].into_iter(), 100);
         assert!(!kept);
+    }
+
+    #[test]
+    fn hkeys_replies_are_read_within_a_budget() {
+        let lens = [3, 5, 2, 9, 1, 1];
+        let all = [0, 1, 2, 3, 4, 5];
+        let runs = within_budget(&all, &lens, 8);
+        assert_eq!(runs, [&[0, 1][..], &[2], &[3], &[4, 5]]);
+        assert_eq!(within_budget(&[2, 4], &lens, 100), [&[2, 4][..]]);
+        assert!(within_budget(&[], &lens, 8).is_empty());
+        // A page of counters below the big-hash size is one round trip.
+        let lens = vec![BIG_HASH; PAGE];
+        let all: Vec<usize> = (0..PAGE).collect();
+        assert_eq!(within_budget(&all, &lens, READ_FIELDS).len(), 1);
     }
 
     #[test]

@@ -24,7 +24,8 @@
 //!    │       server.rs      the hardened HTTP/1 loop every endpoint shares
 //!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐
 //!    │                      assets.rs: the dashboard page (assets/)          │
-//!    │       cli/           the binary's subcommands, one file each          │ behind the
+//!    │                      stats.rs: /api/v1/stats/{name}                   │
+//!    │       cli/           the binary's subcommands, one file each (top.rs) │ behind the
 //!    │       embedded/      a throwaway redis-server or cluster (demo, bench)│ `cli` feature
 //!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)
 //!    ▼
@@ -34,18 +35,20 @@
 //!    │       registration.rs one live process per consumer name
 //!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties;
 //!    │       fence.rs  purge.rs  forget.rs   their fence, deletes, known: on a cluster
+//!    │       pass_report.rs what a cleaner pass did
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
-//!    │       ranking.rs     `top`: one cached ranking scan per (precision, bucket)
+//!    │       ranking.rs     `top`: one cached ranking scan per (order, precision, bucket)
 //!    ▼
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
 //!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
 //!    │       scripts/       every Lua script (*.lua) and its loader
 //!    │       stream.rs  group.rs  commit/ (mod.rs, apply.rs, records.rs)  counters.rs
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
+//!    │       stats_query.rs read-only: a statistics hash, bucket by bucket
 //!    │       scan.rs        SCAN over one node or every master of a cluster
 //!    ▼
 //!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  keys.rs  known.rs  slots.rs
-//!            stats.rs (values: summary, quantile scale)
+//!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
 //!            register.rs)  shutdown.rs  clock.rs                      no Redis here
 //! ```
@@ -55,7 +58,9 @@
 //!   ([`model::keys`]) and Redis Cluster hash slots ([`model::slots`]), every setting and its default, written once
 //!   ([`model::config`]), which `known:` ZADDs may be left out
 //!   ([`model::known`]), the metrics ([`model::metrics`]), the shutdown
-//!   signal ([`model::shutdown`]) and the clock ([`model::clock`]).
+//!   signal ([`model::shutdown`]), the clock ([`model::clock`]) and the
+//!   statistics of measured values ([`model::stats`], read back by
+//!   [`model::stats_hash`]).
 //! - [`store`], Redis access: one node or a cluster and the one connection
 //!   type ([`store::client`]), the reconnect loop ([`store::connect`]),
 //!   error classes ([`store::error`]), the Lua
@@ -63,7 +68,7 @@
 //!   consumer group's state ([`store::group`]), a window's exactly-once way
 //!   into the counters ([`store::commit`]), reading counters
 //!   ([`store::counters`]) and the query API's read-only queries
-//!   ([`store::query`]).
+//!   ([`store::query`], [`store::stats_query`]).
 //! - [`service`], what runs: the [`service::worker`] loop and the window it
 //!   fills ([`service::worker::batch`]), the stream shards a process reads
 //!   ([`service::shards`]), claiming from and finishing for

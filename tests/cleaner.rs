@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use common::*;
 use hitcount::model::config::LayoutArgs;
-use hitcount::model::keys::Keys;
+use hitcount::model::keys::{Family, Keys};
 use hitcount::service::cleaner::Cleaner;
 use hitcount::service::leader::Lease;
 use hitcount::store::connect::Conn;
@@ -198,6 +198,26 @@ async fn a_member_leaves_known_only_if_its_hash_is_still_empty() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_racing_a_pass_are_never_orphaned() {
+    writes_racing_a_pass(Family::Counts).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statistics_written_racing_a_pass_are_never_orphaned() {
+    writes_racing_a_pass(Family::Stats).await;
+}
+
+/// A field of bucket `t` in a hash of `family`.
+fn field(family: Family, t: i64) -> String {
+    match family {
+        Family::Counts => t.to_string(),
+        Family::Stats => format!("{t}:count"),
+    }
+}
+
+/// 20,000 hashes of `family` with one old bucket; a writer adds a fresh
+/// bucket to each (the hash first, then the ZADD, as on Cluster) while a
+/// pass removes the old ones: every hash with data stays in its ZSET.
+async fn writes_racing_a_pass(family: Family) {
     let srv = server();
     let mut c = conn(&srv.url()).await;
     let keys = default_keys();
@@ -208,30 +228,28 @@ async fn writes_racing_a_pass_are_never_orphaned() {
         for i in batch {
             let m = format!("1:c{i:05}");
             pipe.cmd("HSET")
-                .arg(keys.count_of_member(&m))
-                .arg(old)
+                .arg(keys.hash_of_member(family, &m))
+                .arg(field(family, old))
                 .arg(1);
-            pipe.cmd("ZADD").arg(keys.known()).arg(0).arg(&m);
+            pipe.cmd("ZADD").arg(keys.known_of(family)).arg(0).arg(&m);
         }
         let _: () = pipe.query_async(&mut c).await.unwrap();
     }
     let (mut cleaner, _lease) = leader(&mut c, &keys).await;
-    // A writer adds fresh samples Cluster-style (HINCRBY, then ZADD as a
-    // separate command) to every counter while the pass deletes the old ones.
     let mut w = conn(&srv.url()).await;
     let writer_keys = keys.clone();
     let writer = tokio::spawn(async move {
         for i in (0..N).rev() {
             let m = format!("1:c{i:05}");
             let _: i64 = redis::cmd("HINCRBY")
-                .arg(writer_keys.count_of_member(&m))
-                .arg(NOW)
+                .arg(writer_keys.hash_of_member(family, &m))
+                .arg(field(family, NOW))
                 .arg(1)
                 .query_async(&mut w)
                 .await
                 .unwrap();
             let _: i64 = redis::cmd("ZADD")
-                .arg(writer_keys.known())
+                .arg(writer_keys.known_of(family))
                 .arg(0)
                 .arg(&m)
                 .query_async(&mut w)
@@ -241,18 +259,179 @@ async fn writes_racing_a_pass_are_never_orphaned() {
     });
     let report = cleaner.pass(&mut c, NOW).await.unwrap();
     writer.await.unwrap();
-    assert_eq!(report.samples_removed, N as u64);
-    let st = state(&mut c, &keys).await;
-    assert_eq!(st.len(), N, "every written counter is known");
-    for (m, samples) in &st {
-        assert_eq!(samples, &BTreeMap::from([(NOW, 1)]), "{m}");
+    let removed = match family {
+        Family::Counts => report.samples_removed,
+        Family::Stats => report.stats_fields_removed,
+    };
+    assert_eq!(removed, N as u64);
+    let st = family_state(&mut c, &keys, family).await;
+    assert_eq!(st.len(), N, "every written hash is known");
+    let fresh = BTreeMap::from([(field(family, NOW), "1".to_string())]);
+    for (m, fields) in &st {
+        assert_eq!(fields, &fresh, "{m}");
     }
     let keys_left: Vec<String> = redis::cmd("KEYS")
-        .arg("count:*")
+        .arg(keys.hash_of_member(family, "1:*"))
         .query_async(&mut c)
         .await
         .unwrap();
-    assert_eq!(keys_left.len(), N, "no hash without its known: member");
+    assert_eq!(keys_left.len(), N, "no hash without its member");
+}
+
+/// A family's ZSET members and each one's hash, field by field.
+type FamilyState = BTreeMap<String, BTreeMap<String, String>>;
+
+async fn family_state(c: &mut Conn, keys: &Keys, family: Family) -> FamilyState {
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(keys.known_of(family))
+        .arg(0)
+        .arg(-1)
+        .query_async(c)
+        .await
+        .unwrap();
+    let mut out = FamilyState::new();
+    for m in members {
+        let h: BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg(keys.hash_of_member(family, &m))
+            .query_async(c)
+            .await
+            .unwrap();
+        out.insert(m, h);
+    }
+    out
+}
+
+/// One pass of the reference for statistics: in each hash due on pass
+/// `pass`, every field `B:…` of a bucket `B <= now - 120 × PREC` goes; a
+/// hash left empty leaves `stats:known:`. Returns the fields removed.
+fn stats_pass(st: &mut FamilyState, pass: u64, now: i64) -> u64 {
+    let mut removed = 0;
+    st.retain(|member, fields| {
+        let prec: i64 = member.split_once(':').unwrap().0.parse().unwrap();
+        if !pass.is_multiple_of((prec / 60).max(1) as u64) {
+            return true;
+        }
+        let before = fields.len();
+        fields.retain(|f, _| {
+            let bucket = f.split_once(':').and_then(|(b, _)| b.parse::<i64>().ok());
+            bucket.is_none_or(|b| b > now - 120 * prec)
+        });
+        removed += (before - fields.len()) as u64;
+        !fields.is_empty()
+    });
+    removed
+}
+
+/// Statistics hashes at every precision on both sides of the horizon, with
+/// histogram fields; one with a field that names no bucket; one member
+/// without a hash; two with thousands of fields.
+async fn fill_stats(c: &mut Conn, keys: &Keys) {
+    let mut pipe = redis::pipe();
+    for &prec in &hitcount::model::config::DEFAULT_PRECISIONS {
+        let p = i64::from(prec);
+        let cutoff = (NOW - 120 * p).div_euclid(p) * p;
+        for (i, name) in ["all-old", "mixed", "young", "foreign"].iter().enumerate() {
+            let member = Keys::member(prec, name);
+            pipe.cmd("ZADD").arg(keys.stats_known()).arg(0).arg(&member);
+            let buckets: Vec<i64> = match i {
+                0 => (1..=30).map(|k| cutoff - k * p).collect(),
+                1 => (-20..=20).map(|k| cutoff + k * p).collect(),
+                2 => (1..=10).map(|k| cutoff + k * p).collect(),
+                _ => vec![cutoff - p],
+            };
+            let key = keys.stats_of_member(&member);
+            for b in buckets {
+                let mut hset = redis::cmd("HSET");
+                hset.arg(&key);
+                for f in ["count", "sum", "sumsq", "min", "max", "h:3", "h:z", "h:n17"] {
+                    hset.arg(format!("{b}:{f}")).arg(b % 7 + 1);
+                }
+                pipe.add_command(hset);
+            }
+            if i == 3 {
+                pipe.cmd("HSET").arg(&key).arg("not-a-bucket").arg(1);
+            }
+        }
+    }
+    pipe.cmd("ZADD")
+        .arg(keys.stats_known())
+        .arg(0)
+        .arg("60:orphan");
+    // Hashes read with HKEYS above the counters' big-hash size (3,200
+    // fields), and paged with HSCAN (9,600 fields).
+    for (name, buckets) in [("wide", 400), ("big", 1200)] {
+        let member = Keys::member(1, name);
+        pipe.cmd("ZADD").arg(keys.stats_known()).arg(0).arg(&member);
+        for b in NOW - 120 - buckets / 2..NOW - 120 + buckets / 2 {
+            let mut hset = redis::cmd("HSET");
+            hset.arg(keys.stats_of_member(&member));
+            for f in ["count", "sum", "sumsq", "min", "max", "h:3", "h:z", "h:n17"] {
+                hset.arg(format!("{b}:{f}")).arg(1);
+            }
+            pipe.add_command(hset);
+        }
+    }
+    let _: () = pipe.query_async(c).await.unwrap();
+}
+
+/// Six passes over counters and statistics together: the counters end as
+/// the seeds' `clean_counters` leaves them (as without statistics), the
+/// statistics as the reference: old buckets gone with all their fields,
+/// emptied hashes out of `stats:known:`, the others kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statistics_keep_120_samples_and_counters_are_cleaned_as_before() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let keys = default_keys();
+    fill_mixed(&mut c, &keys).await;
+    fill_stats(&mut c, &keys).await;
+    let mut counts = state(&mut c, &keys).await;
+    let mut stats = family_state(&mut c, &keys, Family::Stats).await;
+    let (mut cleaner, _lease) = leader(&mut c, &keys).await;
+    let metrics = hitcount::model::metrics::metrics();
+    let metric_before = metrics.cleaner_stats_fields_removed.get();
+    let mut fields_removed = 0;
+    for pass in 0..6u64 {
+        let now = NOW + 60 * pass as i64;
+        let report = cleaner.pass(&mut c, now).await.unwrap();
+        seeds_pass(&mut counts, pass, now);
+        let before = stats.len() as u64;
+        let removed = stats_pass(&mut stats, pass, now);
+        fields_removed += removed;
+        assert_eq!(
+            state(&mut c, &keys).await,
+            counts,
+            "counts after pass {pass}"
+        );
+        let got = family_state(&mut c, &keys, Family::Stats).await;
+        assert_eq!(got, stats, "statistics after pass {pass}");
+        assert_eq!(report.stats_fields_removed, removed, "pass {pass}");
+        assert_eq!(report.stats_removed, before - stats.len() as u64);
+    }
+    assert!(fields_removed > 1000, "{fields_removed}");
+    // Other tests of this binary may add to the process' counter, never
+    // take from it.
+    let counted = metrics.cleaner_stats_fields_removed.get() - metric_before;
+    assert!(counted >= fields_removed, "{counted} < {fields_removed}");
+    for gone in ["60:all-old", "86400:all-old", "60:orphan"] {
+        assert!(!stats.contains_key(gone), "{gone}");
+    }
+    let foreign = &stats["60:foreign"];
+    assert_eq!(foreign.keys().collect::<Vec<_>>(), ["not-a-bucket"]);
+    // Pass 5 ran 300 s after pass 0: 15 of the 20 young buckets are young
+    // still, each with all 8 fields.
+    assert_eq!(stats["60:mixed"].len(), 15 * 8);
+    // Of the 1-second buckets around the horizon, those after `now - 120`
+    // at the last pass (NOW + 180) stay: none of the wide hash's, 299 of
+    // the big one's.
+    assert!(!stats.contains_key("1:wide"));
+    assert_eq!(stats["1:big"].len(), 299 * 8);
+    let dead: u64 = redis::cmd("EXISTS")
+        .arg(keys.stats(60, "all-old"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(dead, 0);
 }
 
 /// Every counter hash that holds data has its member in `known:`.

@@ -30,7 +30,7 @@ fn stdout(o: &Output) -> String {
 #[test]
 fn every_subcommand_and_environment_variable_is_documented_in_help() {
     let top = stdout(&hitcount(&["--help"], &[]));
-    for sub in ["worker", "hit", "load", "get", "demo"] {
+    for sub in ["worker", "hit", "load", "get", "top", "demo"] {
         assert!(top.contains(sub), "--help lists {sub}");
     }
     let worker = stdout(&hitcount(&["worker", "--help"], &[]));
@@ -153,7 +153,7 @@ fn the_readme_matches_the_binary() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let mut vars = std::collections::BTreeSet::new();
     for sub in [
-        "worker", "hit", "load", "get", "demo", "clean", "status", "bench", "serve",
+        "worker", "hit", "load", "get", "top", "demo", "clean", "status", "bench", "serve",
     ] {
         let help = stdout(&hitcount(&[sub, "--help"], &[]));
         for part in help.split("[env: ").skip(1) {

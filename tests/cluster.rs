@@ -117,7 +117,9 @@ fn demo_runs_on_a_cluster_and_cluster_off_with_several_nodes_is_refused() {
 }
 
 /// `hitcount serve` on a cluster: names by page, exact samples and `top`
-/// (equal to a brute-force ranking) over counters spread across the slots.
+/// (equal to a brute-force ranking) over counters spread across the slots;
+/// the same for statistics: a name's buckets, and `top` by mean from the
+/// API and the CLI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_reads_counters_spread_over_the_cluster() {
     let cluster = Cluster::start();
@@ -125,6 +127,7 @@ async fn serve_reads_counters_spread_over_the_cluster() {
     let mut c = cluster.client_conn().await;
     let bucket = 3600 * 1000;
     let mut expected = Vec::new();
+    let mut by_mean = Vec::new();
     for i in 0..150 {
         let name = format!("p/{i:03}");
         let count = (i * 37) % 11 + 1;
@@ -133,9 +136,29 @@ async fn serve_reads_counters_spread_over_the_cluster() {
             .await
             .unwrap();
         let _: () = c.zadd("known:", format!("3600:{name}"), 0).await.unwrap();
+        // Statistics: `count` observations of exactly `mean` (ties too).
+        let mean = ((i * 53) % 40) as f64 + 0.5;
+        let stats = format!("stats:3600:{name}");
+        let fields = [
+            (format!("{bucket}:count"), count.to_string()),
+            (format!("{bucket}:sum"), (mean * count as f64).to_string()),
+            (
+                format!("{bucket}:sumsq"),
+                (mean * mean * count as f64).to_string(),
+            ),
+            (format!("{bucket}:min"), mean.to_string()),
+            (format!("{bucket}:max"), mean.to_string()),
+        ];
+        let _: () = c.hset_multiple(&stats, &fields).await.unwrap();
+        let _: () = c
+            .zadd("stats:known:", format!("3600:{name}"), 0)
+            .await
+            .unwrap();
+        by_mean.push((name.clone(), mean, count as i64));
         expected.push((name, count as i64));
     }
     expected.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    by_mean.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
 
     let addr = bin::free_addr();
     let mut serve = bin::Child::spawn("serve", {
@@ -174,4 +197,41 @@ async fn serve_reads_counters_spread_over_the_cluster() {
         })
         .collect();
     assert_eq!(got, expected[..20].to_vec());
+
+    let want: Vec<serde_json::Value> = by_mean[..20]
+        .iter()
+        .map(|(n, m, c)| serde_json::json!({"name": n, "mean": m, "count": c}))
+        .collect();
+    let want = serde_json::json!({
+        "precision": 3600, "bucket": bucket, "by": "mean", "counters": want,
+    });
+    let top = get(&format!(
+        "/api/v1/top?by=mean&precision=3600&bucket={bucket}&limit=20"
+    ));
+    assert_eq!(top, want);
+    let cli = run(
+        &seeds,
+        &[
+            "top",
+            "--by",
+            "mean",
+            "--bucket",
+            &bucket.to_string(),
+            "--limit",
+            "20",
+            "--json",
+        ],
+    );
+    assert!(cli.status.success(), "{}", text(&cli));
+    let cli: serde_json::Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(cli, want);
+    let one = get("/api/v1/stats/p%2F007?precision=3600");
+    let (_, mean, count) = by_mean.iter().find(|e| e.0 == "p/007").unwrap();
+    assert_eq!(
+        one["buckets"],
+        serde_json::json!([{"t": bucket, "count": count, "mean": mean, "min": mean,
+            "max": mean, "stddev": 0.0, "p50": null, "p90": null, "p99": null}])
+    );
+    let page = get("/api/v1/stats?prefix=p%2F&limit=1000");
+    assert_eq!(page["counters"].as_array().unwrap().len(), 150);
 }

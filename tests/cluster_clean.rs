@@ -16,7 +16,7 @@ use std::time::Instant;
 use common::bin;
 use common::cluster::Cluster;
 use hitcount::model::config::{LayoutArgs, StreamArgs};
-use hitcount::model::keys::Keys;
+use hitcount::model::keys::{Family, Keys};
 use hitcount::service::cleaner::Cleaner;
 use hitcount::service::fence::Fence;
 use hitcount::service::leader::Lease;
@@ -46,28 +46,37 @@ async fn each(c: &mut Conn, cmds: Vec<Cmd>) -> Vec<Value> {
     out
 }
 
-/// `command count:MEMBER ARGS…` for each of `members`.
+/// `command HASH ARGS…` for the hash of `family` of each of `members`.
 fn per_member<'a>(
     command: &str,
     keys: &Keys,
+    family: Family,
     members: impl IntoIterator<Item = &'a String>,
-    args: &[i64],
+    args: &[String],
 ) -> Vec<Cmd> {
     members
         .into_iter()
         .map(|m| {
             let mut cmd = redis::cmd(command);
-            cmd.arg(keys.count_of_member(m)).arg(args);
+            cmd.arg(keys.hash_of_member(family, m)).arg(args);
             cmd
         })
         .collect()
 }
 
-/// Adds `members` to `known:`, a thousand per ZADD.
-async fn zadd_known(c: &mut Conn, keys: &Keys, members: &[String]) {
+/// A field of bucket `t` in a hash of `family`.
+fn field(family: Family, t: i64) -> String {
+    match family {
+        Family::Counts => t.to_string(),
+        Family::Stats => format!("{t}:count"),
+    }
+}
+
+/// Adds `members` to `family`'s ZSET, a thousand per ZADD.
+async fn zadd_known(c: &mut Conn, keys: &Keys, family: Family, members: &[String]) {
     for part in members.chunks(1000) {
         let mut zadd = redis::cmd("ZADD");
-        zadd.arg(keys.known());
+        zadd.arg(keys.known_of(family));
         for m in part {
             zadd.arg(0).arg(m);
         }
@@ -86,7 +95,11 @@ async fn state(c: &mut Conn, keys: &Keys) -> (BTreeSet<String>, State) {
         .query_async(c)
         .await
         .unwrap();
-    let replies = each(c, per_member("HGETALL", keys, &members, &[])).await;
+    let replies = each(
+        c,
+        per_member("HGETALL", keys, Family::Counts, &members, &[]),
+    )
+    .await;
     let mut out = State::new();
     for (m, r) in members.iter().zip(replies) {
         let h: BTreeMap<i64, i64> = redis::from_redis_value(r).unwrap();
@@ -154,7 +167,7 @@ async fn fill(c: &mut Conn, keys: &Keys, names: usize) -> Vec<String> {
         members.push(member);
     }
     each(c, cmds).await;
-    zadd_known(c, keys, &members).await;
+    zadd_known(c, keys, Family::Counts, &members).await;
     members
 }
 
@@ -198,9 +211,14 @@ async fn slowlogs(cluster: &Cluster) -> Vec<String> {
     out
 }
 
-/// Counter hashes that exist, among `members`' (whether known or not).
-async fn existing(c: &mut Conn, keys: &Keys, members: &[String]) -> BTreeSet<String> {
-    let replies = each(c, per_member("EXISTS", keys, members, &[])).await;
+/// Hashes of `family` that exist, among `members`' (whether known or not).
+async fn existing(
+    c: &mut Conn,
+    keys: &Keys,
+    family: Family,
+    members: &[String],
+) -> BTreeSet<String> {
+    let replies = each(c, per_member("EXISTS", keys, family, members, &[])).await;
     members
         .iter()
         .zip(replies)
@@ -256,7 +274,7 @@ async fn six_passes() -> Vec<String> {
         let (known, got) = state(&mut c, &keys).await;
         assert_eq!(got, expected, "after pass {pass}");
         // A member left known: only with its hash: none exists unknown.
-        let there = existing(&mut c, &keys, &members).await;
+        let there = existing(&mut c, &keys, Family::Counts, &members).await;
         assert_eq!(there, known, "after pass {pass}: hashes vs known:");
     }
     let slow = slowlogs(&cluster).await;
@@ -284,6 +302,30 @@ async fn six_passes() -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_counter_written_while_the_cluster_cleaner_runs_is_never_left_out_of_known() {
+    written_while_cleaning(Family::Counts).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statistics_written_while_the_cluster_cleaner_runs_are_never_left_out_of_stats_known() {
+    written_while_cleaning(Family::Stats).await;
+}
+
+/// The members of `family`'s ZSET.
+async fn members_of(c: &mut Conn, keys: &Keys, family: Family) -> BTreeSet<String> {
+    redis::cmd("ZRANGE")
+        .arg(keys.known_of(family))
+        .arg(0)
+        .arg(-1)
+        .query_async(c)
+        .await
+        .unwrap()
+}
+
+/// 4,000 hashes of `family` with an old bucket; writers add a fresh one to
+/// half of them as a worker does on a cluster (the hash, then once that
+/// completed, the ZADD) while passes delete the old buckets and forget the
+/// emptied hashes: the ZSET ends exactly the hashes with data.
+async fn written_while_cleaning(family: Family) {
     let cluster = Cluster::start();
     let seeds = cluster.seed_url();
     let mut c = common::conn(&seeds).await;
@@ -291,12 +333,10 @@ async fn a_counter_written_while_the_cluster_cleaner_runs_is_never_left_out_of_k
     const N: usize = 4000;
     let old = NOW - 1000;
     let members: Vec<String> = (0..N).map(|i| format!("1:c{i:05}")).collect();
-    each(&mut c, per_member("HSET", &keys, &members, &[old, 1])).await;
-    zadd_known(&mut c, &keys, &members).await;
+    let set = [field(family, old), "1".to_string()];
+    each(&mut c, per_member("HSET", &keys, family, &members, &set)).await;
+    zadd_known(&mut c, &keys, family, &members).await;
     let (mut cleaner, _lease) = leader(&mut c, &keys).await;
-    // Writers add fresh samples as a worker does on a cluster (HINCRBY,
-    // then once it completed, ZADD known:) to every other counter while
-    // passes delete the old samples and forget the emptied counters.
     let mut writers = Vec::new();
     for w in 0..4usize {
         let mut wc = common::conn(&seeds).await;
@@ -308,14 +348,14 @@ async fn a_counter_written_while_the_cluster_cleaner_runs_is_never_left_out_of_k
                     continue;
                 }
                 let _: i64 = redis::cmd("HINCRBY")
-                    .arg(keys.count_of_member(m))
-                    .arg(NOW)
+                    .arg(keys.hash_of_member(family, m))
+                    .arg(field(family, NOW))
                     .arg(1)
                     .query_async(&mut wc)
                     .await
                     .unwrap();
                 let _: i64 = redis::cmd("ZADD")
-                    .arg(keys.known())
+                    .arg(keys.known_of(family))
                     .arg(0)
                     .arg(m)
                     .query_async(&mut wc)
@@ -328,31 +368,54 @@ async fn a_counter_written_while_the_cluster_cleaner_runs_is_never_left_out_of_k
     let mut passes = 0;
     while writers.iter().any(|w| !w.is_finished()) || passes < 2 {
         let report = cleaner.pass(&mut c, NOW).await.unwrap();
-        removed += report.samples_removed;
+        removed += match family {
+            Family::Counts => report.samples_removed,
+            Family::Stats => report.stats_fields_removed,
+        };
         passes += 1;
     }
     for w in writers {
         w.await.unwrap();
     }
     eprintln!("{passes} passes while writing");
-    assert_eq!(removed, N as u64, "every old sample went");
-    let (known, got) = state(&mut c, &keys).await;
-    let there = existing(&mut c, &keys, &members).await;
-    assert_eq!(there.len(), N / 2, "half the counters were written");
-    assert_eq!(known, there, "known: is exactly the counters with data");
-    for (m, samples) in &got {
-        assert_eq!(samples, &BTreeMap::from([(NOW, 1)]), "{m}");
+    assert_eq!(removed, N as u64, "every old bucket went");
+    let known = members_of(&mut c, &keys, family).await;
+    let there = existing(&mut c, &keys, family, &members).await;
+    assert_eq!(there.len(), N / 2, "half the hashes were written");
+    assert_eq!(known, there, "the ZSET is exactly the hashes with data");
+    let all: Vec<String> = known.iter().cloned().collect();
+    let replies = each(&mut c, per_member("HGETALL", &keys, family, &all, &[])).await;
+    let fresh = BTreeMap::from([(field(family, NOW), "1".to_string())]);
+    for (m, r) in all.iter().zip(replies) {
+        let fields: BTreeMap<String, String> = redis::from_redis_value(r).unwrap();
+        assert_eq!(fields, fresh, "{m}");
     }
+    let journal: usize = redis::cmd("SCARD")
+        .arg(keys.forgetting_of(family))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(journal, 0, "nothing left in the journal");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_dead_between_removal_and_recheck_is_repaired_and_a_stale_one_fenced_out() {
+    dead_between_removal_and_recheck(Family::Counts).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stats_member_removed_by_a_dead_leader_is_repaired_and_a_stale_one_fenced_out() {
+    dead_between_removal_and_recheck(Family::Stats).await;
+}
+
+/// A stale pass's fence, then a newer one that removes from `family`'s
+/// ZSET a member whose hash a worker has just written, and dies before its
+/// re-check: the next pass puts it back, the stale fence removes nothing.
+async fn dead_between_removal_and_recheck(family: Family) {
     let cluster = Cluster::start();
     let mut c = common::conn(&cluster.seed_url()).await;
     let keys = keys();
     let (mut cleaner, lease) = leader(&mut c, &keys).await;
-    // A stale pass's fence, then a newer one that removes a member whose
-    // hash a worker has just written, and dies before its re-check.
     let stale = Fence::take(&mut c, &keys, &lease).await.unwrap().unwrap();
     let dying = Fence::take(&mut c, &keys, &lease).await.unwrap().unwrap();
     match (&stale, &dying) {
@@ -360,13 +423,19 @@ async fn a_leader_dead_between_removal_and_recheck_is_repaired_and_a_stale_one_f
         other => panic!("a cluster's fences are epochs: {other:?}"),
     }
     let both = ["60:raced".to_string(), "60:gone".to_string()];
-    zadd_known(&mut c, &keys, &both).await;
-    each(&mut c, per_member("HINCRBY", &keys, &both[..1], &[NOW, 1])).await;
+    zadd_known(&mut c, &keys, family, &both).await;
+    let write = [field(family, NOW), "1".to_string()];
+    each(
+        &mut c,
+        per_member("HINCRBY", &keys, family, &both[..1], &write),
+    )
+    .await;
+    let zset = keys.known_of(family);
     let mut forget = hitcount::store::scripts::FORGET.evalsha(3);
     forget
-        .arg(dying.key(&keys, &keys.known()))
-        .arg(keys.known())
-        .arg(keys.forgetting())
+        .arg(dying.key(&keys, &zset))
+        .arg(&zset)
+        .arg(keys.forgetting_of(family))
         .arg(dying.arg())
         .arg("60:raced")
         .arg("60:gone");
@@ -374,15 +443,15 @@ async fn a_leader_dead_between_removal_and_recheck_is_repaired_and_a_stale_one_f
     assert_eq!(removed.len(), 2);
     // The next pass (a new epoch) re-checks the journal first.
     cleaner.pass(&mut c, NOW).await.unwrap();
-    let (known, _) = state(&mut c, &keys).await;
+    let known = members_of(&mut c, &keys, family).await;
     assert_eq!(known, BTreeSet::from(["60:raced".to_string()]));
-    // The stale fence is refused in known:'s slot now.
-    let out = hitcount::service::forget::forget(&mut c, &keys, &stale, &["60:raced".into()])
-        .await
-        .unwrap();
+    // The stale fence is refused in the ZSET's slot now.
+    let out =
+        hitcount::service::forget::forget(&mut c, &keys, family, &stale, &["60:raced".into()])
+            .await
+            .unwrap();
     assert_eq!(out, None, "a stale leader removes nothing");
-    let (known, _) = state(&mut c, &keys).await;
-    assert!(known.contains("60:raced"));
+    assert!(members_of(&mut c, &keys, family).await.contains("60:raced"));
 }
 
 /// Reads `n` entries of `stream` as consumer `c1` of `group` and

@@ -266,9 +266,20 @@ async fn a_closed_stdout_ends_the_command_quietly() {
         cmd.arg(now - i).arg(1);
     }
     let _: () = cmd.query_async(&mut c).await.unwrap();
+    // And as many buckets of statistics.
+    let mut cmd = redis::cmd("HSET");
+    cmd.arg("stats:1:page:big");
+    for i in 0..5000 {
+        for f in ["count", "sum", "sumsq", "min", "max"] {
+            cmd.arg(format!("{}:{f}", now - i)).arg(1);
+        }
+    }
+    let _: () = cmd.query_async(&mut c).await.unwrap();
     for args in [
         &["get", "page:big", "-p", "1"][..],
         &["get", "page:big", "-p", "1", "--json"],
+        &["get", "page:big", "-p", "1", "--stats"],
+        &["get", "page:big", "-p", "1", "--stats", "--json"],
     ] {
         let mut child = hitcount()
             .args(args)

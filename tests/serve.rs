@@ -14,11 +14,13 @@ use std::time::Duration;
 use common::bin::{free_addr, hitcount, percent_encode as enc, run_hitcount, wait_for, Child};
 use common::*;
 use hitcount::edge::embedded::ServerOptions;
+use hitcount::model::stats::{exact_quantile, HistBucket, RELATIVE_ACCURACY, REPORTED_QUANTILES};
 use hitcount::store::connect::Conn;
 use serde_json::{json, Value};
 
 /// The rules of a read-only user, as the README gives them.
-const READ_ONLY: &str = "resetchannels ~known: ~count:* -@all +@read +@connection +cluster|info";
+const READ_ONLY: &str =
+    "resetchannels ~known: ~count:* ~stats:* -@all +@read +@connection +cluster|info";
 
 struct Answer {
     status: u16,
@@ -423,6 +425,31 @@ async fn every_refusal_is_json_and_says_why() {
         ("/api/v1/counters/nothing?precision=60", 404, "no counter"),
         ("/api/v1/counters/page:home?precision=1", 404, "no counter"),
         ("/api/v1/counters/?precision=60", 404, "no such counter"),
+        (
+            "/api/v1/top?precision=3600&by=median",
+            400,
+            "by must be `count` or `mean`, not `median`",
+        ),
+        ("/api/v1/top?precision=5&by=mean", 400, "60 s or more"),
+        ("/api/v1/stats/page:home", 400, "precision is required"),
+        (
+            "/api/v1/stats/page:home?precision=7",
+            400,
+            "precision must be one of",
+        ),
+        (
+            "/api/v1/stats/page:home?precision=60&from=x",
+            400,
+            "from must be a whole number",
+        ),
+        ("/api/v1/stats/bad%zz?precision=60", 400, "percent-encoding"),
+        (
+            "/api/v1/stats/page:home?precision=60",
+            404,
+            "no statistics for \"page:home\" at precision 60",
+        ),
+        ("/api/v1/stats/?precision=60", 404, "no such statistics"),
+        ("/api/v1/stats?limit=0", 400, "from 1 to 1000"),
         ("/api/v1/nope", 404, "no such path"),
         ("/api/v2/counters", 404, "no such path"),
         ("/api/", 404, "no such path"),
@@ -486,6 +513,8 @@ async fn serves_as_a_user_that_may_only_read() {
     for name in AWKWARD {
         seed(&mut admin, 60, name, &[(60, 2), (120, 5)]).await;
     }
+    let slow = vec![(120, observations(3, 50))];
+    seed_stats(&mut admin, 60, "slow", &slow, true).await;
     let url = format!("redis://reader:read-pw@127.0.0.1:{}", server.port());
     // The user really cannot write.
     let mut reader = conn(&url).await;
@@ -517,6 +546,13 @@ async fn serves_as_a_user_that_may_only_read() {
     let a = get(&addr, "/api/v1/top?precision=60&bucket=120&limit=3");
     assert_eq!(a.status, 200, "{}", a.body);
     assert_eq!(a.json()["counters"].as_array().unwrap().len(), 3);
+    // Statistics too.
+    let a = get(&addr, "/api/v1/stats/slow?precision=60");
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_rows_match(&a.json()["buckets"], &slow, true);
+    let a = get(&addr, "/api/v1/top?precision=60&bucket=120&by=mean");
+    assert_eq!(a.json()["counters"][0]["name"], "slow", "{}", a.body);
+    assert_eq!(get(&addr, "/api/v1/stats?limit=5").status, 200);
 
     let log: Vec<redis::Value> = redis::cmd("ACL")
         .arg("LOG")
@@ -593,4 +629,434 @@ async fn the_serve_benchmark_reports_every_request_and_cleans_up() {
         .await
         .unwrap();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A bucket's observations: (value, how many times).
+type Observations = Vec<(f64, i64)>;
+
+/// `n` deterministic observations spread over 0.5 ms .. 5 s (log-uniform),
+/// some repeated, and in some buckets a zero and a negative value.
+fn observations(seed: u64, n: usize) -> Observations {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = Vec::new();
+    for i in 0..n {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+        let v = 0.5 * 10f64.powf(u * 4.0);
+        out.push((v, 1 + (i % 3) as i64));
+    }
+    if seed.is_multiple_of(2) {
+        out.extend([(0.0, 2), (-3.25, 1)]);
+    }
+    out
+}
+
+/// Writes statistics as a writer would: HINCRBY of the count (and the
+/// histogram, when `histogram`), HINCRBYFLOAT of the sums (so Redis rounds
+/// them as it does), HSET of min and max, and the `stats:known:` member.
+async fn seed_stats(
+    c: &mut Conn,
+    precision: u32,
+    name: &str,
+    buckets: &[(i64, Observations)],
+    histogram: bool,
+) {
+    let key = format!("stats:{precision}:{name}");
+    let mut pipe = redis::pipe();
+    for (b, obs) in buckets {
+        for &(v, n) in obs {
+            pipe.cmd("HINCRBY")
+                .arg(&key)
+                .arg(format!("{b}:count"))
+                .arg(n);
+            pipe.cmd("HINCRBYFLOAT")
+                .arg(&key)
+                .arg(format!("{b}:sum"))
+                .arg(n as f64 * v);
+            pipe.cmd("HINCRBYFLOAT")
+                .arg(&key)
+                .arg(format!("{b}:sumsq"))
+                .arg(n as f64 * v * v);
+            if histogram {
+                let h = HistBucket::of(v).unwrap().suffix();
+                pipe.cmd("HINCRBY")
+                    .arg(&key)
+                    .arg(format!("{b}:h:{h}"))
+                    .arg(n);
+            }
+        }
+        let min = obs.iter().map(|o| o.0).fold(f64::INFINITY, f64::min);
+        let max = obs.iter().map(|o| o.0).fold(f64::NEG_INFINITY, f64::max);
+        pipe.cmd("HSET")
+            .arg(&key)
+            .arg(format!("{b}:min"))
+            .arg(min.to_string())
+            .arg(format!("{b}:max"))
+            .arg(max.to_string());
+    }
+    pipe.cmd("ZADD")
+        .arg("stats:known:")
+        .arg(0)
+        .arg(format!("{precision}:{name}"));
+    let _: () = pipe.query_async(c).await.unwrap();
+}
+
+fn close(got: f64, want: f64, relative: f64) -> bool {
+    (got - want).abs() <= relative * want.abs().max(f64::MIN_POSITIVE)
+}
+
+/// Checks rows of `get --stats --json` or `/api/v1/stats` against the
+/// observations they were written from.
+fn assert_rows_match(rows: &Value, want: &[(i64, Observations)], histogram: bool) {
+    let rows = rows.as_array().expect("an array of buckets");
+    assert_eq!(rows.len(), want.len(), "{rows:?}");
+    for (row, (b, obs)) in rows.iter().zip(want) {
+        let f = |k: &str| row[k].as_f64().unwrap_or_else(|| panic!("{k} in {row}"));
+        assert_eq!(row["t"], *b);
+        let mut all: Vec<f64> = Vec::new();
+        for &(v, n) in obs {
+            all.extend(std::iter::repeat_n(v, n as usize));
+        }
+        all.sort_by(f64::total_cmp);
+        let n = all.len() as f64;
+        let mean = all.iter().sum::<f64>() / n;
+        let var = all.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        assert_eq!(row["count"], all.len() as i64, "{row}");
+        assert!(close(f("mean"), mean, 1e-9), "mean {row} vs {mean}");
+        assert!(
+            close(f("stddev"), var.sqrt(), 1e-9),
+            "stddev {row} vs {}",
+            var.sqrt()
+        );
+        assert_eq!((f("min"), f("max")), (all[0], all[all.len() - 1]));
+        for (q, k) in REPORTED_QUANTILES.iter().zip(["p50", "p90", "p99"]) {
+            if histogram {
+                let exact = exact_quantile(&all, *q).unwrap();
+                assert!(
+                    close(f(k), exact, RELATIVE_ACCURACY),
+                    "{k} {} vs exact {exact}",
+                    row[k]
+                );
+            } else {
+                assert!(row[k].is_null(), "{k} without a histogram: {row}");
+            }
+        }
+    }
+}
+
+/// `get --stats` and `/api/v1/stats/{name}` give the reference statistics:
+/// counts exact, mean and stddev to 1e-9, quantiles within the stated
+/// accuracy where a histogram is kept and null where not; the table has
+/// its columns; malformed fields are skipped with a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_equal_the_reference_in_get_and_the_api() {
+    let server = server();
+    let url = server.url();
+    let mut c = conn(&url).await;
+    let name = "café ☕/slow page";
+    let minute: Vec<(i64, Observations)> = (0..3)
+        .map(|k| {
+            (
+                1_700_000_040 + 60 * k,
+                observations(k as u64, 200 + 50 * k as usize),
+            )
+        })
+        .collect();
+    let five: Vec<(i64, Observations)> = vec![(1_700_000_100, observations(7, 300))];
+    seed_stats(&mut c, 60, name, &minute, true).await;
+    seed_stats(&mut c, 300, name, &five, false).await;
+    // Foreign fields, and a bucket without its sum: skipped, not fatal.
+    let _: () = redis::cmd("HSET")
+        .arg(format!("stats:60:{name}"))
+        .arg("junk")
+        .arg("1")
+        .arg("1700000400:count")
+        .arg("3")
+        .arg("1700000040:h:zz")
+        .arg("1")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let (_serve, addr) = serve(&url, &[]);
+
+    for (precision, want, histogram) in [(60, &minute, true), (300, &five, false)] {
+        let p = precision.to_string();
+        let o = run_hitcount(&[
+            "get",
+            name,
+            "-p",
+            &p,
+            "--stats",
+            "--json",
+            "--redis-url",
+            &url,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let rows: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_rows_match(&rows, want, histogram);
+        if precision == 60 {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                err.contains("malformed statistics fields") && err.contains("skipped=3"),
+                "{err}"
+            );
+        }
+        let a = get(&addr, &format!("/api/v1/stats/{}?precision={p}", enc(name)));
+        assert_eq!(a.status, 200, "{}", a.body);
+        let body = a.json();
+        assert_eq!(
+            (body["name"].as_str(), body["precision"].as_u64()),
+            (Some(name), Some(precision))
+        );
+        assert_eq!(body["buckets"], rows, "the API and get agree");
+        assert_rows_match(&body["buckets"], want, histogram);
+    }
+    // A time range selects buckets.
+    let a = get(
+        &addr,
+        &format!(
+            "/api/v1/stats/{}?precision=60&from=1700000100&until=1700000100",
+            enc(name)
+        ),
+    );
+    assert_rows_match(&a.json()["buckets"], &minute[1..2], true);
+    // Names with statistics are listed as counters are.
+    let a = get(&addr, "/api/v1/stats");
+    assert_eq!(
+        a.json(),
+        json!({"counters": [{"name": name, "precisions": [60, 300]}], "next": null})
+    );
+
+    // The table: a header with every column, one line per bucket, "-" for
+    // quantiles without a histogram.
+    let table = |p: &str| {
+        let o = run_hitcount(&["get", name, "-p", p, "--stats", "--redis-url", &url]);
+        assert!(o.status.success());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let t = table("60");
+    let lines: Vec<&str> = t.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["time", "(UTC)", "count", "mean", "min", "max", "stddev", "p50", "p90", "p99"]
+    );
+    assert_eq!(lines.len(), 4, "{t}");
+    assert!(lines[1].starts_with("2023-11-14 22:14:00"), "{t}");
+    let t = table("300");
+    let cells: Vec<&str> = t.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(cells.len(), 10, "{t}");
+    assert_eq!(&cells[7..], ["-", "-", "-"], "{t}");
+    assert!(table("3600").contains("no statistics for"));
+    let o = run_hitcount(&[
+        "get",
+        name,
+        "-p",
+        "3600",
+        "--stats",
+        "--json",
+        "--redis-url",
+        &url,
+    ]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
+}
+
+/// `top --by mean` and `/api/v1/top?by=mean` equal a brute-force ranking of
+/// the reference data, over more names than one page of the scan; by
+/// count, both give today's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_by_mean_is_the_brute_force_ranking() {
+    let server = server();
+    let url = server.url();
+    let mut c = conn(&url).await;
+    let bucket = 1_700_000_000 / 3600 * 3600;
+    let mut want: Vec<(String, f64, i64)> = Vec::new();
+    let mut pipe = redis::pipe();
+    for i in 0..1100_i64 {
+        let name = format!("{} n{i}", AWKWARD[i as usize % AWKWARD.len()]);
+        let key = format!("stats:3600:{name}");
+        pipe.cmd("ZADD")
+            .arg("stats:known:")
+            .arg(0)
+            .arg(format!("3600:{name}"));
+        pipe.cmd("ZADD")
+            .arg("known:")
+            .arg(0)
+            .arg(format!("3600:{name}"));
+        pipe.cmd("HSET")
+            .arg(format!("count:3600:{name}"))
+            .arg(bucket)
+            .arg(i % 13 + 1);
+        // An older bucket with a huge mean: not this bucket's.
+        pipe.cmd("HSET")
+            .arg(&key)
+            .arg(format!("{}:count", bucket - 3600))
+            .arg(1)
+            .arg(format!("{}:sum", bucket - 3600))
+            .arg(1e9);
+        match i % 20 {
+            0 => continue, // no statistics in this bucket
+            1 => {
+                // Malformed: left out.
+                pipe.cmd("HSET")
+                    .arg(&key)
+                    .arg(format!("{bucket}:count"))
+                    .arg(2)
+                    .arg(format!("{bucket}:sum"))
+                    .arg("lots");
+                continue;
+            }
+            _ => {}
+        }
+        // Values around m (exact in binary), so means tie exactly.
+        let m = ((i * 7919) % 500) as f64 + 0.25;
+        let obs = [(m - 0.5, 1), (m + 0.5, 1), (m, 2 + i % 3)];
+        let count: i64 = obs.iter().map(|o| o.1).sum();
+        for (v, n) in obs {
+            pipe.cmd("HINCRBY")
+                .arg(&key)
+                .arg(format!("{bucket}:count"))
+                .arg(n);
+            pipe.cmd("HINCRBYFLOAT")
+                .arg(&key)
+                .arg(format!("{bucket}:sum"))
+                .arg(v * n as f64);
+        }
+        want.push((name, m, count));
+    }
+    let _: () = pipe.query_async(&mut c).await.unwrap();
+    want.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let (_serve, addr) = serve(&url, &[]);
+
+    for limit in [1, 10, 1000] {
+        let expected: Vec<Value> = want
+            .iter()
+            .take(limit)
+            .map(|(n, m, c)| json!({"name": n, "mean": m, "count": c}))
+            .collect();
+        let expected =
+            json!({"precision": 3600, "bucket": bucket, "by": "mean", "counters": expected});
+        let a = get(
+            &addr,
+            &format!(
+                "/api/v1/top?by=mean&precision=3600&bucket={}&limit={limit}",
+                bucket + 5
+            ),
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.json(), expected);
+        let o = run_hitcount(&[
+            "top",
+            "--by",
+            "mean",
+            "--bucket",
+            &(bucket + 5).to_string(),
+            "--limit",
+            &limit.to_string(),
+            "--json",
+            "--redis-url",
+            &url,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let cli: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(cli, expected, "top --by mean --json");
+    }
+    // By count (the default): the API as before, and the CLI agrees.
+    let a = get(
+        &addr,
+        &format!("/api/v1/top?precision=3600&bucket={bucket}&limit=20"),
+    );
+    let api = a.json();
+    assert!(api.get("by").is_none(), "{api}");
+    let mut by_count: Vec<(String, i64)> = (0..1100_i64)
+        .map(|i| {
+            (
+                format!("{} n{i}", AWKWARD[i as usize % AWKWARD.len()]),
+                i % 13 + 1,
+            )
+        })
+        .collect();
+    by_count.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let expected: Vec<Value> = by_count
+        .iter()
+        .take(20)
+        .map(|(n, c)| json!({"name": n, "count": c}))
+        .collect();
+    assert_eq!(api["counters"], json!(expected));
+    let o = run_hitcount(&[
+        "top",
+        "--bucket",
+        &bucket.to_string(),
+        "--limit",
+        "20",
+        "--json",
+        "--redis-url",
+        &url,
+    ]);
+    let mut cli: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(cli["by"], "count");
+    cli.as_object_mut().unwrap().remove("by");
+    assert_eq!(cli, api);
+    // The table.
+    let o = run_hitcount(&[
+        "top",
+        "--by",
+        "mean",
+        "--bucket",
+        &bucket.to_string(),
+        "--limit",
+        "3",
+        "--redis-url",
+        &url,
+    ]);
+    let t = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(lines.len(), 5, "{t}");
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["rank", "mean", "count", "name"]
+    );
+    let first = &want[0];
+    assert!(
+        lines[2].trim_start().starts_with("1 ") && lines[2].ends_with(&first.0),
+        "{t}"
+    );
+    assert!(lines[2].contains(&first.1.to_string()), "{t}");
+}
+
+/// Bad input to `top` and `get --stats` fails with one clear line.
+#[test]
+fn top_and_get_stats_refuse_bad_input() {
+    let server = server();
+    let url = server.url();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["top", "--by", "median"],
+            "by must be `count` or `mean`, not `median`",
+        ),
+        (
+            &["top", "--precision", "7"],
+            "7 s is not a configured precision",
+        ),
+        (&["top", "--limit", "0"], "--limit"),
+        (&["top", "--limit", "1001"], "--limit"),
+        (&["top", "--bucket", "soon"], "--bucket"),
+        (
+            &["get", "x", "-p", "7", "--stats"],
+            "7 s is not a configured precision",
+        ),
+    ];
+    for (args, why) in cases {
+        let o = run_hitcount(&[args, &["--redis-url", url.as_str()][..]].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // Nothing ranked yet: said, not an error.
+    let o = run_hitcount(&["top", "--by", "mean", "--redis-url", &url]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("no statistics in the 3600 s bucket"));
 }

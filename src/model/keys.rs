@@ -165,6 +165,36 @@ impl Keys {
         format!("{}stats:{member}", self.prefix)
     }
 
+    /// The ZSET listing the hashes of `family`: `known:` or `stats:known:`.
+    pub fn known_of(&self, family: Family) -> String {
+        match family {
+            Family::Counts => self.known(),
+            Family::Stats => self.stats_known(),
+        }
+    }
+
+    /// The hash of `family` behind one of its ZSET's members `PREC:NAME`.
+    pub fn hash_of_member(&self, family: Family, member: &str) -> String {
+        match family {
+            Family::Counts => self.count_of_member(member),
+            Family::Stats => self.stats_of_member(member),
+        }
+    }
+
+    /// SET: on a cluster, the members of [`Keys::known_of`] `family` the
+    /// cleaner removed and has not yet re-checked, in that ZSET's hash slot
+    /// (see `forget.lua`). For counts, [`Keys::forgetting`].
+    pub fn forgetting_of(&self, family: Family) -> String {
+        match family {
+            Family::Counts => self.forgetting(),
+            Family::Stats => format!(
+                "{}hc:stats-forgetting:{{{}}}",
+                self.prefix,
+                tag_for_slot(slot(self.stats_known().as_bytes()))
+            ),
+        }
+    }
+
     /// HASH consumer → fencing epoch. Claiming a consumer's entries bumps its
     /// epoch, so its window in flight can no longer be committed.
     pub fn epochs(&self) -> String {
@@ -276,6 +306,32 @@ impl Keys {
     }
 }
 
+/// A family of time-bucketed hashes, each listed in its own ZSET of
+/// `PREC:NAME` members and kept to `samples` buckets per precision by the
+/// cleaner: the counts (`count:`, `known:`) and the statistics (`stats:`,
+/// `stats:known:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `count:PREC:NAME`, fields `B` (the bucket start).
+    Counts,
+    /// `stats:PREC:NAME`, fields `B:…` ([`crate::model::stats`]).
+    Stats,
+}
+
+impl Family {
+    /// Both, in the order the cleaner visits them.
+    pub const ALL: [Family; 2] = [Family::Counts, Family::Stats];
+
+    /// The bucket start a field of this family's hashes belongs to; `None`
+    /// for a field of another shape (never touched by the cleaner).
+    pub fn bucket_of(self, field: &[u8]) -> Option<i64> {
+        match self {
+            Family::Counts => std::str::from_utf8(field).ok()?.parse().ok(),
+            Family::Stats => crate::model::stats_hash::bucket_of_field(field),
+        }
+    }
+}
+
 /// A name that hashes to the same Cluster slot as `key`: `key` itself when it
 /// already has a hash tag, else `{key}`.
 pub fn slot_tagged(key: &str) -> String {
@@ -379,6 +435,28 @@ mod tests {
             assert_eq!(slot(k.fence(&count).as_bytes()), slot(count.as_bytes()));
             assert!(k.fence(&count).starts_with(&format!("{prefix}hc:fence:{{")));
         }
+    }
+
+    #[test]
+    fn each_family_has_its_zset_hashes_and_journal() {
+        for prefix in ["", "app1:"] {
+            let k = keys(prefix);
+            assert_eq!(k.known_of(Family::Counts), k.known());
+            assert_eq!(k.known_of(Family::Stats), format!("{prefix}stats:known:"));
+            assert_eq!(
+                k.hash_of_member(Family::Stats, "60:a"),
+                format!("{prefix}stats:60:a")
+            );
+            assert_eq!(k.hash_of_member(Family::Counts, "60:a"), k.count(60, "a"));
+            assert_eq!(k.forgetting_of(Family::Counts), k.forgetting());
+            let journal = k.forgetting_of(Family::Stats);
+            assert_ne!(journal, k.forgetting());
+            assert_eq!(slot(journal.as_bytes()), slot(k.stats_known().as_bytes()));
+        }
+        assert_eq!(Family::Counts.bucket_of(b"120"), Some(120));
+        assert_eq!(Family::Counts.bucket_of(b"120:count"), None);
+        assert_eq!(Family::Stats.bucket_of(b"120:count"), Some(120));
+        assert_eq!(Family::Stats.bucket_of(b"120"), None);
     }
 
     #[test]

@@ -14,3 +14,4 @@ pub mod metrics;
 pub mod shutdown;
 pub mod slots;
 pub mod stats;
+pub mod stats_hash;

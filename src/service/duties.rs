@@ -104,6 +104,12 @@ fn record(keys: &Keys, last: &LastPass) -> redis::Cmd {
         .arg(p.samples_removed)
         .arg("counters_removed")
         .arg(p.counters_removed)
+        .arg("stats_scanned")
+        .arg(p.stats_scanned)
+        .arg("stats_fields_removed")
+        .arg(p.stats_fields_removed)
+        .arg("stats_removed")
+        .arg(p.stats_removed)
         .arg("trimmed")
         .arg(last.trimmed.entries)
         .arg("min_id")
@@ -188,6 +194,9 @@ mod tests {
                 counters_scanned: 10,
                 samples_removed: 20,
                 counters_removed: 3,
+                stats_scanned: 5,
+                stats_fields_removed: 40,
+                stats_removed: 2,
                 duration_ms: 7,
             },
             trimmed: Trimmed {
@@ -233,6 +242,12 @@ mod tests {
             "20",
             "counters_removed",
             "3",
+            "stats_scanned",
+            "5",
+            "stats_fields_removed",
+            "40",
+            "stats_removed",
+            "2",
             "trimmed",
             "12000",
             "min_id",

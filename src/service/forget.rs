@@ -1,6 +1,7 @@
 //! Removing emptied counters from `known:` on a cluster, without a
 //! cross-slot script or WATCH, so that a counter with data never stays
-//! missing from `known:`.
+//! missing from `known:`. Statistics hashes leave `stats:known:` the same
+//! way, each [`Family`] with its own ZSET and journal.
 //!
 //! On one Redis `clean.lua` checks "the hash is empty" and removes the
 //! member in one atomic step. On a cluster `known:` lives in another hash
@@ -8,10 +9,13 @@
 //! 1. `clean.lua` (in the hash's slot) deletes old samples and reports the
 //!    members whose hashes are empty now;
 //! 2. `forget.lua` (in `known:`'s slot, fenced) removes them from `known:`
-//!    and notes each removed one in a journal ([`Keys::forgetting`]);
+//!    and notes each removed one in a journal ([`Keys::forgetting_of`]);
 //! 3. [`recheck`]: `EXISTS count:…` of each removed member; the ones that
 //!    exist again are added back (`ZADD known: 0 …`); then they leave the
 //!    journal.
+//!
+//! (For statistics read `stats:`, `stats:known:` and its own journal; the
+//! writer's order is the same: the hash first, then the ZADD.)
 //!
 //! Why no interleaving orphans a counter: a worker writes a counter with
 //! `HINCRBY` and, once that has completed, `ZADD known:`
@@ -32,7 +36,7 @@
 
 use redis::Value;
 
-use crate::model::keys::Keys;
+use crate::model::keys::{Family, Keys};
 use crate::service::fence::Fence;
 use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::scripts::FORGET;
@@ -44,21 +48,22 @@ pub const MEMBERS: usize = 200;
 /// SSCAN COUNT when reading the journal.
 const SCAN_COUNT: usize = 100;
 
-/// Removes `members` (whose hashes were seen empty) from `known:`, then
-/// re-checks them. Returns how many stay removed, or `None` when fenced
-/// out (the lease was lost).
+/// Removes `members` (whose hashes were seen empty) from `family`'s ZSET
+/// (`known:`, `stats:known:`), then re-checks them. Returns how many stay
+/// removed, or `None` when fenced out (the lease was lost).
 pub async fn forget(
     conn: &mut Conn,
     keys: &Keys,
+    family: Family,
     fence: &Fence,
     members: &[String],
 ) -> StoreResult<Option<u64>> {
     let mut forgotten = 0;
     for part in members.chunks(MEMBERS) {
-        let Some(removed) = remove(conn, keys, fence, part).await? else {
+        let Some(removed) = remove(conn, keys, family, fence, part).await? else {
             return Ok(None);
         };
-        let back = recheck(conn, keys, &removed).await?;
+        let back = recheck(conn, keys, family, &removed).await?;
         forgotten += (removed.len() - back) as u64;
     }
     Ok(Some(forgotten))
@@ -68,14 +73,15 @@ pub async fn forget(
 async fn remove(
     conn: &mut Conn,
     keys: &Keys,
+    family: Family,
     fence: &Fence,
     members: &[String],
 ) -> StoreResult<Option<Vec<String>>> {
-    let known = keys.known();
+    let known = keys.known_of(family);
     let mut cmd = FORGET.evalsha(3);
     cmd.arg(fence.key(keys, &known))
         .arg(&known)
-        .arg(keys.forgetting())
+        .arg(keys.forgetting_of(family))
         .arg(fence.arg());
     for m in members {
         cmd.arg(m);
@@ -93,9 +99,15 @@ async fn remove(
     }
 }
 
-/// Step 3 for members removed from `known:`: those whose hash exists again
-/// go back, then all leave the journal. Returns how many went back.
-pub async fn recheck(conn: &mut Conn, keys: &Keys, members: &[String]) -> StoreResult<usize> {
+/// Step 3 for members removed from `family`'s ZSET: those whose hash
+/// exists again go back, then all leave the journal. Returns how many went
+/// back.
+pub async fn recheck(
+    conn: &mut Conn,
+    keys: &Keys,
+    family: Family,
+    members: &[String],
+) -> StoreResult<usize> {
     if members.is_empty() {
         return Ok(0);
     }
@@ -105,7 +117,7 @@ pub async fn recheck(conn: &mut Conn, keys: &Keys, members: &[String]) -> StoreR
                 .iter()
                 .map(|m| {
                     let mut c = redis::cmd("EXISTS");
-                    c.arg(keys.count_of_member(m));
+                    c.arg(keys.hash_of_member(family, m));
                     c
                 })
                 .collect(),
@@ -119,32 +131,37 @@ pub async fn recheck(conn: &mut Conn, keys: &Keys, members: &[String]) -> StoreR
         .collect();
     if !back.is_empty() {
         let mut zadd = redis::cmd("ZADD");
-        zadd.arg(keys.known());
+        zadd.arg(keys.known_of(family));
         for m in &back {
             zadd.arg(0).arg(*m);
         }
         let _: i64 = zadd.query_async(conn).await?;
     }
     let mut srem = redis::cmd("SREM");
-    srem.arg(keys.forgetting()).arg(members);
+    srem.arg(keys.forgetting_of(family)).arg(members);
     let _: i64 = srem.query_async(conn).await?;
     Ok(back.len())
 }
 
-/// The start of a leader's pass on a cluster: moves the fence of `known:`'s
-/// slot to this pass' epoch, then re-checks every member the journal still
-/// holds (left by a leader that died between removal and re-check).
-/// Returns how many members went back to `known:`, or `None` when fenced
-/// out.
-pub async fn recover(conn: &mut Conn, keys: &Keys, fence: &Fence) -> StoreResult<Option<usize>> {
-    if remove(conn, keys, fence, &[]).await?.is_none() {
+/// The start of a leader's pass over `family` on a cluster: moves the
+/// fence of its ZSET's slot to this pass' epoch, then re-checks every
+/// member the journal still holds (left by a leader that died between
+/// removal and re-check). Returns how many members went back, or `None`
+/// when fenced out.
+pub async fn recover(
+    conn: &mut Conn,
+    keys: &Keys,
+    family: Family,
+    fence: &Fence,
+) -> StoreResult<Option<usize>> {
+    if remove(conn, keys, family, fence, &[]).await?.is_none() {
         return Ok(None);
     }
     let mut back = 0;
     let mut cursor = 0u64;
     loop {
         let (next, page): (u64, Vec<Vec<u8>>) = redis::cmd("SSCAN")
-            .arg(keys.forgetting())
+            .arg(keys.forgetting_of(family))
             .arg(cursor)
             .arg("COUNT")
             .arg(SCAN_COUNT)
@@ -154,7 +171,7 @@ pub async fn recover(conn: &mut Conn, keys: &Keys, fence: &Fence) -> StoreResult
             .into_iter()
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .collect();
-        back += recheck(conn, keys, &page).await?;
+        back += recheck(conn, keys, family, &page).await?;
         if next == 0 {
             return Ok(Some(back));
         }

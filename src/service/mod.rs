@@ -14,6 +14,7 @@ pub mod fence;
 pub mod forget;
 pub mod health;
 pub mod leader;
+pub mod pass_report;
 pub mod producer;
 pub mod purge;
 pub mod ranking;

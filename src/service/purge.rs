@@ -1,7 +1,7 @@
 //! Carrying out the cleaner's deletions: a page's plans (old fields of
-//! counters, and whether each may leave `known:` if emptied) as fenced
-//! `clean.lua` calls of at most [`CHUNK`] fields and [`CHUNK`] counters
-//! each.
+//! counters or statistics hashes, and whether each may leave `known:` or
+//! `stats:known:` if emptied) as fenced `clean.lua` calls of at most
+//! [`CHUNK`] fields and [`CHUNK`] hashes each.
 //!
 //! - **One Redis**: every call of a page in one pipeline (one round trip),
 //!   each removing its emptied counters from `known:` atomically, as the
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use redis::{Cmd, Value};
 
-use crate::model::keys::Keys;
+use crate::model::keys::{Family, Keys};
 use crate::model::slots::slot;
 use crate::service::fence::Fence;
 use crate::service::forget;
@@ -29,9 +29,9 @@ pub const CHUNK: usize = 200;
 /// One counter's fields to delete, and whether it may be empty afterwards.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// Its `known:` member, `PREC:NAME`.
+    /// Its member of `known:` (or `stats:known:`), `PREC:NAME`.
     pub member: String,
-    /// Its hash, `count:PREC:NAME`.
+    /// Its hash, `count:PREC:NAME` (or `stats:PREC:NAME`).
     pub key: String,
     /// Fields to delete.
     pub old: Vec<Vec<u8>>,
@@ -53,17 +53,18 @@ pub struct Outcome {
     pub then: Option<Value>,
 }
 
-/// Runs `plans`' deletions under `fence`, followed by `then` (whose reply is
-/// returned): on one Redis all in one round trip.
+/// Runs `plans`' deletions (hashes of `family`) under `fence`, followed by
+/// `then` (whose reply is returned): on one Redis all in one round trip.
 pub async fn run(
     conn: &mut Conn,
     keys: &Keys,
+    family: Family,
     fence: &Fence,
     plans: &[Plan],
     then: Option<Cmd>,
 ) -> StoreResult<Outcome> {
     if !fence.is_epoch() {
-        let known = keys.known();
+        let known = keys.known_of(family);
         let cmds = batches(plans.iter(), fence.key(keys, &known), known, fence.arg());
         let calls = cmds.len();
         let mut pipe = redis::pipe();
@@ -100,7 +101,7 @@ pub async fn run(
     let replies = conn.query_each(cmds).await?;
     let (mut out, emptied) = tally(&replies);
     if !out.lost && !emptied.is_empty() {
-        match forget::forget(conn, keys, fence, &emptied).await? {
+        match forget::forget(conn, keys, family, fence, &emptied).await? {
             Some(n) => out.forgotten += n,
             None => out.lost = true,
         }

@@ -14,4 +14,5 @@ pub mod group;
 pub mod query;
 pub mod scan;
 pub mod scripts;
+pub mod stats_query;
 pub mod stream;

@@ -1,7 +1,8 @@
-//! Read-only queries for the query API: counter names page by page, a
-//! counter's samples in a time range, and the ranking of one bucket. Only
-//! read commands (ZRANGEBYLEX, HGETALL, ZSCORE, HGET), so a Redis user
-//! allowed `+@read` on `known:` and `count:*` can run them all.
+//! Read-only queries for the query API: counter names (or names with
+//! statistics) page by page, a counter's samples in a time range, and the
+//! ranking of one bucket by count or by mean. Only read commands
+//! (ZRANGEBYLEX, HGETALL, ZSCORE, HGET, HMGET), so a Redis user allowed
+//! `+@read` on `known:` and `count:*` (and `stats:*`) can run them all.
 //!
 //! `known:` members are `PREC:NAME`, all of score 0, so they sort by
 //! precision first, then name: listing names in name order takes one
@@ -12,7 +13,8 @@ use std::collections::BTreeMap;
 use redis::aio::ConnectionLike;
 use redis::RedisResult;
 
-use crate::model::keys::Keys;
+use crate::model::keys::{Family, Keys};
+use crate::model::stats_hash;
 use crate::store::client::Conn;
 use crate::store::counters::{self, Sample};
 
@@ -34,15 +36,16 @@ pub struct Page {
     pub next: Option<String>,
 }
 
-/// The names starting with `prefix`, after `after` (exclusive), up to
-/// `limit` of them, in name order, with their precisions among
-/// `precisions`. Cost: one pipelined round trip of one `ZRANGEBYLEX …
+/// The names of `family` (counters, or names with statistics) starting with
+/// `prefix`, after `after` (exclusive), up to `limit` of them, in name
+/// order, with their precisions among `precisions`. Cost: one pipelined round trip of one `ZRANGEBYLEX …
 /// LIMIT 0 limit+1` per precision, so at most `precisions × (limit + 1)`
 /// members. Members that are not UTF-8 (not written by hitcount) are listed
 /// with replacement characters.
 pub async fn list<C: ConnectionLike>(
     conn: &mut C,
     keys: &Keys,
+    family: Family,
     precisions: &[u32],
     prefix: &str,
     after: Option<&str>,
@@ -52,7 +55,7 @@ pub async fn list<C: ConnectionLike>(
     for &p in precisions {
         let (min, max) = bounds(p, prefix, after);
         pipe.cmd("ZRANGEBYLEX")
-            .arg(keys.known())
+            .arg(keys.known_of(family))
             .arg(min)
             .arg(max)
             .arg("LIMIT")
@@ -138,48 +141,158 @@ pub async fn samples<C: ConnectionLike>(
     until: Option<i64>,
 ) -> RedisResult<Option<Vec<Sample>>> {
     let counter = counters::read_counter(conn, keys, precision, name).await?;
-    if counter.samples.is_empty() && counter.corrupt == 0 {
-        let score: Option<f64> = redis::cmd("ZSCORE")
-            .arg(keys.known())
-            .arg(Keys::member(precision, name))
-            .query_async(conn)
-            .await?;
-        if score.is_none() {
-            return Ok(None);
-        }
+    if counter.samples.is_empty()
+        && counter.corrupt == 0
+        && !is_listed(conn, keys, Family::Counts, precision, name).await?
+    {
+        return Ok(None);
     }
-    let within = |t: i64| from.is_none_or(|f| f <= t) && until.is_none_or(|u| t <= u);
     Ok(Some(
         counter
             .samples
             .into_iter()
-            .filter(|s| within(s.time))
+            .filter(|s| within(s.time, from, until))
             .collect(),
     ))
 }
 
-/// Names read per ZRANGEBYLEX page and counts per HGET pipeline when
-/// ranking a bucket.
+/// Whether `name` at `precision` is a member of `family`'s ZSET (one
+/// ZSCORE): a hash the cleaner has just emptied still exists for readers
+/// until its member goes.
+pub async fn is_listed<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    family: Family,
+    precision: u32,
+    name: &str,
+) -> RedisResult<bool> {
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg(keys.known_of(family))
+        .arg(Keys::member(precision, name))
+        .query_async(conn)
+        .await?;
+    Ok(score.is_some())
+}
+
+/// Whether bucket `t` is within `from ≤ t ≤ until` (each bound optional).
+pub fn within(t: i64, from: Option<i64>, until: Option<i64>) -> bool {
+    from.is_none_or(|f| f <= t) && until.is_none_or(|u| t <= u)
+}
+
+/// Names read per ZRANGEBYLEX page and replies per pipeline when ranking
+/// a bucket.
 pub const RANK_PAGE: usize = 1000;
 
-/// The `keep` names with the highest count in bucket `bucket` at
+/// What a ranking orders names by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum By {
+    /// The bucket's count (`count:PREC:NAME`), highest first.
+    #[default]
+    Count,
+    /// The mean of the bucket's statistics (`stats:PREC:NAME`, `B:sum /
+    /// B:count`), highest first: the slowest pages.
+    Mean,
+}
+
+impl std::str::FromStr for By {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<By, String> {
+        match text {
+            "count" => Ok(By::Count),
+            "mean" => Ok(By::Mean),
+            _ => Err(format!("by must be `count` or `mean`, not `{text}`")),
+        }
+    }
+}
+
+impl By {
+    /// The family of hashes this ranking reads.
+    pub fn family(self) -> Family {
+        match self {
+            By::Count => Family::Counts,
+            By::Mean => Family::Stats,
+        }
+    }
+
+    /// The read of `name`'s bucket: `HGET count:… B`, or `HMGET stats:…
+    /// B:count B:sum`.
+    fn read(self, keys: &Keys, precision: u32, bucket: i64, name: &str) -> redis::Cmd {
+        match self {
+            By::Count => {
+                let mut c = redis::cmd("HGET");
+                c.arg(keys.count(precision, name)).arg(bucket);
+                c
+            }
+            By::Mean => {
+                let mut c = redis::cmd("HMGET");
+                c.arg(keys.stats(precision, name))
+                    .arg(format!("{bucket}:count"))
+                    .arg(format!("{bucket}:sum"));
+                c
+            }
+        }
+    }
+
+    /// `name`'s place from the reply of [`By::read`]; `None` when it has no
+    /// such bucket or its fields are malformed.
+    fn ranked(self, name: String, reply: redis::Value) -> Option<Ranked> {
+        match self {
+            By::Count => {
+                let count: Option<String> = redis::from_redis_value(reply).ok()?;
+                let count = count?.parse().ok()?;
+                Some(Ranked {
+                    name,
+                    count,
+                    mean: None,
+                })
+            }
+            By::Mean => {
+                let fields: Vec<Option<String>> = redis::from_redis_value(reply).ok()?;
+                let (count, mean) =
+                    stats_hash::mean_of(fields.first()?.as_deref(), fields.get(1)?.as_deref())?;
+                Some(Ranked {
+                    name,
+                    count,
+                    mean: Some(mean),
+                })
+            }
+        }
+    }
+}
+
+/// One name in a ranking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranked {
+    pub name: String,
+    /// Hits (by count), or observations (by mean) in the bucket.
+    pub count: i64,
+    /// The mean observed value (by mean only).
+    pub mean: Option<f64>,
+}
+
+/// The `keep` names ranked highest by `by` in bucket `bucket` at
 /// `precision`, highest first, ties by name. Reads every name of that
-/// precision: pages of [`RANK_PAGE`] `known:` members (ZRANGEBYLEX from the
-/// last one seen), each followed by one pipeline of as many HGETs. A name
-/// without that bucket, or whose count is not an integer, is left out.
+/// precision: pages of [`RANK_PAGE`] members of `known:` (or `stats:known:`),
+/// ZRANGEBYLEX from the last one seen, each followed by one pipeline of as
+/// many HGETs (or HMGETs); on a cluster, where a pipeline may not span hash
+/// slots, those go one by one, all in flight at once on the multiplexed
+/// connection. A name without that bucket, or whose fields are malformed,
+/// is left out.
 pub async fn rank(
     conn: &mut Conn,
     keys: &Keys,
+    by: By,
     precision: u32,
     bucket: i64,
     keep: usize,
-) -> RedisResult<Vec<(String, i64)>> {
+) -> RedisResult<Vec<Ranked>> {
     let (mut min, max) = bounds(precision, "", None);
     let head = format!("{precision}:").into_bytes();
-    let mut best: Vec<(String, i64)> = Vec::new();
+    let mut best: Vec<Ranked> = Vec::new();
     loop {
         let members: Vec<Vec<u8>> = redis::cmd("ZRANGEBYLEX")
-            .arg(keys.known())
+            .arg(keys.known_of(by.family()))
             .arg(&min)
             .arg(&max)
             .arg("LIMIT")
@@ -194,13 +307,18 @@ pub async fn rank(
             .filter_map(|m| m.strip_prefix(head.as_slice()))
             .filter_map(|n| String::from_utf8(n.to_vec()).ok())
             .collect();
-        let counts = counts_of(conn, keys, precision, bucket, &names).await?;
-        for (name, count) in names.into_iter().zip(counts) {
-            if let Some(c) = count.and_then(|c| c.parse::<i64>().ok()) {
-                best.push((name, c));
-            }
-        }
-        keep_best(&mut best, keep);
+        let cmds = names
+            .iter()
+            .map(|n| by.read(keys, precision, bucket, n))
+            .collect();
+        let replies = conn.query_each(cmds).await?;
+        best.extend(
+            names
+                .into_iter()
+                .zip(replies)
+                .filter_map(|(name, reply)| by.ranked(name, reply)),
+        );
+        keep_best(&mut best, by, keep);
         if members.len() < RANK_PAGE {
             break;
         }
@@ -208,34 +326,18 @@ pub async fn rank(
     Ok(best)
 }
 
-/// The count of `bucket` in each named counter: one pipeline on one node;
-/// on a cluster, where a pipeline may not span hash slots, one HGET per
-/// name, all in flight at once on the multiplexed connection.
-async fn counts_of(
-    conn: &mut Conn,
-    keys: &Keys,
-    precision: u32,
-    bucket: i64,
-    names: &[String],
-) -> RedisResult<Vec<Option<String>>> {
-    let cmds = names
-        .iter()
-        .map(|n| {
-            let mut c = redis::cmd("HGET");
-            c.arg(keys.count(precision, n)).arg(bucket);
-            c
-        })
-        .collect();
-    let replies = conn.query_each(cmds).await?;
-    replies
-        .into_iter()
-        .map(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
-        .collect()
-}
-
-/// Sorts highest count first, ties by name, and keeps the first `keep`.
-fn keep_best(best: &mut Vec<(String, i64)>, keep: usize) {
-    best.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+/// Sorts highest first by `by`, ties by name, and keeps the first `keep`.
+fn keep_best(best: &mut Vec<Ranked>, by: By, keep: usize) {
+    best.sort_unstable_by(|a, b| {
+        let order = match by {
+            By::Count => b.count.cmp(&a.count),
+            By::Mean => b
+                .mean
+                .unwrap_or(f64::NEG_INFINITY)
+                .total_cmp(&a.mean.unwrap_or(f64::NEG_INFINITY)),
+        };
+        order.then_with(|| a.name.cmp(&b.name))
+    });
     best.truncate(keep);
 }
 
@@ -292,16 +394,60 @@ mod tests {
         assert_eq!(page.next, None);
     }
 
+    fn ranked(name: &str, count: i64, mean: Option<f64>) -> Ranked {
+        Ranked {
+            name: name.into(),
+            count,
+            mean,
+        }
+    }
+
     #[test]
     fn ranking_is_by_count_then_name() {
         let mut v = vec![
-            ("b".into(), 3),
-            ("a".into(), 3),
-            ("c".into(), 9),
-            ("d".into(), 1),
+            ranked("b", 3, None),
+            ranked("a", 3, None),
+            ranked("c", 9, None),
+            ranked("d", 1, None),
         ];
-        keep_best(&mut v, 3);
-        let names: Vec<&str> = v.iter().map(|(n, _)| n.as_str()).collect();
+        keep_best(&mut v, By::Count, 3);
+        let names: Vec<&str> = v.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["c", "a", "b"]);
+    }
+
+    #[test]
+    fn ranking_by_mean_is_by_mean_then_name() {
+        let mut v = vec![
+            ranked("slow", 1, Some(2000.0)),
+            ranked("b", 100, Some(2.5)),
+            ranked("a", 7, Some(2.5)),
+            ranked("negative", 9, Some(-1.0)),
+        ];
+        keep_best(&mut v, By::Mean, 3);
+        let names: Vec<&str> = v.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["slow", "a", "b"]);
+        assert_eq!("mean".parse(), Ok(By::Mean));
+        assert_eq!("count".parse(), Ok(By::Count));
+        assert!("Mean"
+            .parse::<By>()
+            .unwrap_err()
+            .contains("`count` or `mean`"));
+    }
+
+    #[test]
+    fn replies_that_are_not_a_bucket_are_left_out() {
+        use redis::Value::{Array, BulkString, Nil};
+        let bulk = |s: &str| BulkString(s.as_bytes().to_vec());
+        let r = By::Mean.ranked("a".into(), Array(vec![bulk("4"), bulk("10")]));
+        assert_eq!(r, Some(ranked("a", 4, Some(2.5))));
+        assert_eq!(By::Mean.ranked("a".into(), Array(vec![Nil, Nil])), None);
+        assert_eq!(By::Mean.ranked("a".into(), Array(vec![bulk("4")])), None);
+        assert_eq!(By::Mean.ranked("a".into(), bulk("x")), None);
+        assert_eq!(
+            By::Count.ranked("a".into(), bulk("7")),
+            Some(ranked("a", 7, None))
+        );
+        assert_eq!(By::Count.ranked("a".into(), bulk("7.5")), None);
+        assert_eq!(By::Count.ranked("a".into(), Nil), None);
     }
 }

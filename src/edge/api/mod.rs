@@ -6,8 +6,14 @@
 //!   each with its precisions, paged ([`crate::store::query::list`]);
 //! - `GET /api/v1/counters/{name}?precision=&from=&until=`: a counter's
 //!   samples ([`crate::store::query::samples`]);
-//! - `GET /api/v1/top?precision=&bucket=&limit=`: a bucket's ranking, from
-//!   [`crate::service::ranking`] (at most 5 s stale).
+//! - `GET /api/v1/top?precision=&bucket=&limit=&by=`: a bucket's ranking
+//!   by count (the default) or, `by=mean`, by the mean of its statistics
+//!   (the slowest names), from [`crate::service::ranking`] (at most 5 s
+//!   stale);
+//! - `GET /api/v1/stats?prefix=&after=&limit=`: the names with statistics,
+//!   as `/api/v1/counters` lists counters;
+//! - `GET /api/v1/stats/{name}?precision=&from=&until=`: a name's
+//!   statistics per bucket ([`stats`]).
 //!
 //! Bad input is a 400 (or 404) with `{"error": "…"}`, never a 500; Redis
 //! out of reach is a 503. Every answer is JSON, never cached or sniffed, and
@@ -15,6 +21,7 @@
 
 pub mod assets;
 pub mod params;
+pub mod stats;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,10 +35,10 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::edge::server::{self, Limits, Resp};
-use crate::model::keys::Keys;
+use crate::model::keys::{Family, Keys};
 use crate::service::ranking::{Rankings, KEEP};
 use crate::store::connect::{Client, Conn};
-use crate::store::query;
+use crate::store::query::{self, By};
 use params::{bucket_start, decode, Query};
 
 const JSON: &str = "application/json; charset=utf-8";
@@ -142,16 +149,22 @@ impl From<String> for Failure {
 }
 
 enum Route<'a> {
-    List,
+    List(Family),
     Counter(&'a str),
+    Stats(&'a str),
     Top,
 }
 
 fn route(path: &str) -> Option<Route<'_>> {
     match path.strip_prefix("/api/v1/")? {
-        "counters" => Some(Route::List),
+        "counters" => Some(Route::List(Family::Counts)),
+        "stats" => Some(Route::List(Family::Stats)),
         "top" => Some(Route::Top),
-        rest => rest.strip_prefix("counters/").map(Route::Counter),
+        rest => match rest.split_once('/')? {
+            ("counters", name) => Some(Route::Counter(name)),
+            ("stats", name) => Some(Route::Stats(name)),
+            _ => None,
+        },
     }
 }
 
@@ -171,8 +184,9 @@ async fn handle(api: &Api, req: &Request<Incoming>) -> Resp {
     let answer = async {
         let query = Query::parse(req.uri().query())?;
         match route {
-            Route::List => list(api, &query).await,
+            Route::List(family) => list(api, family, &query).await,
             Route::Counter(raw) => counter(api, raw, &query).await,
+            Route::Stats(raw) => stats::stats(api, raw, &query).await,
             Route::Top => top(api, &query).await,
         }
     };
@@ -200,12 +214,13 @@ struct ListedBody {
     precisions: Vec<u32>,
 }
 
-async fn list(api: &Api, q: &Query) -> Result<String, Failure> {
+async fn list(api: &Api, family: Family, q: &Query) -> Result<String, Failure> {
     let limit = q.limit(DEFAULT_LIMIT, MAX_LIMIT)?;
     let mut conn = api.conn().await?;
     let page = query::list(
         &mut conn,
         &api.keys,
+        family,
         &api.precisions,
         q.get("prefix").unwrap_or(""),
         q.get("after"),
@@ -234,23 +249,50 @@ struct CounterBody<'a> {
     samples: Vec<(i64, i64)>,
 }
 
-async fn counter(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
-    let name = decode(raw, false)?;
-    let precision = q.precision(&api.precisions)?;
-    let (from, until) = (q.int("from")?, q.int("until")?);
-    if name.is_empty() {
-        return Err(Failure::NotFound("no such counter".into()));
+/// The checked input of `/counters/{name}` and `/stats/{name}`: the name,
+/// the precision and the time range.
+struct Series {
+    name: String,
+    precision: u32,
+    from: Option<i64>,
+    until: Option<i64>,
+}
+
+impl Series {
+    fn parse(api: &Api, raw: &str, q: &Query, what: &str) -> Result<Series, Failure> {
+        let name = decode(raw, false)?;
+        let precision = q.precision(&api.precisions)?;
+        let (from, until) = (q.int("from")?, q.int("until")?);
+        if name.is_empty() {
+            return Err(Failure::NotFound(format!("no such {what}")));
+        }
+        Ok(Series {
+            name,
+            precision,
+            from,
+            until,
+        })
     }
+
+    /// The 404 of a name without data: "no counter \"x\" at precision 60".
+    fn not_found(&self, what: &str) -> Failure {
+        Failure::NotFound(format!(
+            "no {what} {:?} at precision {}",
+            self.name, self.precision
+        ))
+    }
+}
+
+async fn counter(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
+    let s = Series::parse(api, raw, q, "counter")?;
     let mut conn = api.conn().await?;
-    let samples = query::samples(&mut conn, &api.keys, precision, &name, from, until)
+    let samples = query::samples(&mut conn, &api.keys, s.precision, &s.name, s.from, s.until)
         .await
         .map_err(Failure::Redis)?
-        .ok_or_else(|| {
-            Failure::NotFound(format!("no counter {name:?} at precision {precision}"))
-        })?;
+        .ok_or_else(|| s.not_found("counter"))?;
     to_json(&CounterBody {
-        name: &name,
-        precision,
+        name: &s.name,
+        precision: s.precision,
         samples: samples.iter().map(|s| (s.time, s.count)).collect(),
     })
 }
@@ -259,12 +301,19 @@ async fn counter(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
 struct TopBody<'a> {
     precision: u32,
     bucket: i64,
+    /// Only with `by=mean`, so the answer by count stays as it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by: Option<&'static str>,
     counters: Vec<TopEntry<'a>>,
 }
 
 #[derive(Serialize)]
 struct TopEntry<'a> {
     name: &'a str,
+    /// With `by=mean`: the mean value observed in the bucket.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mean: Option<f64>,
+    /// Hits, or with `by=mean` the observations behind the mean.
     count: i64,
 }
 
@@ -277,23 +326,26 @@ async fn top(api: &Api, q: &Query) -> Result<String, Failure> {
         )));
     }
     let limit = q.limit(DEFAULT_LIMIT, MAX_LIMIT)?;
+    let by: By = q.get("by").map(str::parse).transpose()?.unwrap_or_default();
     let now = crate::model::clock::unix_ms().div_euclid(1000);
     let bucket = bucket_start(q.int("bucket")?.unwrap_or(now), precision);
     let mut conn = api.conn().await?;
     let ranking = api
         .rankings
-        .get(&mut conn, precision, bucket, now)
+        .get(&mut conn, by, precision, bucket, now)
         .await
         .map_err(Failure::Redis)?;
     to_json(&TopBody {
         precision,
         bucket,
+        by: (by == By::Mean).then_some("mean"),
         counters: ranking
             .iter()
             .take(limit)
-            .map(|(name, count)| TopEntry {
-                name,
-                count: *count,
+            .map(|r| TopEntry {
+                name: &r.name,
+                mean: r.mean,
+                count: r.count,
             })
             .collect(),
     })

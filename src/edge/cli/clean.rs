@@ -79,6 +79,14 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
             "cleaned {} counters in {} ms: {} samples removed, {} counters removed; {} stream entries trimmed",
             p.counters_scanned, p.duration_ms, p.samples_removed, p.counters_removed, last.trimmed.entries
         );
+        if p.stats_scanned > 0 {
+            outln!(
+                "statistics: {} hashes cleaned, {} fields removed, {} hashes removed",
+                p.stats_scanned,
+                p.stats_fields_removed,
+                p.stats_removed
+            );
+        }
     }
     Ok(())
 }

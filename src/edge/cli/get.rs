@@ -1,8 +1,11 @@
-//! `hitcount get NAME --precision P`: a counter's samples, oldest first.
+//! `hitcount get NAME --precision P`: a counter's samples, oldest first;
+//! with `--stats`, its statistics per bucket instead (count, mean, min,
+//! max, standard deviation and, where a histogram is kept, p50/p90/p99).
 
-use super::Common;
+use super::{number, Common};
 use crate::model::keys::Keys;
-use crate::store::counters;
+use crate::model::stats_hash::Row;
+use crate::store::{counters, stats_query};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -11,7 +14,14 @@ pub struct Args {
     /// Precision in seconds (one of the configured precisions).
     #[arg(long, short)]
     precision: u32,
-    /// Print JSON: [{"time": unix_seconds, "count": n}, ...].
+    /// Print the statistics of the values sent with the hits (the `value`
+    /// field) instead of the counts: per bucket count, mean, min, max,
+    /// stddev, p50, p90, p99.
+    #[arg(long)]
+    stats: bool,
+    /// Print JSON: [{"time": unix_seconds, "count": n}, ...]; with --stats
+    /// [{"t": unix_seconds, "count", "mean", "min", "max", "stddev", "p50",
+    /// "p90", "p99"}, ...] (a quantile is null without a histogram).
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -20,43 +30,106 @@ pub struct Args {
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
-    let precisions = &args.common.layout.precisions;
-    if !precisions.contains(&args.precision) {
-        let list: Vec<String> = precisions.iter().map(u32::to_string).collect();
-        anyhow::bail!(
-            "invalid --precision: {} s is not a configured precision; the configured ones are {} \
-             (--precisions / HITCOUNT_PRECISIONS)",
-            args.precision,
-            list.join(", ")
-        );
-    }
+    super::configured_precision(&args.common.layout.precisions, args.precision)?;
     let mut conn = super::connect(&args.common.redis).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);
-    let counter = counters::read_counter(&mut conn, &keys, args.precision, &args.name).await?;
-    if let Some((field, value)) = &counter.corrupt_example {
-        tracing::warn!(
-            key = keys.count(args.precision, &args.name),
-            skipped = counter.corrupt,
-            example = format!("{field:?} = {value:?}"),
-            "fields that are not integers (not written by hitcount, or damaged) were skipped"
-        );
+    if args.stats {
+        return stats(&args, &mut conn, &keys).await;
     }
+    let counter = counters::read_counter(&mut conn, &keys, args.precision, &args.name).await?;
+    let key = keys.count(args.precision, &args.name);
+    warn_skipped(
+        &key,
+        counter.corrupt,
+        &counter.corrupt_example,
+        "fields that are not integers",
+    );
     let samples = counter.samples;
     if args.json {
         outln!("{}", serde_json::to_string(&samples)?);
         return Ok(());
     }
     if samples.is_empty() {
-        outln!(
-            "no samples for {} at precision {} s",
-            args.name,
-            args.precision
-        );
-        return Ok(());
+        return nothing(&args, "samples");
     }
     outln!("{:<21} {:>12}", "time (UTC)", "count");
     for s in &samples {
         outln!("{:<21} {:>12}", counters::format_utc(s.time), s.count);
     }
+    Ok(())
+}
+
+/// `get --stats`: one row per bucket, oldest first.
+async fn stats(
+    args: &Args,
+    conn: &mut crate::store::connect::Conn,
+    keys: &Keys,
+) -> anyhow::Result<()> {
+    let read = stats_query::read(conn, keys, args.precision, &args.name, None, None).await?;
+    let hash = read.unwrap_or_default();
+    let key = keys.stats(args.precision, &args.name);
+    warn_skipped(
+        &key,
+        hash.skipped,
+        &hash.skipped_example,
+        "malformed statistics fields",
+    );
+    let rows: Vec<Row> = hash.buckets.iter().map(|(&t, s)| Row::of(t, s)).collect();
+    if args.json {
+        outln!("{}", serde_json::to_string(&rows)?);
+        return Ok(());
+    }
+    if rows.is_empty() {
+        return nothing(args, "statistics");
+    }
+    outln!(
+        "{:<21} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "time (UTC)",
+        "count",
+        "mean",
+        "min",
+        "max",
+        "stddev",
+        "p50",
+        "p90",
+        "p99"
+    );
+    for r in &rows {
+        outln!(
+            "{:<21} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            counters::format_utc(r.t),
+            r.count,
+            number(r.mean),
+            number(Some(r.min)),
+            number(Some(r.max)),
+            number(r.stddev),
+            number(r.p50),
+            number(r.p90),
+            number(r.p99)
+        );
+    }
+    Ok(())
+}
+
+/// Warns of `skipped` malformed fields of `key` (`what` they are: written
+/// by something else, or damaged), showing the first.
+fn warn_skipped(key: &str, skipped: usize, example: &Option<(String, String)>, what: &str) {
+    if let Some((field, value)) = example {
+        tracing::warn!(
+            key,
+            skipped,
+            example = format!("{field:?} = {value:?}"),
+            "{what} (not written by hitcount, or damaged) were skipped"
+        );
+    }
+}
+
+/// The line printed when there is no `what` to show.
+fn nothing(args: &Args, what: &str) -> anyhow::Result<()> {
+    outln!(
+        "no {what} for {} at precision {} s",
+        args.name,
+        args.precision
+    );
     Ok(())
 }

@@ -25,6 +25,7 @@ mod load;
 mod reach;
 mod serve;
 mod status;
+mod top;
 mod worker;
 
 pub use reach::{
@@ -62,8 +63,10 @@ enum Command {
     Hit(hit::Args),
     /// Generate load: send many hit events in pipelines.
     Load(load::Args),
-    /// Print a counter's samples, oldest first.
+    /// Print a counter's samples (or, with --stats, its statistics), oldest first.
     Get(get::Args),
+    /// Rank the names of the current bucket by count, or by mean value.
+    Top(top::Args),
     /// Run one cleaner pass and one stream trim now, under the leader lease.
     Clean(clean::Args),
     /// Serve the dashboard (/) and the read-only JSON query API (/api/v1/).
@@ -137,6 +140,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Hit(a) => hit::run(a).await,
         Command::Load(a) => load::run(a).await,
         Command::Get(a) => get::run(a).await,
+        Command::Top(a) => top::run(a).await,
         Command::Demo(a) => demo::run(a).await,
         Command::Clean(a) => clean::run(a).await,
         Command::Status(a) => status::run(a).await,
@@ -157,6 +161,7 @@ impl Command {
             Command::Hit(a) => Some(a.common.redis.url.clone()),
             Command::Load(a) => Some(a.common.redis.url.clone()),
             Command::Get(a) => Some(a.common.redis.url.clone()),
+            Command::Top(a) => Some(a.common.redis.url.clone()),
             Command::Clean(a) => Some(a.common.redis.url.clone()),
             Command::Status(a) => Some(a.common.redis.url.clone()),
             Command::Serve(a) => Some(a.redis.url.clone()),
@@ -249,6 +254,38 @@ pub fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// `precision` if it is one of the configured `precisions`, else an error
+/// naming them (`get --precision`, `top --precision`).
+pub fn configured_precision(precisions: &[u32], precision: u32) -> anyhow::Result<u32> {
+    if precisions.contains(&precision) {
+        return Ok(precision);
+    }
+    let list: Vec<String> = precisions.iter().map(u32::to_string).collect();
+    anyhow::bail!(
+        "invalid --precision: {precision} s is not a configured precision; the configured ones \
+         are {} (--precisions / HITCOUNT_PRECISIONS)",
+        list.join(", ")
+    )
+}
+
+/// A measured value for a table: up to 3 decimals, trailing zeros cut,
+/// scientific notation when very large or small; `-` for none.
+pub fn number(v: Option<f64>) -> String {
+    match v {
+        None => "-".to_string(),
+        Some(v) if v == 0.0 || (1e-3..1e12).contains(&v.abs()) => {
+            let text = format!("{v:.3}");
+            let text = text.trim_end_matches('0').trim_end_matches('.');
+            if text == "-0" {
+                "0".to_string()
+            } else {
+                text.to_string()
+            }
+        }
+        Some(v) => format!("{v:.3e}"),
+    }
+}
+
 /// Worker settings from the command line groups.
 pub fn worker_settings(common: &Common, worker: &WorkerArgs) -> crate::service::worker::Settings {
     crate::service::worker::Settings {
@@ -311,5 +348,21 @@ mod tests {
         assert_eq!(parse_unix_seconds("1795433810.5"), Ok(1_795_433_810.5));
         assert_eq!(plural(1u64, "sample", "samples"), "1 sample");
         assert_eq!(plural(2u64, "sample", "samples"), "2 samples");
+        assert!(configured_precision(&[1, 60], 5)
+            .unwrap_err()
+            .to_string()
+            .contains("the configured ones are 1, 60"));
+        assert_eq!(configured_precision(&[1, 60], 60).unwrap(), 60);
+    }
+
+    #[test]
+    fn numbers_are_short() {
+        assert_eq!(number(None), "-");
+        assert_eq!(number(Some(0.0)), "0");
+        assert_eq!(number(Some(12.5)), "12.5");
+        assert_eq!(number(Some(-3.0)), "-3");
+        assert_eq!(number(Some(2.0004)), "2");
+        assert_eq!(number(Some(-0.0001)), "-1.000e-4");
+        assert_eq!(number(Some(1.5e13)), "1.500e13");
     }
 }

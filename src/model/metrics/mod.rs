@@ -123,6 +123,12 @@ pub struct Metrics {
     /// `hitcount_cleaner_counters_removed_total`: counters deleted entirely
     /// (and unregistered) by the cleaner because they emptied.
     pub cleaner_counters_removed: IntCounter,
+    /// `hitcount_cleaner_stats_fields_removed_total`: fields of old
+    /// statistics buckets deleted by the cleaner.
+    pub cleaner_stats_fields_removed: IntCounter,
+    /// `hitcount_cleaner_stats_removed_total`: statistics hashes that
+    /// emptied and left `stats:known:`.
+    pub cleaner_stats_removed: IntCounter,
     /// `hitcount_cleaner_last_pass_timestamp_seconds`: Unix time at which the
     /// last cleaner pass completed.
     pub cleaner_last_pass: Gauge,
@@ -330,6 +336,16 @@ impl Metrics {
                 "hitcount_cleaner_counters_removed_total",
                 "Empty counters removed by the cleaner.",
             ),
+            cleaner_stats_fields_removed: counter(
+                &r,
+                "hitcount_cleaner_stats_fields_removed_total",
+                "Fields of old statistics buckets removed by the cleaner.",
+            ),
+            cleaner_stats_removed: counter(
+                &r,
+                "hitcount_cleaner_stats_removed_total",
+                "Empty statistics hashes removed by the cleaner.",
+            ),
             cleaner_last_pass: gauge(
                 &r,
                 "hitcount_cleaner_last_pass_timestamp_seconds",
@@ -403,6 +419,8 @@ mod tests {
             "hitcount_cleaner_pass_duration_seconds",
             "hitcount_cleaner_samples_removed_total",
             "hitcount_cleaner_counters_removed_total",
+            "hitcount_cleaner_stats_fields_removed_total",
+            "hitcount_cleaner_stats_removed_total",
             "hitcount_cleaner_last_pass_timestamp_seconds",
             "hitcount_stream_trimmed_entries_total",
             "hitcount_producer_buffered_events",

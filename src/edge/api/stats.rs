@@ -1,0 +1,52 @@
+//! `GET /api/v1/stats/{name}?precision=&from=&until=`: a name's statistics
+//! per bucket, oldest first, as [`crate::model::stats_hash::Row`]s: `t`
+//! (the bucket start), `count`, `mean`, `min`, `max`, `stddev` and `p50`,
+//! `p90`, `p99` (`null` at a precision that keeps no histogram). A name
+//! without statistics at that precision is a 404; malformed fields are
+//! left out of the answer (and logged at DEBUG), never a 500.
+
+use serde::Serialize;
+
+use super::{to_json, Api, Failure, Query, Series};
+use crate::model::stats_hash::Row;
+use crate::store::stats_query;
+
+#[derive(Serialize)]
+struct StatsBody<'a> {
+    name: &'a str,
+    precision: u32,
+    buckets: Vec<Row>,
+}
+
+/// The answer to `/api/v1/stats/{raw}`.
+pub(super) async fn stats(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
+    let Series {
+        name,
+        precision,
+        from,
+        until,
+    } = Series::parse(api, raw, q, "statistics")?;
+    let mut conn = api.conn().await?;
+    let stats = stats_query::read(&mut conn, &api.keys, precision, &name, from, until)
+        .await
+        .map_err(Failure::Redis)?
+        .ok_or_else(|| {
+            Failure::NotFound(format!(
+                "no statistics for {name:?} at precision {precision}"
+            ))
+        })?;
+    if let Some((field, value)) = &stats.skipped_example {
+        tracing::debug!(
+            name,
+            precision,
+            skipped = stats.skipped,
+            example = format!("{field:?} = {value:?}"),
+            "malformed statistics fields left out"
+        );
+    }
+    to_json(&StatsBody {
+        name: &name,
+        precision,
+        buckets: stats.buckets.iter().map(|(&t, s)| Row::of(t, s)).collect(),
+    })
+}

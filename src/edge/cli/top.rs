@@ -1,0 +1,129 @@
+//! `hitcount top`: the names of one bucket ranked by count (the hits, as
+//! `/api/v1/top`) or, `--by mean`, by the mean of the values sent with the
+//! hits: the slowest pages of the current hour answer *Redis in Action*'s
+//! question of what to optimise first. Reads every name of the precision
+//! once ([`crate::store::query::rank`]); the API caches the same ranking.
+
+use super::{number, Common};
+use crate::edge::api::params::bucket_start;
+use crate::model::keys::Keys;
+use crate::store::counters::format_utc;
+use crate::store::query::{self, By};
+
+/// Most names `--limit` may ask for (the API's largest `limit`).
+const MAX_LIMIT: u64 = 1000;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// What to rank by: `count` (hits in the bucket) or `mean` (the mean
+    /// value sent with them, highest first).
+    #[arg(long, default_value = "count", value_parser = parse_by)]
+    by: By,
+    /// Precision in seconds (one of the configured precisions).
+    #[arg(long, short, default_value_t = 3600)]
+    precision: u32,
+    /// The bucket holding this unix time (default: now, the current bucket).
+    #[arg(long)]
+    bucket: Option<i64>,
+    /// How many names to print, 1 to 1000.
+    #[arg(long, default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_LIMIT))]
+    limit: u64,
+    /// Print JSON: {"precision", "bucket", "by", "counters": [{"name",
+    /// "count"}, ...]} (each with "mean" too, by mean).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pub(super) common: Common,
+}
+
+/// `--json`: the fields of `/api/v1/top`'s answer, in its order, with `by`.
+#[derive(serde::Serialize)]
+struct Body<'a> {
+    precision: u32,
+    bucket: i64,
+    by: &'static str,
+    counters: Vec<Entry<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct Entry<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mean: Option<f64>,
+    count: i64,
+}
+
+fn parse_by(text: &str) -> Result<By, String> {
+    text.parse()
+}
+
+pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.common.validate()?;
+    let precision = super::configured_precision(&args.common.layout.precisions, args.precision)?;
+    let at = args
+        .bucket
+        .unwrap_or_else(|| crate::model::clock::unix_ms().div_euclid(1000));
+    let bucket = bucket_start(at, precision);
+    let mut conn = super::connect(&args.common.redis).await?;
+    let keys = Keys::new(&args.common.layout, &args.common.stream);
+    let ranking = query::rank(
+        &mut conn,
+        &keys,
+        args.by,
+        precision,
+        bucket,
+        args.limit as usize,
+    )
+    .await?;
+    let by = match args.by {
+        By::Count => "count",
+        By::Mean => "mean",
+    };
+    if args.json {
+        let counters = ranking
+            .iter()
+            .map(|r| Entry {
+                name: &r.name,
+                mean: r.mean,
+                count: r.count,
+            })
+            .collect();
+        let body = Body {
+            precision,
+            bucket,
+            by,
+            counters,
+        };
+        outln!("{}", serde_json::to_string(&body)?);
+        return Ok(());
+    }
+    let when = format!("the {precision} s bucket from {} UTC", format_utc(bucket));
+    if ranking.is_empty() {
+        let what = if args.by == By::Mean {
+            "statistics"
+        } else {
+            "hits"
+        };
+        outln!("no {what} in {when}");
+        return Ok(());
+    }
+    outln!("top by {by}, {when}");
+    match args.by {
+        By::Count => outln!("{:>5}  {:>12}  name", "rank", "count"),
+        By::Mean => outln!("{:>5}  {:>12}  {:>10}  name", "rank", "mean", "count"),
+    }
+    for (i, r) in ranking.iter().enumerate() {
+        match r.mean {
+            None => outln!("{:>5}  {:>12}  {}", i + 1, r.count, r.name),
+            Some(m) => outln!(
+                "{:>5}  {:>12}  {:>10}  {}",
+                i + 1,
+                number(Some(m)),
+                r.count,
+                r.name
+            ),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,43 @@
+//! Reading statistics: one `stats:PREC:NAME` hash as a summary per bucket
+//! ([`crate::model::stats_hash`]), with one HGETALL (the hash holds about
+//! `samples` buckets of a few dozen fields each), and one ZSCORE of
+//! `stats:known:` when it is empty. Names with statistics are listed by
+//! [`crate::store::query::list`] and ranked by mean by
+//! [`crate::store::query::rank`], as counters are.
+
+use redis::aio::ConnectionLike;
+use redis::RedisResult;
+
+use crate::model::keys::{Family, Keys};
+use crate::model::stats_hash::{self, StatsHash};
+use crate::store::query;
+
+/// The statistics of `name` at `precision`, buckets oldest first, those
+/// with `from ≤ bucket ≤ until` only; `None` when there are none at all
+/// (no hash, no `stats:known:` member). Fields that are not UTF-8 or not
+/// well-formed are skipped and counted in [`StatsHash::skipped`], never an
+/// error.
+pub async fn read<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    precision: u32,
+    name: &str,
+    from: Option<i64>,
+    until: Option<i64>,
+) -> RedisResult<Option<StatsHash>> {
+    let raw: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
+        .arg(keys.stats(precision, name))
+        .query_async(conn)
+        .await?;
+    if raw.is_empty() && !query::is_listed(conn, keys, Family::Stats, precision, name).await? {
+        return Ok(None);
+    }
+    // Bytes that are not UTF-8 get replacement characters, then fail to
+    // parse and are skipped.
+    let text = |b: Vec<u8>| {
+        String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    };
+    let mut stats = stats_hash::parse(raw.into_iter().map(|(f, v)| (text(f), text(v))));
+    stats.buckets.retain(|&t, _| query::within(t, from, until));
+    Ok(Some(stats))
+}

@@ -10,6 +10,7 @@
 //! ```text
 //!  apps ──XADD──▶ stream `hits` ──XREADGROUP──▶ worker ─┬─ commit (fence, record, dead letters)
 //!  (producer)                     (one group)   worker  ├─ apply chunks: HINCRBY count:P:N, ZADD known:
+//!                                                       │  (and stats:P:N, stats:known: for hits with a value)
 //!                                               worker  └─ XACK
 //! ```
 //!
@@ -40,7 +41,8 @@
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
 //!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
 //!    │       scripts/       every Lua script (*.lua) and its loader
-//!    │       stream.rs  group.rs  commit/ (mod.rs, apply.rs, records.rs)  counters.rs
+//!    │       stream.rs  group.rs  counters.rs
+//!    │       commit/        mod.rs, plan.rs, apply.rs, records.rs, stats.rs (a window's statistics)
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
 //!    │       scan.rs        SCAN over one node or every master of a cluster
 //!    ▼

@@ -25,6 +25,10 @@ pub struct Args {
     /// Events per second, at least 1 (default: as fast as Redis takes them).
     #[arg(long, value_parser = super::parse_at_least_one)]
     rate: Option<u64>,
+    /// Each hit carries a value: a synthetic response time in ms
+    /// (log-uniform from 1 to 1000), kept in the names' statistics.
+    #[arg(long)]
+    values: bool,
     #[command(flatten)]
     pub(super) common: Common,
 }
@@ -49,6 +53,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         args.hits,
         &Names::new(args.names, dist),
         args.rate,
+        args.values,
         true,
     )
     .await;
@@ -64,13 +69,20 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sends `hits` events through `producer`, at `rate` per second if given,
-/// and waits until they are in Redis.
+/// A synthetic response time in ms: log-uniform from 1 to 1000.
+pub fn synthetic_value(rng: &mut impl rand::Rng) -> f64 {
+    10f64.powf(rng.random_range(0.0..3.0))
+}
+
+/// Sends `hits` events through `producer`, at `rate` per second if given
+/// (with a [`synthetic_value`] each if `values`), and waits until they
+/// are in Redis.
 pub async fn send(
     producer: &Producer,
     hits: u64,
     names: &Names,
     rate: Option<u64>,
+    values: bool,
     progress: bool,
 ) -> Sent {
     let bar = if progress {
@@ -102,7 +114,11 @@ pub async fn send(
         for _ in 0..quota {
             let rank = names.sample(&mut rng);
             per_name[rank] += 1;
-            producer.hit(&Names::name(rank));
+            if values {
+                producer.observe(&Names::name(rank), synthetic_value(&mut rng));
+            } else {
+                producer.hit(&Names::name(rank));
+            }
         }
         sent += quota;
         bar.set_position(sent);

@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::stats::{self as st, Obs};
+use common::stats::{self as st, kept, observations, Obs};
 use common::*;
 use hitcount::model::aggregate::Window;
 use hitcount::model::config::{LayoutArgs, DEFAULT_PRECISIONS};
@@ -40,40 +40,6 @@ fn packed_int_value(name: &str, count: i64, ts: i64, value: i64) -> Vec<u8> {
     rmp::encode::write_str(&mut out, "name").unwrap();
     rmp::encode::write_str(&mut out, name).unwrap();
     out
-}
-
-/// `n` deterministic observations: values over five decades (integers,
-/// floats, a few zeros and negatives), counts 1 to 3, mostly within the
-/// last 20 s, some an hour and two days late (kept only at the precisions
-/// whose horizon holds them).
-fn observations(n: usize, now: i64, seed: u64) -> Vec<Obs> {
-    let mut x = seed;
-    let mut next = || {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        x >> 11
-    };
-    (0..n)
-        .map(|i| {
-            let r = next();
-            let name = ["api:/a", "api:/b", "é x"][(r % 3) as usize].to_string();
-            let count = if r % 5 == 0 { (r % 3) as i64 + 1 } else { 1 };
-            let age = match (r >> 8) % 10 {
-                0 => 3600 + (r % 100) as i64,
-                1 => 172_800 + (r % 100) as i64,
-                _ => (r % 20) as i64,
-            };
-            let u = next() as f64 / (1u64 << 53) as f64;
-            let value = match i % 50 {
-                0 => 0.0,
-                1 => -(u * 100.0),
-                2..=9 => (u * 1000.0).round(),
-                _ => 10f64.powf(u * 5.0 - 1.0),
-            };
-            (name, count, now - age, value)
-        })
-        .collect()
 }
 
 /// Sends observations round-robin in the three forms: plain fields,
@@ -114,12 +80,6 @@ async fn send_all(c: &mut Conn, url: &str, obs: &[Obs]) {
     producer.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Kept by the worker at precision `p`: the bucket is after the horizon
-/// of 120 samples (with the test's margins, see [`observations`]).
-fn kept(now: i64) -> impl Fn(u32, i64) -> bool {
-    move |p, bucket| bucket > now - 120 * i64::from(p)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_from_every_producer_give_exactly_the_reference_statistics() {
     let srv = server();
@@ -129,7 +89,7 @@ async fn values_from_every_producer_give_exactly_the_reference_statistics() {
     let k = keys(&s);
     let workers = Workers::start(vec![s.clone()]);
     let now = unix_now();
-    let obs = observations(3000, now, 7);
+    let obs = observations(3000, 3, now, 7);
     send_all(&mut c, &url, &obs).await;
     // Plain hits beside them: counted, no statistics.
     for _ in 0..20 {
@@ -313,7 +273,7 @@ async fn a_replayed_or_recovered_window_adds_its_statistics_once() {
     let k = keys(&s);
     hitcount::store::scripts::load_all(&mut c).await.unwrap();
     let now = unix_now();
-    let obs = observations(500, now, 3);
+    let obs = observations(500, 3, now, 3);
     let mut window =
         Window::new(&DEFAULT_PRECISIONS, 120).with_quantiles(&DEFAULT_QUANTILE_PRECISIONS);
     for (name, count, ts, value) in &obs {

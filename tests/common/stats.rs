@@ -21,6 +21,46 @@ pub type Stats = BTreeMap<(u32, String), BTreeMap<i64, Summary>>;
 /// repeated `count` times, sorted.
 pub type Raw = BTreeMap<(u32, String, i64), Vec<f64>>;
 
+/// `n` deterministic observations of `names` names: values over five
+/// decades (integers, floats, a few zeros and negatives), counts 1 to 3,
+/// mostly within the last 20 s, some an hour and two days late (kept only
+/// at the precisions whose horizon holds them).
+pub fn observations(n: usize, names: u64, now: i64, seed: u64) -> Vec<Obs> {
+    let mut x = seed;
+    let mut next = || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        x >> 11
+    };
+    (0..n)
+        .map(|i| {
+            let r = next();
+            let name = format!("api:/{} é", r % names);
+            let count = if r % 5 == 0 { (r % 3) as i64 + 1 } else { 1 };
+            let age = match (r >> 8) % 10 {
+                0 => 3600 + (r % 100) as i64,
+                1 => 172_800 + (r % 100) as i64,
+                _ => (r % 20) as i64,
+            };
+            let u = next() as f64 / (1u64 << 53) as f64;
+            let value = match i % 50 {
+                0 => 0.0,
+                1 => -(u * 100.0),
+                2..=9 => (u * 1000.0).round(),
+                _ => 10f64.powf(u * 5.0 - 1.0),
+            };
+            (name, count, now - age, value)
+        })
+        .collect()
+}
+
+/// Kept by the worker at precision `p`: the bucket is after the horizon
+/// of 120 samples (with the margins of [`observations`]).
+pub fn kept(now: i64) -> impl Fn(u32, i64) -> bool {
+    move |p, bucket| bucket > now - 120 * i64::from(p)
+}
+
 /// The statistics the worker must write for `obs`: at every precision
 /// whose bucket `keep(precision, bucket)` accepts (the worker skips
 /// buckets past the cleaner's horizon), histograms at `quantiles`.

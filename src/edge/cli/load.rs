@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Common;
-use crate::edge::workload::{Distribution, Names};
+use crate::edge::workload::{synthetic_value, Distribution, Names};
 use crate::service::producer::Producer;
 
 /// Events the generator lets the producer hold before waiting for it.
@@ -67,11 +67,6 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         sent.hits as f64 / sent.elapsed.as_secs_f64().max(1e-9)
     );
     Ok(())
-}
-
-/// A synthetic response time in ms: log-uniform from 1 to 1000.
-pub fn synthetic_value(rng: &mut impl rand::Rng) -> f64 {
-    10f64.powf(rng.random_range(0.0..3.0))
 }
 
 /// Sends `hits` events through `producer`, at `rate` per second if given

@@ -368,3 +368,53 @@ async fn a_replayed_or_recovered_window_adds_its_statistics_once() {
     );
     st::assert_equal(&st::read(&mut c, &k).await, &want);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hit_and_load_send_values_from_the_command_line() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let run = |args: &[&str]| {
+        let out = bin::hitcount()
+            .args(args)
+            .env("REDIS_URL", &url)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["hit", "one", "--value", "12.5", "--count", "2"]);
+    run(&["load", "--hits", "60", "--names", "3", "--values"]);
+    let refused = bin::hitcount()
+        .args(["hit", "one", "--value", "NaN"])
+        .env("REDIS_URL", &url)
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "a NaN value is refused before sending"
+    );
+    let s = settings(&url, "w1");
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(&mut c, &keys(&s)).await;
+    workers.stop().await;
+    let got = st::read(&mut c, &keys(&s)).await;
+    let day = |name: &str| -> Vec<hitcount::model::stats::Summary> {
+        got[&(86400, name.to_string())].values().cloned().collect()
+    };
+    let one = &day("one")[0];
+    assert_eq!(
+        (one.count, one.sum, one.min, one.max),
+        (2, 25.0, 12.5, 12.5)
+    );
+    let loaded: Vec<_> = got
+        .iter()
+        .filter(|((p, n), _)| *p == 86400 && n.starts_with("page:"))
+        .flat_map(|(_, b)| b.values())
+        .collect();
+    assert_eq!(loaded.iter().map(|s| s.count).sum::<i64>(), 60);
+    assert!(loaded.iter().all(|s| s.min >= 1.0 && s.max <= 1000.0));
+}

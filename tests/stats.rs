@@ -418,3 +418,42 @@ async fn hit_and_load_send_values_from_the_command_line() {
     assert_eq!(loaded.iter().map(|s| s.count).sum::<i64>(), 60);
     assert!(loaded.iter().all(|s| s.min >= 1.0 && s.max <= 1000.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statistics_key_redis_refuses_is_dead_lettered_and_the_rest_applied() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let _: () = redis::cmd("SET")
+        .arg("stats:86400:x")
+        .arg("not a hash")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    xadd(
+        &mut c,
+        &[("name", b"x"), ("value", b"3.5"), ("count", b"2")],
+    )
+    .await;
+    let s = settings(&url, "w1");
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(&mut c, &keys(&s)).await;
+    workers.stop().await;
+    let dead = dead_letters(&mut c).await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let d = &dead[0];
+    assert_eq!(
+        (d["reason"].as_str(), d["precision"].as_str()),
+        ("apply_error", "86400")
+    );
+    assert!(d["error"].starts_with("statistics: WRONGTYPE"), "{d:?}");
+    assert_eq!((d["name"].as_str(), d["count"].as_str()), ("x", "2"));
+    // The counts and the other precisions' statistics are applied; the
+    // refused key is not listed in stats:known:.
+    let counts = read_all(&mut c, &keys(&s)).await;
+    assert_eq!(counts[&(86400, "x".to_string())].values().sum::<i64>(), 2);
+    let got = st::read(&mut c, &keys(&s)).await;
+    assert!(!got.contains_key(&(86400, "x".to_string())));
+    let minute = got[&(60, "x".to_string())].values().next().unwrap();
+    assert_eq!((minute.count, minute.sum), (2, 7.0));
+}

@@ -53,7 +53,8 @@
 //! ```
 //!
 //! - [`model`], the pure floor: the hit and its wire forms ([`model::event`]),
-//!   hits to increments ([`model::aggregate`]), every key name
+//!   hits to increments and statistics of their values
+//!   ([`model::aggregate`], [`model::stats`]), every key name
 //!   ([`model::keys`]) and Redis Cluster hash slots ([`model::slots`]), every setting and its default, written once
 //!   ([`model::config`]), which `known:` ZADDs may be left out
 //!   ([`model::known`]), the metrics ([`model::metrics`]), the shutdown
@@ -63,7 +64,7 @@
 //!   error classes ([`store::error`]), the Lua
 //!   scripts ([`store::scripts`]), the stream ([`store::stream`]) and its
 //!   consumer group's state ([`store::group`]), a window's exactly-once way
-//!   into the counters ([`store::commit`]), reading counters
+//!   into the counters and statistics ([`store::commit`]), reading counters
 //!   ([`store::counters`]) and the query API's read-only queries
 //!   ([`store::query`]).
 //! - [`service`], what runs: the [`service::worker`] loop and the window it

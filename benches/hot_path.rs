@@ -93,6 +93,7 @@ fn apply_step(c: &mut Criterion) {
             let step = hitcount::store::commit::Apply {
                 window: "w-1",
                 cells: &cells,
+                stats: &[],
                 ids: &ids,
                 chunk: hitcount::store::commit::CHUNK_CELLS,
                 by_slot: false,

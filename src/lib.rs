@@ -10,6 +10,7 @@
 //! ```text
 //!  apps ──XADD──▶ stream `hits` ──XREADGROUP──▶ worker ─┬─ commit (fence, record, dead letters)
 //!  (producer)                     (one group)   worker  ├─ apply chunks: HINCRBY count:P:N, ZADD known:
+//!                                                       │  (and stats:P:N, stats:known: for hits with a value)
 //!                                               worker  └─ XACK
 //! ```
 //!
@@ -42,7 +43,8 @@
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
 //!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
 //!    │       scripts/       every Lua script (*.lua) and its loader
-//!    │       stream.rs  group.rs  commit/ (mod.rs, apply.rs, records.rs)  counters.rs
+//!    │       stream.rs  group.rs  counters.rs
+//!    │       commit/        mod.rs, plan.rs, apply.rs, records.rs, stats.rs (a window's statistics)
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
 //!    │       stats_query.rs read-only: a statistics hash, bucket by bucket
 //!    │       scan.rs        SCAN over one node or every master of a cluster
@@ -54,7 +56,8 @@
 //! ```
 //!
 //! - [`model`], the pure floor: the hit and its wire forms ([`model::event`]),
-//!   hits to increments ([`model::aggregate`]), every key name
+//!   hits to increments and statistics of their values
+//!   ([`model::aggregate`], [`model::stats`]), every key name
 //!   ([`model::keys`]) and Redis Cluster hash slots ([`model::slots`]), every setting and its default, written once
 //!   ([`model::config`]), which `known:` ZADDs may be left out
 //!   ([`model::known`]), the metrics ([`model::metrics`]), the shutdown
@@ -66,7 +69,7 @@
 //!   error classes ([`store::error`]), the Lua
 //!   scripts ([`store::scripts`]), the stream ([`store::stream`]) and its
 //!   consumer group's state ([`store::group`]), a window's exactly-once way
-//!   into the counters ([`store::commit`]), reading counters
+//!   into the counters and statistics ([`store::commit`]), reading counters
 //!   ([`store::counters`]) and the query API's read-only queries
 //!   ([`store::query`], [`store::stats_query`]).
 //! - [`service`], what runs: the [`service::worker`] loop and the window it

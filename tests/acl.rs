@@ -117,8 +117,40 @@ async fn everything_runs_as_the_least_privileged_user() {
         String::from_utf8_lossy(&out.stderr)
     );
     hits.push(("page:cli".into(), 5, ts as i64));
+    // A hit with a value: its statistics are written as the user too.
+    let out = run_hitcount(&[
+        "hit",
+        "page:timed",
+        "--value",
+        "12.5",
+        "--at",
+        &ts.to_string(),
+        "--redis-url",
+        &url,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    hits.push(("page:timed".into(), 1, ts as i64));
 
     wait_drained(&mut admin, &keys(&s)).await;
+    let minute = (ts as i64).div_euclid(60) * 60;
+    let stats: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("stats:60:page:timed")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    for (field, want) in [
+        ("count", "1"),
+        ("sum", "12.5"),
+        ("min", "12.5"),
+        ("max", "12.5"),
+    ] {
+        let got = stats.get(&format!("{minute}:{field}"));
+        assert_eq!(got.map(String::as_str), Some(want), "{field} in {stats:?}");
+    }
     // The binary leads, cleans and trims as the user.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while old_left(&mut admin, &k).await > 0 {

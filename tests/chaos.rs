@@ -4,9 +4,11 @@
 //! sending a known set of hits, while a seeded driver SIGKILLs workers
 //! (replacing them with a new process, like a new pod), SIGSTOPs them past the claim time then SIGCONTs them, kills every
 //! client connection (`CLIENT KILL TYPE normal`) and restarts Redis once.
-//! At the end every counter at every precision must equal the reference
-//! exactly, the dead-letter stream must hold exactly the injected bad entries,
-//! and nothing may be pending.
+//! A third of the hits carry a value. At the end every counter at every
+//! precision must equal the reference exactly, so must the statistics of the
+//! values (sums to a relative 1e-9, histograms exactly), the dead-letter
+//! stream must hold exactly the injected bad entries, and nothing may be
+//! pending.
 //!
 //! Short by default (30,000 hits, about 40 s); `HITCOUNT_CHAOS_LONG=1` sends
 //! 300,000. `HITCOUNT_CHAOS_SEED=<n>` replays a run (the seed is printed).
@@ -126,13 +128,24 @@ async fn chaos_every_hit_counts_exactly_once() {
     let restart_at = steps / 2;
     let (mut kills, mut stops, mut conn_kills, mut restarts) = (0, 0, 0, 0);
     let mut hits: Vec<(String, i64, i64)> = Vec::with_capacity(total);
+    let mut observed: Vec<common::stats::Obs> = Vec::new();
     let mut bad_ids = BTreeSet::new();
     for step in 0..steps {
         // Hits: recent timestamps (this second), deterministic names.
         let ts = unix_now();
         for _ in 0..STEP_HITS {
             let name = format!("c{}", rng.random_range(0..NAMES));
-            producer.hit_at(&name, 1, ts as f64);
+            if hits.len().is_multiple_of(3) {
+                // Response times over four decades, some whole numbers.
+                let mut value = 10f64.powf(rng.random_range(-1.0..3.0));
+                if hits.len().is_multiple_of(2) {
+                    value = value.round();
+                }
+                producer.observe_at(&name, 1, Some(ts as f64), value);
+                observed.push((name.clone(), 1, ts, value));
+            } else {
+                producer.hit_at(&name, 1, ts as f64);
+            }
             hits.push((name, 1, ts));
             if hits.len().is_multiple_of(BAD_EVERY) {
                 let id: String = redis::cmd("XADD")
@@ -289,6 +302,18 @@ async fn chaos_every_hit_counts_exactly_once() {
     assert!(
         got == expected,
         "every counter at every precision equals the reference (seed {seed})"
+    );
+    // The statistics of the values, as exactly (no bucket is too old: see
+    // the samples of the workers).
+    let quantiles = hitcount::model::stats::DEFAULT_QUANTILE_PRECISIONS;
+    let (want, raw) = common::stats::reference(&observed, &PRECISIONS, &quantiles, |_, _| true);
+    let stats = common::stats::read(&mut c, &keys).await;
+    common::stats::assert_equal(&stats, &want);
+    assert!(common::stats::assert_quantiles(&stats, &raw) > 0);
+    println!(
+        "chaos: {} values in {} statistics buckets equal the reference (seed {seed})",
+        observed.len(),
+        want.values().map(|b| b.len()).sum::<usize>()
     );
     assert_eq!(dead.len(), bad_ids.len(), "dead letters: {dead:?}");
     assert_eq!(dead_ids, bad_ids, "exactly the injected bad entries");

@@ -117,6 +117,22 @@ fn bad_input_fails_with_a_clear_message() {
     );
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("HITCOUNT_PRECISIONS"));
+    // A quantile precision that is not a precision: the same exit, one line.
+    let q = hitcount(
+        &["worker"],
+        &[
+            ("HITCOUNT_LISTEN", "127.0.0.1:0"),
+            ("HITCOUNT_QUANTILE_PRECISIONS", "60,7"),
+        ],
+    );
+    assert_eq!(q.status.code(), o.status.code());
+    let err = String::from_utf8_lossy(&q.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("HITCOUNT_QUANTILE_PRECISIONS: 7 is not one of the precisions"),
+        "{err}"
+    );
     let port = hitcount::edge::embedded::free_port();
     let o = hitcount(
         &["get", "x", "--precision", "60"],

@@ -142,6 +142,24 @@ async fn assert_exact(c: &mut Conn, sent: &[(String, i64, i64)]) {
     assert!(extra.is_empty(), "counters nobody sent: {extra:?}");
 }
 
+/// Appends observations to `hits`, half plain, half MessagePack.
+async fn send_values(c: &mut Conn, obs: &[common::stats::Obs]) {
+    let mut pipe = redis::pipe();
+    for (i, (name, count, ts, value)) in obs.iter().enumerate() {
+        pipe.cmd("XADD").arg("hits").arg("*");
+        if i % 2 == 0 {
+            let packed =
+                hitcount::model::event::encode_value(name, *count, Some(*ts as f64), Some(*value));
+            pipe.arg("hit").arg(packed);
+        } else {
+            pipe.arg("name").arg(name).arg("count").arg(count);
+            pipe.arg("ts").arg(ts).arg("value").arg(value.to_string());
+        }
+        pipe.ignore();
+    }
+    pipe.query_async::<()>(c).await.unwrap();
+}
+
 async fn dead_count(c: &mut Conn, stream: &str) -> usize {
     let v: redis::Value = redis::cmd("XRANGE")
         .arg(stream)
@@ -181,6 +199,37 @@ async fn workers_count_one_stream_exactly_once_on_a_cluster() {
     let masters: BTreeSet<u16> = names
         .iter()
         .map(|n| cluster.master_of(&format!("count:60:{n}")))
+        .collect();
+    assert_eq!(masters.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_give_exactly_the_reference_statistics_on_a_cluster() {
+    use common::stats as st;
+    use hitcount::model::stats::DEFAULT_QUANTILE_PRECISIONS;
+    let cluster = Cluster::start();
+    let seeds = cluster.seed_url();
+    let mut c = common::conn(&seeds).await;
+    let mut workers = start_workers(&seeds, 2, &[]);
+    let now = common::unix_now();
+    let obs = st::observations(4000, 40, now, 11);
+    send_values(&mut c, &obs).await;
+    let shards = Keys::all_shards(&LayoutArgs::default(), &StreamArgs::default(), true);
+    drain_and_stop(&mut c, &shards, &mut workers).await;
+    let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
+    let (want, raw) = st::reference(
+        &obs,
+        &PRECISIONS,
+        &DEFAULT_QUANTILE_PRECISIONS,
+        st::kept(now),
+    );
+    let got = st::read(&mut c, &keys).await;
+    st::assert_equal(&got, &want);
+    assert!(st::assert_quantiles(&got, &raw) > 0);
+    // Spread over the cluster: statistics hashes on every master.
+    let masters: BTreeSet<u16> = want
+        .keys()
+        .map(|(p, n)| cluster.master_of(&keys.stats(*p, n)))
         .collect();
     assert_eq!(masters.len(), 3);
 }

@@ -433,6 +433,7 @@ async fn a_stalled_workers_window_is_fenced_after_its_entries_are_claimed() {
         window: "stale-1",
         ids: &ids,
         cells: &cells,
+        stats: &[],
         rejected: &[],
         chunk: hitcount::store::commit::CHUNK_CELLS,
         chunks: cells.len().div_ceil(hitcount::store::commit::CHUNK_CELLS),

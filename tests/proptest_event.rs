@@ -195,7 +195,7 @@ proptest! {
         let packed = event::encode(&name, count, ts);
         let hit = event::decode(id.as_bytes(), [(&b"hit"[..], &packed[..])]).unwrap();
         let ts_ms = ts.map_or(id_ms, |t| (t * 1000.0).floor() as i64);
-        prop_assert_eq!(hit, Hit { name: &name, count, ts_ms });
+        prop_assert_eq!(hit, Hit { name: &name, count, ts_ms, value: None });
 
         // The plain form of the same hit, with integer seconds.
         let ts_s = ts.map(|t| t.floor() as i64);
@@ -204,7 +204,7 @@ proptest! {
         let mut fields: Vec<(&[u8], &[u8])> = vec![(b"name", name.as_bytes()), (b"count", count_s.as_bytes())];
         if let Some(t) = &ts_text { fields.push((b"ts", t.as_bytes())); }
         let hit = event::decode(id.as_bytes(), fields).unwrap();
-        prop_assert_eq!(hit, Hit { name: &name, count, ts_ms: ts_s.map_or(id_ms, |t| t * 1000) });
+        prop_assert_eq!(hit, Hit { name: &name, count, ts_ms: ts_s.map_or(id_ms, |t| t * 1000), value: None });
     }
 
     #[test]
@@ -218,7 +218,7 @@ proptest! {
         const NAMES: [&str; 6] = ["a", "b", "page:/home", "é", "x y", "a:b:c"];
         let mut w = Window::new(&precisions, samples);
         if clear_first {
-            w.add(&Hit { name: "junk", count: 5, ts_ms: now_ms }, now_ms);
+            w.add(&Hit { name: "junk", count: 5, ts_ms: now_ms, value: None }, now_ms);
             w.clear();
         }
         let mut uniq = Vec::new();
@@ -232,7 +232,7 @@ proptest! {
         for &(n, count, offset_ms, far) in &hits {
             // Spread hits from minutes to (with `far`) weeks around now.
             let ts_ms = now_ms + if far { offset_ms * 1000 } else { offset_ms };
-            let hit = Hit { name: NAMES[n], count, ts_ms };
+            let hit = Hit { name: NAMES[n], count, ts_ms, value: None };
             w.add(&hit, now_ms);
             count_sum += count;
             for &p in &uniq {

@@ -20,6 +20,12 @@ pub struct Names {
     cdf: Vec<f64>,
 }
 
+/// A synthetic response time in ms, log-uniform from 1 to 1000: the
+/// value `hitcount load --values` and the bench's valued hits carry.
+pub fn synthetic_value(rng: &mut impl Rng) -> f64 {
+    10f64.powf(rng.random_range(0.0..3.0))
+}
+
 impl Names {
     /// A sampler over `n` names (at least one).
     pub fn new(n: usize, dist: Distribution) -> Names {

@@ -18,6 +18,13 @@
 //! that (name, precision)'s bucket list, which is kept sorted newest first:
 //! O(1) for hits in time order, which stream order nearly is.
 //!
+//! A hit with a `value` also adds `count` observations of it to a
+//! [`Summary`] of its cell (count, sum, sum of squares, min, max, and the
+//! quantile histogram at the precisions given to
+//! [`Window::with_quantiles`]), kept in a side table keyed by cell, so
+//! count-only cells stay as they are and a hit without value pays one
+//! branch more. [`Window::stat_cells`] lists them for `stats:PREC:NAME`.
+//!
 //! Arithmetic saturates: deltas and the count sum are `i64` and cannot
 //! overflow in practice (counts ≤ [`MAX_COUNT`](crate::model::event::MAX_COUNT) = 10^9
 //! times a few million hits is < 2^63), but a saturated value is still better
@@ -26,6 +33,7 @@
 use std::collections::HashMap;
 
 use crate::model::event::Hit;
+use crate::model::stats::{HistBucket, Summary};
 
 /// "No cell" link in the bucket lists.
 const NONE: usize = usize::MAX;
@@ -45,6 +53,21 @@ pub struct Cell<'a> {
     pub bucket: i64,
     /// Sum of the counts of this window's hits in this bucket (saturating).
     pub delta: i64,
+}
+
+/// The statistics of one cell: what field prefix `bucket` of HASH
+/// `stats:{precision}:{name}` gets (see [`crate::model::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StatCell<'a> {
+    /// Precision in seconds.
+    pub precision: u32,
+    /// Counter name.
+    pub name: &'a str,
+    /// Bucket start in unix seconds, as for the [`Cell`] of the same hits.
+    pub bucket: i64,
+    /// The window's observations in this cell (histogram only at quantile
+    /// precisions).
+    pub summary: &'a Summary,
 }
 
 /// A stored bucket of one (name, precision) list.
@@ -77,6 +100,11 @@ pub struct Window {
     count_sum: i64,
     /// Per-precision bucket of the hit being added ([`SKIP`] = skipped).
     scratch: Vec<i64>,
+    /// Per precision: whether its statistics keep a quantile histogram.
+    quantiles: Vec<bool>,
+    /// Slot index → the statistics of that cell's values (only cells that
+    /// got a hit with a value).
+    stats: HashMap<usize, Summary>,
 }
 
 impl Window {
@@ -104,6 +132,7 @@ impl Window {
         Window {
             skipped: vec![0; distinct.len()],
             scratch: vec![SKIP; distinct.len()],
+            quantiles: vec![false; distinct.len()],
             precisions: distinct,
             spans,
             samples,
@@ -112,7 +141,17 @@ impl Window {
             slots: Vec::new(),
             hits: 0,
             count_sum: 0,
+            stats: HashMap::new(),
         }
+    }
+
+    /// Keeps a quantile histogram in the statistics of these precisions
+    /// (`HITCOUNT_QUANTILE_PRECISIONS`; others of the list are ignored).
+    pub fn with_quantiles(mut self, precisions: &[u32]) -> Self {
+        for (q, p) in self.quantiles.iter_mut().zip(&self.precisions) {
+            *q = precisions.contains(p);
+        }
+        self
     }
 
     /// The distinct precisions (seconds) this window counts at.
@@ -156,10 +195,28 @@ impl Window {
         }
         let np = self.precisions.len();
         let id = self.intern(hit.name);
+        let Some(value) = hit.value else {
+            for p in 0..np {
+                let bucket = self.scratch[p];
+                if bucket != SKIP {
+                    self.bump(id * np + p, bucket, hit.count);
+                }
+            }
+            return;
+        };
+        // One logarithm per hit, whatever the number of precisions.
+        let hist = if self.quantiles.contains(&true) {
+            HistBucket::of(value)
+        } else {
+            None
+        };
         for p in 0..np {
             let bucket = self.scratch[p];
             if bucket != SKIP {
-                self.bump(id * np + p, bucket, hit.count);
+                let slot = self.bump(id * np + p, bucket, hit.count);
+                let b = hist.filter(|_| self.quantiles[p]);
+                let summary = self.stats.entry(slot).or_default();
+                summary.observe_in(value, hit.count, b);
             }
         }
     }
@@ -176,14 +233,15 @@ impl Window {
         id
     }
 
-    /// Adds `delta` to `bucket` in list `list`, keeping it newest first.
-    fn bump(&mut self, list: usize, bucket: i64, delta: i64) {
+    /// Adds `delta` to `bucket` in list `list`, keeping it newest first;
+    /// returns the slot's index.
+    fn bump(&mut self, list: usize, bucket: i64, delta: i64) -> usize {
         let (mut prev, mut cur) = (NONE, self.heads[list]);
         while cur != NONE {
             let slot = &mut self.slots[cur];
             if slot.bucket == bucket {
                 slot.delta = slot.delta.saturating_add(delta);
-                return;
+                return cur;
             }
             if slot.bucket < bucket {
                 break;
@@ -202,6 +260,7 @@ impl Window {
         } else {
             self.slots[prev].next = new;
         }
+        new
     }
 
     /// Hits (events) added since [`Window::new`] or [`Window::clear`],
@@ -228,6 +287,29 @@ impl Window {
     /// Every distinct cell with its summed delta, in no particular order
     /// (grouped by name, then precision, newest bucket first).
     pub fn cells(&self) -> impl Iterator<Item = Cell<'_>> {
+        self.walk().map(|(_, c)| c)
+    }
+
+    /// Cells with statistics (from hits with a value), in the order of
+    /// [`Window::cells`]: grouped by name, then precision.
+    pub fn stat_cells(&self) -> impl Iterator<Item = StatCell<'_>> {
+        self.walk().filter_map(|(slot, c)| {
+            self.stats.get(&slot).map(|summary| StatCell {
+                precision: c.precision,
+                name: c.name,
+                bucket: c.bucket,
+                summary,
+            })
+        })
+    }
+
+    /// Distinct cells with statistics.
+    pub fn stat_cells_len(&self) -> usize {
+        self.stats.len()
+    }
+
+    /// Every cell with its slot index.
+    fn walk(&self) -> impl Iterator<Item = (usize, Cell<'_>)> {
         let np = self.precisions.len();
         self.names.iter().flat_map(move |(name, &id)| {
             self.precisions
@@ -236,14 +318,16 @@ impl Window {
                 .flat_map(move |(p, &precision)| {
                     let mut cur = self.heads[id * np + p];
                     std::iter::from_fn(move || {
-                        let slot = self.slots.get(cur)?;
+                        let at = cur;
+                        let slot = self.slots.get(at)?;
                         cur = slot.next;
-                        Some(Cell {
+                        let cell = Cell {
                             precision,
                             name,
                             bucket: slot.bucket,
                             delta: slot.delta,
-                        })
+                        };
+                        Some((at, cell))
                     })
                 })
         })
@@ -264,6 +348,7 @@ impl Window {
         self.names.clear();
         self.heads.clear();
         self.slots.clear();
+        self.stats.clear();
         self.skipped.fill(0);
         self.hits = 0;
         self.count_sum = 0;
@@ -287,7 +372,12 @@ mod tests {
     const NOW_MS: i64 = 1_700_000_000_000;
 
     fn hit(name: &str, count: i64, ts_ms: i64) -> Hit<'_> {
-        Hit { name, count, ts_ms }
+        Hit {
+            name,
+            count,
+            ts_ms,
+            value: None,
+        }
     }
 
     fn cells(w: &Window) -> BTreeMap<(u32, String, i64), i64> {
@@ -450,6 +540,59 @@ mod tests {
         w.add(&hit("b", 2, NOW_MS), NOW_MS);
         assert_eq!(w.names_len(), 1);
         assert!(w.cells().all(|c| c.name == "b" && c.delta == 2));
+    }
+
+    fn valued(name: &str, count: i64, ts_ms: i64, value: f64) -> Hit<'_> {
+        Hit {
+            value: Some(value),
+            ..hit(name, count, ts_ms)
+        }
+    }
+
+    #[test]
+    fn values_make_statistics_beside_the_counts() {
+        let mut w = Window::new(&[1, 60], 120).with_quantiles(&[60, 3600]);
+        w.add(&valued("a", 2, NOW_MS, 10.0), NOW_MS);
+        w.add(&valued("a", 1, NOW_MS + 1000, -4.5), NOW_MS);
+        w.add(&hit("a", 5, NOW_MS), NOW_MS);
+        w.add(&hit("plain", 1, NOW_MS), NOW_MS);
+        // Counts take every hit; statistics only the valued ones.
+        let counts = cells(&w);
+        assert_eq!(counts[&(60, "a".into(), 1_699_999_980)], 8);
+        assert_eq!(w.stat_cells_len(), 3);
+        let stats: BTreeMap<_, _> = w
+            .stat_cells()
+            .map(|s| {
+                (
+                    (s.precision, s.name.to_owned(), s.bucket),
+                    s.summary.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(stats.len(), 3);
+        let minute = &stats[&(60, "a".into(), 1_699_999_980)];
+        let mut want = Summary::default();
+        want.observe(10.0, 2, true);
+        want.observe(-4.5, 1, true);
+        assert_eq!(*minute, want);
+        let second = &stats[&(1, "a".into(), NOW_MS / 1000)];
+        assert_eq!((second.count, second.sum, second.min), (2, 20.0, 10.0));
+        assert!(second.histogram.is_empty(), "no histogram at 1 s");
+        // Every stat cell has its count cell; plain names have none.
+        assert!(stats.keys().all(|k| counts.contains_key(k)));
+        assert!(w.stat_cells().all(|s| s.name == "a"));
+        w.clear();
+        assert_eq!((w.stat_cells_len(), w.stat_cells().count()), (0, 0));
+    }
+
+    #[test]
+    fn values_of_too_old_hits_are_skipped_with_them() {
+        let mut w = Window::new(&[1, 60], 120);
+        w.add(&valued("a", 1, NOW_MS - 600_000, 3.0), NOW_MS);
+        assert_eq!(
+            w.stat_cells().map(|s| s.precision).collect::<Vec<_>>(),
+            [60]
+        );
     }
 
     #[test]

@@ -132,6 +132,18 @@ impl Summary {
     /// Adds `count` observations of `value` (finite), with the histogram
     /// when `quantiles` is true.
     pub fn observe(&mut self, value: f64, count: i64, quantiles: bool) {
+        let bucket = if quantiles {
+            HistBucket::of(value)
+        } else {
+            None
+        };
+        self.observe_in(value, count, bucket);
+    }
+
+    /// [`Summary::observe`] with the value's histogram bucket already
+    /// found (`None`: no histogram), so that a hit counted at several
+    /// precisions takes one logarithm. Counts saturate.
+    pub fn observe_in(&mut self, value: f64, count: i64, bucket: Option<HistBucket>) {
         if self.count == 0 {
             self.min = value;
             self.max = value;
@@ -139,14 +151,13 @@ impl Summary {
             self.min = self.min.min(value);
             self.max = self.max.max(value);
         }
-        self.count += count;
+        self.count = self.count.saturating_add(count);
         let c = count as f64;
         self.sum += c * value;
         self.sumsq += c * value * value;
-        if quantiles {
-            if let Some(b) = HistBucket::of(value) {
-                *self.histogram.entry(b).or_insert(0) += count;
-            }
+        if let Some(b) = bucket {
+            let n = self.histogram.entry(b).or_insert(0);
+            *n = n.saturating_add(count);
         }
     }
 

@@ -120,20 +120,33 @@ impl Producer {
 
     /// Counts one hit of `name` now. Never blocks, never fails.
     pub fn hit(&self, name: &str) {
-        self.send(name, 1, None)
+        self.send(name, 1, None, None)
     }
 
     /// Counts `count` hits of `name` now.
     pub fn hit_n(&self, name: &str, count: i64) {
-        self.send(name, count, None)
+        self.send(name, count, None, None)
     }
 
     /// Counts `count` hits of `name` at `ts` (unix seconds).
     pub fn hit_at(&self, name: &str, count: i64, ts: f64) {
-        self.send(name, count, Some(ts))
+        self.send(name, count, Some(ts), None)
     }
 
-    fn send(&self, name: &str, count: i64, ts: Option<f64>) {
+    /// Counts one hit of `name` now that measured `value` (e.g. a response
+    /// time in ms), kept in its statistics (`stats:PREC:NAME`). The worker
+    /// dead-letters a value that is not finite.
+    pub fn observe(&self, name: &str, value: f64) {
+        self.send(name, 1, None, Some(value))
+    }
+
+    /// Counts `count` hits of `name`, each measuring `value`, at `ts` (unix
+    /// seconds; `None`: now).
+    pub fn observe_at(&self, name: &str, count: i64, ts: Option<f64>, value: f64) {
+        self.send(name, count, ts, Some(value))
+    }
+
+    fn send(&self, name: &str, count: i64, ts: Option<f64>, value: Option<f64>) {
         let buffered = self.stats.buffered.fetch_add(1, Ordering::Relaxed);
         if buffered >= self.max_buffered {
             self.stats.buffered.fetch_sub(1, Ordering::Relaxed);
@@ -147,7 +160,7 @@ impl Producer {
             .tx
             .send(Msg::Hit(
                 Keys::shard_of_name(name, self.shards),
-                event::encode(name, count, ts),
+                event::encode_value(name, count, ts, value),
             ))
             .is_err()
         {

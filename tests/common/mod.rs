@@ -4,6 +4,7 @@
 
 pub mod bin;
 pub mod cluster;
+pub mod stats;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -30,7 +30,7 @@ use crate::store::connect::Conn;
 use indicatif::{ProgressBar, ProgressStyle};
 use redis::{RedisError, Value};
 
-use crate::edge::workload::{Distribution, Names};
+use crate::edge::workload::{synthetic_value, Distribution, Names};
 use crate::model::config::{ConfigError, LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
 
@@ -129,6 +129,7 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
     let steps = opts.workloads.len() as u64 * per_workload
         + 2
         + u64::from(opts.rss_backlog > 0)
+        + u64::from(valued_run(opts))
         + u64::from(opts.workloads.contains(&Workload::Zipf) && opts.workers.contains(&1));
     let bar = progress_bar(steps, opts.progress);
     let mut report = Report::new(&mut conn, opts).await?;
@@ -136,7 +137,7 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
     for &workload in &opts.workloads {
         bar.set_message(format!("{}: prefilling", workload.label()));
         let stream = format!("bench:{workload:?}:hits").to_lowercase();
-        let sent = prefill(&mut conn, &stream, workload, opts.entries).await?;
+        let sent = prefill(&mut conn, &stream, workload, opts.entries, false).await?;
         for &w in &opts.workers {
             for group in [ceiling::group(w), workers::group(w)] {
                 create_group(&mut conn, &stream, &group).await?;
@@ -174,6 +175,18 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
         delete_matching(&mut conn, "bench:*").await?;
     }
 
+    if valued_run(opts) {
+        // The one-worker hot run once more, every hit with a value.
+        bar.set_message("1,000 hot names, every hit with a value");
+        let stream = "bench:values:hits";
+        let sent = prefill(&mut conn, stream, Workload::Hot, opts.entries, true).await?;
+        create_group(&mut conn, stream, &workers::group(1)).await?;
+        let target = workers::Target::new(&opts.redis, stream, 1, &opts.worker_args);
+        report.values = Some(workers::run(&mut conn, &target, &sent).await?);
+        bar.inc(1);
+        delete_matching(&mut conn, "bench:*").await?;
+    }
+
     let rate = report.latency_rate();
     bar.set_message(format!("XADD-to-visible at {rate:.0} hits/s"));
     report.latency = Some(latency::visible_delay(&opts.redis, rate, opts).await?);
@@ -186,7 +199,7 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
     if opts.rss_backlog > 0 {
         bar.set_message(format!("draining a backlog of {}", opts.rss_backlog));
         let stream = "bench:backlog:hits";
-        let sent = prefill(&mut conn, stream, Workload::Hot, opts.rss_backlog).await?;
+        let sent = prefill(&mut conn, stream, Workload::Hot, opts.rss_backlog, false).await?;
         create_group(&mut conn, stream, &workers::group(1)).await?;
         let target = workers::Target::new(&opts.redis, stream, 1, &opts.worker_args);
         report.backlog = Some(workers::run(&mut conn, &target, &sent).await?);
@@ -197,6 +210,12 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
     report.slowlog = slowlog(&mut conn).await?;
     bar.finish_and_clear();
     Ok(report)
+}
+
+/// Whether the run includes the hot workload with one worker, and so its
+/// twin with a value on every hit (the cost of statistics).
+fn valued_run(opts: &Options) -> bool {
+    opts.workloads.contains(&Workload::Hot) && opts.workers.contains(&1)
 }
 
 fn progress_bar(steps: u64, show: bool) -> ProgressBar {
@@ -224,13 +243,14 @@ pub struct Sent {
     pub hits: u64,
 }
 
-/// Appends `n` hits (MessagePack form, no timestamp: the entry's own time)
-/// in pipelines of XADDs.
+/// Appends `n` hits (MessagePack form, no timestamp: the entry's own time;
+/// with a [`synthetic_value`] each if `values`) in pipelines of XADDs.
 pub async fn prefill(
     conn: &mut Conn,
     stream: &str,
     workload: Workload,
     n: u64,
+    values: bool,
 ) -> Result<Sent, BenchError> {
     let names = workload.names();
     let mut per_name = vec![0u64; names.len()];
@@ -242,7 +262,8 @@ pub async fn prefill(
         for _ in 0..batch {
             let rank = names.sample(&mut rng);
             per_name[rank] += 1;
-            let hit = crate::model::event::encode(&Names::name(rank), 1, None);
+            let value = values.then(|| synthetic_value(&mut rng));
+            let hit = crate::model::event::encode_value(&Names::name(rank), 1, None, value);
             pipe.cmd("XADD")
                 .arg(stream)
                 .arg("*")

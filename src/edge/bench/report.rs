@@ -83,6 +83,8 @@ pub struct Report {
     pub producer: Option<ProducerRate>,
     /// The memory check on a long backlog.
     pub backlog: Option<WorkerRun>,
+    /// The one-worker run of 1,000 hot names with a value on every hit.
+    pub values: Option<WorkerRun>,
     /// SLOWLOG entries (over 10 ms on the bench's own server) after the run.
     pub slowlog: Vec<String>,
     /// Bytes of a counter hash of 120 samples per encoding (`MEMORY USAGE`).
@@ -101,6 +103,7 @@ impl Report {
             latency: None,
             producer: None,
             backlog: None,
+            values: None,
             slowlog: Vec::new(),
             hash_bytes: Vec::new(),
         })
@@ -235,6 +238,25 @@ impl Report {
                 out,
                 "- producer, one process, {} hits: `hit()` {} calls/s, delivered {} hits/s, dropped {}, in the stream {}",
                 p.hits, thousands(p.calls_per_sec), thousands(p.delivered_per_sec), p.dropped, p.in_stream
+            );
+        }
+        let plain = self
+            .runs
+            .iter()
+            .find(|r| r.workload == Workload::Hot && r.workers == 1 && r.hashes == "listpack");
+        if let (Some(v), Some(p)) = (&self.values, plain) {
+            let p = &p.hitcount;
+            let _ = writeln!(
+                out,
+                "- every hit with a value (1,000 hot names, one worker, statistics at every precision, \
+                 histograms at 60/3600/86400 s): {} hits/s, {:.2} µs Redis CPU per hit, {:.3} Redis \
+                 commands per hit; the same hits without a value: {} hits/s, {:.2} µs, {:.3}",
+                thousands(v.drained.rate()),
+                v.drained.redis_cpu_us(),
+                v.commands_per_hit,
+                thousands(p.drained.rate()),
+                p.drained.redis_cpu_us(),
+                p.commands_per_hit
             );
         }
         if let Some(b) = &self.backlog {

@@ -144,7 +144,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let producer = Producer::start(&redis, &stream, ProducerOptions::default())?;
     let names = Names::new(args.names, Distribution::Zipf(1.0));
     let started = Instant::now();
-    let sent = super::load::send(&producer, args.hits, &names, None, true).await;
+    let sent = super::load::send(&producer, args.hits, &names, None, false, true).await;
     producer.shutdown(Duration::from_secs(5)).await;
 
     let keys = Keys::new(&layout, &stream);

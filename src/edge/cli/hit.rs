@@ -20,8 +20,24 @@ pub struct Args {
     /// (within SAMPLES × the largest precision: 120 days by default).
     #[arg(long, value_parser = super::parse_unix_seconds, allow_negative_numbers = true)]
     at: Option<f64>,
+    /// A measured value this hit carries (e.g. a response time in ms):
+    /// `--count` observations of it go to the name's statistics
+    /// (`stats:PREC:NAME`). A finite number, |value| ≤ 1e100.
+    #[arg(long, value_parser = parse_value, allow_negative_numbers = true)]
+    value: Option<f64>,
     #[command(flatten)]
     pub(super) common: Common,
+}
+
+/// A `--value` as the worker accepts it (see [`crate::model::event`]).
+fn parse_value(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v.abs() <= crate::model::event::MAX_ABS_VALUE => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a finite number of magnitude at most 1e100 \
+             (the worker would dead-letter it as bad_value)"
+        )),
+    }
 }
 
 /// Why the worker would not count a hit at `ts` (unix seconds) when it
@@ -67,9 +83,10 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     // A bad password, CA, certificate, missing permission or a key of
     // another type fails here at once, with Redis' or TLS' own words.
     let producer = super::checked_producer(&args.common).await?;
-    match args.at {
-        Some(ts) => producer.hit_at(&args.name, args.count, ts),
-        None => producer.hit_n(&args.name, args.count),
+    match (args.at, args.value) {
+        (ts, Some(v)) => producer.observe_at(&args.name, args.count, ts, v),
+        (Some(ts), None) => producer.hit_at(&args.name, args.count, ts),
+        (None, None) => producer.hit_n(&args.name, args.count),
     }
     if tokio::time::timeout(SEND_TIMEOUT, producer.flush())
         .await
@@ -81,8 +98,12 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         );
     }
     producer.shutdown(Duration::from_secs(1)).await;
+    let value = args
+        .value
+        .map(|v| format!(" value {v}"))
+        .unwrap_or_default();
     outln!(
-        "sent {} x{} to {}",
+        "sent {} x{}{value} to {}",
         args.name,
         args.count,
         args.common.stream.stream
@@ -92,7 +113,16 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::refuse_at;
+    use super::{parse_value, refuse_at};
+
+    #[test]
+    fn values_are_checked_as_the_worker_does() {
+        assert_eq!(parse_value("12.5"), Ok(12.5));
+        assert_eq!(parse_value("-3"), Ok(-3.0));
+        for bad in ["NaN", "inf", "abc", "1e101", ""] {
+            assert!(parse_value(bad).unwrap_err().contains("bad_value"), "{bad}");
+        }
+    }
     use crate::model::config::DEFAULT_PRECISIONS;
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Common;
-use crate::edge::workload::{Distribution, Names};
+use crate::edge::workload::{synthetic_value, Distribution, Names};
 use crate::service::producer::Producer;
 
 /// Events the generator lets the producer hold before waiting for it.
@@ -25,6 +25,10 @@ pub struct Args {
     /// Events per second, at least 1 (default: as fast as Redis takes them).
     #[arg(long, value_parser = super::parse_at_least_one)]
     rate: Option<u64>,
+    /// Each hit carries a value: a synthetic response time in ms
+    /// (log-uniform from 1 to 1000), kept in the names' statistics.
+    #[arg(long)]
+    values: bool,
     #[command(flatten)]
     pub(super) common: Common,
 }
@@ -49,6 +53,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         args.hits,
         &Names::new(args.names, dist),
         args.rate,
+        args.values,
         true,
     )
     .await;
@@ -64,13 +69,15 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sends `hits` events through `producer`, at `rate` per second if given,
-/// and waits until they are in Redis.
+/// Sends `hits` events through `producer`, at `rate` per second if given
+/// (with a [`synthetic_value`] each if `values`), and waits until they
+/// are in Redis.
 pub async fn send(
     producer: &Producer,
     hits: u64,
     names: &Names,
     rate: Option<u64>,
+    values: bool,
     progress: bool,
 ) -> Sent {
     let bar = if progress {
@@ -102,7 +109,11 @@ pub async fn send(
         for _ in 0..quota {
             let rank = names.sample(&mut rng);
             per_name[rank] += 1;
-            producer.hit(&Names::name(rank));
+            if values {
+                producer.observe(&Names::name(rank), synthetic_value(&mut rng));
+            } else {
+                producer.hit(&Names::name(rank));
+            }
         }
         sent += quota;
         bar.set_position(sent);

@@ -1,10 +1,12 @@
 //! Where data lives in Redis: the counter layout ([`LayoutArgs`]: key
-//! prefix, precisions, samples) and the stream with its consumer group and
+//! prefix, precisions, samples, the precisions whose statistics keep
+//! quantile histograms) and the stream with its consumer group and
 //! dead-letter stream ([`StreamArgs`]), with their defaults and validation.
 
 use clap::Args;
 
 use super::ConfigError;
+use crate::model::stats::DEFAULT_QUANTILE_PRECISIONS;
 
 /// The seeds' precisions: 1 s, 5 s, 1 min, 5 min, 1 h, 5 h, 1 day.
 pub const DEFAULT_PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
@@ -48,6 +50,24 @@ pub struct LayoutArgs {
     /// now - SAMPLES * PRECISION is cleaned (and never written).
     #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = DEFAULT_SAMPLES)]
     pub samples: u32,
+    /// Precisions (seconds, comma separated, each one of --precisions)
+    /// whose statistics of hit values keep a quantile histogram (fields
+    /// `B:h:I` of `stats:PREC:NAME`). Empty: no histograms anywhere.
+    /// Default: 60,3600,86400, those of them among --precisions.
+    #[arg(long, env = "HITCOUNT_QUANTILE_PRECISIONS", value_parser = parse_precision_list)]
+    pub quantile_precisions: Option<::std::vec::Vec<u32>>,
+}
+
+/// A comma-separated list of precisions in seconds; empty is an empty list.
+fn parse_precision_list(text: &str) -> Result<Vec<u32>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse::<u32>()
+                .map_err(|_| format!("{p:?} is not a number of seconds"))
+        })
+        .collect()
 }
 
 impl Default for LayoutArgs {
@@ -56,6 +76,7 @@ impl Default for LayoutArgs {
             prefix: DEFAULT_PREFIX.into(),
             precisions: DEFAULT_PRECISIONS.to_vec(),
             samples: DEFAULT_SAMPLES,
+            quantile_precisions: None,
         }
     }
 }
@@ -81,7 +102,35 @@ impl LayoutArgs {
                 reason: "at least one sample must be kept".into(),
             });
         }
+        if let Some(q) = &self.quantile_precisions {
+            if let Some(p) = q.iter().find(|p| !self.precisions.contains(p)) {
+                return Err(ConfigError::Invalid {
+                    setting: "--quantile-precisions / HITCOUNT_QUANTILE_PRECISIONS",
+                    reason: format!(
+                        "{p} is not one of the precisions ({})",
+                        self.precisions
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// The precisions whose statistics keep a quantile histogram: as set,
+    /// or by default those of [`DEFAULT_QUANTILE_PRECISIONS`] among the
+    /// precisions.
+    pub fn quantile_precisions(&self) -> Vec<u32> {
+        match &self.quantile_precisions {
+            Some(q) => q.clone(),
+            None => DEFAULT_QUANTILE_PRECISIONS
+                .into_iter()
+                .filter(|p| self.precisions.contains(p))
+                .collect(),
+        }
     }
 }
 
@@ -176,6 +225,7 @@ mod tests {
             prefix: "HITCOUNT_PREFIX",
             precisions: "HITCOUNT_PRECISIONS",
             samples: "HITCOUNT_SAMPLES",
+            quantile_precisions: "HITCOUNT_QUANTILE_PRECISIONS",
         });
         assert_clap_defaults!(StreamArgs {
             stream: "HITCOUNT_STREAM",
@@ -198,6 +248,43 @@ mod tests {
         assert!(l.validate().is_err());
         l.precisions = vec![];
         assert!(l.validate().is_err());
+    }
+
+    #[test]
+    fn quantile_precisions_are_among_the_precisions() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            layout: LayoutArgs,
+        }
+        let parse = |args: &[&str]| {
+            let mut all = vec!["t"];
+            all.extend_from_slice(args);
+            let mut l = Cli::try_parse_from(all).unwrap().layout;
+            l.validate().map(|_| l.quantile_precisions())
+        };
+        if std::env::var_os("HITCOUNT_QUANTILE_PRECISIONS").is_none() {
+            assert_eq!(parse(&[]).unwrap(), [60, 3600, 86400]);
+            // The default keeps those of them that are configured.
+            assert_eq!(parse(&["--precisions", "1,60"]).unwrap(), [60]);
+        }
+        assert_eq!(parse(&["--quantile-precisions", "3600"]).unwrap(), [3600]);
+        assert_eq!(
+            parse(&["--quantile-precisions", " 1, 60 "]).unwrap(),
+            [1, 60]
+        );
+        // Empty: statistics without histograms.
+        assert!(parse(&["--quantile-precisions", ""]).unwrap().is_empty());
+        let err = parse(&["--quantile-precisions", "60,7"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "invalid --quantile-precisions / HITCOUNT_QUANTILE_PRECISIONS: 7 is not one of \
+             the precisions (1,5,60,300,3600,18000,86400)"
+        );
+        assert!(Cli::try_parse_from(["t", "--quantile-precisions", "6x"]).is_err());
     }
 
     #[test]

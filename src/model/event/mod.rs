@@ -4,13 +4,15 @@
 //! forms, and this module is the reference for both:
 //!
 //! * **MessagePack**: one field `hit` whose value is a MessagePack map
-//!   `{"name": str, "count": int, "ts": int | float}`. `count` is optional
-//!   (default 1), `ts` is optional (unix seconds). Unknown keys are ignored,
+//!   `{"name": str, "count": int, "ts": int | float, "value": int | float}`.
+//!   `count` is optional (default 1), `ts` is optional (unix seconds),
+//!   `value` is optional (a measured number, see [`Hit::value`]). Unknown keys are ignored,
 //!   whatever their value. If an entry has a `hit` field it is in this form and
 //!   its other fields are ignored. A key given twice: the last one wins.
 //! * **Plain fields**: `name`, optional `count` (decimal integer, e.g. `3`),
 //!   optional `ts` (decimal unix seconds, e.g. `1700000000` or
-//!   `1700000000.25`). Other fields are ignored; a field given twice: the last
+//!   `1700000000.25`), optional `value` (a decimal number, e.g. `12.5`,
+//!   `-3`, `1e-3`). Other fields are ignored; a field given twice: the last
 //!   one wins.
 //!
 //! Without `ts`, the hit happened at the entry ID's millisecond part (IDs are
@@ -23,9 +25,14 @@
 //! * ts: finite and ≥ 0, written without a sign in the plain form (as
 //!   `count`); in MessagePack any int or float type. The resolved
 //!   time may be at most [`MAX_FUTURE_MS`] after the entry ID's time.
+//! * value: a finite number of magnitude at most [`MAX_ABS_VALUE`]; in
+//!   MessagePack any int or float type, in the plain form any decimal
+//!   spelling Rust's `f64` parser takes (`12.5`, `-3`, `1e-3`). NaN, ±inf,
+//!   text, `nil` and anything else are rejected.
 //!
 //! When an entry breaks several rules the first failing check names it, in
-//! this order: entry ID, MessagePack structure, name, count, ts, future.
+//! this order: entry ID, MessagePack structure, name, count, ts, value,
+//! future.
 //!
 //! Decoding never panics, never copies the name (it borrows from the entry's
 //! bytes) and never allocates. The MessagePack form is read with `rmp`'s marker
@@ -41,10 +48,10 @@ mod msgpack;
 mod plain;
 mod reader;
 
-pub use msgpack::encode;
+pub use msgpack::{encode, encode_value};
 
 use msgpack::decode_msgpack;
-use plain::{text_count, text_ts_ms};
+use plain::{text_count, text_ts_ms, text_value};
 
 /// Longest accepted hit name, in bytes of UTF-8 (4096). Names key Redis
 /// counters; a bound keeps one bad producer from bloating every precision.
@@ -59,8 +66,13 @@ pub const MAX_COUNT: i64 = 1_000_000_000;
 /// would create counters no one will ever read.
 pub const MAX_FUTURE_MS: i64 = 86_400_000;
 
+/// Largest accepted magnitude of a `value` (10^100): far beyond any
+/// measurement, and small enough that a window's sum of squares
+/// (`count × value²`, summed) stays a finite number in Redis.
+pub const MAX_ABS_VALUE: f64 = 1e100;
+
 /// One decoded hit. `name` borrows from the stream entry's bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Hit<'a> {
     /// Counter name, valid UTF-8, 1..=[`MAX_NAME_BYTES`] bytes.
     pub name: &'a str,
@@ -69,6 +81,11 @@ pub struct Hit<'a> {
     /// When the hit happened, unix milliseconds: `floor(ts * 1000)` for the
     /// event's `ts`, else the entry ID's millisecond part.
     pub ts_ms: i64,
+    /// A measured value (e.g. a response time in ms): the hit is `count`
+    /// observations of it, kept in `stats:PREC:NAME` (see
+    /// [`crate::model::stats`]). Finite, `|value|` ≤ [`MAX_ABS_VALUE`].
+    /// `None` for a plain hit, which touches no statistics.
+    pub value: Option<f64>,
 }
 
 /// Why a stream entry is not a valid hit. [`Reject::reason`] gives a stable
@@ -103,11 +120,18 @@ pub enum Reject {
     /// The entry ID is not `<ms>-<seq>` with decimal parts (`ms` ≤ `i64::MAX`).
     #[error("entry ID is not <ms>-<seq>")]
     BadEntryId,
+    /// `value` is not a finite number of magnitude at most
+    /// [`MAX_ABS_VALUE`] (NaN, ±inf, text, any other type).
+    #[error(
+        "value is not a finite number of magnitude at most {:e}",
+        MAX_ABS_VALUE
+    )]
+    BadValue,
 }
 
 impl Reject {
     /// Every reason, in declaration order (e.g. to pre-register metric labels).
-    pub const ALL: [Reject; 9] = [
+    pub const ALL: [Reject; 10] = [
         Reject::MissingName,
         Reject::EmptyName,
         Reject::NameTooLong,
@@ -117,6 +141,7 @@ impl Reject {
         Reject::FutureTimestamp,
         Reject::BadMessagePack,
         Reject::BadEntryId,
+        Reject::BadValue,
     ];
 
     /// Stable snake_case label, e.g. `"name_too_long"`; part of the metrics
@@ -132,6 +157,7 @@ impl Reject {
             Reject::FutureTimestamp => "future_timestamp",
             Reject::BadMessagePack => "bad_msgpack",
             Reject::BadEntryId => "bad_entry_id",
+            Reject::BadValue => "bad_value",
         }
     }
 }
@@ -155,23 +181,25 @@ where
     I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
 {
     let id_ms = entry_id_ms(id).ok_or(Reject::BadEntryId)?;
-    let (mut hit, mut name, mut count, mut ts) = (None, None, None, None);
-    for (key, value) in fields {
+    let (mut hit, mut name, mut count, mut ts, mut value) = (None, None, None, None, None);
+    for (key, v) in fields {
         match key {
-            b"hit" => hit = Some(value),
-            b"name" => name = Some(value),
-            b"count" => count = Some(value),
-            b"ts" => ts = Some(value),
+            b"hit" => hit = Some(v),
+            b"name" => name = Some(v),
+            b"count" => count = Some(v),
+            b"ts" => ts = Some(v),
+            b"value" => value = Some(v),
             _ => {}
         }
     }
-    let (name, count, ts_ms) = match hit {
+    let (name, count, ts_ms, value) = match hit {
         Some(packed) => decode_msgpack(packed)?,
         None => {
             let name = check_name(name.ok_or(Reject::MissingName)?)?;
             let count = count.map_or(Ok(1), text_count)?;
             let ts_ms = ts.map(text_ts_ms).transpose()?;
-            (name, count, ts_ms)
+            let value = value.map(text_value).transpose()?;
+            (name, count, ts_ms, value)
         }
     };
     let ts_ms = match ts_ms {
@@ -179,7 +207,12 @@ where
         Some(t) => t,
         None => id_ms,
     };
-    Ok(Hit { name, count, ts_ms })
+    Ok(Hit {
+        name,
+        count,
+        ts_ms,
+        value,
+    })
 }
 
 /// Checks a name's bytes: non-empty, ≤ [`MAX_NAME_BYTES`], valid UTF-8.
@@ -219,6 +252,15 @@ fn float_ts_ms(ts: f64) -> Result<i64, Reject> {
         Ok((ts * 1000.0).floor() as i64)
     } else {
         Err(Reject::BadTimestamp)
+    }
+}
+
+/// A value as the contract takes it: finite, `|v|` ≤ [`MAX_ABS_VALUE`].
+fn check_value(v: f64) -> Result<f64, Reject> {
+    if v.is_finite() && v.abs() <= MAX_ABS_VALUE {
+        Ok(v)
+    } else {
+        Err(Reject::BadValue)
     }
 }
 
@@ -278,7 +320,12 @@ mod tests {
     }
 
     pub(super) fn hit(name: &str, count: i64, ts_ms: i64) -> Hit<'_> {
-        Hit { name, count, ts_ms }
+        Hit {
+            name,
+            count,
+            ts_ms,
+            value: None,
+        }
     }
 
     #[test]
@@ -400,7 +447,8 @@ mod tests {
                 "bad_timestamp",
                 "future_timestamp",
                 "bad_msgpack",
-                "bad_entry_id"
+                "bad_entry_id",
+                "bad_value"
             ]
         );
         assert_eq!(

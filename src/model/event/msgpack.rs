@@ -1,12 +1,12 @@
-//! The MessagePack form: the `hit` field's map `{"name", "count", "ts"}`,
-//! read by [`decode_msgpack`] (for [`decode`](super::decode)) and written
-//! by [`encode`]. The bytes are walked with the bounds-checked cursor of
+//! The MessagePack form: the `hit` field's map `{"name", "count", "ts",
+//! "value"}`, read by [`decode_msgpack`] (for [`decode`](super::decode)) and
+//! written by [`encode`] and [`encode_value`]. The bytes are walked with the bounds-checked cursor of
 //! `reader`.
 
 use serde::Serialize;
 
 use super::reader::{Head, Malformed, Reader, Scalar};
-use super::{check_name, clamp_ms, count_in_range, float_ts_ms, Reject};
+use super::{check_name, check_value, clamp_ms, count_in_range, float_ts_ms, Reject};
 
 /// The MessagePack map written by [`encode`]; field names are the contract.
 #[derive(Serialize)]
@@ -16,6 +16,8 @@ struct WireHit<'a> {
     count: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     ts: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<f64>,
 }
 
 fn is_one(count: &i64) -> bool {
@@ -29,9 +31,23 @@ fn is_one(count: &i64) -> bool {
 /// out-of-range value is written as given and rejected by
 /// [`decode`](super::decode).
 pub fn encode(name: &str, count: i64, ts: Option<f64>) -> Vec<u8> {
-    rmp_serde::to_vec_named(&WireHit { name, count, ts })
-        .expect("serializing a flat struct into a Vec cannot fail")
+    encode_value(name, count, ts, None)
 }
+
+/// [`encode`] with a measured `value` (written as a float64 when given,
+/// omitted when `None`): `count` observations of `value`.
+pub fn encode_value(name: &str, count: i64, ts: Option<f64>, value: Option<f64>) -> Vec<u8> {
+    rmp_serde::to_vec_named(&WireHit {
+        name,
+        count,
+        ts,
+        value,
+    })
+    .expect("serializing a flat struct into a Vec cannot fail")
+}
+
+/// The decoded map: name, count, ts in ms if given, value if given.
+type Decoded<'a> = (&'a str, i64, Option<i64>, Option<f64>);
 
 /// Integer seconds (any MessagePack int) to ms; huge values saturate (they
 /// are rejected as future later).
@@ -42,20 +58,21 @@ fn int_ts_ms(ts: i128) -> Result<i64, Reject> {
     Ok(clamp_ms(ts.unsigned_abs().saturating_mul(1000)))
 }
 
-/// Reads the `hit` map: (validated name, count, ts in ms if given).
-pub(super) fn decode_msgpack(packed: &[u8]) -> Result<(&str, i64, Option<i64>), Reject> {
+/// Reads the `hit` map: (validated name, count, ts in ms, value).
+pub(super) fn decode_msgpack(packed: &[u8]) -> Result<Decoded<'_>, Reject> {
     let bad = |_: Malformed| Reject::BadMessagePack;
     let mut rd = Reader { buf: packed };
     let pairs = match rd.head().map_err(bad)? {
         Head::Map(n) => n,
         _ => return Err(Reject::BadMessagePack),
     };
-    let (mut name, mut count, mut ts) = (None, None, None);
+    let (mut name, mut count, mut ts, mut value) = (None, None, None, None);
     for _ in 0..pairs {
         let slot = match rd.head().map_err(bad)? {
             Head::Scalar(Scalar::Str(b"name")) => &mut name,
             Head::Scalar(Scalar::Str(b"count")) => &mut count,
             Head::Scalar(Scalar::Str(b"ts")) => &mut ts,
+            Head::Scalar(Scalar::Str(b"value")) => &mut value,
             Head::Scalar(_) => {
                 rd.skip(1).map_err(bad)?;
                 continue;
@@ -91,7 +108,13 @@ pub(super) fn decode_msgpack(packed: &[u8]) -> Result<(&str, i64, Option<i64>), 
         Some(Scalar::Float(t)) => Some(float_ts_ms(t)?),
         Some(_) => return Err(Reject::BadTimestamp),
     };
-    Ok((name, count, ts_ms))
+    let value = match value {
+        None => None,
+        Some(Scalar::Int(v)) => Some(check_value(v as f64)?),
+        Some(Scalar::Float(v)) => Some(check_value(v)?),
+        Some(_) => return Err(Reject::BadValue),
+    };
+    Ok((name, count, ts_ms, value))
 }
 
 #[cfg(test)]
@@ -100,7 +123,7 @@ mod tests {
     use crate::model::event::tests::{
         hit, map, mp_f64, mp_int, mp_raw_str, mp_str, packed, ID, ID_MS,
     };
-    use crate::model::event::{decode, MAX_COUNT};
+    use crate::model::event::{decode, Hit, MAX_COUNT};
 
     #[test]
     fn msgpack_form() {
@@ -272,6 +295,51 @@ mod tests {
         assert_eq!(
             decode(b"x", [(&b"hit"[..], &b"\xc1"[..])]),
             Err(Reject::BadEntryId)
+        );
+    }
+
+    #[test]
+    fn msgpack_values() {
+        let with =
+            |v: Vec<u8>| packed(&map(&[("name", mp_str("a")), ("value", v)])).map(|h| h.value);
+        assert_eq!(with(mp_int(12)), Ok(Some(12.0)));
+        assert_eq!(with(mp_int(-7)), Ok(Some(-7.0)));
+        assert_eq!(with(mp_f64(12.5)), Ok(Some(12.5)));
+        assert_eq!(with(mp_f64(0.0)), Ok(Some(0.0)));
+        let mut f32v = vec![0xca];
+        f32v.extend_from_slice(&0.25f32.to_be_bytes());
+        assert_eq!(with(f32v), Ok(Some(0.25)));
+        let e = encode_value("a", 3, Some(1.5), Some(2.75));
+        assert_eq!(
+            packed(&e),
+            Ok(Hit {
+                name: "a",
+                count: 3,
+                ts_ms: 1500,
+                value: Some(2.75)
+            })
+        );
+        assert_eq!(packed(&encode("a", 1, None)).unwrap().value, None);
+        for bad in [
+            mp_f64(f64::NAN),
+            mp_f64(f64::INFINITY),
+            mp_f64(f64::NEG_INFINITY),
+            mp_f64(1e101),
+            mp_str("12"),
+            vec![0xc0],
+            vec![0xc3],
+            vec![0x90],
+        ] {
+            assert_eq!(with(bad.clone()), Err(Reject::BadValue), "{bad:?}");
+        }
+        // Checked after ts, before the future.
+        assert_eq!(
+            packed(&map(&[
+                ("name", mp_str("a")),
+                ("ts", mp_int(-1)),
+                ("value", mp_str("x"))
+            ])),
+            Err(Reject::BadTimestamp)
         );
     }
 

@@ -1,7 +1,15 @@
-//! The plain form: the `name`, `count` and `ts` fields as decimal text,
-//! read for [`decode`](super::decode) when an entry has no `hit` field.
+//! The plain form: the `name`, `count`, `ts` and `value` fields as decimal
+//! text, read for [`decode`](super::decode) when an entry has no `hit` field.
 
-use super::{clamp_ms, count_in_range, float_ts_ms, parse_digits, Reject};
+use super::{check_value, clamp_ms, count_in_range, float_ts_ms, parse_digits, Reject};
+
+/// A plain-form `value`: any spelling Rust's `f64` parser takes (`12.5`,
+/// `-3`, `1e-3`, `+2`) that is finite and within
+/// [`MAX_ABS_VALUE`](super::MAX_ABS_VALUE); `NaN`, `inf`, text → [`Reject::BadValue`].
+pub(super) fn text_value(bytes: &[u8]) -> Result<f64, Reject> {
+    let text = std::str::from_utf8(bytes).map_err(|_| Reject::BadValue)?;
+    check_value(text.parse::<f64>().map_err(|_| Reject::BadValue)?)
+}
 
 /// A plain-form `count`: decimal digits only, value in
 /// 1..=[`MAX_COUNT`](super::MAX_COUNT).
@@ -103,6 +111,40 @@ mod tests {
         assert_eq!(
             plain(&[("count", b"007"), ("name", b"a")]).unwrap().count,
             7
+        );
+    }
+
+    #[test]
+    fn plain_values() {
+        let value = |v: &'static [u8]| plain(&[("name", b"a"), ("value", v)]).map(|h| h.value);
+        assert_eq!(value(b"12.5"), Ok(Some(12.5)));
+        assert_eq!(value(b"-3"), Ok(Some(-3.0)));
+        assert_eq!(value(b"1e-3"), Ok(Some(0.001)));
+        assert_eq!(value(b"0"), Ok(Some(0.0)));
+        assert_eq!(value(b"0.1"), Ok(Some(0.1)));
+        assert_eq!(plain(&[("name", b"a")]).unwrap().value, None);
+        for bad in [
+            &b"NaN"[..],
+            b"nan",
+            b"inf",
+            b"-inf",
+            b"infinity",
+            b"1e400",
+            b"1e101",
+            b"abc",
+            b"",
+            b" 1",
+            b"1,5",
+            b"\xff",
+        ] {
+            assert_eq!(value(bad), Err(Reject::BadValue), "{bad:?}");
+        }
+        // With count: c observations of v; the ts check comes first.
+        let h = plain(&[("name", b"a"), ("count", b"3"), ("value", b"2")]).unwrap();
+        assert_eq!((h.count, h.value), (3, Some(2.0)));
+        assert_eq!(
+            plain(&[("name", b"a"), ("ts", b"x"), ("value", b"y")]),
+            Err(Reject::BadTimestamp)
         );
     }
 

@@ -4,11 +4,12 @@
 use std::time::Instant;
 
 use super::{Cursor, Worker};
-use crate::model::aggregate::Cell;
+use crate::model::aggregate::{Cell, StatCell};
 use crate::model::clock::unix_ms;
 use crate::model::metrics::metrics;
 use crate::store::commit::{
-    markers, plan, sort_for_cluster, Apply, Finished, Outcome, Sealed, APPLY_GUARD, CHUNK_CELLS,
+    markers, plan, sort_for_cluster, sort_stats_for_cluster, Apply, Finished, Outcome, Sealed,
+    APPLY_GUARD, CHUNK_CELLS,
 };
 use crate::store::connect::{ErrorClass, StoreError, StoreResult};
 
@@ -19,15 +20,18 @@ impl Worker {
         let window_id = format!("{}-{}", self.incarnation, self.seq);
         self.seq += 1;
         let mut cells: Vec<Cell<'_>> = self.batch.window().cells().collect();
+        let mut stats: Vec<StatCell<'_>> = self.batch.window().stat_cells().collect();
         let by_slot = self.link.current().is_some_and(|c| c.is_cluster());
         if by_slot {
             sort_for_cluster(self.committer.keys(), &mut cells);
+            sort_stats_for_cluster(self.committer.keys(), &mut stats);
         }
         let plan = plan(
             self.committer.keys(),
             &Apply {
                 window: &window_id,
                 cells: &cells,
+                stats: &stats,
                 ids: "",
                 chunk: CHUNK_CELLS,
                 by_slot,
@@ -37,6 +41,7 @@ impl Worker {
             window: &window_id,
             ids: self.batch.ids(),
             cells: &cells,
+            stats: &stats,
             rejected: self.batch.rejected(),
             chunk: CHUNK_CELLS,
             chunks: plan.len(),
@@ -85,6 +90,7 @@ impl Worker {
             let step = Apply {
                 window: &window_id,
                 cells: &cells,
+                stats: &stats,
                 ids: self.batch.ids(),
                 chunk: CHUNK_CELLS,
                 by_slot,

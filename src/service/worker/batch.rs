@@ -42,6 +42,13 @@ impl Batch {
         }
     }
 
+    /// Keeps quantile histograms in the statistics of these precisions
+    /// (see [`Window::with_quantiles`]).
+    pub fn with_quantiles(mut self, precisions: &[u32]) -> Batch {
+        self.window = self.window.with_quantiles(precisions);
+        self
+    }
+
     /// Decodes entries into the window, or the rejected list. Entries
     /// deleted while pending are only acknowledged.
     pub fn add(&mut self, entries: &[EntryRef<'_>], now_ms: i64) {

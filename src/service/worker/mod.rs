@@ -115,7 +115,8 @@ impl Worker {
         let committer = Committer::new(keys.clone(), consumer.clone(), settings.stream.dead_maxlen)
             .with_registration(registration.token(), registration.lifetime_ms())
             .with_wait(settings.worker.wait_replicas);
-        let batch = Batch::new(&settings.layout.precisions, settings.layout.samples);
+        let batch = Batch::new(&settings.layout.precisions, settings.layout.samples)
+            .with_quantiles(&settings.layout.quantile_precisions());
         let known = KnownCache::new(batch.window().precisions(), settings.layout.samples);
         let now = Instant::now();
         Worker {

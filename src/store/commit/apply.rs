@@ -1,24 +1,25 @@
 //! Steps 2 and 3 of a window: its cells applied in chunks, each at most
 //! once (`apply.lua` marks the chunk in the same script), and its entries
-//! acknowledged: one pipeline on one Redis.
+//! acknowledged: one pipeline on one Redis. The window's statistics cells
+//! (see [`super::stats`]) follow its count cells in the same chunks, each
+//! weighing more.
 //!
 //! On a Redis Cluster a script may only touch one hash slot, so a chunk
 //! holds the cells of one slot (cells come sorted by slot, see
 //! [`sort_for_cluster`]) and its marker is a key in that slot (tagged with
-//! [`crate::model::slots::tag_for_slot`]). The `known:` ZADDs, in a slot of
-//! their own, are sent after the chunk is applied (for a replayed chunk
+//! [`crate::model::slots::tag_for_slot`]). The `known:` and `stats:known:`
+//! ZADDs, in slots of their own, are sent after the chunk is applied (for a replayed chunk
 //! too: the worker may have died in between); every command goes on its
 //! own, all in flight at once.
 
-use std::ops::Range;
-
 use redis::{Cmd, Value};
 
-use super::{Committer, ACK_IDS, MARKER_TTL_AFTER_FINISH, MARKER_TTL_SECS};
-use crate::model::aggregate::Cell;
+pub use super::plan::Apply;
+use super::plan::{plan, Chunk};
+use super::{stats, Committer, ACK_IDS, MARKER_TTL_AFTER_FINISH, MARKER_TTL_SECS};
+use crate::model::aggregate::{Cell, StatCell};
 use crate::model::keys::Keys;
 use crate::model::known::KnownCache;
-use crate::model::slots::{slot, tag_for_slot};
 use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::scripts::APPLY;
 use crate::store::stream;
@@ -41,78 +42,6 @@ pub struct Failure {
     pub delta: i64,
 }
 
-/// One window's apply step: what the apply scripts and XACKs need.
-#[derive(Debug, Clone, Copy)]
-pub struct Apply<'a> {
-    /// The window id.
-    pub window: &'a str,
-    /// Its cells, in the order recorded (see [`plan`] for the chunks).
-    pub cells: &'a [Cell<'a>],
-    /// Its entry ids, space separated.
-    pub ids: &'a str,
-    /// Cells per apply script, as recorded with the window.
-    pub chunk: usize,
-    /// Chunks hold one Cluster hash slot each (on a cluster).
-    pub by_slot: bool,
-}
-
-/// One apply script's share of a window.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunk {
-    /// Its cells, as indices into the window's.
-    pub cells: Range<usize>,
-    /// The marker key that records it as applied.
-    pub marker: String,
-}
-
-/// Sorts a window's cells for a cluster: by the hash slot of their counter,
-/// keeping each counter's cells together and in order (stable).
-pub fn sort_for_cluster(keys: &Keys, cells: &mut [Cell<'_>]) {
-    cells.sort_by_cached_key(|c| slot(keys.count(c.precision, c.name).as_bytes()));
-}
-
-/// The chunks of a window: runs of at most `step.chunk` cells, also cut
-/// where the counter's slot changes when `step.by_slot`. A function of the
-/// recorded cells alone, so that a recovering worker chunks alike.
-pub fn plan(keys: &Keys, step: &Apply<'_>) -> Vec<Chunk> {
-    let size = step.chunk.max(1);
-    if !step.by_slot {
-        let marker = keys.applied_marker(step.window);
-        return (0..step.cells.len())
-            .step_by(size)
-            .map(|start| Chunk {
-                cells: start..(start + size).min(step.cells.len()),
-                marker: marker.clone(),
-            })
-            .collect();
-    }
-    let mut chunks: Vec<Chunk> = Vec::new();
-    let mut current: Option<(u16, usize)> = None;
-    for (i, c) in step.cells.iter().enumerate() {
-        let s = slot(keys.count(c.precision, c.name).as_bytes());
-        match current {
-            Some((cs, start)) if cs == s && i - start < size => {}
-            _ => {
-                chunks.push(Chunk {
-                    cells: i..i,
-                    marker: keys.applied_marker_tagged(step.window, tag_for_slot(s)),
-                });
-                current = Some((s, i));
-            }
-        }
-        chunks.last_mut().expect("pushed").cells.end = i + 1;
-    }
-    chunks
-}
-
-/// The distinct marker keys of a plan, to expire once the window is done.
-pub fn markers(chunks: &[Chunk]) -> Vec<String> {
-    let mut m: Vec<String> = chunks.iter().map(|c| c.marker.clone()).collect();
-    m.sort_unstable();
-    m.dedup();
-    m
-}
-
 /// The apply scripts of a plan. With `known` (a cache and the current unix
 /// second), the ZADDs of members it trusts are left out (see
 /// [`crate::model::known`]). Returns the scripts and the indices of the
@@ -125,11 +54,14 @@ fn apply_commands(
     known: Option<(&KnownCache, i64)>,
 ) -> (Vec<Cmd>, Vec<usize>) {
     let known_key = keys.known();
+    let stats_known = keys.stats_known();
     let prefix = keys.count_of_member("").len();
+    let stats_prefix = keys.stats_of_member("").len();
     let mut cmds = Vec::with_capacity(chunks.len());
     let mut zadded = Vec::new();
     for (i, chunk) in chunks.iter().enumerate() {
         let cells = &step.cells[chunk.cells.clone()];
+        let stat_cells = &step.stats[chunk.stats.clone()];
         let base = chunk.cells.start;
         let first_zadd = zadded.len();
         let mut deadline = i64::MAX;
@@ -145,28 +77,37 @@ fn apply_commands(
                 None => zadded.push(base + j),
             }
         }
-        let mut cmd = APPLY.evalsha(2 + cells.len());
-        // On a cluster the script may not touch known: (another slot): it
-        // gets its own marker there and no member to add.
-        let zset = if step.by_slot {
-            &chunk.marker
+        let mut cmd = APPLY.evalsha(3 + cells.len() + stat_cells.len());
+        // On a cluster the script may not touch known: or stats:known:
+        // (other slots): it gets its own marker there and no member to add.
+        let (zset, stats_zset, stats_skip) = if step.by_slot {
+            (&chunk.marker, &chunk.marker, 0)
         } else {
-            &known_key
+            (&known_key, &stats_known, stats_prefix)
         };
-        cmd.arg(&chunk.marker).arg(zset);
+        cmd.arg(&chunk.marker).arg(zset).arg(stats_zset);
         for c in cells {
             cmd.arg(keys.count(c.precision, c.name));
         }
+        for s in stat_cells {
+            cmd.arg(keys.stats(s.precision, s.name));
+        }
         let deadline = if deadline == i64::MAX { 0 } else { deadline };
         cmd.arg(i).arg(MARKER_TTL_SECS).arg(deadline).arg(prefix);
+        cmd.arg(cells.len()).arg(stats_skip);
         for c in cells {
             cmd.arg(c.bucket).arg(c.delta);
         }
-        if !step.by_slot {
-            for &z in &zadded[first_zadd..] {
-                cmd.arg(z - base + 1);
-            }
+        let members = if step.by_slot {
+            &[][..]
+        } else {
+            &zadded[first_zadd..]
+        };
+        cmd.arg(members.len());
+        for &z in members {
+            cmd.arg(z - base + 1);
         }
+        stats::push_args(&mut cmd, stat_cells);
         cmds.push(cmd);
     }
     (cmds, zadded)
@@ -220,12 +161,16 @@ fn chunk_reply(reply: &Value) -> StoreResult<(i64, &[u8])> {
     Err(StoreError::unexpected("apply.lua", reply))
 }
 
-/// The failures of one chunk from its `cell_number<TAB>error` lines.
-fn parse_failures(chunk: &[Cell<'_>], text: &[u8]) -> Vec<Failure> {
+/// The failures of one chunk from its `cell_number<TAB>error` lines (and
+/// `s<number><TAB>error` of its statistics cells).
+fn parse_failures(chunk: &[Cell<'_>], stat_cells: &[StatCell<'_>], text: &[u8]) -> Vec<Failure> {
     String::from_utf8_lossy(text)
         .lines()
         .filter_map(|line| {
             let (idx, err) = line.split_once('\t')?;
+            if let Some(number) = idx.strip_prefix('s') {
+                return stats::failure(stat_cells, number, err);
+            }
             let c = chunk.get(idx.parse::<usize>().ok()?.checked_sub(1)?)?;
             Some(Failure {
                 error: err.to_string(),
@@ -319,7 +264,7 @@ impl Committer {
             let failed = |c: &Cell<'_>| {
                 failures
                     .iter()
-                    .any(|f| f.precision == c.precision && f.name == c.name)
+                    .any(|f| f.precision == c.precision && f.name == c.name && !stats::is_stats(f))
             };
             let mut prev: Option<(u32, &str)> = None;
             for i in chunk.cells.clone() {
@@ -336,26 +281,41 @@ impl Committer {
                 }
             }
         }
-        let known = self.keys.known();
-        let cmds = members
-            .chunks(ZADD_MEMBERS)
-            .map(|part| {
-                let mut c = redis::cmd("ZADD");
-                c.arg(&known);
-                for m in part {
-                    c.arg(0).arg(m);
-                }
-                c
-            })
-            .collect();
+        let mut stat_members = Vec::new();
+        for (chunk, (status, failures)) in chunks.iter().zip(statuses) {
+            if *status >= 0 {
+                stats::members(
+                    &step.stats[chunk.stats.clone()],
+                    failures,
+                    &mut stat_members,
+                );
+            }
+        }
+        let mut cmds = zadds(&self.keys.known(), &members);
+        cmds.extend(zadds(&self.keys.stats_known(), &stat_members));
         conn.query_each(cmds).await?;
         Ok(())
     }
 
     /// The marker keys of a window's apply step, to expire once finished.
     pub fn markers_of(&self, step: &Apply<'_>) -> Vec<String> {
-        markers(&plan(&self.keys, step))
+        super::plan::markers(&plan(&self.keys, step))
     }
+}
+
+/// `ZADD zset 0 member ...` of `members`, at most [`ZADD_MEMBERS`] each.
+fn zadds(zset: &str, members: &[String]) -> Vec<Cmd> {
+    members
+        .chunks(ZADD_MEMBERS)
+        .map(|part| {
+            let mut c = redis::cmd("ZADD");
+            c.arg(zset);
+            for m in part {
+                c.arg(0).arg(m);
+            }
+            c
+        })
+        .collect()
 }
 
 /// Each chunk's status and failures from the replies to its scripts (the
@@ -376,10 +336,9 @@ fn chunk_statuses(
         .zip(replies)
         .map(|(chunk, reply)| {
             let (status, text) = chunk_reply(reply)?;
-            Ok((
-                status,
-                parse_failures(&step.cells[chunk.cells.clone()], text),
-            ))
+            let cells = &step.cells[chunk.cells.clone()];
+            let stat_cells = &step.stats[chunk.stats.clone()];
+            Ok((status, parse_failures(cells, stat_cells, text)))
         })
         .collect()
 }
@@ -425,7 +384,11 @@ mod tests {
                 delta: 3,
             },
         ];
-        let f = parse_failures(&cells, b"2\tWRONGTYPE bad\nnonsense\n9\tout of range");
+        let f = parse_failures(
+            &cells,
+            &[],
+            b"2\tWRONGTYPE bad\nnonsense\n9\tout of range\ns1\tx",
+        );
         assert_eq!(f.len(), 1);
         assert_eq!(
             (f[0].precision, f[0].name.as_str(), f[0].delta),

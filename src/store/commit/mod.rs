@@ -1,12 +1,14 @@
 //! A window's way into the counters, exactly once.
 //!
 //! 1. **Commit** (one script next to the stream, `commit.lua`): check this
-//!    consumer's fencing epoch, record the window (its entry ids and its
-//!    aggregated cells), dead-letter its rejected entries. A claim by another
+//!    consumer's fencing epoch, record the window (its entry ids, its
+//!    aggregated cells and statistics cells), dead-letter its rejected
+//!    entries. A claim by another
 //!    worker bumps the epoch first, so a stalled worker's window is refused.
 //! 2. **Apply** (`apply.lua`, in chunks of [`CHUNK_CELLS`] cells, recorded
 //!    with the window): each chunk is marked applied in the same script, so a
-//!    replay does nothing. ZADDs to `known:` that [`crate::model::known`] proves
+//!    replay does nothing. Statistics (sums, histograms: not idempotent) go
+//!    through the same marked chunks, after the counts ([`stats`]). ZADDs to `known:` that [`crate::model::known`] proves
 //!    needless are left out.
 //! 3. **Acknowledge** the window's entries with XACK, in bounded commands.
 //! 4. **Finish**: folded into the next commit, dead-letter what failed to
@@ -33,7 +35,7 @@
 
 use redis::Value;
 
-use crate::model::aggregate::Cell;
+use crate::model::aggregate::{Cell, StatCell};
 use crate::model::config::WAIT_TIMEOUT_MS;
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
@@ -42,10 +44,14 @@ use crate::store::scripts::COMMIT;
 use crate::store::stream;
 
 pub mod apply;
+pub mod plan;
 pub mod records;
+pub mod stats;
 
-pub use apply::{apply_pipeline, markers, plan, sort_for_cluster, Apply, Chunk, Failure};
+pub use apply::{apply_pipeline, Apply, Failure};
+pub use plan::{markers, plan, sort_for_cluster, Chunk};
 pub use records::{Corrupt, Record};
+pub use stats::sort_stats_for_cluster;
 
 /// Cells per apply script. Measured inside scripts on 100,000-name
 /// workloads: ~2.6 µs per HINCRBY creating a hash, ~1 µs per ZADD member into
@@ -97,6 +103,8 @@ pub struct Sealed<'a> {
     pub ids: &'a str,
     /// Aggregated increments.
     pub cells: &'a [Cell<'a>],
+    /// Aggregated statistics (hits with a value).
+    pub stats: &'a [StatCell<'a>],
     /// Entries to dead-letter.
     pub rejected: &'a [Rejected],
     /// Cells per apply script (recorded, so that recovery chunks alike).
@@ -288,9 +296,14 @@ impl Committer {
                     what: "encoding a window's cells",
                     reply: e.to_string(),
                 })?;
+                let stats = stats::encode(w.stats).map_err(|e| StoreError::Unexpected {
+                    what: "encoding a window's statistics",
+                    reply: e,
+                })?;
                 cmd.arg(w.window)
                     .arg(w.ids)
                     .arg(blob)
+                    .arg(stats)
                     .arg(w.chunk)
                     .arg(w.chunks);
                 cmd.arg(w.rejected.len());

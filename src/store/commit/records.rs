@@ -4,7 +4,7 @@
 
 use redis::Value;
 
-use super::{Apply, Committer, Finished, APPLY_GUARD};
+use super::{stats, Apply, Committer, Finished, APPLY_GUARD};
 use crate::model::aggregate::Cell;
 use crate::model::metrics::metrics;
 use crate::store::connect::{Conn, StoreError, StoreResult};
@@ -135,14 +135,17 @@ impl Committer {
         record: &Record,
         seen: std::time::Instant,
     ) -> StoreResult<bool> {
-        let blob: Option<Vec<u8>> = redis::cmd("HGET")
+        let (blob, stats_blob): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::cmd("HMGET")
             .arg(self.keys.window(&record.window))
             .arg("cells")
+            .arg("stats")
             .query_async(conn)
             .await?;
         let Some(blob) = blob else { return Ok(false) };
-        let owned = match decode_cells(&blob) {
-            Ok(cells) => cells,
+        let decoded =
+            decode_cells(&blob).and_then(|c| Ok((c, stats::decode(stats_blob.as_deref())?)));
+        let (owned, owned_stats) = match decoded {
+            Ok(both) => both,
             Err(reason) => {
                 let bad = Corrupt {
                     window: record.window.clone(),
@@ -161,12 +164,14 @@ impl Committer {
                 delta: *delta,
             })
             .collect();
+        let stat_cells = owned_stats.cells();
         if seen.elapsed() > APPLY_GUARD {
             return Ok(false);
         }
         let step = Apply {
             window: &record.window,
             cells: &cells,
+            stats: &stat_cells,
             ids: &record.ids,
             chunk: record.chunk,
             by_slot: conn.is_cluster(),

@@ -12,7 +12,8 @@
 -- ARGV[7] F, then F failures of that window's apply step, 6 values each:
 --         error, precision, name, bucket, count, window id
 -- then:   id of the window to commit, or ''; its ids (space separated);
---         its cells (MessagePack); cells per chunk; chunk count;
+--         its cells (MessagePack); its statistics cells (MessagePack, ''
+--         when none: not recorded); cells per chunk; chunk count;
 --         D, then D rejected entries: id, reason, N, then N field/value pairs
 --
 -- Finishing dead-letters the apply failures and deletes the record, only if
@@ -67,10 +68,13 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[6], 'owner', consumer, 'epoch', epoch,
     'created', now_ms, 'ids', ARGV[a + 1], 'cells', ARGV[a + 2],
-    'chunk', ARGV[a + 3], 'chunks', ARGV[a + 4])
+    'chunk', ARGV[a + 4], 'chunks', ARGV[a + 5])
+if ARGV[a + 3] ~= '' then
+    redis.call('HSET', KEYS[6], 'stats', ARGV[a + 3])
+end
 redis.call('ZADD', KEYS[3], now_ms, window)
 
-a = a + 5
+a = a + 6
 local ndead = tonumber(ARGV[a])
 a = a + 1
 for _ = 1, ndead do

@@ -159,6 +159,23 @@ fn load_and_demo_run_end_to_end() {
         demo.contains("total at the 1-day precision: 3000 of 3000 sent: exact"),
         "{demo}"
     );
+    // Every demo hit carries a response time: page:0's statistics and the
+    // slowest names by mean, three of them, slowest first.
+    assert!(demo.contains("page:0 this hour: "), "{demo}");
+    assert!(demo.contains(" response times, mean "), "{demo}");
+    let slowest: Vec<f64> = demo
+        .lines()
+        .skip_while(|l| !l.starts_with("slowest names by mean this hour:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  page:"))
+        .map(|l| {
+            let after = l.split(" mean ").nth(1).expect("a mean");
+            after.split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect();
+    assert_eq!(slowest.len(), 3, "{demo}");
+    assert!(slowest.windows(2).all(|w| w[0] >= w[1]), "{demo}");
+    assert!(slowest.iter().all(|m| (1.0..=1000.0).contains(m)), "{demo}");
 }
 
 /// The README documents every environment variable the binary reads, and

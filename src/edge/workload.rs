@@ -20,10 +20,14 @@ pub struct Names {
     cdf: Vec<f64>,
 }
 
-/// A synthetic response time in ms, log-uniform from 1 to 1000: the
-/// value `hitcount load --values` and the bench's valued hits carry.
-pub fn synthetic_value(rng: &mut impl Rng) -> f64 {
-    10f64.powf(rng.random_range(0.0..3.0))
+/// A synthetic response time in ms of the name of rank `rank`, from 1 to
+/// 1000: log-uniform from 1 to 100 ms, times a slowness of that name's own
+/// from 1 to 10 (fixed per name, so some pages are slow every time and
+/// `top --by mean` has something to find). The value `hitcount load
+/// --values`, the demo and the bench's valued hits carry.
+pub fn synthetic_value(rng: &mut impl Rng, rank: usize) -> f64 {
+    let slowness = ((rank as u64).wrapping_mul(7919) % 1000) as f64 / 1000.0;
+    10f64.powf(rng.random_range(0.0..2.0) + slowness)
 }
 
 impl Names {

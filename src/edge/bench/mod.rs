@@ -262,7 +262,7 @@ pub async fn prefill(
         for _ in 0..batch {
             let rank = names.sample(&mut rng);
             per_name[rank] += 1;
-            let value = values.then(|| synthetic_value(&mut rng));
+            let value = values.then(|| synthetic_value(&mut rng, rank));
             let hit = crate::model::event::encode_value(&Names::name(rank), 1, None, value);
             pipe.cmd("XADD")
                 .arg(stream)

@@ -144,7 +144,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let producer = Producer::start(&redis, &stream, ProducerOptions::default())?;
     let names = Names::new(args.names, Distribution::Zipf(1.0));
     let started = Instant::now();
-    let sent = super::load::send(&producer, args.hits, &names, None, false, true).await;
+    // Every hit carries a synthetic response time, so the statistics fill too.
+    let sent = super::load::send(&producer, args.hits, &names, None, true, true).await;
     producer.shutdown(Duration::from_secs(5)).await;
 
     let keys = Keys::new(&layout, &stream);
@@ -201,10 +202,47 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "counted {counted} hits, sent {}",
         sent.hits
     );
-    outln!("Read them from any client: HGETALL demo:count:60:page:0, ZRANGE demo:known: 0 -1");
+    statistics(&mut conn, &keys).await?;
+    outln!("Read them from any client: HGETALL demo:count:60:page:0, ZRANGE demo:known: 0 -1,");
+    outln!(
+        "HGETALL demo:stats:3600:page:0 (`hitcount get NAME --stats`, `hitcount top --by mean`)"
+    );
     let keep = args.keep_serving || std::io::stdout().is_terminal();
     dashboard(listener, &redis, &layout, keep).await?;
     drop(server);
+    Ok(())
+}
+
+/// The statistics of the hits' values this hour: the most hit name's and
+/// the slowest names by mean (the book's "what to optimise first").
+async fn statistics(conn: &mut crate::store::connect::Conn, keys: &Keys) -> anyhow::Result<()> {
+    let hour = crate::model::clock::unix_ms()
+        .div_euclid(1000)
+        .div_euclid(3600)
+        * 3600;
+    let name = Names::name(0);
+    let stats = crate::store::stats_query::read(conn, keys, 3600, &name, Some(hour), Some(hour))
+        .await?
+        .and_then(|h| h.buckets.into_iter().next());
+    if let Some((t, s)) = stats {
+        let row = crate::model::stats_hash::Row::of(t, &s);
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} ms"));
+        outln!(
+            "\n{name} this hour: {} response times, mean {}, p50 {}, p90 {}, p99 {}",
+            row.count,
+            ms(row.mean),
+            ms(row.p50),
+            ms(row.p90),
+            ms(row.p99)
+        );
+    }
+    let slowest =
+        crate::store::query::rank(conn, keys, crate::store::query::By::Mean, 3600, hour, 3).await?;
+    outln!("slowest names by mean this hour:");
+    for r in slowest {
+        let mean = r.mean.unwrap_or(f64::NAN);
+        outln!("  {:<12} mean {mean:>7.1} ms over {} hits", r.name, r.count);
+    }
     Ok(())
 }
 

@@ -26,7 +26,8 @@ pub struct Args {
     #[arg(long, value_parser = super::parse_at_least_one)]
     rate: Option<u64>,
     /// Each hit carries a value: a synthetic response time in ms
-    /// (log-uniform from 1 to 1000), kept in the names' statistics.
+    /// (1 to 1000 ms: log-uniform from 1 to 100 times a slowness fixed per
+    /// name from 1 to 10), kept in the names' statistics.
     #[arg(long)]
     values: bool,
     #[command(flatten)]
@@ -110,7 +111,7 @@ pub async fn send(
             let rank = names.sample(&mut rng);
             per_name[rank] += 1;
             if values {
-                producer.observe(&Names::name(rank), synthetic_value(&mut rng));
+                producer.observe(&Names::name(rank), synthetic_value(&mut rng, rank));
             } else {
                 producer.hit(&Names::name(rank));
             }

@@ -457,3 +457,48 @@ async fn a_statistics_key_redis_refuses_is_dead_lettered_and_the_rest_applied() 
     let minute = got[&(60, "x".to_string())].values().next().unwrap();
     assert_eq!((minute.count, minute.sum), (2, 7.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statistics_field_that_holds_no_number_fails_its_cell_whole() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let id = xadd(&mut c, &[("name", b"y"), ("value", b"4")]).await;
+    let hour = (hitcount::model::event::entry_id_ms(id.as_bytes()).unwrap() / 1000)
+        .div_euclid(3600)
+        * 3600;
+    // A damaged hash: its sum of squares is text, the rest well-formed.
+    let _: () = redis::cmd("HSET")
+        .arg("stats:3600:y")
+        .arg(format!("{hour}:count"))
+        .arg(1)
+        .arg(format!("{hour}:sum"))
+        .arg(1)
+        .arg(format!("{hour}:sumsq"))
+        .arg("damaged")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let s = settings(&url, "w1");
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(&mut c, &keys(&s)).await;
+    workers.stop().await;
+    let dead = dead_letters(&mut c).await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["reason"], "apply_error");
+    assert_eq!(dead[0]["precision"], "3600");
+    assert!(dead[0]["error"].contains("holds damaged"), "{:?}", dead[0]);
+    // Nothing of the cell was written: count and sum as they were.
+    let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("stats:3600:y")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(fields.len(), 3, "{fields:?}");
+    assert_eq!(fields[&format!("{hour}:count")], "1");
+    assert_eq!(fields[&format!("{hour}:sum")], "1");
+    // The other precisions' statistics of the same hit are applied.
+    let got = st::read(&mut c, &keys(&s)).await;
+    let minute = got[&(60, "y".to_string())].values().next().unwrap();
+    assert_eq!((minute.count, minute.sum), (1, 4.0));
+}

@@ -86,22 +86,43 @@ end
 zadd_all(KEYS[2], members)
 a = a + z + 1
 
--- One statistics cell: its fields at ARGV[at..].
+-- One statistics cell: its fields at ARGV[at..]. All or nothing: the
+-- fields it adds to are read first (one HMGET, which also fails on a key
+-- of another type) and a field that does not hold a number fails the cell
+-- before anything is written; the float increments go first, so an ACL
+-- that refuses HINCRBYFLOAT refuses the cell's first write.
 local function observe(key, at)
     local b = ARGV[at]
-    redis.call('HINCRBY', key, b .. ':count', ARGV[at + 1])
-    redis.call('HINCRBYFLOAT', key, b .. ':sum', ARGV[at + 2])
-    redis.call('HINCRBYFLOAT', key, b .. ':sumsq', ARGV[at + 3])
-    local low = tonumber(redis.call('HGET', key, b .. ':min'))
-    if not low or tonumber(ARGV[at + 4]) < low then
-        redis.call('HSET', key, b .. ':min', ARGV[at + 4])
+    local h = tonumber(ARGV[at + 6])
+    local fields = {b .. ':count', b .. ':sum', b .. ':sumsq', b .. ':min', b .. ':max'}
+    for j = 1, h do
+        fields[5 + j] = b .. ':h:' .. ARGV[at + 5 + 2 * j]
     end
-    local high = tonumber(redis.call('HGET', key, b .. ':max'))
-    if not high or tonumber(ARGV[at + 5]) > high then
-        redis.call('HSET', key, b .. ':max', ARGV[at + 5])
+    local cur = {}
+    for from = 1, #fields, 1000 do
+        local part = redis.call('HMGET', key, unpack(fields, from, math.min(from + 999, #fields)))
+        for j = 1, #part do
+            cur[from + j - 1] = part[j]
+        end
     end
-    for h = 1, tonumber(ARGV[at + 6]) do
-        redis.call('HINCRBY', key, b .. ':h:' .. ARGV[at + 5 + 2 * h], ARGV[at + 6 + 2 * h])
+    for j = 1, #fields do
+        local v = cur[j]
+        local integer = j == 1 or j > 5
+        if v and not (integer and string.match(v, '^-?%d+$') or not integer and tonumber(v)) then
+            error('statistics field ' .. fields[j] .. ' holds ' .. v .. ', not a number')
+        end
+    end
+    redis.call('HINCRBYFLOAT', key, fields[2], ARGV[at + 2])
+    redis.call('HINCRBYFLOAT', key, fields[3], ARGV[at + 3])
+    redis.call('HINCRBY', key, fields[1], ARGV[at + 1])
+    if not cur[4] or tonumber(ARGV[at + 4]) < tonumber(cur[4]) then
+        redis.call('HSET', key, fields[4], ARGV[at + 4])
+    end
+    if not cur[5] or tonumber(ARGV[at + 5]) > tonumber(cur[5]) then
+        redis.call('HSET', key, fields[5], ARGV[at + 5])
+    end
+    for j = 1, h do
+        redis.call('HINCRBY', key, fields[5 + j], ARGV[at + 6 + 2 * j])
     end
 end
 

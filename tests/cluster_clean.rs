@@ -441,10 +441,18 @@ async fn dead_between_removal_and_recheck(family: Family) {
         .arg("60:gone");
     let removed: Vec<String> = forget.query_async(&mut c).await.unwrap();
     assert_eq!(removed.len(), 2);
-    // The next pass (a new epoch) re-checks the journal first.
+    // The next pass (a new epoch) re-checks the journal first, and counts
+    // the member it puts back.
+    let readded = || {
+        hitcount::model::metrics::metrics()
+            .cleaner_members_readded
+            .get()
+    };
+    let before = readded();
     cleaner.pass(&mut c, NOW).await.unwrap();
     let known = members_of(&mut c, &keys, family).await;
     assert_eq!(known, BTreeSet::from(["60:raced".to_string()]));
+    assert!(readded() > before, "the put-back member is counted");
     // The stale fence is refused in the ZSET's slot now.
     let out =
         hitcount::service::forget::forget(&mut c, &keys, family, &stale, &["60:raced".into()])

@@ -136,6 +136,9 @@ pub async fn recheck(
             zadd.arg(0).arg(*m);
         }
         let _: i64 = zadd.query_async(conn).await?;
+        crate::model::metrics::metrics()
+            .cleaner_members_readded
+            .inc_by(back.len() as u64);
     }
     let mut srem = redis::cmd("SREM");
     srem.arg(keys.forgetting_of(family)).arg(members);

@@ -129,6 +129,10 @@ pub struct Metrics {
     /// `hitcount_cleaner_stats_removed_total`: statistics hashes that
     /// emptied and left `stats:known:`.
     pub cleaner_stats_removed: IntCounter,
+    /// `hitcount_cleaner_members_readded_total`: `known:` or `stats:known:`
+    /// members a cluster's cleaner removed and put back because their hash
+    /// had been written again meanwhile (the race its re-check closes).
+    pub cleaner_members_readded: IntCounter,
     /// `hitcount_cleaner_last_pass_timestamp_seconds`: Unix time at which the
     /// last cleaner pass completed.
     pub cleaner_last_pass: Gauge,
@@ -346,6 +350,11 @@ impl Metrics {
                 "hitcount_cleaner_stats_removed_total",
                 "Empty statistics hashes removed by the cleaner.",
             ),
+            cleaner_members_readded: counter(
+                &r,
+                "hitcount_cleaner_members_readded_total",
+                "known: or stats:known: members put back by a cluster cleaner's re-check.",
+            ),
             cleaner_last_pass: gauge(
                 &r,
                 "hitcount_cleaner_last_pass_timestamp_seconds",
@@ -421,6 +430,7 @@ mod tests {
             "hitcount_cleaner_counters_removed_total",
             "hitcount_cleaner_stats_fields_removed_total",
             "hitcount_cleaner_stats_removed_total",
+            "hitcount_cleaner_members_readded_total",
             "hitcount_cleaner_last_pass_timestamp_seconds",
             "hitcount_stream_trimmed_entries_total",
             "hitcount_producer_buffered_events",

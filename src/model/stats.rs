@@ -26,6 +26,10 @@ pub const PER_DOUBLING: f64 = 16.0;
 pub const RELATIVE_ACCURACY: f64 = 0.0217;
 /// Default of `HITCOUNT_QUANTILE_PRECISIONS`.
 pub const DEFAULT_QUANTILE_PRECISIONS: [u32; 3] = [60, 3600, 86400];
+/// What a statistics cell weighs against the cells of a window or an apply
+/// script, before its histogram entries (one each): its HINCRBY,
+/// 2 HINCRBYFLOAT, the reads and writes of min and max, and its arguments.
+pub const STAT_CELL_WEIGHT: usize = 7;
 /// The quantiles `get --stats` and the API report.
 pub const REPORTED_QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
 

@@ -94,7 +94,7 @@ impl Batch {
     /// while the worker is behind.
     pub fn is_full(&self, w: &WorkerArgs, caught_up: bool) -> bool {
         self.window.hits() as usize >= w.window_entries
-            || self.window.cells_len() >= w.window_cells
+            || self.window.weight() >= w.window_cells
             || self.rejected.len() >= MAX_REJECTED_PER_WINDOW
             || self.opened.is_some_and(|t| {
                 let age = Duration::from_millis(w.window_ms);
@@ -434,6 +434,19 @@ mod tests {
         assert_eq!(b.window().cells_len(), 4);
         assert!(b.is_full(&w, true));
         assert!(b.is_full(&w, false));
+    }
+
+    #[test]
+    fn statistics_weigh_against_the_cell_limit() {
+        let a = fields(&[("name", b"a"), ("value", b"5")]);
+        // Two precisions: one valued hit makes two cells and two statistics
+        // cells (no histogram at these precisions).
+        let weight = 2 + 2 * crate::model::aggregate::STAT_CELL_WINDOW_WEIGHT;
+        let mut b = batch();
+        b.add(&[entry("1700000000000-0", &a)], NOW);
+        assert_eq!(b.window().cells_len(), 2);
+        assert!(!b.is_full(&settings(1_000_000, weight + 1, 60_000), true));
+        assert!(b.is_full(&settings(1_000_000, weight, 60_000), true));
     }
 
     #[test]

@@ -21,8 +21,8 @@ use crate::model::stats::{HistBucket, Summary};
 /// Share of an apply script's [`CHUNK_CELLS`](super::CHUNK_CELLS) budget
 /// one statistics cell takes before its histogram: `HINCRBY` of the count,
 /// two `HINCRBYFLOAT`s (each about twice an `HINCRBY`: long double
-/// formatting) and the min/max compare-and-set (HGET, maybe HSET).
-pub const STAT_CELL_WEIGHT: usize = 7;
+/// formatting) and the min/max compare-and-set (a read, maybe a HSET).
+pub use crate::model::stats::STAT_CELL_WEIGHT;
 
 /// A statistics cell as recorded with its window (MessagePack tuple):
 /// precision, name, bucket, count, sum, sum of squares, min, max, and the

@@ -2,7 +2,8 @@
 // a paged list of counter names with a prefix filter, one counter charted
 // at a chosen precision (uPlot, vendored), refreshed live; the hottest names
 // of a bucket; times in UTC or local time; CSV export of what the chart
-// shows. The address bar always holds the current view, so a link to it
+// shows; the statistics of the hits' values, where they carry one. The
+// address bar always holds the current view, so a link to it
 // can be shared: /?name=NAME&precision=P[&tz=local][&view=top][&prefix=…].
 'use strict';
 (() => {
@@ -14,6 +15,8 @@
   const TOP_LIMIT = 20;
   /** Buckets shown at least, back from now (the cleaner keeps about 120). */
   const SPAN_BUCKETS = 120;
+  /** Buckets of statistics shown, newest first. */
+  const STATS_ROWS = 5;
   /** Finest precision the API ranks. */
   const TOP_MIN_PRECISION = 60;
 
@@ -24,7 +27,7 @@
     chart: null, chartKey: '', listSeq: 0, chartSeq: 0, topSeq: 0,
   };
   // Read by the browser tests: the chart, and how often it was redrawn.
-  const probe = { chart: null, draws: 0, top: null, topDraws: 0 };
+  const probe = { chart: null, draws: 0, top: null, topDraws: 0, stats: null, statsDraws: 0 };
   window.__hitcount = probe;
 
   class ApiError extends Error {
@@ -164,6 +167,7 @@
   async function open(name, wanted) {
     state.name = name;
     state.samples = [];
+    $('stats').hidden = true;
     ++state.chartSeq;
     $('title').textContent = name;
     markCurrent();
@@ -217,6 +221,7 @@
       if (seq !== state.chartSeq) return;
       state.samples = body.samples;
       draw();
+      await refreshStats(name, precision, seq);
       const n = body.samples.length;
       setStatus('chart-status', `${note}${n} sample${n === 1 ? '' : 's'} of ${precisionLabel(precision)}; ` +
         `updated ${shortTime(Math.floor(Date.now() / 1000))} ${tzName()}, every ${REFRESH_MS / 1000} s`);
@@ -224,9 +229,44 @@
       if (seq !== state.chartSeq) return;
       // No such counter: nothing to show. Anything else (Redis out of reach,
       // a lost connection) may pass: the last chart stays until it does.
-      if (e.status === 404) clearChart();
+      if (e.status === 404) {
+        clearChart();
+        $('stats').hidden = true;
+      }
       setStatus('chart-status', e.message, true);
     }
+  }
+
+  /** A statistic as shown: four significant digits, "—" for none. */
+  function figure(v) {
+    return v === null || v === undefined ? '—' : String(Number(v.toPrecision(4)));
+  }
+
+  /** The statistics of the open counter, when its hits carry values. */
+  async function refreshStats(name, precision, seq) {
+    let body = null;
+    try {
+      body = await api(`/api/v1/stats/${encodeURIComponent(name)}?precision=${precision}`);
+    } catch (e) {
+      // 404: no value was ever sent with this name. Anything else shows
+      // with the chart's own status on its next refresh.
+      if (e.status !== 404) return;
+    }
+    if (seq !== state.chartSeq) return;
+    const rows = body ? body.buckets.slice(-STATS_ROWS).reverse() : [];
+    $('stats-rows').replaceChildren(...rows.map((r) => {
+      const tr = document.createElement('tr');
+      const cells = [`${shortTime(r.t)}`, r.count, r.mean, r.min, r.max, r.stddev, r.p50, r.p90, r.p99];
+      tr.replaceChildren(...cells.map((c, i) => {
+        const td = document.createElement('td');
+        td.textContent = i === 0 ? c : i === 1 ? String(c) : figure(c);
+        return td;
+      }));
+      return tr;
+    }));
+    $('stats').hidden = rows.length === 0;
+    probe.stats = rows;
+    probe.statsDraws++;
   }
 
   function clearChart() {

@@ -337,6 +337,40 @@ async fn the_dashboard_in_a_real_browser() {
         .ends_with("/?name=page%3A1&precision=60"));
     assert!(chart["axis"].as_str().unwrap().contains("UTC"), "{chart}");
 
+    // Under the chart, the statistics of its values (the demo's hits carry
+    // response times): the API's newest buckets, four significant digits.
+    let stats = api(
+        &addr,
+        &format!("/api/v1/stats/{}?precision=60", percent_encode(name)),
+    );
+    let buckets = stats["buckets"].as_array().unwrap();
+    assert!(!buckets.is_empty(), "{stats}");
+    assert_eq!(out["stats"]["visible"], true, "{out:#}");
+    let rows = out["stats"]["rows"].as_array().unwrap();
+    let newest: Vec<&Value> = buckets.iter().rev().take(5).collect();
+    assert_eq!(rows.len(), newest.len(), "{out:#}");
+    for (row, b) in rows.iter().zip(newest) {
+        let cells: Vec<&str> = row
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        let t = b["t"].as_i64().unwrap();
+        assert_eq!(cells[0], hitcount::store::counters::format_utc(t), "{row}");
+        assert_eq!(cells[1], b["count"].to_string(), "{row}");
+        let keys = ["mean", "min", "max", "stddev", "p50", "p90", "p99"];
+        for (key, shown) in keys.iter().zip(&cells[2..]) {
+            match b[key].as_f64() {
+                None => assert_eq!(*shown, "—", "{key} in {row}"),
+                Some(v) => {
+                    let s: f64 = shown.parse().unwrap();
+                    assert!((s - v).abs() <= v.abs() * 5e-4, "{key}: {s} vs {v}");
+                }
+            }
+        }
+    }
+
     // The CSV is the API's samples.
     let mut csv = String::from("unix_seconds,time_utc,count\n");
     for (t, c) in &pairs {
@@ -400,6 +434,8 @@ async fn the_dashboard_in_a_real_browser() {
         .unwrap()
         .contains("Not found"));
     assert_eq!(out["unknown"]["error"], true);
+    assert_eq!(out["unknown"]["statsHidden"], true, "{out:#}");
+    assert_eq!(out["statsAfterRedraw"], true, "{out:#}");
     assert!(out["unknown"]["status"]
         .as_str()
         .unwrap()

@@ -4,7 +4,8 @@
 //
 // Usage: node dashboard.mjs '<plan as JSON>'
 //   plan.base        the dashboard's address, http://127.0.0.1:PORT
-//   plan.name        the counter to open; plan.precision its precision
+//   plan.name        the counter to open (its hits carry values, so its
+//                    statistics show too); plan.precision its precision
 //   plan.prefix      a prefix to type in the filter
 //   plan.hit         argv of a command that sends one hit to plan.name
 //   plan.hitCount    the count that hit carries
@@ -96,6 +97,12 @@ try {
   });
   out.chart = await chart();
   out.chartUrl = page.url();
+  // The statistics of its values, under the chart.
+  await page.waitForFunction(() => window.__hitcount.statsDraws > 0);
+  out.stats = {
+    visible: await page.isVisible('#stats'),
+    rows: await page.$$eval('#stats-rows tr', (trs) => trs.map((tr) => [...tr.children].map((td) => td.textContent))),
+  };
   log(`chart: ${out.chart.xs.length} samples, ${out.chart.painted} painted px, ${out.chart.series} series px`);
 
   // 3. CSV export of what the chart shows.
@@ -151,8 +158,13 @@ try {
   }));
   await page.emulateMedia({ colorScheme: 'light' });
   await page.waitForFunction((n) => window.__hitcount.draws > n, (await chart()).draws);
+  // Redrawing the chart (new colours) keeps the statistics shown.
+  out.statsAfterRedraw = await page.isVisible('#stats');
 
   if (plan.screenshot) {
+    // Tall enough for the statistics under the chart.
+    await page.setViewportSize({ width: 1200, height: 700 });
+    await page.waitForTimeout(400);
     await page.screenshot({ path: plan.screenshot });
     log(`screenshot ${plan.screenshot}`);
   }
@@ -166,6 +178,7 @@ try {
   out.unknown = {
     status: await page.textContent('#chart-status'),
     error: await page.evaluate(() => document.querySelector('#chart-status').classList.contains('error')),
+    statsHidden: await page.isHidden('#stats'),
   };
   await context.close();
 } catch (e) {

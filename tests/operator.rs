@@ -157,6 +157,7 @@ async fn clean_once_and_status_through_the_binary() {
         assert!(out.contains(&want), "missing {want:?} in:\n{out}");
     }
     assert!(out.contains("last cleaner pass: "), "{out}");
+    assert!(!out.contains("known statistics"), "no values sent: {out}");
 
     // And for scripts.
     let out = text(&run_hitcount(&["status", "--json", "--redis-url", &url]));
@@ -164,6 +165,7 @@ async fn clean_once_and_status_through_the_binary() {
     assert_eq!(s["stream"], "hits");
     assert_eq!(s["length"], 50);
     assert_eq!(s["known_counters"], counters);
+    assert_eq!(s["known_stats"], 0);
     let group = |name: &str| {
         s["groups"]
             .as_array()

@@ -417,6 +417,23 @@ async fn hit_and_load_send_values_from_the_command_line() {
         .collect();
     assert_eq!(loaded.iter().map(|s| s.count).sum::<i64>(), 60);
     assert!(loaded.iter().all(|s| s.min >= 1.0 && s.max <= 1000.0));
+
+    // `status` counts the statistics hashes, for people and for scripts.
+    let listed: u64 = redis::cmd("ZCARD")
+        .arg("stats:known:")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(listed > 0);
+    let status = common::bin::run_hitcount(&["status", "--redis-url", &url]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains(&format!("known statistics: {listed}\n")),
+        "{text}"
+    );
+    let status = common::bin::run_hitcount(&["status", "--json", "--redis-url", &url]);
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(json["known_stats"], listed, "{json}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,6 +36,8 @@ pub struct Status {
     pub leader: Option<Leader>,
     /// Members of `known:`.
     pub known_counters: u64,
+    /// Members of `stats:known:`: statistics hashes (hits with a value).
+    pub known_stats: u64,
     /// The leader's last pass as it recorded it (field → value); numbers
     /// are JSON numbers.
     #[serde(serialize_with = "numbers_as_numbers")]
@@ -138,6 +140,10 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
         .arg(keys.known())
         .query_async(conn)
         .await?;
+    let known_stats: u64 = redis::cmd("ZCARD")
+        .arg(keys.stats_known())
+        .query_async(conn)
+        .await?;
     let last_pass: BTreeMap<String, String> = redis::cmd("HGETALL")
         .arg(keys.cleaner_status())
         .query_async(conn)
@@ -147,6 +153,7 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
         stream: keys.stream.clone(),
         leader,
         known_counters: known,
+        known_stats,
         last_pass,
         ..Status::default()
     };
@@ -322,6 +329,9 @@ pub fn render(s: &Status, now_ms: i64) -> String {
         }
     }
     let _ = writeln!(out, "known counters: {}", s.known_counters);
+    if s.known_stats > 0 {
+        let _ = writeln!(out, "known statistics: {}", s.known_stats);
+    }
     let p = &s.last_pass;
     match p.get("at_ms").and_then(|v| v.parse::<i64>().ok()) {
         Some(at) => {

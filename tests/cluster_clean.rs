@@ -212,6 +212,16 @@ async fn slowlogs(cluster: &Cluster) -> Vec<String> {
     out
 }
 
+/// Nothing left behind in the journal of removals from `known:`.
+async fn assert_journal_empty(c: &mut Conn, keys: &Keys) {
+    let journal: usize = redis::cmd("SCARD")
+        .arg(keys.forgetting())
+        .query_async(c)
+        .await
+        .unwrap();
+    assert_eq!(journal, 0, "members removed but never re-checked");
+}
+
 /// Hashes of `family` that exist, among `members`' (whether known or not).
 async fn existing(
     c: &mut Conn,
@@ -291,13 +301,7 @@ async fn six_passes() -> Vec<String> {
     }
     assert!(!expected.contains_key("1:big-old"));
     assert!(expected.contains_key("1:big-mixed") && expected.contains_key("1:big-young"));
-    // Nothing left behind in the journal of removals.
-    let journal: usize = redis::cmd("SCARD")
-        .arg(keys.forgetting())
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(journal, 0);
+    assert_journal_empty(&mut c, &keys).await;
     slow
 }
 
@@ -355,12 +359,7 @@ async fn the_master_of_known_dies_during_a_pass_and_the_next_pass_leaves_nothing
             );
         }
     }
-    let journal: usize = redis::cmd("SCARD")
-        .arg(keys.forgetting())
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(journal, 0);
+    assert_journal_empty(&mut c, &keys).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

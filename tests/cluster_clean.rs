@@ -344,7 +344,20 @@ async fn the_master_of_known_dies_during_a_pass_and_the_next_pass_leaves_nothing
     }
     let (known, _) = state(&mut c, &keys).await;
     let there = existing(&mut c, &keys, Family::Counts, &members).await;
-    assert_eq!(there, known, "hashes with data vs known:");
+    // Never a counter with data missing from known: (the guarantee). A
+    // member whose hash the interrupted pass deleted may stay listed until
+    // its precision's next pass (a listed counter without data reads as
+    // empty): at a minute or finer, that was one of the passes above.
+    let orphans: Vec<&String> = there.difference(&known).collect();
+    assert!(
+        orphans.is_empty(),
+        "hashes with data missing from known: {orphans:?}"
+    );
+    let stale: Vec<&String> = known
+        .difference(&there)
+        .filter(|m| m.split_once(':').unwrap().0.parse::<u32>().unwrap() <= 60)
+        .collect();
+    assert!(stale.is_empty(), "members without a hash: {stale:?}");
     // Precisions up to a minute are cleaned on every pass; coarser ones on
     // every fifth or later, so whether a pass before the failover got to
     // them decides, and only their young samples are sure to stay.

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::bin::{free_addr, http_get, run_hitcount, start_worker};
+use common::bin::{free_addr, http_get, run_hitcount, run_ok, start_worker};
 use common::*;
 use hitcount::edge::embedded::ServerOptions;
 
@@ -101,38 +101,11 @@ async fn everything_runs_as_the_least_privileged_user() {
     let mut w2 = start_worker(&url, "acl-w2", &listen, &["--claim-idle-ms", "1000"]);
 
     // The hit command, as the user.
-    let out = run_hitcount(&[
-        "hit",
-        "page:cli",
-        "--count",
-        "5",
-        "--at",
-        &ts.to_string(),
-        "--redis-url",
-        &url,
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let at = ts.to_string();
+    run_ok(&url, &["hit", "page:cli", "--count", "5", "--at", &at]);
     hits.push(("page:cli".into(), 5, ts as i64));
     // A hit with a value: its statistics are written as the user too.
-    let out = run_hitcount(&[
-        "hit",
-        "page:timed",
-        "--value",
-        "12.5",
-        "--at",
-        &ts.to_string(),
-        "--redis-url",
-        &url,
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(&url, &["hit", "page:timed", "--value", "12.5", "--at", &at]);
     hits.push(("page:timed".into(), 1, ts as i64));
 
     wait_drained(&mut admin, &keys(&s)).await;

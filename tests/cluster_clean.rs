@@ -625,15 +625,9 @@ async fn clean_once_trims_eight_shards_on_a_cluster_keeping_what_groups_need() {
         needed.insert(k.stream.clone(), all[all.len() - 500..].to_vec());
         assert_eq!(ids[1500..], all[1500..1700]);
     }
-    let out = bin::hitcount()
-        .args(["clean", "--once", "--json", "--shards", "8", "--wait", "0"])
-        .env("REDIS_URL", &seeds)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = bin::run_ok(
+        &seeds,
+        &["clean", "--once", "--json", "--shards", "8", "--wait", "0"],
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let trimmed = report["trimmed"].as_u64().unwrap();

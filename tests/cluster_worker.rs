@@ -260,15 +260,9 @@ async fn three_workers_share_eight_shards_exactly_once() {
         .await
         .unwrap();
     // The Rust producer (`hitcount load`) spreads by name.
-    let out = bin::hitcount()
-        .args(["load", "--hits", "3000", "--names", "50", "--shards", "8"])
-        .env("REDIS_URL", &seeds)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    bin::run_ok(
+        &seeds,
+        &["load", "--hits", "3000", "--names", "50", "--shards", "8"],
     );
     drain_and_stop(&mut c, &shards, &mut workers).await;
     // Each worker reads its share: all 8 shards have a consumer.

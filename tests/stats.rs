@@ -28,6 +28,14 @@ async fn xadd(c: &mut Conn, fields: &[(&str, &[u8])]) -> String {
     cmd.query_async(c).await.unwrap()
 }
 
+/// Counts what the stream holds with one in-process worker of `s`, until
+/// the group is drained; stops it.
+async fn count_all(c: &mut Conn, s: &hitcount::service::worker::Settings) {
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(c, &keys(s)).await;
+    workers.stop().await;
+}
+
 /// A MessagePack `hit` map with an integer `value` (the Rust producer
 /// writes floats).
 fn packed_int_value(name: &str, count: i64, ts: i64, value: i64) -> Vec<u8> {
@@ -164,9 +172,7 @@ async fn bad_values_are_dead_lettered_and_the_rest_of_the_batch_counted() {
     for packed in [msgpack_text, nan] {
         bad_ids.push(xadd(&mut c, &[("hit", &packed)]).await);
     }
-    let workers = Workers::start(vec![s]);
-    wait_drained(&mut c, &k).await;
-    workers.stop().await;
+    count_all(&mut c, &s).await;
     let dead = dead_letters(&mut c).await;
     let dead_ids: Vec<&str> = dead.iter().map(|d| d["id"].as_str()).collect();
     assert_eq!(dead_ids, bad_ids);
@@ -213,9 +219,7 @@ async fn statistics_keys_and_fields_are_the_contract() {
         let packed = hitcount::model::event::encode_value("p", 1, Some(ts as f64), Some(v));
         xadd(&mut c, &[("hit", &packed)]).await;
     }
-    let workers = Workers::start(vec![s.clone()]);
-    wait_drained(&mut c, &keys(&s)).await;
-    workers.stop().await;
+    count_all(&mut c, &s).await;
     let minute = ts / 60 * 60;
     let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
         .arg("app1:stats:60:p")
@@ -374,20 +378,8 @@ async fn hit_and_load_send_values_from_the_command_line() {
     let srv = server();
     let url = srv.url();
     let mut c = conn(&url).await;
-    let run = |args: &[&str]| {
-        let out = bin::hitcount()
-            .args(args)
-            .env("REDIS_URL", &url)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(&["hit", "one", "--value", "12.5", "--count", "2"]);
-    run(&["load", "--hits", "60", "--names", "3", "--values"]);
+    bin::run_ok(&url, &["hit", "one", "--value", "12.5", "--count", "2"]);
+    bin::run_ok(&url, &["load", "--hits", "60", "--names", "3", "--values"]);
     let refused = bin::hitcount()
         .args(["hit", "one", "--value", "NaN"])
         .env("REDIS_URL", &url)
@@ -398,9 +390,7 @@ async fn hit_and_load_send_values_from_the_command_line() {
         "a NaN value is refused before sending"
     );
     let s = settings(&url, "w1");
-    let workers = Workers::start(vec![s.clone()]);
-    wait_drained(&mut c, &keys(&s)).await;
-    workers.stop().await;
+    count_all(&mut c, &s).await;
     let got = st::read(&mut c, &keys(&s)).await;
     let day = |name: &str| -> Vec<hitcount::model::stats::Summary> {
         got[&(86400, name.to_string())].values().cloned().collect()
@@ -453,9 +443,7 @@ async fn a_statistics_key_redis_refuses_is_dead_lettered_and_the_rest_applied() 
     )
     .await;
     let s = settings(&url, "w1");
-    let workers = Workers::start(vec![s.clone()]);
-    wait_drained(&mut c, &keys(&s)).await;
-    workers.stop().await;
+    count_all(&mut c, &s).await;
     let dead = dead_letters(&mut c).await;
     assert_eq!(dead.len(), 1, "{dead:?}");
     let d = &dead[0];
@@ -497,9 +485,7 @@ async fn a_statistics_field_that_holds_no_number_fails_its_cell_whole() {
         .await
         .unwrap();
     let s = settings(&url, "w1");
-    let workers = Workers::start(vec![s.clone()]);
-    wait_drained(&mut c, &keys(&s)).await;
-    workers.stop().await;
+    count_all(&mut c, &s).await;
     let dead = dead_letters(&mut c).await;
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0]["reason"], "apply_error");

@@ -284,6 +284,23 @@ pub fn run_hitcount(args: &[&str]) -> std::process::Output {
         .expect("running hitcount")
 }
 
+/// `hitcount ARGS` on the Redis at `url` (`REDIS_URL`), which must succeed
+/// (its stderr is the failure message); its output.
+pub fn run_ok(url: &str, args: &[&str]) -> std::process::Output {
+    let out = hitcount()
+        .args(args)
+        .env("REDIS_URL", url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running hitcount");
+    assert!(
+        out.status.success(),
+        "hitcount {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Whether `program` can be run (found on PATH or at its path).
 pub fn installed(program: &Path) -> bool {
     Command::new(program)

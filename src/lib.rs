@@ -30,7 +30,7 @@
 //!    │       embedded/      a throwaway redis-server or cluster (demo, bench)│ `cli` feature
 //!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)
 //!    ▼
-//!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window)
+//!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window), carry.rs
 //!    │       shards.rs      which stream shards this process reads: leases, one worker each
 //!    │       recovery.rs    claims, and windows finished for stopped workers
 //!    │       registration.rs one live process per consumer name
@@ -44,12 +44,12 @@
 //!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
 //!    │       scripts/       every Lua script (*.lua) and its loader
 //!    │       stream.rs  group.rs  counters.rs
-//!    │       commit/        mod.rs, plan.rs, apply.rs, records.rs, stats.rs (a window's statistics)
+//!    │       commit/        mod.rs, plan.rs, apply.rs, carry.rs, records.rs, stats.rs (a window's statistics)
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
 //!    │       stats_query.rs read-only: a statistics hash, bucket by bucket
 //!    │       scan.rs        SCAN over one node or every master of a cluster
 //!    ▼
-//!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  keys.rs  known.rs  slots.rs
+//!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  carry.rs  keys.rs  known.rs  slots.rs
 //!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
 //!            register.rs)  shutdown.rs  clock.rs                      no Redis here
@@ -57,7 +57,8 @@
 //!
 //! - [`model`], the pure floor: the hit and its wire forms ([`model::event`]),
 //!   hits to increments and statistics of their values
-//!   ([`model::aggregate`], [`model::stats`]), every key name
+//!   ([`model::aggregate`], [`model::stats`]), which increments wait to be
+//!   summed over several windows ([`model::carry`]), every key name
 //!   ([`model::keys`]) and Redis Cluster hash slots ([`model::slots`]), every setting and its default, written once
 //!   ([`model::config`]), which `known:` ZADDs may be left out
 //!   ([`model::known`]), the metrics ([`model::metrics`]), the shutdown

@@ -281,6 +281,17 @@ impl Window {
         new
     }
 
+    /// Adds a cell already aggregated elsewhere (another window's), summing
+    /// it with this window's cell of the same precision, name and bucket.
+    /// A cell of a precision this window does not count at is ignored.
+    pub fn merge(&mut self, cell: &Cell<'_>) {
+        let Some(p) = self.precisions.iter().position(|&x| x == cell.precision) else {
+            return;
+        };
+        let id = self.intern(cell.name);
+        self.bump(id * self.precisions.len() + p, cell.bucket, cell.delta);
+    }
+
     /// Hits (events) added since [`Window::new`] or [`Window::clear`],
     /// skipped ones included.
     pub fn hits(&self) -> u64 {
@@ -538,6 +549,32 @@ mod tests {
             .map(|c| c.bucket)
             .collect();
         assert_eq!(a1, [105, 103, 101, 100, 99]);
+    }
+
+    #[test]
+    fn merged_cells_sum_with_the_same_cells() {
+        let mut a = Window::new(&[1, 60], 120);
+        a.add(&hit("x", 2, NOW_MS), NOW_MS);
+        a.add(&hit("y", 1, NOW_MS - 61_000), NOW_MS);
+        let mut carry = Window::new(&[1, 60], 120);
+        for c in a.cells().filter(|c| c.precision == 60) {
+            carry.merge(&c);
+        }
+        for c in a.cells().filter(|c| c.precision == 60 && c.name == "x") {
+            carry.merge(&c);
+        }
+        carry.merge(&Cell {
+            precision: 7,
+            name: "z",
+            bucket: 0,
+            delta: 1,
+        });
+        let got = cells(&carry);
+        let b = (NOW_MS / 1000).div_euclid(60) * 60;
+        assert_eq!(got[&(60, "x".into(), b)], 4);
+        assert_eq!(got[&(60, "y".into(), b - 60)], 1);
+        assert_eq!(got.len(), 2, "no 1 s cell, no unknown precision");
+        assert_eq!(carry.hits(), 0, "merging adds cells, not hits");
     }
 
     #[test]

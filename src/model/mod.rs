@@ -5,6 +5,7 @@
 //! names a Redis type (a test checks it).
 
 pub mod aggregate;
+pub mod carry;
 pub mod clock;
 pub mod config;
 pub mod event;

@@ -116,6 +116,11 @@ pub enum StoreError {
     /// left to recovery, which reloads the record.
     #[error("window apply took longer than the guard ({0:?})")]
     Guard(std::time::Duration),
+    /// A window whose coarse cells waited in the carry was finished by
+    /// another worker (this one stalled past the claim time): nothing was
+    /// carried; a resync finishes this consumer's windows one by one.
+    #[error("window {0} of the carry was finished by another worker")]
+    CarryGone(String),
     /// A read ahead task ended without a reply.
     #[error("the read ahead task failed: {0}")]
     ReadAhead(String),
@@ -144,9 +149,10 @@ impl StoreError {
         match self {
             StoreError::Redis(e) => classify(e).0,
             StoreError::NameTaken { .. } | StoreError::NotOnCluster(_) => ErrorClass::Fatal,
-            StoreError::Unexpected { .. } | StoreError::Guard(_) | StoreError::ReadAhead(_) => {
-                ErrorClass::Transient
-            }
+            StoreError::Unexpected { .. }
+            | StoreError::Guard(_)
+            | StoreError::ReadAhead(_)
+            | StoreError::CarryGone(_) => ErrorClass::Transient,
         }
     }
 

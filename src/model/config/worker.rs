@@ -25,6 +25,11 @@ pub const DEFAULT_WINDOW_CELLS: usize = 40_000;
 /// stream's head (`--window-ms`): the bound on how late counters are, plus
 /// one apply.
 pub const DEFAULT_WINDOW_MS: u64 = 100;
+/// Default longest wait, in ms, of a window's coarse-precision cells (60 s
+/// and up) while the worker is behind (`--carry-ms`): summed with the next
+/// windows' for up to 2 s, they cost Redis far fewer HINCRBYs on skewed
+/// traffic (see [`crate::model::carry`]); 0 applies every window whole.
+pub const DEFAULT_CARRY_MS: u64 = 2000;
 /// Default time, in ms, an entry stays pending on another consumer before it
 /// is claimed (`--claim-idle-ms`); under 1 s is refused, as live workers
 /// would steal each other's entries.
@@ -97,6 +102,14 @@ pub struct WorkerArgs {
     /// to ten times this age.
     #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", default_value_t = DEFAULT_WINDOW_MS)]
     pub window_ms: u64,
+    /// While behind, a window's cells at precisions of 60 s and up wait
+    /// this long (ms) at most, summed with the next windows', before they
+    /// are applied (fewer HINCRBYs); at the stream's head and at shutdown
+    /// they are applied at once. At most a quarter of --claim-idle-ms; 0
+    /// applies every window whole. One Redis only: on a cluster windows are
+    /// applied whole.
+    #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", default_value_t = DEFAULT_CARRY_MS)]
+    pub carry_ms: u64,
     /// Entries pending longer than this (ms) on another consumer are claimed.
     #[arg(
         long = "claim-idle-ms",
@@ -147,6 +160,7 @@ impl Default for WorkerArgs {
             window_entries: DEFAULT_WINDOW_ENTRIES,
             window_cells: DEFAULT_WINDOW_CELLS,
             window_ms: DEFAULT_WINDOW_MS,
+            carry_ms: DEFAULT_CARRY_MS,
             claim_idle_ms: DEFAULT_CLAIM_IDLE_MS,
             max_deliveries: DEFAULT_MAX_DELIVERIES,
             consumer_idle_ms: DEFAULT_CONSUMER_IDLE_MS,
@@ -157,6 +171,14 @@ impl Default for WorkerArgs {
 }
 
 impl WorkerArgs {
+    /// How long coarse cells may wait in the carry: `--carry-ms`, at most a
+    /// quarter of `--claim-idle-ms` (other workers finish windows recorded
+    /// longer ago than that, which would end the carry); `None` when off.
+    pub fn carry_age(&self) -> Option<Duration> {
+        let ms = self.carry_ms.min(self.claim_idle_ms / 4);
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
     /// The consumer name: the flag (`HITCOUNT_CONSUMER`), else the pod's name
     /// (`POD_NAME`), else a name unique to this process: host name, process
     /// id and a random suffix. Two live workers must never share a name (the
@@ -254,6 +276,7 @@ mod tests {
             window_entries: "HITCOUNT_WINDOW_ENTRIES",
             window_cells: "HITCOUNT_WINDOW_CELLS",
             window_ms: "HITCOUNT_WINDOW_MS",
+            carry_ms: "HITCOUNT_CARRY_MS",
             claim_idle_ms: "HITCOUNT_CLAIM_IDLE_MS",
             max_deliveries: "HITCOUNT_MAX_DELIVERIES",
             consumer_idle_ms: "HITCOUNT_CONSUMER_IDLE_MS",

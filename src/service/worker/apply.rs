@@ -5,11 +5,12 @@ use std::time::Instant;
 
 use super::{Cursor, Worker};
 use crate::model::aggregate::{Cell, StatCell};
+use crate::model::carry;
 use crate::model::clock::unix_ms;
 use crate::model::metrics::metrics;
 use crate::store::commit::{
-    markers, plan, sort_for_cluster, sort_stats_for_cluster, Apply, Finished, Outcome, Sealed,
-    APPLY_GUARD, CHUNK_CELLS,
+    markers, plan, sort_for_cluster, sort_stats_for_cluster, Apply, Deferred, Finished, Outcome,
+    Sealed, APPLY_GUARD, CHUNK_CELLS,
 };
 use crate::store::connect::{ErrorClass, StoreError, StoreResult};
 
@@ -22,9 +23,15 @@ impl Worker {
         let mut cells: Vec<Cell<'_>> = self.batch.window().cells().collect();
         let mut stats: Vec<StatCell<'_>> = self.batch.window().stat_cells().collect();
         let by_slot = self.link.current().is_some_and(|c| c.is_cluster());
+        // Cells from `split` on wait in the carry (applied later, summed).
+        let mut split = cells.len();
         if by_slot {
             sort_for_cluster(self.committer.keys(), &mut cells);
             sort_stats_for_cluster(self.committer.keys(), &mut stats);
+        } else if stats.is_empty() && self.may_defer(by_slot) {
+            // A window with statistics is applied whole: the carry sums
+            // counts only.
+            split = carry::split(&mut cells, CHUNK_CELLS);
         }
         let plan = plan(
             self.committer.keys(),
@@ -69,8 +76,11 @@ impl Worker {
                 tracing::warn!(consumer = %self.consumer, "entries were claimed by another worker: window dropped, re-reading own pending entries");
                 metrics().windows_fenced.inc();
                 self.epoch = epoch;
-                self.cursor = Cursor::Pending("0".into());
                 self.clear_window();
+                // The carry's windows' entries are pending: finish them
+                // before re-reading this consumer's pending entries.
+                self.carry_now().await?;
+                self.cursor = Cursor::Pending("0".into());
                 return Ok(());
             }
         }
@@ -87,11 +97,17 @@ impl Worker {
                     reply: "not connected".into(),
                 });
             };
+            // A window whose cells partly wait applies its first chunks
+            // (the same as the whole window's) and acknowledges nothing yet.
             let step = Apply {
                 window: &window_id,
-                cells: &cells,
+                cells: &cells[..split],
                 stats: &stats,
-                ids: self.batch.ids(),
+                ids: if split < cells.len() {
+                    ""
+                } else {
+                    self.batch.ids()
+                },
                 chunk: CHUNK_CELLS,
                 by_slot,
             };
@@ -121,12 +137,29 @@ impl Worker {
         self.apply_backoff.reset();
         self.batch.count_applied(&failures, started, unix_ms());
         let markers = markers(&plan);
-        self.finished = Some(Finished {
-            window: window_id,
-            failures,
-            markers,
-        });
+        if split < cells.len() {
+            self.deferred.push(Deferred {
+                window: window_id,
+                ids: self.batch.ids().to_string(),
+                waiting: split / CHUNK_CELLS..plan.len(),
+                failures,
+                markers,
+            });
+            self.carry
+                .add(&cells[split..], self.batch.window().hits() as usize);
+        } else {
+            self.finished = Some(Finished {
+                window: window_id,
+                failures,
+                markers,
+            });
+        }
+        drop(cells);
         self.clear_window();
+        // At the head or stopping, nothing is left to sum with: apply now.
+        if !self.carry.is_empty() && (!self.may_defer(by_slot) || self.carry_due()) {
+            self.carry_now().await?;
+        }
         Ok(())
     }
 

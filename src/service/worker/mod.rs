@@ -13,6 +13,7 @@
 
 mod apply;
 pub mod batch;
+mod carry;
 mod read;
 mod sync;
 
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
 
+use crate::model::carry::Carry;
 use crate::model::clock::unix_ms;
 use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 use crate::model::keys::Keys;
@@ -30,7 +32,7 @@ use crate::model::shutdown::Shutdown;
 use crate::service::health::Health;
 use crate::service::registration::Registration;
 use crate::service::worker::batch::Batch;
-use crate::store::commit::{Committer, Finished};
+use crate::store::commit::{Committer, Deferred, Finished};
 use crate::store::connect::{self, Backoff, Client, Outage, Reconnecting, StoreError, StoreResult};
 
 /// How long a resync waits for a read ahead still in flight (whose entries
@@ -82,6 +84,10 @@ pub struct Worker {
     incarnation: String,
     seq: u64,
     batch: Batch,
+    /// Coarse cells of applied windows, waiting to be applied summed.
+    carry: Carry,
+    /// The windows whose cells `carry` holds, entries still pending.
+    deferred: Vec<Deferred>,
     known: KnownCache,
     /// The last read of new entries came back short, or its newest entry is
     /// younger than `--window-ms`: the worker is at the stream's head, so
@@ -118,6 +124,7 @@ impl Worker {
         let batch = Batch::new(&settings.layout.precisions, settings.layout.samples)
             .with_quantiles(&settings.layout.quantile_precisions());
         let known = KnownCache::new(batch.window().precisions(), settings.layout.samples);
+        let carry = Carry::new(batch.window().precisions(), settings.layout.samples);
         let now = Instant::now();
         Worker {
             link: Reconnecting::new(
@@ -135,6 +142,8 @@ impl Worker {
             incarnation: format!("{:016x}", rand::random::<u64>()),
             seq: 0,
             batch,
+            carry,
+            deferred: Vec::new(),
             known,
             caught_up: true,
             ahead: None,
@@ -282,6 +291,9 @@ impl Worker {
                 self.cursor = Cursor::New;
             } else if !self.batch.is_empty() {
                 self.flush().await?;
+            } else if !self.carry.is_empty() {
+                // Caught up: nothing left to sum with.
+                self.carry_now().await?;
             } else if let Some(done) = self.finished.take() {
                 let committer = self.committer.clone();
                 committer.finish(self.conn()?, &done).await?;
@@ -295,6 +307,8 @@ impl Worker {
         self.add_entries(&entries);
         if self.window_full() {
             self.flush().await?;
+        } else if self.carry_due() {
+            self.carry_now().await?;
         }
         Ok(())
     }

@@ -16,8 +16,11 @@ impl Worker {
         self.health.set_in_group(false);
         self.settle_ahead().await;
         self.clear_window();
-        self.finished = None; // its record is ours: recovered below
-                              // A restart or failover may have lost the members it remembers.
+        // Their records are ours: recovered below, with every waiting cell.
+        self.finished = None;
+        self.carry.clear();
+        self.deferred.clear();
+        // A restart or failover may have lost the members it remembers.
         self.known.clear();
         // One try per turn: a failure goes through `failed` (backoff), and
         // the loop keeps turning, so a Redis outage leaves the worker live
@@ -116,6 +119,7 @@ impl Worker {
         if !self.batch.is_empty() {
             self.flush().await?;
         }
+        self.carry_now().await?;
         self.cursor = Cursor::Pending("0".into());
         while let Cursor::Pending(_) = self.cursor {
             let reply = self.read(None).await?;

@@ -44,11 +44,13 @@ use crate::store::scripts::COMMIT;
 use crate::store::stream;
 
 pub mod apply;
+pub mod carry;
 pub mod plan;
 pub mod records;
 pub mod stats;
 
 pub use apply::{apply_pipeline, Apply, Failure};
+pub use carry::{CarryOutcome, Deferred};
 pub use plan::{markers, plan, sort_for_cluster, Chunk};
 pub use records::{Corrupt, Record};
 pub use stats::sort_stats_for_cluster;
@@ -287,22 +289,13 @@ impl Committer {
         }
         match window {
             Some(w) => {
-                let cells: Vec<(u32, &str, i64, i64)> = w
-                    .cells
-                    .iter()
-                    .map(|c| (c.precision, c.name, c.bucket, c.delta))
-                    .collect();
-                let blob = rmp_serde::to_vec(&cells).map_err(|e| StoreError::Unexpected {
-                    what: "encoding a window's cells",
-                    reply: e.to_string(),
-                })?;
                 let stats = stats::encode(w.stats).map_err(|e| StoreError::Unexpected {
                     what: "encoding a window's statistics",
                     reply: e,
                 })?;
                 cmd.arg(w.window)
                     .arg(w.ids)
-                    .arg(blob)
+                    .arg(encode_cells(w.cells)?)
                     .arg(stats)
                     .arg(w.chunk)
                     .arg(w.chunks);
@@ -334,15 +327,34 @@ impl Committer {
     }
 }
 
-/// The commit script's reply: `{status, epoch or holder}`; `None` for any
-/// reply it never gives.
-fn commit_outcome(reply: &Value) -> Option<Outcome> {
+/// A `{status, detail}` reply of the commit and carry scripts, both UTF-8.
+fn status_and_detail(reply: &Value) -> Option<(&str, String)> {
     let Value::Array(v) = reply else { return None };
     let [status, detail] = v.as_slice() else {
         return None;
     };
     let status = std::str::from_utf8(stream::bytes(status)?).ok()?;
     let detail = String::from_utf8(stream::bytes(detail)?.to_vec()).ok()?;
+    Some((status, detail))
+}
+
+/// A window's cells as recorded: MessagePack of (precision, name, bucket,
+/// delta) tuples.
+fn encode_cells(cells: &[Cell<'_>]) -> StoreResult<Vec<u8>> {
+    let cells: Vec<(u32, &str, i64, i64)> = cells
+        .iter()
+        .map(|c| (c.precision, c.name, c.bucket, c.delta))
+        .collect();
+    rmp_serde::to_vec(&cells).map_err(|e| StoreError::Unexpected {
+        what: "encoding a window's cells",
+        reply: e.to_string(),
+    })
+}
+
+/// The commit script's reply: `{status, epoch or holder}`; `None` for any
+/// reply it never gives.
+fn commit_outcome(reply: &Value) -> Option<Outcome> {
+    let (status, detail) = status_and_detail(reply)?;
     Some(match status {
         "ok" => Outcome::Committed,
         "dup" => Outcome::Duplicate,

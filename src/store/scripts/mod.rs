@@ -58,6 +58,9 @@ scripts! {
     COMMIT = "commit.lua";
     /// Apply one chunk of a recorded window to the counters, at most once.
     APPLY = "apply.lua";
+    /// Record the summed coarse cells of several windows as one, taking
+    /// them out of those windows.
+    CARRY = "carry.lua";
     /// Claim idle entries of other consumers, bumping their epochs.
     CLAIM = "claim.lua";
     /// Append a producer's batch at most once.

@@ -1,0 +1,131 @@
+//! The carry's way into the counters, exactly once (one Redis only).
+//!
+//! A window whose coarse cells wait ([`crate::model::carry`]) is committed
+//! whole, as every window is, then applied but for the chunks that hold
+//! them, and *not* acknowledged: its record and its pending entries stay.
+//! Some windows later, one script (`carry.lua`) records the sum of their
+//! waiting cells as a window of its own, the carry, and in the same step
+//! marks those chunks applied in each window's marker. Then the carry is
+//! applied like any window (chunks marked as they go), the windows' entries
+//! are acknowledged, and the carry and the windows are finished.
+//!
+//! Why nothing counts twice or never: until the carry script runs, a
+//! window's waiting cells are only in its own record, and whoever finishes
+//! it (its worker after a resync, or another one after the claim time)
+//! applies them with it. The script moves them into the carry atomically,
+//! and refuses if any of those chunks was applied meanwhile, so they are
+//! applied through the window or through the carry, never both. A window's
+//! entries are acknowledged only once its cells are all applied, so a
+//! drained group still means visible counters, and a resync (which finishes
+//! this consumer's records before re-reading its pending entries) never
+//! reads them again.
+
+use std::ops::Range;
+
+use redis::Value;
+
+use super::{Committer, Failure, Sealed, MARKER_TTL_SECS};
+use crate::store::connect::{Conn, StoreError, StoreResult};
+use crate::store::scripts::CARRY;
+
+/// A window applied but for its waiting chunks, its entries pending.
+#[derive(Debug, Clone, Default)]
+pub struct Deferred {
+    /// The window id.
+    pub window: String,
+    /// Its entry ids, space separated, to acknowledge after the carry.
+    pub ids: String,
+    /// Its chunks whose cells wait in the carry.
+    pub waiting: Range<usize>,
+    /// Cells of its applied chunks that failed, to dead-letter when finished.
+    pub failures: Vec<Failure>,
+    /// Its applied markers, to expire once finished.
+    pub markers: Vec<String>,
+}
+
+/// What the carry script did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CarryOutcome {
+    /// Recorded (now or by an earlier try): apply it.
+    Recorded,
+    /// A window is gone, not this consumer's or partly finished by another
+    /// worker: nothing was written; resync and finish them one by one.
+    Gone(String),
+    /// Another live worker holds this consumer name (its token given).
+    Taken(String),
+}
+
+impl Committer {
+    /// Records `carry` (its `ids` empty: it acknowledges nothing itself) as
+    /// the sum of the waiting cells of `windows`.
+    pub async fn carry(
+        &self,
+        conn: &mut Conn,
+        carry: &Sealed<'_>,
+        windows: &[Deferred],
+    ) -> StoreResult<CarryOutcome> {
+        let k = &self.keys;
+        let mut cmd = CARRY.evalsha(3 + 2 * windows.len());
+        cmd.arg(k.windows())
+            .arg(k.window(carry.window))
+            .arg(k.consumer_registration(&self.consumer));
+        for w in windows {
+            cmd.arg(k.window(&w.window))
+                .arg(k.applied_marker(&w.window));
+        }
+        cmd.arg(&self.consumer)
+            .arg(&self.token)
+            .arg(self.lifetime_ms)
+            .arg(MARKER_TTL_SECS)
+            .arg(carry.window)
+            .arg(super::encode_cells(carry.cells)?)
+            .arg(carry.chunk)
+            .arg(carry.chunks)
+            .arg(windows.len());
+        for w in windows {
+            cmd.arg(&w.window).arg(w.waiting.start).arg(w.waiting.end);
+        }
+        let reply: Value = cmd.query_async(conn).await?;
+        carry_outcome(&reply).ok_or_else(|| StoreError::unexpected("carry.lua", &reply))
+    }
+}
+
+/// The carry script's reply; `None` for any reply it never gives.
+fn carry_outcome(reply: &Value) -> Option<CarryOutcome> {
+    let (status, detail) = super::status_and_detail(reply)?;
+    Some(match status {
+        "ok" | "dup" => CarryOutcome::Recorded,
+        "gone" => CarryOutcome::Gone(detail),
+        "taken" => CarryOutcome::Taken(detail),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_carry_reply_class() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = |a: &str, b: &str| Value::Array(vec![bulk(a), bulk(b)]);
+        assert_eq!(
+            carry_outcome(&reply("ok", "c")),
+            Some(CarryOutcome::Recorded)
+        );
+        assert_eq!(
+            carry_outcome(&reply("dup", "c")),
+            Some(CarryOutcome::Recorded)
+        );
+        assert_eq!(
+            carry_outcome(&reply("gone", "w1")),
+            Some(CarryOutcome::Gone("w1".into()))
+        );
+        assert_eq!(
+            carry_outcome(&reply("taken", "h")),
+            Some(CarryOutcome::Taken("h".into()))
+        );
+        assert_eq!(carry_outcome(&reply("fenced", "1")), None);
+        assert_eq!(carry_outcome(&Value::Nil), None);
+    }
+}

@@ -1,0 +1,119 @@
+//! The carry: while a worker is behind, its windows' coarse-precision cells
+//! wait, summed, before they are applied. These tests pin the bound on how
+//! long they wait (with a generous margin: that the bound exists and holds,
+//! not a speed), that a drained group still means visible counters at
+//! every precision, and that a clean stop leaves nothing unapplied.
+
+#[macro_use]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use hitcount::store::connect::Conn;
+
+/// How long the test lets coarse cells wait (`--carry-ms`).
+const CARRY_MS: u64 = 500;
+/// What the worker promises for it: the carry's age, plus a window that
+/// closes at ten times `--window-ms` while behind (1 s), plus its apply.
+const PROMISED: Duration = Duration::from_millis(CARRY_MS + 1000 + 500);
+/// Room for a loaded machine on top of the promise.
+const MARGIN: Duration = Duration::from_secs(2);
+
+async fn total(c: &mut Conn, key: &str) -> i64 {
+    let v: Vec<i64> = redis::cmd("HVALS").arg(key).query_async(c).await.unwrap();
+    v.iter().sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coarse_precisions_trail_the_fine_ones_by_a_bounded_time() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    // A backlog: every fifth hit on the probe name, the rest over 5,000
+    // names, so that a window's fine cells fill more than an apply chunk
+    // (the cells that share the last fine chunk are applied with it).
+    let now = unix_now();
+    let entries = 100_000usize;
+    for batch in 0..entries / 1000 {
+        let mut pipe = redis::pipe();
+        for i in 0..1000 {
+            let n = batch * 1000 + i;
+            let name = if n % 5 == 0 {
+                "probe".to_string()
+            } else {
+                format!("n{}", n % 5000)
+            };
+            let hit = hitcount::model::event::encode(&name, 1, Some(now as f64));
+            pipe.cmd("XADD")
+                .arg("hits")
+                .arg("*")
+                .arg("hit")
+                .arg(hit)
+                .ignore();
+        }
+        pipe.query_async::<()>(&mut c).await.unwrap();
+    }
+    let probes = (entries / 5) as i64;
+    // Entries older than --window-ms: the worker is behind from its first read.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut s = settings(&srv.url(), "behind");
+    s.worker.carry_ms = CARRY_MS;
+    s.worker.read_count = 10;
+    s.worker.window_entries = 2000;
+    let k = keys(&s);
+    let (fine, coarse) = (k.count(1, "probe"), k.count(86400, "probe"));
+    let workers = Workers::start(vec![s]);
+
+    // (when, counted at 1 s, counted at 1 day), until drained.
+    let mut samples: Vec<(Instant, i64, i64)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let drained = hitcount::store::group::drained(&mut c, &k).await.unwrap();
+        let t = Instant::now();
+        let f = total(&mut c, &fine).await;
+        let d = total(&mut c, &coarse).await;
+        samples.push((t, f, d));
+        if drained {
+            // A drained group means every precision holds every hit.
+            assert_eq!((f, d), (probes, probes), "drained, yet not all visible");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not drained in 120 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Every count seen at 1 s is reached at 1 day within the bound.
+    for &(t, f, _) in &samples {
+        let reached = samples
+            .iter()
+            .find(|&&(u, _, d)| u >= t && d >= f)
+            .map(|&(u, _, _)| u - t)
+            .expect("the day counter reaches every count once drained");
+        assert!(
+            reached <= PROMISED + MARGIN,
+            "the day counter reached {f} {reached:?} after the 1 s counter"
+        );
+    }
+    // And the coarse cells did wait: the day counter lagged mid-drain, and
+    // was applied before the drain ended (a carry due by age, not only at
+    // the head).
+    assert!(
+        samples.iter().any(|&(_, f, d)| d < f),
+        "coarse cells never waited: {} samples",
+        samples.len()
+    );
+    assert!(
+        samples.iter().any(|&(_, _, d)| d > 0 && d < probes),
+        "coarse cells were applied only once caught up"
+    );
+
+    // A clean stop leaves no window record and nothing pending.
+    workers.stop().await;
+    let records: i64 = redis::cmd("ZCARD")
+        .arg(k.windows())
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(records, 0, "a window record outlived a clean stop");
+    assert_eq!(pending(&mut c).await, 0);
+}

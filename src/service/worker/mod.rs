@@ -250,6 +250,9 @@ impl Worker {
         }
         let block = match (&self.cursor, self.batch.opened()) {
             (Cursor::Pending(_), _) => None,
+            // Cells waiting in the carry: look without waiting, and apply
+            // them at once if nothing is left to sum them with.
+            (Cursor::New, None) if !self.carry.is_empty() => None,
             (Cursor::New, None) => Some(self.settings.worker.block_ms),
             (Cursor::New, Some(t)) => {
                 let left = Duration::from_millis(self.settings.worker.window_ms)

@@ -44,7 +44,7 @@
 //!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
 //!    │       scripts/       every Lua script (*.lua) and its loader
 //!    │       stream.rs  group.rs  counters.rs
-//!    │       commit/        mod.rs, plan.rs, apply.rs, carry.rs, records.rs, stats.rs (a window's statistics)
+//!    │       commit/        mod.rs, plan.rs, apply.rs, replies.rs, carry.rs, records.rs, stats.rs
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
 //!    │       stats_query.rs read-only: a statistics hash, bucket by bucket
 //!    │       scan.rs        SCAN over one node or every master of a cluster

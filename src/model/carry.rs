@@ -22,13 +22,9 @@ use crate::model::aggregate::{Cell, Window};
 /// The finest precision, in seconds, whose cells may wait in the carry:
 /// its bucket lasts many windows.
 pub const COARSE_PRECISION: u32 = 60;
-/// Cells a carry holds at most before it is applied: its apply step is
-/// built at once, at about 0.5 KiB per cell in the worker (as a window's),
-/// so twice the default `--window-cells` keeps a worker near 64 MiB.
-pub const MAX_CELLS: usize = 80_000;
 /// Entries whose windows a carry holds at most: their ids stay in memory
 /// (about 16 bytes each) until the carry is applied and acknowledges them.
-pub const MAX_ENTRIES: usize = 300_000;
+pub const MAX_ENTRIES: usize = 1_000_000;
 /// The stated bound: a hit counted at a fine precision is counted at every
 /// coarse one within this time (`--carry-ms`, at most 2 s by default, plus
 /// a window closing while behind, ≤ 1 s, plus the carry's own apply).
@@ -79,10 +75,11 @@ impl Carry {
         self.opened.is_none()
     }
 
-    /// Whether to apply it now: its first window waited `age`, or it is full.
-    pub fn is_due(&self, age: Duration) -> bool {
+    /// Whether to apply it now: its first window waited `age`, or it holds
+    /// `max_cells` cells or [`MAX_ENTRIES`] entries.
+    pub fn is_due(&self, age: Duration, max_cells: usize) -> bool {
         self.opened.is_some_and(|t| t.elapsed() >= age)
-            || self.cells.cells_len() >= MAX_CELLS
+            || self.cells.cells_len() >= max_cells
             || self.entries >= MAX_ENTRIES
     }
 
@@ -146,15 +143,15 @@ mod tests {
     #[test]
     fn a_carry_is_due_at_its_age_or_when_full() {
         let mut c = Carry::new(&[60], 120);
-        assert!(c.is_empty() && !c.is_due(Duration::ZERO));
+        assert!(c.is_empty() && !c.is_due(Duration::ZERO, 10));
         c.add(&[cell(60, "a"), cell(60, "a")], 2);
         assert!(!c.is_empty());
-        assert!(c.is_due(Duration::ZERO));
-        assert!(!c.is_due(Duration::from_secs(3600)));
+        assert!(c.is_due(Duration::ZERO, 10));
+        assert!(!c.is_due(Duration::from_secs(3600), 10));
         assert_eq!(c.cells().map(|x| x.delta).collect::<Vec<_>>(), [2]);
         c.add(&[], MAX_ENTRIES);
-        assert!(c.is_due(Duration::from_secs(3600)), "full of entries");
+        assert!(c.is_due(Duration::from_secs(3600), 10), "full of entries");
         c.clear();
-        assert!(c.is_empty() && !c.is_due(Duration::ZERO));
+        assert!(c.is_empty() && !c.is_due(Duration::ZERO, 10));
     }
 }

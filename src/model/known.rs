@@ -43,6 +43,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 
+use crate::model::aggregate::Cell;
+
 /// Allowed difference between the Redis clock and any leader's clock, in
 /// seconds: a member is not trusted to be in `known:` within this time of
 /// its cleaner horizon.
@@ -191,6 +193,29 @@ impl KnownCache {
     }
 }
 
+/// Sorts cells in the byte order of their `known:` members (`PREC:NAME`),
+/// each counter's cells by bucket, without building the members.
+///
+/// `known:` holds every member at score 0, so Redis orders it by member:
+/// members added in that order insert next to each other in its skip
+/// list, which costs far fewer cache misses than the same members in
+/// random order (a large carry of counters new to `known:` adds hundreds
+/// of thousands at once).
+pub fn sort_by_member(cells: &mut [Cell<'_>]) {
+    // "P:" strings of the precisions present, ranked byte-wise: two
+    // members of different precisions differ at or before the shorter
+    // one's ':', so the rank decides; within one the name does.
+    let mut prefixes: Vec<(String, u32)> = Vec::new();
+    for c in cells.iter() {
+        if !prefixes.iter().any(|(_, p)| *p == c.precision) {
+            prefixes.push((format!("{}:", c.precision), c.precision));
+        }
+    }
+    prefixes.sort();
+    let rank = |p: u32| prefixes.iter().position(|(_, q)| *q == p);
+    cells.sort_unstable_by_key(|c| (rank(c.precision), c.name, c.bucket));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,5 +279,34 @@ mod tests {
             None,
             "before 1970: never trusted"
         );
+    }
+
+    #[test]
+    fn cells_sort_as_their_members_do() {
+        let cell = |precision, name, bucket| Cell {
+            precision,
+            name,
+            bucket,
+            delta: 1,
+        };
+        let mut cells = vec![
+            cell(60, "b", 0),
+            cell(600, "a", 0),
+            cell(5, "a", 5),
+            cell(60, "a", 60),
+            cell(5, "a", 0),
+            cell(86400, "", 0),
+            cell(60, "a", 0),
+        ];
+        sort_by_member(&mut cells);
+        let got: Vec<(String, i64)> = cells
+            .iter()
+            .map(|c| (format!("{}:{}", c.precision, c.name), c.bucket))
+            .collect();
+        let mut want = got.clone();
+        want.sort();
+        assert_eq!(got, want);
+        assert_eq!(got[0], ("5:a".to_string(), 0));
+        assert_eq!(got[1], ("5:a".to_string(), 5));
     }
 }

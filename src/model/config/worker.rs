@@ -30,6 +30,10 @@ pub const DEFAULT_WINDOW_MS: u64 = 100;
 /// windows' for up to 2 s, they cost Redis far fewer HINCRBYs on skewed
 /// traffic (see [`crate::model::carry`]); 0 applies every window whole.
 pub const DEFAULT_CARRY_MS: u64 = 2000;
+/// Default most distinct cells the carry sums before it is applied
+/// (`--carry-cells`): about 60 bytes each in the worker while they wait,
+/// and applied a few dozen chunks at a time.
+pub const DEFAULT_CARRY_CELLS: usize = 300_000;
 /// Default time, in ms, an entry stays pending on another consumer before it
 /// is claimed (`--claim-idle-ms`); under 1 s is refused, as live workers
 /// would steal each other's entries.
@@ -110,6 +114,15 @@ pub struct WorkerArgs {
     /// applied whole.
     #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", default_value_t = DEFAULT_CARRY_MS)]
     pub carry_ms: u64,
+    /// The carry is applied once it sums this many distinct cells (more
+    /// cells: fewer HINCRBYs on many names, more worker memory); 0 applies
+    /// every window whole.
+    #[arg(
+        long = "carry-cells",
+        env = "HITCOUNT_CARRY_CELLS",
+        default_value_t = DEFAULT_CARRY_CELLS
+    )]
+    pub carry_cells: usize,
     /// Entries pending longer than this (ms) on another consumer are claimed.
     #[arg(
         long = "claim-idle-ms",
@@ -161,6 +174,7 @@ impl Default for WorkerArgs {
             window_cells: DEFAULT_WINDOW_CELLS,
             window_ms: DEFAULT_WINDOW_MS,
             carry_ms: DEFAULT_CARRY_MS,
+            carry_cells: DEFAULT_CARRY_CELLS,
             claim_idle_ms: DEFAULT_CLAIM_IDLE_MS,
             max_deliveries: DEFAULT_MAX_DELIVERIES,
             consumer_idle_ms: DEFAULT_CONSUMER_IDLE_MS,
@@ -173,10 +187,11 @@ impl Default for WorkerArgs {
 impl WorkerArgs {
     /// How long coarse cells may wait in the carry: `--carry-ms`, at most a
     /// quarter of `--claim-idle-ms` (other workers finish windows recorded
-    /// longer ago than that, which would end the carry); `None` when off.
+    /// longer ago than that, which would end the carry); `None` when off
+    /// (`--carry-ms` or `--carry-cells` 0).
     pub fn carry_age(&self) -> Option<Duration> {
         let ms = self.carry_ms.min(self.claim_idle_ms / 4);
-        (ms > 0).then(|| Duration::from_millis(ms))
+        (ms > 0 && self.carry_cells > 0).then(|| Duration::from_millis(ms))
     }
 
     /// The consumer name: the flag (`HITCOUNT_CONSUMER`), else the pod's name
@@ -277,6 +292,7 @@ mod tests {
             window_cells: "HITCOUNT_WINDOW_CELLS",
             window_ms: "HITCOUNT_WINDOW_MS",
             carry_ms: "HITCOUNT_CARRY_MS",
+            carry_cells: "HITCOUNT_CARRY_CELLS",
             claim_idle_ms: "HITCOUNT_CLAIM_IDLE_MS",
             max_deliveries: "HITCOUNT_MAX_DELIVERIES",
             consumer_idle_ms: "HITCOUNT_CONSUMER_IDLE_MS",

@@ -24,7 +24,7 @@ impl Worker {
                 .settings
                 .worker
                 .carry_age()
-                .is_none_or(|age| self.carry.is_due(age))
+                .is_none_or(|age| self.carry.is_due(age, self.settings.worker.carry_cells))
     }
 
     /// Records the carry, applies it, acknowledges its windows' entries and
@@ -37,18 +37,15 @@ impl Worker {
         }
         let window = format!("{}-{}", self.incarnation, self.seq);
         self.seq += 1;
-        let cells: Vec<Cell<'_>> = self.carry.cells().collect();
-        let ids = self
-            .deferred
-            .iter()
-            .map(|d| d.ids.as_str())
-            .collect::<Vec<_>>()
-            .join(" ");
+        let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
+        // Members new to `known:` then go in in its own order (cheaper).
+        crate::model::known::sort_by_member(&mut cells);
         let step = Apply {
             window: &window,
             cells: &cells,
             stats: &[],
-            ids: &ids,
+            // The windows' entries are acknowledged after, window by window.
+            ids: "",
             chunk: CHUNK_CELLS,
             by_slot: false,
         };
@@ -82,6 +79,9 @@ impl Worker {
             .committer
             .apply_and_ack(conn, &step, &[], Some(&mut self.known))
             .await?;
+        for d in &self.deferred {
+            self.committer.ack(conn, &d.ids).await?;
+        }
         for d in self.deferred.drain(..) {
             let done = Finished {
                 window: d.window,

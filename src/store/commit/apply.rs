@@ -16,33 +16,21 @@ use redis::{Cmd, Value};
 
 pub use super::plan::Apply;
 use super::plan::{plan, Chunk};
+pub use super::replies::Failure;
+use super::replies::{chunk_statuses, group_statuses, InFlight, GROUP_CHUNKS};
 use super::{stats, Committer, ACK_IDS, MARKER_TTL_AFTER_FINISH, MARKER_TTL_SECS};
-use crate::model::aggregate::{Cell, StatCell};
+use crate::model::aggregate::Cell;
 use crate::model::keys::Keys;
 use crate::model::known::KnownCache;
-use crate::store::connect::{Conn, StoreError, StoreResult};
+use crate::store::connect::{Conn, StoreResult};
 use crate::store::scripts::APPLY;
 use crate::store::stream;
 
 /// Members per `ZADD known:` sent on its own (about 1 µs each).
 const ZADD_MEMBERS: usize = 1000;
 
-/// A cell that Redis refused to increment (wrong type, overflow).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// Redis' error text.
-    pub error: String,
-    /// The cell.
-    pub precision: u32,
-    /// Counter name.
-    pub name: String,
-    /// Bucket start, unix seconds.
-    pub bucket: i64,
-    /// The increment that was not applied.
-    pub delta: i64,
-}
-
-/// The apply scripts of a plan. With `known` (a cache and the current unix
+/// The apply scripts of `chunks`, the plan's chunks from number `first`
+/// on. With `known` (a cache and the current unix
 /// second), the ZADDs of members it trusts are left out (see
 /// [`crate::model::known`]). Returns the scripts and the indices of the
 /// cells whose member is to be added (by the scripts on one Redis; on a
@@ -51,6 +39,7 @@ fn apply_commands(
     keys: &Keys,
     step: &Apply<'_>,
     chunks: &[Chunk],
+    first: usize,
     known: Option<(&KnownCache, i64)>,
 ) -> (Vec<Cmd>, Vec<usize>) {
     let known_key = keys.known();
@@ -93,7 +82,10 @@ fn apply_commands(
             cmd.arg(keys.stats(s.precision, s.name));
         }
         let deadline = if deadline == i64::MAX { 0 } else { deadline };
-        cmd.arg(i).arg(MARKER_TTL_SECS).arg(deadline).arg(prefix);
+        cmd.arg(first + i)
+            .arg(MARKER_TTL_SECS)
+            .arg(deadline)
+            .arg(prefix);
         cmd.arg(cells.len()).arg(stats_skip);
         for c in cells {
             cmd.arg(c.bucket).arg(c.delta);
@@ -136,7 +128,22 @@ pub fn apply_pipeline(
     known: Option<(&KnownCache, i64)>,
 ) -> (redis::Pipeline, Vec<usize>) {
     let chunks = plan(keys, step);
-    let (cmds, zadded) = apply_commands(keys, step, &chunks, known);
+    let (mut pipe, zadded) = pipeline_part(keys, step, &chunks, 0, finished, known);
+    stream::ack_into(&mut pipe, keys, step.ids, ACK_IDS);
+    (pipe, zadded)
+}
+
+/// The EXPIREs of `finished`'s markers (replies ignored) and the apply
+/// scripts of `chunks`, the plan's from number `first` on, in one pipeline.
+fn pipeline_part(
+    keys: &Keys,
+    step: &Apply<'_>,
+    chunks: &[Chunk],
+    first: usize,
+    finished: &[String],
+    known: Option<(&KnownCache, i64)>,
+) -> (redis::Pipeline, Vec<usize>) {
+    let (cmds, zadded) = apply_commands(keys, step, chunks, first, known);
     let mut pipe = redis::pipe();
     for c in expire_markers(finished) {
         pipe.add_command(c).ignore();
@@ -144,43 +151,7 @@ pub fn apply_pipeline(
     for c in cmds {
         pipe.add_command(c);
     }
-    stream::ack_into(&mut pipe, keys, step.ids, ACK_IDS);
     (pipe, zadded)
-}
-
-/// An apply script's reply: `{status, failures}` (1 applied now, 0 a
-/// replay, -1 stale). Anything else is an error: fail closed, never "applied".
-fn chunk_reply(reply: &Value) -> StoreResult<(i64, &[u8])> {
-    if let Value::Array(v) = reply {
-        if let [Value::Int(status @ -1..=1), text] = v.as_slice() {
-            if let Some(text) = stream::bytes(text) {
-                return Ok((*status, text));
-            }
-        }
-    }
-    Err(StoreError::unexpected("apply.lua", reply))
-}
-
-/// The failures of one chunk from its `cell_number<TAB>error` lines (and
-/// `s<number><TAB>error` of its statistics cells).
-fn parse_failures(chunk: &[Cell<'_>], stat_cells: &[StatCell<'_>], text: &[u8]) -> Vec<Failure> {
-    String::from_utf8_lossy(text)
-        .lines()
-        .filter_map(|line| {
-            let (idx, err) = line.split_once('\t')?;
-            if let Some(number) = idx.strip_prefix('s') {
-                return stats::failure(stat_cells, number, err);
-            }
-            let c = chunk.get(idx.parse::<usize>().ok()?.checked_sub(1)?)?;
-            Some(Failure {
-                error: err.to_string(),
-                precision: c.precision,
-                name: c.name.to_string(),
-                bucket: c.bucket,
-                delta: c.delta,
-            })
-        })
-        .collect()
 }
 
 impl Committer {
@@ -202,29 +173,55 @@ impl Committer {
         loop {
             let now_s = crate::model::clock::unix_ms().div_euclid(1000);
             let trusted = known.as_deref().map(|k| (k, now_s));
-            let (statuses, zadded) = if step.by_slot {
-                let (cmds, zadded) = apply_commands(&self.keys, step, &chunks, trusted);
-                let mut all = expire_markers(finished);
-                let skip = all.len();
-                all.extend(cmds);
-                let replies = conn.query_each(all).await?;
-                let statuses = chunk_statuses(&chunks, &replies[skip..], step)?;
-                self.add_members(conn, step, &chunks, &statuses, &zadded)
-                    .await?;
+            let mut statuses = Vec::with_capacity(chunks.len());
+            let mut zadded = Vec::new();
+            // A few dozen chunks at a time, so that a large step (a carry)
+            // is never built whole in memory; on one Redis the next group
+            // is built while the previous one runs.
+            let groups = chunks.len().div_ceil(GROUP_CHUNKS).max(1);
+            let mut running: Option<(usize, InFlight)> = None;
+            for g in 0..groups {
+                let first = g * GROUP_CHUNKS;
+                let part = &chunks[first..(first + GROUP_CHUNKS).min(chunks.len())];
+                let expire = if g == 0 { finished } else { &[][..] };
+                if step.by_slot {
+                    let (cmds, z) = apply_commands(&self.keys, step, part, first, trusted);
+                    let mut all = expire_markers(expire);
+                    let skip = all.len();
+                    all.extend(cmds);
+                    let replies = conn.query_each(all).await?;
+                    let st = chunk_statuses(part, &replies[skip..], step)?;
+                    self.add_members(conn, step, part, &st, &z).await?;
+                    statuses.extend(st);
+                    zadded.extend(z);
+                    continue;
+                }
+                let (mut pipe, z) = pipeline_part(&self.keys, step, part, first, expire, trusted);
+                if g + 1 == groups {
+                    // Acknowledged once every other group is counted: a
+                    // drained group means visible counters.
+                    if let Some((at, previous)) = running.take() {
+                        statuses.extend(group_statuses(&chunks, at, previous, step).await?);
+                    }
+                    stream::ack_into(&mut pipe, &self.keys, step.ids, ACK_IDS);
+                }
+                zadded.extend(z);
+                let mut c = conn.clone();
+                let sent: InFlight =
+                    tokio::spawn(async move { pipe.query_async::<Vec<Value>>(&mut c).await });
+                if let Some((at, previous)) = running.replace((first, sent)) {
+                    statuses.extend(group_statuses(&chunks, at, previous, step).await?);
+                }
+            }
+            if let Some((at, last)) = running {
+                statuses.extend(group_statuses(&chunks, at, last, step).await?);
+            }
+            if step.by_slot {
                 self.replicated(conn).await?;
                 // Acknowledged once counted, as on one Redis: a drained
                 // group means visible counters.
-                let mut acks = redis::pipe();
-                stream::ack_into(&mut acks, &self.keys, step.ids, ACK_IDS);
-                acks.query_async::<()>(conn).await?;
-                (statuses, zadded)
-            } else {
-                let (pipe, zadded) = apply_pipeline(&self.keys, step, finished, trusted);
-                let replies: Vec<Value> = pipe.query_async(conn).await?;
-                // EXPIREs are ignored: redis-rs leaves their replies out, so
-                // replies line up with the chunks from the first.
-                (chunk_statuses(&chunks, &replies, step)?, zadded)
-            };
+                self.ack(conn, step.ids).await?;
+            }
             let mut failures = Vec::new();
             let mut stale = false;
             for (chunk, (status, chunk_failures)) in chunks.iter().zip(statuses) {
@@ -245,6 +242,15 @@ impl Committer {
                 _ => return Ok(failures),
             }
         }
+    }
+
+    /// Acknowledges `ids` (space separated), in commands of at most
+    /// [`ACK_IDS`] ids, in one round trip.
+    pub async fn ack(&self, conn: &mut Conn, ids: &str) -> StoreResult<()> {
+        let mut acks = redis::pipe();
+        stream::ack_into(&mut acks, &self.keys, ids, ACK_IDS);
+        acks.query_async::<()>(conn).await?;
+        Ok(())
     }
 
     /// On a cluster, the `known:` members of the chunks just applied: those
@@ -316,83 +322,4 @@ fn zadds(zset: &str, members: &[String]) -> Vec<Cmd> {
             c
         })
         .collect()
-}
-
-/// Each chunk's status and failures from the replies to its scripts (the
-/// first `chunks.len()` of `replies`).
-fn chunk_statuses(
-    chunks: &[Chunk],
-    replies: &[Value],
-    step: &Apply<'_>,
-) -> StoreResult<Vec<(i64, Vec<Failure>)>> {
-    if replies.len() < chunks.len() {
-        return Err(StoreError::Unexpected {
-            what: "the apply step",
-            reply: format!("{} replies for {} chunks", replies.len(), chunks.len()),
-        });
-    }
-    chunks
-        .iter()
-        .zip(replies)
-        .map(|(chunk, reply)| {
-            let (status, text) = chunk_reply(reply)?;
-            let cells = &step.cells[chunk.cells.clone()];
-            let stat_cells = &step.stats[chunk.stats.clone()];
-            Ok((status, parse_failures(cells, stat_cells, text)))
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn every_apply_reply_class() {
-        let reply = |s: i64, t: &str| Value::Array(vec![Value::Int(s), bulk(t)]);
-        assert_eq!(chunk_reply(&reply(1, "")).unwrap(), (1, &b""[..]));
-        assert_eq!(chunk_reply(&reply(0, "")).unwrap(), (0, &b""[..]));
-        assert_eq!(chunk_reply(&reply(-1, "")).unwrap(), (-1, &b""[..]));
-        assert_eq!(
-            chunk_reply(&reply(1, "2\tWRONGTYPE")).unwrap().1,
-            b"2\tWRONGTYPE"
-        );
-        // Never taken as applied: an unknown status, a bare number, nil.
-        assert!(chunk_reply(&reply(2, "")).is_err());
-        assert!(chunk_reply(&Value::Int(1)).is_err());
-        assert!(chunk_reply(&Value::Nil).is_err());
-        assert!(chunk_reply(&Value::Array(vec![Value::Int(1)])).is_err());
-    }
-
-    #[test]
-    fn failures_name_their_cells() {
-        let cells = [
-            Cell {
-                precision: 1,
-                name: "a",
-                bucket: 10,
-                delta: 2,
-            },
-            Cell {
-                precision: 5,
-                name: "b",
-                bucket: 10,
-                delta: 3,
-            },
-        ];
-        let f = parse_failures(
-            &cells,
-            &[],
-            b"2\tWRONGTYPE bad\nnonsense\n9\tout of range\ns1\tx",
-        );
-        assert_eq!(f.len(), 1);
-        assert_eq!(
-            (f[0].precision, f[0].name.as_str(), f[0].delta),
-            (5, "b", 3)
-        );
-    }
 }

@@ -47,6 +47,7 @@ pub mod apply;
 pub mod carry;
 pub mod plan;
 pub mod records;
+pub mod replies;
 pub mod stats;
 
 pub use apply::{apply_pipeline, Apply, Failure};
@@ -339,16 +340,23 @@ fn status_and_detail(reply: &Value) -> Option<(&str, String)> {
 }
 
 /// A window's cells as recorded: MessagePack of (precision, name, bucket,
-/// delta) tuples.
+/// delta) tuples, written straight from the cells (a carry may hold
+/// hundreds of thousands: no copy of them on the way).
 fn encode_cells(cells: &[Cell<'_>]) -> StoreResult<Vec<u8>> {
-    let cells: Vec<(u32, &str, i64, i64)> = cells
-        .iter()
-        .map(|c| (c.precision, c.name, c.bucket, c.delta))
-        .collect();
-    rmp_serde::to_vec(&cells).map_err(|e| StoreError::Unexpected {
+    let failed = |e: &dyn std::fmt::Display| StoreError::Unexpected {
         what: "encoding a window's cells",
         reply: e.to_string(),
-    })
+    };
+    let mut out = Vec::with_capacity(cells.len() * 24);
+    rmp::encode::write_array_len(&mut out, cells.len() as u32).map_err(|e| failed(&e))?;
+    for c in cells {
+        rmp::encode::write_array_len(&mut out, 4).map_err(|e| failed(&e))?;
+        rmp::encode::write_uint(&mut out, u64::from(c.precision)).map_err(|e| failed(&e))?;
+        rmp::encode::write_str(&mut out, c.name).map_err(|e| failed(&e))?;
+        rmp::encode::write_sint(&mut out, c.bucket).map_err(|e| failed(&e))?;
+        rmp::encode::write_sint(&mut out, c.delta).map_err(|e| failed(&e))?;
+    }
+    Ok(out)
 }
 
 /// The commit script's reply: `{status, epoch or holder}`; `None` for any
@@ -392,5 +400,30 @@ mod tests {
         assert_eq!(commit_outcome(&Value::Int(1)), None);
         assert_eq!(commit_outcome(&Value::Array(vec![bulk("ok")])), None);
         assert_eq!(commit_outcome(&Value::Nil), None);
+    }
+
+    #[test]
+    fn recorded_cells_decode_as_tuples() {
+        let cells = [
+            Cell {
+                precision: 86400,
+                name: "page:é",
+                bucket: 1_700_000_000,
+                delta: -3,
+            },
+            Cell {
+                precision: 1,
+                name: "",
+                bucket: 0,
+                delta: i64::MAX,
+            },
+        ];
+        let blob = encode_cells(&cells).unwrap();
+        let back: Vec<(u32, String, i64, i64)> = rmp_serde::from_slice(&blob).unwrap();
+        let want: Vec<(u32, String, i64, i64)> = cells
+            .iter()
+            .map(|c| (c.precision, c.name.to_string(), c.bucket, c.delta))
+            .collect();
+        assert_eq!(back, want);
     }
 }

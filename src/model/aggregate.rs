@@ -42,6 +42,10 @@ use crate::model::stats::{HistBucket, Summary};
 /// 3, such a backlog drains in windows that keep the worker near 48 MiB
 /// (117 MiB when statistics cells weighed nothing).
 pub const STAT_CELL_WINDOW_WEIGHT: usize = 3;
+/// Histogram entries that weigh one cell against `--window-cells`: an
+/// entry shares its histogram's allocation and is two short script
+/// arguments.
+pub const HIST_ENTRIES_PER_CELL: usize = 4;
 /// "No cell" link in the bucket lists.
 const NONE: usize = usize::MAX;
 /// Scratch marker for "skipped at this precision"; no real bucket is this low
@@ -112,8 +116,9 @@ pub struct Window {
     /// Slot index → the statistics of that cell's values (only cells that
     /// got a hit with a value).
     stats: HashMap<usize, Summary>,
-    /// The statistics cells' weight: [`STAT_CELL_WINDOW_WEIGHT`] each plus
-    /// one per histogram entry, kept as they are added.
+    /// The statistics cells' weight in quarters of a cell:
+    /// [`STAT_CELL_WINDOW_WEIGHT`] cells each plus a quarter per histogram
+    /// entry, kept as they are added.
     stats_weight: usize,
 }
 
@@ -228,7 +233,7 @@ impl Window {
                 let b = hist.filter(|_| self.quantiles[p]);
                 let mut added = 0;
                 let summary = self.stats.entry(slot).or_insert_with(|| {
-                    added = STAT_CELL_WINDOW_WEIGHT;
+                    added = STAT_CELL_WINDOW_WEIGHT * HIST_ENTRIES_PER_CELL;
                     Summary::default()
                 });
                 let entries = summary.histogram.len();
@@ -338,10 +343,11 @@ impl Window {
     }
 
     /// What the window weighs against `--window-cells`: a cell 1, a
-    /// statistics cell [`STAT_CELL_WINDOW_WEIGHT`] plus one per histogram
-    /// entry (about what each costs in memory while applying).
+    /// statistics cell [`STAT_CELL_WINDOW_WEIGHT`] plus one per
+    /// [`HIST_ENTRIES_PER_CELL`] histogram entries (about what each costs in
+    /// worker memory).
     pub fn weight(&self) -> usize {
-        self.slots.len() + self.stats_weight
+        self.slots.len() + self.stats_weight / HIST_ENTRIES_PER_CELL
     }
 
     /// Every cell with its slot index.
@@ -625,7 +631,8 @@ mod tests {
         assert_eq!(w.stat_cells_len(), 3);
         // 5 counter cells, 3 statistics cells, 2 histogram entries (at 60 s).
         assert_eq!(w.cells_len(), 5);
-        assert_eq!(w.weight(), 5 + 3 * STAT_CELL_WINDOW_WEIGHT + 2);
+        // The two entries weigh half a cell, rounded down.
+        assert_eq!(w.weight(), 5 + 3 * STAT_CELL_WINDOW_WEIGHT);
         let stats: BTreeMap<_, _> = w
             .stat_cells()
             .map(|s| {

@@ -92,7 +92,7 @@ pub struct WorkerArgs {
     /// windows barely cut HINCRBYs per hit there (most names of the tail
     /// appear once per window anyway) and cost ~0.5 KiB of worker memory per
     /// cell while applying, so 40,000 keeps a worker near 40 MiB. A cell of
-    /// statistics (hits with a value) counts 3, plus 1 per histogram entry.
+    /// statistics (hits with a value) counts 3, plus 1 per 4 histogram entries.
     #[arg(
         long = "window-cells",
         env = "HITCOUNT_WINDOW_CELLS",

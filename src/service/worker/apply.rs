@@ -113,7 +113,7 @@ impl Worker {
             };
             match self
                 .committer
-                .apply_and_ack(conn, &step, &finished, Some(&mut self.known))
+                .apply_and_ack(conn, &step, &finished, Some(&self.known))
                 .await
             {
                 Ok(f) => break f,
@@ -158,7 +158,7 @@ impl Worker {
         self.clear_window();
         // At the head or stopping, nothing is left to sum with: apply now.
         if !self.carry.is_empty() && (!self.may_defer(by_slot) || self.carry_due()) {
-            self.carry_now().await?;
+            self.carry_start().await?;
         }
         Ok(())
     }

@@ -1,11 +1,19 @@
 //! The carry of a worker behind on the stream: windows applied but for
 //! their coarse cells, which wait summed ([`crate::model::carry`]) and are
-//! applied together, exactly once (see [`crate::store::commit::carry`]).
+//! applied together, exactly once (see [`crate::store::commit::carry`]),
+//! on a task of their own while the worker goes on with the next windows.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::Worker;
 use crate::model::aggregate::Cell;
-use crate::store::commit::{markers, plan, Apply, CarryOutcome, Finished, Sealed, CHUNK_CELLS};
-use crate::store::connect::{StoreError, StoreResult};
+use crate::model::carry::Carry;
+use crate::model::known::KnownCache;
+use crate::store::commit::{
+    markers, plan, Apply, CarryOutcome, Committer, Deferred, Finished, Sealed, CHUNK_CELLS,
+};
+use crate::store::connect::{Conn, StoreError, StoreResult};
 
 impl Worker {
     /// Whether this window's coarse cells may wait: on one Redis, with the
@@ -27,78 +35,145 @@ impl Worker {
                 .is_none_or(|age| self.carry.is_due(age, self.settings.worker.carry_cells))
     }
 
-    /// Records the carry, applies it, acknowledges its windows' entries and
-    /// finishes the carry and its windows. Any failure leaves the records
-    /// as they are for a resync to finish one by one.
+    /// Applies the carry and waits until it is done.
     pub(super) async fn carry_now(&mut self) -> StoreResult<()> {
+        self.carry_start().await?;
+        self.carry_wait().await
+    }
+
+    /// Starts applying the carry on a task of its own, once the one before
+    /// is done, and empties it: the worker goes on with the next windows
+    /// (their fine cells) while Redis applies the sum.
+    pub(super) async fn carry_start(&mut self) -> StoreResult<()> {
+        self.carry_wait().await?;
         if self.deferred.is_empty() {
             self.carry.clear();
             return Ok(());
         }
+        let conn = self.carry_link.get().await?.clone();
         let window = format!("{}-{}", self.incarnation, self.seq);
         self.seq += 1;
-        let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
-        // Members new to `known:` then go in in its own order (cheaper).
-        crate::model::known::sort_by_member(&mut cells);
-        let step = Apply {
-            window: &window,
-            cells: &cells,
-            stats: &[],
-            // The windows' entries are acknowledged after, window by window.
-            ids: "",
-            chunk: CHUNK_CELLS,
-            by_slot: false,
+        let empty = match self.spare_carry.take() {
+            Some(spare) => spare,
+            None => Carry::new(
+                self.batch.window().precisions(),
+                self.settings.layout.samples,
+            ),
         };
-        let plan = plan(self.committer.keys(), &step);
-        let sealed = Sealed {
-            window: &window,
-            ids: "",
-            cells: &cells,
-            stats: &[],
-            rejected: &[],
-            chunk: CHUNK_CELLS,
-            chunks: plan.len(),
+        let job = Job {
+            committer: self.committer.clone(),
+            conn,
+            carry: std::mem::replace(&mut self.carry, empty),
+            deferred: std::mem::take(&mut self.deferred),
+            window,
+            consumer: self.consumer.clone(),
+            known: self.known.clone(),
         };
-        let Some(conn) = self.link.current() else {
-            return Err(StoreError::Unexpected {
-                what: "carrying windows' coarse cells",
-                reply: "not connected".into(),
-            });
-        };
-        match self.committer.carry(conn, &sealed, &self.deferred).await? {
-            CarryOutcome::Recorded => {}
-            CarryOutcome::Gone(w) => return Err(StoreError::CarryGone(w)),
-            CarryOutcome::Taken(holder) => {
-                return Err(StoreError::NameTaken {
-                    name: self.consumer.clone(),
-                    holder,
-                })
+        self.carrying = Some(tokio::spawn(job.run()));
+        Ok(())
+    }
+
+    /// Waits for the carry being applied, if any; its error is this
+    /// worker's (a resync then finishes the records one by one).
+    pub(super) async fn carry_wait(&mut self) -> StoreResult<()> {
+        if let Some(task) = self.carrying.take() {
+            let carry = task.await.map_err(|e| StoreError::Unexpected {
+                what: "the carry's task",
+                reply: e.to_string(),
+            })??;
+            self.spare_carry = Some(carry);
+        }
+        Ok(())
+    }
+
+    /// Before a resync: lets the carry being applied end (or stops it after
+    /// [`SETTLE`]), whatever its outcome: the resync finishes what it left.
+    pub(super) async fn settle_carry(&mut self) {
+        if let Some(mut task) = self.carrying.take() {
+            if tokio::time::timeout(SETTLE, &mut task).await.is_err() {
+                task.abort();
             }
         }
-        let failures = self
-            .committer
-            .apply_and_ack(conn, &step, &[], Some(&mut self.known))
-            .await?;
-        for d in &self.deferred {
-            self.committer.ack(conn, &d.ids).await?;
-        }
-        for d in self.deferred.drain(..) {
+    }
+}
+
+/// How long a resync lets a carry being applied end.
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// A carry on its way into the counters, owned by its task.
+struct Job {
+    committer: Committer,
+    conn: Conn,
+    carry: Carry,
+    deferred: Vec<Deferred>,
+    window: String,
+    consumer: String,
+    known: Arc<Mutex<KnownCache>>,
+}
+
+impl Job {
+    /// Records the carry, applies it, acknowledges its windows' entries and
+    /// finishes its windows and itself. Any failure leaves the records as
+    /// they are for a resync to finish one by one. Gives the carry back,
+    /// empty, for its allocations.
+    async fn run(mut self) -> StoreResult<Carry> {
+        {
+            let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
+            // Members new to `known:` then go in in its own order (cheaper).
+            crate::model::known::sort_by_member(&mut cells);
+            let step = Apply {
+                window: &self.window,
+                cells: &cells,
+                stats: &[],
+                // The windows' entries are acknowledged after, window by window.
+                ids: "",
+                chunk: CHUNK_CELLS,
+                by_slot: false,
+            };
+            let plan = plan(self.committer.keys(), &step);
+            let sealed = Sealed {
+                window: &self.window,
+                ids: "",
+                cells: &cells,
+                stats: &[],
+                rejected: &[],
+                chunk: CHUNK_CELLS,
+                chunks: plan.len(),
+            };
+            let conn = &mut self.conn;
+            match self.committer.carry(conn, &sealed, &self.deferred).await? {
+                CarryOutcome::Recorded => {}
+                CarryOutcome::Gone(w) => return Err(StoreError::CarryGone(w)),
+                CarryOutcome::Taken(holder) => {
+                    return Err(StoreError::NameTaken {
+                        name: self.consumer.clone(),
+                        holder,
+                    })
+                }
+            }
+            let failures = self
+                .committer
+                .apply_and_ack(conn, &step, &[], Some(&self.known))
+                .await?;
+            for d in &self.deferred {
+                self.committer.ack(conn, &d.ids).await?;
+            }
+            for d in self.deferred.drain(..) {
+                let done = Finished {
+                    window: d.window,
+                    failures: d.failures,
+                    markers: d.markers,
+                };
+                self.committer.finish(conn, &done).await?;
+            }
             let done = Finished {
-                window: d.window,
-                failures: d.failures,
-                markers: d.markers,
+                window: self.window.clone(),
+                failures,
+                markers: markers(&plan),
             };
             self.committer.finish(conn, &done).await?;
         }
-        if let Some(previous) = self.finished.take() {
-            self.committer.finish(conn, &previous).await?;
-        }
-        self.finished = Some(Finished {
-            window,
-            failures,
-            markers: markers(&plan),
-        });
         self.carry.clear();
-        Ok(())
+        Ok(self.carry)
     }
 }

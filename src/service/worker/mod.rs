@@ -17,7 +17,7 @@ mod carry;
 mod read;
 mod sync;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
@@ -88,7 +88,15 @@ pub struct Worker {
     carry: Carry,
     /// The windows whose cells `carry` holds, entries still pending.
     deferred: Vec<Deferred>,
-    known: KnownCache,
+    /// The carry's own connection: the worker's waits in blocking reads,
+    /// which would hold up every command behind them.
+    carry_link: Reconnecting,
+    /// The carry being applied on its own task (see `carry.rs`).
+    carrying: Option<tokio::task::JoinHandle<StoreResult<Carry>>>,
+    /// An applied carry, empty, kept for its allocations.
+    spare_carry: Option<Carry>,
+    /// Shared with the carry's task.
+    known: Arc<Mutex<KnownCache>>,
     /// The last read of new entries came back short, or its newest entry is
     /// younger than `--window-ms`: the worker is at the stream's head, so
     /// windows close on `--window-ms`.
@@ -127,6 +135,7 @@ impl Worker {
         let carry = Carry::new(batch.window().precisions(), settings.layout.samples);
         let now = Instant::now();
         Worker {
+            carry_link: Reconnecting::new(client.clone(), "carry", connect::RESPONSE_TIMEOUT),
             link: Reconnecting::new(
                 client,
                 "worker",
@@ -144,7 +153,9 @@ impl Worker {
             batch,
             carry,
             deferred: Vec::new(),
-            known,
+            carrying: None,
+            spare_carry: None,
+            known: Arc::new(Mutex::new(known)),
             caught_up: true,
             ahead: None,
             finished: None,
@@ -248,6 +259,10 @@ impl Worker {
         if self.cursor == Cursor::New && self.batch.is_empty() {
             self.maintain().await?;
         }
+        // A carry applied on its task: its outcome (an error resyncs).
+        if self.carrying.as_ref().is_some_and(|t| t.is_finished()) {
+            self.carry_wait().await?;
+        }
         let block = match (&self.cursor, self.batch.opened()) {
             (Cursor::Pending(_), _) => None,
             // Cells waiting in the carry: look without waiting, and apply
@@ -311,7 +326,7 @@ impl Worker {
         if self.window_full() {
             self.flush().await?;
         } else if self.carry_due() {
-            self.carry_now().await?;
+            self.carry_start().await?;
         }
         Ok(())
     }

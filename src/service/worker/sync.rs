@@ -15,13 +15,14 @@ impl Worker {
     pub(super) async fn sync(&mut self) -> StoreResult<()> {
         self.health.set_in_group(false);
         self.settle_ahead().await;
+        self.settle_carry().await;
         self.clear_window();
         // Their records are ours: recovered below, with every waiting cell.
         self.finished = None;
         self.carry.clear();
         self.deferred.clear();
         // A restart or failover may have lost the members it remembers.
-        self.known.clear();
+        self.known.lock().unwrap_or_else(|p| p.into_inner()).clear();
         // One try per turn: a failure goes through `failed` (backoff), and
         // the loop keeps turning, so a Redis outage leaves the worker live
         // (restarting it would not help) but not ready.

@@ -12,6 +12,8 @@
 //! too: the worker may have died in between); every command goes on its
 //! own, all in flight at once.
 
+use std::sync::Mutex;
+
 use redis::{Cmd, Value};
 
 pub use super::plan::Apply;
@@ -167,12 +169,14 @@ impl Committer {
         conn: &mut Conn,
         step: &Apply<'_>,
         finished: &[String],
-        mut known: Option<&mut KnownCache>,
+        known: Option<&Mutex<KnownCache>>,
     ) -> StoreResult<Vec<Failure>> {
         let chunks = plan(&self.keys, step);
+        // The cache is locked only while commands are built or replies
+        // read, never across a round trip (a carry applies beside windows).
+        let lock = || known.map(|k| k.lock().unwrap_or_else(|p| p.into_inner()));
         loop {
             let now_s = crate::model::clock::unix_ms().div_euclid(1000);
-            let trusted = known.as_deref().map(|k| (k, now_s));
             let mut statuses = Vec::with_capacity(chunks.len());
             let mut zadded = Vec::new();
             // A few dozen chunks at a time, so that a large step (a carry)
@@ -185,7 +189,11 @@ impl Committer {
                 let part = &chunks[first..(first + GROUP_CHUNKS).min(chunks.len())];
                 let expire = if g == 0 { finished } else { &[][..] };
                 if step.by_slot {
-                    let (cmds, z) = apply_commands(&self.keys, step, part, first, trusted);
+                    let (cmds, z) = {
+                        let k = lock();
+                        let trusted = k.as_deref().map(|k| (k, now_s));
+                        apply_commands(&self.keys, step, part, first, trusted)
+                    };
                     let mut all = expire_markers(expire);
                     let skip = all.len();
                     all.extend(cmds);
@@ -196,7 +204,11 @@ impl Committer {
                     zadded.extend(z);
                     continue;
                 }
-                let (mut pipe, z) = pipeline_part(&self.keys, step, part, first, expire, trusted);
+                let (mut pipe, z) = {
+                    let k = lock();
+                    let trusted = k.as_deref().map(|k| (k, now_s));
+                    pipeline_part(&self.keys, step, part, first, expire, trusted)
+                };
                 if g + 1 == groups {
                     // Acknowledged once every other group is counted: a
                     // drained group means visible counters.
@@ -224,12 +236,13 @@ impl Committer {
             }
             let mut failures = Vec::new();
             let mut stale = false;
+            let mut k = lock();
             for (chunk, (status, chunk_failures)) in chunks.iter().zip(statuses) {
                 if status < 0 {
                     stale = true;
                     continue;
                 }
-                if let (1, Some(k)) = (status, known.as_deref_mut()) {
+                if let (1, Some(k)) = (status, k.as_deref_mut()) {
                     for &z in zadded.iter().filter(|z| chunk.cells.contains(z)) {
                         let c = &step.cells[z];
                         k.wrote(c.precision, c.name, c.bucket);
@@ -237,7 +250,7 @@ impl Committer {
                 }
                 failures.extend(chunk_failures);
             }
-            match known.as_deref_mut() {
+            match k.as_deref_mut() {
                 Some(k) if stale => k.clear(),
                 _ => return Ok(failures),
             }

@@ -10,6 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use hitcount::edge::embedded::ServerOptions;
 use hitcount::store::connect::Conn;
 
 /// How long the test lets coarse cells wait (`--carry-ms`).
@@ -116,4 +117,59 @@ async fn coarse_precisions_trail_the_fine_ones_by_a_bounded_time() {
         .unwrap();
     assert_eq!(records, 0, "a window record outlived a clean stop");
     assert_eq!(pending(&mut c).await, 0);
+}
+
+/// The carry's commands are among those the least-privileged user of
+/// `deploy/redis/hitcount.acl` may run: a backlog drained as that user is
+/// counted exactly, through the carry, with no refusal in the ACL LOG.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_carry_runs_as_the_least_privileged_user() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/redis/hitcount.acl");
+    let rules = std::fs::read_to_string(path).unwrap().trim().to_string();
+    let srv = server_with(ServerOptions {
+        extra: vec![format!("user carrier on >carry-pw {rules}")],
+        ..ServerOptions::default()
+    });
+    let url = format!("redis://carrier:carry-pw@127.0.0.1:{}", srv.port());
+    let mut admin = conn(&srv.url()).await;
+    // A backlog over 2,000 names: windows whose coarse cells wait.
+    let ts = unix_now() - 30;
+    let producer = producer(&url);
+    let mut hits = Vec::new();
+    for i in 0..20_000 {
+        let name = format!("n{}", (i * 7919) % 2000);
+        producer.hit_at(&name, 1, ts as f64);
+        hits.push((name, 1, ts));
+    }
+    producer.flush().await;
+    // Entries older than --window-ms: the worker is behind from its first read.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut s = settings(&url, "carrier");
+    s.worker.read_count = 200;
+    s.worker.window_entries = 2000;
+    let k = keys(&s);
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(&mut admin, &k).await;
+    workers.stop().await;
+
+    assert_eq!(
+        read_all(&mut admin, &k).await,
+        reference(&hits, &s.layout.precisions)
+    );
+    let log: Vec<redis::Value> = redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(log.is_empty(), "refused as the user: {log:?}");
+    // PERSIST runs only in carry.lua, once per carry recorded.
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(
+        stats.contains("cmdstat_persist:calls="),
+        "no carry was recorded: {stats}"
+    );
 }

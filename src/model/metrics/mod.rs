@@ -68,6 +68,9 @@ pub struct Metrics {
     /// `hitcount_windows_fenced_total`: windows dropped unapplied because
     /// another consumer claimed some of their entries.
     pub windows_fenced: IntCounter,
+    /// `hitcount_carry_cells_total`: summed coarse cells applied through the
+    /// carry (each stands for that cell in several windows).
+    pub carry_cells: IntCounter,
     /// `hitcount_replication_unconfirmed_total`: writes of a window on a
     /// Redis Cluster that no replica confirmed within the wait (a master
     /// without a replica): counting goes on, less safe against a failover.
@@ -252,6 +255,11 @@ impl Metrics {
                 "hitcount_windows_fenced_total",
                 "Windows dropped because another consumer claimed their entries.",
             ),
+            carry_cells: counter(
+                &r,
+                "hitcount_carry_cells_total",
+                "Summed coarse-precision cells applied through the carry, while behind.",
+            ),
             window_size: histogram(
                 &r,
                 "hitcount_window_size_events",
@@ -409,6 +417,7 @@ mod tests {
             "hitcount_hits_too_old_total",
             "hitcount_windows_applied_total",
             "hitcount_windows_fenced_total",
+            "hitcount_carry_cells_total",
             "hitcount_replication_unconfirmed_total",
             "hitcount_window_size_events",
             "hitcount_apply_duration_seconds",

@@ -155,6 +155,9 @@ impl Job {
                 .committer
                 .apply_and_ack(conn, &step, &[], Some(&self.known))
                 .await?;
+            crate::model::metrics::metrics()
+                .carry_cells
+                .inc_by(cells.len() as u64);
             for d in &self.deferred {
                 self.committer.ack(conn, &d.ids).await?;
             }

@@ -65,9 +65,23 @@ impl Committer {
         windows: &[Deferred],
     ) -> StoreResult<CarryOutcome> {
         let k = &self.keys;
+        // The cells first, alone, with a TTL: see carry.lua.
+        let record = k.window(carry.window);
+        redis::pipe()
+            .cmd("HSET")
+            .arg(&record)
+            .arg("cells")
+            .arg(super::encode_cells(carry.cells)?)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&record)
+            .arg(MARKER_TTL_SECS * 1000)
+            .ignore()
+            .query_async::<()>(conn)
+            .await?;
         let mut cmd = CARRY.evalsha(3 + 2 * windows.len());
         cmd.arg(k.windows())
-            .arg(k.window(carry.window))
+            .arg(&record)
             .arg(k.consumer_registration(&self.consumer));
         for w in windows {
             cmd.arg(k.window(&w.window))
@@ -78,7 +92,6 @@ impl Committer {
             .arg(self.lifetime_ms)
             .arg(MARKER_TTL_SECS)
             .arg(carry.window)
-            .arg(super::encode_cells(carry.cells)?)
             .arg(carry.chunk)
             .arg(carry.chunks)
             .arg(windows.len());

@@ -173,3 +173,102 @@ async fn the_carry_runs_as_the_least_privileged_user() {
         "no carry was recorded: {stats}"
     );
 }
+
+/// Carries recorded on `c`'s server so far (PERSIST runs only in carry.lua).
+async fn carries(c: &mut Conn) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await
+        .unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_persist:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Workers SIGKILLed while windows wait in their carry, or while a sum is
+/// being applied, lose and double nothing: a survivor finishes their
+/// records (each coarse cell through its window or through the recorded
+/// sum, never both) and claims their entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_while_carrying_count_every_hit_once() {
+    use common::bin::{free_addr, start_worker};
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let ts = unix_now() - 30;
+    let producer = producer(&url);
+    let mut hits = Vec::new();
+    for i in 0..100_000 {
+        let name = format!("n{}", (i * 7919) % 3000);
+        producer.hit_at(&name, 1, ts as f64);
+        hits.push((name, 1, ts));
+    }
+    producer.flush().await;
+    // Entries older than --window-ms: the workers are behind from the start.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let s = settings(&url, "any");
+    let k = keys(&s);
+    let args = [
+        "--read-count",
+        "200",
+        "--window-entries",
+        "2000",
+        "--claim-idle-ms",
+        "1000",
+    ];
+    let mut killed_after_a_carry = 0;
+    for round in 0..3u64 {
+        if hitcount::store::group::drained(&mut c, &k).await.unwrap() {
+            break;
+        }
+        let before = carries(&mut c).await;
+        let listen = free_addr();
+        let mut w = start_worker(&url, &format!("killed-{round}"), &listen, &args);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while carries(&mut c).await == before {
+            assert!(Instant::now() < deadline, "no carry recorded in 60 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Somewhere after a sum was recorded: while it is applied, or with
+        // the next windows waiting.
+        tokio::time::sleep(Duration::from_millis(round * 40)).await;
+        w.kill();
+        killed_after_a_carry += 1;
+    }
+    assert!(
+        killed_after_a_carry > 0,
+        "the backlog drained before any kill"
+    );
+
+    let listen = free_addr();
+    let mut survivor = start_worker(&url, "survivor", &listen, &args);
+    wait_drained(&mut c, &k).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let records: i64 = redis::cmd("ZCARD")
+            .arg(k.windows())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        if records == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{records} window records left");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    survivor.signal(libc::SIGTERM);
+    assert!(survivor.wait(Duration::from_secs(30)).is_some());
+    assert_eq!(
+        read_all(&mut c, &k).await,
+        reference(&hits, &s.layout.precisions)
+    );
+    let dead: u64 = redis::cmd("XLEN")
+        .arg(&k.dead)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(dead, 0, "nothing here is to be dead-lettered");
+}

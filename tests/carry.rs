@@ -119,6 +119,23 @@ async fn coarse_precisions_trail_the_fine_ones_by_a_bounded_time() {
     assert_eq!(pending(&mut c).await, 0);
 }
 
+/// `n` hits over `names` names, 30 s old, sent through the producer
+/// library, then left to age past `--window-ms` so that a worker starting
+/// now is behind from its first read; returns them for the reference.
+async fn backlog(url: &str, n: usize, names: usize) -> Vec<(String, i64, i64)> {
+    let ts = unix_now() - 30;
+    let producer = producer(url);
+    let mut hits = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("n{}", (i * 7919) % names);
+        producer.hit_at(&name, 1, ts as f64);
+        hits.push((name, 1, ts));
+    }
+    producer.flush().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    hits
+}
+
 /// The carry's commands are among those the least-privileged user of
 /// `deploy/redis/hitcount.acl` may run: a backlog drained as that user is
 /// counted exactly, through the carry, with no refusal in the ACL LOG.
@@ -133,17 +150,7 @@ async fn the_carry_runs_as_the_least_privileged_user() {
     let url = format!("redis://carrier:carry-pw@127.0.0.1:{}", srv.port());
     let mut admin = conn(&srv.url()).await;
     // A backlog over 2,000 names: windows whose coarse cells wait.
-    let ts = unix_now() - 30;
-    let producer = producer(&url);
-    let mut hits = Vec::new();
-    for i in 0..20_000 {
-        let name = format!("n{}", (i * 7919) % 2000);
-        producer.hit_at(&name, 1, ts as f64);
-        hits.push((name, 1, ts));
-    }
-    producer.flush().await;
-    // Entries older than --window-ms: the worker is behind from its first read.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let hits = backlog(&url, 20_000, 2000).await;
     let mut s = settings(&url, "carrier");
     s.worker.read_count = 200;
     s.worker.window_entries = 2000;
@@ -198,17 +205,7 @@ async fn workers_killed_while_carrying_count_every_hit_once() {
     let srv = server();
     let url = srv.url();
     let mut c = conn(&url).await;
-    let ts = unix_now() - 30;
-    let producer = producer(&url);
-    let mut hits = Vec::new();
-    for i in 0..100_000 {
-        let name = format!("n{}", (i * 7919) % 3000);
-        producer.hit_at(&name, 1, ts as f64);
-        hits.push((name, 1, ts));
-    }
-    producer.flush().await;
-    // Entries older than --window-ms: the workers are behind from the start.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let hits = backlog(&url, 100_000, 3000).await;
     let s = settings(&url, "any");
     let k = keys(&s);
     let args = [

@@ -89,11 +89,7 @@ impl Worker {
     /// Before a resync: lets the carry being applied end (or stops it after
     /// [`SETTLE`]), whatever its outcome: the resync finishes what it left.
     pub(super) async fn settle_carry(&mut self) {
-        if let Some(mut task) = self.carrying.take() {
-            if tokio::time::timeout(SETTLE, &mut task).await.is_err() {
-                task.abort();
-            }
-        }
+        super::read::settle(self.carrying.take(), SETTLE).await;
     }
 }
 

@@ -66,12 +66,7 @@ impl Worker {
     /// entries are pending before this consumer re-reads its pending ones; a
     /// read that never returns leaves them to be claimed.
     pub(super) async fn settle_ahead(&mut self) {
-        if let Some(mut handle) = self.ahead.take() {
-            let wait = Duration::from_millis(AHEAD_WAIT_MS);
-            if tokio::time::timeout(wait, &mut handle).await.is_err() {
-                handle.abort();
-            }
-        }
+        settle(self.ahead.take(), Duration::from_millis(AHEAD_WAIT_MS)).await;
     }
 
     /// The entries of a reply of [`Worker::read`].
@@ -89,5 +84,15 @@ impl Worker {
 
     pub(super) fn window_full(&self) -> bool {
         self.batch.is_full(&self.settings.worker, self.caught_up)
+    }
+}
+
+/// Lets a task of the worker's end, whatever its outcome, or stops it
+/// after `wait`.
+pub(super) async fn settle<T>(task: Option<tokio::task::JoinHandle<T>>, wait: Duration) {
+    if let Some(mut task) = task {
+        if tokio::time::timeout(wait, &mut task).await.is_err() {
+            task.abort();
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! The carry: while a worker is behind, its windows' coarse-precision cells
-//! wait, summed, before they are applied. These tests pin the bound on how
+//! The carry: while a worker is behind, its windows' count cells wait,
+//! summed, before they are applied. These tests pin the bound on how
 //! long they wait (with a generous margin: that the bound exists and holds,
 //! not a speed), that a drained group still means visible counters at
 //! every precision, and that a clean stop leaves nothing unapplied.
@@ -13,7 +13,7 @@ use common::*;
 use hitcount::edge::embedded::ServerOptions;
 use hitcount::store::connect::Conn;
 
-/// How long the test lets coarse cells wait (`--carry-ms`).
+/// How long the test lets cells wait (`--carry-ms`).
 const CARRY_MS: u64 = 500;
 /// What the worker promises for it: the carry's age, plus a window that
 /// closes at ten times `--window-ms` while behind (1 s), plus its apply.
@@ -26,13 +26,26 @@ async fn total(c: &mut Conn, key: &str) -> i64 {
     v.iter().sum()
 }
 
+/// Entries the group has delivered so far (`entries-read` of XINFO GROUPS).
+async fn entries_read(c: &mut Conn) -> i64 {
+    let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg("hits")
+        .query_async(c)
+        .await
+        .unwrap();
+    match groups.first().and_then(|g| g.get("entries-read")) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => 0,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn coarse_precisions_trail_the_fine_ones_by_a_bounded_time() {
+async fn every_precision_trails_what_was_read_by_a_bounded_time() {
     let srv = server();
     let mut c = conn(&srv.url()).await;
     // A backlog: every fifth hit on the probe name, the rest over 5,000
-    // names, so that a window's fine cells fill more than an apply chunk
-    // (the cells that share the last fine chunk are applied with it).
+    // names.
     let now = unix_now();
     let entries = 100_000usize;
     for batch in 0..entries / 1000 {
@@ -65,15 +78,18 @@ async fn coarse_precisions_trail_the_fine_ones_by_a_bounded_time() {
     let (fine, coarse) = (k.count(1, "probe"), k.count(86400, "probe"));
     let workers = Workers::start(vec![s]);
 
-    // (when, counted at 1 s, counted at 1 day), until drained.
-    let mut samples: Vec<(Instant, i64, i64)> = Vec::new();
+    // Until drained: when, the probes delivered to the worker (the n-th
+    // entry is a probe when n % 5 == 0), and the probes counted at 1 s and
+    // at 1 day.
+    let mut samples: Vec<(Instant, i64, [i64; 2])> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let drained = hitcount::store::group::drained(&mut c, &k).await.unwrap();
         let t = Instant::now();
+        let read = (entries_read(&mut c).await + 4) / 5;
         let f = total(&mut c, &fine).await;
         let d = total(&mut c, &coarse).await;
-        samples.push((t, f, d));
+        samples.push((t, read, [f, d]));
         if drained {
             // A drained group means every precision holds every hit.
             assert_eq!((f, d), (probes, probes), "drained, yet not all visible");
@@ -83,30 +99,38 @@ async fn coarse_precisions_trail_the_fine_ones_by_a_bounded_time() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    // Every count seen at 1 s is reached at 1 day within the bound.
-    for &(t, f, _) in &samples {
-        let reached = samples
-            .iter()
-            .find(|&&(u, _, d)| u >= t && d >= f)
-            .map(|&(u, _, _)| u - t)
-            .expect("the day counter reaches every count once drained");
+    // Every probe the worker was handed is counted at 1 s and at 1 day
+    // within the bound.
+    let precisions = [(0, "1 s"), (1, "1 day")];
+    for &(t, read, _) in &samples {
+        for (p, what) in precisions {
+            let reached = samples
+                .iter()
+                .find(|s| s.0 >= t && s.2[p] >= read)
+                .map(|s| s.0 - t)
+                .expect("every count is reached once drained");
+            assert!(
+                reached <= PROMISED + MARGIN,
+                "the {what} counter reached {read} {reached:?} after the worker read it"
+            );
+        }
+    }
+    // And the cells did wait: mid-drain both counters lagged what was read
+    // by more than a window (2,000 entries, 400 probes) and the reads ahead,
+    // and they were applied before the drain ended (a carry due by age, not
+    // only at the head).
+    let window = 2000 / 5 + 10;
+    for (p, what) in precisions {
         assert!(
-            reached <= PROMISED + MARGIN,
-            "the day counter reached {f} {reached:?} after the 1 s counter"
+            samples.iter().any(|s| s.2[p] + window < s.1),
+            "the {what} cells never waited: {} samples",
+            samples.len()
+        );
+        assert!(
+            samples.iter().any(|s| s.2[p] > 0 && s.2[p] < probes),
+            "the {what} cells were applied only once caught up"
         );
     }
-    // And the coarse cells did wait: the day counter lagged mid-drain, and
-    // was applied before the drain ended (a carry due by age, not only at
-    // the head).
-    assert!(
-        samples.iter().any(|&(_, f, d)| d < f),
-        "coarse cells never waited: {} samples",
-        samples.len()
-    );
-    assert!(
-        samples.iter().any(|&(_, _, d)| d > 0 && d < probes),
-        "coarse cells were applied only once caught up"
-    );
 
     // A clean stop leaves no window record and nothing pending.
     workers.stop().await;
@@ -149,7 +173,7 @@ async fn the_carry_runs_as_the_least_privileged_user() {
     });
     let url = format!("redis://carrier:carry-pw@127.0.0.1:{}", srv.port());
     let mut admin = conn(&srv.url()).await;
-    // A backlog over 2,000 names: windows whose coarse cells wait.
+    // A backlog over 2,000 names: windows whose cells wait.
     let hits = backlog(&url, 20_000, 2000).await;
     let mut s = settings(&url, "carrier");
     s.worker.read_count = 200;
@@ -188,7 +212,7 @@ async fn carries(c: &mut Conn) -> u64 {
 
 /// Workers SIGKILLed while windows wait in their carry, or while a sum is
 /// being applied, lose and double nothing: a survivor finishes their
-/// records (each coarse cell through its window or through the recorded
+/// records (each cell through its window or through the recorded
 /// sum, never both) and claims their entries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_killed_while_carrying_count_every_hit_once() {
@@ -196,7 +220,9 @@ async fn workers_killed_while_carrying_count_every_hit_once() {
     let srv = server();
     let url = srv.url();
     let mut c = conn(&url).await;
-    let hits = backlog(&url, 100_000, 3000).await;
+    // 10,000 names: a sum holds up to 70,000 cells, recorded in two pieces
+    // (`PIECE_CELLS`), which the survivor reads back.
+    let hits = backlog(&url, 100_000, 10_000).await;
     let s = settings(&url, "any");
     let k = keys(&s);
     let args = [

@@ -44,13 +44,21 @@ impl Answer {
 fn request(addr: &str, method: &str, path: &str) -> Option<Answer> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    write!(
+    // A server that refuses a request before reading all of it (431) may
+    // close while it is still being sent: the write then fails, and the
+    // answer is read all the same, as far as it came.
+    let _ = write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
+    );
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
     let raw = String::from_utf8(raw).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n")?;
     let status = head.split(' ').nth(1)?.parse().ok()?;

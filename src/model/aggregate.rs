@@ -286,15 +286,24 @@ impl Window {
         new
     }
 
-    /// Adds a cell already aggregated elsewhere (another window's), summing
-    /// it with this window's cell of the same precision, name and bucket.
+    /// Adds cells already aggregated elsewhere (another window's), summing
+    /// each with this window's cell of the same precision, name and bucket.
     /// A cell of a precision this window does not count at is ignored.
-    pub fn merge(&mut self, cell: &Cell<'_>) {
-        let Some(p) = self.precisions.iter().position(|&x| x == cell.precision) else {
-            return;
-        };
-        let id = self.intern(cell.name);
-        self.bump(id * self.precisions.len() + p, cell.bucket, cell.delta);
+    /// Cells grouped by name (as [`Window::cells`] lists them) look each
+    /// name up once.
+    pub fn merge(&mut self, cells: &[Cell<'_>]) {
+        let mut last: Option<(&str, usize)> = None;
+        for cell in cells {
+            let Some(p) = self.precisions.iter().position(|&x| x == cell.precision) else {
+                continue;
+            };
+            let id = match last {
+                Some((name, id)) if name == cell.name => id,
+                _ => self.intern(cell.name),
+            };
+            last = Some((cell.name, id));
+            self.bump(id * self.precisions.len() + p, cell.bucket, cell.delta);
+        }
     }
 
     /// Hits (events) added since [`Window::new`] or [`Window::clear`],
@@ -563,23 +572,30 @@ mod tests {
         a.add(&hit("x", 2, NOW_MS), NOW_MS);
         a.add(&hit("y", 1, NOW_MS - 61_000), NOW_MS);
         let mut carry = Window::new(&[1, 60], 120);
-        for c in a.cells().filter(|c| c.precision == 60) {
-            carry.merge(&c);
-        }
-        for c in a.cells().filter(|c| c.precision == 60 && c.name == "x") {
-            carry.merge(&c);
-        }
-        carry.merge(&Cell {
+        carry.merge(&a.cells().collect::<Vec<_>>());
+        // Names interleaved, and a precision the carry does not count at.
+        let x: Vec<Cell<'_>> = a
+            .cells()
+            .filter(|c| c.precision == 60 && c.name == "x")
+            .collect();
+        let y: Vec<Cell<'_>> = a
+            .cells()
+            .filter(|c| c.precision == 60 && c.name == "y")
+            .collect();
+        let z = Cell {
             precision: 7,
             name: "z",
             bucket: 0,
             delta: 1,
-        });
+        };
+        carry.merge(&[x[0], y[0], z, x[0]]);
         let got = cells(&carry);
-        let b = (NOW_MS / 1000).div_euclid(60) * 60;
-        assert_eq!(got[&(60, "x".into(), b)], 4);
-        assert_eq!(got[&(60, "y".into(), b - 60)], 1);
-        assert_eq!(got.len(), 2, "no 1 s cell, no unknown precision");
+        let (s, m) = (NOW_MS / 1000, (NOW_MS / 1000).div_euclid(60) * 60);
+        assert_eq!(got[&(60, "x".into(), m)], 6);
+        assert_eq!(got[&(60, "y".into(), m - 60)], 2);
+        assert_eq!(got[&(1, "x".into(), s)], 2);
+        assert_eq!(got[&(1, "y".into(), s - 61)], 1);
+        assert_eq!(got.len(), 4, "no unknown precision");
         assert_eq!(carry.hits(), 0, "merging adds cells, not hits");
     }
 

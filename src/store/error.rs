@@ -116,7 +116,7 @@ pub enum StoreError {
     /// left to recovery, which reloads the record.
     #[error("window apply took longer than the guard ({0:?})")]
     Guard(std::time::Duration),
-    /// A window whose coarse cells waited in the carry was finished by
+    /// A window whose cells waited in the carry was finished by
     /// another worker (this one stalled past the claim time): nothing was
     /// carried; a resync finishes this consumer's windows one by one.
     #[error("window {0} of the carry was finished by another worker")]

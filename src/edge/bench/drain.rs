@@ -21,8 +21,10 @@ const PREFILL_BATCH: usize = 1000;
 /// Names whose day counters are read per round when checking.
 const CHECK_BATCH: usize = 5000;
 /// Pause between checks that every shard is drained: rare enough that the
-/// bench's own XINFO/XRANGE cost nothing next to the workers'.
-const POLL: Duration = Duration::from_millis(100);
+/// bench's own XINFO/XRANGE cost nothing next to the workers', short next
+/// to a drain of a few seconds (the ceiling it is compared with is timed
+/// to its last acknowledgement).
+const POLL: Duration = Duration::from_millis(20);
 
 pub(super) async fn usages(nodes: &mut [Node]) -> Result<Vec<Usage>, BenchError> {
     let mut out = Vec::with_capacity(nodes.len());

@@ -68,7 +68,7 @@ pub struct Metrics {
     /// `hitcount_windows_fenced_total`: windows dropped unapplied because
     /// another consumer claimed some of their entries.
     pub windows_fenced: IntCounter,
-    /// `hitcount_carry_cells_total`: summed coarse cells applied through the
+    /// `hitcount_carry_cells_total`: summed cells applied through the
     /// carry (each stands for that cell in several windows).
     pub carry_cells: IntCounter,
     /// `hitcount_replication_unconfirmed_total`: writes of a window on a
@@ -258,7 +258,7 @@ impl Metrics {
             carry_cells: counter(
                 &r,
                 "hitcount_carry_cells_total",
-                "Summed coarse-precision cells applied through the carry, while behind.",
+                "Summed cells applied through the carry, while behind.",
             ),
             window_size: histogram(
                 &r,

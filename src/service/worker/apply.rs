@@ -5,7 +5,6 @@ use std::time::Instant;
 
 use super::{Cursor, Worker};
 use crate::model::aggregate::{Cell, StatCell};
-use crate::model::carry;
 use crate::model::clock::unix_ms;
 use crate::model::metrics::metrics;
 use crate::store::commit::{
@@ -23,16 +22,14 @@ impl Worker {
         let mut cells: Vec<Cell<'_>> = self.batch.window().cells().collect();
         let mut stats: Vec<StatCell<'_>> = self.batch.window().stat_cells().collect();
         let by_slot = self.link.current().is_some_and(|c| c.is_cluster());
-        // Cells from `split` on wait in the carry (applied later, summed).
-        let mut split = cells.len();
         if by_slot {
             sort_for_cluster(self.committer.keys(), &mut cells);
             sort_stats_for_cluster(self.committer.keys(), &mut stats);
-        } else if stats.is_empty() && self.may_defer(by_slot) {
-            // A window with statistics is applied whole: the carry sums
-            // counts only.
-            split = carry::split(&mut cells, CHUNK_CELLS);
         }
+        // Its cells wait in the carry (recorded now, applied later, summed)?
+        // A window with statistics is applied whole: the carry sums counts
+        // only.
+        let waits = stats.is_empty() && self.may_defer(by_slot);
         let plan = plan(
             self.committer.keys(),
             &Apply {
@@ -97,17 +94,13 @@ impl Worker {
                     reply: "not connected".into(),
                 });
             };
-            // A window whose cells partly wait applies its first chunks
-            // (the same as the whole window's) and acknowledges nothing yet.
+            // A window whose cells wait applies none and acknowledges
+            // nothing yet (it only expires the previous window's markers).
             let step = Apply {
                 window: &window_id,
-                cells: &cells[..split],
+                cells: if waits { &[] } else { &cells },
                 stats: &stats,
-                ids: if split < cells.len() {
-                    ""
-                } else {
-                    self.batch.ids()
-                },
+                ids: if waits { "" } else { self.batch.ids() },
                 chunk: CHUNK_CELLS,
                 by_slot,
             };
@@ -137,16 +130,15 @@ impl Worker {
         self.apply_backoff.reset();
         self.batch.count_applied(&failures, started, unix_ms());
         let markers = markers(&plan);
-        if split < cells.len() {
+        if waits {
             self.deferred.push(Deferred {
                 window: window_id,
                 ids: self.batch.ids().to_string(),
-                waiting: split / CHUNK_CELLS..plan.len(),
+                waiting: 0..plan.len(),
                 failures,
                 markers,
             });
-            self.carry
-                .add(&cells[split..], self.batch.window().hits() as usize);
+            self.carry.add(&cells, self.batch.window().hits() as usize);
         } else {
             self.finished = Some(Finished {
                 window: window_id,

@@ -1,5 +1,5 @@
-//! The carry of a worker behind on the stream: windows applied but for
-//! their coarse cells, which wait summed ([`crate::model::carry`]) and are
+//! The carry of a worker behind on the stream: windows recorded, their
+//! count cells waiting summed ([`crate::model::carry`]) and are
 //! applied together, exactly once (see [`crate::store::commit::carry`]),
 //! on a task of their own while the worker goes on with the next windows.
 
@@ -16,7 +16,7 @@ use crate::store::commit::{
 use crate::store::connect::{Conn, StoreError, StoreResult};
 
 impl Worker {
-    /// Whether this window's coarse cells may wait: on one Redis, with the
+    /// Whether this window's count cells may wait: on one Redis, with the
     /// carry on, while behind and not stopping.
     pub(super) fn may_defer(&self, by_slot: bool) -> bool {
         !by_slot
@@ -43,7 +43,7 @@ impl Worker {
 
     /// Starts applying the carry on a task of its own, once the one before
     /// is done, and empties it: the worker goes on with the next windows
-    /// (their fine cells) while Redis applies the sum.
+    /// while Redis applies the sum.
     pub(super) async fn carry_start(&mut self) -> StoreResult<()> {
         self.carry_wait().await?;
         if self.deferred.is_empty() {

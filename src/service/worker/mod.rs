@@ -2,14 +2,16 @@
 //! acknowledge it; recover what stopped workers left behind.
 //!
 //! One worker is one consumer of the group, on one connection. While it
-//! works through a backlog it keeps one read of new entries in flight (sent
-//! as soon as a full read comes back, on a clone of the connection), so Redis
-//! reads the next entries while the worker aggregates and applies: memory
-//! stays bounded by one window and one read. Any Redis error drops the window in flight (its
-//! entries stay pending) and *resyncs*: reconnect with backoff, reload the
-//! scripts, read this consumer's epoch, finish its own recorded windows, then
-//! re-read its pending entries before new ones. See [`crate::store::commit`] for why
-//! this counts every hit exactly once.
+//! works through a backlog it keeps [`READS_AHEAD`] reads of new entries in
+//! flight (sent as soon as a full read comes back, on clones of the
+//! connection), so Redis reads the next entries while the worker aggregates
+//! and applies: memory stays bounded by one window, the carry and those
+//! reads. While behind it also sums its windows' cells in the carry
+//! (`carry.rs`), applied on a task of its own. Any Redis error drops the
+//! window in flight (its entries stay pending) and *resyncs*: reconnect
+//! with backoff, reload the scripts, read this consumer's epoch, finish its
+//! own recorded windows, then re-read its pending entries before new ones.
+//! See [`crate::store::commit`] for why this counts every hit exactly once.
 
 mod apply;
 pub mod batch;
@@ -17,6 +19,7 @@ mod carry;
 mod read;
 mod sync;
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,6 +41,12 @@ use crate::store::connect::{self, Backoff, Client, Outage, Reconnecting, StoreEr
 /// How long a resync waits for a read ahead still in flight (whose entries
 /// it must see as pending), in ms.
 const AHEAD_WAIT_MS: u64 = 2000;
+
+/// Reads of new entries in flight at most while the worker is behind: two,
+/// so that Redis answers the next while the worker parses one (measured on
+/// a 1 M-entry Zipf backlog: 33–36 % of the bare consumer with one, 36–37 %
+/// with two, no better with four).
+const READS_AHEAD: usize = 2;
 
 /// How long recording this worker's last error may take before it is given
 /// up (the connection may be the thing that failed).
@@ -84,7 +93,7 @@ pub struct Worker {
     incarnation: String,
     seq: u64,
     batch: Batch,
-    /// Coarse cells of applied windows, waiting to be applied summed.
+    /// Count cells of recorded windows, waiting to be applied summed.
     carry: Carry,
     /// The windows whose cells `carry` holds, entries still pending.
     deferred: Vec<Deferred>,
@@ -101,8 +110,8 @@ pub struct Worker {
     /// younger than `--window-ms`: the worker is at the stream's head, so
     /// windows close on `--window-ms`.
     caught_up: bool,
-    /// The next read of new entries, sent while this one is processed.
-    ahead: Option<tokio::task::JoinHandle<Result<Value, RedisError>>>,
+    /// The next reads of new entries, sent while this one is processed.
+    ahead: VecDeque<tokio::task::JoinHandle<Result<Value, RedisError>>>,
     finished: Option<Finished>,
     health: Arc<Health>,
     /// Retries of a window's apply step on the same connection.
@@ -157,7 +166,7 @@ impl Worker {
             spare_carry: None,
             known: Arc::new(Mutex::new(known)),
             caught_up: true,
-            ahead: None,
+            ahead: VecDeque::new(),
             finished: None,
             health,
             apply_outage: Outage::default(),

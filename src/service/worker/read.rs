@@ -1,12 +1,12 @@
 //! Reading the stream for the worker: its own pending entries first (after
-//! a start or any error), then new ones, with one read ahead in flight while
+//! a start or any error), then new ones, with reads ahead in flight while
 //! a backlog lasts.
 
 use std::time::Duration;
 
 use redis::Value;
 
-use super::{Cursor, Worker, AHEAD_WAIT_MS};
+use super::{Cursor, Worker, AHEAD_WAIT_MS, READS_AHEAD};
 use crate::model::clock::unix_ms;
 use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::stream::{self, EntryRef};
@@ -35,38 +35,48 @@ impl Worker {
         })
     }
 
-    /// Sends the next read of new entries now, without blocking, on a clone
-    /// of the connection, so that Redis reads while this worker aggregates
-    /// and applies: at most one read ahead, so memory stays bounded by a
-    /// window and one read. The entries are simply the next ones this
-    /// consumer is delivered (pending to it, so a resync re-reads them).
+    /// Sends reads of new entries now, without blocking, on clones of the
+    /// connection, until [`READS_AHEAD`] are in flight, so that Redis reads
+    /// while this worker aggregates and applies, and while it parses the
+    /// previous reply: memory stays bounded by a window and those reads. The
+    /// entries are simply the next ones this consumer is delivered (pending
+    /// to it, so a resync re-reads them).
     pub(super) fn read_ahead(&mut self) {
-        let Some(mut conn) = self.link.current().cloned() else {
-            return;
-        };
-        let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
-        let count = self.settings.worker.read_count;
-        self.ahead = Some(tokio::spawn(async move {
-            stream::read(&mut conn, &keys, &consumer, count, None, ">").await
-        }));
+        while self.ahead.len() < READS_AHEAD {
+            let Some(mut conn) = self.link.current().cloned() else {
+                return;
+            };
+            let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
+            let count = self.settings.worker.read_count;
+            self.ahead.push_back(tokio::spawn(async move {
+                stream::read(&mut conn, &keys, &consumer, count, None, ">").await
+            }));
+        }
     }
 
-    /// The read ahead, if one was sent and found entries.
+    /// The oldest read ahead that found entries, if any was sent (they are
+    /// answered in the order they were sent).
     pub(super) async fn take_ahead(&mut self) -> StoreResult<Option<Value>> {
-        let Some(handle) = self.ahead.take() else {
-            return Ok(None);
-        };
-        let reply = handle
-            .await
-            .map_err(|e| StoreError::ReadAhead(e.to_string()))??;
-        Ok((!stream::read_reply_entries(&reply).is_empty()).then_some(reply))
+        while let Some(handle) = self.ahead.pop_front() {
+            let reply = handle
+                .await
+                .map_err(|e| StoreError::ReadAhead(e.to_string()))??;
+            if !stream::read_reply_entries(&reply).is_empty() {
+                return Ok(Some(reply));
+            }
+        }
+        Ok(None)
     }
 
-    /// Waits (boundedly) for a read ahead still in flight, so that its
+    /// Waits (boundedly) for the reads ahead still in flight, so that their
     /// entries are pending before this consumer re-reads its pending ones; a
     /// read that never returns leaves them to be claimed.
     pub(super) async fn settle_ahead(&mut self) {
-        settle(self.ahead.take(), Duration::from_millis(AHEAD_WAIT_MS)).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(AHEAD_WAIT_MS);
+        while let Some(task) = self.ahead.pop_front() {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            settle(Some(task), left).await;
+        }
     }
 
     /// The entries of a reply of [`Worker::read`].

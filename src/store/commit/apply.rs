@@ -172,6 +172,10 @@ impl Committer {
         known: Option<&Mutex<KnownCache>>,
     ) -> StoreResult<Vec<Failure>> {
         let chunks = plan(&self.keys, step);
+        if chunks.is_empty() && finished.is_empty() && step.ids.is_empty() {
+            // A window whose cells all wait in the carry: nothing to send.
+            return Ok(Vec::new());
+        }
         // The cache is locked only while commands are built or replies
         // read, never across a round trip (a carry applies beside windows).
         let lock = || known.map(|k| k.lock().unwrap_or_else(|p| p.into_inner()));

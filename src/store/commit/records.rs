@@ -4,6 +4,7 @@
 
 use redis::Value;
 
+use super::carry::{piece_field, PIECES_FIELD};
 use super::{stats, Apply, Committer, Finished, APPLY_GUARD};
 use crate::model::aggregate::Cell;
 use crate::model::metrics::metrics;
@@ -135,15 +136,34 @@ impl Committer {
         record: &Record,
         seen: std::time::Instant,
     ) -> StoreResult<bool> {
-        let (blob, stats_blob): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::cmd("HMGET")
-            .arg(self.keys.window(&record.window))
-            .arg("cells")
-            .arg("stats")
-            .query_async(conn)
-            .await?;
+        let key = self.keys.window(&record.window);
+        let (blob, stats_blob, pieces): (Option<Vec<u8>>, Option<Vec<u8>>, Option<usize>) =
+            redis::cmd("HMGET")
+                .arg(&key)
+                .arg("cells")
+                .arg("stats")
+                .arg(PIECES_FIELD)
+                .query_async(conn)
+                .await?;
         let Some(blob) = blob else { return Ok(false) };
-        let decoded =
-            decode_cells(&blob).and_then(|c| Ok((c, stats::decode(stats_blob.as_deref())?)));
+        // A carry's cells come in pieces: one HGET each (a reply of ~1 MB).
+        let mut more = redis::pipe();
+        for i in 1..pieces.unwrap_or(1) {
+            more.cmd("HGET").arg(&key).arg(piece_field(i));
+        }
+        let rest: Vec<Option<Vec<u8>>> = if more.is_empty() {
+            Vec::new()
+        } else {
+            more.query_async(conn).await?
+        };
+        let decoded = std::iter::once(Some(blob))
+            .chain(rest)
+            .try_fold(Vec::new(), |mut all, piece| {
+                let piece = piece.ok_or_else(|| "a piece of its cells is missing".to_string())?;
+                all.extend(decode_cells(&piece)?);
+                Ok::<_, String>(all)
+            })
+            .and_then(|c| Ok((c, stats::decode(stats_blob.as_deref())?)));
         let (owned, owned_stats) = match decoded {
             Ok(both) => both,
             Err(reason) => {

@@ -1,4 +1,4 @@
--- Record the summed coarse cells of several windows as a window of their
+-- Record the summed count cells of several windows as a window of their
 -- own (the carry), taking those cells out of the windows it sums, in one
 -- atomic step next to the stream. Every key here shares the stream's slot
 -- (used on one Redis only: on a cluster windows are applied whole).
@@ -15,7 +15,8 @@
 -- The carry's cells (MessagePack, megabytes) are not an argument: a large
 -- argument costs a script milliseconds (6 ms for 5 MB, against 0.3 ms for
 -- a plain HSET). The worker writes them first into the record, alone and
--- with a TTL (`cells`, PEXPIRE: not yet a record, nothing lists it); this
+-- with a TTL (`pieces` = k and the cells in k fields `cells`, `cells:1`
+-- ... `cells:k-1`, PEXPIRE: not yet a record, nothing lists it); this
 -- script makes that hash the record (owner, ids, chunks; no TTL) and lists
 -- it, or deletes it when a window is gone (another refusal leaves it to
 -- its TTL).
@@ -43,7 +44,8 @@ if redis.call('HGET', KEYS[2], 'owner') then
     redis.call('PERSIST', KEYS[2])
     return {'dup', ARGV[5]}
 end
-if redis.call('HLEN', KEYS[2]) ~= 1 then
+local pieces = tonumber(redis.call('HGET', KEYS[2], 'pieces'))
+if not pieces or redis.call('HLEN', KEYS[2]) ~= pieces + 1 then
     return redis.error_reply('the carry ' .. ARGV[5] .. ' has no cells written')
 end
 

@@ -134,7 +134,7 @@ impl Worker {
             self.deferred.push(Deferred {
                 window: window_id,
                 ids: self.batch.ids().to_string(),
-                waiting: 0..plan.len(),
+                chunks: plan.len(),
                 failures,
                 markers,
             });

@@ -20,11 +20,10 @@
 //! this consumer's records before re-reading its pending entries) never
 //! reads them again.
 
-use std::ops::Range;
-
 use redis::Value;
 
 use super::{Committer, Failure, Sealed, MARKER_TTL_SECS};
+use crate::model::aggregate::Cell;
 use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::scripts::CARRY;
 
@@ -35,8 +34,8 @@ pub struct Deferred {
     pub window: String,
     /// Its entry ids, space separated, to acknowledge after the carry.
     pub ids: String,
-    /// Its chunks whose cells wait in the carry.
-    pub waiting: Range<usize>,
+    /// Its chunk count: every chunk's cells wait in the carry.
+    pub chunks: usize,
     /// Cells of its applied chunks that failed, to dead-letter when finished.
     pub failures: Vec<Failure>,
     /// Its applied markers, to expire once finished.
@@ -69,25 +68,22 @@ impl Committer {
         // at most PIECE_CELLS cells, one HSET each: a single field of
         // hundreds of thousands of cells (12 MB) held Redis 9 ms.
         let record = k.window(carry.window);
-        let pieces = carry.cells.len().div_ceil(PIECE_CELLS).max(1);
+        // No cells are still one (empty) piece.
+        let pieces: Vec<&[Cell<'_>]> = match carry.cells.len() {
+            0 => vec![&[]],
+            _ => carry.cells.chunks(PIECE_CELLS).collect(),
+        };
         let mut pipe = redis::pipe();
         pipe.cmd("HSET")
             .arg(&record)
             .arg(PIECES_FIELD)
-            .arg(pieces)
+            .arg(pieces.len())
             .ignore();
-        for (i, piece) in carry.cells.chunks(PIECE_CELLS).enumerate() {
+        for (i, piece) in pieces.iter().enumerate() {
             pipe.cmd("HSET")
                 .arg(&record)
                 .arg(piece_field(i))
                 .arg(super::encode_cells(piece)?)
-                .ignore();
-        }
-        if carry.cells.is_empty() {
-            pipe.cmd("HSET")
-                .arg(&record)
-                .arg(piece_field(0))
-                .arg(super::encode_cells(&[])?)
                 .ignore();
         }
         pipe.cmd("PEXPIRE")
@@ -112,7 +108,7 @@ impl Committer {
             .arg(carry.chunks)
             .arg(windows.len());
         for w in windows {
-            cmd.arg(&w.window).arg(w.waiting.start).arg(w.waiting.end);
+            cmd.arg(&w.window).arg(0).arg(w.chunks);
         }
         let reply: Value = cmd.query_async(conn).await?;
         carry_outcome(&reply).ok_or_else(|| StoreError::unexpected("carry.lua", &reply))

@@ -21,8 +21,9 @@
 -- it, or deletes it when a window is gone (another refusal leaves it to
 -- its TTL).
 --
--- Each window was committed by this consumer and applied but for those
--- chunks; its entries are still pending. The carry marks those chunks
+-- Each window was committed by this consumer and not applied (the worker
+-- sends 0 and its chunk count: every chunk waits); its entries are still
+-- pending. The carry marks those chunks
 -- applied in the window's marker (so that whoever finishes the window,
 -- this worker or another one recovering it, never applies them) and the
 -- window as carried. It refuses, writing nothing, when a window is gone

@@ -203,11 +203,7 @@ async fn carries(c: &mut Conn) -> u64 {
         .query_async(c)
         .await
         .unwrap();
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_persist:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
+    command_calls(&stats, "persist")
 }
 
 /// Workers SIGKILLed while windows wait in their carry, or while a sum is

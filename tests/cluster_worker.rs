@@ -588,3 +588,105 @@ async fn a_paused_worker_and_killed_connections_count_every_hit_once() {
     })
     .await;
 }
+
+/// Carries recorded on the cluster so far: PERSIST runs only in carry.lua,
+/// on the master of the shard whose windows it sums.
+async fn carries(cluster: &Cluster) -> u64 {
+    let mut all = 0;
+    for port in cluster.masters() {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut node_conn(port).await)
+            .await
+            .unwrap();
+        all += common::command_calls(&stats, "persist");
+    }
+    all
+}
+
+/// The carry on a cluster: workers behind on four shards sum their windows'
+/// cells per shard and apply the sums slot by slot. Workers SIGKILLed while
+/// windows wait in their carry, or while a sum is being applied, lose and
+/// double nothing: a survivor finishes their records (each cell through its
+/// window or through the recorded sum, never both, though a window's
+/// applied markers are in other slots than its record) and claims their
+/// entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_while_carrying_on_a_cluster_count_every_hit_once() {
+    let cluster = Cluster::start();
+    let seeds = cluster.seed_url();
+    let mut c = common::conn(&seeds).await;
+    let stream = StreamArgs {
+        shards: 4,
+        ..StreamArgs::default()
+    };
+    let shards = Keys::all_shards(&LayoutArgs::default(), &stream, true);
+    let names: Vec<String> = (0..3000).map(|i| format!("c{i}")).collect();
+    let mut sent = Vec::new();
+    for (i, k) in shards.iter().enumerate() {
+        for part in 0..5 {
+            sent.extend(send(&mut c, &k.stream, &names, 2000, (i * 100 + part) as u64).await);
+        }
+    }
+    let args = [
+        "--shards",
+        "4",
+        "--read-count",
+        "200",
+        "--window-entries",
+        "1000",
+        "--claim-idle-ms",
+        "1000",
+    ];
+    let mut killed_after_a_carry = 0;
+    for round in 0..3u64 {
+        let mut drained = true;
+        for k in &shards {
+            drained &= hitcount::store::group::drained(&mut c, k).await.unwrap();
+        }
+        if drained {
+            break;
+        }
+        let before = carries(&cluster).await;
+        let mut w = start_workers(&seeds, 1, &args).pop().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while carries(&cluster).await == before {
+            w.assert_running();
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no carry recorded in 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Somewhere after a sum was recorded: while it is applied, or with
+        // the next windows waiting.
+        tokio::time::sleep(Duration::from_millis(round * 40)).await;
+        w.kill();
+        killed_after_a_carry += 1;
+    }
+    assert!(
+        killed_after_a_carry > 0,
+        "the backlog drained before any kill"
+    );
+
+    let mut survivor = start_workers(&seeds, 1, &args);
+    wait_all_drained(&mut c, &shards, &mut survivor).await;
+    // The stopped workers' records (windows and sums) are all finished.
+    eventually!(60, "no window record left", {
+        let mut records = 0i64;
+        for k in &shards {
+            let n: i64 = redis::cmd("ZCARD")
+                .arg(k.windows())
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            records += n;
+        }
+        records == 0
+    });
+    drain_and_stop(&mut c, &shards, &mut survivor).await;
+    assert_exact(&mut c, &sent).await;
+    for k in &shards {
+        assert_eq!(dead_count(&mut c, &k.dead).await, 0, "{}", k.dead);
+    }
+}

@@ -74,6 +74,9 @@ pub async fn run(
             .await;
         return Ok(());
     }
+    // Each shard's worker sums its own carry: their cells together stay
+    // within --carry-cells however many shards this process reads.
+    settings.worker.carry_cells = settings.worker.carry_cells.div_ceil(shards.len());
     Balancer::new(settings, shards, client, health, shutdown, clustered)
         .run()
         .await;

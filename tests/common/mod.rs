@@ -370,3 +370,13 @@ macro_rules! eventually {
         }
     }};
 }
+
+/// Calls of `command` (lower case) in an `INFO commandstats` reply.
+pub fn command_calls(commandstats: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    commandstats
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}

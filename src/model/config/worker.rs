@@ -113,13 +113,13 @@ pub struct WorkerArgs {
     /// summed with the next windows', before they are applied (fewer
     /// HINCRBYs); at the stream's head and at shutdown they are applied at
     /// once. At most a quarter of --claim-idle-ms; 0
-    /// applies every window whole. One Redis only: on a cluster windows are
-    /// applied whole.
+    /// applies every window whole.
     #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", default_value_t = DEFAULT_CARRY_MS)]
     pub carry_ms: u64,
     /// The carry is applied once it sums this many distinct cells (more
     /// cells: fewer HINCRBYs on many names, more worker memory); 0 applies
-    /// every window whole.
+    /// every window whole. With stream shards, split evenly over them (each
+    /// shard's worker sums its own).
     #[arg(
         long = "carry-cells",
         env = "HITCOUNT_CARRY_CELLS",

@@ -29,7 +29,7 @@ impl Worker {
         // Its cells wait in the carry (recorded now, applied later, summed)?
         // A window with statistics is applied whole: the carry sums counts
         // only.
-        let waits = stats.is_empty() && self.may_defer(by_slot);
+        let waits = stats.is_empty() && self.may_defer();
         let plan = plan(
             self.committer.keys(),
             &Apply {
@@ -149,7 +149,7 @@ impl Worker {
         drop(cells);
         self.clear_window();
         // At the head or stopping, nothing is left to sum with: apply now.
-        if !self.carry.is_empty() && (!self.may_defer(by_slot) || self.carry_due()) {
+        if !self.carry.is_empty() && (!self.may_defer() || self.carry_due()) {
             self.carry_start().await?;
         }
         Ok(())

@@ -11,16 +11,16 @@ use crate::model::aggregate::Cell;
 use crate::model::carry::Carry;
 use crate::model::known::KnownCache;
 use crate::store::commit::{
-    markers, plan, Apply, CarryOutcome, Committer, Deferred, Finished, Sealed, CHUNK_CELLS,
+    markers, plan, sort_for_cluster, Apply, CarryOutcome, Committer, Deferred, Finished, Sealed,
+    CHUNK_CELLS,
 };
 use crate::store::connect::{Conn, StoreError, StoreResult};
 
 impl Worker {
-    /// Whether this window's count cells may wait: on one Redis, with the
-    /// carry on, while behind and not stopping.
-    pub(super) fn may_defer(&self, by_slot: bool) -> bool {
-        !by_slot
-            && !self.caught_up
+    /// Whether this window's count cells may wait: with the carry on, while
+    /// behind and not stopping.
+    pub(super) fn may_defer(&self) -> bool {
+        !self.caught_up
             && !self.shutdown.is_triggered()
             && self.settings.worker.carry_age().is_some()
     }
@@ -51,6 +51,7 @@ impl Worker {
             return Ok(());
         }
         let conn = self.carry_link.get().await?.clone();
+        let by_slot = conn.is_cluster();
         let window = format!("{}-{}", self.incarnation, self.seq);
         self.seq += 1;
         let empty = match self.spare_carry.take() {
@@ -68,6 +69,7 @@ impl Worker {
             window,
             consumer: self.consumer.clone(),
             known: self.known.clone(),
+            by_slot,
         };
         self.carrying = Some(tokio::spawn(job.run()));
         Ok(())
@@ -105,6 +107,8 @@ struct Job {
     window: String,
     consumer: String,
     known: Arc<Mutex<KnownCache>>,
+    /// On a Redis Cluster: applied in chunks of one hash slot each.
+    by_slot: bool,
 }
 
 impl Job {
@@ -115,8 +119,12 @@ impl Job {
     async fn run(mut self) -> StoreResult<Carry> {
         {
             let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
-            // Members new to `known:` then go in in its own order (cheaper).
-            crate::model::known::sort_by_member(&mut cells);
+            if self.by_slot {
+                sort_for_cluster(self.committer.keys(), &mut cells);
+            } else {
+                // Members new to `known:` then go in in its own order (cheaper).
+                crate::model::known::sort_by_member(&mut cells);
+            }
             let step = Apply {
                 window: &self.window,
                 cells: &cells,
@@ -124,7 +132,7 @@ impl Job {
                 // The windows' entries are acknowledged after, window by window.
                 ids: "",
                 chunk: CHUNK_CELLS,
-                by_slot: false,
+                by_slot: self.by_slot,
             };
             let plan = plan(self.committer.keys(), &step);
             let sealed = Sealed {

@@ -266,7 +266,11 @@ impl Committer {
     pub async fn ack(&self, conn: &mut Conn, ids: &str) -> StoreResult<()> {
         let mut acks = redis::pipe();
         stream::ack_into(&mut acks, &self.keys, ids, ACK_IDS);
-        acks.query_async::<()>(conn).await?;
+        // None (a carry acknowledges nothing itself): an empty pipeline is
+        // an error on a cluster.
+        if !acks.is_empty() {
+            acks.query_async::<()>(conn).await?;
+        }
         Ok(())
     }
 

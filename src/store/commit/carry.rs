@@ -1,20 +1,26 @@
-//! The carry's way into the counters, exactly once (one Redis only).
+//! The carry's way into the counters, exactly once, on one Redis and on a
+//! Redis Cluster.
 //!
 //! A window whose cells wait ([`crate::model::carry`]) is committed whole,
 //! as every window is, then *not* applied and not acknowledged: its record
 //! and its pending entries stay.
 //! Some windows later, one script (`carry.lua`) records the sum of their
 //! waiting cells as a window of its own, the carry, and in the same step
-//! marks those chunks applied in each window's marker. Then the carry is
-//! applied like any window (chunks marked as they go), the windows' entries
-//! are acknowledged, and the carry and the windows are finished.
+//! marks each window *carried* (on one Redis also its chunks applied in
+//! its marker). Then the carry is applied like any window (chunks marked as
+//! they go), the windows' entries are acknowledged, and the carry and the
+//! windows are finished.
 //!
 //! Why nothing counts twice or never: until the carry script runs, a
 //! window's waiting cells are only in its own record, and whoever finishes
 //! it (its worker after a resync, or another one after the claim time)
-//! applies them with it. The script moves them into the carry atomically,
-//! and refuses if any of those chunks was applied meanwhile, so they are
-//! applied through the window or through the carry, never both. A window's
+//! first *takes* it (`take.lua`, [`Committer::take`]) and then applies
+//! them with it. Both scripts run in the record's slot, next to the
+//! stream: the carry refuses a window that was taken, and taking refuses a
+//! window that was carried (its finisher then applies none of its cells),
+//! so they are applied through the window or through the carry, never
+//! both, on a cluster too, where a window's applied markers are spread
+//! over other slots. A window's
 //! entries are acknowledged only once its cells are all applied, so a
 //! drained group still means visible counters, and a resync (which finishes
 //! this consumer's records before re-reading its pending entries) never
@@ -25,7 +31,7 @@ use redis::Value;
 use super::{Committer, Failure, Sealed, MARKER_TTL_SECS};
 use crate::model::aggregate::Cell;
 use crate::store::connect::{Conn, StoreError, StoreResult};
-use crate::store::scripts::CARRY;
+use crate::store::scripts::{CARRY, TAKE};
 
 /// A window recorded, its chunks waiting in the carry, its entries pending.
 #[derive(Debug, Clone, Default)]
@@ -91,13 +97,18 @@ impl Committer {
             .arg(MARKER_TTL_SECS * 1000)
             .ignore();
         pipe.query_async::<()>(conn).await?;
-        let mut cmd = CARRY.evalsha(3 + 2 * windows.len());
+        // On one Redis the windows' markers are marked too; on a cluster
+        // they are in other slots, and the records' `carried` suffices.
+        let markers = !conn.is_cluster();
+        let mut cmd = CARRY.evalsha(3 + (1 + usize::from(markers)) * windows.len());
         cmd.arg(k.windows())
             .arg(&record)
             .arg(k.consumer_registration(&self.consumer));
         for w in windows {
-            cmd.arg(k.window(&w.window))
-                .arg(k.applied_marker(&w.window));
+            cmd.arg(k.window(&w.window));
+            if markers {
+                cmd.arg(k.applied_marker(&w.window));
+            }
         }
         cmd.arg(&self.consumer)
             .arg(&self.token)
@@ -106,12 +117,41 @@ impl Committer {
             .arg(carry.window)
             .arg(carry.chunk)
             .arg(carry.chunks)
-            .arg(windows.len());
+            .arg(windows.len())
+            .arg(u8::from(markers));
         for w in windows {
             cmd.arg(&w.window).arg(0).arg(w.chunks);
         }
         let reply: Value = cmd.query_async(conn).await?;
-        carry_outcome(&reply).ok_or_else(|| StoreError::unexpected("carry.lua", &reply))
+        let outcome =
+            carry_outcome(&reply).ok_or_else(|| StoreError::unexpected("carry.lua", &reply))?;
+        if outcome == CarryOutcome::Recorded {
+            // The sum is applied only once a replica holds it and the
+            // windows' marks (on a cluster; nothing on one Redis).
+            self.replicated(conn).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Takes a recorded window for finishing it (see `take.lua`): after
+    /// this the carry never sums its cells. `Ok(None)` when it is finished
+    /// already, `Ok(Some(true))` when the carry took its cells first (apply
+    /// none of them), `Ok(Some(false))` when it is this caller's to apply.
+    pub async fn take(&self, conn: &mut Conn, window: &str) -> StoreResult<Option<bool>> {
+        let reply: Value = TAKE
+            .evalsha(1)
+            .arg(self.keys.window(window))
+            .query_async(conn)
+            .await?;
+        match super::status_and_detail(&reply) {
+            Some(("gone", _)) => Ok(None),
+            Some(("carried", _)) => Ok(Some(true)),
+            Some(("ok", _)) => {
+                self.replicated(conn).await?;
+                Ok(Some(false))
+            }
+            _ => Err(StoreError::unexpected("take.lua", &reply)),
+        }
     }
 }
 

@@ -124,10 +124,11 @@ impl Committer {
         Ok(moved)
     }
 
-    /// Finishes a recorded window on behalf of whoever committed it: applies
-    /// its chunks (markers make this a no-op for chunks already applied),
-    /// acknowledges its ids, dead-letters failures and deletes the record.
-    /// Returns false when the record was already gone.
+    /// Finishes a recorded window on behalf of whoever committed it: takes
+    /// it (see [`Committer::take`]), applies its chunks (markers make this a
+    /// no-op for chunks already applied; none when the carry took its
+    /// cells), acknowledges its ids, dead-letters failures and deletes the
+    /// record. Returns false when the record was already gone.
     /// `seen` is when the record was loaded: past [`APPLY_GUARD`] it is left
     /// to a later pass.
     pub async fn recover(
@@ -136,6 +137,30 @@ impl Committer {
         record: &Record,
         seen: std::time::Instant,
     ) -> StoreResult<bool> {
+        match self.take(conn, &record.window).await? {
+            None => return Ok(false),
+            Some(true) => {
+                // Its cells are the carry's (a record of its own, finished
+                // on its own): only its entries are left to acknowledge.
+                // On one Redis the carry marked its chunks in its marker.
+                self.ack(conn, &record.ids).await?;
+                let markers = if conn.is_cluster() {
+                    Vec::new()
+                } else {
+                    vec![self.keys.applied_marker(&record.window)]
+                };
+                let done = Finished {
+                    window: record.window.clone(),
+                    failures: Vec::new(),
+                    markers,
+                };
+                self.finish(conn, &done).await?;
+                tracing::info!(window = %record.window, owner = %record.owner,
+                    "finished a window whose cells a stopped worker's carry holds");
+                return Ok(true);
+            }
+            Some(false) => {}
+        }
         let key = self.keys.window(&record.window);
         let (blob, stats_blob, pieces): (Option<Vec<u8>>, Option<Vec<u8>>, Option<usize>) =
             redis::cmd("HMGET")

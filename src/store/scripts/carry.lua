@@ -1,16 +1,18 @@
 -- Record the summed count cells of several windows as a window of their
 -- own (the carry), taking those cells out of the windows it sums, in one
--- atomic step next to the stream. Every key here shares the stream's slot
--- (used on one Redis only: on a cluster windows are applied whole).
+-- atomic step next to the stream. Every key here shares the stream's slot.
 --
 -- KEYS[1] windows (ZSET)   KEYS[2] record of the carry   KEYS[3] this
 --         consumer name's registration (see register.lua)
--- KEYS[2+2i], KEYS[3+2i] (i = 1..n) record and applied marker of window i
+-- then per window i (i = 1..n): its record, and on one Redis its applied
+--         marker (ARGV[9] = 1; on a cluster the markers are in other
+--         slots: ARGV[9] = 0)
 -- ARGV[1] consumer  ARGV[2] this worker's registration token
 -- ARGV[3] registration lifetime, ms   ARGV[4] marker TTL, seconds
 -- ARGV[5] carry id  ARGV[6] cells per chunk  ARGV[7] chunk count
--- ARGV[8] n, then per window: its id, the first and the last + 1 of its
---         chunks whose cells the carry holds
+-- ARGV[8] n   ARGV[9] 1 when the markers are given, else 0
+-- then per window: its id, the first and the last + 1 of its chunks whose
+--         cells the carry holds
 --
 -- The carry's cells (MessagePack, megabytes) are not an argument: a large
 -- argument costs a script milliseconds (6 ms for 5 MB, against 0.3 ms for
@@ -23,13 +25,14 @@
 --
 -- Each window was committed by this consumer and not applied (the worker
 -- sends 0 and its chunk count: every chunk waits); its entries are still
--- pending. The carry marks those chunks
--- applied in the window's marker (so that whoever finishes the window,
--- this worker or another one recovering it, never applies them) and the
--- window as carried. It refuses, writing nothing, when a window is gone
--- or not this consumer's, already carried, or has one of those chunks
--- applied (another worker is finishing it): {'gone', window}; the worker
--- then resyncs, and the windows are finished one by one as recorded.
+-- pending. The carry marks the window as carried (so that whoever finishes
+-- it, this worker after a resync or another one recovering it, applies
+-- none of its cells: take.lua) and, on one Redis, those chunks applied in
+-- the window's marker too. It refuses, writing nothing, when a window is
+-- gone or not this consumer's, already carried, taken by a worker
+-- finishing it (take.lua), or has one of those chunks applied:
+-- {'gone', window}; the worker then resyncs, and the windows are finished
+-- one by one as recorded.
 -- Returns {'ok'|'dup'|'taken'|'gone', detail}.
 
 local consumer, token, lifetime, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -50,18 +53,26 @@ if not pieces or redis.call('HLEN', KEYS[2]) ~= pieces + 1 then
     return redis.error_reply('the carry ' .. ARGV[5] .. ' has no cells written')
 end
 
-local n = tonumber(ARGV[8])
+local n, m = tonumber(ARGV[8]), tonumber(ARGV[9])
+-- Window i's record, its marker (nil on a cluster) and its first argument.
+local function window(i)
+    local at = 4 + (i - 1) * (1 + m)
+    return KEYS[at], m == 1 and KEYS[at + 1] or nil, 7 + 3 * i
+end
 for i = 1, n do
-    local record, marker, a = KEYS[2 + 2 * i], KEYS[3 + 2 * i], 6 + 3 * i
+    local record, marker, a = window(i)
     local owner = redis.call('HGET', record, 'owner')
-    if owner ~= consumer or redis.call('HGET', record, 'carried') then
+    if owner ~= consumer or redis.call('HGET', record, 'carried')
+        or redis.call('HGET', record, 'taken') then
         redis.call('DEL', KEYS[2])
         return {'gone', ARGV[a]}
     end
-    for c = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]) - 1 do
-        if redis.call('HGET', marker, c) then
-            redis.call('DEL', KEYS[2])
-            return {'gone', ARGV[a]}
+    if marker then
+        for c = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]) - 1 do
+            if redis.call('HGET', marker, c) then
+                redis.call('DEL', KEYS[2])
+                return {'gone', ARGV[a]}
+            end
         end
     end
 end
@@ -70,13 +81,13 @@ end
 -- mark (a script's writes are not undone by a later error).
 redis.call('PERSIST', KEYS[2])
 for i = 1, n do
-    local record, marker, a = KEYS[2 + 2 * i], KEYS[3 + 2 * i], 6 + 3 * i
+    local record, marker, a = window(i)
     redis.call('HSET', record, 'carried', ARGV[5])
     local first, last = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    for c = first, last - 1 do
-        redis.call('HSET', marker, c, '')
-    end
-    if last > first then
+    if marker and last > first then
+        for c = first, last - 1 do
+            redis.call('HSET', marker, c, '')
+        end
         redis.call('EXPIRE', marker, ttl)
     end
 end

@@ -58,9 +58,11 @@ scripts! {
     COMMIT = "commit.lua";
     /// Apply one chunk of a recorded window to the counters, at most once.
     APPLY = "apply.lua";
-    /// Record the summed coarse cells of several windows as one, taking
+    /// Record the summed count cells of several windows as one, taking
     /// them out of those windows.
     CARRY = "carry.lua";
+    /// Take a recorded window for applying it, unless the carry took its cells.
+    TAKE = "take.lua";
     /// Claim idle entries of other consumers, bumping their epochs.
     CLAIM = "claim.lua";
     /// Append a producer's batch at most once.

@@ -27,9 +27,11 @@ use tokio::task::JoinHandle;
 
 use crate::model::config::{ConfigError, StreamArgs};
 use crate::model::keys::Keys;
+use crate::model::known::KnownCache;
 use crate::model::shutdown::{Shutdown, Trigger};
 use crate::service::health::Health;
 use crate::service::leader::Lease;
+use crate::service::worker::group::Grouper;
 use crate::service::worker::{Settings, Worker};
 use crate::store::connect::{self, Client, Conn, Reconnecting, StoreResult};
 use crate::store::scripts::MEMBERS;
@@ -174,6 +176,8 @@ struct Balancer {
     /// The key listing live processes.
     members: String,
     owned: BTreeMap<u32, Owned>,
+    /// On a cluster: the carries of this process' shards, applied together.
+    grouper: Option<Arc<Grouper>>,
 }
 
 impl Balancer {
@@ -190,6 +194,11 @@ impl Balancer {
             ..settings.stream.clone()
         };
         let members = Keys::shard(&settings.layout, &base, 0, clustered).members();
+        // The grouper's memory of `known:` members, for the layout's
+        // distinct precisions (as each worker's own).
+        let layout = &settings.layout;
+        let window = crate::model::aggregate::Window::new(&layout.precisions, layout.samples);
+        let known = KnownCache::new(window.precisions(), layout.samples);
         Balancer {
             consumer: settings.worker.consumer_name(),
             settings,
@@ -199,6 +208,7 @@ impl Balancer {
             shutdown,
             members,
             owned: BTreeMap::new(),
+            grouper: clustered.then(|| Grouper::start(known)),
         }
     }
 
@@ -337,13 +347,16 @@ impl Balancer {
     fn start(&mut self, k: u32, lease: Lease) {
         tracing::info!(shard = k, stream = %self.shards[k as usize].stream, "took a shard");
         let (stop, shutdown) = self.shutdown.child();
-        let worker = Worker::new(
+        let mut worker = Worker::new(
             self.settings.clone(),
             self.shards[k as usize].clone(),
             self.client.clone(),
             self.health.for_shard(k),
             shutdown,
         );
+        if let Some(grouper) = &self.grouper {
+            worker = worker.with_grouper(grouper);
+        }
         let task = tokio::spawn(worker.run());
         self.owned.insert(
             k,

@@ -136,7 +136,9 @@ impl Worker {
                 ids: self.batch.ids().to_string(),
                 chunks: plan.len(),
                 failures,
-                markers,
+                // The carry marks a waiting window's chunks in its marker on
+                // one Redis; on a cluster it marks none (see carry.lua).
+                markers: if by_slot { Vec::new() } else { markers },
             });
             self.carry.add(&cells, self.batch.window().hits() as usize);
         } else {
@@ -149,7 +151,7 @@ impl Worker {
         drop(cells);
         self.clear_window();
         // At the head or stopping, nothing is left to sum with: apply now.
-        if !self.carry.is_empty() && (!self.may_defer() || self.carry_due()) {
+        if !self.carry.is_empty() && (self.caught_up || !self.may_defer() || self.carry_due()) {
             self.carry_start().await?;
         }
         Ok(())

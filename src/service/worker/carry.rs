@@ -6,33 +6,38 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::group::{Finish, Grouper, Submission};
 use super::Worker;
 use crate::model::aggregate::Cell;
 use crate::model::carry::Carry;
 use crate::model::known::KnownCache;
 use crate::store::commit::{
-    markers, plan, sort_for_cluster, Apply, CarryOutcome, Committer, Deferred, Finished, Sealed,
-    CHUNK_CELLS,
+    markers, plan, sort_for_cluster, Apply, CarryOutcome, Committer, Deferred, Failure, Finished,
+    Sealed, CHUNK_CELLS,
 };
 use crate::store::connect::{Conn, StoreError, StoreResult};
 
 impl Worker {
     /// Whether this window's count cells may wait: with the carry on, while
-    /// behind and not stopping.
+    /// behind and not stopping; on a cluster with shards also at the head,
+    /// so that the windows of the process' shards are applied together (at
+    /// once: see `flush`).
     pub(super) fn may_defer(&self) -> bool {
-        !self.caught_up
+        (!self.caught_up || self.group.is_some())
             && !self.shutdown.is_triggered()
             && self.settings.worker.carry_age().is_some()
     }
 
-    /// Whether the carry is to be applied now: it waited its age or is full.
+    /// Whether the carry is to be applied now: it waited its age or is full,
+    /// or the carries of this process' shards are being gathered.
     pub(super) fn carry_due(&self) -> bool {
         !self.carry.is_empty()
-            && self
+            && (self
                 .settings
                 .worker
                 .carry_age()
                 .is_none_or(|age| self.carry.is_due(age, self.settings.worker.carry_cells))
+                || self.group.as_ref().is_some_and(|m| m.grouper().gathering()))
     }
 
     /// Applies the carry and waits until it is done.
@@ -70,6 +75,7 @@ impl Worker {
             consumer: self.consumer.clone(),
             known: self.known.clone(),
             by_slot,
+            grouper: self.group.as_ref().map(|m| m.grouper().clone()),
         };
         self.carrying = Some(tokio::spawn(job.run()));
         Ok(())
@@ -109,78 +115,129 @@ struct Job {
     known: Arc<Mutex<KnownCache>>,
     /// On a Redis Cluster: applied in chunks of one hash slot each.
     by_slot: bool,
+    /// Applied with the carries of the process' other shards.
+    grouper: Option<Arc<Grouper>>,
 }
 
 impl Job {
-    /// Records the carry, applies it, acknowledges its windows' entries and
-    /// finishes its windows and itself. Any failure leaves the records as
-    /// they are for a resync to finish one by one. Gives the carry back,
-    /// empty, for its allocations.
+    /// Records the carry, applies it (alone, or with its group), acknowledges
+    /// its windows' entries and finishes its windows and itself. Any
+    /// failure leaves the records as they are for a resync to finish one
+    /// by one. Gives the carry back, empty, for its allocations.
     async fn run(mut self) -> StoreResult<Carry> {
-        {
-            let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
-            if self.by_slot {
-                sort_for_cluster(self.committer.keys(), &mut cells);
-            } else {
-                // Members new to `known:` then go in in its own order (cheaper).
-                crate::model::known::sort_by_member(&mut cells);
-            }
-            let step = Apply {
-                window: &self.window,
-                cells: &cells,
-                stats: &[],
-                // The windows' entries are acknowledged after, window by window.
-                ids: "",
-                chunk: CHUNK_CELLS,
-                by_slot: self.by_slot,
-            };
-            let plan = plan(self.committer.keys(), &step);
-            let sealed = Sealed {
-                window: &self.window,
-                ids: "",
-                cells: &cells,
-                stats: &[],
-                rejected: &[],
-                chunk: CHUNK_CELLS,
-                chunks: plan.len(),
-            };
-            let conn = &mut self.conn;
-            match self.committer.carry(conn, &sealed, &self.deferred).await? {
-                CarryOutcome::Recorded => {}
-                CarryOutcome::Gone(w) => return Err(StoreError::CarryGone(w)),
-                CarryOutcome::Taken(holder) => {
-                    return Err(StoreError::NameTaken {
-                        name: self.consumer.clone(),
-                        holder,
-                    })
-                }
-            }
-            let failures = self
-                .committer
-                .apply_and_ack(conn, &step, &[], Some(&self.known))
-                .await?;
-            crate::model::metrics::metrics()
-                .carry_cells
-                .inc_by(cells.len() as u64);
-            for d in &self.deferred {
-                self.committer.ack(conn, &d.ids).await?;
-            }
-            for d in self.deferred.drain(..) {
-                let done = Finished {
-                    window: d.window,
-                    failures: d.failures,
-                    markers: d.markers,
+        let group = self.grouper.as_ref().map(|g| g.open_group());
+        let applied = self.record_and_apply(group.as_deref()).await?;
+        let (failures, markers) = match (applied, &self.grouper, group) {
+            (Some(done), _, _) => done,
+            (None, Some(grouper), Some(group)) => {
+                let empty = Carry::new(&[], 0);
+                let submission = Submission {
+                    id: self.window.clone(),
+                    group,
+                    carry: std::mem::replace(&mut self.carry, empty),
+                    committer: self.committer.clone(),
+                    conn: self.conn.clone(),
                 };
-                self.committer.finish(conn, &done).await?;
+                let applied = grouper.apply(submission).await?;
+                self.carry = applied.carry;
+                let failures = applied.result?;
+                // The group's markers, once the last of its carries is
+                // finished (below, before its own finish).
+                (failures, Pending::Group(applied.finish))
             }
+            (None, _, _) => unreachable!("recorded without a group only when applied"),
+        };
+        let conn = &mut self.conn;
+        for d in &self.deferred {
+            self.committer.ack(conn, &d.ids).await?;
+        }
+        for d in self.deferred.drain(..) {
             let done = Finished {
-                window: self.window.clone(),
-                failures,
-                markers: markers(&plan),
+                window: d.window,
+                failures: d.failures,
+                markers: d.markers,
             };
             self.committer.finish(conn, &done).await?;
         }
+        let markers = match markers {
+            Pending::Own(m) => m,
+            Pending::Group(finish) => finish.map(|f| f.finished()).unwrap_or_default(),
+        };
+        let done = Finished {
+            window: self.window.clone(),
+            failures,
+            markers,
+        };
+        self.committer.finish(conn, &done).await?;
         self.carry.clear();
         Ok(self.carry)
     }
+
+    /// Records the carry (in `group`, when one is given) and, without a
+    /// group, applies it: its failures and markers.
+    async fn record_and_apply(
+        &mut self,
+        group: Option<&str>,
+    ) -> StoreResult<Option<(Vec<Failure>, Pending)>> {
+        let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
+        if self.by_slot {
+            sort_for_cluster(self.committer.keys(), &mut cells);
+        } else {
+            // Members new to `known:` then go in in its own order (cheaper).
+            crate::model::known::sort_by_member(&mut cells);
+        }
+        let step = Apply {
+            window: &self.window,
+            cells: &cells,
+            stats: &[],
+            // The windows' entries are acknowledged after, window by window.
+            ids: "",
+            chunk: CHUNK_CELLS,
+            by_slot: self.by_slot,
+        };
+        let plan = plan(self.committer.keys(), &step);
+        let sealed = Sealed {
+            window: &self.window,
+            ids: "",
+            cells: &cells,
+            stats: &[],
+            rejected: &[],
+            chunk: CHUNK_CELLS,
+            chunks: plan.len(),
+        };
+        let conn = &mut self.conn;
+        match self
+            .committer
+            .carry(conn, &sealed, &self.deferred, group)
+            .await?
+        {
+            CarryOutcome::Recorded => {}
+            CarryOutcome::Gone(w) => return Err(StoreError::CarryGone(w)),
+            CarryOutcome::Taken(holder) => {
+                return Err(StoreError::NameTaken {
+                    name: self.consumer.clone(),
+                    holder,
+                })
+            }
+        }
+        if group.is_some() {
+            return Ok(None);
+        }
+        let failures = self
+            .committer
+            .apply_and_ack(conn, &step, &[], Some(&self.known))
+            .await?;
+        crate::model::metrics::metrics()
+            .carry_cells
+            .inc_by(cells.len() as u64);
+        Ok(Some((failures, Pending::Own(markers(&plan)))))
+    }
+}
+
+/// The markers to expire once a carry is finished.
+enum Pending {
+    /// Its own.
+    Own(Vec<String>),
+    /// Its group's, when it is the group's last carry finished.
+    Group(Option<Arc<Finish>>),
 }

@@ -16,6 +16,7 @@
 mod apply;
 pub mod batch;
 mod carry;
+pub mod group;
 mod read;
 mod sync;
 
@@ -106,6 +107,9 @@ pub struct Worker {
     spare_carry: Option<Carry>,
     /// Shared with the carry's task.
     known: Arc<Mutex<KnownCache>>,
+    /// On a cluster with stream shards: the carries of this process'
+    /// shards are applied together (see `group.rs`).
+    group: Option<group::Member>,
     /// The last read of new entries came back short, or its newest entry is
     /// younger than `--window-ms`: the worker is at the stream's head, so
     /// windows close on `--window-ms`.
@@ -165,6 +169,7 @@ impl Worker {
             carrying: None,
             spare_carry: None,
             known: Arc::new(Mutex::new(known)),
+            group: None,
             caught_up: true,
             ahead: VecDeque::new(),
             finished: None,
@@ -177,6 +182,13 @@ impl Worker {
             keys,
             settings,
         }
+    }
+
+    /// On a Redis Cluster, applies this shard's carries with those of the
+    /// process' other shards (see `group.rs`).
+    pub fn with_grouper(mut self, grouper: &Arc<group::Grouper>) -> Worker {
+        self.group = Some(grouper.join());
+        self
     }
 
     /// This worker's consumer name.

@@ -288,25 +288,14 @@ impl Committer {
     ) -> StoreResult<()> {
         let mut members: Vec<String> = Vec::new();
         for (chunk, (status, failures)) in chunks.iter().zip(statuses) {
-            let failed = |c: &Cell<'_>| {
-                failures
-                    .iter()
-                    .any(|f| f.precision == c.precision && f.name == c.name && !stats::is_stats(f))
-            };
-            let mut prev: Option<(u32, &str)> = None;
-            for i in chunk.cells.clone() {
-                let c = &step.cells[i];
-                let first = prev != Some((c.precision, c.name));
-                prev = Some((c.precision, c.name));
-                let wanted = match status {
-                    1 => zadded.binary_search(&i).is_ok(),
-                    0 => first,
-                    _ => false,
-                };
-                if wanted && !failed(c) {
-                    members.push(Keys::member(c.precision, c.name));
-                }
-            }
+            members_after(
+                step.cells,
+                chunk.cells.clone(),
+                *status,
+                failures,
+                |i| zadded.binary_search(&i).is_ok(),
+                &mut members,
+            );
         }
         let mut stat_members = Vec::new();
         for (chunk, (status, failures)) in chunks.iter().zip(statuses) {
@@ -330,8 +319,42 @@ impl Committer {
     }
 }
 
+/// On a cluster, the `known:` members to add once the script of the cells
+/// `range` (of `cells`) replied `status`: for cells applied now (1) those
+/// the worker left to add (`zadded`, by index), for a replay (0) every
+/// counter's (the worker may have died before adding them), none of the
+/// cells that failed.
+pub(super) fn members_after(
+    cells: &[Cell<'_>],
+    range: std::ops::Range<usize>,
+    status: i64,
+    failures: &[Failure],
+    zadded: impl Fn(usize) -> bool,
+    out: &mut Vec<String>,
+) {
+    let failed = |c: &Cell<'_>| {
+        failures
+            .iter()
+            .any(|f| f.precision == c.precision && f.name == c.name && !stats::is_stats(f))
+    };
+    let mut prev: Option<(u32, &str)> = None;
+    for i in range {
+        let c = &cells[i];
+        let first = prev != Some((c.precision, c.name));
+        prev = Some((c.precision, c.name));
+        let wanted = match status {
+            1 => zadded(i),
+            0 => first,
+            _ => false,
+        };
+        if wanted && !failed(c) {
+            out.push(Keys::member(c.precision, c.name));
+        }
+    }
+}
+
 /// `ZADD zset 0 member ...` of `members`, at most [`ZADD_MEMBERS`] each.
-fn zadds(zset: &str, members: &[String]) -> Vec<Cmd> {
+pub(super) fn zadds(zset: &str, members: &[String]) -> Vec<Cmd> {
     members
         .chunks(ZADD_MEMBERS)
         .map(|part| {

@@ -62,12 +62,14 @@ pub enum CarryOutcome {
 
 impl Committer {
     /// Records `carry` (its `ids` empty: it acknowledges nothing itself) as
-    /// the sum of the waiting cells of `windows`.
+    /// the sum of the waiting cells of `windows`; on a cluster in `group`
+    /// (see [`super::group`]), when it is applied with others.
     pub async fn carry(
         &self,
         conn: &mut Conn,
         carry: &Sealed<'_>,
         windows: &[Deferred],
+        group: Option<&str>,
     ) -> StoreResult<CarryOutcome> {
         let k = &self.keys;
         // The cells first, alone, with a TTL (see carry.lua), in pieces of
@@ -118,7 +120,8 @@ impl Committer {
             .arg(carry.chunk)
             .arg(carry.chunks)
             .arg(windows.len())
-            .arg(u8::from(markers));
+            .arg(u8::from(markers))
+            .arg(group.unwrap_or(""));
         for w in windows {
             cmd.arg(&w.window).arg(0).arg(w.chunks);
         }

@@ -45,6 +45,7 @@ use crate::store::stream;
 
 pub mod apply;
 pub mod carry;
+pub mod group;
 pub mod plan;
 pub mod records;
 pub mod replies;
@@ -52,6 +53,7 @@ pub mod stats;
 
 pub use apply::{apply_pipeline, Apply, Failure};
 pub use carry::{CarryOutcome, Deferred};
+pub use group::Sum;
 pub use plan::{markers, plan, sort_for_cluster, Chunk};
 pub use records::{Corrupt, Record};
 pub use stats::sort_stats_for_cluster;

@@ -5,7 +5,7 @@
 use redis::Value;
 
 use super::carry::{piece_field, PIECES_FIELD};
-use super::{stats, Apply, Committer, Finished, APPLY_GUARD};
+use super::{stats, Apply, Committer, Finished, Sum, APPLY_GUARD};
 use crate::model::aggregate::Cell;
 use crate::model::metrics::metrics;
 use crate::store::connect::{Conn, StoreError, StoreResult};
@@ -24,6 +24,9 @@ pub struct Record {
     pub ids: String,
     /// Cells per apply script, as committed.
     pub chunk: usize,
+    /// A carry applied with others on a cluster: its group (see
+    /// [`super::group`]).
+    pub group: Option<String>,
 }
 
 /// A window record that cannot be read back, and why.
@@ -58,7 +61,8 @@ impl Committer {
                 .arg("owner")
                 .arg("created")
                 .arg("ids")
-                .arg("chunk");
+                .arg("chunk")
+                .arg("group");
         }
         let rows: Vec<Vec<Option<Vec<u8>>>> = pipe.query_async(conn).await?;
         let (mut records, mut corrupt) = (Vec::new(), Vec::new());
@@ -213,6 +217,27 @@ impl Committer {
         if seen.elapsed() > APPLY_GUARD {
             return Ok(false);
         }
+        if let Some(group) = &record.group {
+            // A carry of a group: alone now, under the group's markers
+            // (left to their TTL: other sums of the group may need them).
+            let sum = Sum {
+                id: &record.window,
+                group,
+                cells: &cells,
+                chunk: record.chunk,
+            };
+            let failures = self.apply_sums(conn, &[sum], None).await?.remove(0);
+            self.ack(conn, &record.ids).await?;
+            let done = Finished {
+                window: record.window.clone(),
+                failures,
+                markers: Vec::new(),
+            };
+            self.finish(conn, &done).await?;
+            tracing::info!(window = %record.window, owner = %record.owner, group = %group,
+                "finished a carry left by a stopped worker");
+            return Ok(true);
+        }
         let step = Apply {
             window: &record.window,
             cells: &cells,
@@ -264,6 +289,10 @@ fn parse_record(window: &str, row: &[Option<Vec<u8>>]) -> Result<Option<Record>,
         created_ms: number(1, "created")?,
         ids: field(2, "ids")?,
         chunk: chunk as usize,
+        group: row
+            .get(4)
+            .and_then(|g| g.as_deref())
+            .map(|g| String::from_utf8_lossy(g).into_owned()),
     }))
 }
 

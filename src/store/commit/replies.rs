@@ -45,7 +45,11 @@ fn chunk_reply(reply: &Value) -> StoreResult<(i64, &[u8])> {
 
 /// The failures of one chunk from its `cell_number<TAB>error` lines (and
 /// `s<number><TAB>error` of its statistics cells).
-fn parse_failures(chunk: &[Cell<'_>], stat_cells: &[StatCell<'_>], text: &[u8]) -> Vec<Failure> {
+pub(super) fn parse_failures(
+    chunk: &[Cell<'_>],
+    stat_cells: &[StatCell<'_>],
+    text: &[u8],
+) -> Vec<Failure> {
     String::from_utf8_lossy(text)
         .lines()
         .filter_map(|line| {

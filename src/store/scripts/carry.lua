@@ -11,8 +11,10 @@
 -- ARGV[3] registration lifetime, ms   ARGV[4] marker TTL, seconds
 -- ARGV[5] carry id  ARGV[6] cells per chunk  ARGV[7] chunk count
 -- ARGV[8] n   ARGV[9] 1 when the markers are given, else 0
--- then per window: its id, the first and the last + 1 of its chunks whose
---         cells the carry holds
+-- ARGV[10] the group it is applied with on a cluster ('' when none: see
+--         apply_group.lua), recorded as its field `group`
+-- then (from ARGV[11]) per window: its id, the first and the last + 1 of
+--         its chunks whose cells the carry holds
 --
 -- The carry's cells (MessagePack, megabytes) are not an argument: a large
 -- argument costs a script milliseconds (6 ms for 5 MB, against 0.3 ms for
@@ -57,7 +59,7 @@ local n, m = tonumber(ARGV[8]), tonumber(ARGV[9])
 -- Window i's record, its marker (nil on a cluster) and its first argument.
 local function window(i)
     local at = 4 + (i - 1) * (1 + m)
-    return KEYS[at], m == 1 and KEYS[at + 1] or nil, 7 + 3 * i
+    return KEYS[at], m == 1 and KEYS[at + 1] or nil, 8 + 3 * i
 end
 for i = 1, n do
     local record, marker, a = window(i)
@@ -96,5 +98,8 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[2], 'owner', consumer, 'epoch', '', 'created', now_ms,
     'ids', '', 'chunk', ARGV[6], 'chunks', ARGV[7])
+if ARGV[10] ~= '' then
+    redis.call('HSET', KEYS[2], 'group', ARGV[10])
+end
 redis.call('ZADD', KEYS[1], now_ms, ARGV[5])
 return {'ok', ARGV[5]}

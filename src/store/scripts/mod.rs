@@ -58,6 +58,8 @@ scripts! {
     COMMIT = "commit.lua";
     /// Apply one chunk of a recorded window to the counters, at most once.
     APPLY = "apply.lua";
+    /// Apply the chunks in one hash slot of a group of carries, each at most once (a cluster).
+    APPLY_GROUP = "apply_group.lua";
     /// Record the summed count cells of several windows as one, taking
     /// them out of those windows.
     CARRY = "carry.lua";

@@ -1,0 +1,249 @@
+//! The carries of one process' stream shards on a Redis Cluster, applied
+//! together: one script per hash slot for all of them instead of one per
+//! shard and slot (see [`crate::store::commit::group`], which also says why
+//! this stays exactly once whatever the grouping).
+//!
+//! Each shard's worker records its carry on its own shard as always, in the
+//! group that is open ([`Grouper::open_group`]), then hands it to the
+//! grouper ([`Grouper::apply`]) and waits. The first carry handed in opens
+//! a gathering: every other shard worker of the process then finds its own
+//! carry due ([`Grouper::gathering`]) and hands it in too, for at most
+//! [`GATHER`]; then the group is closed and applied, and each worker goes
+//! on to acknowledge and finish its windows. The group's markers are
+//! shortened once every one of its carries is finished ([`Finish`]); until
+//! then (or for ever, if one is left to recovery) they keep their day.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::model::aggregate::Cell;
+use crate::model::carry::Carry;
+use crate::model::known::KnownCache;
+use crate::model::metrics::metrics;
+use crate::store::commit::{sort_for_cluster, Committer, Failure, Sum, CHUNK_CELLS};
+use crate::store::connect::{Conn, StoreError, StoreResult};
+
+/// How long the carries of a group are gathered at most after the first.
+pub const GATHER: Duration = Duration::from_millis(200);
+
+/// A recorded carry handed in to be applied with its group.
+pub struct Submission {
+    /// The carry's id.
+    pub id: String,
+    /// The group it was recorded in.
+    pub group: String,
+    /// Its cells (given back with the outcome).
+    pub carry: Carry,
+    /// Its shard's committer (any of the group's applies the counters).
+    pub committer: Committer,
+    /// A connection to apply it on.
+    pub conn: Conn,
+}
+
+/// What became of a submitted carry.
+pub struct Applied {
+    /// The carry, given back for its allocations.
+    pub carry: Carry,
+    /// Its cells that failed to apply, or why the group could not be.
+    pub result: StoreResult<Vec<Failure>>,
+    /// Shared by the group's carries, once applied.
+    pub finish: Option<Arc<Finish>>,
+}
+
+/// The markers of an applied group, shortened by the last of its carries
+/// to be finished.
+pub struct Finish {
+    remaining: AtomicUsize,
+    markers: Vec<String>,
+}
+
+impl Finish {
+    /// One carry of the group is finished: the group's markers, to expire
+    /// now, when it was the last.
+    pub fn finished(&self) -> Vec<String> {
+        if self.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.markers.clone()
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// State shared with the grouper's task.
+struct Shared {
+    incarnation: String,
+    /// Number of the group carries recorded now belong to.
+    open: AtomicU64,
+    /// A group is being gathered: every carry is due.
+    gathering: AtomicBool,
+    /// Shard workers of this process that may hand in a carry.
+    members: AtomicUsize,
+}
+
+/// The process' grouper, shared by its shard workers.
+pub struct Grouper {
+    tx: mpsc::UnboundedSender<(Submission, oneshot::Sender<Applied>)>,
+    shared: Arc<Shared>,
+}
+
+/// A shard worker's place in the grouper: counted while it lives.
+pub struct Member(Arc<Grouper>);
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.0.shared.members.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Member {
+    /// The grouper.
+    pub fn grouper(&self) -> &Arc<Grouper> {
+        &self.0
+    }
+}
+
+impl Grouper {
+    /// Starts the grouper's task (it ends once every handle is dropped).
+    /// `known` remembers the `known:` members of the groups it applied.
+    pub fn start(known: KnownCache) -> Arc<Grouper> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            incarnation: format!("{:016x}", rand::random::<u64>()),
+            open: AtomicU64::new(0),
+            gathering: AtomicBool::new(false),
+            members: AtomicUsize::new(0),
+        });
+        tokio::spawn(run(rx, shared.clone(), Mutex::new(known)));
+        Arc::new(Grouper { tx, shared })
+    }
+
+    /// Counts a shard worker in, while the returned handle lives.
+    pub fn join(self: &Arc<Self>) -> Member {
+        self.shared.members.fetch_add(1, Ordering::SeqCst);
+        Member(self.clone())
+    }
+
+    /// The id of the group a carry recorded now belongs to.
+    pub fn open_group(&self) -> String {
+        let n = self.shared.open.load(Ordering::SeqCst);
+        format!("g{}-{n}", self.shared.incarnation)
+    }
+
+    /// Whether a group is being gathered: a shard worker with a carry
+    /// should hand it in now.
+    pub fn gathering(&self) -> bool {
+        self.shared.gathering.load(Ordering::SeqCst)
+    }
+
+    /// Applies a recorded carry with its group; waits until it is.
+    pub async fn apply(&self, submission: Submission) -> StoreResult<Applied> {
+        let gone = || StoreError::Unexpected {
+            what: "the group of carries",
+            reply: "the grouper stopped".into(),
+        };
+        let (reply, applied) = oneshot::channel();
+        self.tx.send((submission, reply)).map_err(|_| gone())?;
+        applied.await.map_err(|_| gone())
+    }
+}
+
+/// The grouper's task: gathers and applies groups, one at a time.
+async fn run(
+    mut rx: mpsc::UnboundedReceiver<(Submission, oneshot::Sender<Applied>)>,
+    shared: Arc<Shared>,
+    known: Mutex<KnownCache>,
+) {
+    while let Some(first) = rx.recv().await {
+        shared.gathering.store(true, Ordering::SeqCst);
+        let mut batch = vec![first];
+        let until = tokio::time::Instant::now() + GATHER;
+        while batch.len() < shared.members.load(Ordering::SeqCst) {
+            match tokio::time::timeout_at(until, rx.recv()).await {
+                Ok(Some(s)) => batch.push(s),
+                _ => break,
+            }
+        }
+        // Carries recorded from now on belong to the next group.
+        shared.open.fetch_add(1, Ordering::SeqCst);
+        shared.gathering.store(false, Ordering::SeqCst);
+        apply_group(batch, &known).await;
+    }
+}
+
+/// Applies the carries of a group and answers each.
+async fn apply_group(
+    batch: Vec<(Submission, oneshot::Sender<Applied>)>,
+    known: &Mutex<KnownCache>,
+) {
+    let committer = batch[0].0.committer.clone();
+    let mut conn = batch[0].0.conn.clone();
+    let outcome = {
+        // The cells in the order their carries recorded them.
+        let cells: Vec<Vec<Cell<'_>>> = batch
+            .iter()
+            .map(|(s, _)| {
+                let mut c: Vec<Cell<'_>> = s.carry.cells().collect();
+                sort_for_cluster(committer.keys(), &mut c);
+                c
+            })
+            .collect();
+        let sums: Vec<Sum<'_>> = batch
+            .iter()
+            .zip(&cells)
+            .map(|((s, _), c)| Sum {
+                id: &s.id,
+                group: &s.group,
+                cells: c,
+                chunk: CHUNK_CELLS,
+            })
+            .collect();
+        let markers = committer.group_markers(&sums);
+        tracing::debug!(
+            carries = sums.len(),
+            cells = cells.iter().map(Vec::len).sum::<usize>(),
+            markers = markers.len(),
+            "applying a group of carries"
+        );
+        let applied = committer.apply_sums(&mut conn, &sums, Some(known)).await;
+        if applied.is_ok() {
+            let n: usize = cells.iter().map(Vec::len).sum();
+            metrics().carry_cells.inc_by(n as u64);
+        }
+        applied.map(|failures| (failures, markers))
+    };
+    match outcome {
+        Ok((failures, markers)) => {
+            let finish = Arc::new(Finish {
+                remaining: AtomicUsize::new(batch.len()),
+                markers,
+            });
+            for ((s, reply), failures) in batch.into_iter().zip(failures) {
+                let _ = reply.send(Applied {
+                    carry: s.carry,
+                    result: Ok(failures),
+                    finish: Some(finish.clone()),
+                });
+            }
+        }
+        Err(e) => {
+            // A failover may have lost what it remembers.
+            known.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            let text = e.to_string();
+            let mut first = Some(e);
+            for (s, reply) in batch {
+                let error = first.take().unwrap_or_else(|| StoreError::Unexpected {
+                    what: "applying a group of carries",
+                    reply: text.clone(),
+                });
+                let _ = reply.send(Applied {
+                    carry: s.carry,
+                    result: Err(error),
+                    finish: None,
+                });
+            }
+        }
+    }
+}

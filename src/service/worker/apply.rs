@@ -141,6 +141,9 @@ impl Worker {
                 markers: if by_slot { Vec::new() } else { markers },
             });
             self.carry.add(&cells, self.batch.window().hits() as usize);
+            if let Some(m) = &mut self.group {
+                m.holds(true);
+            }
         } else {
             self.finished = Some(Finished {
                 window: window_id,

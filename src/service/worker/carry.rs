@@ -53,6 +53,9 @@ impl Worker {
         self.carry_wait().await?;
         if self.deferred.is_empty() {
             self.carry.clear();
+            if let Some(m) = &mut self.group {
+                m.holds(false);
+            }
             return Ok(());
         }
         let conn = self.carry_link.get().await?.clone();
@@ -77,6 +80,9 @@ impl Worker {
             by_slot,
             grouper: self.group.as_ref().map(|m| m.grouper().clone()),
         };
+        if let Some(m) = &mut self.group {
+            m.handed_in();
+        }
         self.carrying = Some(tokio::spawn(job.run()));
         Ok(())
     }
@@ -126,7 +132,15 @@ impl Job {
     /// by one. Gives the carry back, empty, for its allocations.
     async fn run(mut self) -> StoreResult<Carry> {
         let group = self.grouper.as_ref().map(|g| g.open_group());
-        let applied = self.record_and_apply(group.as_deref()).await?;
+        let applied = match self.record_and_apply(group.as_deref()).await {
+            Ok(applied) => applied,
+            Err(e) => {
+                if let Some(g) = &self.grouper {
+                    g.abandon();
+                }
+                return Err(e);
+            }
+        };
         let (failures, markers) = match (applied, &self.grouper, group) {
             (Some(done), _, _) => done,
             (None, Some(grouper), Some(group)) => {

@@ -8,12 +8,13 @@
 //! grouper ([`Grouper::apply`]) and waits. The first carry handed in opens
 //! a gathering: every other shard worker of the process then finds its own
 //! carry due ([`Grouper::gathering`]) and hands it in too, for at most
-//! [`GATHER`]; then the group is closed and applied, and each worker goes
+//! [`GATHER`] (no longer than until every carry held is in: idle shards
+//! are not waited for); then the group is closed and applied, and each worker goes
 //! on to acknowledge and finish its windows. The group's markers are
 //! shortened once every one of its carries is finished ([`Finish`]); until
 //! then (or for ever, if one is left to recovery) they keep their day.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -79,8 +80,9 @@ struct Shared {
     open: AtomicU64,
     /// A group is being gathered: every carry is due.
     gathering: AtomicBool,
-    /// Shard workers of this process that may hand in a carry.
-    members: AtomicUsize,
+    /// Carries that the shard workers hold or have handed in, not yet in a
+    /// closed group: the gathering waits for these, not for idle shards.
+    pending: AtomicIsize,
 }
 
 /// The process' grouper, shared by its shard workers.
@@ -89,19 +91,40 @@ pub struct Grouper {
     shared: Arc<Shared>,
 }
 
-/// A shard worker's place in the grouper: counted while it lives.
-pub struct Member(Arc<Grouper>);
+/// A shard worker's place in the grouper: whether it holds a carry.
+pub struct Member {
+    grouper: Arc<Grouper>,
+    holding: bool,
+}
 
 impl Drop for Member {
     fn drop(&mut self) {
-        self.0.shared.members.fetch_sub(1, Ordering::SeqCst);
+        self.holds(false);
     }
 }
 
 impl Member {
     /// The grouper.
     pub fn grouper(&self) -> &Arc<Grouper> {
-        &self.0
+        &self.grouper
+    }
+
+    /// The worker's carry is (no longer) empty: a gathering waits for it.
+    pub fn holds(&mut self, holding: bool) {
+        if holding != self.holding {
+            self.holding = holding;
+            let delta = if holding { 1 } else { -1 };
+            self.grouper
+                .shared
+                .pending
+                .fetch_add(delta, Ordering::SeqCst);
+        }
+    }
+
+    /// The worker's carry went to be applied: the grouper counts it until
+    /// its group closes (or [`Grouper::abandon`]).
+    pub fn handed_in(&mut self) {
+        self.holding = false;
     }
 }
 
@@ -114,16 +137,23 @@ impl Grouper {
             incarnation: format!("{:016x}", rand::random::<u64>()),
             open: AtomicU64::new(0),
             gathering: AtomicBool::new(false),
-            members: AtomicUsize::new(0),
+            pending: AtomicIsize::new(0),
         });
         tokio::spawn(run(rx, shared.clone(), Mutex::new(known)));
         Arc::new(Grouper { tx, shared })
     }
 
-    /// Counts a shard worker in, while the returned handle lives.
+    /// A shard worker's place.
     pub fn join(self: &Arc<Self>) -> Member {
-        self.shared.members.fetch_add(1, Ordering::SeqCst);
-        Member(self.clone())
+        Member {
+            grouper: self.clone(),
+            holding: false,
+        }
+    }
+
+    /// A carry handed in will never come (its recording failed).
+    pub fn abandon(&self) {
+        self.shared.pending.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// The id of the group a carry recorded now belongs to.
@@ -160,7 +190,7 @@ async fn run(
         shared.gathering.store(true, Ordering::SeqCst);
         let mut batch = vec![first];
         let until = tokio::time::Instant::now() + GATHER;
-        while batch.len() < shared.members.load(Ordering::SeqCst) {
+        while (batch.len() as isize) < shared.pending.load(Ordering::SeqCst) {
             match tokio::time::timeout_at(until, rx.recv()).await {
                 Ok(Some(s)) => batch.push(s),
                 _ => break,
@@ -168,6 +198,9 @@ async fn run(
         }
         // Carries recorded from now on belong to the next group.
         shared.open.fetch_add(1, Ordering::SeqCst);
+        shared
+            .pending
+            .fetch_sub(batch.len() as isize, Ordering::SeqCst);
         shared.gathering.store(false, Ordering::SeqCst);
         apply_group(batch, &known).await;
     }

@@ -20,6 +20,9 @@ impl Worker {
         // Their records are ours: recovered below, with every waiting cell.
         self.finished = None;
         self.carry.clear();
+        if let Some(m) = &mut self.group {
+            m.holds(false);
+        }
         self.deferred.clear();
         // A restart or failover may have lost the members it remembers.
         self.known.lock().unwrap_or_else(|p| p.into_inner()).clear();

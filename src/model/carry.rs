@@ -14,7 +14,9 @@
 //!
 //! A window read while behind is recorded (the commit) and its count cells
 //! wait; a window read at the stream's head is applied whole, as soon as
-//! it closes, so the head's latency is untouched. The carry is applied once
+//! it closes, so the head's latency is untouched (on a Redis Cluster with
+//! stream shards it goes through the carry at once instead, to be applied
+//! with the other shards': `service::worker::group`). The carry is applied once
 //! its first window waited `--carry-ms` (2 s by default), once it holds
 //! `--carry-cells` cells, at once when the worker reaches the stream's head,
 //! and when it stops: every hit the worker read is visible at every

@@ -491,3 +491,53 @@ async fn clean_and_status_json_give_the_pass_in_one_shape() {
     assert_eq!(clean["trimmed"], recorded["trimmed"]);
     assert_eq!(clean["leader"], recorded["leader"]);
 }
+
+/// Producers with another shard count than the workers' would send hits to
+/// streams no worker reads: `hit` and `load` refuse that with one line, and
+/// send nothing; with the workers' count they send.
+#[test]
+fn a_producer_with_another_shard_count_than_the_workers_is_refused() {
+    let srv = server();
+    let url = srv.url();
+    let listen = common::bin::free_addr();
+    let mut worker = common::bin::start_worker(&url, "sharded", &listen, &["--shards", "4"]);
+    let refused = |args: &[&str]| {
+        let out = hitcount()
+            .args(args)
+            .env("REDIS_URL", &url)
+            .env_remove("HITCOUNT_SHARDS")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} was not refused");
+        let err = stderr(&out);
+        assert!(
+            err.contains("HITCOUNT_SHARDS is 1, but this stream's workers read it as 4"),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    };
+    refused(&["hit", "page:home"]);
+    refused(&["load", "--hits", "10", "--names", "2"]);
+    let mut c = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let exists: i64 = redis::cmd("EXISTS").arg("hits").query(&mut c).unwrap();
+    assert_eq!(exists, 0, "a refused producer sent nothing to hits");
+    common::bin::run_ok(&url, &["hit", "page:home", "--shards", "4"]);
+    common::bin::wait_for("the hit counted", Duration::from_secs(30), || {
+        let n: Option<i64> = redis::cmd("HGET")
+            .arg("count:86400:page:home")
+            .arg(common::unix_now() / 86400 * 86400)
+            .query(&mut c)
+            .unwrap();
+        n.filter(|n| *n == 1)
+    });
+    assert_eq!(
+        worker.terminate(Duration::from_secs(25)).code(),
+        Some(0),
+        "{}",
+        worker.stderr()
+    );
+}

@@ -159,6 +159,34 @@ pub async fn check_stream(redis: &RedisArgs, stream: &str) -> anyhow::Result<()>
     }
 }
 
+/// Refuses to send hits with another shard count than the one the
+/// stream's workers recorded (see `service::shards`): they would go to
+/// streams no worker reads, and count nowhere. Nothing recorded (no worker
+/// ran yet) is not refused.
+async fn check_shards(common: &Common) -> anyhow::Result<()> {
+    let mut conn = connect(&common.redis).await?;
+    let base = StreamArgs {
+        shards: 1,
+        ..common.stream.clone()
+    };
+    let key =
+        crate::model::keys::Keys::shard(&common.layout, &base, 0, conn.is_cluster()).shard_count();
+    let recorded: Option<String> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| anyhow!("cannot read {key}: {}", cause(&e)))?;
+    let wanted = common.stream.shards.max(1);
+    match recorded.filter(|r| r.parse::<u32>().ok() != Some(wanted)) {
+        None => Ok(()),
+        Some(r) => Err(anyhow!(
+            "HITCOUNT_SHARDS is {wanted}, but this stream's workers read it as {r} shard(s) \
+             (recorded in {key}): hits sent now would go to streams no worker reads; give \
+             every producer the workers' count (--shards / HITCOUNT_SHARDS)"
+        )),
+    }
+}
+
 /// A producer for a one-shot command (`hit`, `load`), started once
 /// [`check_stream`] has shown that Redis takes hits from this user: the
 /// producer itself retries every error in the background, for ever.
@@ -166,6 +194,7 @@ pub async fn checked_producer(
     common: &Common,
 ) -> anyhow::Result<crate::service::producer::Producer> {
     check_stream(&common.redis, &common.stream.stream).await?;
+    check_shards(common).await?;
     let options = crate::service::producer::ProducerOptions::default();
     Ok(crate::service::producer::Producer::start(
         &common.redis,

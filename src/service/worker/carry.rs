@@ -132,15 +132,8 @@ impl Job {
     /// by one. Gives the carry back, empty, for its allocations.
     async fn run(mut self) -> StoreResult<Carry> {
         let group = self.grouper.as_ref().map(|g| g.open_group());
-        let applied = match self.record_and_apply(group.as_deref()).await {
-            Ok(applied) => applied,
-            Err(e) => {
-                if let Some(g) = &self.grouper {
-                    g.abandon();
-                }
-                return Err(e);
-            }
-        };
+        let mut coming = Coming(self.grouper.clone());
+        let applied = self.record_and_apply(group.as_deref()).await?;
         let (failures, markers) = match (applied, &self.grouper, group) {
             (Some(done), _, _) => done,
             (None, Some(grouper), Some(group)) => {
@@ -152,6 +145,8 @@ impl Job {
                     committer: self.committer.clone(),
                     conn: self.conn.clone(),
                 };
+                // Handed in now (the send comes before any await).
+                coming.0 = None;
                 let applied = grouper.apply(submission).await?;
                 self.carry = applied.carry;
                 let failures = applied.result?;
@@ -245,6 +240,18 @@ impl Job {
             .carry_cells
             .inc_by(cells.len() as u64);
         Ok(Some((failures, Pending::Own(markers(&plan)))))
+    }
+}
+
+/// A carry the grouper counts as coming until it is handed in: if its task
+/// ends before that (an error, or stopped by a resync), it never will.
+struct Coming(Option<Arc<Grouper>>);
+
+impl Drop for Coming {
+    fn drop(&mut self) {
+        if let Some(grouper) = self.0.take() {
+            grouper.abandon();
+        }
     }
 }
 

@@ -151,7 +151,8 @@ impl Grouper {
         }
     }
 
-    /// A carry handed in will never come (its recording failed).
+    /// A carry counted as coming never will (its task ended before it was
+    /// handed in: its recording failed, or a resync stopped it).
     pub fn abandon(&self) {
         self.shared.pending.fetch_sub(1, Ordering::SeqCst);
     }

@@ -216,13 +216,16 @@ impl Committer {
             let mut failures = vec![Vec::new(); sums.len()];
             let mut wrote: Vec<(usize, usize)> = Vec::new();
             let mut stale = false;
+            // Added once every script ran, in member order: members new to
+            // `known:` then go into its skip list next to each other (as
+            // one Redis adds a carry's), not in slot order.
+            let mut members = Vec::new();
             for batch in scripts.chunks(SCRIPTS_AT_ONCE) {
                 let (cmds, zadded) = {
                     let k = lock();
                     commands(&self.keys, sums, batch, k.as_deref().map(|k| (k, now_s)))
                 };
                 let replies = conn.query_each(cmds).await?;
-                let mut members = Vec::new();
                 for ((script, reply), zadded) in batch.iter().zip(&replies).zip(&zadded) {
                     for (part, (status, text)) in
                         script.parts.iter().zip(part_statuses(script, reply)?)
@@ -252,8 +255,10 @@ impl Committer {
                         failures[part.sum].extend(failed);
                     }
                 }
-                conn.query_each(zadds(&self.keys.known(), &members)).await?;
             }
+            members.sort_unstable();
+            members.dedup();
+            conn.query_each(zadds(&self.keys.known(), &members)).await?;
             self.replicated(conn).await?;
             let mut k = lock();
             match k.as_deref_mut() {

@@ -229,25 +229,13 @@ async fn workers_killed_while_carrying_count_every_hit_once() {
         "--claim-idle-ms",
         "1000",
     ];
-    let mut killed_after_a_carry = 0;
-    for round in 0..3u64 {
-        if hitcount::store::group::drained(&mut c, &k).await.unwrap() {
-            break;
-        }
-        let before = carries(&mut c).await;
-        let listen = free_addr();
-        let mut w = start_worker(&url, &format!("killed-{round}"), &listen, &args);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while carries(&mut c).await == before {
-            assert!(Instant::now() < deadline, "no carry recorded in 60 s");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        // Somewhere after a sum was recorded: while it is applied, or with
-        // the next windows waiting.
-        tokio::time::sleep(Duration::from_millis(round * 40)).await;
-        w.kill();
-        killed_after_a_carry += 1;
-    }
+    let killed_after_a_carry = kill_after_carries(
+        &mut c,
+        async |c| hitcount::store::group::drained(c, &k).await.unwrap(),
+        async |c| carries(c).await,
+        |round| start_worker(&url, &format!("killed-{round}"), &free_addr(), &args),
+    )
+    .await;
     assert!(
         killed_after_a_carry > 0,
         "the backlog drained before any kill"

@@ -638,32 +638,19 @@ async fn workers_killed_while_carrying_on_a_cluster_count_every_hit_once() {
         "--claim-idle-ms",
         "1000",
     ];
-    let mut killed_after_a_carry = 0;
-    for round in 0..3u64 {
-        let mut drained = true;
-        for k in &shards {
-            drained &= hitcount::store::group::drained(&mut c, k).await.unwrap();
-        }
-        if drained {
-            break;
-        }
-        let before = carries(&cluster).await;
-        let mut w = start_workers(&seeds, 1, &args).pop().unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while carries(&cluster).await == before {
-            w.assert_running();
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no carry recorded in 60 s"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        // Somewhere after a sum was recorded: while it is applied, or with
-        // the next windows waiting.
-        tokio::time::sleep(Duration::from_millis(round * 40)).await;
-        w.kill();
-        killed_after_a_carry += 1;
-    }
+    let killed_after_a_carry = common::kill_after_carries(
+        &mut c,
+        async |c| {
+            let mut drained = true;
+            for k in &shards {
+                drained &= hitcount::store::group::drained(c, k).await.unwrap();
+            }
+            drained
+        },
+        async |_| carries(&cluster).await,
+        |_| start_workers(&seeds, 1, &args).pop().unwrap(),
+    )
+    .await;
     assert!(
         killed_after_a_carry > 0,
         "the backlog drained before any kill"

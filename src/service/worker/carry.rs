@@ -131,31 +131,7 @@ impl Job {
     /// failure leaves the records as they are for a resync to finish one
     /// by one. Gives the carry back, empty, for its allocations.
     async fn run(mut self) -> StoreResult<Carry> {
-        let group = self.grouper.as_ref().map(|g| g.open_group());
-        let mut coming = Coming(self.grouper.clone());
-        let applied = self.record_and_apply(group.as_deref()).await?;
-        let (failures, markers) = match (applied, &self.grouper, group) {
-            (Some(done), _, _) => done,
-            (None, Some(grouper), Some(group)) => {
-                let empty = Carry::new(&[], 0);
-                let submission = Submission {
-                    id: self.window.clone(),
-                    group,
-                    carry: std::mem::replace(&mut self.carry, empty),
-                    committer: self.committer.clone(),
-                    conn: self.conn.clone(),
-                };
-                // Handed in now (the send comes before any await).
-                coming.0 = None;
-                let applied = grouper.apply(submission).await?;
-                self.carry = applied.carry;
-                let failures = applied.result?;
-                // The group's markers, once the last of its carries is
-                // finished (below, before its own finish).
-                (failures, Pending::Group(applied.finish))
-            }
-            (None, _, _) => unreachable!("recorded without a group only when applied"),
-        };
+        let (failures, markers) = self.record_and_apply().await?;
         let conn = &mut self.conn;
         for d in &self.deferred {
             self.committer.ack(conn, &d.ids).await?;
@@ -182,70 +158,98 @@ impl Job {
         Ok(self.carry)
     }
 
-    /// Records the carry (in `group`, when one is given) and, without a
-    /// group, applies it: its failures and markers.
-    async fn record_and_apply(
-        &mut self,
-        group: Option<&str>,
-    ) -> StoreResult<Option<(Vec<Failure>, Pending)>> {
-        let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
-        if self.by_slot {
-            sort_for_cluster(self.committer.keys(), &mut cells);
-        } else {
-            // Members new to `known:` then go in in its own order (cheaper).
-            crate::model::known::sort_by_member(&mut cells);
-        }
-        let step = Apply {
-            window: &self.window,
-            cells: &cells,
-            stats: &[],
-            // The windows' entries are acknowledged after, window by window.
-            ids: "",
-            chunk: CHUNK_CELLS,
-            by_slot: self.by_slot,
-        };
-        let plan = plan(self.committer.keys(), &step);
-        let sealed = Sealed {
-            window: &self.window,
-            ids: "",
-            cells: &cells,
-            stats: &[],
-            rejected: &[],
-            chunk: CHUNK_CELLS,
-            chunks: plan.len(),
-        };
-        let conn = &mut self.conn;
-        match self
-            .committer
-            .carry(conn, &sealed, &self.deferred, group)
-            .await?
-        {
-            CarryOutcome::Recorded => {}
-            CarryOutcome::Gone(w) => return Err(StoreError::CarryGone(w)),
-            CarryOutcome::Taken(holder) => {
-                return Err(StoreError::NameTaken {
-                    name: self.consumer.clone(),
-                    holder,
-                })
+    /// Records the carry and applies it, alone or (with a grouper, in its
+    /// open group) with the carries of the process' other shards: its
+    /// failures and the markers to expire once it is finished.
+    async fn record_and_apply(&mut self) -> StoreResult<(Vec<Failure>, Pending)> {
+        let group = self.grouper.clone().map(|g| {
+            let id = g.open_group();
+            (g, id)
+        });
+        let coming = Coming(group.as_ref().map(|(g, _)| g.clone()));
+        let (grouper, id) = {
+            let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
+            if self.by_slot {
+                sort_for_cluster(self.committer.keys(), &mut cells);
+            } else {
+                // Members new to `known:` then go in in its own order (cheaper).
+                crate::model::known::sort_by_member(&mut cells);
             }
-        }
-        if group.is_some() {
-            return Ok(None);
-        }
-        let failures = self
-            .committer
-            .apply_and_ack(conn, &step, &[], Some(&self.known))
-            .await?;
-        crate::model::metrics::metrics()
-            .carry_cells
-            .inc_by(cells.len() as u64);
-        Ok(Some((failures, Pending::Own(markers(&plan)))))
+            let step = Apply {
+                window: &self.window,
+                cells: &cells,
+                stats: &[],
+                // The windows' entries are acknowledged after, window by window.
+                ids: "",
+                chunk: CHUNK_CELLS,
+                by_slot: self.by_slot,
+            };
+            let plan = plan(self.committer.keys(), &step);
+            let sealed = Sealed {
+                window: &self.window,
+                ids: "",
+                cells: &cells,
+                stats: &[],
+                rejected: &[],
+                chunk: CHUNK_CELLS,
+                chunks: plan.len(),
+            };
+            let conn = &mut self.conn;
+            let in_group = group.as_ref().map(|(_, id)| id.as_str());
+            match self
+                .committer
+                .carry(conn, &sealed, &self.deferred, in_group)
+                .await?
+            {
+                CarryOutcome::Recorded => {}
+                CarryOutcome::Gone(w) => return Err(StoreError::CarryGone(w)),
+                CarryOutcome::Taken(holder) => {
+                    return Err(StoreError::NameTaken {
+                        name: self.consumer.clone(),
+                        holder,
+                    })
+                }
+            }
+            match group {
+                Some(group) => group,
+                None => {
+                    let failures = self
+                        .committer
+                        .apply_and_ack(conn, &step, &[], Some(&self.known))
+                        .await?;
+                    crate::model::metrics::metrics()
+                        .carry_cells
+                        .inc_by(cells.len() as u64);
+                    return Ok((failures, Pending::Own(markers(&plan))));
+                }
+            }
+        };
+        let submission = Submission {
+            id: self.window.clone(),
+            group: id,
+            carry: std::mem::replace(&mut self.carry, Carry::new(&[], 0)),
+            committer: self.committer.clone(),
+            conn: self.conn.clone(),
+        };
+        // Handed in now (the send comes before any await).
+        coming.disarm();
+        let applied = grouper.apply(submission).await?;
+        self.carry = applied.carry;
+        // The group's markers go with the last of its carries finished.
+        Ok((applied.result?, Pending::Group(applied.finish)))
     }
 }
 
 /// A carry the grouper counts as coming until it is handed in: if its task
 /// ends before that (an error, or stopped by a resync), it never will.
 struct Coming(Option<Arc<Grouper>>);
+
+impl Coming {
+    /// The carry reached the grouper: it counts it from now on.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
 
 impl Drop for Coming {
     fn drop(&mut self) {

@@ -52,13 +52,14 @@
 //!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  carry.rs  keys.rs  known.rs  slots.rs
 //!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
-//!            register.rs)  shutdown.rs  clock.rs                      no Redis here
+//!            register.rs)  shutdown.rs  clock.rs  ids.rs (entry ids, compact)  no Redis here
 //! ```
 //!
 //! - [`model`], the pure floor: the hit and its wire forms ([`model::event`]),
 //!   hits to increments and statistics of their values
 //!   ([`model::aggregate`], [`model::stats`]), which increments wait to be
-//!   summed over several windows ([`model::carry`]), every key name
+//!   summed over several windows ([`model::carry`], their entries' ids held
+//!   compactly by [`model::ids`]), every key name
 //!   ([`model::keys`]) and Redis Cluster hash slots ([`model::slots`]), every setting and its default, written once
 //!   ([`model::config`]), which `known:` ZADDs may be left out
 //!   ([`model::known`]), the metrics ([`model::metrics`]), the shutdown

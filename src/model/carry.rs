@@ -28,16 +28,16 @@ use std::time::{Duration, Instant};
 use crate::model::aggregate::{Cell, Window};
 
 /// Entries whose windows a carry holds at most: their ids stay in memory
-/// (about 33 bytes each in the worker's peak RSS, measured) until the
-/// carry is applied and acknowledges them. A 5 M-entry backlog of hot
-/// names, drained at ~590k hits/s, reaches it within the carry's age: peak
-/// RSS 72 MiB with 1,000,000, 50 MiB with 500,000; a Zipf carry fills its
-/// 500,000 cells at about as many entries, and drains as fast with either.
-pub const MAX_ENTRIES: usize = 500_000;
+/// until the carry is applied and acknowledges them, about 2 bytes each
+/// ([`crate::model::ids`]; as text they took about 33 bytes each of the
+/// worker's peak RSS, which capped the carry at 500,000 entries, fewer
+/// than a Zipf carry's 1,000,000 cells take to fill).
+pub const MAX_ENTRIES: usize = 2_000_000;
 /// The stated bound while a worker is behind: a hit it read is counted at
 /// every precision within this time (a window closing while behind, ≤ 1 s,
-/// plus `--carry-ms`, at most 2 s by default, plus the carry's own apply).
-pub const VISIBLE_WITHIN: Duration = Duration::from_secs(5);
+/// plus `--carry-ms`, at most 2 s by default, plus the carry's own apply,
+/// up to about 3 s for 1,000,000 cells on one Redis core).
+pub const VISIBLE_WITHIN: Duration = Duration::from_secs(6);
 
 /// The count cells of windows recorded but not applied, summed.
 #[derive(Debug)]

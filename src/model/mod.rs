@@ -9,6 +9,7 @@ pub mod carry;
 pub mod clock;
 pub mod config;
 pub mod event;
+pub mod ids;
 pub mod keys;
 pub mod known;
 pub mod metrics;

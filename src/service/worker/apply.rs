@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::{Cursor, Worker};
 use crate::model::aggregate::{Cell, StatCell};
 use crate::model::clock::unix_ms;
+use crate::model::ids::IdList;
 use crate::model::metrics::metrics;
 use crate::store::commit::{
     markers, plan, sort_for_cluster, sort_stats_for_cluster, Apply, Deferred, Finished, Outcome,
@@ -133,7 +134,10 @@ impl Worker {
         if waits {
             self.deferred.push(Deferred {
                 window: window_id,
-                ids: self.batch.ids().to_string(),
+                ids: IdList::parse(self.batch.ids()).ok_or_else(|| StoreError::Unexpected {
+                    what: "reading the stream",
+                    reply: "an entry id that is not MS-SEQ".into(),
+                })?,
                 chunks: plan.len(),
                 failures,
                 // The carry marks a waiting window's chunks in its marker on

@@ -264,8 +264,18 @@ impl Committer {
     /// Acknowledges `ids` (space separated), in commands of at most
     /// [`ACK_IDS`] ids, in one round trip.
     pub async fn ack(&self, conn: &mut Conn, ids: &str) -> StoreResult<()> {
+        self.ack_each(conn, ids.split(' ').filter(|s| !s.is_empty()))
+            .await
+    }
+
+    /// Acknowledges `ids`, in commands of at most [`ACK_IDS`].
+    pub async fn ack_each<S: AsRef<str>>(
+        &self,
+        conn: &mut Conn,
+        ids: impl IntoIterator<Item = S>,
+    ) -> StoreResult<()> {
         let mut acks = redis::pipe();
-        stream::ack_into(&mut acks, &self.keys, ids, ACK_IDS);
+        stream::ack_each_into(&mut acks, &self.keys, ids, ACK_IDS);
         // None (a carry acknowledges nothing itself): an empty pipeline is
         // an error on a cluster.
         if !acks.is_empty() {

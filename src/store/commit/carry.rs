@@ -30,6 +30,7 @@ use redis::Value;
 
 use super::{Committer, Failure, Sealed, MARKER_TTL_SECS};
 use crate::model::aggregate::Cell;
+use crate::model::ids::IdList;
 use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::scripts::{CARRY, TAKE};
 
@@ -38,8 +39,8 @@ use crate::store::scripts::{CARRY, TAKE};
 pub struct Deferred {
     /// The window id.
     pub window: String,
-    /// Its entry ids, space separated, to acknowledge after the carry.
-    pub ids: String,
+    /// Its entry ids, to acknowledge after the carry.
+    pub ids: IdList,
     /// Its chunk count: every chunk's cells wait in the carry.
     pub chunks: usize,
     /// Cells of its applied chunks that failed, to dead-letter when finished.

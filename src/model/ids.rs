@@ -54,23 +54,42 @@ impl IdList {
     }
 
     /// The ids as Redis writes them, in the order they were added.
-    pub fn iter(&self) -> impl Iterator<Item = String> + '_ {
-        let mut at = 0;
-        let mut last = (0u64, 0u64);
-        std::iter::from_fn(move || {
-            if at >= self.bytes.len() {
-                return None;
-            }
-            let ms = last.0.wrapping_add(unzigzag(take(&self.bytes, &mut at)));
-            let raw = take(&self.bytes, &mut at);
-            let seq = if ms == last.0 {
-                last.1.wrapping_add(unzigzag(raw))
-            } else {
-                raw
-            };
-            last = (ms, seq);
-            Some(format!("{ms}-{seq}"))
-        })
+    pub fn iter(&self) -> Ids<'_> {
+        Ids {
+            bytes: &self.bytes,
+            at: 0,
+            last: (0, 0),
+        }
+    }
+}
+
+/// The ids of an [`IdList`], as `MS-SEQ` text.
+#[derive(Debug, Clone)]
+pub struct Ids<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    last: (u64, u64),
+}
+
+impl Iterator for Ids<'_> {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        if self.at >= self.bytes.len() {
+            return None;
+        }
+        let ms = self
+            .last
+            .0
+            .wrapping_add(unzigzag(take(self.bytes, &mut self.at)));
+        let raw = take(self.bytes, &mut self.at);
+        let seq = if ms == self.last.0 {
+            self.last.1.wrapping_add(unzigzag(raw))
+        } else {
+            raw
+        };
+        self.last = (ms, seq);
+        Some(format!("{ms}-{seq}"))
     }
 }
 

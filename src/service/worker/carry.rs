@@ -134,7 +134,7 @@ impl Job {
         let (failures, markers) = self.record_and_apply().await?;
         let conn = &mut self.conn;
         for d in &self.deferred {
-            self.committer.ack_each(conn, d.ids.iter()).await?;
+            self.committer.ack_list(conn, &d.ids).await?;
         }
         for d in self.deferred.drain(..) {
             let done = Finished {

@@ -22,6 +22,7 @@ pub use super::replies::Failure;
 use super::replies::{chunk_statuses, group_statuses, InFlight, GROUP_CHUNKS};
 use super::{stats, Committer, ACK_IDS, MARKER_TTL_AFTER_FINISH, MARKER_TTL_SECS};
 use crate::model::aggregate::Cell;
+use crate::model::ids::IdList;
 use crate::model::keys::Keys;
 use crate::model::known::KnownCache;
 use crate::store::connect::{Conn, StoreResult};
@@ -30,6 +31,10 @@ use crate::store::stream;
 
 /// Members per `ZADD known:` sent on its own (about 1 µs each).
 const ZADD_MEMBERS: usize = 1000;
+
+/// XACK commands per round trip when acknowledging many ids alone: 8 of
+/// [`ACK_IDS`] ids, about 0.5 MB of commands.
+const ACKS_AT_ONCE: usize = 8;
 
 /// The apply scripts of `chunks`, the plan's chunks from number `first`
 /// on. With `known` (a cache and the current unix
@@ -261,27 +266,36 @@ impl Committer {
         }
     }
 
-    /// Acknowledges `ids` (space separated), in commands of at most
-    /// [`ACK_IDS`] ids, in one round trip.
+    /// Acknowledges a window's `ids` (space separated), in commands of at
+    /// most [`ACK_IDS`] ids, in one round trip.
     pub async fn ack(&self, conn: &mut Conn, ids: &str) -> StoreResult<()> {
-        self.ack_each(conn, ids.split(' ').filter(|s| !s.is_empty()))
-            .await
-    }
-
-    /// Acknowledges `ids`, in commands of at most [`ACK_IDS`].
-    pub async fn ack_each<S: AsRef<str>>(
-        &self,
-        conn: &mut Conn,
-        ids: impl IntoIterator<Item = S>,
-    ) -> StoreResult<()> {
         let mut acks = redis::pipe();
-        stream::ack_each_into(&mut acks, &self.keys, ids, ACK_IDS);
+        stream::ack_into(&mut acks, &self.keys, ids, ACK_IDS);
         // None (a carry acknowledges nothing itself): an empty pipeline is
         // an error on a cluster.
         if !acks.is_empty() {
             acks.query_async::<()>(conn).await?;
         }
         Ok(())
+    }
+
+    /// Acknowledges the ids of a carry's window, in commands of at most
+    /// [`ACK_IDS`], at most [`ACKS_AT_ONCE`] per round trip: a carry's
+    /// windows hold up to 2 M ids, whose commands built at once took tens
+    /// of MiB.
+    pub async fn ack_list(&self, conn: &mut Conn, list: &IdList) -> StoreResult<()> {
+        let mut ids = list.iter();
+        loop {
+            let mut acks = redis::pipe();
+            let part = ids.by_ref().take(ACK_IDS * ACKS_AT_ONCE);
+            stream::ack_each_into(&mut acks, &self.keys, part, ACK_IDS);
+            // None left (a carry acknowledges nothing itself): an empty
+            // pipeline is an error on a cluster.
+            if acks.is_empty() {
+                return Ok(());
+            }
+            acks.query_async::<()>(conn).await?;
+        }
     }
 
     /// On a cluster, the `known:` members of the chunks just applied: those

@@ -20,8 +20,6 @@ pub struct Record {
     pub owner: String,
     /// Commit time on the Redis clock, unix ms.
     pub created_ms: i64,
-    /// Its entry ids, space separated.
-    pub ids: String,
     /// Cells per apply script, as committed.
     pub chunk: usize,
     /// A carry applied with others on a cluster: its group (see
@@ -60,7 +58,6 @@ impl Committer {
                 .arg(self.keys.window(id))
                 .arg("owner")
                 .arg("created")
-                .arg("ids")
                 .arg("chunk")
                 .arg("group");
         }
@@ -147,7 +144,15 @@ impl Committer {
                 // Its cells are the carry's (a record of its own, finished
                 // on its own): only its entries are left to acknowledge.
                 // On one Redis the carry marked its chunks in its marker.
-                self.ack(conn, &record.ids).await?;
+                let ids: Option<String> = redis::cmd("HGET")
+                    .arg(self.keys.window(&record.window))
+                    .arg("ids")
+                    .query_async(conn)
+                    .await?;
+                let Some(ids) = ids else {
+                    return self.ids_missing(conn, record).await;
+                };
+                self.ack(conn, &ids).await?;
                 let markers = if conn.is_cluster() {
                     Vec::new()
                 } else {
@@ -166,15 +171,24 @@ impl Committer {
             Some(false) => {}
         }
         let key = self.keys.window(&record.window);
-        let (blob, stats_blob, pieces): (Option<Vec<u8>>, Option<Vec<u8>>, Option<usize>) =
-            redis::cmd("HMGET")
-                .arg(&key)
-                .arg("cells")
-                .arg("stats")
-                .arg(PIECES_FIELD)
-                .query_async(conn)
-                .await?;
+        type Fields = (
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            Option<usize>,
+            Option<String>,
+        );
+        let (blob, stats_blob, pieces, ids): Fields = redis::cmd("HMGET")
+            .arg(&key)
+            .arg("cells")
+            .arg("stats")
+            .arg(PIECES_FIELD)
+            .arg("ids")
+            .query_async(conn)
+            .await?;
         let Some(blob) = blob else { return Ok(false) };
+        let Some(ids) = ids else {
+            return self.ids_missing(conn, record).await;
+        };
         // A carry's cells come in pieces: one HGET each (a reply of ~1 MB).
         let mut more = redis::pipe();
         for i in 1..pieces.unwrap_or(1) {
@@ -227,7 +241,7 @@ impl Committer {
                 chunk: record.chunk,
             };
             let failures = self.apply_sums(conn, &[sum], None).await?.remove(0);
-            self.ack(conn, &record.ids).await?;
+            self.ack(conn, &ids).await?;
             let done = Finished {
                 window: record.window.clone(),
                 failures,
@@ -242,7 +256,7 @@ impl Committer {
             window: &record.window,
             cells: &cells,
             stats: &stat_cells,
-            ids: &record.ids,
+            ids: &ids,
             chunk: record.chunk,
             by_slot: conn.is_cluster(),
         };
@@ -254,10 +268,22 @@ impl Committer {
         };
         self.finish(conn, &finished).await?;
         tracing::info!(window = %record.window, owner = %record.owner,
-            first = record.ids.split(' ').next().unwrap_or(""),
-            last = record.ids.rsplit(' ').next().unwrap_or(""),
+            first = ids.split(' ').next().unwrap_or(""),
+            last = ids.rsplit(' ').next().unwrap_or(""),
             "finished a window left by a stopped worker");
         Ok(true)
+    }
+
+    /// A record taken for recovery has no entry ids: it cannot be finished,
+    /// so it goes to the dead-letter stream like any record that cannot be
+    /// read back. Returns false: nothing was finished.
+    async fn ids_missing(&self, conn: &mut Conn, record: &Record) -> StoreResult<bool> {
+        let bad = Corrupt {
+            window: record.window.clone(),
+            reason: "field ids is missing".into(),
+        };
+        self.quarantine(conn, &bad).await?;
+        Ok(false)
     }
 }
 /// A record's fields as read by [`Committer::records`]: `Ok(None)` when the
@@ -279,7 +305,7 @@ fn parse_record(window: &str, row: &[Option<Vec<u8>>]) -> Result<Option<Record>,
         text.parse::<i64>()
             .map_err(|_| format!("field {name} is not a number: {text:?}"))
     };
-    let chunk = number(3, "chunk")?;
+    let chunk = number(2, "chunk")?;
     if chunk < 1 {
         return Err(format!("field chunk must be at least 1, not {chunk}"));
     }
@@ -287,10 +313,9 @@ fn parse_record(window: &str, row: &[Option<Vec<u8>>]) -> Result<Option<Record>,
         window: window.to_string(),
         owner: field(0, "owner")?,
         created_ms: number(1, "created")?,
-        ids: field(2, "ids")?,
         chunk: chunk as usize,
         group: row
-            .get(4)
+            .get(3)
             .and_then(|g| g.as_deref())
             .map(|g| String::from_utf8_lossy(g).into_owned()),
     }))
@@ -311,17 +336,15 @@ mod tests {
         let row = |v: [Option<&str>; 4]| -> Vec<Option<Vec<u8>>> {
             v.iter().map(|f| f.map(|s| s.as_bytes().to_vec())).collect()
         };
-        let good = parse_record(
-            "w",
-            &row([Some("c1"), Some("5"), Some("1-0 2-0"), Some("500")]),
-        );
-        assert_eq!(good.unwrap().unwrap().chunk, 500);
+        let good = parse_record("w", &row([Some("c1"), Some("5"), Some("500"), Some("g")]));
+        let good = good.unwrap().unwrap();
+        assert_eq!((good.chunk, good.group.as_deref()), (500, Some("g")));
         assert_eq!(parse_record("w", &row([None, None, None, None])), Ok(None));
-        let missing = parse_record("w", &row([Some("c1"), None, Some("1-0"), Some("500")]));
+        let missing = parse_record("w", &row([Some("c1"), None, Some("500"), None]));
         assert!(missing.unwrap_err().contains("created"));
-        let nan = parse_record("w", &row([Some("c1"), Some("5"), Some("1-0"), Some("x")]));
+        let nan = parse_record("w", &row([Some("c1"), Some("5"), Some("x"), None]));
         assert!(nan.unwrap_err().contains("chunk"));
-        let zero = parse_record("w", &row([Some("c1"), Some("5"), Some("1-0"), Some("0")]));
+        let zero = parse_record("w", &row([Some("c1"), Some("5"), Some("0"), None]));
         assert!(zero.is_err());
         assert!(decode_cells(b"\xc1garbage").is_err());
         let blob = rmp_serde::to_vec(&vec![(60u32, "a", 0i64, 2i64)]).unwrap();

@@ -159,7 +159,9 @@ async fn a_corrupt_window_record_is_quarantined_while_counting_stays_exact() {
     let k = keys(&settings(&url, "any"));
     let mut hits = send(&url, &["p1", "p2", "p3"], 900).await;
     // A worker that read 300 entries, recorded a window whose cells do not
-    // decode, and died; and a record with fields missing.
+    // decode, and died; a record with fields missing; and one whose cells
+    // decode but whose entry ids are missing (read only once it is taken
+    // for recovery): its cells must not be counted.
     hitcount::store::scripts::load_all(&mut c).await.unwrap();
     hitcount::store::stream::ensure_group(&mut c, &k)
         .await
@@ -198,6 +200,20 @@ async fn a_corrupt_window_record_is_quarantined_while_counting_stays_exact() {
         .arg(k.windows())
         .arg(old_ms)
         .arg("bad-fields")
+        .cmd("HSET")
+        .arg(k.window("bad-ids"))
+        .arg("owner")
+        .arg("ghost3")
+        .arg("created")
+        .arg(old_ms)
+        .arg("chunk")
+        .arg(500)
+        .arg("cells")
+        .arg(rmp_serde::to_vec(&vec![(60u32, "p1", 0i64, 5i64)]).unwrap())
+        .cmd("ZADD")
+        .arg(k.windows())
+        .arg(old_ms)
+        .arg("bad-ids")
         .query_async(&mut c)
         .await
         .unwrap();
@@ -224,7 +240,7 @@ async fn a_corrupt_window_record_is_quarantined_while_counting_stays_exact() {
         .iter()
         .filter(|d| d.get("reason").map(String::as_str) == Some("corrupt_record"))
         .collect();
-    assert_eq!(quarantined.len(), 2, "{dead:?}");
+    assert_eq!(quarantined.len(), 3, "{dead:?}");
     let cells = quarantined
         .iter()
         .find(|d| d.get("window").map(String::as_str) == Some("bad-cells"))
@@ -237,10 +253,15 @@ async fn a_corrupt_window_record_is_quarantined_while_counting_stays_exact() {
         .find(|d| d.get("window").map(String::as_str) == Some("bad-fields"))
         .expect("the record with missing fields");
     assert!(fields["error"].contains("missing"), "{fields:?}");
+    let no_ids = quarantined
+        .iter()
+        .find(|d| d.get("window").map(String::as_str) == Some("bad-ids"))
+        .expect("the record without entry ids");
+    assert!(no_ids["error"].contains("ids is missing"), "{no_ids:?}");
     let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
     assert_eq!(
         metric(&addr_refs, "hitcount_records_quarantined_total"),
-        2.0
+        3.0
     );
     for w in &mut workers {
         assert_eq!(w.terminate(Duration::from_secs(25)).code(), Some(0));

@@ -209,7 +209,7 @@ async fn a_corrupt_window_record_is_quarantined_while_counting_stays_exact() {
         .arg("chunk")
         .arg(500)
         .arg("cells")
-        .arg(rmp_serde::to_vec(&vec![(60u32, "p1", 0i64, 5i64)]).unwrap())
+        .arg(rmp_serde::to_vec(&vec![(60u32, "p1", unix_now() / 60 * 60, 5i64)]).unwrap())
         .cmd("ZADD")
         .arg(k.windows())
         .arg(old_ms)

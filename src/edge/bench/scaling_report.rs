@@ -239,6 +239,7 @@ impl ScalingReport {
                 r.projected_speedup(),
             );
         }
+        out.push_str(&self.by_command());
         let idle: Vec<String> = self
             .idle_cpu_us_per_sec
             .iter()
@@ -252,6 +253,53 @@ impl ScalingReport {
         out
     }
 }
+
+impl ScalingReport {
+    /// Where each node's time went: per run and node, the commands Redis
+    /// counted the most time in (`INFO commandstats`), in µs and calls per
+    /// hit. A script's time includes its own commands', listed again.
+    fn by_command(&self) -> String {
+        let mut out = String::new();
+        for r in &self.runs {
+            let _ = writeln!(
+                out,
+                "- {}, W={}, µs per hit by command (calls per hit), scripts including theirs:",
+                r.workload.label(),
+                r.workers
+            );
+            let single = r
+                .single
+                .used
+                .iter()
+                .map(|u| ("one Redis".to_string(), u, &r.single));
+            let masters = r
+                .cluster
+                .used
+                .iter()
+                .enumerate()
+                .map(|(i, u)| (format!("master {}", r.cluster.nodes[i]), u, &r.cluster));
+            for (who, used, side) in single.chain(masters) {
+                let hits = side.hits.max(1) as f64;
+                let top: Vec<String> = used
+                    .top(TOP_COMMANDS)
+                    .into_iter()
+                    .map(|(name, calls, usec)| {
+                        format!(
+                            "{name} {:.2} ({:.3})",
+                            usec as f64 / hits,
+                            calls as f64 / hits
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(out, "  - {who}: {}", top.join(", "));
+            }
+        }
+        out
+    }
+}
+
+/// Commands listed per node by [`ScalingReport::by_command`].
+const TOP_COMMANDS: usize = 6;
 
 fn rate(s: &Side) -> String {
     format!("{:.0}", s.hits as f64 / s.secs.max(1e-9))

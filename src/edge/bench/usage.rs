@@ -9,6 +9,8 @@
 //! Commandstats' `usec` is not summed: a script's time already holds the
 //! time of the commands it runs, which are listed again on their own.
 
+use std::collections::BTreeMap;
+
 use redis::Value;
 
 use super::BenchError;
@@ -28,21 +30,50 @@ pub struct Node {
 }
 
 /// A node's counters at one moment, or their growth between two.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Usage {
     /// Process CPU time, µs.
     pub cpu_us: f64,
     /// Commands run, scripts' own included.
     pub calls: u64,
+    /// Per command (lower case, as `INFO commandstats` names it): calls and
+    /// the µs Redis counted in it (a script's includes its commands').
+    pub commands: BTreeMap<String, (u64, u64)>,
 }
 
 impl Usage {
     /// The growth from `before` to `self`.
     pub fn since(&self, before: &Usage) -> Usage {
+        let commands = self
+            .commands
+            .iter()
+            .map(|(name, &(calls, usec))| {
+                let (c0, u0) = before.commands.get(name).copied().unwrap_or_default();
+                (
+                    name.clone(),
+                    (calls.saturating_sub(c0), usec.saturating_sub(u0)),
+                )
+            })
+            .filter(|(_, (calls, _))| *calls > 0)
+            .collect();
         Usage {
             cpu_us: self.cpu_us - before.cpu_us,
             calls: self.calls.saturating_sub(before.calls),
+            commands,
         }
+    }
+
+    /// The commands that took the most time, most first: name, calls and
+    /// µs, at most `n`.
+    pub fn top(&self, n: usize) -> Vec<(&str, u64, u64)> {
+        let mut v: Vec<(&str, u64, u64)> = self
+            .commands
+            .iter()
+            .map(|(name, &(calls, usec))| (name.as_str(), calls, usec))
+            .collect();
+        v.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
+        v.truncate(n);
+        v
     }
 
     /// Parses the text of `INFO cpu commandstats`.
@@ -64,7 +95,12 @@ impl Usage {
                         .parse()
                         .ok()
                 };
-                u.calls += field("calls").unwrap_or(0.0) as u64;
+                let calls = field("calls").unwrap_or(0.0) as u64;
+                u.calls += calls;
+                if let Some((name, _)) = stats.split_once(':') {
+                    let usec = field("usec").unwrap_or(0.0) as u64;
+                    u.commands.insert(name.to_string(), (calls, usec));
+                }
             }
         }
         u
@@ -247,8 +283,15 @@ mod tests {
         let d = u.since(&Usage {
             cpu_us: 750_000.0,
             calls: 5,
+            commands: BTreeMap::new(),
         });
         assert_eq!((d.cpu_us, d.calls), (1_000_000.0, 45));
+        assert_eq!(d.top(1), vec![("evalsha", 10, 300)]);
+        assert_eq!(d.top(5).len(), 2);
+        let mut earlier = Usage::parse(info);
+        earlier.commands.insert("hincrby".into(), (30, 5));
+        let grown = u.since(&earlier);
+        assert_eq!(grown.top(5), vec![("hincrby", 10, 15)]);
     }
 
     #[test]

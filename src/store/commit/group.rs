@@ -60,19 +60,23 @@ struct Part {
     chunk: usize,
     /// Its cells, as indices into the sum's.
     cells: Range<usize>,
+    /// Its group's marker, as an index into the script's.
+    marker: usize,
 }
 
-/// One `apply_group.lua` call: the group's marker in one slot and the
-/// chunks it applies there.
+/// One `apply_group.lua` call: the chunks it applies in one slot and the
+/// markers there of the groups their sums were recorded in (most often
+/// one: two when a carry recorded in one group is applied with the next).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Script {
-    marker: String,
+    markers: Vec<String>,
     parts: Vec<Part>,
 }
 
 /// The scripts of a group: each sum's chunks (its [`plan`] on a cluster),
 /// gathered slot by slot, and within a slot packed whole into scripts of
-/// at most [`CHUNK_CELLS`] cells (a chunk holds at most that many).
+/// at most [`CHUNK_CELLS`] cells (a chunk holds at most that many),
+/// whatever group each sum was recorded in.
 fn scripts(keys: &Keys, sums: &[Sum<'_>]) -> Vec<Script> {
     let mut all: Vec<(u16, &str, Part)> = Vec::new();
     for (i, s) in sums.iter().enumerate() {
@@ -91,28 +95,39 @@ fn scripts(keys: &Keys, sums: &[Sum<'_>]) -> Vec<Script> {
                 sum: i,
                 chunk: c,
                 cells: chunk.cells,
+                marker: 0,
             };
             all.push((at, s.group, part));
         }
     }
     all.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     let mut out: Vec<Script> = Vec::new();
-    let mut open: Option<(u16, &str, usize)> = None;
-    for (at, group, part) in all {
+    let mut open: Option<(u16, usize)> = None;
+    for (at, group, mut part) in all {
         let n = part.cells.len();
-        match (&mut open, out.last_mut()) {
-            (Some((s, g, w)), Some(script)) if *s == at && *g == group && *w + n <= CHUNK_CELLS => {
+        let marker = keys.applied_marker_tagged(group, tag_for_slot(at));
+        let script = match (&mut open, out.last_mut()) {
+            (Some((s, w)), Some(script)) if *s == at && *w + n <= CHUNK_CELLS => {
                 *w += n;
-                script.parts.push(part);
+                script
             }
             _ => {
+                open = Some((at, n));
                 out.push(Script {
-                    marker: keys.applied_marker_tagged(group, tag_for_slot(at)),
-                    parts: vec![part],
+                    markers: Vec::new(),
+                    parts: Vec::new(),
                 });
-                open = Some((at, group, n));
+                out.last_mut().expect("just pushed")
             }
-        }
+        };
+        part.marker = match script.markers.iter().position(|m| *m == marker) {
+            Some(k) => k,
+            None => {
+                script.markers.push(marker);
+                script.markers.len() - 1
+            }
+        };
+        script.parts.push(part);
     }
     out
 }
@@ -137,8 +152,8 @@ fn commands(
         let cells: usize = script.parts.iter().map(|p| p.cells.len()).sum();
         let mut deadline = i64::MAX;
         let mut mine = Vec::new();
-        let mut cmd = APPLY_GROUP.evalsha(1 + cells);
-        cmd.arg(&script.marker);
+        let mut cmd = APPLY_GROUP.evalsha(script.markers.len() + cells);
+        cmd.arg(&script.markers);
         for part in &script.parts {
             let sum = &sums[part.sum];
             let mut prev: Option<(u32, &str)> = None;
@@ -158,9 +173,11 @@ fn commands(
         let deadline = if deadline == i64::MAX { 0 } else { deadline };
         cmd.arg(MARKER_TTL_SECS)
             .arg(deadline)
+            .arg(script.markers.len())
             .arg(script.parts.len());
         for part in &script.parts {
-            cmd.arg(field(sums[part.sum].id, part.chunk))
+            cmd.arg(part.marker + 1)
+                .arg(field(sums[part.sum].id, part.chunk))
                 .arg(part.cells.len());
         }
         for part in &script.parts {
@@ -281,7 +298,7 @@ impl Committer {
     pub fn group_markers(&self, sums: &[Sum<'_>]) -> Vec<String> {
         let mut m: Vec<String> = scripts(&self.keys, sums)
             .into_iter()
-            .map(|s| s.marker)
+            .flat_map(|s| s.markers)
             .collect();
         m.sort_unstable();
         m.dedup();
@@ -314,8 +331,11 @@ mod tests {
         v
     }
 
-    #[test]
-    fn one_script_per_slot_holds_every_sum_of_the_group_there() {
+    /// The scripts of two sums recorded in groups `ga` and `gb`, checked:
+    /// every chunk of every sum once, under its own group's marker in its
+    /// own slot, with the chunk numbers it has applied alone; one slot per
+    /// script. Returns how many scripts.
+    fn checked_scripts(ga: &str, gb: &str) -> usize {
         let k = keys();
         let a: Vec<String> = (0..300).map(|i| format!("a{i}")).collect();
         let b: Vec<String> = (0..300).map(|i| format!("b{i}")).collect();
@@ -323,13 +343,13 @@ mod tests {
         let sums = [
             Sum {
                 id: "s1",
-                group: "g",
+                group: ga,
                 cells: &ca,
                 chunk: CHUNK_CELLS,
             },
             Sum {
                 id: "s2",
-                group: "g",
+                group: gb,
                 cells: &cb,
                 chunk: CHUNK_CELLS,
             },
@@ -337,8 +357,6 @@ mod tests {
         let together = scripts(&k, &sums);
         let alone: usize = sums.iter().map(|s| scripts(&k, &[*s]).len()).sum();
         assert!(together.len() < alone, "{} vs {alone}", together.len());
-        // Every chunk of every sum exactly once, under the group's marker
-        // in its own slot, with the same chunk numbers as applied alone.
         for (i, s) in sums.iter().enumerate() {
             let own = scripts(&k, &[*s]);
             let mut parts: Vec<(String, usize, Range<usize>)> = together
@@ -347,16 +365,17 @@ mod tests {
                     sc.parts
                         .iter()
                         .filter(|p| p.sum == i)
-                        .map(|p| (sc.marker.clone(), p.chunk, p.cells.clone()))
+                        .map(|p| (sc.markers[p.marker].clone(), p.chunk, p.cells.clone()))
                 })
                 .collect();
             parts.sort_by_key(|p| p.1);
             let want: Vec<(String, usize, Range<usize>)> = own
                 .iter()
                 .flat_map(|sc| {
+                    assert_eq!(sc.markers.len(), 1, "a sum alone has one group");
                     sc.parts
                         .iter()
-                        .map(|p| (sc.marker.clone(), p.chunk, p.cells.clone()))
+                        .map(|p| (sc.markers[p.marker].clone(), p.chunk, p.cells.clone()))
                 })
                 .collect();
             assert_eq!(parts, want);
@@ -375,28 +394,46 @@ mod tests {
                 })
                 .collect();
             assert_eq!(slots.len(), 1, "one slot per script");
-            assert_eq!(
-                slot(sc.marker.as_bytes()),
-                *slots.iter().next().unwrap(),
-                "the marker in that slot"
-            );
+            let mut distinct = sc.markers.clone();
+            distinct.dedup();
+            assert_eq!(distinct, sc.markers, "each marker once");
+            for m in &sc.markers {
+                assert_eq!(
+                    slot(m.as_bytes()),
+                    *slots.iter().next().unwrap(),
+                    "the markers in that slot"
+                );
+            }
         }
+        together.len()
+    }
+
+    #[test]
+    fn one_script_per_slot_holds_every_sum_of_the_group_there() {
+        checked_scripts("g", "g");
+    }
+
+    #[test]
+    fn sums_of_two_groups_applied_together_share_their_scripts() {
+        assert_eq!(checked_scripts("g", "h"), checked_scripts("g", "g"));
     }
 
     #[test]
     fn every_reply_class_of_a_group_script() {
         let script = Script {
-            marker: "m".into(),
+            markers: vec!["m".into()],
             parts: vec![
                 Part {
                     sum: 0,
                     chunk: 0,
                     cells: 0..1,
+                    marker: 0,
                 },
                 Part {
                     sum: 1,
                     chunk: 3,
                     cells: 0..2,
+                    marker: 0,
                 },
             ],
         };

@@ -1,18 +1,21 @@
 -- Apply the chunks of several carries (sums) that fall in one hash slot,
 -- each at most once: on a Redis Cluster a script touches one slot, and one
--- script per slot for every sum of a group (the carries of a process'
--- stream shards, see the Rust module `store::commit::group`) costs a
--- fraction of one per sum and slot.
+-- script per slot for every sum applied together (the carries of a
+-- process' stream shards, see the Rust module `store::commit::group`)
+-- costs a fraction of one per sum and slot.
 --
--- KEYS[1] the group's applied marker in this slot (HASH, field
---         SUM:CHUNK -> failures)
--- KEYS[2..1+n] count:PREC:NAME hashes, one per cell, part after part
+-- KEYS[1..M] the applied markers in this slot of the groups the sums were
+--            recorded in (HASH, field SUM:CHUNK -> failures); most often
+--            one, two when a carry recorded in one group is applied with
+--            the next
+-- KEYS[M+1..M+n] count:PREC:NAME hashes, one per cell, part after part
 -- ARGV[1] marker TTL in seconds (a safety net: the worker shortens it once
 --         every sum of the group is finished)
 -- ARGV[2] deadline, as in apply.lua: unix seconds on the Redis clock before
 --         which the members left out of the worker's ZADDs are surely in
 --         known: (0 when none is left out)
--- ARGV[3] P, then per part: its marker field, its cell count
+-- ARGV[3] M, ARGV[4] P, then per part: its marker's number (1..M), its
+--         marker field, its cell count
 -- then per cell, part after part: bucket field, delta
 --
 -- A part already marked is left alone and reported with its recorded
@@ -28,20 +31,30 @@ if deadline > 0 and tonumber(redis.call('TIME')[1]) >= deadline then
     return {-1, ''}
 end
 
-local p = tonumber(ARGV[3])
-local fields = {}
-for i = 1, p do
-    fields[i] = ARGV[2 + 2 * i]
+local m, p = tonumber(ARGV[3]), tonumber(ARGV[4])
+local fields, marks, at = {}, {}, {}
+for k = 1, m do
+    fields[k], marks[k] = {}, {}
 end
-local done = redis.call('HMGET', KEYS[1], unpack(fields))
-
-local out, marks = {}, {}
-local key, a = 2, 4 + 2 * p
 for i = 1, p do
-    local n = tonumber(ARGV[3 + 2 * i])
-    if done[i] then
+    local f = fields[tonumber(ARGV[2 + 3 * i])]
+    f[#f + 1] = ARGV[3 + 3 * i]
+    at[i] = #f
+end
+local done = {}
+for k = 1, m do
+    done[k] = redis.call('HMGET', KEYS[k], unpack(fields[k]))
+end
+
+local out = {}
+local key, a = m + 1, 5 + 3 * p
+for i = 1, p do
+    local k = tonumber(ARGV[2 + 3 * i])
+    local n = tonumber(ARGV[4 + 3 * i])
+    local prior = done[k][at[i]]
+    if prior then
         out[#out + 1] = 0
-        out[#out + 1] = done[i]
+        out[#out + 1] = prior
     else
         local failed = {}
         for j = 0, n - 1 do
@@ -54,16 +67,19 @@ for i = 1, p do
             end
         end
         local text = table.concat(failed, '\n')
-        marks[#marks + 1] = fields[i]
-        marks[#marks + 1] = text
+        local mk = marks[k]
+        mk[#mk + 1] = ARGV[3 + 3 * i]
+        mk[#mk + 1] = text
         out[#out + 1] = 1
         out[#out + 1] = text
     end
     key = key + n
     a = a + 2 * n
 end
-if #marks > 0 then
-    redis.call('HSET', KEYS[1], unpack(marks))
-    redis.call('EXPIRE', KEYS[1], ARGV[1])
+for k = 1, m do
+    if #marks[k] > 0 then
+        redis.call('HSET', KEYS[k], unpack(marks[k]))
+        redis.call('EXPIRE', KEYS[k], ARGV[1])
+    end
 end
 return out

@@ -64,6 +64,11 @@ impl Carry {
         self.cells.merge(cells);
     }
 
+    /// Distinct cells it holds.
+    pub fn cells_len(&self) -> usize {
+        self.cells.cells_len()
+    }
+
     /// Whether no window waits.
     pub fn is_empty(&self) -> bool {
         self.opened.is_none()

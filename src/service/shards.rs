@@ -77,8 +77,13 @@ pub async fn run(
         return Ok(());
     }
     // Each shard's worker sums its own carry: their cells together stay
-    // within --carry-cells however many shards this process reads.
-    settings.worker.carry_cells = settings.worker.carry_cells.div_ceil(shards.len());
+    // within --carry-cells however many shards this process reads. On a
+    // cluster the carries are applied together, and are due together once
+    // they hold that many between them (`service::worker::group`); on one
+    // Redis each is applied alone and gets its share.
+    if !clustered {
+        settings.worker.carry_cells = settings.worker.carry_cells.div_ceil(shards.len());
+    }
     Balancer::new(settings, shards, client, health, shutdown, clustered)
         .run()
         .await;

@@ -146,7 +146,7 @@ impl Worker {
             });
             self.carry.add(&cells, self.batch.window().hits() as usize);
             if let Some(m) = &mut self.group {
-                m.holds(true);
+                m.holds(&self.carry);
             }
         } else {
             self.finished = Some(Finished {
@@ -158,7 +158,7 @@ impl Worker {
         drop(cells);
         self.clear_window();
         // At the head or stopping, nothing is left to sum with: apply now.
-        if !self.carry.is_empty() && (self.caught_up || !self.may_defer() || self.carry_due()) {
+        if !self.carry.is_empty() && (self.at_head() || !self.may_defer() || self.carry_due()) {
             self.carry_start().await?;
         }
         Ok(())

@@ -28,16 +28,28 @@ impl Worker {
             && self.settings.worker.carry_age().is_some()
     }
 
-    /// Whether the carry is to be applied now: it waited its age or is full,
-    /// or the carries of this process' shards are being gathered.
+    /// Whether this worker is at the head with nothing to wait for: its
+    /// stream read to the end and, on a cluster with shards, none of the
+    /// process' other shards behind (see [`crate::service::worker::group`]).
+    pub(super) fn at_head(&self) -> bool {
+        self.caught_up
+            && self
+                .group
+                .as_ref()
+                .is_none_or(|m| m.grouper().behind() == 0)
+    }
+
+    /// Whether the carry is to be applied now: it waited its age or is full
+    /// (on a cluster with shards: the carries of this process' shards hold
+    /// `--carry-cells` between them), or they are being gathered.
     pub(super) fn carry_due(&self) -> bool {
+        let max = self.settings.worker.carry_cells;
+        let grouper = self.group.as_ref().map(|m| m.grouper());
         !self.carry.is_empty()
-            && (self
-                .settings
-                .worker
-                .carry_age()
-                .is_none_or(|age| self.carry.is_due(age, self.settings.worker.carry_cells))
-                || self.group.as_ref().is_some_and(|m| m.grouper().gathering()))
+            && (self.settings.worker.carry_age().is_none_or(|age| {
+                self.carry
+                    .is_due(age, if grouper.is_some() { usize::MAX } else { max })
+            }) || grouper.is_some_and(|g| g.gathering() || g.cells() >= max))
     }
 
     /// Applies the carry and waits until it is done.
@@ -54,7 +66,7 @@ impl Worker {
         if self.deferred.is_empty() {
             self.carry.clear();
             if let Some(m) = &mut self.group {
-                m.holds(false);
+                m.emptied();
             }
             return Ok(());
         }

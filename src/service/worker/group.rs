@@ -10,7 +10,13 @@
 //! carry due ([`Grouper::gathering`]) and hands it in too, for at most
 //! [`GATHER`] (no longer than until every carry held is in: idle shards
 //! are not waited for); then the group is closed and applied, and each worker goes
-//! on to acknowledge and finish its windows. The group's markers are
+//! on to acknowledge and finish its windows. The carries are due together
+//! when they hold `--carry-cells` cells between them ([`Grouper::cells`]),
+//! not when one holds its share: a group then holds that many cells,
+//! which is what spreads the cost of its scripts (one per hash slot,
+//! whatever they hold) over the most hits. A worker at its stream's head
+//! hands its carry in at once only when none of the process' shards is
+//! behind ([`Grouper::behind`]). The group's markers are
 //! shortened once every one of its carries is finished ([`Finish`]); until
 //! then (or for ever, if one is left to recovery) they keep their day.
 
@@ -83,6 +89,11 @@ struct Shared {
     /// Carries that the shard workers hold or have handed in, not yet in a
     /// closed group: the gathering waits for these, not for idle shards.
     pending: AtomicIsize,
+    /// Cells in the carries the shard workers hold (not yet handed in).
+    cells: AtomicUsize,
+    /// Shard workers behind on their stream: while one is, the others'
+    /// carries wait to be applied with its (see [`Grouper::behind`]).
+    behind: AtomicUsize,
 }
 
 /// The process' grouper, shared by its shard workers.
@@ -91,15 +102,19 @@ pub struct Grouper {
     shared: Arc<Shared>,
 }
 
-/// A shard worker's place in the grouper: whether it holds a carry.
+/// A shard worker's place in the grouper: whether it holds a carry, and
+/// how many cells.
 pub struct Member {
     grouper: Arc<Grouper>,
     holding: bool,
+    cells: usize,
+    behind: bool,
 }
 
 impl Drop for Member {
     fn drop(&mut self) {
-        self.holds(false);
+        self.emptied();
+        self.set_behind(false);
     }
 }
 
@@ -109,8 +124,20 @@ impl Member {
         &self.grouper
     }
 
-    /// The worker's carry is (no longer) empty: a gathering waits for it.
-    pub fn holds(&mut self, holding: bool) {
+    /// The worker's carry is empty (cleared, or applied alone).
+    pub fn emptied(&mut self) {
+        self.count(0);
+        self.set_holding(false);
+    }
+
+    /// The worker's carry is now `carry`: a gathering waits for it unless
+    /// it is empty.
+    pub fn holds(&mut self, carry: &Carry) {
+        self.count(carry.cells_len());
+        self.set_holding(!carry.is_empty());
+    }
+
+    fn set_holding(&mut self, holding: bool) {
         if holding != self.holding {
             self.holding = holding;
             let delta = if holding { 1 } else { -1 };
@@ -122,9 +149,34 @@ impl Member {
     }
 
     /// The worker's carry went to be applied: the grouper counts it until
-    /// its group closes (or [`Grouper::abandon`]).
+    /// its group closes (or [`Grouper::abandon`]); its cells are no longer
+    /// held.
     pub fn handed_in(&mut self) {
+        self.count(0);
         self.holding = false;
+    }
+
+    /// Whether the worker is behind on its stream.
+    pub fn set_behind(&mut self, behind: bool) {
+        if behind != self.behind {
+            self.behind = behind;
+            let shared = &self.grouper.shared.behind;
+            if behind {
+                shared.fetch_add(1, Ordering::SeqCst);
+            } else {
+                shared.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn count(&mut self, cells: usize) {
+        let shared = &self.grouper.shared.cells;
+        if cells >= self.cells {
+            shared.fetch_add(cells - self.cells, Ordering::SeqCst);
+        } else {
+            shared.fetch_sub(self.cells - cells, Ordering::SeqCst);
+        }
+        self.cells = cells;
     }
 }
 
@@ -138,6 +190,8 @@ impl Grouper {
             open: AtomicU64::new(0),
             gathering: AtomicBool::new(false),
             pending: AtomicIsize::new(0),
+            cells: AtomicUsize::new(0),
+            behind: AtomicUsize::new(0),
         });
         tokio::spawn(run(rx, shared.clone(), Mutex::new(known)));
         Arc::new(Grouper { tx, shared })
@@ -148,7 +202,26 @@ impl Grouper {
         Member {
             grouper: self.clone(),
             holding: false,
+            cells: 0,
+            behind: false,
         }
+    }
+
+    /// How many of the process' shard workers are behind on their stream.
+    /// While one is, a worker at its own stream's head does not apply its
+    /// carry at once: that would make every carry of the process due, and
+    /// a backlog drained over many shards would be applied in as many small
+    /// groups as its shards reach their heads, each paying a script per
+    /// hash slot. It waits for the group like a worker behind does (its
+    /// age, the cells held, or a gathering): within the stated bound while
+    /// behind.
+    pub fn behind(&self) -> usize {
+        self.shared.behind.load(Ordering::SeqCst)
+    }
+
+    /// Cells in the carries the process' shard workers hold between them.
+    pub fn cells(&self) -> usize {
+        self.shared.cells.load(Ordering::SeqCst)
     }
 
     /// A carry counted as coming never will (its task ended before it was
@@ -279,5 +352,59 @@ async fn apply_group(
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn carry(names: &[&str]) -> Carry {
+        let mut c = Carry::new(&[60], 120);
+        let cells: Vec<Cell<'_>> = names
+            .iter()
+            .map(|n| Cell {
+                precision: 60,
+                name: n,
+                bucket: 0,
+                delta: 1,
+            })
+            .collect();
+        c.add(&cells, names.len());
+        c
+    }
+
+    #[tokio::test]
+    async fn members_count_the_cells_they_hold_and_whether_they_are_behind() {
+        let grouper = Grouper::start(KnownCache::new(&[60], 120));
+        let (mut a, mut b) = (grouper.join(), grouper.join());
+        a.holds(&carry(&["x", "y"]));
+        b.holds(&carry(&["x", "y", "z"]));
+        assert_eq!(grouper.cells(), 5);
+        assert_eq!(grouper.shared.pending.load(Ordering::SeqCst), 2);
+        // A carry that grew is counted once, at its new size.
+        a.holds(&carry(&["x", "y", "z", "w"]));
+        assert_eq!(grouper.cells(), 7);
+        a.handed_in();
+        assert_eq!(grouper.cells(), 3, "a carry handed in is no longer held");
+        b.emptied();
+        assert_eq!(grouper.cells(), 0);
+        assert_eq!(
+            grouper.shared.pending.load(Ordering::SeqCst),
+            1,
+            "the carry handed in counts until its group closes"
+        );
+
+        a.set_behind(true);
+        a.set_behind(true);
+        b.set_behind(true);
+        assert_eq!(grouper.behind(), 2);
+        b.set_behind(false);
+        assert_eq!(grouper.behind(), 1);
+        b.holds(&carry(&["x"]));
+        drop(a);
+        drop(b);
+        assert_eq!(grouper.behind(), 0, "a member gone is not behind");
+        assert_eq!(grouper.cells(), 0, "nor holds cells");
     }
 }

@@ -49,6 +49,12 @@ const AHEAD_WAIT_MS: u64 = 2000;
 /// with two, no better with four).
 const READS_AHEAD: usize = 2;
 
+/// How long a read blocks, in ms, when the worker is at its stream's head
+/// holding a carry that waits for other shards of the process (see
+/// `group`): well within a gathering's [`group::GATHER`], so it hands its
+/// carry in while the group is gathered.
+const HOLD_POLL_MS: u64 = 50;
+
 /// How long recording this worker's last error may take before it is given
 /// up (the connection may be the thing that failed).
 const LAST_ERROR_TIMEOUT: Duration = Duration::from_millis(500);
@@ -287,8 +293,11 @@ impl Worker {
         let block = match (&self.cursor, self.batch.opened()) {
             (Cursor::Pending(_), _) => None,
             // Cells waiting in the carry: look without waiting, and apply
-            // them at once if nothing is left to sum them with.
-            (Cursor::New, None) if !self.carry.is_empty() => None,
+            // them at once if nothing is left to sum them with; while
+            // other shards of the process are behind, look again soon for
+            // their group.
+            (Cursor::New, None) if !self.carry.is_empty() && self.at_head() => None,
+            (Cursor::New, None) if !self.carry.is_empty() => Some(HOLD_POLL_MS),
             (Cursor::New, None) => Some(self.settings.worker.block_ms),
             (Cursor::New, Some(t)) => {
                 let left = Duration::from_millis(self.settings.worker.window_ms)
@@ -321,6 +330,9 @@ impl Worker {
                 .map(|ms| unix_ms() - ms);
             let window_ms = self.settings.worker.window_ms as i64;
             self.caught_up = !full || newest_age_ms.is_none_or(|age| age < window_ms);
+            if let Some(m) = &mut self.group {
+                m.set_behind(!self.caught_up);
+            }
             if full {
                 self.read_ahead();
             }
@@ -331,8 +343,11 @@ impl Worker {
             } else if !self.batch.is_empty() {
                 self.flush().await?;
             } else if !self.carry.is_empty() {
-                // Caught up: nothing left to sum with.
-                self.carry_now().await?;
+                // Caught up: nothing left to sum with, unless other shards
+                // of the process are behind (their group is awaited).
+                if self.at_head() || self.carry_due() {
+                    self.carry_now().await?;
+                }
             } else if let Some(done) = self.finished.take() {
                 let committer = self.committer.clone();
                 committer.finish(self.conn()?, &done).await?;

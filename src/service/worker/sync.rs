@@ -21,7 +21,7 @@ impl Worker {
         self.finished = None;
         self.carry.clear();
         if let Some(m) = &mut self.group {
-            m.holds(false);
+            m.emptied();
         }
         self.deferred.clear();
         // A restart or failover may have lost the members it remembers.

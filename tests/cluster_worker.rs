@@ -677,3 +677,142 @@ async fn workers_killed_while_carrying_on_a_cluster_count_every_hit_once() {
         assert_eq!(dead_count(&mut c, &k.dead).await, 0, "{}", k.dead);
     }
 }
+
+/// The hits a day counter holds.
+async fn day_total(c: &mut Conn, name: &str) -> i64 {
+    let v: Vec<i64> = redis::cmd("HVALS")
+        .arg(format!("count:86400:{name}"))
+        .query_async(c)
+        .await
+        .unwrap();
+    v.iter().sum()
+}
+
+/// Sends one hit of `name` to `stream` and returns how long until its day
+/// counter (a precision that goes through the carry) holds it.
+async fn counted_after(
+    c: &mut Conn,
+    stream: &str,
+    name: &str,
+    workers: &mut [bin::Child],
+) -> Duration {
+    let sent = std::time::Instant::now();
+    let _: String = redis::cmd("XADD")
+        .arg(stream)
+        .arg("*")
+        .arg("name")
+        .arg(name)
+        .arg("count")
+        .arg(1)
+        .query_async(c)
+        .await
+        .unwrap();
+    while day_total(c, name).await < 1 {
+        for w in workers.iter_mut() {
+            w.assert_running();
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(60),
+            "{name} not counted within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sent.elapsed()
+}
+
+/// On a cluster with shards a worker's carries wait for their group only
+/// while one of its shards is behind: with every shard at its head a hit is
+/// counted at once, well before a long `--carry-ms`; with one shard far
+/// behind, a hit on another is still counted within the bound stated for a
+/// worker behind (`--carry-ms` + a window + the sum's apply), long before
+/// that shard is read to its end, and the backlog is counted exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_at_their_heads_count_at_once_and_within_the_bound_while_one_is_behind() {
+    const LONG_CARRY_MS: u64 = 5000;
+    const CARRY_MS: u64 = 1000;
+    const BACKLOG: usize = 400_000;
+    let cluster = Cluster::start_with(3, 0);
+    let url = cluster.seed_url();
+    let mut c = common::conn(&url).await;
+    let stream = StreamArgs {
+        shards: 4,
+        ..StreamArgs::default()
+    };
+    let shards = Keys::all_shards(&LayoutArgs::default(), &stream, true);
+    let args = |carry_ms: u64| {
+        [
+            "--shards",
+            "4",
+            "--wait-replicas",
+            "0",
+            "--carry-ms",
+            &carry_ms.to_string(),
+        ]
+        .map(String::from)
+    };
+
+    let mut workers = start_workers(&url, 1, &args(LONG_CARRY_MS).each_ref().map(String::as_str));
+    counted_after(&mut c, &shards[0].stream, "ready", &mut workers).await;
+    for (k, s) in shards.iter().enumerate() {
+        let took = counted_after(&mut c, &s.stream, &format!("head{k}"), &mut workers).await;
+        assert!(
+            took < Duration::from_millis(LONG_CARRY_MS / 2),
+            "shard {k}: counted after {took:?} with every shard at its head; \
+             a carry there must not wait --carry-ms ({LONG_CARRY_MS} ms)"
+        );
+    }
+    drain_and_stop(&mut c, &shards, &mut workers).await;
+
+    // A backlog on shard 0 only, there before a worker starts.
+    let names: Vec<String> = (0..1000).map(|i| format!("b{i}")).collect();
+    for part in names.chunks(10).cycle().take(BACKLOG / 1000) {
+        let mut pipe = redis::pipe();
+        for _ in 0..100 {
+            for n in part {
+                pipe.cmd("XADD")
+                    .arg(&shards[0].stream)
+                    .arg("*")
+                    .arg("name")
+                    .arg(n)
+                    .arg("count")
+                    .arg(1)
+                    .ignore();
+            }
+        }
+        pipe.query_async::<()>(&mut c).await.unwrap();
+    }
+    let unread = async |c: &mut Conn| {
+        hitcount::store::group::own_group(c, &shards[0])
+            .await
+            .unwrap()
+            .and_then(|g| g.lag)
+            .unwrap_or(0)
+    };
+    let mut workers = start_workers(&url, 1, &args(CARRY_MS).each_ref().map(String::as_str));
+    let reading = std::time::Instant::now();
+    while unread(&mut c).await >= BACKLOG as u64 {
+        assert!(
+            reading.elapsed() < Duration::from_secs(60),
+            "shard 0 never read"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = counted_after(&mut c, &shards[1].stream, "beside", &mut workers).await;
+    let left = unread(&mut c).await;
+    let bound = Duration::from_millis(CARRY_MS + 1000 + 3000);
+    assert!(
+        took < bound + Duration::from_secs(4),
+        "counted after {took:?} beside a shard behind; stated bound {bound:?}"
+    );
+    assert!(
+        left > 0,
+        "shard 0 was read to its end before the hit beside it was counted \
+         ({took:?}): it must not wait for that"
+    );
+    drain_and_stop(&mut c, &shards, &mut workers).await;
+    let mut total = 0;
+    for n in &names {
+        total += day_total(&mut c, n).await;
+    }
+    assert_eq!(total, BACKLOG as i64, "the backlog counted exactly once");
+}

@@ -43,6 +43,13 @@ pub const SHARD_LEASE: Duration = Duration::from_secs(10);
 /// How often leases are renewed, live workers counted and shards balanced.
 const TICK: Duration = Duration::from_secs(1);
 
+/// How long a starting process waits after it first marks itself live,
+/// before it takes shards: processes started together then count each
+/// other and each takes its share, instead of the first taking them all
+/// and handing them over mid-drain (on a cluster each handover applies
+/// the process' carries early, in a group of its own).
+const SETTLE: Duration = Duration::from_millis(500);
+
 /// Runs this process' workers until `shutdown`: waits for Redis to learn
 /// whether it is a cluster, then reads the one stream, or its share of the
 /// shards. Settings errors are returned before anything starts; a fatal
@@ -183,6 +190,8 @@ struct Balancer {
     owned: BTreeMap<u32, Owned>,
     /// On a cluster: the carries of this process' shards, applied together.
     grouper: Option<Arc<Grouper>>,
+    /// Marked live once, and waited [`SETTLE`].
+    announced: bool,
 }
 
 impl Balancer {
@@ -214,6 +223,7 @@ impl Balancer {
             members,
             owned: BTreeMap::new(),
             grouper: clustered.then(|| Grouper::start(known)),
+            announced: false,
         }
     }
 
@@ -275,7 +285,15 @@ impl Balancer {
     /// under it.
     async fn step(&mut self, link: &mut Reconnecting) -> StoreResult<()> {
         let conn = link.get().await?;
-        let live = self.live(conn, true).await?.max(1);
+        let mut live = self.live(conn, true).await?;
+        if !self.announced {
+            // Processes started together (a rollout) see each other
+            // before taking shards, and share them from the start.
+            tokio::time::sleep(SETTLE).await;
+            live = self.live(conn, true).await?;
+            self.announced = true;
+        }
+        let live = live.max(1);
         let share = self.shards.len().div_ceil(live as usize);
         let mut lost = Vec::new();
         for (&k, o) in &self.owned {

@@ -39,6 +39,12 @@ impl Worker {
                 .is_none_or(|m| m.grouper().behind() == 0)
     }
 
+    /// Whether this worker's carry waits for the group of other shards of
+    /// the process that are behind (on a cluster with shards only).
+    pub(super) fn waits_for_group(&self) -> bool {
+        self.group.is_some() && !self.at_head()
+    }
+
     /// Whether the carry is to be applied now: it waited its age or is full
     /// (on a cluster with shards: the carries of this process' shards hold
     /// `--carry-cells` between them), or they are being gathered.

@@ -296,8 +296,10 @@ impl Worker {
             // them at once if nothing is left to sum them with; while
             // other shards of the process are behind, look again soon for
             // their group.
-            (Cursor::New, None) if !self.carry.is_empty() && self.at_head() => None,
-            (Cursor::New, None) if !self.carry.is_empty() => Some(HOLD_POLL_MS),
+            (Cursor::New, None) if !self.carry.is_empty() && self.waits_for_group() => {
+                Some(HOLD_POLL_MS)
+            }
+            (Cursor::New, None) if !self.carry.is_empty() => None,
             (Cursor::New, None) => Some(self.settings.worker.block_ms),
             (Cursor::New, Some(t)) => {
                 let left = Duration::from_millis(self.settings.worker.window_ms)

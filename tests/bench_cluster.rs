@@ -58,6 +58,18 @@ fn assert_per_master_table(out: &Output, masters: usize) {
         "{}",
         text(out)
     );
+    // Where each node's time went, by command.
+    assert!(stdout.contains("µs per hit by command"), "{}", text(out));
+    let one = stdout
+        .lines()
+        .find(|l| l.starts_with("  - one Redis: "))
+        .unwrap_or_else(|| panic!("{}", text(out)));
+    assert!(
+        one.contains("xreadgroup ") && one.contains("evalsha "),
+        "{}",
+        text(out)
+    );
+    assert_eq!(rows("  - master 127.0.0.1:"), masters, "{}", text(out));
 }
 
 #[test]

@@ -346,5 +346,11 @@ mod tests {
         assert_eq!(spread(8, &even(3)), vec![2, 4, 2]);
         assert_eq!(spread(16, &even(3)), vec![6, 6, 4]);
         assert_eq!(spread(32, &even(3)), vec![13, 11, 8]);
+        // The first counts that fall evenly.
+        assert!((3..54).all(|n| {
+            let s = spread(n, &even(3));
+            s.iter().max() != s.iter().min()
+        }));
+        assert_eq!(spread(54, &even(3)), vec![18, 18, 18]);
     }
 }

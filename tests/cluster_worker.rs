@@ -788,7 +788,10 @@ async fn shards_at_their_heads_count_at_once_and_within_the_bound_while_one_is_b
             .and_then(|g| g.lag)
             .unwrap_or(0)
     };
-    let mut workers = start_workers(&url, 1, &args(CARRY_MS).each_ref().map(String::as_str));
+    let listen = bin::free_addr();
+    let mut cmd = bin::default_worker(&url, &listen, &["--block-ms", "200"]);
+    cmd.args(args(CARRY_MS));
+    let mut workers = vec![bin::Child::spawn("worker-behind", cmd)];
     let reading = std::time::Instant::now();
     while unread(&mut c).await >= BACKLOG as u64 {
         assert!(
@@ -808,6 +811,22 @@ async fn shards_at_their_heads_count_at_once_and_within_the_bound_while_one_is_b
         left > 0,
         "shard 0 was read to its end before the hit beside it was counted \
          ({took:?}): it must not wait for that"
+    );
+    wait_all_drained(&mut c, &shards, &mut workers).await;
+    // The groups it applied, and their cells, are in its metrics.
+    let (status, metrics) = bin::http_get(&listen, "/metrics").expect("metrics");
+    assert_eq!(status, 200);
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{series} in\n{metrics}"))
+    };
+    let groups = value("hitcount_carry_groups_total");
+    let cells = value("hitcount_carry_cells_total");
+    assert!(
+        groups >= 1.0 && cells >= groups,
+        "{groups} groups, {cells} cells"
     );
     drain_and_stop(&mut c, &shards, &mut workers).await;
     let mut total = 0;

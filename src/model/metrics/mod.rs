@@ -71,6 +71,10 @@ pub struct Metrics {
     /// `hitcount_carry_cells_total`: summed cells applied through the
     /// carry (each stands for that cell in several windows).
     pub carry_cells: IntCounter,
+    /// `hitcount_carry_groups_total`: groups of shard carries applied
+    /// together on a Redis Cluster (each pays a script per hash slot it
+    /// touches: the more cells per group, the cheaper per hit).
+    pub carry_groups: IntCounter,
     /// `hitcount_replication_unconfirmed_total`: writes of a window on a
     /// Redis Cluster that no replica confirmed within the wait (a master
     /// without a replica): counting goes on, less safe against a failover.
@@ -260,6 +264,11 @@ impl Metrics {
                 "hitcount_carry_cells_total",
                 "Summed cells applied through the carry, while behind.",
             ),
+            carry_groups: counter(
+                &r,
+                "hitcount_carry_groups_total",
+                "Groups of shard carries applied together on a Redis Cluster.",
+            ),
             window_size: histogram(
                 &r,
                 "hitcount_window_size_events",
@@ -418,6 +427,7 @@ mod tests {
             "hitcount_windows_applied_total",
             "hitcount_windows_fenced_total",
             "hitcount_carry_cells_total",
+            "hitcount_carry_groups_total",
             "hitcount_replication_unconfirmed_total",
             "hitcount_window_size_events",
             "hitcount_apply_duration_seconds",

@@ -318,6 +318,7 @@ async fn apply_group(
         if applied.is_ok() {
             let n: usize = cells.iter().map(Vec::len).sum();
             metrics().carry_cells.inc_by(n as u64);
+            metrics().carry_groups.inc();
         }
         applied.map(|failures| (failures, markers))
     };

@@ -817,10 +817,7 @@ async fn shards_at_their_heads_count_at_once_and_within_the_bound_while_one_is_b
     let (status, metrics) = bin::http_get(&listen, "/metrics").expect("metrics");
     assert_eq!(status, 200);
     let value = |series: &str| -> f64 {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or_else(|| panic!("{series} in\n{metrics}"))
+        bin::metric_value(&metrics, series).unwrap_or_else(|| panic!("{series} in\n{metrics}"))
     };
     let groups = value("hitcount_carry_groups_total");
     let cells = value("hitcount_carry_cells_total");

@@ -33,8 +33,7 @@ impl Worker {
     fn metric(&self, name: &str) -> Option<f64> {
         let (status, body) = http_get(&self.listen, "/metrics")?;
         assert_eq!(status, 200);
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        common::bin::metric_value(&body, name)
     }
 
     /// `hitcount_is_leader` (panics when it cannot be scraped).

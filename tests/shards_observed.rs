@@ -10,7 +10,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::bin::{self, http_get, wait_for};
+use common::bin::{self, http_get, metric_value, wait_for};
 use common::cluster::Cluster;
 use hitcount::model::config::{LayoutArgs, StreamArgs};
 use hitcount::model::keys::Keys;
@@ -92,13 +92,6 @@ async fn the_sampler_reads_every_shard_on_a_cluster() {
     sampler_reads_every_shard(&mut c, true).await;
 }
 
-/// One sample line of `/metrics`: its value.
-fn value(metrics: &str, series: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
 /// The shards a worker serving on `listen` reports as read, per its gauges.
 fn owned(listen: &str) -> Option<(BTreeSet<u32>, String)> {
     let (status, metrics) = http_get(listen, "/metrics")?;
@@ -107,12 +100,12 @@ fn owned(listen: &str) -> Option<(BTreeSet<u32>, String)> {
     }
     let mut set = BTreeSet::new();
     for k in 0..SHARDS {
-        let v = value(&metrics, &format!("hitcount_shard_owned{{shard=\"{k}\"}}"))?;
+        let v = metric_value(&metrics, &format!("hitcount_shard_owned{{shard=\"{k}\"}}"))?;
         if v == 1.0 {
             set.insert(k);
         }
     }
-    let n = value(&metrics, "hitcount_shards_owned")?;
+    let n = metric_value(&metrics, "hitcount_shards_owned")?;
     (n as usize == set.len()).then_some((set, metrics))
 }
 
@@ -271,7 +264,7 @@ async fn shards_are_observed(url: &str) {
     // A paused process may have one blocked read outstanding per shard,
     // which Redis serves with the first new entry: at least two wait.
     let gauge = |m: &str, name: &str, k: u32| {
-        value(m, &format!("hitcount_shard_{name}{{shard=\"{k}\"}}")).unwrap()
+        metric_value(m, &format!("hitcount_shard_{name}{{shard=\"{k}\"}}")).unwrap()
     };
     let m = wait_for("obs-a's shards behind", Duration::from_secs(20), || {
         let (_, m) = owned(&listens[1])?;
@@ -295,14 +288,18 @@ async fn shards_are_observed(url: &str) {
         (lag, pending, oldest) = (lag + l, pending + p, oldest.max(age));
     }
     // The unlabelled gauges sum the shards (the oldest backlog of any).
-    assert_eq!(value(&m, "hitcount_group_lag_entries"), Some(lag), "{m}");
     assert_eq!(
-        value(&m, "hitcount_group_pending_entries"),
+        metric_value(&m, "hitcount_group_lag_entries"),
+        Some(lag),
+        "{m}"
+    );
+    assert_eq!(
+        metric_value(&m, "hitcount_group_pending_entries"),
         Some(pending),
         "{m}"
     );
     assert_eq!(
-        value(&m, "hitcount_group_backlog_age_seconds"),
+        metric_value(&m, "hitcount_group_backlog_age_seconds"),
         Some(oldest),
         "{m}"
     );

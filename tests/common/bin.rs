@@ -184,6 +184,14 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// The value of `series` (a metric name with its labels, as rendered) in
+/// Prometheus text; `None` when it is not there.
+pub fn metric_value(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// Percent-encodes every byte but the unreserved ones (RFC 3986), for a
 /// path segment or a query value.
 pub fn percent_encode(s: &str) -> String {

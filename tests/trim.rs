@@ -27,22 +27,7 @@ async fn ids(c: &mut Conn) -> Vec<String> {
 
 /// Reads `n` entries as `group`, acknowledging the first `ack` of them.
 async fn read(c: &mut Conn, group: &str, n: usize, ack: usize) -> Vec<String> {
-    let reply: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(group)
-        .arg("c1")
-        .arg("COUNT")
-        .arg(n)
-        .arg("STREAMS")
-        .arg("hits")
-        .arg(">")
-        .query_async(c)
-        .await
-        .unwrap();
-    let got: Vec<String> = hitcount::store::stream::read_reply_entries(&reply)
-        .iter()
-        .map(|e| e.id_str().to_string())
-        .collect();
+    let got = read_new(c, group, "c1", n).await;
     if ack > 0 {
         let mut cmd = redis::cmd("XACK");
         cmd.arg("hits").arg(group);

@@ -331,6 +331,27 @@ pub async fn xadd_hits(c: &mut Conn, name: &str, n: usize, ts: i64) -> Vec<(Stri
     vec![(name.to_string(), 1, ts); n]
 }
 
+/// Reads up to `count` new entries of `hits` as `consumer` of `group`,
+/// leaving them pending; returns their ids.
+pub async fn read_new(c: &mut Conn, group: &str, consumer: &str, count: usize) -> Vec<String> {
+    let reply: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(group)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count)
+        .arg("STREAMS")
+        .arg("hits")
+        .arg(">")
+        .query_async(c)
+        .await
+        .unwrap();
+    hitcount::store::stream::read_reply_entries(&reply)
+        .iter()
+        .map(|e| e.id_str().to_string())
+        .collect()
+}
+
 /// Pending entries of one consumer.
 pub async fn pending_of(c: &mut Conn, consumer: &str) -> usize {
     let v: Vec<redis::Value> = redis::cmd("XPENDING")

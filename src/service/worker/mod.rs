@@ -128,6 +128,8 @@ pub struct Worker {
     apply_outage: Outage,
     apply_backoff: Backoff,
     last_claim: Instant,
+    /// The last claim came back full: claim again between the next windows.
+    claim_again: bool,
     last_gc: Instant,
     shutdown: Shutdown,
 }
@@ -183,6 +185,7 @@ impl Worker {
             apply_outage: Outage::default(),
             apply_backoff: Backoff::default(),
             last_claim: now,
+            claim_again: false,
             last_gc: now,
             shutdown,
             keys,

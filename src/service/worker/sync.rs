@@ -6,6 +6,9 @@
 use std::time::{Duration, Instant};
 
 use super::{Cursor, Worker, LAST_ERROR_TIMEOUT};
+
+/// Most claim batches between two windows (see [`recovery::CLAIM_BATCH`]).
+const CLAIMS_PER_WINDOW: usize = 4;
 use crate::service::recovery;
 use crate::store::connect::{ErrorClass, StoreError, StoreResult};
 use crate::store::stream;
@@ -59,15 +62,24 @@ impl Worker {
     pub(super) async fn maintain(&mut self) -> StoreResult<()> {
         let w = self.settings.worker.clone();
         let claim_every = Duration::from_millis((w.claim_idle_ms / 4).clamp(250, 5000));
-        if self.last_claim.elapsed() >= claim_every {
+        if self.claim_again || self.last_claim.elapsed() >= claim_every {
             self.last_claim = Instant::now();
+            self.claim_again = false;
             let dead_maxlen = self.settings.stream.dead_maxlen;
             let (committer, consumer) = (self.committer.clone(), self.consumer.clone());
-            let conn = self.conn()?;
-            let claimed = recovery::claim(conn, &committer, &consumer, &w, dead_maxlen).await?;
-            let entries = claimed.entries();
-            if !entries.is_empty() {
-                self.add_entries(&entries);
+            // A dead worker's entries come back a few batches a window
+            // while batches come back full, each a script of its own.
+            for _ in 0..CLAIMS_PER_WINDOW {
+                let conn = self.conn()?;
+                let claimed = recovery::claim(conn, &committer, &consumer, &w, dead_maxlen).await?;
+                let entries = claimed.entries();
+                if !entries.is_empty() {
+                    self.add_entries(&entries);
+                }
+                self.claim_again = claimed.more_waiting();
+                if !self.claim_again {
+                    break;
+                }
             }
         }
         // Often enough that a consumer is removed soon after its idle bound,

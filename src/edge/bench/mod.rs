@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::store::connect::Conn;
 use indicatif::{ProgressBar, ProgressStyle};
-use redis::{RedisError, Value};
+use redis::RedisError;
 
 use crate::edge::workload::{synthetic_value, Distribution, Names};
 use crate::model::config::{ConfigError, LayoutArgs, RedisArgs, StreamArgs};
@@ -207,7 +207,7 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
         delete_matching(&mut conn, "bench:*").await?;
     }
     report.hash_bytes = workers::hash_memory(&mut conn).await?;
-    report.slowlog = slowlog(&mut conn).await?;
+    report.slowlog = usage::slowlog(&mut conn).await?;
     bar.finish_and_clear();
     Ok(report)
 }
@@ -333,42 +333,6 @@ pub async fn delete_matching(conn: &mut Conn, pattern: &str) -> Result<(), Bench
 
 async fn cleanup(conn: &mut Conn) -> Result<(), BenchError> {
     delete_matching(conn, "bench:*").await
-}
-
-/// SLOWLOG entries, summed up per command: "EVALSHA ×3 (max 12345 µs)".
-async fn slowlog(conn: &mut Conn) -> Result<Vec<String>, BenchError> {
-    let entries: Vec<Value> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(128)
-        .query_async(conn)
-        .await?;
-    let mut per_command: std::collections::BTreeMap<String, (usize, i64)> = Default::default();
-    for line in entries.iter().filter_map(|e| match e {
-        Value::Array(f) => {
-            let micros = match f.get(2) {
-                Some(Value::Int(n)) => *n,
-                _ => 0,
-            };
-            let cmd = match f.get(3) {
-                Some(Value::Array(args)) => args
-                    .first()
-                    .and_then(crate::store::stream::bytes)
-                    .map(|b| String::from_utf8_lossy(b).to_uppercase())
-                    .unwrap_or_default(),
-                _ => String::new(),
-            };
-            Some((cmd, micros))
-        }
-        _ => None,
-    }) {
-        let e = per_command.entry(line.0).or_default();
-        e.0 += 1;
-        e.1 = e.1.max(line.1);
-    }
-    Ok(per_command
-        .into_iter()
-        .map(|(cmd, (n, max))| format!("{cmd} ×{n} (max {max} µs)"))
-        .collect())
 }
 
 /// Calls of every command since the last `CONFIG RESETSTAT`, scripts' own

@@ -257,9 +257,91 @@ fn host_port(url: &str) -> String {
         .to_string()
 }
 
+/// SLOWLOG entries, summed up per command, a script by its file:
+/// "EVALSHA apply.lua ×3 (max 12345 µs)".
+pub async fn slowlog(conn: &mut Conn) -> Result<Vec<String>, BenchError> {
+    let entries: Vec<Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(128)
+        .query_async(conn)
+        .await?;
+    Ok(slowlog_summary(&entries))
+}
+
+/// [`slowlog`]'s summary of `SLOWLOG GET` entries.
+fn slowlog_summary(entries: &[Value]) -> Vec<String> {
+    let mut per_command: std::collections::BTreeMap<String, (usize, i64)> = Default::default();
+    for line in entries.iter().filter_map(|e| match e {
+        Value::Array(f) => {
+            let micros = match f.get(2) {
+                Some(Value::Int(n)) => *n,
+                _ => 0,
+            };
+            let cmd = match f.get(3) {
+                Some(Value::Array(args)) => {
+                    let arg = |i: usize| {
+                        args.get(i)
+                            .and_then(crate::store::stream::bytes)
+                            .map(|b| String::from_utf8_lossy(b).into_owned())
+                            .unwrap_or_default()
+                    };
+                    let cmd = arg(0).to_uppercase();
+                    match crate::store::scripts::name_of(&arg(1)) {
+                        Some(script) if cmd == "EVALSHA" => format!("{cmd} {script}"),
+                        _ => cmd,
+                    }
+                }
+                _ => String::new(),
+            };
+            Some((cmd, micros))
+        }
+        _ => None,
+    }) {
+        let e = per_command.entry(line.0).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(line.1);
+    }
+    per_command
+        .into_iter()
+        .map(|(cmd, (n, max))| format!("{cmd} ×{n} (max {max} µs)"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn slow(micros: i64, args: &[&str]) -> Value {
+        let args = args
+            .iter()
+            .map(|a| Value::BulkString(a.as_bytes().to_vec()))
+            .collect();
+        Value::Array(vec![
+            Value::Int(1),
+            Value::Int(1_700_000_000),
+            Value::Int(micros),
+            Value::Array(args),
+        ])
+    }
+
+    #[test]
+    fn the_slowlog_summary_counts_per_command_and_names_scripts() {
+        let claim = crate::store::scripts::CLAIM.hash().to_string();
+        let entries = [
+            slow(12_000, &["EVALSHA", &claim, "5", "hits"]),
+            slow(15_000, &["evalsha", &claim, "5", "hits"]),
+            slow(11_000, &["xadd", "hits", "*"]),
+            slow(10_500, &["EVALSHA", "0123", "0"]),
+        ];
+        assert_eq!(
+            slowlog_summary(&entries),
+            [
+                "EVALSHA ×1 (max 10500 µs)",
+                "EVALSHA claim.lua ×2 (max 15000 µs)",
+                "XADD ×1 (max 11000 µs)",
+            ]
+        );
+    }
 
     #[test]
     fn node_urls_keep_everything_but_the_address() {

@@ -14,15 +14,17 @@ use redis::aio::ConnectionLike;
 use crate::store::client::Conn;
 use redis::{Cmd, RedisResult, Script};
 
-/// A script: its source and its SHA1.
+/// A script: its file name, its source and its SHA1.
 pub struct Lua {
+    name: &'static str,
     source: &'static str,
     script: Script,
 }
 
 impl Lua {
-    fn new(source: &'static str) -> Lua {
+    fn new(name: &'static str, source: &'static str) -> Lua {
         Lua {
+            name,
             source,
             script: Script::new(source),
         }
@@ -42,12 +44,21 @@ impl Lua {
     }
 }
 
+/// The file name of the script Redis knows by `sha` (as SLOWLOG or MONITOR
+/// show an EVALSHA), if it is one of hitcount's.
+pub fn name_of(sha: &str) -> Option<&'static str> {
+    all()
+        .into_iter()
+        .find(|lua| lua.hash().eq_ignore_ascii_case(sha))
+        .map(|lua| lua.name)
+}
+
 /// Each script is its file, or several files one after the other (`a.lua` +
 /// `b.lua`: `fence.lua` puts the leader's fence in front of a duty's body).
 macro_rules! scripts {
     ($($(#[$doc:meta])* $name:ident = $first:literal $(+ $more:literal)*;)*) => {
         $($(#[$doc])* pub static $name: LazyLock<Lua> =
-            LazyLock::new(|| Lua::new(concat!(include_str!($first) $(, include_str!($more))*)));)*
+            LazyLock::new(|| Lua::new(concat!($first $(, "+", $more)*), concat!(include_str!($first) $(, include_str!($more))*)));)*
         /// Every script, for loading.
         fn all() -> Vec<&'static Lua> { vec![$(&*$name),*] }
     };
@@ -144,4 +155,19 @@ pub async fn release_if_held<C: ConnectionLike>(
         .query_async(conn)
         .await?;
     Ok(released == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_is_named_by_its_files_from_its_sha() {
+        assert_eq!(name_of(CLAIM.hash()), Some("claim.lua"));
+        assert_eq!(
+            name_of(&CLEAN.hash().to_uppercase()),
+            Some("fence.lua+clean.lua")
+        );
+        assert_eq!(name_of("0000000000000000000000000000000000000000"), None);
+    }
 }

@@ -270,3 +270,182 @@ async fn workers_killed_while_carrying_count_every_hit_once() {
         .unwrap();
     assert_eq!(dead, 0, "nothing here is to be dead-lettered");
 }
+
+/// The members a carry added to `known:` are remembered like a window's:
+/// the same counters written again at the head cost no ZADD. (A worker that
+/// forgot them would ZADD every member of every sum again: on Zipf traffic
+/// most of a drain's ZADDs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_a_carry_added_are_not_added_again() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let mut s = settings(&srv.url(), "w");
+    // Windows of 2,000 entries: the backlog below is ten of them.
+    s.worker.window_entries = 2000;
+    let keys = keys(&s);
+    let now = unix_now();
+    let mut hits = Vec::new();
+    // A backlog older than a window: read behind, so its windows' cells
+    // wait in the carry and go in as one sum.
+    for i in 0..100 {
+        hits.extend(xadd_hits(&mut c, &format!("n{i}"), 200, now).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let workers = Workers::start(vec![s]);
+    wait_drained(&mut c, &keys).await;
+    assert!(
+        carries(&mut c).await > 0,
+        "the backlog went in without a carry"
+    );
+    // Every command from here on, scripts' own included, in the SLOWLOG.
+    for (setting, value) in [("slowlog-max-len", 100_000), ("slowlog-log-slower-than", 0)] {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(setting)
+            .arg(value)
+            .query_async::<()>(&mut c)
+            .await
+            .unwrap();
+    }
+    slowlog_reset(&mut c).await;
+    for i in 0..100 {
+        hits.extend(xadd_hits(&mut c, &format!("n{i}"), 1, now).await);
+    }
+    wait_drained(&mut c, &keys).await;
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(100_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let args = |e: &redis::Value| -> Vec<String> {
+        match e {
+            redis::Value::Array(f) => match f.get(3) {
+                Some(redis::Value::Array(a)) => a
+                    .iter()
+                    .filter_map(hitcount::store::stream::bytes)
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .collect(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    };
+    let commands: Vec<Vec<String>> = log.iter().map(args).collect();
+    let named = |name: &str| {
+        commands
+            .iter()
+            .filter(|a| a.first().is_some_and(|c| c.eq_ignore_ascii_case(name)))
+            .count()
+    };
+    assert!(named("hincrby") > 0, "the second hits were not applied");
+    let known = keys.known();
+    let again: Vec<_> = commands
+        .iter()
+        .filter(|a| {
+            a.first().is_some_and(|c| c.eq_ignore_ascii_case("zadd")) && a.get(1) == Some(&known)
+        })
+        .collect();
+    assert!(
+        again.is_empty(),
+        "members the carry added were added again: {again:?}"
+    );
+    workers.stop().await;
+    assert_eq!(
+        read_all(&mut c, &keys).await,
+        reference(&hits, &hitcount::model::config::DEFAULT_PRECISIONS)
+    );
+}
+
+/// carry.lua itself, on windows of 2,500 chunks (more than one slice of
+/// its marker commands): a carry marks every chunk of its windows applied
+/// in their markers, so that no replay of a window applies a cell the carry
+/// holds; and it refuses, writing nothing, when one chunk of a window was
+/// applied already.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carry_marks_every_chunk_of_its_windows_and_refuses_one_already_applied() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    hitcount::store::scripts::load_all(&mut c).await.unwrap();
+    const CHUNKS: usize = 2500;
+    let run = |carry: &'static str, window: &'static str| {
+        let mut cmd = hitcount::store::scripts::CARRY.evalsha(5);
+        cmd.arg("windows")
+            .arg(carry)
+            .arg("registration")
+            .arg(format!("record:{window}"))
+            .arg(format!("marker:{window}"))
+            .arg("me")
+            .arg("token")
+            .arg(15_000)
+            .arg(86_400)
+            .arg(carry)
+            .arg(500)
+            .arg(1)
+            .arg(1)
+            .arg(1)
+            .arg("")
+            .arg(window)
+            .arg(0)
+            .arg(CHUNKS);
+        cmd
+    };
+    for (window, carry) in [("w1", "carry1"), ("w2", "carry2")] {
+        redis::pipe()
+            .cmd("HSET")
+            .arg(format!("record:{window}"))
+            .arg("owner")
+            .arg("me")
+            .ignore()
+            .cmd("HSET")
+            .arg(carry)
+            .arg("pieces")
+            .arg(0)
+            .ignore()
+            .query_async::<()>(&mut c)
+            .await
+            .unwrap();
+    }
+    // One chunk of w2, past the first slice, was applied.
+    redis::cmd("HSET")
+        .arg("marker:w2")
+        .arg(1700)
+        .arg("")
+        .query_async::<()>(&mut c)
+        .await
+        .unwrap();
+
+    let ok: Vec<String> = run("carry1", "w1").query_async(&mut c).await.unwrap();
+    assert_eq!(ok, ["ok", "carry1"]);
+    let marked: usize = redis::cmd("HLEN")
+        .arg("marker:w1")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        marked, CHUNKS,
+        "every chunk of the carried window is marked"
+    );
+    let last: Option<String> = redis::cmd("HGET")
+        .arg("marker:w1")
+        .arg(CHUNKS - 1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(last.as_deref(), Some(""));
+
+    let gone: Vec<String> = run("carry2", "w2").query_async(&mut c).await.unwrap();
+    assert_eq!(gone, ["gone", "w2"]);
+    let left: (usize, bool, Option<String>) = redis::pipe()
+        .cmd("HLEN")
+        .arg("marker:w2")
+        .cmd("EXISTS")
+        .arg("carry2")
+        .cmd("HGET")
+        .arg("record:w2")
+        .arg("carried")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(left, (1, false, None), "a refused carry writes nothing");
+}

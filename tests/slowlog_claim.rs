@@ -107,11 +107,7 @@ async fn dead_beside_busy() -> Vec<String> {
             .await
             .unwrap();
     }
-    redis::cmd("SLOWLOG")
-        .arg("RESET")
-        .query_async::<()>(&mut c)
-        .await
-        .unwrap();
+    slowlog_reset(&mut c).await;
 
     let started = Instant::now();
     let workers = Workers::start(vec![s]);

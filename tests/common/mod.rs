@@ -177,6 +177,15 @@ pub async fn read_all(conn: &mut Conn, keys: &Keys) -> Counts {
     out
 }
 
+/// Empties the SLOWLOG.
+pub async fn slowlog_reset(conn: &mut Conn) {
+    redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async::<()>(conn)
+        .await
+        .unwrap();
+}
+
 /// SLOWLOG entries (commands over the 10 ms threshold armed by [`server`]),
 /// each as its duration in µs and the command's first five words.
 pub async fn slowlog(conn: &mut Conn) -> Vec<String> {

@@ -245,19 +245,26 @@ impl Committer {
             }
             let mut failures = Vec::new();
             let mut stale = false;
-            let mut k = lock();
+            // The cells of chunks applied now: their members went in with
+            // them (one pass; a carry has a thousand chunks and as many
+            // members as cells).
+            let mut applied = vec![false; if known.is_some() { step.cells.len() } else { 0 }];
             for (chunk, (status, chunk_failures)) in chunks.iter().zip(statuses) {
                 if status < 0 {
                     stale = true;
                     continue;
                 }
-                if let (1, Some(k)) = (status, k.as_deref_mut()) {
-                    for &z in zadded.iter().filter(|z| chunk.cells.contains(z)) {
-                        let c = &step.cells[z];
-                        k.wrote(c.precision, c.name, c.bucket);
-                    }
+                if status == 1 && !applied.is_empty() {
+                    applied[chunk.cells.clone()].fill(true);
                 }
                 failures.extend(chunk_failures);
+            }
+            let mut k = lock();
+            if let (false, Some(k)) = (stale, k.as_deref_mut()) {
+                for &z in zadded.iter().filter(|&&z| applied[z]) {
+                    let c = &step.cells[z];
+                    k.wrote(c.precision, c.name, c.bucket);
+                }
             }
             match k.as_deref_mut() {
                 Some(k) if stale => k.clear(),

@@ -47,16 +47,14 @@ impl Claimed {
 }
 
 /// Finishes windows recorded more than the claim time ago (their worker
-/// stopped), quarantines records that cannot be read back, then claims
-/// entries idle longer than the claim time. Entries of a consumer with an
-/// unfinished window are not claimed until it is finished.
-pub async fn claim(
+/// stopped) and quarantines records that cannot be read back: before
+/// [`claim`], since entries of a consumer with an unfinished window are not
+/// claimed until it is finished.
+pub async fn finish_stopped(
     conn: &mut Conn,
     committer: &Committer,
-    consumer: &str,
     settings: &WorkerArgs,
-    dead_maxlen: u64,
-) -> StoreResult<Claimed> {
+) -> StoreResult<()> {
     let seen = Instant::now();
     let (records, corrupt, now_ms) = committer.records(conn).await?;
     for bad in &corrupt {
@@ -67,6 +65,18 @@ pub async fn claim(
             committer.recover(conn, r, seen).await?;
         }
     }
+    Ok(())
+}
+
+/// Claims up to [`CLAIM_BATCH`] entries idle longer than the claim time
+/// (fencing their owners), dead-lettering those delivered too often.
+pub async fn claim(
+    conn: &mut Conn,
+    committer: &Committer,
+    consumer: &str,
+    settings: &WorkerArgs,
+    dead_maxlen: u64,
+) -> StoreResult<Claimed> {
     let keys = committer.keys();
     let mut cmd = CLAIM.evalsha(5);
     cmd.arg(&keys.stream)

@@ -6,12 +6,12 @@
 use std::time::{Duration, Instant};
 
 use super::{Cursor, Worker, LAST_ERROR_TIMEOUT};
-
-/// Most claim batches between two windows (see [`recovery::CLAIM_BATCH`]).
-const CLAIMS_PER_WINDOW: usize = 4;
 use crate::service::recovery;
 use crate::store::connect::{ErrorClass, StoreError, StoreResult};
 use crate::store::stream;
+
+/// Most claim batches between two windows (see [`recovery::CLAIM_BATCH`]).
+const CLAIMS_PER_WINDOW: usize = 4;
 
 impl Worker {
     /// Reconnects and restores a consistent state after any error.
@@ -67,6 +67,7 @@ impl Worker {
             self.claim_again = false;
             let dead_maxlen = self.settings.stream.dead_maxlen;
             let (committer, consumer) = (self.committer.clone(), self.consumer.clone());
+            recovery::finish_stopped(self.conn()?, &committer, &w).await?;
             // A dead worker's entries come back a few batches a window
             // while batches come back full, each a script of its own.
             for _ in 0..CLAIMS_PER_WINDOW {

@@ -248,13 +248,13 @@ impl Committer {
             // The cells of chunks applied now: their members went in with
             // them (one pass; a carry has a thousand chunks and as many
             // members as cells).
-            let mut applied = vec![false; if known.is_some() { step.cells.len() } else { 0 }];
+            let mut applied = vec![false; step.cells.len()];
             for (chunk, (status, chunk_failures)) in chunks.iter().zip(statuses) {
                 if status < 0 {
                     stale = true;
                     continue;
                 }
-                if status == 1 && !applied.is_empty() {
+                if status == 1 {
                     applied[chunk.cells.clone()].fill(true);
                 }
                 failures.extend(chunk_failures);

@@ -20,7 +20,13 @@
 //! its first window waited `--carry-ms` (2 s by default), once it holds
 //! `--carry-cells` cells, at once when the worker reaches the stream's head,
 //! and when it stops: every hit the worker read is visible at every
-//! precision within [`VISIBLE_WITHIN`]. How this stays exactly once is the
+//! precision within [`VISIBLE_WITHIN`].
+//!
+//! A carry that comes of age while the worker is about to reach the head
+//! waits for it, up to half its age more ([`Carry::hold`]): the entries
+//! left would otherwise make a last sum of their own, and on skewed
+//! traffic a sum of a fifth of the entries touches more than half as many
+//! cells as the whole (the popular names are in both). How this stays exactly once is the
 //! commit module's business (`store::commit::carry`).
 
 use std::time::{Duration, Instant};
@@ -35,9 +41,14 @@ use crate::model::aggregate::{Cell, Window};
 pub const MAX_ENTRIES: usize = 2_000_000;
 /// The stated bound while a worker is behind: a hit it read is counted at
 /// every precision within this time (a window closing while behind, ≤ 1 s,
-/// plus `--carry-ms`, at most 2 s by default, plus the carry's own apply,
-/// up to about 3 s for 1,000,000 cells on one Redis core).
-pub const VISIBLE_WITHIN: Duration = Duration::from_secs(6);
+/// plus `--carry-ms` and the half of it a carry may wait for the head, at
+/// most 3 s by default, plus the carry's own apply, up to about 3 s for
+/// 1,000,000 cells on one Redis core).
+pub const VISIBLE_WITHIN: Duration = Duration::from_secs(7);
+
+/// How much longer than its age a carry may wait for the head: this
+/// fraction of the age.
+pub const HOLD_FRACTION: u32 = 2;
 
 /// The count cells of windows recorded but not applied, summed.
 #[derive(Debug)]
@@ -45,6 +56,18 @@ pub struct Carry {
     cells: Window,
     opened: Option<Instant>,
     entries: usize,
+    hold: Hold,
+}
+
+/// Whether a carry of age waits for the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Not asked yet.
+    Open,
+    /// Asked: it does not wait.
+    No,
+    /// Asked: it waits until then, or until the worker reaches the head.
+    Until(Instant),
 }
 
 impl Carry {
@@ -54,6 +77,7 @@ impl Carry {
             cells: Window::new(precisions, samples),
             opened: None,
             entries: 0,
+            hold: Hold::Open,
         }
     }
 
@@ -74,12 +98,47 @@ impl Carry {
         self.opened.is_none()
     }
 
-    /// Whether to apply it now: its first window waited `age`, or it holds
-    /// `max_cells` cells or [`MAX_ENTRIES`] entries.
+    /// Whether to apply it now: its first window waited `age` (and the
+    /// hold, if it was given one), or it holds `max_cells` cells or
+    /// [`MAX_ENTRIES`] entries.
     pub fn is_due(&self, age: Duration, max_cells: usize) -> bool {
+        let held = matches!(self.hold, Hold::Until(t) if Instant::now() < t);
+        (self.is_of_age(age) && !held) || self.is_full(max_cells)
+    }
+
+    /// Whether it is of age, not full, and not yet asked whether to wait
+    /// for the head: the worker then looks how far the head is and calls
+    /// [`Carry::hold`].
+    pub fn asks_hold(&self, age: Duration, max_cells: usize) -> bool {
+        self.hold == Hold::Open && self.is_of_age(age) && !self.is_full(max_cells)
+    }
+
+    /// Decides, once per carry, whether it waits for the head: it does when
+    /// `lag` entries (not yet read; `None` when Redis cannot tell) take the
+    /// worker at most half of `age` at the rate it read this carry's
+    /// entries; it then waits at most that half of `age` more. Returns
+    /// whether it waits.
+    pub fn hold(&mut self, lag: Option<u64>, age: Duration) -> bool {
+        let Some(opened) = self.opened else {
+            return false;
+        };
+        let extra = age / HOLD_FRACTION;
+        let near =
+            lag.is_some_and(|lag| reaches_within(lag, self.entries, opened.elapsed(), extra));
+        self.hold = if near {
+            Hold::Until(opened + age + extra)
+        } else {
+            Hold::No
+        };
+        near
+    }
+
+    fn is_of_age(&self, age: Duration) -> bool {
         self.opened.is_some_and(|t| t.elapsed() >= age)
-            || self.cells.cells_len() >= max_cells
-            || self.entries >= MAX_ENTRIES
+    }
+
+    fn is_full(&self, max_cells: usize) -> bool {
+        self.cells.cells_len() >= max_cells || self.entries >= MAX_ENTRIES
     }
 
     /// The summed cells, grouped by counter.
@@ -92,7 +151,15 @@ impl Carry {
         self.cells.clear();
         self.opened = None;
         self.entries = 0;
+        self.hold = Hold::Open;
     }
+}
+
+/// Whether a worker that read `read` entries in `took` reads `lag` more
+/// within `within` at that rate.
+fn reaches_within(lag: u64, read: usize, took: Duration, within: Duration) -> bool {
+    // lag / (read / took) <= within, without dividing.
+    (lag as u128) * took.as_micros() <= (read as u128) * within.as_micros()
 }
 
 #[cfg(test)]
@@ -121,5 +188,44 @@ mod tests {
         assert!(c.is_due(Duration::from_secs(3600), 10), "full of entries");
         c.clear();
         assert!(c.is_empty() && !c.is_due(Duration::ZERO, 10));
+    }
+
+    #[test]
+    fn the_head_is_near_when_the_lag_is_read_within_the_time_left() {
+        let s = Duration::from_secs(1);
+        // 100,000 entries read in 1 s: 50,000 more take 0.5 s.
+        assert!(reaches_within(50_000, 100_000, s, s / 2));
+        assert!(!reaches_within(50_001, 100_000, s, s / 2));
+        assert!(reaches_within(0, 0, s, Duration::ZERO));
+        assert!(!reaches_within(1, 0, s, s), "nothing read: no rate");
+    }
+
+    #[test]
+    fn a_carry_of_age_waits_for_a_near_head_once_and_at_most_half_its_age() {
+        let age = Duration::from_millis(200);
+        let mut c = Carry::new(&[60], 120);
+        c.add(&[cell(60, "a")], 1_000_000);
+        assert!(!c.asks_hold(age, 10), "not of age yet");
+        std::thread::sleep(age);
+        assert!(c.is_due(age, 10) && c.asks_hold(age, 10));
+        // Far from the head (Redis cannot tell: the same): due at its age.
+        assert!(!c.hold(None, age));
+        assert!(c.is_due(age, 10) && !c.asks_hold(age, 10), "asked once");
+        c.clear();
+        c.add(&[cell(60, "a")], 1_000_000);
+        std::thread::sleep(age);
+        assert!(!c.hold(Some(100_000_000), age), "far");
+        c.clear();
+
+        // Near: not due until half its age more, unless full.
+        c.add(&[cell(60, "a")], 1_000);
+        std::thread::sleep(age);
+        assert!(c.hold(Some(10), age));
+        assert!(!c.is_due(age, 10) && !c.asks_hold(age, 10));
+        assert!(c.is_due(age, 1), "full: due all the same");
+        std::thread::sleep(age / HOLD_FRACTION);
+        assert!(c.is_due(age, 10), "the hold is bounded");
+        c.clear();
+        assert!(c.hold == Hold::Open, "a new carry is asked again");
     }
 }

@@ -158,7 +158,9 @@ impl Worker {
         drop(cells);
         self.clear_window();
         // At the head or stopping, nothing is left to sum with: apply now.
-        if !self.carry.is_empty() && (self.at_head() || !self.may_defer() || self.carry_due()) {
+        if !self.carry.is_empty()
+            && (self.at_head() || !self.may_defer() || self.carry_due().await?)
+        {
             self.carry_start().await?;
         }
         Ok(())

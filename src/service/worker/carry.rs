@@ -48,7 +48,23 @@ impl Worker {
     /// Whether the carry is to be applied now: it waited its age or is full
     /// (on a cluster with shards: the carries of this process' shards hold
     /// `--carry-cells` between them), or they are being gathered.
-    pub(super) fn carry_due(&self) -> bool {
+    pub(super) async fn carry_due(&mut self) -> StoreResult<bool> {
+        // Of age near the head: wait for it (see `Carry::hold`). Not on a
+        // cluster with shards, whose carries wait for their group anyway.
+        let max = self.settings.worker.carry_cells;
+        if let Some(age) = self.settings.worker.carry_age() {
+            if self.group.is_none() && self.carry.asks_hold(age, max) {
+                let keys = self.keys.clone();
+                let lag = crate::store::group::own_group(self.conn()?, &keys)
+                    .await?
+                    .and_then(|g| g.lag);
+                self.carry.hold(lag, age);
+            }
+        }
+        Ok(self.carry_due_now())
+    }
+
+    fn carry_due_now(&self) -> bool {
         let max = self.settings.worker.carry_cells;
         let grouper = self.group.as_ref().map(|m| m.grouper());
         !self.carry.is_empty()

@@ -350,7 +350,7 @@ impl Worker {
             } else if !self.carry.is_empty() {
                 // Caught up: nothing left to sum with, unless other shards
                 // of the process are behind (their group is awaited).
-                if self.at_head() || self.carry_due() {
+                if self.at_head() || self.carry_due().await? {
                     self.carry_now().await?;
                 }
             } else if let Some(done) = self.finished.take() {
@@ -366,7 +366,7 @@ impl Worker {
         self.add_entries(&entries);
         if self.window_full() {
             self.flush().await?;
-        } else if self.carry_due() {
+        } else if self.carry_due().await? {
             self.carry_start().await?;
         }
         Ok(())

@@ -61,10 +61,7 @@ pub fn server_with(mut opts: ServerOptions) -> RedisServer {
 /// elsewhere the server keeps the default priority and says so.
 pub fn slowlog_server_with(opts: ServerOptions) -> RedisServer {
     let srv = server_with(opts);
-    // On Linux, PRIO_PROCESS with a pid sets the nice value of the thread
-    // with that id: Redis' main thread, which executes every command.
-    let raised = unsafe { libc::setpriority(libc::PRIO_PROCESS, srv.pid(), -10) } == 0;
-    if !raised {
+    if !srv.raise_priority(-10) {
         eprintln!("note: could not raise redis-server's priority (not root); SLOWLOG may show CPU contention");
     }
     srv

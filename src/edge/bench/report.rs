@@ -87,6 +87,11 @@ pub struct Report {
     pub values: Option<WorkerRun>,
     /// SLOWLOG entries (over 10 ms on the bench's own server) after the run.
     pub slowlog: Vec<String>,
+    /// The nice value the bench gave its own Redis' command thread (`None`:
+    /// left as it was: a Redis of the user's, or not root). SLOWLOG counts
+    /// wall time: at the default priority on a machine whose cores the
+    /// workers share it also counts time Redis waited for a core.
+    pub redis_nice: Option<i32>,
     /// Bytes of a counter hash of 120 samples per encoding (`MEMORY USAGE`).
     pub hash_bytes: Vec<(String, u64)>,
 }
@@ -105,6 +110,7 @@ impl Report {
             backlog: None,
             values: None,
             slowlog: Vec::new(),
+            redis_nice: None,
             hash_bytes: Vec::new(),
         })
     }
@@ -284,12 +290,18 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "- SLOWLOG (10 ms) entries after the run: {}{}",
+            "- SLOWLOG (10 ms) entries after the run: {}{}; {}",
             self.slowlog_entries(),
             if self.slowlog.is_empty() {
                 String::new()
             } else {
                 format!(" ({})", self.slowlog.join("; "))
+            },
+            match self.redis_nice {
+                Some(n) => format!("Redis' command thread ran at nice {n}, ahead of the workers"),
+                None => "Redis ran at its own priority (SLOWLOG counts wall time: on cores \
+                         shared with the workers, time waiting for a core too)"
+                    .into(),
             }
         );
         let _ = writeln!(

@@ -50,7 +50,9 @@ pub use process::free_port;
 pub use tls::{make_test_certs, TlsFiles, CLIENT_CERT_FILE, CLIENT_KEY_FILE};
 
 use config::{percent_encode, render_config};
-use process::{answers, find_redis_server, log_tail, read_from, signal, wait_timeout};
+use process::{
+    answers, find_redis_server, log_tail, raise_priority, read_from, signal, wait_timeout,
+};
 
 /// How long [`RedisServer::start`] and [`RedisServer::restart`] wait for the
 /// server to answer.
@@ -230,6 +232,15 @@ impl RedisServer {
     /// The process id of the current (or, once stopped, the last) process.
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Gives Redis' main thread, which executes every command, the nice
+    /// value `nice` (negative: ahead of other processes). SLOWLOG counts
+    /// wall time, so on a machine whose few cores Redis shares with the
+    /// workers it otherwise also counts time Redis waited for a core.
+    /// Needs root for a negative value; returns whether it was set.
+    pub fn raise_priority(&self, nice: i32) -> bool {
+        raise_priority(self.pid, nice)
     }
 
     /// Whether the process is still running.

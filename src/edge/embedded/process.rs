@@ -125,6 +125,14 @@ pub(super) fn signal(pid: u32, sig: libc::c_int) {
     }
 }
 
+/// Sets the nice value of the thread (or process) `pid`: on Linux,
+/// `PRIO_PROCESS` with a thread id sets that thread's. Returns whether it
+/// was set.
+pub(super) fn raise_priority(pid: u32, nice: i32) -> bool {
+    // SAFETY: setpriority(2) has no memory-safety preconditions.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::id_t::from(pid), nice) == 0 }
+}
+
 /// Waits up to `timeout` for `child` to exit.
 pub(super) fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + timeout;

@@ -55,8 +55,12 @@ impl Worker {
         if let Some(age) = self.settings.worker.carry_age() {
             if self.group.is_none() && self.carry.asks_hold(age, max) {
                 let keys = self.keys.clone();
+                // Only a saving: a Redis that cannot tell (a Redis before
+                // 7.0, an ACL without XINFO) applies the carry at its age.
                 let lag = crate::store::group::own_group(self.conn()?, &keys)
-                    .await?
+                    .await
+                    .ok()
+                    .flatten()
                     .and_then(|g| g.lag);
                 self.carry.hold(lag, age);
             }

@@ -1,7 +1,7 @@
 //! `SCAN` over the whole keyspace: one node's, or every master's on a Redis
 //! Cluster (a cluster client sends a plain `SCAN` to one node only).
 
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisResult, Value};
 
 use crate::store::connect::Conn;
@@ -26,11 +26,9 @@ where
                 .arg("COUNT")
                 .arg(PAGE);
             let reply = match (&mut *conn, &node) {
-                (Conn::Cluster(c, _), Some((host, port))) => {
-                    let route = SingleNodeRoutingInfo::ByAddress {
-                        host: host.clone(),
-                        port: *port,
-                    };
+                (Conn::Cluster(c, _), Some(slot)) => {
+                    let route =
+                        SingleNodeRoutingInfo::SpecificNode(Route::new(*slot, SlotAddr::Master));
                     c.route_command(cmd, RoutingInfo::SingleNode(route)).await?
                 }
                 _ => cmd.query_async::<Value>(conn).await?,
@@ -48,25 +46,27 @@ where
     Ok(())
 }
 
-/// The nodes to scan: `None` for the one node; every master's (host, port)
-/// on a cluster, from `CLUSTER SLOTS`.
-async fn nodes(conn: &mut Conn) -> RedisResult<Vec<Option<(String, u16)>>> {
+/// The nodes to scan: `None` for the one node; on a cluster a slot of each
+/// master, from `CLUSTER SLOTS` (routed by slot, not by address: a lone
+/// node, never introduced to another, reports no address of its own).
+async fn nodes(conn: &mut Conn) -> RedisResult<Vec<Option<u16>>> {
     if !conn.is_cluster() {
         return Ok(vec![None]);
     }
     let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
-    let mut masters: Vec<(String, u16)> = ranges
+    let mut masters: Vec<((String, u16), u16)> = ranges
         .iter()
         .filter_map(|r| match r.get(2) {
             Some(Value::Array(node)) => {
+                let first: u16 = redis::from_redis_value(r.first()?.clone()).ok()?;
                 let host: String = redis::from_redis_value(node.first()?.clone()).ok()?;
                 let port: u16 = redis::from_redis_value(node.get(1)?.clone()).ok()?;
-                Some((host, port))
+                Some(((host, port), first))
             }
             _ => None,
         })
         .collect();
     masters.sort();
-    masters.dedup();
-    Ok(masters.into_iter().map(Some).collect())
+    masters.dedup_by(|a, b| a.0 == b.0);
+    Ok(masters.into_iter().map(|(_, slot)| Some(slot)).collect())
 }

@@ -159,11 +159,11 @@ pub async fn masters(redis: &RedisArgs) -> Result<(Vec<Node>, usize), BenchError
         .await?;
     let mut nodes: Vec<Node> = Vec::new();
     for (start, end, host, port) in slot_ranges(&reply) {
-        let addr = format!("{host}:{port}");
+        let url = node_url(&seed, &host, port);
+        let addr = host_port(&url);
         match nodes.iter_mut().find(|n| n.addr == addr) {
             Some(n) => n.slots.push((start, end)),
             None => {
-                let url = node_url(&seed, &host, port);
                 nodes.push(Node {
                     addr,
                     slots: vec![(start, end)],
@@ -239,6 +239,16 @@ fn node_url(seed: &str, host: &str, port: u16) -> String {
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     let user = authority.rfind('@').map_or("", |i| &authority[..=i]);
+    // An empty host: the node does not know its address (a cluster of one
+    // node, never introduced to another), and the answer means "the node
+    // you asked".
+    if host.is_empty() {
+        let (seed_host, _) = host_port(seed)
+            .rsplit_once(':')
+            .map(|(h, p)| (h.to_string(), p.to_string()))
+            .unwrap_or_else(|| (host_port(seed), String::new()));
+        return format!("{scheme}://{user}{seed_host}:{port}{tail}");
+    }
     let host = if host.contains(':') {
         format!("[{host}]")
     } else {
@@ -350,6 +360,12 @@ mod tests {
             "rediss://u:p%40w@10.0.0.2:7001/0?x=1"
         );
         assert_eq!(node_url("redis://seed:1", "::1", 7), "redis://[::1]:7");
+        // A lone node's CLUSTER SLOTS names no host: the one asked.
+        assert_eq!(
+            node_url("redis://:pw@seed:1/0", "", 7),
+            "redis://:pw@seed:7/0"
+        );
+        assert_eq!(node_url("redis://[::1]:1", "", 7), "redis://[::1]:7");
         assert_eq!(host_port("redis://:pw@h:6379/0"), "h:6379");
     }
 

@@ -10,6 +10,7 @@ use super::group::{Finish, Grouper, Submission};
 use super::Worker;
 use crate::model::aggregate::Cell;
 use crate::model::carry::Carry;
+use crate::model::ids::IdList;
 use crate::model::known::KnownCache;
 use crate::store::commit::{
     markers, plan, sort_for_cluster, Apply, CarryOutcome, Committer, Deferred, Failure, Finished,
@@ -171,9 +172,8 @@ impl Job {
     async fn run(mut self) -> StoreResult<Carry> {
         let (failures, markers) = self.record_and_apply().await?;
         let conn = &mut self.conn;
-        for d in &self.deferred {
-            self.committer.ack_list(conn, &d.ids).await?;
-        }
+        let lists: Vec<&IdList> = self.deferred.iter().map(|d| &d.ids).collect();
+        self.committer.ack_lists(conn, &lists).await?;
         for d in self.deferred.drain(..) {
             let done = Finished {
                 window: d.window,

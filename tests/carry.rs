@@ -15,10 +15,10 @@ use hitcount::store::connect::Conn;
 
 /// How long the test lets cells wait (`--carry-ms`).
 const CARRY_MS: u64 = 500;
-/// What the worker promises for it: the carry's age and the half of it a
-/// carry may wait for the head, plus a window that closes at ten times
+/// What the worker promises for it: the carry's age and as much again that
+/// a carry may wait for the head, plus a window that closes at ten times
 /// `--window-ms` while behind (1 s), plus its apply.
-const PROMISED: Duration = Duration::from_millis(CARRY_MS + CARRY_MS / 2 + 1000 + 500);
+const PROMISED: Duration = Duration::from_millis(2 * CARRY_MS + 1000 + 500);
 /// Room for a loaded machine on top of the promise.
 const MARGIN: Duration = Duration::from_secs(2);
 
@@ -221,8 +221,8 @@ async fn workers_killed_while_carrying_count_every_hit_once() {
     let mut c = conn(&url).await;
     // 10,000 names: a sum holds up to 70,000 cells, recorded in two pieces
     // (`PIECE_CELLS`), which the survivor reads back. 300,000 entries: a
-    // worker reads them for longer than a carry's age (250 ms here) and
-    // half of it again, so each round's first carry comes of age far from
+    // worker reads them for longer than twice a carry's age (250 ms here),
+    // so each round's first carry comes of age far from
     // the head and does not wait for it (`Carry::hold`): the kills land
     // mid-drain.
     let hits = backlog(&url, 300_000, 10_000).await;

@@ -449,6 +449,76 @@ async fn a_stalled_workers_window_is_fenced_after_its_entries_are_claimed() {
         10,
         "counted once"
     );
+    // The fields written ahead of the refused commit do not stay behind.
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(k.window("stale-1"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "a refused window leaves no record");
+}
+
+/// A commit resent after a lost reply writes the window's fields again,
+/// with the TTL of fields not yet a record: the record stays a record (no
+/// TTL, its owner, listed) and the resend is a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_commit_keeps_its_record_for_good() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let s = settings(&srv.url(), "w");
+    let k = keys(&s);
+    hitcount::store::scripts::load_all(&mut c).await.unwrap();
+    let committer = Committer::new(k.clone(), "w".into(), 1000);
+    let epoch = committer.epoch(&mut c).await.unwrap();
+    let mut window = hitcount::model::aggregate::Window::new(&PRECISIONS, 120);
+    let now = unix_now();
+    window.add(
+        &hitcount::model::event::Hit {
+            name: "resent",
+            count: 3,
+            ts_ms: now * 1000,
+            value: None,
+        },
+        now * 1000,
+    );
+    let cells: Vec<_> = window.cells().collect();
+    let sealed = Sealed {
+        window: "w-1",
+        ids: "1-0",
+        cells: &cells,
+        stats: &[],
+        rejected: &[],
+        chunk: hitcount::store::commit::CHUNK_CELLS,
+        chunks: 1,
+    };
+    for expected in [Outcome::Committed, Outcome::Duplicate] {
+        let outcome = committer
+            .commit(&mut c, &epoch, None, Some(&sealed))
+            .await
+            .unwrap();
+        assert_eq!(outcome, expected);
+        let record = k.window("w-1");
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&record)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(ttl, -1, "a record has no TTL");
+        let (owner, ids, chunks): (Option<String>, Option<String>, Option<String>) =
+            redis::cmd("HMGET")
+                .arg(&record)
+                .arg("owner")
+                .arg("ids")
+                .arg("chunks")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+        assert_eq!(
+            (owner.as_deref(), ids.as_deref(), chunks.as_deref()),
+            (Some("w"), Some("1-0"), Some("1"))
+        );
+        assert_eq!(zset_members(&mut c, &k.windows()).await, ["w-1"]);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

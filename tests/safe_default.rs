@@ -224,13 +224,7 @@ async fn a_corrupt_window_record_is_quarantined_while_counting_stays_exact() {
     // The ghost's entries were never counted (no chunk applied): they stay
     // pending, are claimed and counted once.
     assert_eq!(read_all(&mut c, &k).await, reference(&hits, &PRECISIONS));
-    let windows: Vec<String> = redis::cmd("ZRANGE")
-        .arg(k.windows())
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let windows = zset_members(&mut c, &k.windows()).await;
     assert!(
         !windows.iter().any(|w| w.starts_with("bad-")),
         "the bad records left the index: {windows:?}"

@@ -150,15 +150,20 @@ pub fn reference(hits: &[(String, i64, i64)], precisions: &[u32]) -> Counts {
     out
 }
 
-/// Every counter in Redis under the layout, read as the seeds read them.
-pub async fn read_all(conn: &mut Conn, keys: &Keys) -> Counts {
-    let members: Vec<String> = redis::cmd("ZRANGE")
-        .arg(keys.known())
+/// Every member of a ZSET, in order (`known:`, the window records' list).
+pub async fn zset_members(conn: &mut Conn, key: &str) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(key)
         .arg(0)
         .arg(-1)
         .query_async(conn)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Every counter in Redis under the layout, read as the seeds read them.
+pub async fn read_all(conn: &mut Conn, keys: &Keys) -> Counts {
+    let members = zset_members(conn, &keys.known()).await;
     let mut out = Counts::new();
     for m in members {
         let (p, name) = m.split_once(':').unwrap();

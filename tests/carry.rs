@@ -364,95 +364,103 @@ async fn members_a_carry_added_are_not_added_again() {
     );
 }
 
-/// carry.lua itself, on windows of 2,500 chunks (more than one slice of
-/// its marker commands): a carry marks every chunk of its windows applied
-/// in their markers, so that no replay of a window applies a cell the carry
-/// holds; and it refuses, writing nothing, when one chunk of a window was
-/// applied already.
+/// carry.lua and take.lua themselves: a carry marks each of its windows
+/// carried (whoever finishes one then applies none of its cells); it
+/// refuses, writing nothing, a window that a worker finishing it took
+/// first; and a carried window is not taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_carry_marks_every_chunk_of_its_windows_and_refuses_one_already_applied() {
+async fn a_carry_marks_its_windows_carried_and_refuses_one_taken() {
+    use hitcount::store::scripts::{CARRY, TAKE};
     let srv = server();
     let mut c = conn(&srv.url()).await;
     hitcount::store::scripts::load_all(&mut c).await.unwrap();
-    const CHUNKS: usize = 2500;
-    let run = |carry: &'static str, window: &'static str| {
-        let mut cmd = hitcount::store::scripts::CARRY.evalsha(5);
-        cmd.arg("windows")
-            .arg(carry)
-            .arg("registration")
-            .arg(format!("record:{window}"))
-            .arg(format!("marker:{window}"))
-            .arg("me")
+    let run = |carry: &'static str, windows: &[&'static str]| {
+        let mut cmd = CARRY.evalsha(3 + windows.len());
+        cmd.arg("windows").arg(carry).arg("registration");
+        for w in windows {
+            cmd.arg(format!("record:{w}"));
+        }
+        cmd.arg("me")
             .arg("token")
             .arg(15_000)
-            .arg(86_400)
             .arg(carry)
             .arg(500)
             .arg(1)
-            .arg(1)
-            .arg(1)
-            .arg("")
-            .arg(window)
-            .arg(0)
-            .arg(CHUNKS);
+            .arg(windows.len())
+            .arg("");
+        for w in windows {
+            cmd.arg(*w);
+        }
         cmd
     };
-    for (window, carry) in [("w1", "carry1"), ("w2", "carry2")] {
-        redis::pipe()
-            .cmd("HSET")
-            .arg(format!("record:{window}"))
+    let take = |w: &str| TAKE.evalsha(1).arg(format!("record:{w}")).clone();
+    for w in ["w1", "w2", "w3", "w4"] {
+        redis::cmd("HSET")
+            .arg(format!("record:{w}"))
             .arg("owner")
             .arg("me")
-            .ignore()
-            .cmd("HSET")
-            .arg(carry)
-            .arg("pieces")
-            .arg(0)
-            .ignore()
             .query_async::<()>(&mut c)
             .await
             .unwrap();
     }
-    // One chunk of w2, past the first slice, was applied.
-    redis::cmd("HSET")
-        .arg("marker:w2")
-        .arg(1700)
-        .arg("")
-        .query_async::<()>(&mut c)
+    for carry in ["carry1", "carry2"] {
+        redis::cmd("HSET")
+            .arg(carry)
+            .arg("pieces")
+            .arg(0)
+            .query_async::<()>(&mut c)
+            .await
+            .unwrap();
+    }
+
+    let ok: Vec<String> = run("carry1", &["w1", "w2"])
+        .query_async(&mut c)
         .await
         .unwrap();
-
-    let ok: Vec<String> = run("carry1", "w1").query_async(&mut c).await.unwrap();
     assert_eq!(ok, ["ok", "carry1"]);
-    let marked: usize = redis::cmd("HLEN")
-        .arg("marker:w1")
+    for w in ["w1", "w2"] {
+        let carried: Option<String> = redis::cmd("HGET")
+            .arg(format!("record:{w}"))
+            .arg("carried")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(carried.as_deref(), Some("carry1"), "{w} is carried");
+        let taken: Vec<String> = take(w).query_async(&mut c).await.unwrap();
+        assert_eq!(
+            taken,
+            ["carried", "carry1"],
+            "a carried window is not taken"
+        );
+    }
+    assert_eq!(zset_members(&mut c, "windows").await, ["carry1"]);
+
+    // w4 was taken by a worker finishing it: the carry of w3 and w4 is
+    // refused, and neither window is marked.
+    let taken: Vec<String> = take("w4").query_async(&mut c).await.unwrap();
+    assert_eq!(taken, ["ok", ""]);
+    let gone: Vec<String> = run("carry2", &["w3", "w4"])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(gone, ["gone", "w4"]);
+    let left: (bool, Option<String>, Option<String>, usize) = redis::pipe()
+        .cmd("EXISTS")
+        .arg("carry2")
+        .cmd("HGET")
+        .arg("record:w3")
+        .arg("carried")
+        .cmd("HGET")
+        .arg("record:w4")
+        .arg("carried")
+        .cmd("ZCARD")
+        .arg("windows")
         .query_async(&mut c)
         .await
         .unwrap();
     assert_eq!(
-        marked, CHUNKS,
-        "every chunk of the carried window is marked"
+        left,
+        (false, None, None, 1),
+        "a refused carry writes nothing"
     );
-    let last: Option<String> = redis::cmd("HGET")
-        .arg("marker:w1")
-        .arg(CHUNKS - 1)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(last.as_deref(), Some(""));
-
-    let gone: Vec<String> = run("carry2", "w2").query_async(&mut c).await.unwrap();
-    assert_eq!(gone, ["gone", "w2"]);
-    let left: (usize, bool, Option<String>) = redis::pipe()
-        .cmd("HLEN")
-        .arg("marker:w2")
-        .cmd("EXISTS")
-        .arg("carry2")
-        .cmd("HGET")
-        .arg("record:w2")
-        .arg("carried")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(left, (1, false, None), "a refused carry writes nothing");
 }

@@ -6,10 +6,9 @@
 //! and its pending entries stay.
 //! Some windows later, one script (`carry.lua`) records the sum of their
 //! waiting cells as a window of its own, the carry, and in the same step
-//! marks each window *carried* (on one Redis also its chunks applied in
-//! its marker). Then the carry is applied like any window (chunks marked as
-//! they go), the windows' entries are acknowledged, and the carry and the
-//! windows are finished.
+//! marks each window *carried*. Then the carry is applied like any window
+//! (chunks marked as they go), the windows' entries are acknowledged, and
+//! the carry and the windows are finished.
 //!
 //! Why nothing counts twice or never: until the carry script runs, a
 //! window's waiting cells are only in its own record, and whoever finishes
@@ -100,38 +99,32 @@ impl Committer {
             .arg(MARKER_TTL_SECS * 1000)
             .ignore();
         pipe.query_async::<()>(conn).await?;
-        // On one Redis the windows' markers are marked too; on a cluster
-        // they are in other slots, and the records' `carried` suffices.
-        let markers = !conn.is_cluster();
-        let mut cmd = CARRY.evalsha(3 + (1 + usize::from(markers)) * windows.len());
+        // The windows' records are marked carried; their applied markers
+        // are not touched (see carry.lua).
+        let mut cmd = CARRY.evalsha(3 + windows.len());
         cmd.arg(k.windows())
             .arg(&record)
             .arg(k.consumer_registration(&self.consumer));
         for w in windows {
             cmd.arg(k.window(&w.window));
-            if markers {
-                cmd.arg(k.applied_marker(&w.window));
-            }
         }
         cmd.arg(&self.consumer)
             .arg(&self.token)
             .arg(self.lifetime_ms)
-            .arg(MARKER_TTL_SECS)
             .arg(carry.window)
             .arg(carry.chunk)
             .arg(carry.chunks)
             .arg(windows.len())
-            .arg(u8::from(markers))
             .arg(group.unwrap_or(""));
         for w in windows {
-            cmd.arg(&w.window).arg(0).arg(w.chunks);
+            cmd.arg(&w.window);
         }
         let reply: Value = cmd.query_async(conn).await?;
         let outcome =
             carry_outcome(&reply).ok_or_else(|| StoreError::unexpected("carry.lua", &reply))?;
         if outcome == CarryOutcome::Recorded {
             // The sum is applied only once a replica holds it and the
-            // windows' marks (on a cluster; nothing on one Redis).
+            // windows' marks.
             self.replicated(conn).await?;
         }
         Ok(outcome)

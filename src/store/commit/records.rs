@@ -143,7 +143,8 @@ impl Committer {
             Some(true) => {
                 // Its cells are the carry's (a record of its own, finished
                 // on its own): only its entries are left to acknowledge.
-                // On one Redis the carry marked its chunks in its marker.
+                // None of its chunks was applied: it has no marker to
+                // shorten.
                 let ids: Option<String> = redis::cmd("HGET")
                     .arg(self.keys.window(&record.window))
                     .arg("ids")
@@ -153,15 +154,10 @@ impl Committer {
                     return self.ids_missing(conn, record).await;
                 };
                 self.ack(conn, &ids).await?;
-                let markers = if conn.is_cluster() {
-                    Vec::new()
-                } else {
-                    vec![self.keys.applied_marker(&record.window)]
-                };
                 let done = Finished {
                     window: record.window.clone(),
                     failures: Vec::new(),
-                    markers,
+                    markers: Vec::new(),
                 };
                 self.finish(conn, &done).await?;
                 tracing::info!(window = %record.window, owner = %record.owner,

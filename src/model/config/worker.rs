@@ -113,17 +113,20 @@ pub struct WorkerArgs {
     /// to ten times this age.
     #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", default_value_t = DEFAULT_WINDOW_MS)]
     pub window_ms: u64,
-    /// While behind, a window's count cells wait this long (ms) at most,
-    /// summed with the next windows', before they are applied (fewer
-    /// HINCRBYs); at the stream's head and at shutdown they are applied at
-    /// once. At most a quarter of --claim-idle-ms; 0
-    /// applies every window whole.
+    /// While behind, a window's count cells wait this long (ms), summed
+    /// with the next windows', before they are applied (fewer HINCRBYs); a
+    /// sum that comes of age when the rest of the stream would be read
+    /// within as long again waits for the head, at most that long more; at
+    /// the stream's head and at shutdown they are applied at once. At most
+    /// a quarter of --claim-idle-ms; 0 applies every window whole.
     #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", default_value_t = DEFAULT_CARRY_MS)]
     pub carry_ms: u64,
     /// The carry is applied once it sums this many distinct cells (more
     /// cells: fewer HINCRBYs on many names, more worker memory); 0 applies
-    /// every window whole. With stream shards, split evenly over them (each
-    /// shard's worker sums its own).
+    /// every window whole. With stream shards each shard's worker sums its
+    /// own: on one Redis each gets an even share; on a Redis Cluster a
+    /// process' shards go in together once they hold this many between
+    /// them.
     #[arg(
         long = "carry-cells",
         env = "HITCOUNT_CARRY_CELLS",

@@ -198,3 +198,19 @@ impl StoreError {
 
 /// A result of the Redis access layer.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The outcome of a task that talks to Redis on its own; one that panicked
+/// or was cancelled is `what` ending unexpectedly.
+pub async fn joined<T, E>(
+    task: tokio::task::JoinHandle<Result<T, E>>,
+    what: &'static str,
+) -> StoreResult<T>
+where
+    StoreError: From<E>,
+{
+    let outcome = task.await.map_err(|e| StoreError::Unexpected {
+        what,
+        reply: e.to_string(),
+    })?;
+    Ok(outcome?)
+}

@@ -130,7 +130,6 @@ impl Worker {
         self.apply_outage.recovered("applying a window");
         self.apply_backoff.reset();
         self.batch.count_applied(&failures, started, unix_ms());
-        let markers = markers(&plan);
         if waits {
             self.deferred.push(Deferred {
                 window: window_id,
@@ -138,11 +137,7 @@ impl Worker {
                     what: "reading the stream",
                     reply: "an entry id that is not MS-SEQ".into(),
                 })?,
-                chunks: plan.len(),
                 failures,
-                // The carry marks a waiting window's chunks in its marker on
-                // one Redis; on a cluster it marks none (see carry.lua).
-                markers: if by_slot { Vec::new() } else { markers },
             });
             self.carry.add(&cells, self.batch.window().hits() as usize);
             if let Some(m) = &mut self.group {
@@ -152,7 +147,7 @@ impl Worker {
             self.finished = Some(Finished {
                 window: window_id,
                 failures,
-                markers,
+                markers: markers(&plan),
             });
         }
         drop(cells);

@@ -16,7 +16,7 @@ use crate::store::commit::{
     markers, plan, sort_for_cluster, Apply, CarryOutcome, Committer, Deferred, Failure, Finished,
     Sealed, CHUNK_CELLS,
 };
-use crate::store::connect::{Conn, StoreError, StoreResult};
+use crate::store::connect::{joined, Conn, StoreError, StoreResult};
 
 impl Worker {
     /// Whether this window's count cells may wait: with the carry on, while
@@ -130,10 +130,7 @@ impl Worker {
     /// worker's (a resync then finishes the records one by one).
     pub(super) async fn carry_wait(&mut self) -> StoreResult<()> {
         if let Some(task) = self.carrying.take() {
-            let carry = task.await.map_err(|e| StoreError::Unexpected {
-                what: "the carry's task",
-                reply: e.to_string(),
-            })??;
+            let carry = joined(task, "the carry's task").await?;
             self.spare_carry = Some(carry);
         }
         Ok(())
@@ -178,7 +175,8 @@ impl Job {
             let done = Finished {
                 window: d.window,
                 failures: d.failures,
-                markers: d.markers,
+                // None of its chunks was applied, nor marked (see carry.lua).
+                markers: Vec::new(),
             };
             self.committer.finish(conn, &done).await?;
         }

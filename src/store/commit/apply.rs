@@ -25,7 +25,7 @@ use crate::model::aggregate::Cell;
 use crate::model::ids::IdList;
 use crate::model::keys::Keys;
 use crate::model::known::KnownCache;
-use crate::store::connect::{Conn, StoreError, StoreResult};
+use crate::store::connect::{joined, Conn, StoreResult};
 use crate::store::scripts::APPLY;
 use crate::store::stream;
 
@@ -301,7 +301,7 @@ impl Committer {
             stream::ack_each_into(&mut acks, &self.keys, part, ACK_IDS);
             // Sent in order: the one before is answered first.
             if let Some(task) = in_flight.take() {
-                joined(task).await?;
+                joined(task, "an acknowledgement's task").await?;
             }
             // None left (a carry acknowledges nothing itself): an empty
             // pipeline is an error on a cluster.
@@ -407,13 +407,4 @@ pub(super) fn zadds(zset: &str, members: &[String]) -> Vec<Cmd> {
             c
         })
         .collect()
-}
-
-/// The outcome of a task sending commands.
-async fn joined(task: tokio::task::JoinHandle<redis::RedisResult<()>>) -> StoreResult<()> {
-    task.await.map_err(|e| StoreError::Unexpected {
-        what: "an acknowledgement's task",
-        reply: e.to_string(),
-    })??;
-    Ok(())
 }

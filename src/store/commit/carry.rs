@@ -40,12 +40,8 @@ pub struct Deferred {
     pub window: String,
     /// Its entry ids, to acknowledge after the carry.
     pub ids: IdList,
-    /// Its chunk count: every chunk's cells wait in the carry.
-    pub chunks: usize,
     /// Cells of its applied chunks that failed, to dead-letter when finished.
     pub failures: Vec<Failure>,
-    /// Its applied markers, to expire once finished.
-    pub markers: Vec<String>,
 }
 
 /// What the carry script did.

@@ -7,7 +7,7 @@ use redis::Value;
 use super::plan::{Apply, Chunk};
 use super::stats;
 use crate::model::aggregate::{Cell, StatCell};
-use crate::store::connect::{StoreError, StoreResult};
+use crate::store::connect::{joined, StoreError, StoreResult};
 use crate::store::stream;
 
 /// Apply scripts per pipeline: a step of more chunks (a carry) goes in
@@ -81,10 +81,7 @@ pub(super) async fn group_statuses(
     sent: InFlight,
     step: &Apply<'_>,
 ) -> StoreResult<Vec<(i64, Vec<Failure>)>> {
-    let replies = sent.await.map_err(|e| StoreError::Unexpected {
-        what: "an apply pipeline's task",
-        reply: e.to_string(),
-    })??;
+    let replies = joined(sent, "an apply pipeline's task").await?;
     let part = &chunks[at..(at + GROUP_CHUNKS).min(chunks.len())];
     chunk_statuses(part, &replies, step)
 }

@@ -22,9 +22,14 @@ fn text(out: &Output) -> String {
 
 /// Runs `hitcount bench ARGS` on 1,000 hot names, one worker, 4 shards.
 fn bench(args: &[&str], url: Option<&str>) -> Output {
+    bench_shards(4, args, url)
+}
+
+/// Runs `hitcount bench ARGS` on 1,000 hot names, one worker, `shards` shards.
+fn bench_shards(shards: u32, args: &[&str], url: Option<&str>) -> Output {
     let mut cmd = bin::hitcount();
     cmd.args(["bench", "--entries", "2000", "--workers", "1"])
-        .args(["--workload", "hot", "--shards", "4"])
+        .args(["--workload", "hot", "--shards", &shards.to_string()])
         .args(args)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null());
@@ -36,6 +41,10 @@ fn bench(args: &[&str], url: Option<&str>) -> Output {
 
 /// The table has one Redis, every master and their sum, and the verdicts.
 fn assert_per_master_table(out: &Output, masters: usize) {
+    assert_per_master_table_of(out, masters, 4);
+}
+
+fn assert_per_master_table_of(out: &Output, masters: usize, shards: u32) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", text(out));
     assert!(stdout.contains("| workload | W | Redis |"), "{}", text(out));
@@ -54,7 +63,7 @@ fn assert_per_master_table(out: &Output, masters: usize) {
         text(out)
     );
     assert!(
-        stdout.contains("4 stream shards over the masters"),
+        stdout.contains(&format!("{shards} stream shards over the masters")),
         "{}",
         text(out)
     );
@@ -90,6 +99,40 @@ fn bench_with_cluster_starts_one_and_prints_the_per_master_table() {
 }
 
 #[test]
+fn even_shards_gives_each_master_as_many_shards_give_or_take_one() {
+    // Tags 0..7 fall 2/4/2 on three even masters; serving one slot of the
+    // second (shard 6's, 5781) from the first makes it 3/3/2.
+    let out = bench_shards(8, &["--cluster", "--even-shards"], None);
+    assert_per_master_table_of(&out, 3, 8);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "8 stream shards over the masters: 3/3/2 (evened by serving slot(s) 5781 from another master"
+        ),
+        "{}",
+        text(&out)
+    );
+    // Each master's row counts its shards.
+    let shards: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("| master 127.0.0.1:"))
+        .map(|l| l.split('|').nth(4).unwrap_or("").trim())
+        .collect();
+    assert_eq!(shards, ["3", "3", "2"], "{}", text(&out));
+}
+
+#[test]
+fn even_shards_needs_the_throwaway_cluster() {
+    let out = bench(&["--even-shards"], None);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--cluster"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
 fn warm_without_a_cluster_is_refused_with_one_line() {
     let out = bench(&["--warm"], None);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -117,6 +160,14 @@ fn bench_on_a_redis_url_naming_a_cluster_measures_that_cluster() {
     assert_per_master_table(&out, 3);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("steady state (names known, workers warm"),
+        "{}",
+        text(&out)
+    );
+    // Its slots are the operator's: bench does not move them.
+    let out = bench(&["--cluster", "--even-shards"], Some(&cluster.seed_url()));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bench does not move"),
         "{}",
         text(&out)
     );

@@ -6,6 +6,11 @@
 //! that makes an apply exactly once must be a key *in that same slot*:
 //! [`tag_for_slot`] gives a string `T` whose slot is `S`, and a key
 //! `…{T}…` then shares slot `S` with any counter there.
+//!
+//! Stream shard k lives in the slot of its tag `{k}` ([`shard_slot`]), and
+//! tags 0..N−1 fall unevenly over masters that split the slots evenly;
+//! [`evening_moves`] says which single slots to give to other masters so
+//! that every master holds as many shards as another, give or take one.
 
 use std::sync::OnceLock;
 
@@ -79,9 +84,164 @@ pub fn tag_for_slot(slot: u16) -> &'static str {
     &table[(slot % SLOTS) as usize]
 }
 
+/// The slot of stream shard `k` (`STREAM:{k}`, hashed by its tag alone).
+pub fn shard_slot(k: u32) -> u16 {
+    slot(format!("{{{k}}}").as_bytes())
+}
+
+/// The master (by index) that serves `slot` when `masters` masters split
+/// the slots evenly in order: master i serves `⌊i·16384/M⌋ ..=
+/// ⌊(i+1)·16384/M⌋ − 1`, as `bench --cluster` makes them (`redis-cli
+/// --cluster create` rounds a boundary the other way at times: one slot).
+pub fn even_owner(masters: usize, slot: u16) -> usize {
+    let m = masters.max(1);
+    ((usize::from(slot) + 1) * m - 1) / usize::from(SLOTS)
+}
+
+/// One slot given from one master to another (masters by index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotMove {
+    /// The slot.
+    pub slot: u16,
+    /// The master that serves it now.
+    pub from: usize,
+    /// The master to serve it.
+    pub to: usize,
+}
+
+/// The fewest single-slot moves after which `slots` (say, the shards')
+/// spread over `masters` masters as evenly as they can: no master holds
+/// two more of them than another. `owner` gives the master (an index below
+/// `masters`) that serves a slot now. Each move takes the last listed slot
+/// of a master holding the most to the master (lowest index first) holding
+/// the fewest; a slot listed twice counts twice, as two shards there would.
+pub fn evening_moves(masters: usize, owner: impl Fn(u16) -> usize, slots: &[u16]) -> Vec<SlotMove> {
+    if masters == 0 {
+        return Vec::new();
+    }
+    let mut held: Vec<Vec<u16>> = vec![Vec::new(); masters];
+    for &s in slots {
+        held[owner(s).min(masters - 1)].push(s);
+    }
+    let mut moves = Vec::new();
+    loop {
+        let fullest = (0..masters)
+            .max_by_key(|&m| (held[m].len(), std::cmp::Reverse(m)))
+            .expect("masters > 0");
+        let emptiest = (0..masters)
+            .min_by_key(|&m| (held[m].len(), m))
+            .expect("masters > 0");
+        if held[fullest].len() <= held[emptiest].len() + 1 {
+            return moves;
+        }
+        let slot = *held[fullest].last().expect("the fullest holds some");
+        // Every copy of the slot goes with it: a slot is served by one master.
+        let (going, staying): (Vec<u16>, Vec<u16>) =
+            held[fullest].iter().partition(|&&s| s == slot);
+        if held[emptiest].len() + going.len() > held[fullest].len() - going.len() + 1 {
+            return moves; // moving it would only tip the balance the other way
+        }
+        held[fullest] = staying;
+        held[emptiest].extend(going);
+        moves.push(SlotMove {
+            slot,
+            from: fullest,
+            to: emptiest,
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn even(masters: usize) -> impl Fn(u16) -> usize {
+        move |slot| even_owner(masters, slot)
+    }
+
+    fn shards(n: u32) -> Vec<u16> {
+        (0..n).map(shard_slot).collect()
+    }
+
+    #[test]
+    fn the_even_split_is_redis_clis() {
+        assert_eq!(even_owner(3, 0), 0);
+        assert_eq!(even_owner(3, 5460), 0);
+        assert_eq!(even_owner(3, 5461), 1);
+        assert_eq!(even_owner(3, 10921), 1);
+        assert_eq!(even_owner(3, 10922), 2);
+        assert_eq!(even_owner(3, 16383), 2);
+        assert_eq!(even_owner(1, 16383), 0);
+        // Every master's first and last slot, for any count.
+        for m in 1..=7usize {
+            for i in 0..m {
+                let first = (i * usize::from(SLOTS) / m) as u16;
+                let last = ((i + 1) * usize::from(SLOTS) / m - 1) as u16;
+                assert_eq!((even_owner(m, first), even_owner(m, last)), (i, i));
+            }
+        }
+    }
+
+    #[test]
+    fn shard_slots_hash_the_tag_alone() {
+        assert_eq!(shard_slot(0), slot(b"hits:{0}"));
+        assert_eq!(shard_slot(15), slot(b"x:{15}:y"));
+    }
+
+    #[test]
+    fn evening_moves_one_slot_for_eighteen_shards_on_three_masters() {
+        // 18 shards fall 6/7/5 on an even split; one slot evens them out.
+        let moves = evening_moves(3, even(3), &shards(18));
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        let m = moves[0];
+        assert_eq!((m.from, m.to), (1, 2));
+        assert_eq!(even(3)(m.slot), 1);
+        assert!(shards(18).contains(&m.slot));
+    }
+
+    #[test]
+    fn evening_leaves_at_most_one_shard_of_difference() {
+        for masters in 1..=6 {
+            for n in 1..=64 {
+                let slots = shards(n);
+                let moves = evening_moves(masters, even(masters), &slots);
+                let owner = |s: u16| {
+                    moves
+                        .iter()
+                        .rev()
+                        .find(|m| m.slot == s)
+                        .map_or(even(masters)(s), |m| m.to)
+                };
+                let mut held = vec![0usize; masters];
+                for &s in &slots {
+                    held[owner(s)] += 1;
+                }
+                let (lo, hi) = (held.iter().min().unwrap(), held.iter().max().unwrap());
+                assert!(hi - lo <= 1, "{masters} masters, {n} shards: {held:?}");
+                // 16 on three masters: 6/6/4 becomes 6/5/5 with one move.
+                if masters == 3 && n == 16 {
+                    assert_eq!(moves.len(), 1);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_slot_held_twice_moves_whole_or_not_at_all() {
+        // Two shards in one slot on master 0, none elsewhere: moving the
+        // slot would leave 0/2, no better than 2/0.
+        assert!(evening_moves(2, |_| 0, &[5, 5]).is_empty());
+        // Three in one slot and one in another: 4/0 becomes 3/1.
+        let moves = evening_moves(2, |_| 0, &[5, 5, 5, 9]);
+        assert_eq!(
+            moves,
+            vec![SlotMove {
+                slot: 9,
+                from: 0,
+                to: 1
+            }]
+        );
+    }
 
     #[test]
     fn slots_match_redis() {

@@ -59,6 +59,9 @@ pub enum ClusterSource {
         masters: usize,
         /// Replicas of each master.
         replicas: usize,
+        /// The shards' slots spread evenly over the masters
+        /// ([`ClusterOptions::even_slots`]).
+        even_shards: bool,
     },
 }
 
@@ -72,19 +75,34 @@ pub async fn measure(
     let local = |e: EmbeddedError| BenchError::Check(format!("starting a throwaway Redis: {e}"));
     let server = RedisServer::start(ServerOptions::default()).map_err(local)?;
     let single = RedisArgs::from_url(&server.url());
-    let (cluster, _nodes) = match source {
+    let (cluster, nodes) = match source {
         ClusterSource::Url(args) => (args, None),
-        ClusterSource::Local { masters, replicas } => {
+        ClusterSource::Local {
+            masters,
+            replicas,
+            even_shards,
+        } => {
+            let even_slots = match even_shards {
+                true => (0..opts.shards)
+                    .map(crate::model::slots::shard_slot)
+                    .collect(),
+                false => Vec::new(),
+            };
             let nodes = RedisCluster::start(ClusterOptions {
                 masters,
                 replicas,
+                even_slots,
                 ..ClusterOptions::default()
             })
             .map_err(local)?;
             (RedisArgs::from_url(&nodes.url()), Some(nodes))
         }
     };
-    run(opts, &single, &cluster).await
+    let mut report = run(opts, &single, &cluster).await?;
+    if let Some(nodes) = &nodes {
+        report.moved_slots = nodes.moved_slots().iter().map(|m| m.slot).collect();
+    }
+    Ok(report)
 }
 
 /// Runs every workload and worker count on one Redis (`single`) and on the

@@ -101,6 +101,9 @@ pub struct ScalingReport {
     pub masters: Vec<String>,
     /// Stream shards in each master's slots.
     pub spread: Vec<usize>,
+    /// Shard slots the throwaway cluster serves from another master than
+    /// the even split says, to even out `spread` (`--even-shards`).
+    pub moved_slots: Vec<u16>,
     /// Replicas of the master with the fewest.
     pub replicas: usize,
     /// `--wait-replicas` given to the cluster's workers, when overridden.
@@ -131,6 +134,7 @@ impl ScalingReport {
                 opts.shards,
                 &masters.iter().map(|n| n.slots.clone()).collect::<Vec<_>>(),
             ),
+            moved_slots: Vec::new(),
             replicas,
             wait_replicas,
             idle_cpu_us_per_sec: idle,
@@ -151,7 +155,7 @@ impl ScalingReport {
         let spread: Vec<String> = self.spread.iter().map(usize::to_string).collect();
         let _ = writeln!(
             out,
-            "{} hits per workload, {}; {m} masters ({} replicas each{}); {} stream shards over the masters: {}\n",
+            "{} hits per workload, {}; {m} masters ({} replicas each{}); {} stream shards over the masters: {}{}\n",
             self.entries,
             if self.warm {
                 "steady state (names known, workers warm: --warm)"
@@ -165,6 +169,17 @@ impl ScalingReport {
             },
             self.shards,
             spread.join("/"),
+            match self.moved_slots.as_slice() {
+                [] => String::new(),
+                moved => format!(
+                    " (evened by serving slot(s) {} from another master than the even split)",
+                    moved
+                        .iter()
+                        .map(u16::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
         );
         out.push_str("| workload | W | Redis | stream shards | drained here (hits/s) | Redis CPU µs/hit | share of the cluster's CPU | commands/hit |\n");
         out.push_str("| --- | --: | --- | --: | --: | --: | --: | --: |\n");
@@ -308,9 +323,7 @@ fn rate(s: &Side) -> String {
 /// How many of `shards` stream shards (`STREAM:{0}` …, each hashed by its
 /// tag alone) fall in each master's slot ranges (inclusive).
 pub fn spread(shards: u32, masters: &[Vec<(u16, u16)>]) -> Vec<usize> {
-    let slots: Vec<u16> = (0..shards)
-        .map(|k| crate::model::slots::slot(format!("{{{k}}}").as_bytes()))
-        .collect();
+    let slots: Vec<u16> = (0..shards).map(crate::model::slots::shard_slot).collect();
     masters
         .iter()
         .map(|ranges| {

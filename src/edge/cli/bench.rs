@@ -66,6 +66,12 @@ pub struct Args {
     /// even masters, fewer spread worse).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
     shards: u32,
+    /// With --cluster: give the throwaway cluster's masters as many shards
+    /// each, give or take one, by serving the fewest shard slots from
+    /// another master than the even split says, as an operator would move
+    /// them (README, "Choosing N"); with --shards 18, 6/6/6 on 3 masters.
+    #[arg(long, requires = "cluster")]
+    even_shards: bool,
     /// With --cluster: price the steady state instead of a cold start: the
     /// workers first count one hit of every name of the workload (names
     /// known in Redis and in their caches), are paused while the measured hits are
@@ -184,6 +190,9 @@ async fn cluster_source(args: &Args) -> anyhow::Result<Option<ClusterSource>> {
         None => None,
     };
     Ok(match (args.cluster, given) {
+        (_, Some(_)) if args.even_shards => anyhow::bail!(
+            "--even-shards shapes the throwaway cluster --cluster starts, but REDIS_URL names a cluster, whose slots bench does not move: unset REDIS_URL, or move them yourself (README, \"Choosing N\")"
+        ),
         (_, Some(redis)) => Some(ClusterSource::Url(redis)),
         (Some(_), None) if args.redis_url.is_some() => anyhow::bail!(
             "--cluster starts a local cluster, but REDIS_URL names one Redis: unset it, or name a cluster"
@@ -191,6 +200,7 @@ async fn cluster_source(args: &Args) -> anyhow::Result<Option<ClusterSource>> {
         (Some(masters), None) => Some(ClusterSource::Local {
             masters: masters.into(),
             replicas: args.cluster_replicas.into(),
+            even_shards: args.even_shards,
         }),
         (None, None) => None,
     })

@@ -4,8 +4,10 @@
 //!
 //! [`RedisCluster::start`] starts the nodes in cluster mode, splits the
 //! 16384 hash slots evenly over the masters (master i serves slots
-//! `i·16384/M ..= (i+1)·16384/M − 1`, so node order says who serves what),
-//! introduces the nodes to each other, attaches replica j of master i, and
+//! `i·16384/M ..= (i+1)·16384/M − 1`, so node order says who serves what;
+//! with [`ClusterOptions::even_slots`], single slots are given to other
+//! masters so that those slots spread evenly, as an operator would move
+//! them), introduces the nodes to each other, attaches replica j of master i, and
 //! returns once every node agrees the cluster is whole. It forms the
 //! cluster by hand rather than with `redis-cli --cluster create`, so each
 //! node's bus port is a free port of its own (the default, port + 10000,
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 use redis::FromRedisValue;
 
 use super::{free_port, is_address_in_use, EmbeddedError, RedisServer, ServerOptions};
+use crate::model::slots::{even_owner, evening_moves, SlotMove};
 
 /// Hash slots of a Redis Cluster.
 const SLOTS: usize = 16384;
@@ -44,6 +47,10 @@ pub struct ClusterOptions {
     pub replicas: usize,
     /// Raw `redis.conf` lines for every node, after the cluster's own.
     pub extra: Vec<String>,
+    /// Slots to spread evenly over the masters (say, the stream shards'):
+    /// the fewest of them are served by another master than the even split
+    /// says ([`evening_moves`]).
+    pub even_slots: Vec<u16>,
 }
 
 impl Default for ClusterOptions {
@@ -54,6 +61,7 @@ impl Default for ClusterOptions {
             masters: 3,
             replicas: 0,
             extra: Vec::new(),
+            even_slots: Vec::new(),
         }
     }
 }
@@ -64,6 +72,7 @@ pub struct RedisCluster {
     /// Masters first (in slot order), then the replicas of master 0, 1, ….
     nodes: Vec<RedisServer>,
     masters: usize,
+    moves: Vec<SlotMove>,
 }
 
 impl RedisCluster {
@@ -80,9 +89,11 @@ impl RedisCluster {
         for _ in 0..count {
             nodes.push(start_node(&opts.extra)?);
         }
+        let m = opts.masters;
         let cluster = RedisCluster {
             nodes,
-            masters: opts.masters,
+            masters: m,
+            moves: evening_moves(m, |s| even_owner(m, s), &opts.even_slots),
         };
         cluster.form(opts.replicas)?;
         Ok(cluster)
@@ -106,6 +117,12 @@ impl RedisCluster {
             .collect()
     }
 
+    /// The slots served by another master than the even split says (see
+    /// [`ClusterOptions::even_slots`]).
+    pub fn moved_slots(&self) -> &[SlotMove] {
+        &self.moves
+    }
+
     /// Every node's port: the masters, then their replicas.
     pub fn ports(&self) -> Vec<u16> {
         self.nodes.iter().map(RedisServer::port).collect()
@@ -122,9 +139,11 @@ impl RedisCluster {
                 redis::cmd("CLUSTER").arg("SET-CONFIG-EPOCH").arg(i + 1),
             )?;
             if i < m {
-                let (first, last) = (i * SLOTS / m, (i + 1) * SLOTS / m - 1);
                 let mut add = redis::cmd("CLUSTER");
-                add.arg("ADDSLOTSRANGE").arg(first).arg(last);
+                add.arg("ADDSLOTSRANGE");
+                for (first, last) in slot_ranges(m, &self.moves, i) {
+                    add.arg(first).arg(last);
+                }
                 admin::<()>(node, &add)?;
             }
         }
@@ -182,6 +201,31 @@ impl RedisCluster {
             std::thread::sleep(POLL);
         }
     }
+}
+
+/// The slot ranges (inclusive) master `i` of `masters` serves: its share
+/// of the even split, less the slots `moves` give away, plus those they
+/// give it.
+fn slot_ranges(masters: usize, moves: &[SlotMove], i: usize) -> Vec<(u16, u16)> {
+    let serves = |slot: u16| {
+        moves
+            .iter()
+            .rev()
+            .find(|m| m.slot == slot)
+            .map_or(even_owner(masters, slot), |m| m.to)
+            == i
+    };
+    let mut ranges: Vec<(u16, u16)> = Vec::new();
+    for slot in 0..SLOTS as u16 {
+        if !serves(slot) {
+            continue;
+        }
+        match ranges.last_mut() {
+            Some((_, last)) if *last + 1 == slot => *last = slot,
+            _ => ranges.push((slot, slot)),
+        }
+    }
+    ranges
 }
 
 /// Starts one cluster node, with a fresh bus port when its first is taken.
@@ -256,6 +300,20 @@ mod tests {
         assert_eq!(field(text, "cluster_state").as_deref(), Some("ok"));
         assert_eq!(field(text, "cluster_slots_ok").as_deref(), Some("16384"));
         assert_eq!(field(text, "cluster_size"), None);
+    }
+
+    #[test]
+    fn slot_ranges_cover_every_slot_once_with_the_moves_applied() {
+        let moves = [SlotMove {
+            slot: 8241,
+            from: 1,
+            to: 2,
+        }];
+        let ranges: Vec<Vec<(u16, u16)>> = (0..3).map(|i| slot_ranges(3, &moves, i)).collect();
+        assert_eq!(ranges[0], vec![(0, 5460)]);
+        assert_eq!(ranges[1], vec![(5461, 8240), (8242, 10921)]);
+        assert_eq!(ranges[2], vec![(8241, 8241), (10922, 16383)]);
+        assert_eq!(slot_ranges(3, &[], 1), vec![(5461, 10921)]);
     }
 
     #[test]

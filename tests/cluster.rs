@@ -1,7 +1,7 @@
 //! hitcount on a real local Redis Cluster (3 masters, 3 replicas), as far as
 //! it goes today: `REDIS_URL` with several nodes or one (auto-detected),
-//! `hit`, `load`, `get`, `status` and `serve` through the cluster with the
-//! seed layout (the worker: `cluster_worker.rs`);
+//! `hit`, `load`, `get`, `status` (with which master serves which stream
+//! shards) and `serve` through the cluster with the seed layout (the worker: `cluster_worker.rs`);
 //! `demo` counts exactly there, and
 //! `HITCOUNT_CLUSTER=off` with several nodes is refused.
 
@@ -57,6 +57,35 @@ async fn hit_load_get_and_status_work_on_a_cluster_with_the_seed_layout() {
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["stream"], "hits", "{}", text(&out));
     assert_eq!(status["length"], 502, "{}", text(&out));
+    // With stream shards, which master serves which, and the one slot to
+    // move: 18 shards fall 6/7/5 on the harness' even masters.
+    let out = run(&seeds, &["status", "--shards", "18"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        stdout.contains("shards per master: 6/7/5\n"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        stdout.contains("    slot 8241 (shard 16) from 127.0.0.1:"),
+        "{}",
+        text(&out)
+    );
+    let out = run(&seeds, &["status", "--shards", "18", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let masters = status["masters"].as_array().unwrap();
+    let counts: Vec<usize> = masters
+        .iter()
+        .map(|m| m["shards"].as_array().unwrap().len())
+        .collect();
+    assert_eq!(counts, [6, 7, 5], "{}", text(&out));
+    let moves = status["evening_moves"].as_array().unwrap();
+    assert_eq!(moves.len(), 1, "{}", text(&out));
+    assert_eq!(moves[0]["slot"], 8241, "{}", text(&out));
+    assert_eq!(moves[0]["shard"], 16, "{}", text(&out));
+    assert_eq!(moves[0]["from"], masters[1]["master"], "{}", text(&out));
+    assert_eq!(moves[0]["to"], masters[2]["master"], "{}", text(&out));
 
     // The counters as the seeds lay them out, wherever the cluster put
     // them: written here by hand (no worker runs on a cluster yet), read

@@ -1,7 +1,8 @@
 //! Redis access: the one connection type and its error classes
 //! ([`connect`]), the Lua scripts ([`scripts`]), the counters as any client
 //! reads them ([`counters`]) and the query API's read-only queries
-//! ([`query`]), `SCAN` over every master ([`scan`]), the stream and its consumer group ([`stream`]),
+//! ([`query`]), `SCAN` over every master ([`scan`]), a cluster's masters
+//! and their slots ([`topology`]), the stream and its consumer group ([`stream`]),
 //! and a window's exactly-once way into the counters ([`commit`]). Uses the
 //! model floor only.
 
@@ -16,3 +17,4 @@ pub mod scan;
 pub mod scripts;
 pub mod stats_query;
 pub mod stream;
+pub mod topology;

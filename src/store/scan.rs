@@ -47,26 +47,12 @@ where
 }
 
 /// The nodes to scan: `None` for the one node; on a cluster a slot of each
-/// master, from `CLUSTER SLOTS` (routed by slot, not by address: a lone
-/// node, never introduced to another, reports no address of its own).
+/// master (routed by slot, not by address: a lone node, never introduced
+/// to another, reports no address of its own).
 async fn nodes(conn: &mut Conn) -> RedisResult<Vec<Option<u16>>> {
     if !conn.is_cluster() {
         return Ok(vec![None]);
     }
-    let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
-    let mut masters: Vec<((String, u16), u16)> = ranges
-        .iter()
-        .filter_map(|r| match r.get(2) {
-            Some(Value::Array(node)) => {
-                let first: u16 = redis::from_redis_value(r.first()?.clone()).ok()?;
-                let host: String = redis::from_redis_value(node.first()?.clone()).ok()?;
-                let port: u16 = redis::from_redis_value(node.get(1)?.clone()).ok()?;
-                Some(((host, port), first))
-            }
-            _ => None,
-        })
-        .collect();
-    masters.sort();
-    masters.dedup_by(|a, b| a.0 == b.0);
-    Ok(masters.into_iter().map(|(_, slot)| Some(slot)).collect())
+    let masters = crate::store::topology::masters(conn).await?;
+    Ok(masters.iter().map(|m| Some(m.first_slot())).collect())
 }

@@ -153,38 +153,23 @@ pub async fn masters(redis: &RedisArgs) -> Result<(Vec<Node>, usize), BenchError
         .map(|u| u.to_string())
         .unwrap_or_default();
     let mut first = open_node(redis, &seed).await?;
-    let reply: Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut first)
-        .await?;
-    let mut nodes: Vec<Node> = Vec::new();
-    for (start, end, host, port) in slot_ranges(&reply) {
-        let url = node_url(&seed, &host, port);
-        let addr = host_port(&url);
-        match nodes.iter_mut().find(|n| n.addr == addr) {
-            Some(n) => n.slots.push((start, end)),
-            None => {
-                nodes.push(Node {
-                    addr,
-                    slots: vec![(start, end)],
-                    conn: open_node(redis, &url).await?,
-                });
-            }
-        }
-    }
-    nodes.sort_by_key(|n| n.slots.iter().map(|s| s.0).min());
-    if nodes.is_empty() {
+    let listed = crate::store::topology::masters(&mut first).await?;
+    if listed.is_empty() {
         return Err(BenchError::Check(format!(
             "CLUSTER SLOTS on {} lists no master",
             host_port(&seed)
         )));
     }
-    // Each range: first, last, the master, then its replicas.
-    let replicas = items(&reply)
-        .iter()
-        .map(|r| items(r).len().saturating_sub(3))
-        .min()
-        .unwrap_or(0);
+    let replicas = listed.iter().map(|m| m.replicas).min().unwrap_or(0);
+    let mut nodes = Vec::with_capacity(listed.len());
+    for m in listed {
+        let url = node_url(&seed, &m.host, m.port);
+        nodes.push(Node {
+            addr: host_port(&url),
+            slots: m.ranges,
+            conn: open_node(redis, &url).await?,
+        });
+    }
     Ok((nodes, replicas))
 }
 
@@ -197,39 +182,6 @@ async fn open_node(redis: &RedisArgs, url: &str) -> Result<Conn, BenchError> {
     };
     let client = crate::store::connect::client(&args)?;
     Ok(client.open(crate::store::connect::RESPONSE_TIMEOUT).await?)
-}
-
-/// `(first, last, host, port)` of every range in a `CLUSTER SLOTS` reply.
-fn slot_ranges(reply: &Value) -> Vec<(u16, u16, String, u16)> {
-    items(reply)
-        .iter()
-        .filter_map(|range| {
-            let r = items(range);
-            let int = |v: Option<&Value>| match v {
-                Some(Value::Int(n)) => Some(*n),
-                _ => None,
-            };
-            let master = items(r.get(2)?);
-            let host = match master.first()? {
-                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                Value::SimpleString(s) => s.clone(),
-                _ => return None,
-            };
-            Some((
-                u16::try_from(int(r.first())?).ok()?,
-                u16::try_from(int(r.get(1))?).ok()?,
-                host,
-                u16::try_from(int(master.get(1))?).ok()?,
-            ))
-        })
-        .collect()
-}
-
-fn items(v: &Value) -> &[Value] {
-    match v {
-        Value::Array(a) => a,
-        _ => &[],
-    }
 }
 
 /// `seed` with its host and port replaced: same scheme, user, password,
@@ -390,26 +342,5 @@ mod tests {
         earlier.commands.insert("hincrby".into(), (30, 5));
         let grown = u.since(&earlier);
         assert_eq!(grown.top(5), vec![("hincrby", 10, 15)]);
-    }
-
-    #[test]
-    fn reads_slot_ranges() {
-        let node = |h: &str, p: i64| {
-            Value::Array(vec![
-                Value::BulkString(h.as_bytes().to_vec()),
-                Value::Int(p),
-                Value::BulkString(b"id".to_vec()),
-            ])
-        };
-        let reply = Value::Array(vec![Value::Array(vec![
-            Value::Int(0),
-            Value::Int(5460),
-            node("127.0.0.1", 7000),
-            node("127.0.0.1", 7003),
-        ])]);
-        assert_eq!(
-            slot_ranges(&reply),
-            vec![(0, 5460, "127.0.0.1".to_string(), 7000)]
-        );
     }
 }

@@ -38,6 +38,7 @@
 //!    │       fence.rs  purge.rs  forget.rs   their fence, deletes, known: on a cluster
 //!    │       pass_report.rs what a cleaner pass did
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
+//!    │       shard_spread.rs which master serves which shards, the slots to move
 //!    │       ranking.rs     `top`: one cached ranking scan per (order, precision, bucket)
 //!    ▼
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
@@ -48,6 +49,7 @@
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
 //!    │       stats_query.rs read-only: a statistics hash, bucket by bucket
 //!    │       scan.rs        SCAN over one node or every master of a cluster
+//!    │       topology.rs    a cluster's masters and their slots (CLUSTER SLOTS)
 //!    ▼
 //!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  carry.rs  keys.rs  known.rs  slots.rs
 //!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
@@ -83,7 +85,8 @@
 //!   ([`service::cleaner`], [`service::purge`], [`service::forget`],
 //!   [`service::trim`], all under a [`service::fence`]), the group's lag
 //!   ([`service::sampler`]), what `hitcount status` shows
-//!   ([`service::status`]), the probes' view of a worker
+//!   ([`service::status`]) and how a cluster's masters share the shards
+//!   ([`service::shard_spread`]), the probes' view of a worker
 //!   ([`service::health`]), background tasks that may not die silently
 //!   ([`service::supervisor`]), the fire-and-forget
 //!   [`service::producer`], and the query API's cached bucket rankings

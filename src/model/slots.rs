@@ -113,9 +113,19 @@ pub struct SlotMove {
 /// spread over `masters` masters as evenly as they can: no master holds
 /// two more of them than another. `owner` gives the master (an index below
 /// `masters`) that serves a slot now. Each move takes the last listed slot
-/// of a master holding the most to the master (lowest index first) holding
-/// the fewest; a slot listed twice counts twice, as two shards there would.
-pub fn evening_moves(masters: usize, owner: impl Fn(u16) -> usize, slots: &[u16]) -> Vec<SlotMove> {
+/// of a master holding the most to a master holding the fewest; a slot
+/// listed twice counts twice, as two shards there would.
+///
+/// `lighter` names a master with work of its own besides the slots (the
+/// one serving `known:`, which takes every new counter's ZADD): when the
+/// slots cannot fall exactly evenly it ends with the fewer, at the price
+/// of one more move at most. Other ties go to the lowest index.
+pub fn evening_moves(
+    masters: usize,
+    owner: impl Fn(u16) -> usize,
+    slots: &[u16],
+    lighter: Option<usize>,
+) -> Vec<SlotMove> {
     if masters == 0 {
         return Vec::new();
     }
@@ -123,22 +133,33 @@ pub fn evening_moves(masters: usize, owner: impl Fn(u16) -> usize, slots: &[u16]
     for &s in slots {
         held[owner(s).min(masters - 1)].push(s);
     }
+    let is_lighter = |m: usize| lighter == Some(m);
     let mut moves = Vec::new();
     loop {
         let fullest = (0..masters)
-            .max_by_key(|&m| (held[m].len(), std::cmp::Reverse(m)))
+            .max_by_key(|&m| (held[m].len(), is_lighter(m), std::cmp::Reverse(m)))
             .expect("masters > 0");
         let emptiest = (0..masters)
-            .min_by_key(|&m| (held[m].len(), m))
+            .min_by_key(|&m| (held[m].len(), is_lighter(m), m))
             .expect("masters > 0");
-        if held[fullest].len() <= held[emptiest].len() + 1 {
+        let (most, fewest) = (held[fullest].len(), held[emptiest].len());
+        let settled = most <= fewest + 1;
+        // Balanced: only the lighter master may still give one up.
+        if settled && !(is_lighter(fullest) && most == fewest + 1) {
             return moves;
         }
         let slot = *held[fullest].last().expect("the fullest holds some");
         // Every copy of the slot goes with it: a slot is served by one master.
         let (going, staying): (Vec<u16>, Vec<u16>) =
             held[fullest].iter().partition(|&&s| s == slot);
-        if held[emptiest].len() + going.len() > held[fullest].len() - going.len() + 1 {
+        let (after_from, after_to) = (most - going.len(), fewest + going.len());
+        let worse = match settled {
+            // The last step must keep the balance and leave the lighter
+            // master with the fewer.
+            true => after_to > after_from + 1 || after_to < after_from,
+            false => after_to > after_from + 1,
+        };
+        if worse {
             return moves; // moving it would only tip the balance the other way
         }
         held[fullest] = staying;
@@ -191,7 +212,7 @@ mod tests {
     #[test]
     fn evening_moves_one_slot_for_eighteen_shards_on_three_masters() {
         // 18 shards fall 6/7/5 on an even split; one slot evens them out.
-        let moves = evening_moves(3, even(3), &shards(18));
+        let moves = evening_moves(3, even(3), &shards(18), None);
         assert_eq!(moves.len(), 1, "{moves:?}");
         let m = moves[0];
         assert_eq!((m.from, m.to), (1, 2));
@@ -202,37 +223,68 @@ mod tests {
     #[test]
     fn evening_leaves_at_most_one_shard_of_difference() {
         for masters in 1..=6 {
-            for n in 1..=64 {
-                let slots = shards(n);
-                let moves = evening_moves(masters, even(masters), &slots);
-                let owner = |s: u16| {
-                    moves
-                        .iter()
-                        .rev()
-                        .find(|m| m.slot == s)
-                        .map_or(even(masters)(s), |m| m.to)
-                };
-                let mut held = vec![0usize; masters];
-                for &s in &slots {
-                    held[owner(s)] += 1;
-                }
-                let (lo, hi) = (held.iter().min().unwrap(), held.iter().max().unwrap());
-                assert!(hi - lo <= 1, "{masters} masters, {n} shards: {held:?}");
-                // 16 on three masters: 6/6/4 becomes 6/5/5 with one move.
-                if masters == 3 && n == 16 {
-                    assert_eq!(moves.len(), 1);
+            for lighter in std::iter::once(None).chain((0..masters).map(Some)) {
+                for n in 1..=64 {
+                    let slots = shards(n);
+                    let plain = evening_moves(masters, even(masters), &slots, None).len();
+                    let moves = evening_moves(masters, even(masters), &slots, lighter);
+                    let owner = |s: u16| {
+                        moves
+                            .iter()
+                            .rev()
+                            .find(|m| m.slot == s)
+                            .map_or(even(masters)(s), |m| m.to)
+                    };
+                    let mut held = vec![0usize; masters];
+                    for &s in &slots {
+                        held[owner(s)] += 1;
+                    }
+                    let (lo, hi) = (*held.iter().min().unwrap(), *held.iter().max().unwrap());
+                    let case =
+                        format!("{masters} masters, {n} shards, lighter {lighter:?}: {held:?}");
+                    assert!(hi - lo <= 1, "{case}");
+                    // The lighter master ends with the fewer, for one more
+                    // move at most.
+                    if let Some(l) = lighter {
+                        assert_eq!(held[l], lo, "{case}");
+                    }
+                    assert!(moves.len() <= plain + 1, "{case}");
+                    // 16 on three masters: 6/6/4 becomes 5/6/5 with one move.
+                    if masters == 3 && n == 16 {
+                        assert_eq!(moves.len(), 1, "{case}");
+                    }
                 }
             }
         }
     }
 
     #[test]
+    fn the_master_of_known_ends_with_the_fewer_shards() {
+        // 16 shards fall 6/6/4; `known:` (slot 9558) is on the second.
+        let lighter = Some(even_owner(3, slot(b"known:")));
+        assert_eq!(lighter, Some(1));
+        let moves = evening_moves(3, even(3), &shards(16), lighter);
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        assert_eq!((moves[0].from, moves[0].to), (1, 2));
+        // Without it the first master gives one up: 5/6/5.
+        let moves = evening_moves(3, even(3), &shards(16), None);
+        assert_eq!((moves[0].from, moves[0].to), (0, 2));
+        // Already even, the lighter master still sheds its extra shard: 19
+        // fall 7/7/5, and 6/7/6 would leave the second with 7.
+        let moves = evening_moves(3, even(3), &shards(19), Some(1));
+        assert_eq!(
+            moves.iter().map(|m| (m.from, m.to)).collect::<Vec<_>>(),
+            [(1, 2)]
+        );
+    }
+
+    #[test]
     fn a_slot_held_twice_moves_whole_or_not_at_all() {
         // Two shards in one slot on master 0, none elsewhere: moving the
         // slot would leave 0/2, no better than 2/0.
-        assert!(evening_moves(2, |_| 0, &[5, 5]).is_empty());
+        assert!(evening_moves(2, |_| 0, &[5, 5], None).is_empty());
         // Three in one slot and one in another: 4/0 becomes 3/1.
-        let moves = evening_moves(2, |_| 0, &[5, 5, 5, 9]);
+        let moves = evening_moves(2, |_| 0, &[5, 5, 5, 9], None);
         assert_eq!(
             moves,
             vec![SlotMove {

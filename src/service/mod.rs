@@ -4,7 +4,8 @@
 //! [`registration`], the [`leader`] lease and its [`duties`] ([`cleaner`]
 //! with its [`purge`] of old samples and, on a cluster, [`forget`] of
 //! emptied counters; [`trim`]), all under a [`fence`]), the group [`sampler`], what `hitcount status` shows
-//! ([`status`]), the [`supervisor`] of background tasks, the
+//! ([`status`]) and how a cluster's masters share the shards
+//! ([`shard_spread`]), the [`supervisor`] of background tasks, the
 //! fire-and-forget [`producer`], and the query API's cached bucket
 //! [`ranking`]s.
 
@@ -21,6 +22,7 @@ pub mod ranking;
 pub mod recovery;
 pub mod registration;
 pub mod sampler;
+pub mod shard_spread;
 pub mod shards;
 pub mod status;
 pub mod supervisor;

@@ -3,10 +3,8 @@
 //! consumers, the process that reads it), the leader and its lease, the
 //! number of known counters and the leader's last cleaner pass. Rendered
 //! for a human or as JSON for scripts. On a Redis Cluster with stream
-//! shards it also shows which master serves which shards and, when some
-//! master serves two more than another, which single slots to move to even
-//! them out (a master's share of the shards is its share of the stream's
-//! work: README, "Choosing N").
+//! shards it also shows which master serves which shards and the slots to
+//! move to even them out ([`crate::service::shard_spread`]).
 //!
 //! With one shard the stream's fields are that stream's; with several they
 //! sum up the shards (`length`) and `groups` holds the deployment's group
@@ -19,11 +17,10 @@ use std::fmt::Write as _;
 use redis::RedisResult;
 
 use crate::model::keys::Keys;
-use crate::model::slots::{evening_moves, shard_slot};
+use crate::service::shard_spread::{render_masters, spread, MasterShards, ShardMove};
 use crate::store::connect::Conn;
 use crate::store::counters::format_utc;
 use crate::store::group;
-use crate::store::topology::Master;
 
 /// Everything `hitcount status` shows.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -56,28 +53,6 @@ pub struct Status {
     /// Slot moves after which no master serves two shards more than
     /// another (empty when none is needed).
     pub evening_moves: Vec<ShardMove>,
-}
-
-/// A master of a Redis Cluster and the stream shards in its slots.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct MasterShards {
-    /// `host:port`, as the cluster announces it.
-    pub master: String,
-    /// The shards it serves.
-    pub shards: Vec<u32>,
-}
-
-/// A shard's slot to serve from another master.
-#[derive(Debug, Clone, Default, serde::Serialize, PartialEq, Eq)]
-pub struct ShardMove {
-    /// The shard.
-    pub shard: u32,
-    /// Its slot.
-    pub slot: u16,
-    /// The master serving it now.
-    pub from: String,
-    /// The master to serve it.
-    pub to: String,
 }
 
 /// One shard of the stream and the deployment's group on it.
@@ -196,7 +171,8 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
     }
     if shards.len() > 1 && conn.is_cluster() {
         let masters = crate::store::topology::masters(conn).await?;
-        (status.masters, status.evening_moves) = spread(&masters, shards.len() as u32);
+        (status.masters, status.evening_moves) =
+            spread(&masters, shards.len() as u32, &keys.known());
     }
     if shards.len() > 1 {
         status.stream = base_stream(&keys.stream);
@@ -259,39 +235,6 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<Shard> {
         out.consumers = consumers.into_iter().map(Consumer::from).collect();
     }
     Ok(out)
-}
-
-/// Which of `shards` shards each master serves, and the single slot moves
-/// ([`crate::model::slots::evening_moves`]) that would even them out.
-pub fn spread(masters: &[Master], shards: u32) -> (Vec<MasterShards>, Vec<ShardMove>) {
-    let slots: Vec<u16> = (0..shards).map(shard_slot).collect();
-    let owner = |slot: u16| masters.iter().position(|m| m.serves(slot));
-    let held = masters
-        .iter()
-        .enumerate()
-        .map(|(i, m)| MasterShards {
-            master: m.addr(),
-            shards: (0..shards)
-                .filter(|&k| owner(slots[k as usize]) == Some(i))
-                .collect(),
-        })
-        .collect();
-    // Slots no master serves (a cluster mid-change) are left out.
-    let served: Vec<u16> = slots
-        .iter()
-        .copied()
-        .filter(|&s| owner(s).is_some())
-        .collect();
-    let moves = evening_moves(masters.len(), |s| owner(s).unwrap_or(0), &served)
-        .into_iter()
-        .map(|m| ShardMove {
-            shard: slots.iter().position(|&s| s == m.slot).unwrap_or(0) as u32,
-            slot: m.slot,
-            from: masters[m.from].addr(),
-            to: masters[m.to].addr(),
-        })
-        .collect();
-    (held, moves)
 }
 
 /// The configured stream's name from shard 0's (`hits:{0}` → `hits`).
@@ -429,34 +372,6 @@ pub fn render(s: &Status, now_ms: i64) -> String {
     out
 }
 
-/// Which master serves which shards, and how to even them out.
-fn render_masters(out: &mut String, masters: &[MasterShards], moves: &[ShardMove]) {
-    if masters.is_empty() {
-        return;
-    }
-    let counts: Vec<String> = masters.iter().map(|m| m.shards.len().to_string()).collect();
-    let _ = writeln!(out, "shards per master: {}", counts.join("/"));
-    for m in masters {
-        let list: Vec<String> = m.shards.iter().map(u32::to_string).collect();
-        let _ = writeln!(out, "  master {}: shards {}", m.master, list.join(", "));
-    }
-    if moves.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "  uneven: a master's shards are its share of the stream's work; to even them, \
-         move these slots (README, \"Choosing N\"):"
-    );
-    for m in moves {
-        let _ = writeln!(
-            out,
-            "    slot {} (shard {}) from {} to {}",
-            m.slot, m.shard, m.from, m.to
-        );
-    }
-}
-
 /// The table of shards: one line each.
 fn render_shards(out: &mut String, shards: &[Shard]) {
     let _ = writeln!(
@@ -563,74 +478,5 @@ mod tests {
         assert_eq!(lines.len(), 2, "{out}");
         assert!(lines[0].ends_with("pod-a/42 (lease left 8.0 s)"), "{out}");
         assert!(lines[1].ends_with("none"), "{out}");
-    }
-
-    fn even_masters(m: u16) -> Vec<Master> {
-        (0..m)
-            .map(|i| {
-                let first = (u32::from(i) * 16384 / u32::from(m)) as u16;
-                let last = ((u32::from(i) + 1) * 16384 / u32::from(m) - 1) as u16;
-                Master {
-                    host: "10.0.0.1".into(),
-                    port: 7000 + i,
-                    ranges: vec![(first, last)],
-                    replicas: 0,
-                }
-            })
-            .collect()
-    }
-
-    #[test]
-    fn status_says_which_master_serves_which_shards_and_what_to_move() {
-        // 18 shards on three even masters: 6/7/5, and one slot evens them.
-        let (held, moves) = spread(&even_masters(3), 18);
-        let counts: Vec<usize> = held.iter().map(|m| m.shards.len()).collect();
-        assert_eq!(counts, [6, 7, 5]);
-        assert_eq!(held[0].shards, [3, 7, 10, 11, 14, 15]);
-        assert_eq!(
-            moves,
-            [ShardMove {
-                shard: 16,
-                slot: 8241,
-                from: "10.0.0.1:7001".into(),
-                to: "10.0.0.1:7002".into(),
-            }]
-        );
-        let s = Status {
-            masters: held,
-            evening_moves: moves,
-            ..Status::default()
-        };
-        let out = render(&s, 0);
-        assert!(out.contains("shards per master: 6/7/5\n"), "{out}");
-        assert!(
-            out.contains("  master 10.0.0.1:7000: shards 3, 7, 10, 11, 14, 15\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("    slot 8241 (shard 16) from 10.0.0.1:7001 to 10.0.0.1:7002\n"),
-            "{out}"
-        );
-        // Once moved, nothing more to do.
-        let mut masters = even_masters(3);
-        masters[1].ranges = vec![(5461, 8240), (8242, 10921)];
-        masters[2].ranges = vec![(8241, 8241), (10922, 16383)];
-        let (held, moves) = spread(&masters, 18);
-        assert_eq!(
-            held.iter().map(|m| m.shards.len()).collect::<Vec<_>>(),
-            [6, 6, 6]
-        );
-        assert!(moves.is_empty());
-        let out = render(
-            &Status {
-                masters: held,
-                ..Status::default()
-            },
-            0,
-        );
-        assert!(
-            out.contains("shards per master: 6/6/6\n") && !out.contains("uneven"),
-            "{out}"
-        );
     }
 }

@@ -93,7 +93,7 @@ impl RedisCluster {
         let cluster = RedisCluster {
             nodes,
             masters: m,
-            moves: evening_moves(m, |s| even_owner(m, s), &opts.even_slots),
+            moves: evening_moves(m, |s| even_owner(m, s), &opts.even_slots, None),
         };
         cluster.form(opts.replicas)?;
         Ok(cluster)

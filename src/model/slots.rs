@@ -185,7 +185,7 @@ mod tests {
     }
 
     #[test]
-    fn the_even_split_is_redis_clis() {
+    fn the_even_split_is_the_throwaway_clusters() {
         assert_eq!(even_owner(3, 0), 0);
         assert_eq!(even_owner(3, 5460), 0);
         assert_eq!(even_owner(3, 5461), 1);

@@ -89,6 +89,23 @@ pub fn shard_slot(k: u32) -> u16 {
     slot(format!("{{{k}}}").as_bytes())
 }
 
+/// The shards `0..shards` each of `masters` masters serves, in order;
+/// `owner` gives the master (by index) serving a slot, `None` when none
+/// does (a cluster mid-change), and such shards are left out.
+pub fn shards_by_master(
+    shards: u32,
+    masters: usize,
+    owner: impl Fn(u16) -> Option<usize>,
+) -> Vec<Vec<u32>> {
+    let mut held = vec![Vec::new(); masters];
+    for k in 0..shards {
+        if let Some(m) = owner(shard_slot(k)).filter(|&m| m < masters) {
+            held[m].push(k);
+        }
+    }
+    held
+}
+
 /// The master (by index) that serves `slot` when `masters` masters split
 /// the slots evenly in order: master i serves `⌊i·16384/M⌋ ..=
 /// ⌊(i+1)·16384/M⌋ − 1`, as `bench --cluster` makes them (`redis-cli
@@ -201,6 +218,16 @@ mod tests {
                 assert_eq!((even_owner(m, first), even_owner(m, last)), (i, i));
             }
         }
+    }
+
+    #[test]
+    fn shards_by_master_follows_the_owner_and_leaves_out_the_unserved() {
+        let held = shards_by_master(16, 3, |s| Some(even_owner(3, s)));
+        assert_eq!(held.iter().map(Vec::len).collect::<Vec<_>>(), [6, 6, 4]);
+        assert_eq!(held[0], [3, 7, 10, 11, 14, 15]);
+        let unserved = shard_slot(3);
+        let held = shards_by_master(16, 3, |s| (s != unserved).then(|| even_owner(3, s)));
+        assert_eq!(held[0], [7, 10, 11, 14, 15]);
     }
 
     #[test]

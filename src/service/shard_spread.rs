@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model::slots::{evening_moves, shard_slot, slot};
+use crate::model::slots::{evening_moves, shard_slot, shards_by_master, slot};
 use crate::store::topology::Master;
 
 /// A master of a Redis Cluster and the stream shards in its slots.
@@ -37,29 +37,23 @@ pub struct ShardMove {
 /// leaving the fewer to the master serving `known` (the `known:` key) when
 /// they cannot fall exactly evenly: it takes every new counter's ZADD.
 pub fn spread(masters: &[Master], shards: u32, known: &str) -> (Vec<MasterShards>, Vec<ShardMove>) {
-    let slots: Vec<u16> = (0..shards).map(shard_slot).collect();
     let owner = |slot: u16| masters.iter().position(|m| m.serves(slot));
+    let by_master = shards_by_master(shards, masters.len(), owner);
+    // Shards no master serves (a cluster mid-change) are left out.
+    let served: Vec<u16> = by_master.iter().flatten().map(|&k| shard_slot(k)).collect();
     let held = masters
         .iter()
-        .enumerate()
-        .map(|(i, m)| MasterShards {
+        .zip(by_master)
+        .map(|(m, shards)| MasterShards {
             master: m.addr(),
-            shards: (0..shards)
-                .filter(|&k| owner(slots[k as usize]) == Some(i))
-                .collect(),
+            shards,
         })
-        .collect();
-    // Slots no master serves (a cluster mid-change) are left out.
-    let served: Vec<u16> = slots
-        .iter()
-        .copied()
-        .filter(|&s| owner(s).is_some())
         .collect();
     let lighter = owner(slot(known.as_bytes()));
     let moves = evening_moves(masters.len(), |s| owner(s).unwrap_or(0), &served, lighter)
         .into_iter()
         .map(|m| ShardMove {
-            shard: slots.iter().position(|&s| s == m.slot).unwrap_or(0) as u32,
+            shard: (0..shards).find(|&k| shard_slot(k) == m.slot).unwrap_or(0),
             slot: m.slot,
             from: masters[m.from].addr(),
             to: masters[m.to].addr(),

@@ -323,15 +323,14 @@ fn rate(s: &Side) -> String {
 /// How many of `shards` stream shards (`STREAM:{0}` …, each hashed by its
 /// tag alone) fall in each master's slot ranges (inclusive).
 pub fn spread(shards: u32, masters: &[Vec<(u16, u16)>]) -> Vec<usize> {
-    let slots: Vec<u16> = (0..shards).map(crate::model::slots::shard_slot).collect();
-    masters
+    let owner = |slot: u16| {
+        masters
+            .iter()
+            .position(|ranges| ranges.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+    };
+    crate::model::slots::shards_by_master(shards, masters.len(), owner)
         .iter()
-        .map(|ranges| {
-            slots
-                .iter()
-                .filter(|&&s| ranges.iter().any(|&(a, b)| (a..=b).contains(&s)))
-                .count()
-        })
+        .map(Vec::len)
         .collect()
 }
 

@@ -3,7 +3,8 @@
 //! `hit`, `load`, `get`, `status` (with which master serves which stream
 //! shards) and `serve` through the cluster with the seed layout (the worker: `cluster_worker.rs`);
 //! `demo` counts exactly there, and
-//! `HITCOUNT_CLUSTER=off` with several nodes is refused.
+//! `HITCOUNT_CLUSTER=off` with several nodes, or one of several masters, is
+//! refused.
 
 mod common;
 
@@ -108,8 +109,8 @@ async fn hit_load_get_and_status_work_on_a_cluster_with_the_seed_layout() {
     assert!(slots.len() > 1, "the keys really are spread over slots");
 }
 
-#[test]
-fn demo_runs_on_a_cluster_and_cluster_off_with_several_nodes_is_refused() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_runs_on_a_cluster_and_cluster_off_is_refused() {
     let cluster = Cluster::start();
     let seeds = cluster.seed_url();
     // `hitcount demo` with REDIS_URL naming a cluster: counts exactly, and a
@@ -143,6 +144,51 @@ fn demo_runs_on_a_cluster_and_cluster_off_with_several_nodes_is_refused() {
         "{}",
         text(&out)
     );
+    // One node of the cluster with cluster mode off: every key of the other
+    // masters would answer MOVED, for good. `hit` says so and sends nothing;
+    // a worker stops with the same line instead of retrying forever.
+    let node = cluster.urls()[0].clone();
+    let out = bin::hitcount()
+        .args(["hit", "page:off"])
+        .env("REDIS_URL", &node)
+        .env("HITCOUNT_CLUSTER", "off")
+        .env("HITCOUNT_STREAM", "off-hits")
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("HITCOUNT_CLUSTER=off, but this node is one of the 3 masters")
+            && said.contains("at auto, the default, or set it to on"),
+        "{said}"
+    );
+    let mut worker = bin::hitcount()
+        .args(["worker", "--listen", "127.0.0.1:0"])
+        .env("REDIS_URL", &node)
+        .env("HITCOUNT_CLUSTER", "off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = worker.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = worker.kill();
+            panic!("a worker with HITCOUNT_CLUSTER=off on a cluster node kept running");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut worker.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("HITCOUNT_CLUSTER=off, but"), "{stderr}");
+    let mut conn = cluster.client().get_async_connection().await.unwrap();
+    let sent: u64 = conn.xlen("off-hits").await.unwrap();
+    assert_eq!(sent, 0, "nothing was sent with cluster mode off");
 }
 
 /// `hitcount serve` on a cluster: names by page, exact samples and `top`

@@ -140,6 +140,11 @@ impl Client {
     pub async fn open(&self, response_timeout: Duration) -> RedisResult<Conn> {
         match self.detected.get() {
             Some(true) => return self.open_cluster(response_timeout).await,
+            Some(false) if self.mode == ClusterMode::Off => {
+                let mut single = self.open_single(response_timeout).await?;
+                refuse_several_masters(&mut single).await?;
+                return Ok(Conn::Single(single));
+            }
             Some(false) => return self.open_single(response_timeout).await.map(Conn::Single),
             None => {}
         }
@@ -197,6 +202,34 @@ fn timed_out(deadline: Duration) -> redis::RedisError {
 /// Whether a refused `CLUSTER INFO` says the server is no cluster node.
 fn cluster_disabled(error: &str) -> bool {
     error.contains("cluster support disabled")
+}
+
+/// With `HITCOUNT_CLUSTER=off`, refuses a node that serves one master's
+/// share of a cluster of several (`cluster_size` in `CLUSTER INFO`): the
+/// other masters' keys would answer MOVED on every call, for good. A node
+/// that is no cluster, a cluster of one master, or a proxy that does not
+/// answer `CLUSTER INFO` is talked to as one Redis, as asked.
+async fn refuse_several_masters(single: &mut MultiplexedConnection) -> RedisResult<()> {
+    let info: RedisResult<String> = redis::cmd("CLUSTER").arg("INFO").query_async(single).await;
+    let Ok(info) = info else { return Ok(()) };
+    match masters_serving(&info) {
+        Some(n) if n > 1 => Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "cluster mode off",
+            format!(
+                "HITCOUNT_CLUSTER=off, but this node is one of the {n} masters of a Redis \
+                 Cluster (the others' keys would answer MOVED)"
+            ),
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The masters serving slots, from a `CLUSTER INFO` reply.
+fn masters_serving(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("cluster_size:"))
+        .and_then(|v| v.parse().ok())
 }
 
 /// Makes ring rustls' process-wide crypto provider unless one is set already.
@@ -345,6 +378,13 @@ mod tests {
         assert_eq!(client(&args).unwrap().detected.get(), Some(&true));
         args.cluster = ClusterMode::Off;
         assert_eq!(client(&args).unwrap().detected.get(), Some(&false));
+    }
+
+    #[test]
+    fn cluster_info_names_the_masters_serving_slots() {
+        let info = "cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_size:3\r\n";
+        assert_eq!(masters_serving(info), Some(3));
+        assert_eq!(masters_serving("cluster_state:fail\r\n"), None);
     }
 
     #[test]

@@ -60,6 +60,11 @@ pub fn fatal_hint(err: &RedisError) -> Option<&'static str> {
             "grant the Redis user the command named (see the README's ACL line), or use another user in REDIS_URL",
         );
     }
+    if text.contains("HITCOUNT_CLUSTER=off") {
+        return Some(
+            "leave HITCOUNT_CLUSTER (--cluster) at auto, the default, or set it to on, to talk to the whole cluster",
+        );
+    }
     if err.kind() == redis::ErrorKind::InvalidClientConfig {
         return Some("check REDIS_URL (--redis-url) and the TLS settings");
     }
@@ -92,6 +97,10 @@ pub fn record(err: &RedisError) -> ErrorClass {
 pub fn describe(err: &RedisError) -> String {
     match (err.code(), err.detail()) {
         (Some(code), Some(detail)) => format!("{code} {detail}"),
+        // A setting hitcount refuses says all in its detail.
+        (None, Some(detail)) if err.kind() == redis::ErrorKind::InvalidClientConfig => {
+            detail.to_string()
+        }
         _ => err.to_string(),
     }
 }

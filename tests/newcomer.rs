@@ -494,7 +494,8 @@ async fn clean_and_status_json_give_the_pass_in_one_shape() {
 
 /// Producers with another shard count than the workers' would send hits to
 /// streams no worker reads: `hit` and `load` refuse that with one line, and
-/// send nothing; with the workers' count they send.
+/// send nothing; with the workers' count they send. `status` (and `clean`)
+/// use the workers' count, with a warning.
 #[test]
 fn a_producer_with_another_shard_count_than_the_workers_is_refused() {
     let srv = server();
@@ -525,6 +526,29 @@ fn a_producer_with_another_shard_count_than_the_workers_is_refused() {
         .unwrap();
     let exists: i64 = redis::cmd("EXISTS").arg("hits").query(&mut c).unwrap();
     assert_eq!(exists, 0, "a refused producer sent nothing to hits");
+    // `status` without the count looks at the workers' shards, and says
+    // that it does.
+    let out = hitcount()
+        .args(["status", "--json"])
+        .env("REDIS_URL", &url)
+        .env_remove("HITCOUNT_SHARDS")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        status["shards"].as_array().map(Vec::len),
+        Some(4),
+        "{status}"
+    );
+    assert!(
+        stderr(&out)
+            .contains("HITCOUNT_SHARDS is 1, but this stream's workers read it as 4 shard(s)")
+            && stderr(&out).contains("using 4"),
+        "{}",
+        stderr(&out)
+    );
     common::bin::run_ok(&url, &["hit", "page:home", "--shards", "4"]);
     common::bin::wait_for("the hit counted", Duration::from_secs(30), || {
         let n: Option<i64> = redis::cmd("HGET")

@@ -163,12 +163,13 @@ pub async fn check_stream(redis: &RedisArgs, stream: &str) -> anyhow::Result<()>
     }
 }
 
-/// Refuses to send hits with another shard count than the one the
-/// stream's workers recorded (see `service::shards`): they would go to
-/// streams no worker reads, and count nowhere. Nothing recorded (no worker
-/// ran yet) is not refused.
-async fn check_shards(common: &Common) -> anyhow::Result<()> {
-    let mut conn = connect(&common.redis).await?;
+/// The shard count this stream's workers recorded (see `service::shards`)
+/// and the key it is in, when it is not `common`'s; `None` when they agree
+/// or no worker ran yet.
+pub async fn other_recorded_shards(
+    conn: &mut Conn,
+    common: &Common,
+) -> anyhow::Result<Option<(u32, String)>> {
     let base = StreamArgs {
         shards: 1,
         ..common.stream.clone()
@@ -177,16 +178,45 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
         crate::model::keys::Keys::shard(&common.layout, &base, 0, conn.is_cluster()).shard_count();
     let recorded: Option<String> = redis::cmd("GET")
         .arg(&key)
-        .query_async(&mut conn)
+        .query_async(conn)
         .await
         .map_err(|e| anyhow!("cannot read {key}: {}", cause(&e)))?;
     let wanted = common.stream.shards.max(1);
-    match recorded.filter(|r| r.parse::<u32>().ok() != Some(wanted)) {
+    Ok(recorded
+        .and_then(|r| r.parse::<u32>().ok())
+        .filter(|&r| r != wanted && r >= 1)
+        .map(|r| (r, key)))
+}
+
+/// For a command that reads or tidies the stream (`status`, `clean`): when
+/// the workers recorded another shard count than `common`'s, it is used
+/// instead, with a warning naming both (the command would otherwise look
+/// at streams no worker reads).
+pub async fn adopt_recorded_shards(conn: &mut Conn, common: &mut Common) -> anyhow::Result<()> {
+    if let Some((recorded, key)) = other_recorded_shards(conn, common).await? {
+        tracing::warn!(
+            "HITCOUNT_SHARDS is {}, but this stream's workers read it as {recorded} shard(s) \
+             (recorded in {key}): using {recorded}",
+            common.stream.shards.max(1)
+        );
+        common.stream.shards = recorded;
+    }
+    Ok(())
+}
+
+/// Refuses to send hits with another shard count than the one the
+/// stream's workers recorded (see `service::shards`): they would go to
+/// streams no worker reads, and count nowhere. Nothing recorded (no worker
+/// ran yet) is not refused.
+async fn check_shards(common: &Common) -> anyhow::Result<()> {
+    let mut conn = connect(&common.redis).await?;
+    match other_recorded_shards(&mut conn, common).await? {
         None => Ok(()),
-        Some(r) => Err(anyhow!(
-            "HITCOUNT_SHARDS is {wanted}, but this stream's workers read it as {r} shard(s) \
+        Some((r, key)) => Err(anyhow!(
+            "HITCOUNT_SHARDS is {}, but this stream's workers read it as {r} shard(s) \
              (recorded in {key}): hits sent now would go to streams no worker reads; give \
-             every producer the workers' count (--shards / HITCOUNT_SHARDS)"
+             every producer the workers' count (--shards / HITCOUNT_SHARDS)",
+            common.stream.shards.max(1)
         )),
     }
 }

@@ -21,6 +21,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     args.leader.validate()?;
     let mut conn = super::connect(&args.common.redis).await?;
+    super::reach::adopt_recorded_shards(&mut conn, &mut args.common).await?;
     let shards = Keys::all_shards(&args.common.layout, &args.common.stream, conn.is_cluster());
     let leader_key = shards[0].leader(&args.leader.leader_key);
     let status = crate::service::status::gather(&mut conn, &shards, &leader_key).await?;

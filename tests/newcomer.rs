@@ -549,7 +549,13 @@ fn a_producer_with_another_shard_count_than_the_workers_is_refused() {
         "{}",
         stderr(&out)
     );
-    common::bin::run_ok(&url, &["hit", "page:home", "--shards", "4"]);
+    let sent = common::bin::run_ok(&url, &["hit", "page:home", "--shards", "4"]);
+    // The shard FNV-1a-64("page:home") mod 4 picks (README, "Producers").
+    assert_eq!(
+        stdout(&sent).trim(),
+        "sent page:home x1 to hits:{3}",
+        "the line names the shard"
+    );
     common::bin::wait_for("the hit counted", Duration::from_secs(30), || {
         let n: Option<i64> = redis::cmd("HGET")
             .arg("count:86400:page:home")

@@ -102,12 +102,11 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         .value
         .map(|v| format!(" value {v}"))
         .unwrap_or_default();
-    outln!(
-        "sent {} x{}{value} to {}",
-        args.name,
-        args.count,
-        args.common.stream.stream
-    );
+    // The stream, or with shards the one the producer chose for the name.
+    let shard = crate::model::keys::Keys::shard_of_name(&args.name, args.common.stream.shards);
+    let to =
+        crate::model::keys::Keys::shard(&args.common.layout, &args.common.stream, shard, false);
+    outln!("sent {} x{}{value} to {}", args.name, args.count, to.stream);
     Ok(())
 }
 

@@ -60,10 +60,14 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     .await;
     producer.shutdown(Duration::from_secs(5)).await;
     outln!(
-        "sent {} hits over {} names to {} in {:.2} s ({:.0} hits/s)",
+        "sent {} hits over {} names to {}{} in {:.2} s ({:.0} hits/s)",
         sent.hits,
         args.names,
         args.common.stream.stream,
+        match args.common.stream.shards {
+            0 | 1 => String::new(),
+            n => format!(" ({n} shards)"),
+        },
         sent.elapsed.as_secs_f64(),
         sent.hits as f64 / sent.elapsed.as_secs_f64().max(1e-9)
     );

@@ -169,6 +169,13 @@ impl Client {
         }
     }
 
+    /// Opens a connection to exactly the first node, even one of a cluster
+    /// of several masters: for reading that node's own figures (`INFO`),
+    /// never for keys, which the other masters' slots answer with MOVED.
+    pub async fn open_this_node(&self, response_timeout: Duration) -> RedisResult<Conn> {
+        self.open_single(response_timeout).await.map(Conn::Single)
+    }
+
     async fn open_single(&self, response_timeout: Duration) -> RedisResult<MultiplexedConnection> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))

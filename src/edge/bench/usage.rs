@@ -181,7 +181,9 @@ async fn open_node(redis: &RedisArgs, url: &str) -> Result<Conn, BenchError> {
         ..redis.clone()
     };
     let client = crate::store::connect::client(&args)?;
-    Ok(client.open(crate::store::connect::RESPONSE_TIMEOUT).await?)
+    Ok(client
+        .open_this_node(crate::store::connect::RESPONSE_TIMEOUT)
+        .await?)
 }
 
 /// `seed` with its host and port replaced: same scheme, user, password,

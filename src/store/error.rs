@@ -52,6 +52,10 @@ pub fn fatal_hint(err: &RedisError) -> Option<&'static str> {
         || matches!(err.code(), Some("WRONGPASS" | "NOAUTH"))
         || text.contains("WRONGPASS")
         || text.contains("NOAUTH")
+        // A cluster client wraps a refused AUTH in an I/O error of its own
+        // ("Failed to create initial connections - Io: Password
+        // authentication failed - AuthenticationFailed").
+        || text.contains("AuthenticationFailed")
     {
         return Some("check the user and password in REDIS_URL (--redis-url)");
     }
@@ -222,4 +226,26 @@ where
         reply: e.to_string(),
     })?;
     Ok(outcome?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_password_is_fatal_even_wrapped_by_the_cluster_client() {
+        let wrapped = RedisError::from((
+            redis::ErrorKind::Io,
+            "Failed to create initial connections",
+            "Password authentication failed - AuthenticationFailed".to_string(),
+        ));
+        assert_eq!(classify(&wrapped).0, ErrorClass::Fatal);
+        assert!(fatal_hint(&wrapped).unwrap().contains("REDIS_URL"));
+        let refused = RedisError::from((
+            redis::ErrorKind::Io,
+            "Failed to create initial connections",
+            "Connection refused (os error 111)".to_string(),
+        ));
+        assert_eq!(classify(&refused).0, ErrorClass::Transient);
+    }
 }

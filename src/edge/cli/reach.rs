@@ -21,11 +21,10 @@ pub fn cause(err: &RedisError) -> String {
         .into_server_errors()
         .and_then(|errors| errors.first().cloned())
     else {
-        if err.kind() == redis::ErrorKind::InvalidClientConfig {
-            let hint = crate::store::connect::fatal_hint(err).unwrap_or("");
-            return format!("{}; {hint}", crate::store::connect::describe(err));
-        }
-        return err.to_string();
+        return match crate::store::connect::fatal_hint(err) {
+            Some(hint) => format!("{}; {hint}", crate::store::connect::describe(err)),
+            None => err.to_string(),
+        };
     };
     let code = first.code();
     let mut line = match first.details() {

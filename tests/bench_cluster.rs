@@ -133,6 +133,31 @@ fn even_shards_needs_the_throwaway_cluster() {
 }
 
 #[test]
+fn cluster_flags_without_a_cluster_are_refused_not_ignored() {
+    // `--shards` without a cluster to shard over.
+    let out = bench(&[], None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--shards sets a cluster's stream shards, but there is no cluster"),
+        "{}",
+        text(&out)
+    );
+    // `--cluster-replicas` shapes the throwaway cluster only.
+    let out = bin::hitcount()
+        .args(["bench", "--entries", "2000", "--cluster-replicas", "1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--cluster"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
 fn warm_without_a_cluster_is_refused_with_one_line() {
     let out = bench(&["--warm"], None);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));

@@ -60,12 +60,12 @@ pub struct Args {
     cluster: Option<u16>,
     /// Replicas of each master of the throwaway cluster; with none, the
     /// workers run with `--wait-replicas 0`.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=4))]
+    #[arg(long, default_value_t = 0, requires = "cluster", value_parser = clap::value_parser!(u16).range(0..=4))]
     cluster_replicas: u16,
-    /// Stream shards on a cluster (16: tags 0..15 spread 6/6/4 over three
-    /// even masters, fewer spread worse).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
-    shards: u32,
+    /// Stream shards on a cluster (default 16: tags 0..15 spread 6/6/4
+    /// over three even masters, fewer spread worse); only with a cluster.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    shards: Option<u32>,
     /// With --cluster: give the throwaway cluster's masters as many shards
     /// each, give or take one, by serving the fewest shard slots from
     /// another master than the even split says, as an operator would move
@@ -176,6 +176,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Stream shards of a measured cluster unless `--shards` says otherwise.
+const DEFAULT_CLUSTER_SHARDS: u32 = 16;
+
 /// The nice value of the throwaway Redis' command thread, when root.
 const REDIS_NICE: i32 = -10;
 
@@ -202,6 +205,9 @@ async fn cluster_source(args: &Args) -> anyhow::Result<Option<ClusterSource>> {
             replicas: args.cluster_replicas.into(),
             even_shards: args.even_shards,
         }),
+        (None, None) if args.shards.is_some() => anyhow::bail!(
+            "--shards sets a cluster's stream shards, but there is no cluster: add --cluster, or name one in REDIS_URL"
+        ),
         (None, None) => None,
     })
 }
@@ -211,7 +217,7 @@ async fn scaling(args: Args, source: ClusterSource) -> anyhow::Result<()> {
         entries: args.entries,
         workers: args.workers,
         workloads: args.workload,
-        shards: args.shards,
+        shards: args.shards.unwrap_or(DEFAULT_CLUSTER_SHARDS),
         worker_args: args.worker_args,
         warm: args.warm,
     };

@@ -130,13 +130,18 @@ async fn clean_once_and_status_through_the_binary() {
     let status: std::collections::HashMap<String, String> = wait_status(&mut c, &k, &token).await;
     assert_eq!(status["leader"], token);
 
-    // While it leads, clean --once gives up after --wait, naming it.
+    // While it leads, clean --once says it waits, and gives up after
+    // --wait, naming it.
     let started = std::time::Instant::now();
     let out = run_hitcount(&["clean", "--once", "--wait", "1", "--redis-url", &url]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "clean --once ran beside a leader");
     assert!(err.contains(&token), "the holder is named: {err}");
     assert!(err.contains("hitcount:leader"), "{err}");
+    assert!(
+        err.contains("whose worker cleans on its own: waiting up to 1 s for it (--wait)"),
+        "it says it waits before it does: {err}"
+    );
     assert!(started.elapsed() >= Duration::from_secs(1));
 
     // The status, for a human: 7 precisions of page:a plus the young ones.

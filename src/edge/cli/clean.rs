@@ -43,6 +43,18 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     let keys = shards[0].clone();
     let owner = format!("clean-once@{}", std::process::id());
     let lease = Arc::new(Lease::new(&keys, &args.leader, &owner));
+    // Said before waiting: a live leader renews its lease every second, so
+    // the wait may well run out.
+    if let Some((holder, _)) = crate::service::leader::current(&mut conn, lease.key()).await? {
+        if args.wait > 0 {
+            tracing::warn!(
+                "the leader lease {} is held by {holder}, whose worker cleans on its own: \
+                 waiting up to {} s for it (--wait)",
+                lease.key(),
+                args.wait
+            );
+        }
+    }
     if !lease
         .acquire_within(&mut conn, Duration::from_secs(args.wait))
         .await?

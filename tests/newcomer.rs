@@ -139,6 +139,18 @@ fn values_that_do_not_fit_the_layout_are_refused_with_the_reason() {
             ],
             "HITCOUNT_PRECISIONS",
         ),
+        (
+            ["worker", "--shards", "4", "--stream", "h{x}"]
+                .map(String::from)
+                .to_vec(),
+            "with 4 shards shard k is h{x}:{k}",
+        ),
+        (
+            ["hit", "x", "--shards", "4", "--stream", "h{x}"]
+                .map(String::from)
+                .to_vec(),
+            "remove the `{`",
+        ),
     ];
     for (mut args, why) in cases {
         args.extend(["--redis-url".into(), unreachable.clone()]);

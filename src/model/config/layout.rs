@@ -201,6 +201,17 @@ impl StreamArgs {
                 reason: format!("must be between 1 and {MAX_SHARDS}, not {}", self.shards),
             });
         }
+        if self.shards > 1 && self.stream.contains('{') {
+            return Err(ConfigError::Invalid {
+                setting: "--stream / HITCOUNT_STREAM",
+                reason: format!(
+                    "{:?} holds a `{{`, but with {} shards shard k is {}:{{k}} and takes its \
+                     hash slot from the `{{k}}`: an earlier `{{` would take it instead (every \
+                     shard in one slot, or its keys apart): remove the `{{`",
+                    self.stream, self.shards, self.stream
+                ),
+            });
+        }
         if self.dead_stream == self.stream {
             return Err(ConfigError::Invalid {
                 setting: "--dead-stream / HITCOUNT_DEAD_STREAM",
@@ -319,6 +330,23 @@ mod tests {
                 .to_string()
                 .contains("must not be empty"));
         }
+        // A `{` in a sharded stream's name would take the shards' hash tag.
+        let tagged = |stream: &str, shards: u32| StreamArgs {
+            stream: stream.into(),
+            shards,
+            ..StreamArgs::default()
+        };
+        let err = tagged("h{x}", 4).validate().unwrap_err().to_string();
+        assert!(
+            err.contains("HITCOUNT_STREAM") && err.contains("h{x}:{k}"),
+            "{err}"
+        );
+        assert!(tagged("h{x", 2).validate().is_err());
+        assert!(
+            tagged("h{x}", 1).validate().is_ok(),
+            "one shard: the name as given"
+        );
+        assert!(tagged("h}x", 4).validate().is_ok());
     }
 
     #[test]

@@ -39,6 +39,16 @@ fn bench_shards(shards: u32, args: &[&str], url: Option<&str>) -> Output {
     cmd.output().unwrap()
 }
 
+/// `out` is a refusal: exit status `code`, and `says` on stderr.
+fn assert_refused(out: &Output, code: i32, says: &str) {
+    assert_eq!(out.status.code(), Some(code), "{}", text(out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(says),
+        "{}",
+        text(out)
+    );
+}
+
 /// The table has one Redis, every master and their sum, and the verdicts.
 fn assert_per_master_table(out: &Output, masters: usize) {
     assert_per_master_table_of(out, masters, 4);
@@ -124,24 +134,17 @@ fn even_shards_gives_each_master_as_many_shards_give_or_take_one() {
 #[test]
 fn even_shards_needs_the_throwaway_cluster() {
     let out = bench(&["--even-shards"], None);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--cluster"),
-        "{}",
-        text(&out)
-    );
+    assert_refused(&out, 2, "--cluster");
 }
 
 #[test]
 fn cluster_flags_without_a_cluster_are_refused_not_ignored() {
     // `--shards` without a cluster to shard over.
     let out = bench(&[], None);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("--shards sets a cluster's stream shards, but there is no cluster"),
-        "{}",
-        text(&out)
+    assert_refused(
+        &out,
+        1,
+        "--shards sets a cluster's stream shards, but there is no cluster",
     );
     // `--cluster-replicas` shapes the throwaway cluster only.
     let out = bin::hitcount()
@@ -149,24 +152,13 @@ fn cluster_flags_without_a_cluster_are_refused_not_ignored() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--cluster"),
-        "{}",
-        text(&out)
-    );
+    assert_refused(&out, 2, "--cluster");
 }
 
 #[test]
 fn warm_without_a_cluster_is_refused_with_one_line() {
     let out = bench(&["--warm"], None);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("--warm prices a cluster run"),
-        "{}",
-        text(&out)
-    );
+    assert_refused(&out, 1, "--warm prices a cluster run");
 }
 
 #[test]
@@ -190,12 +182,7 @@ fn bench_on_a_redis_url_naming_a_cluster_measures_that_cluster() {
     );
     // Its slots are the operator's: bench does not move them.
     let out = bench(&["--cluster", "--even-shards"], Some(&cluster.seed_url()));
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("bench does not move"),
-        "{}",
-        text(&out)
-    );
+    assert_refused(&out, 1, "bench does not move");
     // Its keys are gone afterwards.
     for url in cluster.urls() {
         let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();

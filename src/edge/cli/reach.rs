@@ -187,6 +187,15 @@ pub async fn other_recorded_shards(
         .map(|r| (r, key)))
 }
 
+/// The shard counts that disagree, in the words every command uses.
+fn mismatch(wanted: u32, recorded: u32, key: &str) -> String {
+    format!(
+        "HITCOUNT_SHARDS is {}, but this stream's workers read it as {recorded} shard(s) \
+         (recorded in {key})",
+        wanted.max(1)
+    )
+}
+
 /// For a command that reads or tidies the stream (`status`, `clean`): when
 /// the workers recorded another shard count than `common`'s, it is used
 /// instead, with a warning naming both (the command would otherwise look
@@ -194,9 +203,8 @@ pub async fn other_recorded_shards(
 pub async fn adopt_recorded_shards(conn: &mut Conn, common: &mut Common) -> anyhow::Result<()> {
     if let Some((recorded, key)) = other_recorded_shards(conn, common).await? {
         tracing::warn!(
-            "HITCOUNT_SHARDS is {}, but this stream's workers read it as {recorded} shard(s) \
-             (recorded in {key}): using {recorded}",
-            common.stream.shards.max(1)
+            "{}: using {recorded}",
+            mismatch(common.stream.shards, recorded, &key)
         );
         common.stream.shards = recorded;
     }
@@ -212,10 +220,9 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
     match other_recorded_shards(&mut conn, common).await? {
         None => Ok(()),
         Some((r, key)) => Err(anyhow!(
-            "HITCOUNT_SHARDS is {}, but this stream's workers read it as {r} shard(s) \
-             (recorded in {key}): hits sent now would go to streams no worker reads; give \
-             every producer the workers' count (--shards / HITCOUNT_SHARDS)",
-            common.stream.shards.max(1)
+            "{}: hits sent now would go to streams no worker reads; give every producer the \
+             workers' count (--shards / HITCOUNT_SHARDS)",
+            mismatch(common.stream.shards, r, &key)
         )),
     }
 }

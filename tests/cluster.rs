@@ -69,7 +69,7 @@ async fn hit_load_get_and_status_work_on_a_cluster_with_the_seed_layout() {
         text(&out)
     );
     assert!(
-        stdout.contains("    slot 8241 (shard 16) from 127.0.0.1:"),
+        stdout.contains("    slot 5649 (shard 2) from 127.0.0.1:"),
         "{}",
         text(&out)
     );
@@ -83,8 +83,8 @@ async fn hit_load_get_and_status_work_on_a_cluster_with_the_seed_layout() {
     assert_eq!(counts, [6, 7, 5], "{}", text(&out));
     let moves = status["evening_moves"].as_array().unwrap();
     assert_eq!(moves.len(), 1, "{}", text(&out));
-    assert_eq!(moves[0]["slot"], 8241, "{}", text(&out));
-    assert_eq!(moves[0]["shard"], 16, "{}", text(&out));
+    assert_eq!(moves[0]["slot"], 5649, "{}", text(&out));
+    assert_eq!(moves[0]["shard"], 2, "{}", text(&out));
     assert_eq!(moves[0]["from"], masters[1]["master"], "{}", text(&out));
     assert_eq!(moves[0]["to"], masters[2]["master"], "{}", text(&out));
 

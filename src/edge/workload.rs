@@ -64,6 +64,22 @@ impl Names {
         format!("page:{i}")
     }
 
+    /// Each rank's probability, in rank order.
+    pub fn weights(&self) -> Vec<f64> {
+        let Some(&total) = self.cdf.last() else {
+            return vec![1.0 / self.n as f64; self.n];
+        };
+        let mut prev = 0.0;
+        self.cdf
+            .iter()
+            .map(|&c| {
+                let p = (c - prev) / total;
+                prev = c;
+                p
+            })
+            .collect()
+    }
+
     /// A random rank.
     pub fn sample<R: Rng>(&self, rng: &mut R) -> usize {
         if self.cdf.is_empty() {
@@ -78,6 +94,16 @@ impl Names {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weights_are_the_probabilities() {
+        let w = Names::new(4, Distribution::Zipf(1.0)).weights();
+        let h = 1.0 + 1.0 / 2.0 + 1.0 / 3.0 + 1.0 / 4.0;
+        for (i, p) in w.iter().enumerate() {
+            assert!((p - 1.0 / ((i + 1) as f64 * h)).abs() < 1e-12, "{w:?}");
+        }
+        assert_eq!(Names::new(4, Distribution::Uniform).weights(), [0.25; 4]);
+    }
 
     #[test]
     fn zipf_favours_low_ranks_and_stays_in_range() {

@@ -8,9 +8,9 @@
 //! `…{T}…` then shares slot `S` with any counter there.
 //!
 //! Stream shard k lives in the slot of its tag `{k}` ([`shard_slot`]), and
-//! tags 0..N−1 fall unevenly over masters that split the slots evenly;
-//! [`evening_moves`] says which single slots to give to other masters so
-//! that every master holds as many shards as another, give or take one.
+//! tags 0..N−1 fall unevenly over masters that split the slots evenly, and
+//! skewed traffic loads shards unevenly; [`balancing_moves`] says which
+//! single slots to give to other masters so that their loads even out.
 
 use std::sync::OnceLock;
 
@@ -126,67 +126,167 @@ pub struct SlotMove {
     pub to: usize,
 }
 
-/// The fewest single-slot moves after which `slots` (say, the shards')
-/// spread over `masters` masters as evenly as they can: no master holds
-/// two more of them than another. `owner` gives the master (an index below
-/// `masters`) that serves a slot now. Each move takes the last listed slot
-/// of a master holding the most to a master holding the fewest; a slot
-/// listed twice counts twice, as two shards there would.
+/// What adding one new member to `known:` costs Redis next to reading and
+/// acknowledging one stream entry: about 1.3 µs against 2.2 (README,
+/// "Choosing N"). The master serving `known:` takes every new counter's
+/// ZADD, so besides its shards' traffic it carries this times the new
+/// members per entry ([`known_weight`]).
+pub const MEMBER_COST: f64 = 0.6;
+
+/// The work of the master serving `known:`, in shares of the traffic
+/// (as [`shard_loads`] counts it): [`MEMBER_COST`] times the new members
+/// of `known:` per entry. A cold start over many names adds several per
+/// entry (each name once per precision), a steady state next to none.
+pub fn known_weight(new_members_per_entry: f64) -> f64 {
+    MEMBER_COST * new_members_per_entry.max(0.0)
+}
+
+/// What [`balancing_moves`] balances: each slot's load per dimension, and
+/// each master's base.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardLoads {
+    /// Each shard's slot and its share of each dimension's traffic.
+    pub slots: Vec<(u16, Vec<f64>)>,
+    /// Each master's load besides its slots, per dimension.
+    pub base: Vec<Vec<f64>>,
+}
+
+/// [`balancing_moves`]' slots and base for stream shards. `traffic` holds
+/// each shard (by number) and its traffic per dimension (a workload, say:
+/// entries, hits, any unit); `known` per dimension the masters serving a
+/// `known:` key there and its [`known_weight`], shared among them, as
+/// their base. Each dimension counts in shares of its total, or of the
+/// shards when it has no traffic (a stream nothing was added to yet).
+pub fn shard_loads(
+    traffic: &[(u32, Vec<f64>)],
+    known: &[(Vec<usize>, f64)],
+    masters: usize,
+) -> ShardLoads {
+    let dims = traffic.iter().map(|(_, t)| t.len()).max().unwrap_or(0);
+    let totals: Vec<f64> = (0..dims)
+        .map(|d| traffic.iter().filter_map(|(_, t)| t.get(d)).sum())
+        .collect();
+    let share = |d: usize, t: &[f64]| match totals[d] > 0.0 {
+        true => t.get(d).copied().unwrap_or(0.0) / totals[d],
+        false => 1.0 / traffic.len() as f64,
+    };
+    let slots = traffic
+        .iter()
+        .map(|(k, t)| (shard_slot(*k), (0..dims).map(|d| share(d, t)).collect()))
+        .collect();
+    let mut base = vec![vec![0.0; dims]; masters];
+    for (d, (ms, weight)) in known.iter().enumerate().take(dims) {
+        for &m in ms.iter().filter(|&&m| m < masters) {
+            base[m][d] += weight / ms.len() as f64;
+        }
+    }
+    ShardLoads { slots, base }
+}
+
+/// Single-slot moves after which the masters' loads are as even as
+/// moving one slot at a time makes them. `slots` are the slots to place
+/// (say, the stream shards'), each with its load in one or more dimensions
+/// (one per workload, say: a shard's share of its traffic); a slot listed
+/// twice carries both loads. `base` is each master's load besides its slots
+/// (a row per master, missing rows and dimensions 0); `owner` gives the
+/// master (an index below `masters`) that serves a slot now.
 ///
-/// `lighter` names a master with work of its own besides the slots (the
-/// one serving `known:`, which takes every new counter's ZADD): when the
-/// slots cannot fall exactly evenly it ends with the fewer, at the price
-/// of one more move at most. Other ties go to the lowest index.
-pub fn evening_moves(
+/// Each move takes a slot from a master that is the heaviest in some
+/// dimension to another master: of all such moves, the one that lowers
+/// the most the heaviest master's load summed over the dimensions (so each
+/// dimension evens out as far as it can), ties going to the one that lowers
+/// the sum of squared loads the most, then to the lowest slot and master.
+/// No move is made that lowers neither, so the moves end. With one
+/// dimension, unit loads and no base this evens slot counts: no master
+/// ends with two more than another.
+pub fn balancing_moves(
     masters: usize,
     owner: impl Fn(u16) -> usize,
-    slots: &[u16],
-    lighter: Option<usize>,
+    slots: &[(u16, Vec<f64>)],
+    base: &[Vec<f64>],
 ) -> Vec<SlotMove> {
     if masters == 0 {
         return Vec::new();
     }
-    let mut held: Vec<Vec<u16>> = vec![Vec::new(); masters];
-    for &s in slots {
-        held[owner(s).min(masters - 1)].push(s);
+    let dims = slots
+        .iter()
+        .map(|(_, l)| l.len())
+        .chain(base.iter().map(Vec::len))
+        .max()
+        .unwrap_or(0);
+    // Each slot once: its master and its loads, summed over its listings.
+    let mut placed: std::collections::BTreeMap<u16, (usize, Vec<f64>)> = Default::default();
+    for (s, l) in slots {
+        let e = placed
+            .entry(*s)
+            .or_insert_with(|| (owner(*s).min(masters - 1), vec![0.0; dims]));
+        e.1.iter_mut().zip(l).for_each(|(a, b)| *a += b);
     }
-    let is_lighter = |m: usize| lighter == Some(m);
+    let mut load = vec![vec![0.0; dims]; masters];
+    for (m, row) in base.iter().enumerate().take(masters) {
+        load[m].iter_mut().zip(row).for_each(|(a, b)| *a += b);
+    }
+    for (m, l) in placed.values() {
+        load[*m].iter_mut().zip(l).for_each(|(a, b)| *a += b);
+    }
+    let total: f64 = load.iter().flatten().map(|x| x.abs()).sum();
+    let eps = total * 1e-9;
+    // Per dimension its heaviest master's load, summed: each dimension
+    // evens out as far as it can, not only the one that cannot go lower.
+    let score = |load: &[Vec<f64>]| {
+        let worst: f64 = (0..dims)
+            .map(|d| load.iter().map(|r| r[d]).fold(f64::MIN, f64::max))
+            .sum();
+        let squares: f64 = load.iter().flatten().map(|x| x * x).sum();
+        (worst, squares)
+    };
+    let better = |a: (f64, f64), b: (f64, f64)| {
+        a.0 < b.0 - eps || (a.0 <= b.0 + eps && a.1 < b.1 - eps * total.max(1.0))
+    };
     let mut moves = Vec::new();
-    loop {
-        let fullest = (0..masters)
-            .max_by_key(|&m| (held[m].len(), is_lighter(m), std::cmp::Reverse(m)))
-            .expect("masters > 0");
-        let emptiest = (0..masters)
-            .min_by_key(|&m| (held[m].len(), is_lighter(m), m))
-            .expect("masters > 0");
-        let (most, fewest) = (held[fullest].len(), held[emptiest].len());
-        let settled = most <= fewest + 1;
-        // Balanced: only the lighter master may still give one up.
-        if settled && !(is_lighter(fullest) && most == fewest + 1) {
-            return moves;
+    // Each move lowers (max, squares); the cap is a guard only.
+    for _ in 0..=placed.len() * masters {
+        let now = score(&load);
+        let tops: Vec<f64> = (0..dims)
+            .map(|d| load.iter().map(|r| r[d]).fold(f64::MIN, f64::max))
+            .collect();
+        let heaviest: Vec<bool> = load
+            .iter()
+            .map(|row| row.iter().zip(&tops).any(|(&x, &t)| x >= t - eps))
+            .collect();
+        let mut best: Option<((f64, f64), u16, usize)> = None;
+        for (&s, (from, l)) in &placed {
+            if !heaviest[*from] {
+                continue;
+            }
+            for to in (0..masters).filter(|t| t != from) {
+                let mut after = load.clone();
+                for (d, x) in l.iter().enumerate() {
+                    after[*from][d] -= x;
+                    after[to][d] += x;
+                }
+                let sc = score(&after);
+                if better(sc, now) && best.is_none_or(|(b, _, _)| better(sc, b)) {
+                    best = Some((sc, s, to));
+                }
+            }
         }
-        let slot = *held[fullest].last().expect("the fullest holds some");
-        // Every copy of the slot goes with it: a slot is served by one master.
-        let (going, staying): (Vec<u16>, Vec<u16>) =
-            held[fullest].iter().partition(|&&s| s == slot);
-        let (after_from, after_to) = (most - going.len(), fewest + going.len());
-        let worse = match settled {
-            // The last step must keep the balance and leave the lighter
-            // master with the fewer.
-            true => after_to > after_from + 1 || after_to < after_from,
-            false => after_to > after_from + 1,
+        let Some((_, slot, to)) = best else {
+            break;
         };
-        if worse {
-            return moves; // moving it would only tip the balance the other way
+        let (from, l) = placed.get_mut(&slot).expect("a placed slot");
+        for (d, x) in l.iter().enumerate() {
+            load[*from][d] -= x;
+            load[to][d] += x;
         }
-        held[fullest] = staying;
-        held[emptiest].extend(going);
         moves.push(SlotMove {
             slot,
-            from: fullest,
-            to: emptiest,
+            from: *from,
+            to,
         });
+        *from = to;
     }
+    moves
 }
 
 #[cfg(test)]
@@ -236,10 +336,41 @@ mod tests {
         assert_eq!(shard_slot(15), slot(b"x:{15}:y"));
     }
 
+    /// Unit loads, one dimension: what counts shards.
+    fn units(slots: &[u16]) -> Vec<(u16, Vec<f64>)> {
+        slots.iter().map(|&s| (s, vec![1.0])).collect()
+    }
+
+    /// Each master's load after `moves`, per dimension.
+    fn loads_after(
+        masters: usize,
+        owner: impl Fn(u16) -> usize,
+        slots: &[(u16, Vec<f64>)],
+        base: &[Vec<f64>],
+        moves: &[SlotMove],
+    ) -> Vec<Vec<f64>> {
+        let now = |s: u16| {
+            moves
+                .iter()
+                .rev()
+                .find(|m| m.slot == s)
+                .map_or(owner(s), |m| m.to)
+        };
+        let dims = slots.first().map_or(1, |(_, l)| l.len());
+        let mut load = vec![vec![0.0; dims]; masters];
+        for (m, row) in base.iter().enumerate() {
+            load[m].iter_mut().zip(row).for_each(|(a, b)| *a += b);
+        }
+        for (s, l) in slots {
+            load[now(*s)].iter_mut().zip(l).for_each(|(a, b)| *a += b);
+        }
+        load
+    }
+
     #[test]
-    fn evening_moves_one_slot_for_eighteen_shards_on_three_masters() {
+    fn one_slot_evens_eighteen_shards_on_three_masters() {
         // 18 shards fall 6/7/5 on an even split; one slot evens them out.
-        let moves = evening_moves(3, even(3), &shards(18), None);
+        let moves = balancing_moves(3, even(3), &units(&shards(18)), &[]);
         assert_eq!(moves.len(), 1, "{moves:?}");
         let m = moves[0];
         assert_eq!((m.from, m.to), (1, 2));
@@ -248,78 +379,104 @@ mod tests {
     }
 
     #[test]
-    fn evening_leaves_at_most_one_shard_of_difference() {
+    fn unit_loads_leave_at_most_one_shard_of_difference() {
         for masters in 1..=6 {
-            for lighter in std::iter::once(None).chain((0..masters).map(Some)) {
-                for n in 1..=64 {
-                    let slots = shards(n);
-                    let plain = evening_moves(masters, even(masters), &slots, None).len();
-                    let moves = evening_moves(masters, even(masters), &slots, lighter);
-                    let owner = |s: u16| {
-                        moves
-                            .iter()
-                            .rev()
-                            .find(|m| m.slot == s)
-                            .map_or(even(masters)(s), |m| m.to)
-                    };
-                    let mut held = vec![0usize; masters];
-                    for &s in &slots {
-                        held[owner(s)] += 1;
-                    }
-                    let (lo, hi) = (*held.iter().min().unwrap(), *held.iter().max().unwrap());
-                    let case =
-                        format!("{masters} masters, {n} shards, lighter {lighter:?}: {held:?}");
-                    assert!(hi - lo <= 1, "{case}");
-                    // The lighter master ends with the fewer, for one more
-                    // move at most.
-                    if let Some(l) = lighter {
-                        assert_eq!(held[l], lo, "{case}");
-                    }
-                    assert!(moves.len() <= plain + 1, "{case}");
-                    // 16 on three masters: 6/6/4 becomes 5/6/5 with one move.
-                    if masters == 3 && n == 16 {
-                        assert_eq!(moves.len(), 1, "{case}");
-                    }
-                }
+            for n in 1..=64 {
+                let slots = units(&shards(n));
+                let moves = balancing_moves(masters, even(masters), &slots, &[]);
+                let held = loads_after(masters, even(masters), &slots, &[], &moves);
+                let held: Vec<f64> = held.iter().map(|r| r[0]).collect();
+                let lo = held.iter().copied().fold(f64::MAX, f64::min);
+                let hi = held.iter().copied().fold(f64::MIN, f64::max);
+                let case = format!("{masters} masters, {n} shards: {held:?}, {moves:?}");
+                assert!(hi - lo <= 1.0, "{case}");
+                // Never a slot moved back and forth.
+                assert!(moves.len() <= n as usize, "{case}");
             }
         }
     }
 
     #[test]
-    fn the_master_of_known_ends_with_the_fewer_shards() {
-        // 16 shards fall 6/6/4; `known:` (slot 9558) is on the second.
-        let lighter = Some(even_owner(3, slot(b"known:")));
-        assert_eq!(lighter, Some(1));
-        let moves = evening_moves(3, even(3), &shards(16), lighter);
+    fn the_master_of_known_is_left_fewer_shards() {
+        // 16 shards fall 6/6/4; `known:` (slot 9558) is on the second,
+        // counted as two shards' worth more: it ends with the fewest
+        // shards, and the others no more than a shard apart.
+        let k = even_owner(3, slot(b"known:"));
+        assert_eq!(k, 1);
+        let slots = units(&shards(16));
+        let mut base = vec![vec![0.0]; 3];
+        base[k] = vec![2.0];
+        let moves = balancing_moves(3, even(3), &slots, &base);
+        let held = loads_after(3, even(3), &slots, &[], &moves);
+        let held: Vec<f64> = held.iter().map(|r| r[0]).collect();
+        assert_eq!(held, [6.0, 4.0, 6.0], "{moves:?}");
+        assert_eq!(moves.len(), 2, "{moves:?}");
+        assert!(moves.iter().all(|m| (m.from, m.to) == (1, 2)), "{moves:?}");
+    }
+
+    #[test]
+    fn traffic_is_balanced_not_slot_counts() {
+        // One slot carries half the traffic: it stays alone.
+        let slots = vec![
+            (1, vec![0.5]),
+            (2, vec![0.2]),
+            (3, vec![0.2]),
+            (4, vec![0.1]),
+        ];
+        let moves = balancing_moves(2, |_| 0, &slots, &[]);
+        let held = loads_after(2, |_| 0, &slots, &[], &moves);
+        assert!((held[0][0] - 0.5).abs() < 1e-9, "{held:?} {moves:?}");
         assert_eq!(moves.len(), 1, "{moves:?}");
-        assert_eq!((moves[0].from, moves[0].to), (1, 2));
-        // Without it the first master gives one up: 5/6/5.
-        let moves = evening_moves(3, even(3), &shards(16), None);
-        assert_eq!((moves[0].from, moves[0].to), (0, 2));
-        // Already even, the lighter master still sheds its extra shard: 19
-        // fall 7/7/5, and 6/7/6 would leave the second with 7.
-        let moves = evening_moves(3, even(3), &shards(19), Some(1));
-        assert_eq!(
-            moves.iter().map(|m| (m.from, m.to)).collect::<Vec<_>>(),
-            [(1, 2)]
-        );
+        assert_eq!(moves[0].slot, 1);
+    }
+
+    #[test]
+    fn every_dimension_is_balanced_at_once() {
+        // Two workloads skewed opposite ways: the slots that load both
+        // alike are the ones to move.
+        let slots = vec![
+            (1, vec![1.0, 0.0]),
+            (2, vec![0.0, 1.0]),
+            (3, vec![0.5, 0.5]),
+            (4, vec![0.5, 0.5]),
+        ];
+        let moves = balancing_moves(2, |_| 0, &slots, &[]);
+        let held = loads_after(2, |_| 0, &slots, &[], &moves);
+        assert_eq!(held, [vec![1.0, 1.0], vec![1.0, 1.0]], "{moves:?}");
+        let mut moved: Vec<u16> = moves.iter().map(|m| m.slot).collect();
+        moved.sort_unstable();
+        assert_eq!(moved, [3, 4]);
+    }
+
+    #[test]
+    fn shard_loads_are_shares_with_known_as_base() {
+        let traffic = vec![(0, vec![3.0, 0.0]), (1, vec![1.0, 0.0])];
+        let known = [(vec![2], 0.3), (vec![0, 1], 0.2)];
+        let ShardLoads { slots, base } = shard_loads(&traffic, &known, 3);
+        assert_eq!(slots[0], (shard_slot(0), vec![0.75, 0.5]));
+        assert_eq!(slots[1], (shard_slot(1), vec![0.25, 0.5]));
+        assert_eq!(base[2], [0.3, 0.0]);
+        assert_eq!(base[0], [0.0, 0.1]);
+        assert_eq!(base[1], [0.0, 0.1]);
+        assert_eq!(known_weight(0.5), MEMBER_COST * 0.5);
     }
 
     #[test]
     fn a_slot_held_twice_moves_whole_or_not_at_all() {
         // Two shards in one slot on master 0, none elsewhere: moving the
         // slot would leave 0/2, no better than 2/0.
-        assert!(evening_moves(2, |_| 0, &[5, 5], None).is_empty());
-        // Three in one slot and one in another: 4/0 becomes 3/1.
-        let moves = evening_moves(2, |_| 0, &[5, 5, 5, 9], None);
-        assert_eq!(
-            moves,
-            vec![SlotMove {
-                slot: 9,
-                from: 0,
-                to: 1
-            }]
-        );
+        assert!(balancing_moves(2, |_| 0, &units(&[5, 5]), &[]).is_empty());
+        // Three in one slot and one in another: 4/0 becomes 3/1 (or 1/3,
+        // as good), each slot moved whole.
+        let slots = units(&[5, 5, 5, 9]);
+        let moves = balancing_moves(2, |_| 0, &slots, &[]);
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        let mut held: Vec<f64> = loads_after(2, |_| 0, &slots, &[], &moves)
+            .iter()
+            .map(|r| r[0])
+            .collect();
+        held.sort_by(f64::total_cmp);
+        assert_eq!(held, [1.0, 3.0]);
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! How a Redis Cluster's masters share the stream shards, for `hitcount
-//! status`: which master serves which shards, and the single slots to move
-//! so that none serves two more than another. A master's share of the
-//! shards is its share of the stream's work (README, "Choosing N"); when
-//! the shards cannot fall exactly evenly, the master serving `known:`,
-//! which takes every new counter's ZADD, is left the fewer.
+//! status`: which master serves which shards and what share of the traffic
+//! they carry, and the single slots to move to balance the masters' work
+//! (README, "Choosing N"). A name's hits all go to one shard, so on skewed
+//! traffic shards carry unequal shares: the moves weigh each shard by the
+//! entries added to it, and the master serving `known:`, which takes every
+//! new counter's ZADD, by as many as `known:` has members per entry added.
 
 use std::fmt::Write as _;
 
-use crate::model::slots::{evening_moves, shard_slot, shards_by_master, slot};
+use crate::model::slots::{
+    balancing_moves, known_weight, shard_loads, shard_slot, shards_by_master, slot, ShardLoads,
+};
 use crate::store::topology::Master;
 
 /// A master of a Redis Cluster and the stream shards in its slots.
@@ -17,6 +20,9 @@ pub struct MasterShards {
     pub master: String,
     /// The shards it serves.
     pub shards: Vec<u32>,
+    /// Their share of the entries ever added to the shards, 0 to 1 (of the
+    /// shards themselves when none was added yet).
+    pub traffic_share: f64,
 }
 
 /// A shard's slot to serve from another master.
@@ -32,25 +38,51 @@ pub struct ShardMove {
     pub to: String,
 }
 
-/// Which of `shards` shards each master serves, and the single slot moves
-/// ([`crate::model::slots::evening_moves`]) that would even them out,
-/// leaving the fewer to the master serving `known` (the `known:` key) when
-/// they cannot fall exactly evenly: it takes every new counter's ZADD.
-pub fn spread(masters: &[Master], shards: u32, known: &str) -> (Vec<MasterShards>, Vec<ShardMove>) {
+/// Which shards each master serves and its share of their traffic, and the
+/// single slot moves ([`balancing_moves`]) that would balance the masters'
+/// work: `traffic[k]` is the entries ever added to shard k (all 0 when
+/// unknown: shards then count alike), and the master serving `known` (the
+/// `known:` key, of `members` members) also carries every new counter's
+/// ZADD: [`known_weight`] of its members per entry added.
+pub fn spread(
+    masters: &[Master],
+    traffic: &[u64],
+    known: &str,
+    members: u64,
+) -> (Vec<MasterShards>, Vec<ShardMove>) {
     let owner = |slot: u16| masters.iter().position(|m| m.serves(slot));
+    let shards = traffic.len() as u32;
     let by_master = shards_by_master(shards, masters.len(), owner);
     // Shards no master serves (a cluster mid-change) are left out.
-    let served: Vec<u16> = by_master.iter().flatten().map(|&k| shard_slot(k)).collect();
+    let served: Vec<(u32, Vec<f64>)> = by_master
+        .iter()
+        .flatten()
+        .map(|&k| (k, vec![traffic[k as usize] as f64]))
+        .collect();
+    let added: u64 = traffic.iter().sum();
+    let weight = match added {
+        0 => 0.0,
+        _ => known_weight(members as f64 / added as f64),
+    };
+    let known_at: Vec<usize> = owner(slot(known.as_bytes())).into_iter().collect();
+    let ShardLoads { slots, base } = shard_loads(&served, &[(known_at, weight)], masters.len());
+    let share = |k: u32| {
+        let s = shard_slot(k);
+        slots
+            .iter()
+            .find(|(at, _)| *at == s)
+            .map_or(0.0, |(_, l)| l[0])
+    };
     let held = masters
         .iter()
         .zip(by_master)
         .map(|(m, shards)| MasterShards {
             master: m.addr(),
+            traffic_share: shards.iter().map(|&k| share(k)).sum(),
             shards,
         })
         .collect();
-    let lighter = owner(slot(known.as_bytes()));
-    let moves = evening_moves(masters.len(), |s| owner(s).unwrap_or(0), &served, lighter)
+    let moves = balancing_moves(masters.len(), |s| owner(s).unwrap_or(0), &slots, &base)
         .into_iter()
         .map(|m| ShardMove {
             shard: (0..shards).find(|&k| shard_slot(k) == m.slot).unwrap_or(0),
@@ -62,7 +94,8 @@ pub fn spread(masters: &[Master], shards: u32, known: &str) -> (Vec<MasterShards
     (held, moves)
 }
 
-/// Which master serves which shards, and how to even them out.
+/// Which master serves which shards and their traffic, and how to balance
+/// them.
 pub fn render_masters(out: &mut String, masters: &[MasterShards], moves: &[ShardMove]) {
     if masters.is_empty() {
         return;
@@ -71,15 +104,21 @@ pub fn render_masters(out: &mut String, masters: &[MasterShards], moves: &[Shard
     let _ = writeln!(out, "shards per master: {}", counts.join("/"));
     for m in masters {
         let list: Vec<String> = m.shards.iter().map(u32::to_string).collect();
-        let _ = writeln!(out, "  master {}: shards {}", m.master, list.join(", "));
+        let _ = writeln!(
+            out,
+            "  master {}: shards {} ({:.0} % of the traffic)",
+            m.master,
+            list.join(", "),
+            m.traffic_share * 100.0
+        );
     }
     if moves.is_empty() {
         return;
     }
     let _ = writeln!(
         out,
-        "  a master's shards are its share of the stream's work, and the master of known: \
-         takes every new counter's ZADD; to even them out, move these slots (README, \
+        "  a master's work is its shards' traffic, and the master of known: also takes \
+         every new counter's ZADD; to balance them, move these slots (README, \
          \"Choosing N\"):"
     );
     for m in moves {
@@ -94,6 +133,7 @@ pub fn render_masters(out: &mut String, masters: &[MasterShards], moves: &[Shard
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::slots::MEMBER_COST;
 
     fn even_masters(m: u16) -> Vec<Master> {
         (0..m)
@@ -110,18 +150,48 @@ mod tests {
             .collect()
     }
 
+    /// The masters of `even_masters(3)` once `moves` are made.
+    fn after(moves: &[ShardMove]) -> Vec<Master> {
+        let masters = even_masters(3);
+        let owner = |slot: u16| {
+            moves.iter().rev().find(|m| m.slot == slot).map_or_else(
+                || masters.iter().position(|m| m.serves(slot)).unwrap(),
+                |m| masters.iter().position(|x| x.addr() == m.to).unwrap(),
+            )
+        };
+        let mut out = even_masters(3);
+        for (i, m) in out.iter_mut().enumerate() {
+            m.ranges.clear();
+            for slot in 0..16384u16 {
+                if owner(slot) != i {
+                    continue;
+                }
+                match m.ranges.last_mut() {
+                    Some((_, last)) if *last + 1 == slot => *last = slot,
+                    _ => m.ranges.push((slot, slot)),
+                }
+            }
+        }
+        out
+    }
+
+    fn counts(held: &[MasterShards]) -> Vec<usize> {
+        held.iter().map(|m| m.shards.len()).collect()
+    }
+
     #[test]
     fn which_master_serves_which_shards_and_what_to_move() {
-        // 18 shards on three even masters: 6/7/5, and one slot evens them.
-        let (held, moves) = spread(&even_masters(3), 18, "known:");
-        let counts: Vec<usize> = held.iter().map(|m| m.shards.len()).collect();
-        assert_eq!(counts, [6, 7, 5]);
+        // 18 shards on three even masters fall 6/7/5; with no traffic yet
+        // they count alike, and one slot evens them out.
+        let (held, moves) = spread(&even_masters(3), &[0; 18], "known:", 0);
+        assert_eq!(counts(&held), [6, 7, 5]);
         assert_eq!(held[0].shards, [3, 7, 10, 11, 14, 15]);
+        assert!((held[0].traffic_share - 6.0 / 18.0).abs() < 1e-9);
         assert_eq!(
             moves,
             [ShardMove {
-                shard: 16,
-                slot: 8241,
+                shard: 2,
+                slot: 5649,
                 from: "10.0.0.1:7001".into(),
                 to: "10.0.0.1:7002".into(),
             }]
@@ -130,38 +200,52 @@ mod tests {
         render_masters(&mut out, &held, &moves);
         assert!(out.contains("shards per master: 6/7/5\n"), "{out}");
         assert!(
-            out.contains("  master 10.0.0.1:7000: shards 3, 7, 10, 11, 14, 15\n"),
+            out.contains(
+                "  master 10.0.0.1:7000: shards 3, 7, 10, 11, 14, 15 (33 % of the traffic)\n"
+            ),
             "{out}"
         );
         assert!(
-            out.contains("    slot 8241 (shard 16) from 10.0.0.1:7001 to 10.0.0.1:7002\n"),
+            out.contains("    slot 5649 (shard 2) from 10.0.0.1:7001 to 10.0.0.1:7002\n"),
             "{out}"
         );
         // Once moved, nothing more to do.
-        let mut masters = even_masters(3);
-        masters[1].ranges = vec![(5461, 8240), (8242, 10921)];
-        masters[2].ranges = vec![(8241, 8241), (10922, 16383)];
-        let (held, moves) = spread(&masters, 18, "known:");
-        assert_eq!(
-            held.iter().map(|m| m.shards.len()).collect::<Vec<_>>(),
-            [6, 6, 6]
-        );
-        assert!(moves.is_empty());
-        // 16 shards fall 6/6/4: the second master gives one up when it
-        // serves `known:` (6/5/5), the first otherwise (5/6/5).
-        let from = |known: &str| {
-            let (_, moves) = spread(&even_masters(3), 16, known);
-            assert_eq!(moves.len(), 1, "{moves:?}");
-            assert_eq!(moves[0].to, "10.0.0.1:7002");
-            moves[0].from.clone()
-        };
-        assert_eq!(from("known:"), "10.0.0.1:7001");
-        assert_eq!(from("bench:zipf:w1:known:"), "10.0.0.1:7000");
+        let (held, again) = spread(&after(&moves), &[0; 18], "known:", 0);
+        assert_eq!(counts(&held), [6, 6, 6]);
+        assert!(again.is_empty(), "{again:?}");
         let mut out = String::new();
-        render_masters(&mut out, &held, &moves);
-        assert!(
-            out.contains("shards per master: 6/6/6\n") && !out.contains("move these slots"),
-            "{out}"
-        );
+        render_masters(&mut out, &held, &again);
+        assert!(!out.contains("move these slots"), "{out}");
+    }
+
+    #[test]
+    fn traffic_and_new_counters_not_shard_counts_are_balanced() {
+        // 16 shards, 6/6/4, and shard 3 (on the first master) carries as
+        // much as five others: the first master has half the traffic. It
+        // gives shards up until no single move lowers the busiest
+        // master's work.
+        let mut traffic = [100u64; 16];
+        traffic[3] = 500;
+        let busiest_after = |members: u64| {
+            let (held, moves) = spread(&even_masters(3), &traffic, "nothing-here", members);
+            assert!((held[0].traffic_share - 0.5).abs() < 1e-9);
+            assert!(moves.iter().all(|m| m.shard != 3), "{moves:?}");
+            let (held, again) = spread(&after(&moves), &traffic, "nothing-here", members);
+            assert!(again.is_empty(), "{again:?}");
+            assert!(held[0].shards.contains(&3), "{held:?}");
+            held.iter().map(|m| m.traffic_share).collect::<Vec<f64>>()
+        };
+        // Few new counters: 0.35 at most (0.35/0.35/0.30 in some order).
+        let shares = busiest_after(0);
+        assert!(shares.iter().all(|&x| x <= 0.35 + 1e-9), "{shares:?}");
+        // "nothing-here" falls on the third master: with as many new
+        // counters as an eighth of the traffic's worth of ZADDs, it is
+        // left the least traffic (0.40/0.35/0.25, or the first two
+        // swapped; 0.375 each cannot be made of 0.05 steps).
+        let members = (2000.0 * 0.125 / MEMBER_COST).round() as u64;
+        let shares = busiest_after(members);
+        assert!((shares[2] - 0.25).abs() < 1e-9, "{shares:?}");
+        let busiest = shares.iter().copied().fold(0.0, f64::max);
+        assert!((busiest - 0.40).abs() < 1e-9, "{shares:?}");
     }
 }

@@ -47,11 +47,12 @@ pub struct Status {
     pub last_pass: BTreeMap<String, String>,
     /// Every shard of the stream, in order (one with an unsharded stream).
     pub shards: Vec<Shard>,
-    /// On a Redis Cluster with several shards: each master and the shards
-    /// it serves, in the order of its lowest slot (empty otherwise).
+    /// On a Redis Cluster with several shards: each master, the shards it
+    /// serves and their share of the traffic, in the order of its lowest
+    /// slot (empty otherwise).
     pub masters: Vec<MasterShards>,
-    /// Slot moves after which no master serves two shards more than
-    /// another (empty when none is needed).
+    /// Slot moves that balance the masters' work: their shards' traffic,
+    /// and `known:`'s ZADDs (empty when none would help).
     pub evening_moves: Vec<ShardMove>,
 }
 
@@ -166,13 +167,16 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
         last_pass,
         ..Status::default()
     };
+    let mut added = Vec::with_capacity(shards.len());
     for k in shards {
-        status.shards.push(shard(conn, k).await?);
+        let (s, entries_added) = shard(conn, k).await?;
+        status.shards.push(s);
+        added.push(entries_added);
     }
     if shards.len() > 1 && conn.is_cluster() {
         let masters = crate::store::topology::masters(conn).await?;
         (status.masters, status.evening_moves) =
-            spread(&masters, shards.len() as u32, &keys.known());
+            spread(&masters, &added, &keys.known(), status.known_counters);
     }
     if shards.len() > 1 {
         status.stream = base_stream(&keys.stream);
@@ -213,7 +217,8 @@ async fn lease(conn: &mut Conn, key: &str) -> RedisResult<Option<Leader>> {
 }
 
 /// One shard and the deployment's group on it.
-async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<Shard> {
+/// A shard's status, and the entries ever added to it (0 when unknown).
+async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, u64)> {
     let mut out = Shard {
         shard: k.shard,
         stream: k.stream.clone(),
@@ -223,7 +228,7 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<Shard> {
         out.owner = lease(conn, &k.shard_lease()).await?;
     }
     let Some((info, groups)) = group::stream_and_groups(conn, k).await? else {
-        return Ok(out);
+        return Ok((out, 0));
     };
     out.length = info.length;
     if let Some(g) = groups.into_iter().find(|g| g.name == k.group) {
@@ -234,7 +239,7 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<Shard> {
         out.backlog_age_secs = age.unwrap_or(0.0);
         out.consumers = consumers.into_iter().map(Consumer::from).collect();
     }
-    Ok(out)
+    Ok((out, info.entries_added.unwrap_or(0)))
 }
 
 /// The configured stream's name from shard 0's (`hits:{0}` → `hits`).

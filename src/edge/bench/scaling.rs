@@ -23,8 +23,13 @@ use super::{BenchError, Workload};
 use crate::edge::embedded::{
     ClusterOptions, EmbeddedError, RedisCluster, RedisServer, ServerOptions,
 };
+use crate::edge::workload::Names;
+use crate::model::config::DEFAULT_PRECISIONS;
 use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
+use crate::model::slots::{
+    balancing_moves, even_owner, known_weight, shard_loads, slot, ShardLoads, SlotMove,
+};
 use crate::store::connect::Conn;
 
 /// How long the idle cost of each node is sampled before the runs.
@@ -59,9 +64,9 @@ pub enum ClusterSource {
         masters: usize,
         /// Replicas of each master.
         replicas: usize,
-        /// The shards' slots spread evenly over the masters
-        /// ([`ClusterOptions::even_slots`]).
-        even_shards: bool,
+        /// The shards' slots placed as `status` would advise for the
+        /// workloads' traffic ([`balanced_layout`]).
+        balance_shards: bool,
     },
 }
 
@@ -80,18 +85,16 @@ pub async fn measure(
         ClusterSource::Local {
             masters,
             replicas,
-            even_shards,
+            balance_shards,
         } => {
-            let even_slots = match even_shards {
-                true => (0..opts.shards)
-                    .map(crate::model::slots::shard_slot)
-                    .collect(),
+            let moves = match balance_shards {
+                true => balanced_layout(opts, masters),
                 false => Vec::new(),
             };
             let nodes = RedisCluster::start(ClusterOptions {
                 masters,
                 replicas,
-                even_slots,
+                moves,
                 ..ClusterOptions::default()
             })
             .map_err(local)?;
@@ -132,7 +135,7 @@ pub async fn run(
     let idle = idle_cost(&mut masters).await?;
     let mut report = ScalingReport::new(opts, &masters, replicas, wait, idle);
     for &workload in &opts.workloads {
-        let stream = format!("bench:{workload:?}:hits").to_lowercase();
+        let stream = run_stream(workload, 0, false);
         let ranks = sample(workload, opts.entries);
         let sent = sent(workload, &ranks);
         let single_keys = shard_keys(&stream, 1, false);
@@ -159,7 +162,7 @@ pub async fn run(
                     then: &ranks,
                     workload,
                 };
-                let stream = format!("bench:{workload:?}:warm{w}:hits").to_lowercase();
+                let stream = run_stream(workload, w, true);
                 eprintln!("{}: {w} worker(s) on one Redis, warm", workload.label());
                 let target = Target::new(single, &stream, w, &single_args);
                 let keys = shard_keys(&stream, 1, false);
@@ -217,6 +220,51 @@ async fn idle_cost(nodes: &mut [Node]) -> Result<Vec<f64>, BenchError> {
         .zip(&before)
         .map(|(a, b)| a.since(b).cpu_us / secs)
         .collect())
+}
+
+/// The stream a run of `w` workers drains: the workload's (filled once for
+/// every cold run), or a warm run's own.
+fn run_stream(workload: Workload, w: usize, warm: bool) -> String {
+    match warm {
+        true => format!("bench:{workload:?}:warm{w}:hits"),
+        false => format!("bench:{workload:?}:hits"),
+    }
+    .to_lowercase()
+}
+
+/// The slot moves of `--balance-shards` on `masters` masters that split
+/// the slots evenly: what `status` would advise ([`shard_loads`],
+/// [`balancing_moves`]) once each workload's hits went through: each
+/// name's to its producer shard with its probability, and the masters
+/// serving its runs' `known:` keys weighed by the new counters per hit (a
+/// cold run's names new once per precision, a warm run's none). One
+/// dimension per workload, so each evens out.
+fn balanced_layout(opts: &ScalingOptions, masters: usize) -> Vec<SlotMove> {
+    let n = opts.shards;
+    let dims = opts.workloads.len();
+    let mut traffic: Vec<(u32, Vec<f64>)> = (0..n).map(|k| (k, vec![0.0; dims])).collect();
+    let mut known = Vec::with_capacity(dims);
+    for (d, &workload) in opts.workloads.iter().enumerate() {
+        let weights = workload.names().weights();
+        for (rank, p) in weights.iter().enumerate() {
+            traffic[Keys::shard_of_name(&Names::name(rank), n) as usize].1[d] += p;
+        }
+        let at = |w: usize| {
+            let key = workers::known_key(&run_stream(workload, w, opts.warm), w);
+            even_owner(masters, slot(key.as_bytes()))
+        };
+        // Names expected among the hits, each new once per precision.
+        let hits = opts.entries as f64;
+        let names: f64 = weights.iter().map(|p| 1.0 - (1.0 - p).powf(hits)).sum();
+        let per_hit = match opts.warm {
+            true => 0.0,
+            false => names * DEFAULT_PRECISIONS.len() as f64 / hits,
+        };
+        let ms = opts.workers.iter().map(|&w| at(w)).collect();
+        known.push((ms, known_weight(per_hit)));
+    }
+    let ShardLoads { slots, base } = shard_loads(&traffic, &known, masters);
+    balancing_moves(masters, |s| even_owner(masters, s), &slots, &base)
 }
 
 /// `n` name ranks drawn from the workload.

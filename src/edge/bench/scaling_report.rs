@@ -102,7 +102,7 @@ pub struct ScalingReport {
     /// Stream shards in each master's slots.
     pub spread: Vec<usize>,
     /// Shard slots the throwaway cluster serves from another master than
-    /// the even split says, to even out `spread` (`--even-shards`).
+    /// the even split says, to balance the masters (`--balance-shards`).
     pub moved_slots: Vec<u16>,
     /// Replicas of the master with the fewest.
     pub replicas: usize,
@@ -172,7 +172,7 @@ impl ScalingReport {
             match self.moved_slots.as_slice() {
                 [] => String::new(),
                 moved => format!(
-                    " (evened by serving slot(s) {} from another master than the even split)",
+                    " (balanced by serving slot(s) {} from another master than the even split)",
                     moved
                         .iter()
                         .map(u16::to_string)

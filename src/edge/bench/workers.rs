@@ -49,7 +49,7 @@ impl Target {
         extra: &[String],
         tag: &str,
     ) -> Target {
-        let prefix = format!("{}:w{workers}{tag}:", stream.trim_end_matches(":hits"));
+        let prefix = prefix(stream, workers, tag);
         Target {
             redis: redis.clone(),
             workers,
@@ -100,6 +100,17 @@ impl Target {
         }
         Ok(children)
     }
+}
+
+/// The counters' prefix of `workers` workers on `stream`:
+/// `<stream>:w<workers><tag>:`, less the stream's `:hits`.
+fn prefix(stream: &str, workers: usize, tag: &str) -> String {
+    format!("{}:w{workers}{tag}:", stream.trim_end_matches(":hits"))
+}
+
+/// The `known:` key of [`Target::new`]'s workers.
+pub fn known_key(stream: &str, workers: usize) -> String {
+    keys(stream, &group(workers), &prefix(stream, workers, "")).known()
 }
 
 /// One run of the real workers.

@@ -66,12 +66,14 @@ pub struct Args {
     /// over three even masters, fewer spread worse); only with a cluster.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     shards: Option<u32>,
-    /// With --cluster: give the throwaway cluster's masters as many shards
-    /// each, give or take one, by serving the fewest shard slots from
-    /// another master than the even split says, as an operator would move
-    /// them (README, "Choosing N"); with --shards 18, 6/6/6 on 3 masters.
+    /// With --cluster: place the throwaway cluster's shard slots as
+    /// `status` would advise for the workloads' traffic (README, "Choosing
+    /// N"): a name's hits go to one shard, so skewed traffic loads shards
+    /// unevenly, and the master serving known: takes every new counter's
+    /// ZADD; single slots are served from another master than the even
+    /// split says so that every master's share of each workload evens out.
     #[arg(long, requires = "cluster")]
-    even_shards: bool,
+    balance_shards: bool,
     /// With --cluster: price the steady state instead of a cold start: the
     /// workers first count one hit of every name of the workload (names
     /// known in Redis and in their caches), are paused while the measured hits are
@@ -193,8 +195,8 @@ async fn cluster_source(args: &Args) -> anyhow::Result<Option<ClusterSource>> {
         None => None,
     };
     Ok(match (args.cluster, given) {
-        (_, Some(_)) if args.even_shards => anyhow::bail!(
-            "--even-shards shapes the throwaway cluster --cluster starts, but REDIS_URL names a cluster, whose slots bench does not move: unset REDIS_URL, or move them yourself (README, \"Choosing N\")"
+        (_, Some(_)) if args.balance_shards => anyhow::bail!(
+            "--balance-shards shapes the throwaway cluster --cluster starts, but REDIS_URL names a cluster, whose slots bench does not move: unset REDIS_URL, or move them yourself (README, \"Choosing N\")"
         ),
         (_, Some(redis)) => Some(ClusterSource::Url(redis)),
         (Some(_), None) if args.redis_url.is_some() => anyhow::bail!(
@@ -203,7 +205,7 @@ async fn cluster_source(args: &Args) -> anyhow::Result<Option<ClusterSource>> {
         (Some(masters), None) => Some(ClusterSource::Local {
             masters: masters.into(),
             replicas: args.cluster_replicas.into(),
-            even_shards: args.even_shards,
+            balance_shards: args.balance_shards,
         }),
         (None, None) if args.shards.is_some() => anyhow::bail!(
             "--shards sets a cluster's stream shards, but there is no cluster: add --cluster, or name one in REDIS_URL"

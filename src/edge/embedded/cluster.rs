@@ -5,9 +5,8 @@
 //! [`RedisCluster::start`] starts the nodes in cluster mode, splits the
 //! 16384 hash slots evenly over the masters (master i serves slots
 //! `i·16384/M ..= (i+1)·16384/M − 1`, so node order says who serves what;
-//! with [`ClusterOptions::even_slots`], single slots are given to other
-//! masters so that those slots spread evenly, as an operator would move
-//! them), introduces the nodes to each other, attaches replica j of master i, and
+//! with [`ClusterOptions::moves`], single slots are given to other
+//! masters, as an operator would move them), introduces the nodes to each other, attaches replica j of master i, and
 //! returns once every node agrees the cluster is whole. It forms the
 //! cluster by hand rather than with `redis-cli --cluster create`, so each
 //! node's bus port is a free port of its own (the default, port + 10000,
@@ -22,7 +21,7 @@ use std::time::{Duration, Instant};
 use redis::FromRedisValue;
 
 use super::{free_port, is_address_in_use, EmbeddedError, RedisServer, ServerOptions};
-use crate::model::slots::{even_owner, evening_moves, SlotMove};
+use crate::model::slots::{even_owner, SlotMove};
 
 /// Hash slots of a Redis Cluster.
 const SLOTS: usize = 16384;
@@ -47,10 +46,10 @@ pub struct ClusterOptions {
     pub replicas: usize,
     /// Raw `redis.conf` lines for every node, after the cluster's own.
     pub extra: Vec<String>,
-    /// Slots to spread evenly over the masters (say, the stream shards'):
-    /// the fewest of them are served by another master than the even split
-    /// says ([`evening_moves`]).
-    pub even_slots: Vec<u16>,
+    /// Slots served by another master than the even split says (say, the
+    /// stream shards' as [`crate::model::slots::balancing_moves`] places
+    /// them), masters by index, applied in order.
+    pub moves: Vec<SlotMove>,
 }
 
 impl Default for ClusterOptions {
@@ -61,7 +60,7 @@ impl Default for ClusterOptions {
             masters: 3,
             replicas: 0,
             extra: Vec::new(),
-            even_slots: Vec::new(),
+            moves: Vec::new(),
         }
     }
 }
@@ -93,7 +92,7 @@ impl RedisCluster {
         let cluster = RedisCluster {
             nodes,
             masters: m,
-            moves: evening_moves(m, |s| even_owner(m, s), &opts.even_slots, None),
+            moves: opts.moves,
         };
         cluster.form(opts.replicas)?;
         Ok(cluster)
@@ -118,7 +117,7 @@ impl RedisCluster {
     }
 
     /// The slots served by another master than the even split says (see
-    /// [`ClusterOptions::even_slots`]).
+    /// [`ClusterOptions::moves`]).
     pub fn moved_slots(&self) -> &[SlotMove] {
         &self.moves
     }

@@ -20,6 +20,8 @@ pub struct MasterShards {
     pub master: String,
     /// The shards it serves.
     pub shards: Vec<u32>,
+    /// The entries ever added to them.
+    pub traffic: u64,
     /// Their share of the entries ever added to the shards, 0 to 1 (of the
     /// shards themselves when none was added yet).
     pub traffic_share: f64,
@@ -78,6 +80,7 @@ pub fn spread(
         .zip(by_master)
         .map(|(m, shards)| MasterShards {
             master: m.addr(),
+            traffic: shards.iter().map(|&k| traffic[k as usize]).sum(),
             traffic_share: shards.iter().map(|&k| share(k)).sum(),
             shards,
         })
@@ -102,14 +105,18 @@ pub fn render_masters(out: &mut String, masters: &[MasterShards], moves: &[Shard
     }
     let counts: Vec<String> = masters.iter().map(|m| m.shards.len().to_string()).collect();
     let _ = writeln!(out, "shards per master: {}", counts.join("/"));
+    let flowed = masters.iter().any(|m| m.traffic > 0);
     for m in masters {
         let list: Vec<String> = m.shards.iter().map(u32::to_string).collect();
+        let share = match flowed {
+            true => format!(" ({:.0} % of the traffic)", m.traffic_share * 100.0),
+            false => " (no traffic yet)".to_string(),
+        };
         let _ = writeln!(
             out,
-            "  master {}: shards {} ({:.0} % of the traffic)",
+            "  master {}: shards {}{share}",
             m.master,
-            list.join(", "),
-            m.traffic_share * 100.0
+            list.join(", ")
         );
     }
     if moves.is_empty() {
@@ -200,9 +207,7 @@ mod tests {
         render_masters(&mut out, &held, &moves);
         assert!(out.contains("shards per master: 6/7/5\n"), "{out}");
         assert!(
-            out.contains(
-                "  master 10.0.0.1:7000: shards 3, 7, 10, 11, 14, 15 (33 % of the traffic)\n"
-            ),
+            out.contains("  master 10.0.0.1:7000: shards 3, 7, 10, 11, 14, 15 (no traffic yet)\n"),
             "{out}"
         );
         assert!(
@@ -236,6 +241,16 @@ mod tests {
             held.iter().map(|m| m.traffic_share).collect::<Vec<f64>>()
         };
         // Few new counters: 0.35 at most (0.35/0.35/0.30 in some order).
+        let (held, moves) = spread(&even_masters(3), &traffic, "nothing-here", 0);
+        assert_eq!(held[0].traffic, 1000);
+        let mut out = String::new();
+        render_masters(&mut out, &held, &moves);
+        assert!(
+            out.contains(
+                "  master 10.0.0.1:7000: shards 3, 7, 10, 11, 14, 15 (50 % of the traffic)\n"
+            ),
+            "{out}"
+        );
         let shares = busiest_after(0);
         assert!(shares.iter().all(|&x| x <= 0.35 + 1e-9), "{shares:?}");
         // "nothing-here" falls on the third master: with as many new

@@ -96,6 +96,16 @@ fn bench_with_cluster_starts_one_and_prints_the_per_master_table() {
     let started = std::time::Instant::now();
     let out = bench(&["--cluster"], None);
     assert_per_master_table(&out, 3);
+    // A busiest master over its goal, on slots as created, points to the
+    // moves that balance the masters.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let hint = "`hitcount status --shards 4` on the cluster lists the slot moves";
+    assert_eq!(
+        stdout.contains("(goal ≤ 0.42: missed)"),
+        stdout.contains(hint),
+        "{}",
+        text(&out)
+    );
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("--wait-replicas 0"),
         "no replicas, so the workers do not wait for any: {}",
@@ -136,6 +146,8 @@ fn balance_shards_places_the_shards_as_status_would_advise() {
         .collect();
     assert_eq!(shards, ["0", "4", "4"], "{}", text(&out));
     assert!(rows[0].contains("(holds known:)"), "{}", text(&out));
+    // Balanced already: no pointer to the moves.
+    assert!(!stdout.contains("lists the slot moves"), "{}", text(&out));
 }
 
 #[test]

@@ -254,6 +254,14 @@ impl ScalingReport {
                 r.projected_speedup(),
             );
         }
+        let missed = self.runs.iter().any(|r| r.busiest_ratio() > goal);
+        if missed && m > 1 && self.moved_slots.is_empty() {
+            let _ = writeln!(
+                out,
+                "- a master did more than its share: `hitcount status --shards {}` on the cluster lists the slot moves that balance the masters' work (traffic per shard, and known:'s new counters), and `bench --cluster --balance-shards` measures a throwaway cluster with them (README, \"Choosing N\")",
+                self.shards
+            );
+        }
         out.push_str(&self.by_command());
         let idle: Vec<String> = self
             .idle_cpu_us_per_sec

@@ -11,25 +11,28 @@ use std::time::Duration;
 
 use common::bin;
 use common::cluster::Cluster;
+use hitcount::model::slots::MEMBER_COST;
 use serde_json::Value;
 
-/// What a new member of `known:` costs next to an entry (README, "Choosing
-/// N"): the status under test weighs `known:`'s master by it.
-const MEMBER_COST: f64 = 0.6;
-
-fn status(url: &str) -> Value {
+/// `hitcount ARGS` with `REDIS_URL` set, as a user runs it: it succeeds,
+/// and its stdout is returned.
+fn run(url: &str, args: &[&str]) -> Vec<u8> {
     let out = bin::hitcount()
-        .args(["status", "--shards", "16", "--json"])
+        .args(args)
         .env("REDIS_URL", url)
         .stdin(Stdio::null())
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "{args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
+}
+
+fn status(url: &str) -> Value {
+    serde_json::from_slice(&run(url, &["status", "--shards", "16", "--json"])).unwrap()
 }
 
 /// Each master's work as the advice weighs it: its shards' share of the
@@ -61,18 +64,11 @@ async fn status_moves_balance_skewed_traffic_and_known() {
     // Zipf(1.0) over 1,000 names: a name's hits all go to its shard, so
     // the shards carry unequal shares.
     let hits = 20_000;
-    let out = bin::hitcount()
-        .args(["load", "--shards", "16", "--hits", &hits.to_string()])
-        .args(["--names", "1000", "--zipf", "1.0"])
-        .env("REDIS_URL", &url)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let n = hits.to_string();
+    let load = [
+        "load", "--shards", "16", "--hits", &n, "--names", "1000", "--zipf", "1.0",
+    ];
+    run(&url, &load);
     // A worker counts them, so `known:` holds every name's counters.
     let mut worker = bin::Child::spawn(
         "worker",

@@ -233,23 +233,15 @@ pub fn balancing_moves(
     }
     let total: f64 = load.iter().flatten().map(|x| x.abs()).sum();
     let eps = total * 1e-9;
-    // Per dimension its heaviest master's load, summed (each dimension
-    // evens out as far as it can, not only the one that cannot go lower),
-    // then the sum of squared loads.
-    let score = |load: &[Vec<f64>]| {
-        let worst: f64 = (0..dims)
-            .map(|d| load.iter().map(|r| r[d]).fold(f64::MIN, f64::max))
-            .sum();
-        let squares: f64 = load.iter().flatten().map(|x| x * x).sum();
-        (worst, squares)
-    };
+    // A layout's score: per dimension its heaviest master's load, summed
+    // (each dimension evens out as far as it can, not only the one that
+    // cannot go lower), then the sum of squared loads.
     let better = |a: (f64, f64), b: (f64, f64)| {
         a.0 < b.0 - eps || (a.0 <= b.0 + eps && a.1 < b.1 - eps * total.max(1.0))
     };
     let mut moves = Vec::new();
     // Each move lowers the score; the cap is a guard only.
     for _ in 0..=placed.len() * masters {
-        let now = score(&load);
         // Per dimension the three heaviest masters: a move changes two, so
         // the heaviest of the others is among them.
         let tops: Vec<Vec<(f64, usize)>> = (0..dims)
@@ -260,6 +252,10 @@ pub fn balancing_moves(
                 rows
             })
             .collect();
+        let now = (
+            tops.iter().map(|t| t[0].0).sum::<f64>(),
+            load.iter().flatten().map(|x| x * x).sum::<f64>(),
+        );
         let heaviest: Vec<bool> = load
             .iter()
             .map(|row| row.iter().zip(&tops).any(|(&x, t)| x >= t[0].0 - eps))

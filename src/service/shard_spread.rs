@@ -68,13 +68,13 @@ pub fn spread(
     };
     let known_at: Vec<usize> = owner(slot(known.as_bytes())).into_iter().collect();
     let ShardLoads { slots, base } = shard_loads(&served, &[(known_at, weight)], masters.len());
-    let share = |k: u32| {
-        let s = shard_slot(k);
-        slots
-            .iter()
-            .find(|(at, _)| *at == s)
-            .map_or(0.0, |(_, l)| l[0])
-    };
+    // `shard_loads` keeps `served`'s order: each served shard's share.
+    let shares: std::collections::HashMap<u32, f64> = served
+        .iter()
+        .zip(&slots)
+        .map(|((k, _), (_, l))| (*k, l[0]))
+        .collect();
+    let share = |k: u32| shares.get(&k).copied().unwrap_or(0.0);
     let held = masters
         .iter()
         .zip(by_master)

@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use super::drain::{drain, drain_warm, fill, sent, usages, with_group, Warm};
-use super::scaling_report::{ScalingReport, ScalingRun};
+use super::scaling_report::{ScalingReport, ScalingRun, Side};
 use super::usage::Node;
 use super::workers::{self, Target};
 use super::{BenchError, Workload};
@@ -50,6 +50,10 @@ pub struct ScalingOptions {
     pub worker_args: Vec<String>,
     /// Steady state instead of a cold start: see [`drain_warm`].
     pub warm: bool,
+    /// Times every workload and worker count is drained, one Redis and the
+    /// cluster side by side each time; the goals are judged on the median
+    /// ([`super::scaling_report::Verdict`]). At least 1.
+    pub rounds: usize,
 }
 
 /// The cluster to measure.
@@ -109,19 +113,13 @@ pub async fn measure(
 }
 
 /// Runs every workload and worker count on one Redis (`single`) and on the
-/// cluster, and returns the figures.
+/// cluster, `opts.rounds` times, and returns the figures, judged.
 pub async fn run(
     opts: &ScalingOptions,
     single: &RedisArgs,
     cluster: &RedisArgs,
 ) -> Result<ScalingReport, BenchError> {
-    let mut one = vec![super::usage::single(single).await?];
-    let (mut masters, replicas) = super::usage::masters(cluster).await?;
-    let mut single_conn = open(single).await?;
-    let mut cluster_conn = open(cluster).await?;
-    for n in one.iter_mut().chain(masters.iter_mut()) {
-        n.delete_matching("bench:*").await?;
-    }
+    let (masters, replicas) = super::usage::masters(cluster).await?;
     // Without a replica on every master, WAIT would time out each step.
     let wait = if replicas == 0 { Some(0) } else { None };
     let mut cluster_args = opts.worker_args.clone();
@@ -131,30 +129,76 @@ pub async fn run(
     }
     let mut single_args = opts.worker_args.clone();
     single_args.push("--shards=1".into());
-
-    let idle = idle_cost(&mut masters).await?;
-    let mut report = ScalingReport::new(opts, &masters, replicas, wait, idle);
-    for &workload in &opts.workloads {
-        let stream = run_stream(workload, 0, false);
-        let ranks = sample(workload, opts.entries);
-        let sent = sent(workload, &ranks);
-        let single_keys = shard_keys(&stream, 1, false);
-        let cluster_keys = shard_keys(&stream, opts.shards, true);
-        fill(&mut single_conn, &single_keys, &ranks).await?;
-        fill(&mut cluster_conn, &cluster_keys, &ranks).await?;
-        for &w in &opts.workers {
-            for (conn, shards) in [
-                (&mut single_conn, &single_keys),
-                (&mut cluster_conn, &cluster_keys),
-            ] {
-                for k in shards {
-                    let k = with_group(k, &workers::group(w));
-                    crate::store::stream::ensure_group(conn, &k).await?;
-                }
+    let mut sides = Sides {
+        opts,
+        single: (single, single_args),
+        cluster: (cluster, cluster_args),
+        one: vec![super::usage::single(single).await?],
+        masters,
+        single_conn: open(single).await?,
+        cluster_conn: open(cluster).await?,
+    };
+    sides.clear().await?;
+    let idle = idle_cost(&mut sides.masters).await?;
+    let mut report = ScalingReport::new(opts, &sides.masters, replicas, wait, idle);
+    let rounds = opts.rounds.max(1);
+    // Round after round of every workload, so that a machine slower for a
+    // while weighs on one round of each rather than on one workload.
+    for round in 1..=rounds {
+        for &workload in &opts.workloads {
+            let said = |what: &str| match rounds {
+                1 => eprintln!("{}: {what}", workload.label()),
+                _ => eprintln!("round {round}/{rounds}: {}: {what}", workload.label()),
+            };
+            for (workers, (single, cluster)) in sides.workload(workload, &said).await? {
+                report.runs.push(ScalingRun {
+                    workload,
+                    workers,
+                    round,
+                    single,
+                    cluster,
+                });
             }
+            sides.clear().await?;
         }
-        for &w in &opts.workers {
-            let (single, cluster) = if opts.warm {
+    }
+    report.judge();
+    Ok(report)
+}
+
+/// What every drain needs: both sides' Redis, their workers' flags, nodes
+/// and connections.
+struct Sides<'a> {
+    opts: &'a ScalingOptions,
+    single: (&'a RedisArgs, Vec<String>),
+    cluster: (&'a RedisArgs, Vec<String>),
+    one: Vec<Node>,
+    masters: Vec<Node>,
+    single_conn: Conn,
+    cluster_conn: Conn,
+}
+
+impl Sides<'_> {
+    /// Deletes the bench's keys on every node.
+    async fn clear(&mut self) -> Result<(), BenchError> {
+        for n in self.one.iter_mut().chain(self.masters.iter_mut()) {
+            n.delete_matching("bench:*").await?;
+        }
+        Ok(())
+    }
+
+    /// `workload` drained once per worker count on one Redis, then on the
+    /// cluster: the same hits, cold or warm as the options say.
+    async fn workload(
+        &mut self,
+        workload: Workload,
+        said: &dyn Fn(&str),
+    ) -> Result<Vec<(usize, (Side, Side))>, BenchError> {
+        let opts = self.opts;
+        let ranks = sample(workload, opts.entries);
+        let mut out = Vec::new();
+        if opts.warm {
+            for &w in &opts.workers {
                 let warm = Warm {
                     // Every name once: after hours of traffic even the
                     // tail's names have counters.
@@ -163,43 +207,68 @@ pub async fn run(
                     workload,
                 };
                 let stream = run_stream(workload, w, true);
-                eprintln!("{}: {w} worker(s) on one Redis, warm", workload.label());
-                let target = Target::new(single, &stream, w, &single_args);
+                said(&format!("{w} worker(s) on one Redis, warm"));
+                let target = Target::new(self.single.0, &stream, w, &self.single.1);
                 let keys = shard_keys(&stream, 1, false);
-                let s = drain_warm(&mut single_conn, &mut one, &target, &keys, &warm).await?;
-                eprintln!("{}: {w} worker(s) on the cluster, warm", workload.label());
-                let target = Target::new(cluster, &stream, w, &cluster_args);
+                let s =
+                    drain_warm(&mut self.single_conn, &mut self.one, &target, &keys, &warm).await?;
+                said(&format!("{w} worker(s) on the cluster, warm"));
+                let target = Target::new(self.cluster.0, &stream, w, &self.cluster.1);
                 let keys = shard_keys(&stream, opts.shards, true);
-                let c = drain_warm(&mut cluster_conn, &mut masters, &target, &keys, &warm).await?;
-                (s, c)
-            } else {
-                eprintln!("{}: {w} worker(s) on one Redis", workload.label());
-                let target = Target::new(single, &stream, w, &single_args);
-                let s = drain(&mut single_conn, &mut one, &target, &single_keys, &sent).await?;
-                eprintln!("{}: {w} worker(s) on the cluster", workload.label());
-                let target = Target::new(cluster, &stream, w, &cluster_args);
-                let c = drain(
-                    &mut cluster_conn,
-                    &mut masters,
+                let c = drain_warm(
+                    &mut self.cluster_conn,
+                    &mut self.masters,
                     &target,
-                    &cluster_keys,
-                    &sent,
+                    &keys,
+                    &warm,
                 )
                 .await?;
-                (s, c)
-            };
-            report.runs.push(ScalingRun {
-                workload,
-                workers: w,
-                single,
-                cluster,
-            });
+                out.push((w, (s, c)));
+            }
+            return Ok(out);
         }
-        for n in one.iter_mut().chain(masters.iter_mut()) {
-            n.delete_matching("bench:*").await?;
+        let stream = run_stream(workload, 0, false);
+        let sent = sent(workload, &ranks);
+        let single_keys = shard_keys(&stream, 1, false);
+        let cluster_keys = shard_keys(&stream, opts.shards, true);
+        fill(&mut self.single_conn, &single_keys, &ranks).await?;
+        fill(&mut self.cluster_conn, &cluster_keys, &ranks).await?;
+        for &w in &opts.workers {
+            for (conn, shards) in [
+                (&mut self.single_conn, &single_keys),
+                (&mut self.cluster_conn, &cluster_keys),
+            ] {
+                for k in shards {
+                    let k = with_group(k, &workers::group(w));
+                    crate::store::stream::ensure_group(conn, &k).await?;
+                }
+            }
         }
+        for &w in &opts.workers {
+            said(&format!("{w} worker(s) on one Redis"));
+            let target = Target::new(self.single.0, &stream, w, &self.single.1);
+            let s = drain(
+                &mut self.single_conn,
+                &mut self.one,
+                &target,
+                &single_keys,
+                &sent,
+            )
+            .await?;
+            said(&format!("{w} worker(s) on the cluster"));
+            let target = Target::new(self.cluster.0, &stream, w, &self.cluster.1);
+            let c = drain(
+                &mut self.cluster_conn,
+                &mut self.masters,
+                &target,
+                &cluster_keys,
+                &sent,
+            )
+            .await?;
+            out.push((w, (s, c)));
+        }
+        Ok(out)
     }
-    Ok(report)
 }
 
 async fn open(redis: &RedisArgs) -> Result<Conn, BenchError> {

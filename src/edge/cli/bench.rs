@@ -80,6 +80,12 @@ pub struct Args {
     /// filled, and are priced from their resumption.
     #[arg(long, conflicts_with = "serve")]
     warm: bool,
+    /// With a cluster: drain every workload and worker count this many
+    /// times, 1 to 9 (default 3), one Redis and the cluster side by side
+    /// each time, and judge the goals on the median round: one drain on a
+    /// shared machine misses or meets them by chance.
+    #[arg(long, conflicts_with = "serve", value_parser = clap::value_parser!(u16).range(1..=9))]
+    rounds: Option<u16>,
     /// Instead of the above: what `hitcount serve` costs Redis with
     /// dashboards open (Redis CPU, latency of `top`).
     #[arg(long)]
@@ -181,6 +187,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// Stream shards of a measured cluster unless `--shards` says otherwise.
 const DEFAULT_CLUSTER_SHARDS: u32 = 16;
 
+/// Rounds of a cluster run unless `--rounds` says otherwise.
+const DEFAULT_CLUSTER_ROUNDS: usize = 3;
+
 /// The nice value of the throwaway Redis' command thread, when root.
 const REDIS_NICE: i32 = -10;
 
@@ -210,6 +219,9 @@ async fn cluster_source(args: &Args) -> anyhow::Result<Option<ClusterSource>> {
         (None, None) if args.shards.is_some() => anyhow::bail!(
             "--shards sets a cluster's stream shards, but there is no cluster: add --cluster, or name one in REDIS_URL"
         ),
+        (None, None) if args.rounds.is_some() => anyhow::bail!(
+            "--rounds repeats a cluster run, but there is no cluster: add --cluster, or name one in REDIS_URL"
+        ),
         (None, None) => None,
     })
 }
@@ -222,6 +234,7 @@ async fn scaling(args: Args, source: ClusterSource) -> anyhow::Result<()> {
         shards: args.shards.unwrap_or(DEFAULT_CLUSTER_SHARDS),
         worker_args: args.worker_args,
         warm: args.warm,
+        rounds: args.rounds.map_or(DEFAULT_CLUSTER_ROUNDS, usize::from),
     };
     let report = crate::edge::bench::scaling::measure(source, &opts).await?;
     if args.json {

@@ -179,9 +179,38 @@ async fn demo_runs_on_a_cluster_and_cluster_off_is_refused() {
             && stderr.contains("check the user and password in REDIS_URL"),
         "{stderr}"
     );
+    // A `{` in the prefix would put a shard's bookkeeping keys in another
+    // slot than its stream: the worker refuses to start, and so `hit` and
+    // `load` refuse to send what no worker would count.
+    let braced = [
+        ("HITCOUNT_PREFIX", "{p}:"),
+        ("HITCOUNT_STREAM", "braced-hits"),
+    ];
+    let stderr = worker_that_stops(&seeds, &braced);
+    assert!(
+        stderr.contains("remove the `{…}` from HITCOUNT_PREFIX"),
+        "{stderr}"
+    );
+    for args in [&["hit", "page:braced"][..], &["load", "--hits", "10"]] {
+        let out = bin::hitcount()
+            .args(args)
+            .env("REDIS_URL", &seeds)
+            .envs(braced)
+            .output()
+            .unwrap();
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(
+            said.contains("remove the `{…}` from HITCOUNT_PREFIX")
+                && said.contains("no worker starts with these settings"),
+            "{said}"
+        );
+    }
     let mut conn = cluster.client().get_async_connection().await.unwrap();
     let sent: u64 = conn.xlen("off-hits").await.unwrap();
     assert_eq!(sent, 0, "nothing was sent with cluster mode off");
+    let sent: u64 = conn.xlen("braced-hits").await.unwrap();
+    assert_eq!(sent, 0, "nothing was sent with a braced prefix");
 }
 
 /// Starts a worker on `url` that must stop by itself within 30 s with

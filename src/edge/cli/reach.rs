@@ -7,6 +7,7 @@ use redis::RedisError;
 
 use super::Common;
 use crate::model::config::{redact_url, LayoutArgs, RedisArgs, StreamArgs};
+use crate::model::keys::Keys;
 use crate::store::connect::{Conn, ErrorClass};
 
 /// What went wrong, in one line: for a reply error (alone or the first of a
@@ -173,8 +174,7 @@ pub async fn other_recorded_shards(
         shards: 1,
         ..common.stream.clone()
     };
-    let key =
-        crate::model::keys::Keys::shard(&common.layout, &base, 0, conn.is_cluster()).shard_count();
+    let key = Keys::shard(&common.layout, &base, 0, conn.is_cluster()).shard_count();
     let recorded: Option<String> = redis::cmd("GET")
         .arg(&key)
         .query_async(conn)
@@ -211,12 +211,23 @@ pub async fn adopt_recorded_shards(conn: &mut Conn, common: &mut Common) -> anyh
     Ok(())
 }
 
-/// Refuses to send hits with another shard count than the one the
-/// stream's workers recorded (see `service::shards`): they would go to
-/// streams no worker reads, and count nowhere. Nothing recorded (no worker
-/// ran yet) is not refused.
+/// Refuses to send hits no worker would count: on a Redis Cluster, with
+/// settings that put a shard's keys in different hash slots (a `{` in
+/// `HITCOUNT_PREFIX` or `HITCOUNT_DEAD_STREAM`: every worker refuses to
+/// start with them, [`Keys::slot_problem`]); and with another shard count
+/// than the one the stream's workers recorded (see `service::shards`):
+/// the hits would go to streams no worker reads. Nothing recorded (no
+/// worker ran yet) is not refused.
 async fn check_shards(common: &Common) -> anyhow::Result<()> {
     let mut conn = connect(&common.redis).await?;
+    if conn.is_cluster() {
+        let shards = Keys::all_shards(&common.layout, &common.stream, true);
+        if let Some(problem) = shards.iter().find_map(Keys::slot_problem) {
+            return Err(anyhow!(
+                "{problem}; no worker starts with these settings, so no hit is sent"
+            ));
+        }
+    }
     match other_recorded_shards(&mut conn, common).await? {
         None => Ok(()),
         Some((r, key)) => Err(anyhow!(

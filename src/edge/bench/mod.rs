@@ -9,7 +9,8 @@
 //! algorithm in Rust), [`latency`] (XADD-to-visible delay and the producer's
 //! rate), [`report`] (the table). On a Redis Cluster, [`scaling`] prices
 //! the same drains ([`drain`]) in Redis CPU per master instead ([`usage`],
-//! [`scaling_report`]). Every key it writes starts with `bench:`.
+//! [`scaling_report`], judged in [`scaling_verdict`]). Every key it writes
+//! starts with `bench:`.
 //! Apart from those, [`mod@serve`] (`--serve`) measures what `hitcount
 //! serve` costs Redis with dashboards open.
 
@@ -19,6 +20,7 @@ pub mod latency;
 pub mod report;
 pub mod scaling;
 pub mod scaling_report;
+pub mod scaling_verdict;
 pub mod seeds;
 pub mod serve;
 pub mod usage;

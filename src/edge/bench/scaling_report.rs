@@ -8,15 +8,9 @@
 use std::fmt::Write as _;
 
 use super::scaling::ScalingOptions;
+use super::scaling_verdict::{judge, lines, Verdict, EFFICIENCY};
 use super::usage::{Node, Usage};
 use super::Workload;
-
-/// The busiest master may spend at most 1/(EFFICIENCY × masters) of one
-/// Redis' CPU per hit: 80 % of linear scaling.
-pub const EFFICIENCY: f64 = 0.8;
-/// All masters together may spend at most this many times one Redis' CPU
-/// per hit: what cluster routing may cost.
-pub const MAX_OVERHEAD: f64 = 1.25;
 
 /// One drain, priced on each node that served it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -85,51 +79,6 @@ impl ScalingRun {
     }
 }
 
-/// The goals judged on one workload and worker count: the ratios of every
-/// round and their medians. One drain on a shared machine can miss or meet
-/// by chance (one Redis' own cost per hit moves by a quarter from one run
-/// to the next here), so the goals are judged on the median round, and
-/// every round is shown.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Verdict {
-    /// The names drawn.
-    pub workload: Workload,
-    /// Worker processes.
-    pub workers: usize,
-    /// The busiest master's CPU per hit over one Redis', per round.
-    pub busiest: Vec<f64>,
-    /// All masters' CPU per hit over one Redis', per round.
-    pub total: Vec<f64>,
-    /// The median of `busiest`.
-    pub busiest_median: f64,
-    /// The median of `total`.
-    pub total_median: f64,
-    /// `busiest_median` ≤ 1/(0.8 × masters).
-    pub busiest_met: bool,
-    /// `total_median` ≤ [`MAX_OVERHEAD`].
-    pub total_met: bool,
-}
-
-impl Verdict {
-    /// How many times one Redis' rate the cluster drains when each master
-    /// has a core and Redis CPU is what bounds: the busiest master sets the
-    /// pace.
-    pub fn projected_speedup(&self) -> f64 {
-        1.0 / self.busiest_median.max(1e-9)
-    }
-}
-
-/// The median of `xs` (the mean of the middle two when even; 0 when empty).
-pub fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// Everything one `hitcount bench --cluster` measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ScalingReport {
@@ -192,38 +141,11 @@ impl ScalingReport {
     /// Judges the goals on the runs: one [`Verdict`] per workload and
     /// worker count, in the order they first ran.
     pub fn judge(&mut self) {
-        let goal = self.busiest_goal();
-        let mut verdicts: Vec<Verdict> = Vec::new();
-        for r in &self.runs {
-            let at = verdicts
-                .iter()
-                .position(|v| v.workload == r.workload && v.workers == r.workers);
-            let v = match at {
-                Some(i) => &mut verdicts[i],
-                None => {
-                    verdicts.push(Verdict {
-                        workload: r.workload,
-                        workers: r.workers,
-                        busiest: Vec::new(),
-                        total: Vec::new(),
-                        busiest_median: 0.0,
-                        total_median: 0.0,
-                        busiest_met: false,
-                        total_met: false,
-                    });
-                    verdicts.last_mut().expect("just pushed")
-                }
-            };
-            v.busiest.push(r.busiest_ratio());
-            v.total.push(r.total_ratio());
-        }
-        for v in &mut verdicts {
-            v.busiest_median = median(&v.busiest);
-            v.total_median = median(&v.total);
-            v.busiest_met = v.busiest_median <= goal;
-            v.total_met = v.total_median <= MAX_OVERHEAD;
-        }
-        self.verdicts = verdicts;
+        let rounds = self
+            .runs
+            .iter()
+            .map(|r| (r.workload, r.workers, r.busiest_ratio(), r.total_ratio()));
+        self.verdicts = judge(rounds, self.busiest_goal());
     }
 
     /// The goal for the busiest master, as a share of one Redis per hit.
@@ -346,38 +268,10 @@ impl ScalingReport {
 }
 
 impl ScalingReport {
-    /// One line per [`Verdict`]: the medians against the goals, each
-    /// round's ratio when there were several; then, when the busiest
+    /// One line per [`Verdict`] ([`lines`]); then, when the busiest
     /// master missed on slots as created, where to look.
     fn verdict_lines(&self) -> String {
-        let mut out = String::new();
-        let goal = self.busiest_goal();
-        let met = |ok: bool| if ok { "met" } else { "missed" };
-        let rounds = |xs: &[f64]| match xs.len() {
-            1 => String::new(),
-            n => format!(
-                ", median of {n} rounds ({})",
-                xs.iter()
-                    .map(|x| format!("{x:.2}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
-        for v in &self.verdicts {
-            let _ = writeln!(
-                out,
-                "- {}, W={}: busiest master {:.2}× one Redis per hit{} (goal ≤ {goal:.2}: {}); all masters {:.2}×{} (goal ≤ {MAX_OVERHEAD:.2}: {}); one master per core would drain {:.1}× one Redis",
-                v.workload.label(),
-                v.workers,
-                v.busiest_median,
-                rounds(&v.busiest),
-                met(v.busiest_met),
-                v.total_median,
-                rounds(&v.total),
-                met(v.total_met),
-                v.projected_speedup(),
-            );
-        }
+        let mut out = lines(&self.verdicts, self.busiest_goal());
         let missed = self.verdicts.iter().any(|v| !v.busiest_met);
         if missed && self.masters.len() > 1 && self.moved_slots.is_empty() {
             let _ = writeln!(
@@ -491,14 +385,6 @@ mod tests {
                 .collect(),
             known_on: 0,
         }
-    }
-
-    #[test]
-    fn the_median_is_the_middle_or_the_mean_of_the_middle_two() {
-        assert_eq!(median(&[]), 0.0);
-        assert_eq!(median(&[0.5]), 0.5);
-        assert_eq!(median(&[0.46, 0.31, 0.39]), 0.39);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub struct ScalingOptions {
     pub warm: bool,
     /// Times every workload and worker count is drained, one Redis and the
     /// cluster side by side each time; the goals are judged on the median
-    /// ([`super::scaling_report::Verdict`]). At least 1.
+    /// ([`super::scaling_verdict::Verdict`]). At least 1.
     pub rounds: usize,
 }
 

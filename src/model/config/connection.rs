@@ -26,7 +26,7 @@ pub enum ClusterMode {
 /// How to reach Redis.
 #[derive(Args, Debug, Clone)]
 pub struct RedisArgs {
-    /// Redis URL: redis://[user:password@]host:port[/db] or rediss:// for TLS;
+    /// Redis URL: `redis://[user:password@]host:port[/db]` or `rediss://` for TLS;
     /// several nodes of a cluster separated by commas. The password is never
     /// logged.
     #[arg(long = "redis-url", env = "REDIS_URL", default_value = DEFAULT_REDIS_URL, hide_env_values = true)]

@@ -6,7 +6,7 @@
 //!
 //! On a Redis Cluster a script may only touch one hash slot, so a chunk
 //! holds the cells of one slot (cells come sorted by slot, see
-//! [`sort_for_cluster`]) and its marker is a key in that slot (tagged with
+//! [`super::sort_for_cluster`]) and its marker is a key in that slot (tagged with
 //! [`crate::model::slots::tag_for_slot`]). The `known:` and `stats:known:`
 //! ZADDs, in slots of their own, are sent after the chunk is applied (for a replayed chunk
 //! too: the worker may have died in between); every command goes on its

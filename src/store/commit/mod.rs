@@ -95,7 +95,7 @@ pub struct Finished {
     pub window: String,
     /// Cells that failed to apply, to dead-letter.
     pub failures: Vec<Failure>,
-    /// Its applied markers, to expire soon now (see [`apply::markers`]).
+    /// Its applied markers, to expire soon now (see [`plan::markers`]).
     pub markers: Vec<String>,
 }
 
@@ -114,7 +114,7 @@ pub struct Sealed<'a> {
     pub rejected: &'a [Rejected],
     /// Cells per apply script (recorded, so that recovery chunks alike).
     pub chunk: usize,
-    /// How many apply scripts it takes (see [`apply::plan`]), recorded
+    /// How many apply scripts it takes (see [`plan::plan`]), recorded
     /// for people reading the record.
     pub chunks: usize,
 }

@@ -132,16 +132,28 @@ pub async fn run(
     single_args.push("--shards=1".into());
     let mut sides = Sides {
         opts,
-        single: (single, single_args),
-        cluster: (cluster, cluster_args),
-        one: vec![super::usage::single(single).await?],
-        masters,
-        single_conn: open(single).await?,
-        cluster_conn: open(cluster).await?,
+        single: Place {
+            redis: single,
+            args: single_args,
+            nodes: vec![super::usage::single(single).await?],
+            conn: open(single).await?,
+            shards: 1,
+            clustered: false,
+            what: "one Redis",
+        },
+        cluster: Place {
+            redis: cluster,
+            args: cluster_args,
+            nodes: masters,
+            conn: open(cluster).await?,
+            shards: opts.shards,
+            clustered: true,
+            what: "the cluster",
+        },
     };
     sides.clear().await?;
-    let idle = idle_cost(&mut sides.masters).await?;
-    let mut report = ScalingReport::new(opts, &sides.masters, replicas, wait, idle);
+    let idle = idle_cost(&mut sides.cluster.nodes).await?;
+    let mut report = ScalingReport::new(opts, &sides.cluster.nodes, replicas, wait, idle);
     let rounds = opts.rounds.max(1);
     // Round after round of every workload, so that a machine slower for a
     // while weighs on one round of each rather than on one workload.
@@ -167,23 +179,45 @@ pub async fn run(
     Ok(report)
 }
 
-/// What every drain needs: both sides' Redis, their workers' flags, nodes
-/// and connections.
+/// One side of the comparison: its Redis, its workers' flags, its nodes
+/// (priced) and a connection, how many stream shards it reads and whether
+/// it is a cluster (which names a lone shard's dead letters differently).
+struct Place<'a> {
+    redis: &'a RedisArgs,
+    args: Vec<String>,
+    nodes: Vec<Node>,
+    conn: Conn,
+    shards: u32,
+    clustered: bool,
+    what: &'static str,
+}
+
+impl Place<'_> {
+    /// The keys of every shard of `stream` on this side.
+    fn keys(&self, stream: &str) -> Vec<Keys> {
+        shard_keys(stream, self.shards, self.clustered)
+    }
+
+    /// The workers of one run: `w` of them on `stream`.
+    fn target(&self, stream: &str, w: usize) -> Target {
+        Target::new(self.redis, stream, w, &self.args)
+    }
+}
+
+/// Both sides of every drain: one Redis and the cluster.
 struct Sides<'a> {
     opts: &'a ScalingOptions,
-    single: (&'a RedisArgs, Vec<String>),
-    cluster: (&'a RedisArgs, Vec<String>),
-    one: Vec<Node>,
-    masters: Vec<Node>,
-    single_conn: Conn,
-    cluster_conn: Conn,
+    single: Place<'a>,
+    cluster: Place<'a>,
 }
 
 impl Sides<'_> {
     /// Deletes the bench's keys on every node.
     async fn clear(&mut self) -> Result<(), BenchError> {
-        for n in self.one.iter_mut().chain(self.masters.iter_mut()) {
-            n.delete_matching("bench:*").await?;
+        for place in [&mut self.single, &mut self.cluster] {
+            for n in &mut place.nodes {
+                n.delete_matching("bench:*").await?;
+            }
         }
         Ok(())
     }
@@ -197,76 +231,46 @@ impl Sides<'_> {
     ) -> Result<Vec<(usize, (Side, Side))>, BenchError> {
         let opts = self.opts;
         let ranks = sample(workload, opts.entries);
-        let mut out = Vec::new();
-        if opts.warm {
-            for &w in &opts.workers {
-                let warm = Warm {
-                    // Every name once: after hours of traffic even the
-                    // tail's names have counters.
-                    first: (0..workload.names().len()).collect(),
-                    then: &ranks,
-                    workload,
-                };
-                let stream = run_stream(workload, w, true);
-                said(&format!("{w} worker(s) on one Redis, warm"));
-                let target = Target::new(self.single.0, &stream, w, &self.single.1);
-                let keys = shard_keys(&stream, 1, false);
-                let s =
-                    drain_warm(&mut self.single_conn, &mut self.one, &target, &keys, &warm).await?;
-                said(&format!("{w} worker(s) on the cluster, warm"));
-                let target = Target::new(self.cluster.0, &stream, w, &self.cluster.1);
-                let keys = shard_keys(&stream, opts.shards, true);
-                let c = drain_warm(
-                    &mut self.cluster_conn,
-                    &mut self.masters,
-                    &target,
-                    &keys,
-                    &warm,
-                )
-                .await?;
-                out.push((w, (s, c)));
-            }
-            return Ok(out);
-        }
-        let stream = run_stream(workload, 0, false);
+        let cold = run_stream(workload, 0, false);
         let sent = sent(workload, &ranks);
-        let single_keys = shard_keys(&stream, 1, false);
-        let cluster_keys = shard_keys(&stream, opts.shards, true);
-        fill(&mut self.single_conn, &single_keys, &ranks).await?;
-        fill(&mut self.cluster_conn, &cluster_keys, &ranks).await?;
-        for &w in &opts.workers {
-            for (conn, shards) in [
-                (&mut self.single_conn, &single_keys),
-                (&mut self.cluster_conn, &cluster_keys),
-            ] {
-                for k in shards {
-                    let k = with_group(k, &workers::group(w));
-                    crate::store::stream::ensure_group(conn, &k).await?;
+        if !opts.warm {
+            for place in [&mut self.single, &mut self.cluster] {
+                let keys = place.keys(&cold);
+                fill(&mut place.conn, &keys, &ranks).await?;
+                for &w in &opts.workers {
+                    for k in &keys {
+                        let k = with_group(k, &workers::group(w));
+                        crate::store::stream::ensure_group(&mut place.conn, &k).await?;
+                    }
                 }
             }
         }
+        let mut out = Vec::new();
         for &w in &opts.workers {
-            said(&format!("{w} worker(s) on one Redis"));
-            let target = Target::new(self.single.0, &stream, w, &self.single.1);
-            let s = drain(
-                &mut self.single_conn,
-                &mut self.one,
-                &target,
-                &single_keys,
-                &sent,
-            )
-            .await?;
-            said(&format!("{w} worker(s) on the cluster"));
-            let target = Target::new(self.cluster.0, &stream, w, &self.cluster.1);
-            let c = drain(
-                &mut self.cluster_conn,
-                &mut self.masters,
-                &target,
-                &cluster_keys,
-                &sent,
-            )
-            .await?;
-            out.push((w, (s, c)));
+            let mut sides = Vec::with_capacity(2);
+            for place in [&mut self.single, &mut self.cluster] {
+                let side = if opts.warm {
+                    said(&format!("{w} worker(s) on {}, warm", place.what));
+                    let warm = Warm {
+                        // Every name once: after hours of traffic even the
+                        // tail's names have counters.
+                        first: (0..workload.names().len()).collect(),
+                        then: &ranks,
+                        workload,
+                    };
+                    let stream = run_stream(workload, w, true);
+                    let (target, keys) = (place.target(&stream, w), place.keys(&stream));
+                    drain_warm(&mut place.conn, &mut place.nodes, &target, &keys, &warm).await?
+                } else {
+                    said(&format!("{w} worker(s) on {}", place.what));
+                    let (target, keys) = (place.target(&cold, w), place.keys(&cold));
+                    drain(&mut place.conn, &mut place.nodes, &target, &keys, &sent).await?
+                };
+                sides.push(side);
+            }
+            let cluster = sides.pop().expect("two sides");
+            let single = sides.pop().expect("two sides");
+            out.push((w, (single, cluster)));
         }
         Ok(out)
     }

@@ -123,6 +123,16 @@ impl Keys {
             })
     }
 
+    /// Why a stream's shards cannot work on a Redis Cluster with these
+    /// settings, if they cannot: the [`Keys::slot_problem`] of the first
+    /// shard that has one. Workers refuse to start with it, and producers
+    /// refuse to send what no worker would count.
+    pub fn cluster_problem(layout: &LayoutArgs, stream: &StreamArgs) -> Option<String> {
+        Keys::all_shards(layout, stream, true)
+            .iter()
+            .find_map(Keys::slot_problem)
+    }
+
     /// The key prefix (may be empty).
     pub fn prefix(&self) -> &str {
         &self.prefix

@@ -69,9 +69,9 @@ pub async fn run(
         return Ok(());
     };
     let shards = Keys::all_shards(&settings.layout, &settings.stream, clustered);
-    if let Some(problem) = shards
-        .iter()
-        .find_map(|k| clustered.then(|| k.slot_problem())?)
+    if let Some(problem) = clustered
+        .then(|| Keys::cluster_problem(&settings.layout, &settings.stream))
+        .flatten()
     {
         shutdown.fail(problem);
         return Ok(());

@@ -214,15 +214,14 @@ pub async fn adopt_recorded_shards(conn: &mut Conn, common: &mut Common) -> anyh
 /// Refuses to send hits no worker would count: on a Redis Cluster, with
 /// settings that put a shard's keys in different hash slots (a `{` in
 /// `HITCOUNT_PREFIX` or `HITCOUNT_DEAD_STREAM`: every worker refuses to
-/// start with them, [`Keys::slot_problem`]); and with another shard count
+/// start with them, [`Keys::cluster_problem`]); and with another shard count
 /// than the one the stream's workers recorded (see `service::shards`):
 /// the hits would go to streams no worker reads. Nothing recorded (no
 /// worker ran yet) is not refused.
 async fn check_shards(common: &Common) -> anyhow::Result<()> {
     let mut conn = connect(&common.redis).await?;
     if conn.is_cluster() {
-        let shards = Keys::all_shards(&common.layout, &common.stream, true);
-        if let Some(problem) = shards.iter().find_map(Keys::slot_problem) {
+        if let Some(problem) = Keys::cluster_problem(&common.layout, &common.stream) {
             return Err(anyhow!(
                 "{problem}; no worker starts with these settings, so no hit is sent"
             ));

@@ -129,15 +129,24 @@ async fn assert_exact(c: &mut Conn, sent: &[(String, i64, i64)]) {
     let settled = |p: u32, t: i64| t > now - 120 * p as i64 + 60;
     let expected = common::reference(sent, &PRECISIONS);
     let got = common::read_all(c, &keys).await;
+    // Every wrong bucket, so that a failure shows what was lost or doubled.
+    let mut wrong = Vec::new();
     for ((p, n), buckets) in &expected {
         let mine = got.get(&(*p, n.clone())).cloned().unwrap_or_default();
-        for (t, count) in buckets.iter().filter(|(t, _)| settled(*p, **t)) {
-            assert_eq!(mine.get(t), Some(count), "count:{p}:{n} bucket {t}");
-        }
-        for (t, count) in mine.iter().filter(|(t, _)| settled(*p, **t)) {
-            assert_eq!(buckets.get(t), Some(count), "count:{p}:{n} bucket {t}");
+        let times: BTreeSet<&i64> = buckets.keys().chain(mine.keys()).collect();
+        for t in times.into_iter().filter(|t| settled(*p, **t)) {
+            if mine.get(t) != buckets.get(t) {
+                let (got, sent) = (mine.get(t), buckets.get(t));
+                wrong.push(format!("count:{p}:{n} bucket {t}: {got:?}, sent {sent:?}"));
+            }
         }
     }
+    assert!(
+        wrong.is_empty(),
+        "{} wrong: {:#?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(40)]
+    );
     let extra: BTreeSet<_> = got.keys().filter(|k| !expected.contains_key(k)).collect();
     assert!(extra.is_empty(), "counters nobody sent: {extra:?}");
 }
@@ -349,6 +358,24 @@ where
     let (cluster, mut workers) = chaos(cluster, workers).await;
     let mut c = common::conn(&cluster.seed_url()).await;
     drain_and_stop(&mut c, &keys, &mut workers).await;
+    // Every hit sent is valid: none may be dead-lettered, whatever failed.
+    for k in &keys {
+        let dead: redis::Value = redis::cmd("XRANGE")
+            .arg(&k.dead)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(3)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(
+            dead_count(&mut c, &k.dead).await,
+            0,
+            "valid hits dead-lettered into {}, the first: {dead:?}",
+            k.dead
+        );
+    }
     assert_exact(&mut c, &sent).await;
 }
 
@@ -471,20 +498,7 @@ async fn a_master_without_a_replica_slows_counting_but_never_stops_it() {
     let mut sent = Vec::new();
     for part in 0..3 {
         // The stream's master has no replica to confirm the XADDs: no WAIT.
-        let mut pipe = redis::pipe();
-        for (i, n) in names.iter().enumerate() {
-            let ts = common::unix_now() - (i as i64 % 50);
-            pipe.cmd("XADD")
-                .arg("hits")
-                .arg("*")
-                .arg("name")
-                .arg(n)
-                .arg("ts")
-                .arg(ts)
-                .ignore();
-            sent.push((n.clone(), 1, ts));
-        }
-        pipe.query_async::<()>(&mut c).await.unwrap();
+        sent.extend(send_unconfirmed(&mut c, &names).await);
         tokio::time::sleep(Duration::from_millis(100 * part)).await;
     }
     let shards = Keys::all_shards(&LayoutArgs::default(), &StreamArgs::default(), true);
@@ -500,6 +514,67 @@ async fn a_master_without_a_replica_slows_counting_but_never_stops_it() {
         .and_then(|v| v.trim().parse::<f64>().ok())
         .unwrap_or(0.0);
     assert!(unconfirmed >= 1.0, "{metrics}");
+    assert_eq!(worker.terminate(Duration::from_secs(25)).code(), Some(0));
+}
+
+/// One plain hit of each name to `hits`, at the last seconds, without
+/// waiting for a replica to hold them.
+async fn send_unconfirmed(c: &mut Conn, names: &[String]) -> Vec<(String, i64, i64)> {
+    let mut pipe = redis::pipe();
+    let mut sent = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let ts = common::unix_now() - (i as i64 % 50);
+        pipe.cmd("XADD")
+            .arg("hits")
+            .arg("*")
+            .arg("name")
+            .arg(n)
+            .arg("ts")
+            .arg(ts)
+            .ignore();
+        sent.push((n.clone(), 1, ts));
+    }
+    pipe.query_async::<()>(c).await.unwrap();
+    sent
+}
+
+/// A replica merely behind (paused a moment, still attached) is waited
+/// for: no step goes on unconfirmed, since a failover before the replica
+/// holds a step would lose its writes; every hit counts once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_behind_is_waited_for_not_skipped() {
+    let cluster = Cluster::start();
+    let seeds = cluster.seed_url();
+    // The replica of the master that holds the stream, its commits and
+    // (here) some of the counters.
+    let replica = cluster.replicas_of(cluster.master_of("hits"))[0];
+    let at = cluster.ports().iter().position(|&p| p == replica).unwrap();
+    let pid = cluster.pids()[at] as libc::pid_t;
+    let mut c = common::conn(&seeds).await;
+    let listen = bin::free_addr();
+    let mut worker = bin::Child::spawn(
+        "worker",
+        bin::default_worker(&seeds, &listen, &["--block-ms", "200"]),
+    );
+    let names: Vec<String> = (0..50).map(|i| format!("b{i}")).collect();
+    let mut sent = send(&mut c, "hits", &names, 200, 1).await;
+    let shards = Keys::all_shards(&LayoutArgs::default(), &StreamArgs::default(), true);
+    wait_all_drained(&mut c, &shards, std::slice::from_mut(&mut worker)).await;
+    // Paused, the replica stays attached but confirms nothing for 600 ms,
+    // while the worker counts more hits (sent without WAIT: the replica
+    // cannot confirm them either).
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    sent.extend(send_unconfirmed(&mut c, &names).await);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    wait_all_drained(&mut c, &shards, std::slice::from_mut(&mut worker)).await;
+    assert_exact(&mut c, &sent).await;
+    let (_, metrics) = bin::http_get(&listen, "/metrics").unwrap();
+    let unconfirmed = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hitcount_replication_unconfirmed_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert_eq!(unconfirmed, Some(0.0), "{}", worker.stderr());
     assert_eq!(worker.terminate(Duration::from_secs(25)).code(), Some(0));
 }
 

@@ -306,6 +306,39 @@ impl Conn {
         }
         Ok(replies)
     }
+    /// The fewest replicas attached to any master (`connected_slaves` in
+    /// `INFO replication` of every master; on one node, its own): whether
+    /// a WAIT that came back short may still be confirmed by waiting on.
+    pub async fn fewest_replicas(&mut self) -> RedisResult<u32> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("replication");
+        let reply: Value = match self {
+            Conn::Single(c) => cmd.query_async(c).await?,
+            Conn::Cluster(c, deadline) => {
+                use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+                let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let deadline = *deadline;
+                tokio::time::timeout(deadline, c.route_command(cmd, all))
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out(deadline)))?
+            }
+        };
+        let replies = match reply {
+            Value::Map(per_node) => per_node.into_iter().map(|(_, v)| v).collect(),
+            one => vec![one],
+        };
+        let mut fewest: Option<u32> = None;
+        for reply in replies {
+            let text: String = redis::FromRedisValue::from_redis_value(reply)?;
+            let n = text
+                .lines()
+                .find_map(|l| l.strip_prefix("connected_slaves:"))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            fewest = Some(fewest.map_or(n, |f: u32| f.min(n)));
+        }
+        Ok(fewest.unwrap_or(0))
+    }
 }
 
 impl ConnectionLike for Conn {

@@ -164,8 +164,10 @@ pub struct WorkerArgs {
     )]
     pub shutdown_timeout_secs: u64,
     /// On a Redis Cluster, replicas that must confirm each step of a window
-    /// (its commit, each apply) before the next runs (WAIT, at most 100 ms
-    /// each); 0 does not wait. Unused on one Redis.
+    /// (its commit, each apply) before the next runs (WAIT 100 ms, repeated
+    /// up to 2 s while an attached replica is behind; a master with none
+    /// attached is not waited for longer); 0 does not wait. Unused on one
+    /// Redis.
     #[arg(
         long = "wait-replicas",
         env = "HITCOUNT_WAIT_REPLICAS",

@@ -66,6 +66,10 @@ pub use stats::sort_stats_for_cluster;
 pub const CHUNK_CELLS: usize = 500;
 /// Ids per XACK command (~0.4 µs each: about 1 ms).
 pub const ACK_IDS: usize = 2500;
+/// Longest a step waits for a replica that is attached but has not yet
+/// confirmed it (it lags behind); a master with no replica attached is
+/// waited for [`WAIT_TIMEOUT_MS`] only.
+pub const LAGGING_REPLICA_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Lifetime of an applied-chunk marker while its window is unfinished: a
 /// safety net for windows nobody finishes (their owner died and no worker ran
 /// for a day), not a bound on normal operation.
@@ -183,9 +187,11 @@ impl Committer {
 
     /// On a Redis Cluster, waits for `replicas` replicas to confirm each
     /// step (the commit, each apply script and `known:` ZADD) before the
-    /// next one runs, at most [`WAIT_TIMEOUT_MS`] each: a failover of any
-    /// master then loses no step a later step relied on. A step no replica
-    /// confirmed in time is counted and logged, and counting goes on.
+    /// next one runs: [`WAIT_TIMEOUT_MS`] at a time, on again while every
+    /// master has a replica attached (one behind), up to
+    /// [`LAGGING_REPLICA_WAIT`]: a failover of any master then loses no
+    /// step a later step relied on. A step no replica confirmed in time is
+    /// counted and logged, and counting goes on.
     pub fn with_wait(mut self, replicas: u32) -> Self {
         self.wait = (replicas > 0).then_some((replicas, WAIT_TIMEOUT_MS));
         self
@@ -194,18 +200,28 @@ impl Committer {
     /// On a cluster, waits for the replicas asked by [`Committer::with_wait`]
     /// to hold every write this connection sent so far: one `WAIT` per
     /// master, all at once (a WAIT holds up the commands behind it on its
-    /// connection, so it goes after a step's writes, never between them).
-    /// A master whose replicas did not confirm in time is counted and
-    /// logged, and counting goes on.
+    /// connection, so it goes after a step's writes, never between them),
+    /// again while the replicas are attached but behind (see
+    /// [`Committer::with_wait`]). A master whose replicas did not confirm
+    /// in time is counted and logged, and counting goes on.
     async fn replicated(&self, conn: &mut Conn) -> StoreResult<()> {
         let Some((replicas, ms)) = self.wait.filter(|_| conn.is_cluster()) else {
             return Ok(());
         };
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(replicas)
-            .arg(ms)
-            .query_async(conn)
-            .await?;
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(ms);
+        let mut acked: i64 = wait.query_async(conn).await?;
+        // Short: a replica behind (a busy machine), or a master without one.
+        // Only the second may go on unconfirmed: a replica that is there
+        // is waited for, up to LAGGING_REPLICA_WAIT, since a failover before
+        // it holds this step could lose the step's writes for good.
+        let started = std::time::Instant::now();
+        while acked < i64::from(replicas)
+            && started.elapsed() < LAGGING_REPLICA_WAIT
+            && conn.fewest_replicas().await? >= replicas
+        {
+            acked = wait.query_async(conn).await?;
+        }
         if acked < i64::from(replicas) {
             metrics().replication_unconfirmed.inc();
             let now = std::time::Instant::now();
@@ -219,7 +235,7 @@ impl Committer {
                     acked,
                     wait_ms = ms,
                     "a master did not get a window's writes confirmed by a replica in time \
-                     (none attached?): counting goes on, but a failover of that master now \
+                     (none attached, or one more than 2 s behind): counting goes on, but a failover of that master now \
                      may lose or repeat a step of the window (logged at most once a minute)"
                 );
             }

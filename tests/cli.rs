@@ -178,12 +178,32 @@ fn load_and_demo_run_end_to_end() {
     assert!(slowest.iter().all(|m| (1.0..=1000.0).contains(m)), "{demo}");
 }
 
-/// The README documents every environment variable the binary reads, and
-/// quotes the ACL rules file as it is.
+/// Reads a page of the documentation, by its path from the crate's root.
+fn doc_page(path: &str) -> String {
+    let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"))
+}
+
+/// The variables named in the first column of docs/configuration.md's
+/// tables (`| `VAR` | …`).
+fn configuration_rows(page: &str) -> Vec<(String, String)> {
+    page.lines()
+        .filter_map(|l| {
+            let var = l.strip_prefix("| `")?.split('`').next()?;
+            let is_var = !var.is_empty()
+                && var.chars().all(|c| c.is_ascii_uppercase() || c == '_');
+            is_var.then(|| (var.to_string(), l.to_string()))
+        })
+        .collect()
+}
+
+/// The configuration page documents every environment variable the binary
+/// reads, each in one row, and names no variable the binary does not read;
+/// the operations page quotes the ACL rules file as it is.
 #[test]
-fn the_readme_matches_the_binary() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+fn the_docs_match_the_binary() {
+    let config = doc_page("docs/configuration.md");
+    let operations = doc_page("docs/operations.md");
     let mut vars = std::collections::BTreeSet::new();
     for sub in [
         "worker", "hit", "load", "get", "top", "demo", "clean", "status", "bench", "serve",
@@ -198,10 +218,18 @@ fn the_readme_matches_the_binary() {
         }
     }
     assert!(vars.contains("REDIS_URL") && vars.len() > 20, "{vars:?}");
+    let rows = configuration_rows(&config);
     for var in &vars {
+        assert_eq!(
+            rows.iter().filter(|(v, _)| v == var).count(),
+            1,
+            "docs/configuration.md has one row for {var}"
+        );
+    }
+    for (var, _) in &rows {
         assert!(
-            readme.contains(&format!("`{var}`")),
-            "README documents {var}"
+            vars.contains(var),
+            "docs/configuration.md documents {var}, which the binary does not read"
         );
     }
     let acl = std::fs::read_to_string(concat!(
@@ -214,19 +242,19 @@ fn the_readme_matches_the_binary() {
         .rfind(|l| !l.starts_with('#') && !l.trim().is_empty())
         .unwrap();
     assert!(
-        readme.contains(rules),
-        "README quotes deploy/redis/hitcount.acl"
+        operations.contains(rules),
+        "docs/operations.md quotes deploy/redis/hitcount.acl"
     );
 }
 
-/// Every default the README's Configuration table states is the binary's
-/// own: for each setting with an environment variable and a default, the
-/// table's row for that variable quotes exactly that default.
+/// Every default docs/configuration.md states is the binary's own: for each
+/// setting with an environment variable and a default, the table's row for
+/// that variable quotes exactly that default.
 #[test]
-fn the_readme_states_the_binarys_defaults() {
+fn the_configuration_page_states_the_binarys_defaults() {
     use clap::CommandFactory;
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let config = doc_page("docs/configuration.md");
+    let rows = configuration_rows(&config);
     let cli = hitcount::edge::cli::Cli::command();
     let mut checked = 0;
     for cmd in std::iter::once(&cli).chain(cli.get_subcommands()) {
@@ -243,14 +271,15 @@ fn the_readme_states_the_binarys_defaults() {
             if default.is_empty() {
                 continue;
             }
-            let row = readme
-                .lines()
-                .find(|l| l.starts_with(&format!("| `{env}`")))
-                .unwrap_or_else(|| panic!("no Configuration row for {env}"));
+            let row = rows
+                .iter()
+                .find(|(v, _)| v == env)
+                .map(|(_, row)| row)
+                .unwrap_or_else(|| panic!("no docs/configuration.md row for {env}"));
             let cell = row.split('|').nth(3).unwrap_or("");
             assert!(
                 cell.contains(&format!("`{default}`")),
-                "README row for {env} says {cell:?}, the binary's default is {default}"
+                "docs/configuration.md row for {env} says {cell:?}, the binary's default is {default}"
             );
             checked += 1;
         }

@@ -18,7 +18,7 @@ use hitcount::model::stats::{exact_quantile, HistBucket, RELATIVE_ACCURACY, REPO
 use hitcount::store::connect::Conn;
 use serde_json::{json, Value};
 
-/// The rules of a read-only user, as the README gives them.
+/// The rules of a read-only user, as docs/operations.md gives them.
 const READ_ONLY: &str =
     "resetchannels ~known: ~count:* ~stats:* -@all +@read +@connection +cluster|info";
 
@@ -507,11 +507,12 @@ fn redis_out_of_reach_is_a_503() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_as_a_user_that_may_only_read() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let operations =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .unwrap();
     assert!(
-        readme.contains(READ_ONLY),
-        "README gives the read-only rules"
+        operations.contains(READ_ONLY),
+        "docs/operations.md gives the read-only rules"
     );
     let server = server_with(ServerOptions {
         extra: vec![format!("user reader on >read-pw {READ_ONLY}")],

@@ -190,8 +190,7 @@ fn configuration_rows(page: &str) -> Vec<(String, String)> {
     page.lines()
         .filter_map(|l| {
             let var = l.strip_prefix("| `")?.split('`').next()?;
-            let is_var = !var.is_empty()
-                && var.chars().all(|c| c.is_ascii_uppercase() || c == '_');
+            let is_var = !var.is_empty() && var.chars().all(|c| c.is_ascii_uppercase() || c == '_');
             is_var.then(|| (var.to_string(), l.to_string()))
         })
         .collect()

@@ -11,7 +11,7 @@
 //! And `hitcount demo` serving its dashboard at the address it prints.
 //!
 //! `HITCOUNT_SCREENSHOT=docs/dashboard.png cargo test --test dashboard`
-//! also writes the screenshot the README shows.
+//! also writes the screenshot docs/api.md shows.
 
 mod common;
 

@@ -562,7 +562,7 @@ fn a_producer_with_another_shard_count_than_the_workers_is_refused() {
         stderr(&out)
     );
     let sent = common::bin::run_ok(&url, &["hit", "page:home", "--shards", "4"]);
-    // The shard FNV-1a-64("page:home") mod 4 picks (README, "Producers").
+    // The shard FNV-1a-64("page:home") mod 4 picks (docs/cluster.md, "Producers").
     assert_eq!(
         stdout(&sent).trim(),
         "sent page:home x1 to hits:{3}",

@@ -16,7 +16,7 @@ use common::*;
 use hitcount::model::config::DEFAULT_PRECISIONS;
 use redis::AsyncCommands;
 
-/// The stated bound (README, "Performance"): p99 ≤ 250 ms at half the drain
+/// The stated bound (docs/design.md, "The carry"): p99 ≤ 250 ms at half the drain
 /// rate; this test checks the bound's existence with a wide margin.
 const BOUND: Duration = Duration::from_secs(5);
 /// How far a coarse precision may trail the 1 s counter of the same hit.

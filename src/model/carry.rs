@@ -50,7 +50,7 @@ pub const VISIBLE_WITHIN: Duration = Duration::from_secs(8);
 /// divided by this. 1, its whole age again: with half of it, a 1 M-entry
 /// Zipf backlog read at under 333,000 entries/s came of age with more
 /// than a second of reading left and made a last sum of its own, 1.0
-/// cells per hit against 0.63 with one sum (see README, "Performance").
+/// cells per hit against 0.63 with one sum (see docs/design.md, "The carry").
 pub const HOLD_FRACTION: u32 = 1;
 
 /// The count cells of windows recorded but not applied, summed.

@@ -128,7 +128,8 @@ pub struct SlotMove {
 
 /// What adding one new member to `known:` costs Redis next to reading and
 /// acknowledging one stream entry: 1.1–1.5 µs against 2.2–2.9 on a
-/// cluster's masters and 1.5–1.8 on one Redis (README, "Choosing N"). The
+/// cluster's masters and 1.5–1.8 on one Redis (docs/cluster.md,
+/// "Balancing"). The
 /// master serving `known:` takes every new counter's ZADD, so besides its
 /// shards' traffic it carries this times the new members per entry
 /// ([`known_weight`]).

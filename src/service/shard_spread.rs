@@ -1,9 +1,9 @@
 //! How a Redis Cluster's masters share the stream shards, for `hitcount
 //! status`: which master serves which shards and what share of the traffic
 //! they carry, and the single slots to move to balance the masters' work
-//! (README, "Choosing N"). A name's hits all go to one shard, so on skewed
-//! traffic shards carry unequal shares: the moves weigh each shard by the
-//! entries added to it, and the master serving `known:`, which takes every
+//! (docs/cluster.md, "Balancing"). A name's hits all go to one shard, so on
+//! skewed traffic shards carry unequal shares: the moves weigh each shard by
+//! the entries added to it, and the master serving `known:`, which takes every
 //! new counter's ZADD, by as many as `known:` has members per entry added.
 
 use std::fmt::Write as _;
@@ -125,8 +125,8 @@ pub fn render_masters(out: &mut String, masters: &[MasterShards], moves: &[Shard
     let _ = writeln!(
         out,
         "  a master's work is its shards' traffic, and the master of known: also takes \
-         every new counter's ZADD; to balance them, move these slots (README, \
-         \"Choosing N\"):"
+         every new counter's ZADD; to balance them, move these slots (docs/cluster.md, \
+         \"Balancing\"):"
     );
     for m in moves {
         let _ = writeln!(

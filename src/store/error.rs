@@ -61,7 +61,7 @@ pub fn fatal_hint(err: &RedisError) -> Option<&'static str> {
     }
     if err.code() == Some("NOPERM") || text.contains("NOPERM") {
         return Some(
-            "grant the Redis user the command named (see the README's ACL line), or use another user in REDIS_URL",
+            "grant the Redis user the command named (see docs/operations.md, \"ACL users\"), or use another user in REDIS_URL",
         );
     }
     if text.contains("HITCOUNT_CLUSTER=off") {

@@ -1,5 +1,5 @@
 //! The figures of one bench run and their table (Markdown, so it can go into
-//! the README as printed).
+//! docs/performance.md as printed).
 
 use std::fmt::Write;
 

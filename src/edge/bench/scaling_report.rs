@@ -276,7 +276,7 @@ impl ScalingReport {
         if missed && self.masters.len() > 1 && self.moved_slots.is_empty() {
             let _ = writeln!(
                 out,
-                "- a master did more than its share: `hitcount status --shards {}` on the cluster lists the slot moves that balance the masters' work (traffic per shard, and known:'s new counters), and `bench --cluster --balance-shards` measures a throwaway cluster with them (README, \"Choosing N\")",
+                "- a master did more than its share: `hitcount status --shards {}` on the cluster lists the slot moves that balance the masters' work (traffic per shard, and known:'s new counters), and `bench --cluster --balance-shards` measures a throwaway cluster with them (docs/cluster.md, \"Balancing\")",
                 self.shards
             );
         }
@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn few_shards_spread_unevenly_over_three_masters() {
-        // The README's table of how tags 0..N-1 fall on three masters.
+        // docs/cluster.md's list of how tags 0..N-1 fall on three masters.
         assert_eq!(spread(3, &even(3)), vec![0, 2, 1]);
         assert_eq!(spread(8, &even(3)), vec![2, 4, 2]);
         assert_eq!(spread(16, &even(3)), vec![6, 6, 4]);

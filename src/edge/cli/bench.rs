@@ -67,8 +67,8 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     shards: Option<u32>,
     /// With --cluster: place the throwaway cluster's shard slots as
-    /// `status` would advise for the workloads' traffic (README, "Choosing
-    /// N"): a name's hits go to one shard, so skewed traffic loads shards
+    /// `status` would advise for the workloads' traffic (docs/cluster.md,
+    /// "Balancing"): a name's hits go to one shard, so skewed traffic loads shards
     /// unevenly, and the master serving known: takes every new counter's
     /// ZADD; single slots are served from another master than the even
     /// split says so that every master's share of each workload evens out.
@@ -205,7 +205,7 @@ async fn cluster_source(args: &Args) -> anyhow::Result<Option<ClusterSource>> {
     };
     Ok(match (args.cluster, given) {
         (_, Some(_)) if args.balance_shards => anyhow::bail!(
-            "--balance-shards shapes the throwaway cluster --cluster starts, but REDIS_URL names a cluster, whose slots bench does not move: unset REDIS_URL, or move them yourself (README, \"Choosing N\")"
+            "--balance-shards shapes the throwaway cluster --cluster starts, but REDIS_URL names a cluster, whose slots bench does not move: unset REDIS_URL, or move them yourself (docs/cluster.md, \"Balancing\")"
         ),
         (_, Some(redis)) => Some(ClusterSource::Url(redis)),
         (Some(_), None) if args.redis_url.is_some() => anyhow::bail!(

@@ -2,7 +2,7 @@
 //! and its validation.
 //!
 //! The environment variable names are a contract (deployments set them), so
-//! they are spelled out here once and documented in the README. Each group of
+//! they are spelled out here once and documented in docs/configuration.md. Each group of
 //! settings is a `clap::Args` struct that the subcommands flatten, so a
 //! setting means the same thing for `worker`, `get`, `clean` or `status`.
 //!

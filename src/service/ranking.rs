@@ -238,3 +238,28 @@ impl Rankings {
         self.0.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_allows_a_burst_then_its_rate() {
+        let mut b = Budget::full();
+        let t0 = b.at;
+        for _ in 0..SCAN_BURST {
+            assert_eq!(b.take(t0), Ok(()));
+        }
+        let wait = b.take(t0).unwrap_err();
+        // One token every 60 / SCANS_PER_MINUTE s.
+        assert_eq!(wait, Duration::from_secs(60 / u64::from(SCANS_PER_MINUTE)));
+        assert!(b.take(t0 + wait / 2).is_err());
+        assert_eq!(b.take(t0 + wait + Duration::from_millis(10)), Ok(()));
+        // Idle for long, it holds no more than a burst.
+        let later = t0 + Duration::from_secs(3600);
+        for _ in 0..SCAN_BURST {
+            assert_eq!(b.take(later), Ok(()));
+        }
+        assert!(b.take(later).is_err());
+    }
+}

@@ -34,14 +34,29 @@
     constructor(status, message) { super(message); this.status = status; }
   }
 
+  /** Times a request refused with 429 (too many rankings asked) is tried again. */
+  const BUSY_RETRIES = 5;
+  /** Longest wait before trying again, whatever Retry-After says. */
+  const BUSY_WAIT_MAX_MS = 10000;
+
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
   async function api(path) {
-    const resp = await fetch(path, { cache: 'no-store', headers: { accept: 'application/json' } });
-    let body = null;
-    try { body = await resp.json(); } catch { /* not JSON: reported below */ }
-    if (!resp.ok || body === null) {
-      throw new ApiError(resp.status, (body && body.error) || `HTTP ${resp.status}`);
+    for (let attempt = 0; ; attempt++) {
+      const resp = await fetch(path, { cache: 'no-store', headers: { accept: 'application/json' } });
+      let body = null;
+      try { body = await resp.json(); } catch { /* not JSON: reported below */ }
+      // The server bounds its ranking scans: wait as it asks, then again.
+      if (resp.status === 429 && attempt < BUSY_RETRIES) {
+        const secs = Number(resp.headers.get('retry-after')) || 1;
+        await sleep(Math.min(BUSY_WAIT_MAX_MS, Math.max(1, secs) * 1000));
+        continue;
+      }
+      if (!resp.ok || body === null) {
+        throw new ApiError(resp.status, (body && body.error) || `HTTP ${resp.status}`);
+      }
+      return body;
     }
-    return body;
   }
 
   // ---- time: UTC by default, local on the switch ----
@@ -221,7 +236,7 @@
       if (seq !== state.chartSeq) return;
       state.samples = body.samples;
       draw();
-      await refreshStats(name, precision, seq);
+      await refreshStats(name, precision, seq, body.stats === true);
       const n = body.samples.length;
       setStatus('chart-status', `${note}${n} sample${n === 1 ? '' : 's'} of ${precisionLabel(precision)}; ` +
         `updated ${shortTime(Math.floor(Date.now() / 1000))} ${tzName()}, every ${REFRESH_MS / 1000} s`);
@@ -242,15 +257,21 @@
     return v === null || v === undefined ? '—' : String(Number(v.toPrecision(4)));
   }
 
-  /** The statistics of the open counter, when its hits carry values. */
-  async function refreshStats(name, precision, seq) {
+  /**
+   * The statistics of the open counter, when its hits carry values: asked
+   * only when the counter's answer says there are some (`stats`), so a
+   * counter without values costs no request and no 404.
+   */
+  async function refreshStats(name, precision, seq, has) {
     let body = null;
-    try {
-      body = await api(`/api/v1/stats/${encodeURIComponent(name)}?precision=${precision}`);
-    } catch (e) {
-      // 404: no value was ever sent with this name. Anything else shows
-      // with the chart's own status on its next refresh.
-      if (e.status !== 404) return;
+    if (has) {
+      try {
+        body = await api(`/api/v1/stats/${encodeURIComponent(name)}?precision=${precision}`);
+      } catch (e) {
+        // 404: removed since. Anything else shows with the chart's own
+        // status on its next refresh.
+        if (e.status !== 404) return;
+      }
     }
     if (seq !== state.chartSeq) return;
     const rows = body ? body.buckets.slice(-STATS_ROWS).reverse() : [];

@@ -290,7 +290,9 @@ async fn serve_reads_counters_spread_over_the_cluster() {
     let addr = bin::free_addr();
     let mut serve = bin::Child::spawn("serve", {
         let mut cmd = bin::hitcount();
-        cmd.args(["serve", "--redis-url", &seeds, "--listen", &addr]);
+        // The seeds' bucket is of 1970: keep enough samples to rank it.
+        cmd.args(["serve", "--redis-url", &seeds, "--listen", &addr])
+            .args(["--samples", "1000000"]);
         cmd
     });
     let get = |path: &str| -> serde_json::Value {

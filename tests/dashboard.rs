@@ -232,6 +232,19 @@ async fn the_dashboard_in_a_real_browser() {
         (samples >= 90).then_some(())
     });
     let samples = api(&addr, &series)["samples"].clone();
+    // A counter whose hits carry no value: the series says it has no
+    // statistics, so the page does not ask for them (no 404 to log).
+    let plain = "plain:1";
+    let mut cmd = common::bin::hitcount();
+    cmd.args(["hit", "--redis-url", &url, plain]).args(layout);
+    assert!(cmd.status().unwrap().success());
+    let plain_series = format!("/api/v1/counters/{}?precision=60", percent_encode(plain));
+    wait_for("the plain hit counted", Duration::from_secs(60), || {
+        let (status, body) = common::bin::http_get(&addr, &plain_series)?;
+        (status == 200).then(|| serde_json::from_str::<Value>(&body).unwrap())
+    });
+    assert_eq!(api(&addr, &plain_series)["stats"], false);
+    assert_eq!(api(&addr, &series)["stats"], true);
 
     let bin = env!("CARGO_BIN_EXE_hitcount");
     let mut hit = vec![bin, "hit", "--redis-url", &url, name, "--count", "7"];
@@ -251,6 +264,7 @@ async fn the_dashboard_in_a_real_browser() {
         "prefix": "page:1",
         "hit": hit,
         "hitCount": 7,
+        "plainName": plain,
         "screenshot": screenshot,
     });
     let run = Command::new("node")
@@ -278,6 +292,8 @@ async fn the_dashboard_in_a_real_browser() {
     );
     assert_eq!(out["foreign"], serde_json::json!([]), "{out:#}");
     assert_eq!(out["failed"], serde_json::json!([]), "{out:#}");
+    assert_eq!(out["plain"]["statsHidden"], true, "{out:#}");
+    assert!(out["plain"]["samples"].as_u64() >= Some(1), "{out:#}");
 
     // The filter narrows the list to the API's names with that prefix.
     let names = |v: &Value| -> Vec<String> {

@@ -2,25 +2,33 @@
 //! worker's `/metrics` and probes in [`crate::edge::http`], `hitcount
 //! serve`'s JSON API): headers must arrive within a deadline and fit a
 //! bounded buffer, every connection has an overall deadline, and the number
-//! of concurrent connections is capped (excess connections are closed at
-//! once). A misbehaving connection only ever costs itself. Also the
-//! response headers every answer carries ([`respond`]) and the one refusal
-//! every endpoint shares ([`method_not_allowed`]): only GET and HEAD.
+//! of concurrent connections is capped, in all and per source address, with
+//! the last slots kept for addresses that hold none yet ([`Peers`]; excess
+//! connections are closed at once). Request bodies are never read: a request
+//! that announces one is answered and its connection closed, so a body
+//! trickled a byte a second holds nothing. A misbehaving client only ever
+//! costs itself: a liveness probe from another address still gets in. Also
+//! the response headers every answer carries ([`respond`]) and the one
+//! refusal every endpoint shares ([`method_not_allowed`]): only GET and HEAD.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
+use hyper::body::{Body as _, Bytes, Incoming};
+use hyper::header::{
+    HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS,
+};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 /// Limits protecting the server from slow, malformed or too many clients.
 #[derive(Debug, Clone)]
@@ -33,20 +41,27 @@ pub struct Limits {
     /// Overall lifetime of one connection, keep-alive included.
     pub connection_timeout: Duration,
     /// Connections served at once; excess connections are closed unanswered.
+    /// The last quarter of them is kept for addresses holding none yet.
     pub max_connections: usize,
+    /// Connections served at once from one source address (IPv4, or IPv6
+    /// as given); more from it are closed unanswered.
+    pub max_connections_per_peer: usize,
     /// On shutdown, how long open connections may take to finish.
     pub shutdown_grace: Duration,
 }
 
 impl Default for Limits {
     /// 5 s for headers, 16 KiB buffer, 30 s per connection, 256
-    /// connections, 1 s shutdown grace.
+    /// connections, 16 from one address, 1 s shutdown grace.
     fn default() -> Limits {
         Limits {
             header_read_timeout: Duration::from_secs(5),
             max_buf_size: 16 * 1024,
             connection_timeout: Duration::from_secs(30),
             max_connections: 256,
+            // Prometheus, the kubelet's probes and a few dashboards each
+            // need one or two; 16 leaves room for keep-alive bursts.
+            max_connections_per_peer: 16,
             shutdown_grace: Duration::from_secs(1),
         }
     }
@@ -55,9 +70,75 @@ impl Default for Limits {
 /// The one response type of every endpoint.
 pub type Resp = Response<Full<Bytes>>;
 
+/// The connections open, in all (the semaphore's permits) and per source
+/// address, and who may open one more.
+struct Peers {
+    permits: Arc<Semaphore>,
+    per_peer: usize,
+    /// Permits kept for addresses that hold no connection yet.
+    reserve: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One admitted connection; frees its place on drop.
+struct Slot {
+    peers: Arc<Peers>,
+    ip: IpAddr,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Peers {
+    fn new(limits: &Limits) -> Arc<Peers> {
+        let max = limits.max_connections.max(1);
+        Arc::new(Peers {
+            permits: Arc::new(Semaphore::new(max)),
+            per_peer: limits.max_connections_per_peer.max(1),
+            reserve: max / 4,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A place for one more connection from `ip`, unless it holds its
+    /// share already, every place is taken, or only the reserve is left
+    /// and `ip` holds one.
+    fn admit(self: &Arc<Peers>, ip: IpAddr) -> Option<Slot> {
+        let ip = ip.to_canonical();
+        let mut open = self.lock();
+        let held = open.get(&ip).copied().unwrap_or(0);
+        let free = self.permits.available_permits();
+        if held >= self.per_peer || (held > 0 && free <= self.reserve) {
+            return None;
+        }
+        let permit = self.permits.clone().try_acquire_owned().ok()?;
+        *open.entry(ip).or_default() += 1;
+        Some(Slot {
+            peers: self.clone(),
+            ip,
+            _permit: permit,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.peers.lock();
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// Serves `handle` on `listener` within `limits` until `shutdown`
 /// completes, then stops accepting and returns (open connections get
-/// [`Limits::shutdown_grace`]). Request bodies are never read.
+/// [`Limits::shutdown_grace`]). Request bodies are never read: the answer
+/// to a request with one closes its connection.
 pub async fn run<H, F>(
     listener: TcpListener,
     limits: Limits,
@@ -69,7 +150,7 @@ where
     F: Future<Output = Resp> + Send + 'static,
 {
     let max = limits.max_connections.max(1);
-    let permits = Arc::new(Semaphore::new(max));
+    let peers = Peers::new(&limits);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut builder = http1::Builder::new();
     builder
@@ -93,7 +174,7 @@ where
                 }
             },
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        let Some(slot) = peers.admit(peer.ip()) else {
             tracing::debug!(%peer, "http connection refused: too many connections");
             drop(stream);
             continue;
@@ -102,15 +183,25 @@ where
         let handle = handle.clone();
         let conn = builder.serve_connection(
             TokioIo::new(stream),
-            service_fn(move |req| {
+            service_fn(move |req: Request<Incoming>| {
+                // A body is never read, so the connection cannot be reused
+                // after it: close it rather than wait for the body to end.
+                let has_body = !req.body().is_end_stream();
                 let answer = handle(req);
-                async move { Ok::<_, Infallible>(answer.await) }
+                async move {
+                    let mut resp = answer.await;
+                    if has_body {
+                        resp.headers_mut()
+                            .insert(CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    Ok::<_, Infallible>(resp)
+                }
             }),
         );
         let mut stop = stop_rx.clone();
         let deadline = limits.connection_timeout;
         tokio::spawn(async move {
-            let _permit = permit;
+            let _slot = slot;
             tokio::pin!(conn);
             let result = tokio::time::timeout(deadline, async {
                 tokio::select! {
@@ -134,7 +225,7 @@ where
     let _ = stop_tx.send(true);
     // Wait (briefly) for open connections to finish.
     let all = u32::try_from(max).unwrap_or(u32::MAX);
-    let _ = tokio::time::timeout(limits.shutdown_grace, permits.acquire_many(all)).await;
+    let _ = tokio::time::timeout(limits.shutdown_grace, peers.permits.acquire_many(all)).await;
     Ok(())
 }
 

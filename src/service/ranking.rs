@@ -12,16 +12,24 @@
 //!   new bucket finds it ready;
 //! - only a ranking never computed, or older than [`STALE_LIMIT`] (nobody
 //!   asked for that long), makes a request wait for its scan; concurrent
-//!   requests share one scan, and at most [`SCANS`] scans run at once.
+//!   requests for it share one scan.
+//!
+//! A scan reads every name, so what anyone may ask must not decide how
+//! often Redis does that: one scan runs at a time, and scans start at most
+//! [`SCAN_BURST`] at once and [`SCANS_PER_MINUTE`] a minute in all
+//! (a token bucket). A request that would start a scan beyond that is
+//! refused ([`RankError::Busy`], the API's 429 with `Retry-After`); a
+//! background scan beyond it is skipped and the last ranking served a
+//! while longer (never past [`STALE_LIMIT`]).
 //!
 //! So `top` is at most [`FRESH_FOR`] plus one scan stale while it is asked
-//! for, and never more than [`STALE_LIMIT`].
+//! for and scans are to be had, and never more than [`STALE_LIMIT`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::RedisResult;
+use redis::RedisError;
 use tokio::sync::{OnceCell, Semaphore};
 
 use crate::model::keys::Keys;
@@ -34,8 +42,28 @@ pub const FRESH_FOR: Duration = Duration::from_secs(5);
 pub const STALE_LIMIT: Duration = Duration::from_secs(30);
 /// Most names a ranking keeps (the largest `limit` a request may ask).
 pub const KEEP: usize = 1000;
-/// Ranking scans running at once, whatever the keys.
-pub const SCANS: usize = 2;
+/// Ranking scans running at once, whatever the keys: one, so a burst of
+/// distinct buckets queues no work on Redis.
+pub const SCANS: usize = 1;
+/// Scans that may start back to back (the token bucket's depth): a page
+/// opening asks the current bucket and, when it is empty, the one before.
+pub const SCAN_BURST: u32 = 3;
+/// Scans started a minute at most, whatever is asked: an open page's top
+/// revalidates every [`FRESH_FOR`] (12 a minute), with room for a second
+/// page at another precision.
+pub const SCANS_PER_MINUTE: u32 = 20;
+
+/// Why no ranking.
+#[derive(Debug, thiserror::Error)]
+pub enum RankError {
+    /// A scan is running or the scans of the last minute are spent: ask
+    /// again after the duration.
+    #[error("a ranking scan is running or the scans of this minute are spent: retry in {} s", .0.as_secs())]
+    Busy(Duration),
+    /// Redis failed the scan.
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+}
 
 /// A computed ranking, highest first, ties by name.
 pub type Ranking = Arc<Vec<Ranked>>;
@@ -57,7 +85,38 @@ struct Entry {
 struct Inner {
     keys: Keys,
     entries: Mutex<HashMap<Which, Entry>>,
-    scans: Semaphore,
+    scans: Arc<Semaphore>,
+    budget: Mutex<Budget>,
+}
+
+/// The token bucket of scans: [`SCAN_BURST`] deep, refilled at
+/// [`SCANS_PER_MINUTE`].
+struct Budget {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Budget {
+    fn full() -> Budget {
+        Budget {
+            tokens: f64::from(SCAN_BURST),
+            at: Instant::now(),
+        }
+    }
+
+    /// Takes one token, or says how long until one is there.
+    fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let per_sec = f64::from(SCANS_PER_MINUTE) / 60.0;
+        let earned = now.saturating_duration_since(self.at).as_secs_f64() * per_sec;
+        self.tokens = (self.tokens + earned).min(f64::from(SCAN_BURST));
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / per_sec))
+        }
+    }
 }
 
 /// Rankings by (order, precision, bucket), shared by every request; cheap to clone.
@@ -70,7 +129,8 @@ impl Rankings {
         Rankings(Arc::new(Inner {
             keys,
             entries: Mutex::new(HashMap::new()),
-            scans: Semaphore::new(SCANS),
+            scans: Arc::new(Semaphore::new(SCANS)),
+            budget: Mutex::new(Budget::full()),
         }))
     }
 
@@ -84,11 +144,12 @@ impl Rankings {
         precision: u32,
         bucket: i64,
         now: i64,
-    ) -> RedisResult<Ranking> {
+    ) -> Result<Ranking, RankError> {
         let which = (by, precision, bucket);
-        let next = bucket + i64::from(precision);
-        if now < next && next - now <= FRESH_FOR.as_secs() as i64 {
-            self.prepare(conn, (by, precision, next), next - now);
+        if let Some(next) = bucket.checked_add(i64::from(precision)) {
+            if now < next && next - now <= FRESH_FOR.as_secs() as i64 {
+                self.prepare(conn, (by, precision, next), next - now);
+            }
         }
         let first = {
             let mut entries = self.lock();
@@ -151,9 +212,23 @@ impl Rankings {
         });
     }
 
-    /// One ranking scan, within the limit of scans at once.
-    async fn scan(&self, mut conn: Conn, which: Which) -> RedisResult<(Instant, Ranking)> {
-        let _scan = self.0.scans.acquire().await.expect("never closed");
+    /// One ranking scan, if one may start now (see the module).
+    async fn scan(&self, mut conn: Conn, which: Which) -> Result<(Instant, Ranking), RankError> {
+        let Ok(_scan) = self.0.scans.clone().try_acquire_owned() else {
+            return Err(RankError::Busy(Duration::from_secs(1)));
+        };
+        let taken = self
+            .0
+            .budget
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(Instant::now());
+        if let Err(wait) = taken {
+            // Whole seconds, rounded up, for Retry-After.
+            return Err(RankError::Busy(Duration::from_secs(
+                wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+            )));
+        }
         let (by, precision, bucket) = which;
         let ranking = query::rank(&mut conn, &self.0.keys, by, precision, bucket, KEEP).await?;
         Ok((Instant::now(), Arc::new(ranking)))
@@ -161,5 +236,30 @@ impl Rankings {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Which, Entry>> {
         self.0.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_allows_a_burst_then_its_rate() {
+        let mut b = Budget::full();
+        let t0 = b.at;
+        for _ in 0..SCAN_BURST {
+            assert_eq!(b.take(t0), Ok(()));
+        }
+        let wait = b.take(t0).unwrap_err();
+        // One token every 60 / SCANS_PER_MINUTE s.
+        assert_eq!(wait, Duration::from_secs(60 / u64::from(SCANS_PER_MINUTE)));
+        assert!(b.take(t0 + wait / 2).is_err());
+        assert_eq!(b.take(t0 + wait + Duration::from_millis(10)), Ok(()));
+        // Idle for long, it holds no more than a burst.
+        let later = t0 + Duration::from_secs(3600);
+        for _ in 0..SCAN_BURST {
+            assert_eq!(b.take(later), Ok(()));
+        }
+        assert!(b.take(later).is_err());
     }
 }

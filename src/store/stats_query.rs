@@ -12,6 +12,21 @@ use crate::model::keys::{Family, Keys};
 use crate::model::stats_hash::{self, StatsHash};
 use crate::store::query;
 
+/// Whether [`read`] finds statistics of `name` at `precision` (a hash, or a
+/// `stats:known:` member): one EXISTS, and one ZSCORE when there is none.
+pub async fn exists<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    precision: u32,
+    name: &str,
+) -> RedisResult<bool> {
+    let n: u32 = redis::cmd("EXISTS")
+        .arg(keys.stats(precision, name))
+        .query_async(conn)
+        .await?;
+    Ok(n > 0 || query::is_listed(conn, keys, Family::Stats, precision, name).await?)
+}
+
 /// The statistics of `name` at `precision`, buckets oldest first, those
 /// with `from ≤ bucket ≤ until` only; `None` when there are none at all
 /// (no hash, no `stats:known:` member). Fields that are not UTF-8 or not

@@ -9,6 +9,7 @@
 //   plan.prefix      a prefix to type in the filter
 //   plan.hit         argv of a command that sends one hit to plan.name
 //   plan.hitCount    the count that hit carries
+//   plan.plainName   a counter whose hits carry no value (optional)
 //   plan.screenshot  a PNG path to write the view to (optional)
 // Env CHROMIUM overrides /usr/bin/chromium. Progress goes to stderr.
 import { chromium } from 'playwright-core';
@@ -167,6 +168,19 @@ try {
     await page.waitForTimeout(400);
     await page.screenshot({ path: plan.screenshot });
     log(`screenshot ${plan.screenshot}`);
+  }
+  // 7b. A counter whose hits carry no value: its chart refreshes without
+  // asking for statistics it has not, so without a 404 in the console.
+  if (plan.plainName) {
+    await page.goto(`${plan.base}/?name=${encodeURIComponent(plan.plainName)}&precision=${plan.precision}`);
+    // The first draw, then one live refresh after it.
+    await page.waitForFunction(() => window.__hitcount.statsDraws > 0);
+    const drawn = await page.evaluate(() => window.__hitcount.statsDraws);
+    await page.waitForFunction((n) => window.__hitcount.statsDraws > n, drawn, { timeout: 20_000 });
+    out.plain = {
+      statsHidden: await page.isHidden('#stats'),
+      samples: await page.evaluate(() => window.__hitcount.chart.data[0].length),
+    };
   }
   out.errorsBeforeRefusals = [...out.errors];
 

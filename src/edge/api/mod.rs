@@ -5,18 +5,23 @@
 //! - `GET /api/v1/counters?prefix=&after=&limit=`: names in name order,
 //!   each with its precisions, paged ([`crate::store::query::list`]);
 //! - `GET /api/v1/counters/{name}?precision=&from=&until=`: a counter's
-//!   samples ([`crate::store::query::samples`]);
+//!   samples ([`crate::store::query::samples`]), and whether the name has
+//!   statistics at that precision (`stats`), so a page asks for them only
+//!   then;
 //! - `GET /api/v1/top?precision=&bucket=&limit=&by=`: a bucket's ranking
 //!   by count (the default) or, `by=mean`, by the mean of its statistics
 //!   (the slowest names), from [`crate::service::ranking`] (at most 5 s
-//!   stale);
+//!   stale). As `hitcount top`: any configured precision, 3600 unless
+//!   given; `bucket` the start of a bucket kept ([`params::top_bucket`]),
+//!   the current one unless given. Scans are bounded: beyond, a 429 with
+//!   `Retry-After`;
 //! - `GET /api/v1/stats?prefix=&after=&limit=`: the names with statistics,
 //!   as `/api/v1/counters` lists counters;
 //! - `GET /api/v1/stats/{name}?precision=&from=&until=`: a name's
 //!   statistics per bucket ([`stats`]).
 //!
-//! Bad input is a 400 (or 404) with `{"error": "…"}`, never a 500; Redis
-//! out of reach is a 503. Every answer is JSON, never cached or sniffed, and
+//! Bad input is a 400 (or 404) with `{"error": "…"}`, never a 500; a
+//! ranking scan refused is a 429; Redis out of reach is a 503. Every answer is JSON, never cached or sniffed, and
 //! forbids any active content.
 
 pub mod assets;
@@ -28,27 +33,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_SECURITY_POLICY};
+use hyper::header::{HeaderValue, CONTENT_SECURITY_POLICY, RETRY_AFTER};
 use hyper::{Request, StatusCode};
 use redis::RedisError;
 use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::edge::server::{self, Limits, Resp};
+use crate::model::config::DEFAULT_SAMPLES;
 use crate::model::keys::{Family, Keys};
-use crate::service::ranking::{Rankings, KEEP};
+use crate::service::ranking::{RankError, Rankings, KEEP};
 use crate::store::connect::{Client, Conn};
 use crate::store::query::{self, By};
-use params::{bucket_start, decode, Query};
+use params::{decode, top_bucket, Query};
 
 const JSON: &str = "application/json; charset=utf-8";
 /// Names per page of `/api/v1/counters` and `/api/v1/top` unless `limit`.
 pub const DEFAULT_LIMIT: usize = 100;
 /// Largest `limit`.
 pub const MAX_LIMIT: usize = KEEP;
-/// Finest precision `/api/v1/top` ranks: a finer bucket is over before
-/// its scan is.
-pub const TOP_MIN_PRECISION: u32 = 60;
+/// Precision of `/api/v1/top` unless `precision` (`hitcount top`'s default).
+pub const TOP_DEFAULT_PRECISION: u32 = 3600;
 /// Time allowed for one Redis reply.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -58,6 +63,8 @@ pub struct Api {
     conn: tokio::sync::Mutex<Option<Conn>>,
     keys: Keys,
     precisions: Vec<u32>,
+    /// Samples kept per counter: how far back `top` may ask.
+    samples: u32,
     rankings: Rankings,
 }
 
@@ -72,7 +79,16 @@ impl Api {
             rankings: Rankings::new(keys.clone()),
             keys,
             precisions,
+            samples: DEFAULT_SAMPLES,
         }
+    }
+
+    /// The same API, for counters that keep `samples` buckets
+    /// (`--samples`, [`DEFAULT_SAMPLES`] unless set): older buckets are not
+    /// ranked.
+    pub fn keeping(mut self, samples: u32) -> Api {
+        self.samples = samples.max(1);
+        self
     }
 
     async fn conn(&self) -> Result<Conn, Failure> {
@@ -139,7 +155,18 @@ impl Background {
 enum Failure {
     BadRequest(String),
     NotFound(String),
+    /// Ask again after this long.
+    Busy(Duration),
     Redis(RedisError),
+}
+
+impl From<RankError> for Failure {
+    fn from(e: RankError) -> Failure {
+        match e {
+            RankError::Busy(wait) => Failure::Busy(wait),
+            RankError::Redis(e) => Failure::Redis(e),
+        }
+    }
 }
 
 impl From<String> for Failure {
@@ -194,6 +221,17 @@ async fn handle(api: &Api, req: &Request<Incoming>) -> Resp {
         Ok(json) => json_response(StatusCode::OK, json),
         Err(Failure::BadRequest(why)) => error(StatusCode::BAD_REQUEST, &why),
         Err(Failure::NotFound(why)) => error(StatusCode::NOT_FOUND, &why),
+        Err(Failure::Busy(wait)) => {
+            let secs = wait.as_secs().max(1);
+            let why = format!(
+                "too many rankings asked: one scan at a time, {} a minute; retry in {secs} s",
+                crate::service::ranking::SCANS_PER_MINUTE
+            );
+            let mut resp = error(StatusCode::TOO_MANY_REQUESTS, &why);
+            resp.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(secs));
+            resp
+        }
         Err(Failure::Redis(e)) => {
             tracing::warn!(error = %e, "query API: Redis failed");
             api.failed(&e).await;
@@ -247,6 +285,8 @@ struct CounterBody<'a> {
     name: &'a str,
     precision: u32,
     samples: Vec<(i64, i64)>,
+    /// Whether `/api/v1/stats/{name}` has buckets at this precision.
+    stats: bool,
 }
 
 /// The checked input of `/counters/{name}` and `/stats/{name}`: the name,
@@ -290,10 +330,14 @@ async fn counter(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
         .await
         .map_err(Failure::Redis)?
         .ok_or_else(|| s.not_found("counter"))?;
+    let stats = crate::store::stats_query::exists(&mut conn, &api.keys, s.precision, &s.name)
+        .await
+        .map_err(Failure::Redis)?;
     to_json(&CounterBody {
         name: &s.name,
         precision: s.precision,
         samples: samples.iter().map(|s| (s.time, s.count)).collect(),
+        stats,
     })
 }
 
@@ -318,23 +362,16 @@ struct TopEntry<'a> {
 }
 
 async fn top(api: &Api, q: &Query) -> Result<String, Failure> {
-    let precision = q.precision(&api.precisions)?;
-    if precision < TOP_MIN_PRECISION {
-        return Err(Failure::BadRequest(format!(
-            "top ranks precisions of {TOP_MIN_PRECISION} s or more: a {precision} s bucket \
-             is over before a ranking of it could be computed and cached"
-        )));
-    }
+    let precision = q.precision_or(Some(TOP_DEFAULT_PRECISION), &api.precisions)?;
     let limit = q.limit(DEFAULT_LIMIT, MAX_LIMIT)?;
     let by: By = q.get("by").map(str::parse).transpose()?.unwrap_or_default();
     let now = crate::model::clock::unix_ms().div_euclid(1000);
-    let bucket = bucket_start(q.int("bucket")?.unwrap_or(now), precision);
+    let bucket = top_bucket(q.int("bucket")?, precision, api.samples, now)?;
     let mut conn = api.conn().await?;
     let ranking = api
         .rankings
         .get(&mut conn, by, precision, bucket, now)
-        .await
-        .map_err(Failure::Redis)?;
+        .await?;
     to_json(&TopBody {
         precision,
         bucket,

@@ -80,15 +80,22 @@ impl Query {
         }
     }
 
+    /// `precision`, one of `configured`; `default` when absent (an error
+    /// then if `default` is `None`, or not configured).
+    pub fn precision_or(&self, default: Option<u32>, configured: &[u32]) -> Result<u32, String> {
+        match (self.get("precision"), default) {
+            (None, Some(d)) if configured.contains(&d) => Ok(d),
+            (None, Some(d)) => Err(format!(
+                "precision is required here: the default {d} is not configured; one of {}",
+                join(configured)
+            )),
+            _ => self.precision(configured),
+        }
+    }
+
     /// `precision`, required, one of `configured`.
     pub fn precision(&self, configured: &[u32]) -> Result<u32, String> {
-        let list = || {
-            configured
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        };
+        let list = || join(configured);
         let Some(v) = self.get("precision") else {
             return Err(format!("precision is required: one of {}", list()));
         };
@@ -99,10 +106,64 @@ impl Query {
     }
 }
 
-/// The start of the bucket of `precision` holding `t`.
-pub fn bucket_start(t: i64, precision: u32) -> i64 {
-    let p = i64::from(precision);
-    t.div_euclid(p) * p
+fn join(precisions: &[u32]) -> String {
+    precisions
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The start of the bucket of `precision` holding `t`; `None` when it is
+/// before the earliest time an `i64` holds (`t` near `i64::MIN`).
+pub fn bucket_start(t: i64, precision: u32) -> Option<i64> {
+    let p = i64::from(precision.max(1));
+    t.div_euclid(p).checked_mul(p)
+}
+
+/// The bucket `/api/v1/top` ranks: the current one (holding `now`) unless
+/// `asked`, which must start a bucket of `precision`, not after the
+/// current one and not before the oldest that `samples` buckets keep (the
+/// cleaner removes those). Every step is checked arithmetic: no value can
+/// wrap into another bucket.
+pub fn top_bucket(
+    asked: Option<i64>,
+    precision: u32,
+    samples: u32,
+    now: i64,
+) -> Result<i64, String> {
+    let p = i64::from(precision.max(1));
+    let current = bucket_start(now, precision).ok_or("the clock is out of range")?;
+    let Some(b) = asked else {
+        return Ok(current);
+    };
+    if b.rem_euclid(p) != 0 {
+        let holding = b
+            .checked_sub(b.rem_euclid(p))
+            .map(|s| format!(" ({s} starts the one holding it)"))
+            .unwrap_or_default();
+        return Err(format!(
+            "bucket must start a {precision} s bucket (a multiple of {precision}), not `{b}`{holding}"
+        ));
+    }
+    if b > current {
+        return Err(format!(
+            "bucket {b} is after the current {precision} s bucket ({current})"
+        ));
+    }
+    // The cleaner keeps samples at or after now - samples × precision.
+    let oldest = i64::from(samples)
+        .checked_mul(p)
+        .and_then(|span| now.checked_sub(span))
+        .and_then(|cut| bucket_start(cut, precision))
+        .unwrap_or(i64::MIN);
+    if b < oldest {
+        return Err(format!(
+            "bucket {b} is older than precision {precision} keeps: its {samples} samples \
+             (--samples / HITCOUNT_SAMPLES) go back to {oldest}"
+        ));
+    }
+    Ok(b)
 }
 
 #[cfg(test)]
@@ -143,7 +204,45 @@ mod tests {
 
     #[test]
     fn buckets_start_at_multiples() {
-        assert_eq!(bucket_start(1_700_000_059, 60), 1_700_000_040);
-        assert_eq!(bucket_start(-1, 60), -60);
+        assert_eq!(bucket_start(1_700_000_059, 60), Some(1_700_000_040));
+        assert_eq!(bucket_start(-1, 60), Some(-60));
+        assert_eq!(bucket_start(i64::MIN, 60), None);
+        assert_eq!(bucket_start(i64::MAX, 3600), Some(i64::MAX / 3600 * 3600));
+    }
+
+    #[test]
+    fn top_buckets_are_aligned_kept_and_not_ahead() {
+        let now = 1_700_000_059;
+        assert_eq!(top_bucket(None, 60, 120, now), Ok(1_700_000_040));
+        assert_eq!(
+            top_bucket(Some(1_700_000_040), 60, 120, now),
+            Ok(1_700_000_040)
+        );
+        assert_eq!(
+            top_bucket(Some(1_700_000_040 - 119 * 60), 60, 120, now),
+            Ok(1_699_992_900)
+        );
+        let refused = |b: i64| top_bucket(Some(b), 60, 120, now).unwrap_err();
+        assert!(refused(1_700_000_059).contains("1700000040 starts"));
+        assert!(refused(1_700_000_100).contains("after the current"));
+        assert!(refused(1_700_000_040 - 121 * 60).contains("older than precision 60 keeps"));
+        assert!(refused(-60).contains("older"));
+        assert!(refused(-1).contains("multiple of 60"));
+        // No wrap at either end of i64.
+        assert!(!refused(i64::MIN).contains("starts"));
+        assert!(refused(i64::MIN + 8).contains("older"));
+        assert!(refused(i64::MAX).contains("multiple"));
+        assert!(top_bucket(Some(0), 60, u32::MAX, now).is_ok());
+        assert!(top_bucket(Some(i64::MIN + 8), 60, u32::MAX, i64::MIN + 100).is_ok());
+    }
+
+    #[test]
+    fn a_default_precision_must_be_configured() {
+        let none = Query::parse(None).unwrap();
+        assert_eq!(none.precision_or(Some(3600), &[60, 3600]), Ok(3600));
+        assert!(none.precision_or(Some(3600), &[60]).is_err());
+        assert!(none.precision_or(None, &[60]).is_err());
+        let q = Query::parse(Some("precision=60")).unwrap();
+        assert_eq!(q.precision_or(Some(3600), &[60, 3600]), Ok(60));
     }
 }

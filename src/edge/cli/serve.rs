@@ -30,7 +30,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (HITCOUNT_SERVE_LISTEN)", args.listen))?;
     tracing::info!(address = %listener.local_addr()?, "serving the dashboard on / and the query API on /api/v1/");
     let keys = Keys::new(&args.layout, &StreamArgs::default());
-    let api = Api::new(client, keys, args.layout.precisions.clone());
+    let api = Api::new(client, keys, args.layout.precisions.clone()).keeping(args.layout.samples);
     api::serve(
         listener,
         api,

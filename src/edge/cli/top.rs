@@ -64,7 +64,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     let at = args
         .bucket
         .unwrap_or_else(|| crate::model::clock::unix_ms().div_euclid(1000));
-    let bucket = bucket_start(at, precision);
+    let bucket = bucket_start(at, precision)
+        .ok_or_else(|| anyhow::anyhow!("invalid --bucket: {at} is before any bucket"))?;
     let mut conn = super::connect(&args.common.redis).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);
     let ranking = query::rank(

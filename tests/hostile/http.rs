@@ -1,0 +1,443 @@
+//! HTTP that a few clients cannot starve, and a `top` that nobody can make
+//! scan at will: hundreds of connections from one address trickling
+//! headers or bodies against a worker's `/healthz` and `hitcount serve`,
+//! while probes from another address are answered within a second; buckets
+//! that are not kept, not aligned or absurd; a burst of distinct buckets;
+//! the page's questions that must not be errors.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::common::bin::{self, Child};
+use crate::common::{self, unix_now};
+
+/// Connections the one hostile address keeps trickling.
+const TRICKLERS: usize = 400;
+/// The hostile address (any 127.x.y.z reaches the loopback listener).
+const HOSTILE: [u8; 4] = [127, 0, 0, 2];
+/// What a probe may take: the kubelet's default timeout.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Copy, Debug)]
+enum Trickle {
+    /// A partial request line, then one header line a second.
+    Headers,
+    /// `POST` with `Content-Length: 100000`, then one byte a second.
+    Body,
+}
+
+async fn connect_from(ip: [u8; 4], addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::from((ip, 0)))?;
+    socket.connect(addr).await
+}
+
+/// One hostile client: trickles `how` to `path`, reconnecting (after a
+/// short pause) whenever the server closes, until `stop`.
+async fn trickler(
+    addr: SocketAddr,
+    path: String,
+    how: Trickle,
+    stop: Arc<AtomicBool>,
+    connects: Arc<AtomicUsize>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        if let Ok(mut s) = connect_from(HOSTILE, addr).await {
+            connects.fetch_add(1, Ordering::Relaxed);
+            let first = match how {
+                Trickle::Headers => format!("GET {path} HTT"),
+                Trickle::Body => {
+                    format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+                }
+            };
+            let mut open = s.write_all(first.as_bytes()).await.is_ok();
+            let mut tick = 0;
+            let mut buf = [0u8; 1024];
+            while open && !stop.load(Ordering::Relaxed) {
+                tokio::select! {
+                    r = s.read(&mut buf) => open = matches!(r, Ok(n) if n > 0),
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {
+                        let more: &[u8] = match how {
+                            Trickle::Headers if tick == 0 => b"P/1.1\r\n",
+                            Trickle::Headers => b"X-Slow: 1\r\n",
+                            Trickle::Body => b"a",
+                        };
+                        tick += 1;
+                        open = s.write_all(more).await.is_ok();
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// `GET path` from 127.0.0.1 within [`PROBE_TIMEOUT`]: the status, or why not.
+async fn probe(addr: SocketAddr, path: &str) -> Result<u16, String> {
+    let asked = async {
+        let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.map_err(|e| e.to_string())?;
+        let raw = String::from_utf8_lossy(&raw);
+        raw.split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("no answer: {raw:?}"))
+    };
+    tokio::time::timeout(PROBE_TIMEOUT, asked)
+        .await
+        .unwrap_or_else(|_| Err("no answer within 1 s".into()))
+}
+
+/// [`TRICKLERS`] hostile connections trickle `how` to `addr` while a probe
+/// of `probe_path` goes every 200 ms for 6 s from another address: every
+/// probe must be answered 200 within a second.
+async fn probes_outlast_tricklers(addr: SocketAddr, probe_path: &str, how: Trickle) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let connects = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..TRICKLERS)
+        .map(|_| {
+            tokio::spawn(trickler(
+                addr,
+                probe_path.to_string(),
+                how,
+                stop.clone(),
+                connects.clone(),
+            ))
+        })
+        .collect();
+    // Let them take every place they can.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (mut asked, mut failed) = (0, Vec::new());
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        asked += 1;
+        match probe(addr, probe_path).await {
+            Ok(200) => {}
+            other => failed.push(other),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.abort();
+    }
+    let connects = connects.load(Ordering::Relaxed);
+    assert!(
+        failed.is_empty(),
+        "{how:?}: {} of {asked} probes of {probe_path} failed: {failed:?}",
+        failed.len()
+    );
+    assert!(
+        connects >= TRICKLERS,
+        "{how:?}: the tricklers connected only {connects} times"
+    );
+}
+
+/// A POST announcing a 100,000-byte body that never comes is answered and
+/// its connection closed at once: the body is never waited for.
+async fn an_unfinished_body_is_not_waited_for(addr: SocketAddr, path: &str) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\na");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut raw)).await;
+    assert!(
+        matches!(read, Ok(Ok(_))),
+        "{path}: the connection stayed open for the body"
+    );
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(raw.starts_with("HTTP/1.1 405 "), "{raw}");
+}
+
+fn serve(url: &str, extra: &[&str]) -> (Child, String) {
+    let addr = bin::free_addr();
+    let mut cmd = bin::hitcount();
+    cmd.args(["serve", "--redis-url", url, "--listen", &addr])
+        .args(extra);
+    let mut child = Child::spawn("serve", cmd);
+    bin::wait_for("serve answers", Duration::from_secs(30), || {
+        child.assert_running();
+        bin::http_get(&addr, "/api/v1/nope")
+    });
+    (child, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_healthz_outlasts_four_hundred_slow_clients() {
+    let srv = common::server();
+    let listen = bin::free_addr();
+    let _worker = bin::start_worker(&srv.url(), "trickled", &listen, &[]);
+    let addr: SocketAddr = listen.parse().unwrap();
+    an_unfinished_body_is_not_waited_for(addr, "/healthz").await;
+    probes_outlast_tricklers(addr, "/healthz", Trickle::Headers).await;
+    probes_outlast_tricklers(addr, "/healthz", Trickle::Body).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_api_outlasts_four_hundred_slow_clients() {
+    let srv = common::server();
+    let (_serve, addr) = serve(&srv.url(), &[]);
+    let addr: SocketAddr = addr.parse().unwrap();
+    an_unfinished_body_is_not_waited_for(addr, "/api/v1/counters").await;
+    probes_outlast_tricklers(addr, "/api/v1/counters?limit=1", Trickle::Headers).await;
+    probes_outlast_tricklers(addr, "/api/v1/counters?limit=1", Trickle::Body).await;
+}
+
+/// `(status, headers in lower case, body)` of `GET path`.
+fn get(addr: &str, path: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_ascii_lowercase(), body.to_string())
+}
+
+/// [`get`] from the address `ip`.
+async fn get_from(ip: [u8; 4], addr: SocketAddr, path: &str) -> (u16, String, String) {
+    let mut s = connect_from(ip, addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).await.unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_ascii_lowercase(), body.to_string())
+}
+
+fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// `names` counters of `precision` with a count in each of `buckets`,
+/// written directly in the seeds' layout.
+async fn seed(url: &str, precision: u32, names: usize, buckets: &[i64]) {
+    let mut c = common::conn(url).await;
+    let mut pipe = redis::pipe();
+    for i in 0..names {
+        let name = format!("n{i}");
+        pipe.cmd("ZADD")
+            .arg("known:")
+            .arg(0)
+            .arg(format!("{precision}:{name}"))
+            .ignore();
+        for b in buckets {
+            pipe.cmd("HSET")
+                .arg(format!("count:{precision}:{name}"))
+                .arg(b)
+                .arg(i + 1)
+                .ignore();
+        }
+    }
+    let _: () = pipe.query_async(&mut c).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_ranks_only_buckets_that_are_kept() {
+    let srv = common::server();
+    let now = unix_now();
+    let hour = now / 3600 * 3600;
+    seed(&srv.url(), 3600, 3, &[hour]).await;
+    let (_serve, addr) = serve(&srv.url(), &[]);
+    let minute = unix_now() / 60 * 60;
+    let refused: Vec<(String, &str)> = vec![
+        (format!("bucket={}", i64::MIN), "multiple of 3600"),
+        (
+            format!("precision=60&bucket={}", i64::MIN),
+            "multiple of 60",
+        ),
+        (
+            format!("precision=60&bucket={}", i64::MIN + 8),
+            "older than precision 60 keeps",
+        ),
+        (format!("bucket={}", i64::MAX), "multiple of 3600"),
+        ("bucket=-1".into(), "multiple of 3600"),
+        ("bucket=-3600".into(), "older than precision 3600 keeps"),
+        ("bucket=0".into(), "older than precision 3600 keeps"),
+        ("bucket=9999999999997200".into(), "after the current"),
+        (format!("bucket={}", hour + 3600), "after the current"),
+        (format!("bucket={}", hour + 17), "multiple of 3600"),
+        (
+            format!("bucket={}", hour - 121 * 3600),
+            "older than precision 3600 keeps",
+        ),
+        (
+            format!("precision=60&bucket={}", minute - 125 * 60),
+            "older than precision 60 keeps",
+        ),
+        ("precision=7".into(), "precision must be one of"),
+    ];
+    for (query, why) in refused {
+        let (status, head, body) = get(&addr, &format!("/api/v1/top?{query}"));
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(head.contains("application/json"), "{query}: {head}");
+        let error = json(&body)["error"].as_str().unwrap().to_string();
+        assert!(error.contains(why), "{query}: {error}");
+    }
+    // The CLI's default precision, and its bucket: the current one.
+    let (status, _, body) = get(&addr, "/api/v1/top");
+    assert_eq!(status, 200, "{body}");
+    let top = json(&body);
+    assert_eq!(top["precision"], 3600, "{body}");
+    let b = top["bucket"].as_i64().unwrap();
+    assert!(b == hour || b == hour + 3600, "{body}");
+    // The oldest bucket kept and the current one are ranked.
+    for query in [
+        format!("bucket={hour}"),
+        format!("bucket={}", hour - 119 * 3600),
+        format!("precision=60&bucket={}", minute - 60),
+        // Every configured precision, as the CLI.
+        "precision=1".into(),
+        "precision=5&by=mean".into(),
+    ] {
+        let (status, _, body) = get(&addr, &format!("/api/v1/top?{query}"));
+        if status == 429 {
+            // Its scan waits its turn, as the page waits.
+            std::thread::sleep(Duration::from_secs(4));
+            let (status, _, body) = get(&addr, &format!("/api/v1/top?{query}"));
+            assert_eq!(status, 200, "{query}: {body}");
+        } else {
+            assert_eq!(status, 200, "{query}: {body}");
+        }
+    }
+}
+
+/// Calls of `command` Redis has counted since its stats were reset.
+async fn calls(url: &str, command: &str) -> u64 {
+    let mut c = common::conn(url).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_distinct_buckets_costs_at_most_three_scans() {
+    let srv = common::server();
+    let url = srv.url();
+    let minute = unix_now() / 60 * 60;
+    let buckets: Vec<i64> = (1..=30).map(|k| minute - 60 * k).collect();
+    // Fewer names than a ZRANGEBYLEX page: one call per scan.
+    seed(&url, 60, 200, &buckets).await;
+    let (_serve, addr) = serve(&url, &[]);
+    let mut c = common::conn(&url).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // 24 distinct uncached buckets at once, each from its own address
+    // (one address may hold only 16 connections).
+    let sock: SocketAddr = addr.parse().unwrap();
+    let asked: Vec<_> = buckets[..24]
+        .iter()
+        .zip(1u8..)
+        .map(|(b, i)| {
+            let path = format!("/api/v1/top?precision=60&bucket={b}&limit=3");
+            tokio::spawn(async move { get_from([127, 0, 1, i], sock, &path).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for a in asked {
+        answers.push(a.await.unwrap());
+    }
+    let scans = calls(&url, "zrangebylex").await;
+    let ok = answers.iter().filter(|a| a.0 == 200).count();
+    assert!(ok >= 1, "{answers:?}");
+    for (status, head, body) in &answers {
+        if *status == 200 {
+            assert_eq!(json(body)["counters"][0]["name"], "n199", "{body}");
+            continue;
+        }
+        assert_eq!(*status, 429, "{body}");
+        assert!(head.contains("application/json"), "{head}");
+        let retry = head
+            .lines()
+            .find_map(|l| l.strip_prefix("retry-after: "))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        assert!(matches!(retry, Some(1..=60)), "{head}");
+        assert!(json(body)["error"].as_str().unwrap().contains("retry in"));
+    }
+    assert!(
+        scans <= 3,
+        "{scans} scans for 24 buckets ({ok} answered 200)"
+    );
+    // Asked again after Retry-After, as the page does, each is answered.
+    let path = format!("/api/v1/top?precision=60&bucket={}&limit=3", buckets[25]);
+    let answered = (0..10).find_map(|_| {
+        let (status, head, body) = get(&addr, &path);
+        if status == 200 {
+            return Some(body);
+        }
+        let secs = head
+            .lines()
+            .find_map(|l| l.strip_prefix("retry-after: "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(1);
+        std::thread::sleep(Duration::from_secs(secs));
+        None
+    });
+    assert!(answered.is_some(), "still refused after ten waits");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_says_whether_it_has_statistics() {
+    let srv = common::server();
+    let url = srv.url();
+    let minute = unix_now() / 60 * 60;
+    seed(&url, 60, 1, &[minute]).await;
+    let (_serve, addr) = serve(&url, &[]);
+    let (status, _, body) = get(&addr, "/api/v1/counters/n0?precision=60");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["stats"], false, "{body}");
+    let mut c = common::conn(&url).await;
+    let _: () = redis::cmd("HSET")
+        .arg("stats:60:n0")
+        .arg(format!("{minute}:count"))
+        .arg(1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let (_, _, body) = get(&addr, "/api/v1/counters/n0?precision=60");
+    assert_eq!(json(&body)["stats"], true, "{body}");
+}
+
+#[test]
+fn the_404_page_names_every_api_path() {
+    let srv = common::server();
+    let (_serve, addr) = serve(&srv.url(), &[]);
+    let (status, _, body) = get(&addr, "/no/such/page");
+    assert_eq!(status, 404);
+    for path in [
+        "<code>counters</code>",
+        "<code>counters/{name}</code>",
+        "<code>top</code>",
+        "<code>stats</code>",
+        "<code>stats/{name}</code>",
+    ] {
+        assert!(body.contains(path), "{path}: {body}");
+    }
+}

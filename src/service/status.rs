@@ -27,6 +27,10 @@ use crate::store::group;
 pub struct Status {
     /// The stream's key.
     pub stream: String,
+    /// Whether the stream exists (with several shards: any of them). A
+    /// stream that does not is most often a mistyped `--stream`: what
+    /// follows it (leader, counters, last pass) is the prefix's, not its.
+    pub exists: bool,
     /// Entries in the stream (0 when it does not exist).
     pub length: u64,
     /// The id of the last entry ever added.
@@ -63,6 +67,8 @@ pub struct Shard {
     pub shard: u32,
     /// Its stream's key (`hits:{3}`; the stream itself when unsharded).
     pub stream: String,
+    /// Whether its stream exists.
+    pub exists: bool,
     /// Entries in it (0 when it does not exist).
     pub length: u64,
     /// The group's lag on it (Redis' estimate; `None` when unknown or
@@ -180,13 +186,17 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
     }
     if shards.len() > 1 {
         status.stream = base_stream(&keys.stream);
+        status.exists = status.shards.iter().any(|s| s.exists);
         status.length = status.shards.iter().map(|s| s.length).sum();
-        status.groups = vec![over_shards(&keys.group, &status.shards)];
+        if status.exists {
+            status.groups = vec![over_shards(&keys.group, &status.shards)];
+        }
         return Ok(status);
     }
     let Some((info, groups)) = group::stream_and_groups(conn, keys).await? else {
         return Ok(status);
     };
+    status.exists = true;
     status.length = info.length;
     status.last_generated_id = info.last_generated_id;
     status.first_entry_id = info.first_entry_id;
@@ -230,6 +240,7 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, u64)> {
     let Some((info, groups)) = group::stream_and_groups(conn, k).await? else {
         return Ok((out, 0));
     };
+    out.exists = true;
     out.length = info.length;
     if let Some(g) = groups.into_iter().find(|g| g.name == k.group) {
         let now_ms = crate::model::clock::unix_ms();
@@ -291,7 +302,19 @@ pub fn render(s: &Status, now_ms: i64) -> String {
     let mut out = String::new();
     let last_id = s.last_generated_id.as_deref().unwrap_or("none");
     let first_id = s.first_entry_id.as_deref().unwrap_or("none");
-    if s.shards.len() > 1 {
+    if !s.exists {
+        // One line instead of zeros that read like an idle deployment.
+        let shards = match s.shards.len() {
+            0 | 1 => String::new(),
+            n => format!(" (none of its {n} shards)"),
+        };
+        let _ = writeln!(
+            out,
+            "stream {}: does not exist{shards}: nothing was sent to it, or it was deleted \
+             (a typo in --stream / HITCOUNT_STREAM?); what follows is the key prefix's, not this stream's",
+            s.stream
+        );
+    } else if s.shards.len() > 1 {
         let _ = writeln!(
             out,
             "stream {}: {} entries in {} shards",
@@ -306,7 +329,7 @@ pub fn render(s: &Status, now_ms: i64) -> String {
             s.stream, s.length
         );
     }
-    if s.groups.is_empty() {
+    if s.groups.is_empty() && s.exists {
         let _ = writeln!(out, "  no consumer group");
     }
     for g in &s.groups {
@@ -331,7 +354,7 @@ pub fn render(s: &Status, now_ms: i64) -> String {
             );
         }
     }
-    if s.shards.len() > 1 {
+    if s.shards.len() > 1 && s.exists {
         render_shards(&mut out, &s.shards);
     }
     render_masters(&mut out, &s.masters, &s.evening_moves);
@@ -421,6 +444,7 @@ mod tests {
         Shard {
             shard: k,
             stream: format!("hits:{{{k}}}"),
+            exists: true,
             length: 10,
             lag,
             backlog_age_secs: age,
@@ -466,6 +490,7 @@ mod tests {
         });
         let s = Status {
             stream: "hits".into(),
+            exists: true,
             length: 20,
             groups: vec![over_shards("hitcount", &shards)],
             shards,
@@ -483,5 +508,39 @@ mod tests {
         assert_eq!(lines.len(), 2, "{out}");
         assert!(lines[0].ends_with("pod-a/42 (lease left 8.0 s)"), "{out}");
         assert!(lines[1].ends_with("none"), "{out}");
+    }
+
+    #[test]
+    fn a_stream_that_does_not_exist_says_so_in_one_line() {
+        let s = Status {
+            stream: "typo".into(),
+            known_counters: 7,
+            ..Status::default()
+        };
+        let out = render(&s, 0);
+        let first = out.lines().next().unwrap();
+        assert!(first.starts_with("stream typo: does not exist: "), "{out}");
+        assert!(first.contains("--stream"), "{out}");
+        assert!(!out.contains("0 entries") && !out.contains("no consumer group"), "{out}");
+        assert!(out.contains("known counters: 7"), "{out}");
+        let shards: Vec<Shard> = (0..4)
+            .map(|k| Shard {
+                shard: k,
+                stream: format!("typo:{{{k}}}"),
+                ..Shard::default()
+            })
+            .collect();
+        let s = Status {
+            stream: "typo".into(),
+            shards,
+            ..Status::default()
+        };
+        let out = render(&s, 0);
+        assert!(
+            out.starts_with("stream typo: does not exist (none of its 4 shards): "),
+            "{out}"
+        );
+        assert!(!out.contains("typo:{0}"), "no table of empty shards: {out}");
+        assert!(!out.contains("group "), "{out}");
     }
 }

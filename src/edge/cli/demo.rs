@@ -145,7 +145,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let names = Names::new(args.names, Distribution::Zipf(1.0));
     let started = Instant::now();
     // Every hit carries a synthetic response time, so the statistics fill too.
-    let sent = super::load::send(&producer, args.hits, &names, None, true, true).await;
+    let sent = super::load::send(
+        &producer,
+        args.hits,
+        &names,
+        None,
+        true,
+        true,
+        &crate::model::shutdown::Shutdown::never(),
+    )
+    .await;
     producer.shutdown(Duration::from_secs(5)).await;
 
     let keys = Keys::new(&layout, &stream);

@@ -521,7 +521,10 @@ mod tests {
         let first = out.lines().next().unwrap();
         assert!(first.starts_with("stream typo: does not exist: "), "{out}");
         assert!(first.contains("--stream"), "{out}");
-        assert!(!out.contains("0 entries") && !out.contains("no consumer group"), "{out}");
+        assert!(
+            !out.contains("0 entries") && !out.contains("no consumer group"),
+            "{out}"
+        );
         assert!(out.contains("known counters: 7"), "{out}");
         let shards: Vec<Shard> = (0..4)
             .map(|k| Shard {

@@ -229,7 +229,10 @@ mod tests {
         let minute = Duration::from_secs(60);
         let at = 1_795_000_000_000;
         let text = next_pass_text(Some(at), 2000, true, minute, at + 8000);
-        assert!(text.contains(&format!("ended at {} UTC", format_utc(at / 1000))), "{text}");
+        assert!(
+            text.contains(&format!("ended at {} UTC", format_utc(at / 1000))),
+            "{text}"
+        );
         assert!(text.contains("in 50 s"), "{text}");
         assert!(text.contains("every 60 s"), "{text}");
         // A pass longer than the interval: the next starts 1 s after it.

@@ -74,7 +74,10 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     .await;
     signals.abort();
     let _ = tokio::time::timeout(FLUSH_DEADLINE, producer.flush()).await;
-    let appended = producer.stats().sent.load(std::sync::atomic::Ordering::Relaxed);
+    let appended = producer
+        .stats()
+        .sent
+        .load(std::sync::atomic::Ordering::Relaxed);
     producer.shutdown(Duration::ZERO).await;
     let shards = match args.common.stream.shards {
         0 | 1 => String::new(),

@@ -27,9 +27,7 @@ use crate::store::group;
 pub struct Status {
     /// The stream's key.
     pub stream: String,
-    /// Whether the stream exists (with several shards: any of them). A
-    /// stream that does not is most often a mistyped `--stream`: what
-    /// follows it (leader, counters, last pass) is the prefix's, not its.
+    /// Whether the stream (any of its shards) exists: a mistyped one does not.
     pub exists: bool,
     /// Entries in the stream (0 when it does not exist).
     pub length: u64,
@@ -67,8 +65,6 @@ pub struct Shard {
     pub shard: u32,
     /// Its stream's key (`hits:{3}`; the stream itself when unsharded).
     pub stream: String,
-    /// Whether its stream exists.
-    pub exists: bool,
     /// Entries in it (0 when it does not exist).
     pub length: u64,
     /// The group's lag on it (Redis' estimate; `None` when unknown or
@@ -176,8 +172,9 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
     let mut added = Vec::with_capacity(shards.len());
     for k in shards {
         let (s, entries_added) = shard(conn, k).await?;
+        status.exists |= entries_added.is_some();
         status.shards.push(s);
-        added.push(entries_added);
+        added.push(entries_added.unwrap_or(0));
     }
     if shards.len() > 1 && conn.is_cluster() {
         let masters = crate::store::topology::masters(conn).await?;
@@ -186,7 +183,6 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
     }
     if shards.len() > 1 {
         status.stream = base_stream(&keys.stream);
-        status.exists = status.shards.iter().any(|s| s.exists);
         status.length = status.shards.iter().map(|s| s.length).sum();
         if status.exists {
             status.groups = vec![over_shards(&keys.group, &status.shards)];
@@ -196,7 +192,6 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
     let Some((info, groups)) = group::stream_and_groups(conn, keys).await? else {
         return Ok(status);
     };
-    status.exists = true;
     status.length = info.length;
     status.last_generated_id = info.last_generated_id;
     status.first_entry_id = info.first_entry_id;
@@ -226,9 +221,9 @@ async fn lease(conn: &mut Conn, key: &str) -> RedisResult<Option<Leader>> {
         }))
 }
 
-/// One shard and the deployment's group on it.
-/// A shard's status, and the entries ever added to it (0 when unknown).
-async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, u64)> {
+/// A shard's status, and the entries ever added to it (0 when unknown;
+/// `None` when its stream does not exist).
+async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, Option<u64>)> {
     let mut out = Shard {
         shard: k.shard,
         stream: k.stream.clone(),
@@ -238,9 +233,8 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, u64)> {
         out.owner = lease(conn, &k.shard_lease()).await?;
     }
     let Some((info, groups)) = group::stream_and_groups(conn, k).await? else {
-        return Ok((out, 0));
+        return Ok((out, None));
     };
-    out.exists = true;
     out.length = info.length;
     if let Some(g) = groups.into_iter().find(|g| g.name == k.group) {
         let now_ms = crate::model::clock::unix_ms();
@@ -250,7 +244,7 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, u64)> {
         out.backlog_age_secs = age.unwrap_or(0.0);
         out.consumers = consumers.into_iter().map(Consumer::from).collect();
     }
-    Ok((out, info.entries_added.unwrap_or(0)))
+    Ok((out, Some(info.entries_added.unwrap_or(0))))
 }
 
 /// The configured stream's name from shard 0's (`hits:{0}` → `hits`).
@@ -297,23 +291,17 @@ impl From<group::ConsumerInfo> for Consumer {
     }
 }
 
+/// Said of a stream that does not exist, rather than zeros that look idle.
+const MISSING: &str = "nothing was sent to it, or it was deleted (a typo in --stream / \
+                       HITCOUNT_STREAM?); what follows is the key prefix's, not this stream's";
+
 /// The status for a human.
 pub fn render(s: &Status, now_ms: i64) -> String {
     let mut out = String::new();
     let last_id = s.last_generated_id.as_deref().unwrap_or("none");
     let first_id = s.first_entry_id.as_deref().unwrap_or("none");
     if !s.exists {
-        // One line instead of zeros that read like an idle deployment.
-        let shards = match s.shards.len() {
-            0 | 1 => String::new(),
-            n => format!(" (none of its {n} shards)"),
-        };
-        let _ = writeln!(
-            out,
-            "stream {}: does not exist{shards}: nothing was sent to it, or it was deleted \
-             (a typo in --stream / HITCOUNT_STREAM?); what follows is the key prefix's, not this stream's",
-            s.stream
-        );
+        let _ = writeln!(out, "stream {}: does not exist: {MISSING}", s.stream);
     } else if s.shards.len() > 1 {
         let _ = writeln!(
             out,
@@ -444,7 +432,6 @@ mod tests {
         Shard {
             shard: k,
             stream: format!("hits:{{{k}}}"),
-            exists: true,
             length: 10,
             lag,
             backlog_age_secs: age,
@@ -539,10 +526,7 @@ mod tests {
             ..Status::default()
         };
         let out = render(&s, 0);
-        assert!(
-            out.starts_with("stream typo: does not exist (none of its 4 shards): "),
-            "{out}"
-        );
+        assert!(out.starts_with("stream typo: does not exist: "), "{out}");
         assert!(!out.contains("typo:{0}"), "no table of empty shards: {out}");
         assert!(!out.contains("group "), "{out}");
     }

@@ -1,5 +1,6 @@
 //! `hitcount load`: a load generator sending realistic hit events.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -74,25 +75,32 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     .await;
     signals.abort();
     let _ = tokio::time::timeout(FLUSH_DEADLINE, producer.flush()).await;
-    let appended = producer
-        .stats()
-        .sent
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let stats = producer.stats();
+    let (appended, dropped) = (stats.sent.load(Relaxed), stats.dropped.load(Relaxed));
     producer.shutdown(Duration::ZERO).await;
     let shards = match args.common.stream.shards {
         0 | 1 => String::new(),
         n => format!(" ({n} shards)"),
     };
     if sent.interrupted {
+        // Hits handed to the producer and neither appended nor dropped
+        // were on their way when Redis stopped answering.
+        let unconfirmed = sent.hits.saturating_sub(appended + dropped);
         outln!(
-            "interrupted: sent {appended} of {} hits ({}) over {} names to {}{shards} in {:.2} s; \
-             the other {} were not sent",
+            "interrupted: sent {appended} of {} hits ({}) over {} names to {}{shards} in {:.2} s{}",
             args.hits,
             super::plural(appended, "entry", "entries"),
             args.names,
             args.common.stream.stream,
             sent.elapsed.as_secs_f64(),
-            args.hits - appended,
+            if unconfirmed > 0 {
+                format!(
+                    "; {unconfirmed} more not confirmed: Redis did not answer within {} s",
+                    FLUSH_DEADLINE.as_secs()
+                )
+            } else {
+                String::new()
+            }
         );
         return Ok(());
     }
@@ -164,7 +172,8 @@ pub async fn send(
         }
         sent += quota;
         bar.set_position(sent);
-        while producer.buffered() > MAX_IN_FLIGHT {
+        // (Stopped too: with Redis away the buffer does not drain.)
+        while producer.buffered() > MAX_IN_FLIGHT && !stop.is_triggered() {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         tokio::task::yield_now().await;

@@ -131,8 +131,8 @@ async fn clean_once_and_status_through_the_binary() {
     assert_eq!(status["leader"], token);
 
     // While it leads, clean --once says it waits, and gives up after
-    // --wait, naming it.
-    let started = std::time::Instant::now();
+    // --wait, or as soon as it sees the leader renew its lease (every
+    // second here), naming it.
     let out = run_hitcount(&["clean", "--once", "--wait", "1", "--redis-url", &url]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "clean --once ran beside a leader");
@@ -142,7 +142,10 @@ async fn clean_once_and_status_through_the_binary() {
         err.contains("whose worker cleans on its own: waiting up to 1 s for it (--wait)"),
         "it says it waits before it does: {err}"
     );
-    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert!(
+        err.contains("a live worker that renews it") || err.contains("not released within 1 s"),
+        "{err}"
+    );
 
     // The status, for a human: 7 precisions of page:a plus the young ones.
     let counters = 7 + young.len();

@@ -27,6 +27,8 @@ use crate::store::group;
 pub struct Status {
     /// The stream's key.
     pub stream: String,
+    /// Whether the stream (any of its shards) exists: a mistyped one does not.
+    pub exists: bool,
     /// Entries in the stream (0 when it does not exist).
     pub length: u64,
     /// The id of the last entry ever added.
@@ -170,8 +172,9 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
     let mut added = Vec::with_capacity(shards.len());
     for k in shards {
         let (s, entries_added) = shard(conn, k).await?;
+        status.exists |= entries_added.is_some();
         status.shards.push(s);
-        added.push(entries_added);
+        added.push(entries_added.unwrap_or(0));
     }
     if shards.len() > 1 && conn.is_cluster() {
         let masters = crate::store::topology::masters(conn).await?;
@@ -181,7 +184,9 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
     if shards.len() > 1 {
         status.stream = base_stream(&keys.stream);
         status.length = status.shards.iter().map(|s| s.length).sum();
-        status.groups = vec![over_shards(&keys.group, &status.shards)];
+        if status.exists {
+            status.groups = vec![over_shards(&keys.group, &status.shards)];
+        }
         return Ok(status);
     }
     let Some((info, groups)) = group::stream_and_groups(conn, keys).await? else {
@@ -216,9 +221,9 @@ async fn lease(conn: &mut Conn, key: &str) -> RedisResult<Option<Leader>> {
         }))
 }
 
-/// One shard and the deployment's group on it.
-/// A shard's status, and the entries ever added to it (0 when unknown).
-async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, u64)> {
+/// A shard's status, and the entries ever added to it (0 when unknown;
+/// `None` when its stream does not exist).
+async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, Option<u64>)> {
     let mut out = Shard {
         shard: k.shard,
         stream: k.stream.clone(),
@@ -228,7 +233,7 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, u64)> {
         out.owner = lease(conn, &k.shard_lease()).await?;
     }
     let Some((info, groups)) = group::stream_and_groups(conn, k).await? else {
-        return Ok((out, 0));
+        return Ok((out, None));
     };
     out.length = info.length;
     if let Some(g) = groups.into_iter().find(|g| g.name == k.group) {
@@ -239,7 +244,7 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, u64)> {
         out.backlog_age_secs = age.unwrap_or(0.0);
         out.consumers = consumers.into_iter().map(Consumer::from).collect();
     }
-    Ok((out, info.entries_added.unwrap_or(0)))
+    Ok((out, Some(info.entries_added.unwrap_or(0))))
 }
 
 /// The configured stream's name from shard 0's (`hits:{0}` → `hits`).
@@ -286,12 +291,18 @@ impl From<group::ConsumerInfo> for Consumer {
     }
 }
 
+/// Said of a stream that does not exist, rather than zeros that look idle.
+const MISSING: &str = "nothing was sent to it, or it was deleted (a typo in --stream / \
+                       HITCOUNT_STREAM?); what follows is the key prefix's, not this stream's";
+
 /// The status for a human.
 pub fn render(s: &Status, now_ms: i64) -> String {
     let mut out = String::new();
     let last_id = s.last_generated_id.as_deref().unwrap_or("none");
     let first_id = s.first_entry_id.as_deref().unwrap_or("none");
-    if s.shards.len() > 1 {
+    if !s.exists {
+        let _ = writeln!(out, "stream {}: does not exist: {MISSING}", s.stream);
+    } else if s.shards.len() > 1 {
         let _ = writeln!(
             out,
             "stream {}: {} entries in {} shards",
@@ -306,7 +317,7 @@ pub fn render(s: &Status, now_ms: i64) -> String {
             s.stream, s.length
         );
     }
-    if s.groups.is_empty() {
+    if s.groups.is_empty() && s.exists {
         let _ = writeln!(out, "  no consumer group");
     }
     for g in &s.groups {
@@ -331,7 +342,7 @@ pub fn render(s: &Status, now_ms: i64) -> String {
             );
         }
     }
-    if s.shards.len() > 1 {
+    if s.shards.len() > 1 && s.exists {
         render_shards(&mut out, &s.shards);
     }
     render_masters(&mut out, &s.masters, &s.evening_moves);
@@ -466,6 +477,7 @@ mod tests {
         });
         let s = Status {
             stream: "hits".into(),
+            exists: true,
             length: 20,
             groups: vec![over_shards("hitcount", &shards)],
             shards,
@@ -483,5 +495,39 @@ mod tests {
         assert_eq!(lines.len(), 2, "{out}");
         assert!(lines[0].ends_with("pod-a/42 (lease left 8.0 s)"), "{out}");
         assert!(lines[1].ends_with("none"), "{out}");
+    }
+
+    #[test]
+    fn a_stream_that_does_not_exist_says_so_in_one_line() {
+        let s = Status {
+            stream: "typo".into(),
+            known_counters: 7,
+            ..Status::default()
+        };
+        let out = render(&s, 0);
+        let first = out.lines().next().unwrap();
+        assert!(first.starts_with("stream typo: does not exist: "), "{out}");
+        assert!(first.contains("--stream"), "{out}");
+        assert!(
+            !out.contains("0 entries") && !out.contains("no consumer group"),
+            "{out}"
+        );
+        assert!(out.contains("known counters: 7"), "{out}");
+        let shards: Vec<Shard> = (0..4)
+            .map(|k| Shard {
+                shard: k,
+                stream: format!("typo:{{{k}}}"),
+                ..Shard::default()
+            })
+            .collect();
+        let s = Status {
+            stream: "typo".into(),
+            shards,
+            ..Status::default()
+        };
+        let out = render(&s, 0);
+        assert!(out.starts_with("stream typo: does not exist: "), "{out}");
+        assert!(!out.contains("typo:{0}"), "no table of empty shards: {out}");
+        assert!(!out.contains("group "), "{out}");
     }
 }

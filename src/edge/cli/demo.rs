@@ -10,6 +10,9 @@
 //! It ends by serving the dashboard of its counters (`hitcount serve`'s
 //! page and API, in-process) and printing its address: until Ctrl-C when
 //! stdout is a terminal (or with `--keep-serving`), else it stops there.
+//! The commands it suggests for reading the counters carry the demo's key
+//! prefix and Redis URL, and are printed only while they can work: not
+//! when the demo is about to stop its throwaway Redis.
 
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
@@ -145,7 +148,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let names = Names::new(args.names, Distribution::Zipf(1.0));
     let started = Instant::now();
     // Every hit carries a synthetic response time, so the statistics fill too.
-    let sent = super::load::send(&producer, args.hits, &names, None, true, true).await;
+    let sent = super::load::send(
+        &producer,
+        args.hits,
+        &names,
+        None,
+        true,
+        true,
+        &crate::model::shutdown::Shutdown::never(),
+    )
+    .await;
     producer.shutdown(Duration::from_secs(5)).await;
 
     let keys = Keys::new(&layout, &stream);
@@ -203,14 +215,56 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         sent.hits
     );
     statistics(&mut conn, &keys).await?;
-    outln!("Read them from any client: HGETALL demo:count:60:page:0, ZRANGE demo:known: 0 -1,");
-    outln!(
-        "HGETALL demo:stats:3600:page:0 (`hitcount get NAME --stats`, `hitcount top --by mean`)"
-    );
     let keep = args.keep_serving || std::io::stdout().is_terminal();
+    // Commands that work as printed, and only while they can: the
+    // throwaway Redis goes with the demo.
+    if keep || server.is_none() {
+        super::out(&read_them(&url, server.is_some(), conn.is_cluster()))?;
+    } else {
+        outln!(
+            "\nThe throwaway Redis stops with the demo, and its counters go with it: \
+             hitcount demo --keep-serving keeps both up (and prints how to read them), \
+             or run the demo on a Redis of yours (REDIS_URL)."
+        );
+    }
     dashboard(listener, &redis, &layout, keep).await?;
     drop(server);
     Ok(())
+}
+
+/// How to read the demo's counters from the command line and any client,
+/// as commands that work when pasted: the demo's key prefix, and the Redis
+/// (`url`; a password in it is shown as `***`). `throwaway` says they
+/// work until the demo stops; on a `cluster` redis-cli follows redirects
+/// from the first seed.
+fn read_them(url: &str, throwaway: bool, cluster: bool) -> String {
+    let shown = crate::model::config::redact_url(url);
+    let at = format!("--prefix demo: --redis-url {shown}");
+    let seed = shown.split(',').next().unwrap_or_default();
+    let cli = if cluster {
+        format!("redis-cli -c -u {seed}")
+    } else {
+        format!("redis-cli -u {seed}")
+    };
+    let name = Names::name(0);
+    let until = if throwaway {
+        " (until the demo stops: its Redis goes with it)"
+    } else {
+        ""
+    };
+    let mut out = format!("\nRead them{until}:\n");
+    for cmd in [
+        format!("hitcount get {name} --precision 60 {at}"),
+        format!("hitcount get {name} --precision 3600 --stats {at}"),
+        format!("hitcount top --by mean {at}"),
+        format!("{cli} HGETALL demo:count:60:{name}"),
+        format!("{cli} ZRANGE demo:known: 0 -1"),
+    ] {
+        out.push_str("  ");
+        out.push_str(&cmd);
+        out.push('\n');
+    }
+    out
 }
 
 /// The statistics of the hits' values this hour: the most hit name's and

@@ -1,15 +1,20 @@
 //! `hitcount load`: a load generator sending realistic hit events.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Common;
 use crate::edge::workload::{synthetic_value, Distribution, Names};
+use crate::model::shutdown::Shutdown;
 use crate::service::producer::Producer;
 
 /// Events the generator lets the producer hold before waiting for it.
 const MAX_IN_FLIGHT: u64 = 200_000;
+/// How long a run waits for its last events to reach Redis (an interrupted
+/// run too) before it reports what did.
+const FLUSH_DEADLINE: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -43,12 +48,21 @@ pub struct Sent {
     pub per_name: Vec<u64>,
     /// Wall time.
     pub elapsed: Duration,
+    /// Whether `stop` ended it before every hit was generated.
+    pub interrupted: bool,
 }
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     let producer = super::checked_producer(&args.common).await?;
     let dist = args.zipf.map_or(Distribution::Uniform, Distribution::Zipf);
+    // Ctrl-C (or SIGTERM) stops the sending, not the process: what was
+    // generated is flushed and the run says what reached Redis.
+    let (trigger, stop) = crate::model::shutdown::channel();
+    let signals = tokio::spawn(async move {
+        crate::model::shutdown::signals().await;
+        trigger.trigger();
+    });
     let sent = send(
         &producer,
         args.hits,
@@ -56,18 +70,45 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         args.rate,
         args.values,
         true,
+        &stop,
     )
     .await;
-    producer.shutdown(Duration::from_secs(5)).await;
+    signals.abort();
+    let _ = tokio::time::timeout(FLUSH_DEADLINE, producer.flush()).await;
+    let stats = producer.stats();
+    let (appended, dropped) = (stats.sent.load(Relaxed), stats.dropped.load(Relaxed));
+    producer.shutdown(Duration::ZERO).await;
+    let shards = match args.common.stream.shards {
+        0 | 1 => String::new(),
+        n => format!(" ({n} shards)"),
+    };
+    if sent.interrupted {
+        // Hits handed to the producer and neither appended nor dropped
+        // were on their way when Redis stopped answering.
+        let unconfirmed = sent.hits.saturating_sub(appended + dropped);
+        outln!(
+            "interrupted: sent {appended} of {} hits ({}) over {} names to {}{shards} in {:.2} s{}",
+            args.hits,
+            super::plural(appended, "entry", "entries"),
+            args.names,
+            args.common.stream.stream,
+            sent.elapsed.as_secs_f64(),
+            if unconfirmed > 0 {
+                format!(
+                    "; {unconfirmed} more not confirmed: Redis did not answer within {} s",
+                    FLUSH_DEADLINE.as_secs()
+                )
+            } else {
+                String::new()
+            }
+        );
+        return Ok(());
+    }
     outln!(
-        "sent {} hits over {} names to {}{} in {:.2} s ({:.0} hits/s)",
+        "sent {} hits over {} names to {}{shards} in {:.2} s ({:.0} hits/s)",
         sent.hits,
         args.names,
         args.common.stream.stream,
-        match args.common.stream.shards {
-            0 | 1 => String::new(),
-            n => format!(" ({n} shards)"),
-        },
         sent.elapsed.as_secs_f64(),
         sent.hits as f64 / sent.elapsed.as_secs_f64().max(1e-9)
     );
@@ -76,7 +117,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
 
 /// Sends `hits` events through `producer`, at `rate` per second if given
 /// (with a [`synthetic_value`] each if `values`), and waits until they
-/// are in Redis.
+/// are in Redis. Once `stop` is triggered it generates no more and returns
+/// what it generated, `interrupted`.
 pub async fn send(
     producer: &Producer,
     hits: u64,
@@ -84,6 +126,7 @@ pub async fn send(
     rate: Option<u64>,
     values: bool,
     progress: bool,
+    stop: &Shutdown,
 ) -> Sent {
     let bar = if progress {
         ProgressBar::new(hits)
@@ -99,12 +142,19 @@ pub async fn send(
     let mut rng = rand::rng();
     let tick = Duration::from_millis(10);
     let mut sent = 0u64;
+    let mut stop = stop.clone();
     while sent < hits {
+        if stop.is_triggered() {
+            break;
+        }
         let quota = match rate {
             Some(r) => {
                 let due = (start.elapsed().as_secs_f64() * r as f64) as u64;
                 if due <= sent {
-                    tokio::time::sleep(tick).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(tick) => {}
+                        _ = stop.wait() => {}
+                    }
                     continue;
                 }
                 (due - sent).min(hits - sent)
@@ -122,16 +172,21 @@ pub async fn send(
         }
         sent += quota;
         bar.set_position(sent);
-        while producer.buffered() > MAX_IN_FLIGHT {
+        // (Stopped too: with Redis away the buffer does not drain.)
+        while producer.buffered() > MAX_IN_FLIGHT && !stop.is_triggered() {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         tokio::task::yield_now().await;
     }
-    producer.flush().await;
+    let interrupted = sent < hits;
+    if !interrupted {
+        producer.flush().await;
+    }
     bar.finish_and_clear();
     Sent {
         hits: sent,
         per_name,
         elapsed: start.elapsed(),
+        interrupted,
     }
 }

@@ -7,13 +7,18 @@
 //!   `{"name": str, "count": int, "ts": int | float, "value": int | float}`.
 //!   `count` is optional (default 1), `ts` is optional (unix seconds),
 //!   `value` is optional (a measured number, see [`Hit::value`]). Unknown keys are ignored,
-//!   whatever their value. If an entry has a `hit` field it is in this form and
-//!   its other fields are ignored. A key given twice: the last one wins.
+//!   whatever their value. If an entry has a `hit` field it is in this form:
+//!   fields other than the plain form's are ignored, and an entry that
+//!   carries a plain field too (`name`, `count`, `ts` or `value`) is
+//!   refused ([`Reject::MixedForms`]): either form alone would count it
+//!   differently, and the producer meant one. A key given twice: the last
+//!   one wins.
 //! * **Plain fields**: `name`, optional `count` (decimal integer, e.g. `3`),
 //!   optional `ts` (decimal unix seconds, e.g. `1700000000` or
 //!   `1700000000.25`), optional `value` (a decimal number, e.g. `12.5`,
-//!   `-3`, `1e-3`). Other fields are ignored; a field given twice: the last
-//!   one wins.
+//!   `-3`, `1e-3`). Other fields are ignored (but not `hit`, which makes
+//!   the entry MessagePack: see above); a field given twice: the last one
+//!   wins.
 //!
 //! Without `ts`, the hit happened at the entry ID's millisecond part (IDs are
 //! `<ms>-<seq>`), which is when Redis accepted it.
@@ -31,8 +36,8 @@
 //!   text, `nil` and anything else are rejected.
 //!
 //! When an entry breaks several rules the first failing check names it, in
-//! this order: entry ID, MessagePack structure, name, count, ts, value,
-//! future.
+//! this order: entry ID, mixed forms, MessagePack structure, name, count,
+//! ts, value, future.
 //!
 //! Decoding never panics, never copies the name (it borrows from the entry's
 //! bytes) and never allocates. The MessagePack form is read with `rmp`'s marker
@@ -127,11 +132,16 @@ pub enum Reject {
         MAX_ABS_VALUE
     )]
     BadValue,
+    /// The entry has a `hit` field (the MessagePack form) and a plain one
+    /// (`name`, `count`, `ts` or `value`) too: which form was meant is not
+    /// ours to guess (the map's name would silently win over `name`).
+    #[error("entry mixes the two forms: a hit field beside plain name/count/ts/value fields")]
+    MixedForms,
 }
 
 impl Reject {
     /// Every reason, in declaration order (e.g. to pre-register metric labels).
-    pub const ALL: [Reject; 10] = [
+    pub const ALL: [Reject; 11] = [
         Reject::MissingName,
         Reject::EmptyName,
         Reject::NameTooLong,
@@ -142,6 +152,7 @@ impl Reject {
         Reject::BadMessagePack,
         Reject::BadEntryId,
         Reject::BadValue,
+        Reject::MixedForms,
     ];
 
     /// Stable snake_case label, e.g. `"name_too_long"`; part of the metrics
@@ -158,6 +169,7 @@ impl Reject {
             Reject::BadMessagePack => "bad_msgpack",
             Reject::BadEntryId => "bad_entry_id",
             Reject::BadValue => "bad_value",
+            Reject::MixedForms => "mixed_forms",
         }
     }
 }
@@ -192,7 +204,9 @@ where
             _ => {}
         }
     }
+    let plain_too = name.is_some() || count.is_some() || ts.is_some() || value.is_some();
     let (name, count, ts_ms, value) = match hit {
+        Some(_) if plain_too => return Err(Reject::MixedForms),
         Some(packed) => decode_msgpack(packed)?,
         None => {
             let name = check_name(name.ok_or(Reject::MissingName)?)?;
@@ -433,6 +447,40 @@ mod tests {
         assert_eq!(plain(&[("name", b"a"), ("ts", b"0")]).unwrap().ts_ms, 0);
     }
 
+    /// A `hit` field beside a plain hit field: neither form wins silently
+    /// (before, the map's name won over `name`, and a plain entry with a
+    /// stray `hit` field was refused as `bad_msgpack`).
+    #[test]
+    fn mixed_forms() {
+        let e = encode("a", 2, None);
+        for plain_field in ["name", "count", "ts", "value"] {
+            let fields: [(&[u8], &[u8]); 2] = [(plain_field.as_bytes(), b"3"), (b"hit", &e)];
+            assert_eq!(decode(ID, fields), Err(Reject::MixedForms), "{plain_field}");
+            let fields: [(&[u8], &[u8]); 2] = [(b"hit", &e), (plain_field.as_bytes(), b"3")];
+            assert_eq!(decode(ID, fields), Err(Reject::MixedForms), "{plain_field}");
+        }
+        // A plain entry with a stray `hit` field says so, not `bad_msgpack`.
+        assert_eq!(
+            plain(&[("name", b"page:home"), ("hit", b"1")]),
+            Err(Reject::MixedForms)
+        );
+        // Either form alone, with fields of neither, still counts.
+        assert_eq!(
+            plain(&[("name", b"a"), ("source", b"web")]),
+            Ok(hit("a", 1, ID_MS))
+        );
+        assert_eq!(
+            decode(ID, [(&b"hit"[..], &e[..]), (b"source", b"web")]),
+            Ok(hit("a", 2, ID_MS))
+        );
+        // The entry ID is still checked first.
+        assert_eq!(
+            decode(b"nope", [(&b"hit"[..], &e[..]), (b"name", b"a")]),
+            Err(Reject::BadEntryId)
+        );
+        assert!(Reject::MixedForms.to_string().contains("hit field"));
+    }
+
     #[test]
     fn reasons() {
         let labels: Vec<_> = Reject::ALL.iter().map(|r| r.reason()).collect();
@@ -448,7 +496,8 @@ mod tests {
                 "future_timestamp",
                 "bad_msgpack",
                 "bad_entry_id",
-                "bad_value"
+                "bad_value",
+                "mixed_forms"
             ]
         );
         assert_eq!(

@@ -185,9 +185,10 @@ mod tests {
         m.extend_from_slice(&mp_str("name"));
         m.extend_from_slice(&mp_str("k"));
         assert_eq!(packed(&m), Ok(hit("k", 1, ID_MS)));
-        // Other fields beside `hit` are ignored, plain ones included.
+        // Other fields beside `hit` are ignored (a plain hit field beside
+        // it refuses the entry: see `mixed_forms`).
         let e = encode("a", 2, None);
-        let fields: [(&[u8], &[u8]); 3] = [(b"name", b"plain"), (b"hit", &e), (b"count", b"9")];
+        let fields: [(&[u8], &[u8]); 3] = [(b"source", b"web"), (b"hit", &e), (b"x", b"9")];
         assert_eq!(decode(ID, fields), Ok(hit("a", 2, ID_MS)));
         // Last duplicate key wins.
         assert_eq!(

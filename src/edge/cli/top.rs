@@ -22,8 +22,10 @@ pub struct Args {
     /// Precision in seconds (one of the configured precisions).
     #[arg(long, short, default_value_t = 3600)]
     precision: u32,
-    /// The bucket holding this unix time (default: now, the current bucket).
-    #[arg(long)]
+    /// The bucket's start in unix seconds (default: the current bucket): a
+    /// multiple of the precision, not after now and not older than the
+    /// precision keeps (SAMPLES × PRECISION seconds).
+    #[arg(long, value_parser = crate::model::config::ranged::<i64>(0, super::MAX_UNIX_SECONDS as i128))]
     bucket: Option<i64>,
     /// How many names to print, 1 to 1000.
     #[arg(long, default_value_t = 10,
@@ -34,7 +36,15 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    pub(super) common: Common,
+    pub(super) common: super::Pick<Common, Uses>,
+}
+
+/// The settings of [`Common`] `top` shows: the counters' keys, precisions and how long they are kept.
+pub(super) struct Uses;
+
+impl super::Uses for Uses {
+    const SHOWN: &'static [&'static str] = &["url", "cluster", "ca", "cert", "key", "prefix", "precisions", "samples"];
+    const HIDDEN: &'static [&'static str] = &["stream", "group", "dead_stream", "shards"];
 }
 
 /// `--json`: the fields of `/api/v1/top`'s answer, in its order, with `by`.
@@ -58,13 +68,45 @@ fn parse_by(text: &str) -> Result<By, String> {
     text.parse()
 }
 
+/// `bucket` if it is the start of a bucket of `precision` that is kept
+/// (`samples` of them, the current one the last) at `now` (unix seconds);
+/// else why not, with the bucket to ask for instead.
+fn check_bucket(bucket: i64, precision: u32, samples: u32, now: i64) -> Result<i64, String> {
+    let p = i64::from(precision);
+    let current = bucket_start(now, precision);
+    let start = bucket_start(bucket, precision);
+    if start != bucket {
+        return Err(format!(
+            "{bucket} is not the start of a {p} s bucket: the bucket holding it starts at {start}"
+        ));
+    }
+    if bucket > current {
+        return Err(format!(
+            "{bucket} is after now: the current {p} s bucket starts at {current}"
+        ));
+    }
+    let oldest = i64::from(samples)
+        .checked_mul(p)
+        .and_then(|kept| current.checked_sub(kept - p))
+        .unwrap_or(i64::MIN);
+    if bucket < oldest {
+        return Err(format!(
+            "{bucket} is older than the {p} s precision keeps ({samples} samples: the oldest \
+             bucket kept starts at {oldest}; see --samples)"
+        ));
+    }
+    Ok(bucket)
+}
+
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     let precision = super::configured_precision(&args.common.layout.precisions, args.precision)?;
-    let at = args
-        .bucket
-        .unwrap_or_else(|| crate::model::clock::unix_ms().div_euclid(1000));
-    let bucket = bucket_start(at, precision);
+    let now = crate::model::clock::unix_ms().div_euclid(1000);
+    let bucket = match args.bucket {
+        None => bucket_start(now, precision),
+        Some(b) => check_bucket(b, precision, args.common.layout.samples, now)
+            .map_err(|why| anyhow::anyhow!("invalid --bucket: {why}"))?,
+    };
     let mut conn = super::connect(&args.common.redis).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);
     let ranking = query::rank(

@@ -24,11 +24,12 @@ pub struct Args {
     listen: String,
     /// Seconds without a turn of the worker loop after which /healthz fails
     /// (the loop turns at least every --block-ms plus a 10 s reply timeout,
-    /// also while Redis is down).
+    /// also while Redis is down), 1..=86400.
     #[arg(
         long = "stuck-after",
         env = "HITCOUNT_STUCK_AFTER",
-        default_value_t = 60
+        default_value_t = 60,
+        value_parser = crate::model::config::ranged::<u64>(1, 86_400)
     )]
     stuck_after_secs: u64,
 }

@@ -33,8 +33,17 @@ pub struct Args {
 pub(super) struct Uses;
 
 impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] = &["url", "cluster", "ca", "cert", "key", "prefix", "precisions"];
-    const HIDDEN: &'static [&'static str] = &["samples", "stream", "group", "dead_stream", "shards"];
+    const SHOWN: &'static [&'static str] = &[
+        "url",
+        "cluster",
+        "ca",
+        "cert",
+        "key",
+        "prefix",
+        "precisions",
+    ];
+    const HIDDEN: &'static [&'static str] =
+        &["samples", "stream", "group", "dead_stream", "shards"];
 }
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {

@@ -117,11 +117,12 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let matches = cmd
-        .try_get_matches_from_mut(args)
-        .map_err(|e| match settings::refused_setting(e, &cmd, &text) {
-            Ok(line) => Refused::Setting(line),
-            Err(e) => Refused::Usage(e),
+    let matches =
+        cmd.try_get_matches_from_mut(args).map_err(|e| {
+            match settings::refused_setting(e, &cmd, &text) {
+                Ok(line) => Refused::Setting(line),
+                Err(e) => Refused::Usage(e),
+            }
         })?;
     Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))
 }
@@ -393,7 +394,12 @@ mod tests {
     /// The comma-separated default `--help` shows is the one the code uses.
     #[test]
     fn the_precisions_default_flag_is_the_default_precisions() {
-        let cli = Cli::try_parse_from(["hitcount", "get", "x", "-p", "60"]).unwrap();
+        let cli = parse(
+            ["hitcount", "get", "x", "-p", "60"]
+                .map(Into::into)
+                .to_vec(),
+        )
+        .unwrap();
         let Command::Get(get) = cli.command else {
             panic!("not get");
         };
@@ -401,6 +407,34 @@ mod tests {
             get.common.layout.precisions,
             crate::model::config::DEFAULT_PRECISIONS
         );
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        settings::negative_numbers_are_values(Cli::command()).debug_assert();
+    }
+
+    /// Each command that takes [`Common`] accepts every shared setting
+    /// (shown or not) and no other: one deployment's settings fit them all.
+    #[test]
+    fn every_command_accepts_the_shared_settings() {
+        fn accepted<S: Uses>() -> Vec<&'static str> {
+            let mut all: Vec<_> = S::SHOWN.iter().chain(S::HIDDEN).copied().collect();
+            all.sort_unstable();
+            all
+        }
+        let mut shared = SHARED.to_vec();
+        shared.sort_unstable();
+        for (name, uses) in [
+            ("hit", accepted::<hit::Uses>()),
+            ("load", accepted::<load::Uses>()),
+            ("get", accepted::<get::Uses>()),
+            ("top", accepted::<top::Uses>()),
+            ("clean", accepted::<clean::Uses>()),
+            ("status", accepted::<status::Uses>()),
+        ] {
+            assert_eq!(uses, shared, "{name}");
+        }
     }
 
     #[test]

@@ -128,8 +128,15 @@ pub fn negative_numbers_are_values(cmd: Command) -> Command {
 /// `args`), the variable first: `invalid HITCOUNT_SHARDS=-1 (from the
 /// environment; the flag is --shards): -1 is not in 1..=256`. Any other
 /// error comes back as it was, for clap to report.
-pub fn refused_setting(err: clap::Error, cmd: &Command, args: &[String]) -> Result<String, clap::Error> {
-    if !matches!(err.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
+pub fn refused_setting(
+    err: clap::Error,
+    cmd: &Command,
+    args: &[String],
+) -> Result<String, clap::Error> {
+    if !matches!(
+        err.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
         return Err(err);
     }
     let (Some(ContextValue::String(arg)), Some(ContextValue::String(value))) = (
@@ -138,7 +145,11 @@ pub fn refused_setting(err: clap::Error, cmd: &Command, args: &[String]) -> Resu
     ) else {
         return Err(err);
     };
-    let flag = arg.split_whitespace().next().unwrap_or_default().to_string();
+    let flag = arg
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
     let value = value.clone();
     let Some(long) = flag.strip_prefix("--") else {
         return Err(err);
@@ -157,9 +168,14 @@ pub fn refused_setting(err: clap::Error, cmd: &Command, args: &[String]) -> Resu
     else {
         return Err(err);
     };
-    let reason = match (std::error::Error::source(&err), err.get(ContextKind::ValidValue)) {
+    let reason = match (
+        std::error::Error::source(&err),
+        err.get(ContextKind::ValidValue),
+    ) {
         (Some(source), _) => source.to_string(),
-        (None, Some(ContextValue::Strings(valid))) => format!("must be one of {}", valid.join(", ")),
+        (None, Some(ContextValue::Strings(valid))) => {
+            format!("must be one of {}", valid.join(", "))
+        }
         _ => "not accepted".to_string(),
     };
     let given = args

@@ -28,7 +28,18 @@ impl super::Uses for LeaderUses {
 pub(super) struct Uses;
 
 impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] = &["url", "cluster", "ca", "cert", "key", "prefix", "stream", "group", "dead_stream", "shards"];
+    const SHOWN: &'static [&'static str] = &[
+        "url",
+        "cluster",
+        "ca",
+        "cert",
+        "key",
+        "prefix",
+        "stream",
+        "group",
+        "dead_stream",
+        "shards",
+    ];
     const HIDDEN: &'static [&'static str] = &["precisions", "samples"];
 }
 

@@ -43,7 +43,16 @@ pub struct Args {
 pub(super) struct Uses;
 
 impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] = &["url", "cluster", "ca", "cert", "key", "prefix", "precisions", "samples"];
+    const SHOWN: &'static [&'static str] = &[
+        "url",
+        "cluster",
+        "ca",
+        "cert",
+        "key",
+        "prefix",
+        "precisions",
+        "samples",
+    ];
     const HIDDEN: &'static [&'static str] = &["stream", "group", "dead_stream", "shards"];
 }
 

@@ -62,6 +62,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let consumer = settings.worker.consumer_name();
     settings.worker.consumer = Some(consumer.clone());
     args.leader.validate()?;
+    if let Some(cut) = settings.worker.carry_cut() {
+        tracing::warn!("{cut}");
+    }
     let client = crate::store::connect::client(&args.common.redis)?;
     let (trigger, shutdown) = crate::model::shutdown::channel();
     // Stopped once the worker has finished its window: the lease is released

@@ -55,9 +55,9 @@ mod worker;
 
 pub use connection::{redact_url, ClusterMode, RedisArgs, DEFAULT_CLUSTER, DEFAULT_REDIS_URL};
 pub use layout::{
-    parse_precisions, LayoutArgs, MAX_PRECISION, MAX_SAMPLES, StreamArgs, DEFAULT_DEAD_MAXLEN, DEFAULT_DEAD_STREAM, DEFAULT_GROUP,
-    DEFAULT_PRECISIONS, DEFAULT_PRECISIONS_FLAG, DEFAULT_PREFIX, DEFAULT_SAMPLES, DEFAULT_SHARDS,
-    DEFAULT_STREAM, MAX_SHARDS,
+    parse_precisions, LayoutArgs, StreamArgs, DEFAULT_DEAD_MAXLEN, DEFAULT_DEAD_STREAM,
+    DEFAULT_GROUP, DEFAULT_PRECISIONS, DEFAULT_PRECISIONS_FLAG, DEFAULT_PREFIX, DEFAULT_SAMPLES,
+    DEFAULT_SHARDS, DEFAULT_STREAM, MAX_PRECISION, MAX_SAMPLES, MAX_SHARDS,
 };
 pub use leader::{LeaderArgs, DEFAULT_CLEAN_INTERVAL_SECS, DEFAULT_LEADER_KEY, DEFAULT_LEASE_MS};
 pub use worker::{
@@ -110,4 +110,24 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ranged;
+
+    #[test]
+    fn ranged_values_name_their_range() {
+        let shards = ranged::<u32>(1, 256);
+        assert_eq!(shards("16"), Ok(16));
+        assert_eq!(shards(" 256 "), Ok(256));
+        assert_eq!(shards("-1").unwrap_err(), "-1 is not in 1..=256");
+        assert_eq!(shards("0").unwrap_err(), "0 is not in 1..=256");
+        assert_eq!(
+            shards("1e3").unwrap_err(),
+            "`1e3` is not a whole number in 1..=256"
+        );
+        let huge = ranged::<u64>(0, 3_600_000);
+        assert!(huge("99999999999999999999999999").is_err());
+    }
 }

@@ -124,8 +124,8 @@ pub struct WorkerArgs {
     /// sum that comes of age when the rest of the stream would be read
     /// within as long again waits for the head, at most that long more; at
     /// the stream's head and at shutdown they are applied at once. 0 applies
-    /// every window whole; at most 3600000, and at most a quarter of
-    /// --claim-idle-ms (more is refused).
+    /// every window whole; at most 3600000. A wait longer than a quarter of
+    /// --claim-idle-ms is cut to that quarter, with a warning at start.
     #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", default_value_t = DEFAULT_CARRY_MS,
           value_parser = ranged::<u64>(0, 3_600_000))]
     pub carry_ms: u64,
@@ -278,18 +278,6 @@ impl WorkerArgs {
                 reason: "must not have leading or trailing spaces or control characters".into(),
             });
         }
-        if self.carry_ms > self.claim_idle_ms / 4 {
-            return Err(ConfigError::Invalid {
-                setting: "--carry-ms / HITCOUNT_CARRY_MS",
-                reason: format!(
-                    "{} ms is more than a quarter of --claim-idle-ms ({} ms): other workers \
-                     would finish the carried windows first; at most {} ms",
-                    self.carry_ms,
-                    self.claim_idle_ms,
-                    self.claim_idle_ms / 4
-                ),
-            });
-        }
         if self.max_deliveries == 0 {
             return Err(ConfigError::Invalid {
                 setting: "--max-deliveries / HITCOUNT_MAX_DELIVERIES",
@@ -297,6 +285,20 @@ impl WorkerArgs {
             });
         }
         Ok(())
+    }
+
+    /// When `--carry-ms` is longer than [`Self::carry_age`] lets cells wait
+    /// (a quarter of `--claim-idle-ms`), what to warn of at start.
+    pub fn carry_cut(&self) -> Option<String> {
+        let quarter = self.claim_idle_ms / 4;
+        (self.carry_cells > 0 && self.carry_ms > quarter).then(|| {
+            format!(
+                "--carry-ms / HITCOUNT_CARRY_MS is {} ms, more than a quarter of \
+                 --claim-idle-ms ({} ms): cells wait at most {quarter} ms (other workers \
+                 finish windows recorded longer ago than that)",
+                self.carry_ms, self.claim_idle_ms
+            )
+        })
     }
 
     /// `shutdown_timeout_secs` as a duration.

@@ -5,15 +5,24 @@
 //! its range; unrelated `HITCOUNT_*` variables of a deployment never make a
 //! command fail.
 
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 
 use std::time::Duration;
 
 use crate::common::bin::{hitcount, wait_for, Child};
 use crate::common::{server, unix_now};
 
+/// What a finished run printed, and its exit code.
+struct Output {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
 /// `hitcount ARGS` with `env`, pointed at a Redis that is not there (a free
-/// port) unless `env` names one; its output.
+/// port) unless `env` names one; its output. A run that has not ended
+/// within a minute is killed and fails the test (a command that should
+/// have refused its settings at once would run on).
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = hitcount();
     cmd.env(
@@ -29,11 +38,22 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().expect("running hitcount")
+    let mut child = Child::spawn("hitcount", cmd);
+    let status = child.wait(Duration::from_secs(60));
+    let (stdout, stderr) = (child.stdout(), child.stderr());
+    child.kill();
+    let Some(status) = status else {
+        panic!("{args:?} {env:?} still running after a minute:\n{stderr}");
+    };
+    Output {
+        code: status.code(),
+        stdout,
+        stderr,
+    }
 }
 
 fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    o.stderr.clone()
 }
 
 /// The first line of stderr that says something.
@@ -50,7 +70,7 @@ fn first_line(o: &Output) -> String {
 fn refused(args: &[&str], env: &[(&str, &str)], code: i32, words: &[&str]) {
     let o = run(args, env);
     let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(code), "{args:?} {env:?}: exit\n{err}");
+    assert_eq!(o.code, Some(code), "{args:?} {env:?}: exit\n{err}");
     let line = first_line(&o);
     for w in words {
         assert!(line.contains(w), "{args:?} {env:?}: names {w:?}\n{err}");
@@ -275,7 +295,7 @@ fn settings_from_the_environment_are_named_by_their_variable() {
 /// Newcomer finding 10: each command's help shows the settings it uses.
 #[test]
 fn each_command_shows_the_settings_it_uses() {
-    let help = |args: &[&str]| String::from_utf8(run(args, &[]).stdout).unwrap();
+    let help = |args: &[&str]| run(args, &[]).stdout;
     let hit = help(&["hit", "--help"]);
     for worker_only in [
         "--dead-maxlen",
@@ -336,12 +356,12 @@ fn unrelated_variables_are_ignored() {
         &["load", "--hits", "10", "--names", "2"],
     ] {
         let o = run(args, &worker_only);
-        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert_eq!(o.code, Some(0), "{args:?}: {}", stderr(&o));
     }
     let lease = [("REDIS_URL", url.as_str()), ("HITCOUNT_LEASE_MS", "0")];
     let o = run(&["status"], &lease);
     assert!(
-        o.status.success(),
+        o.code == Some(0),
         "status ignores the lease: {}",
         stderr(&o)
     );
@@ -350,10 +370,10 @@ fn unrelated_variables_are_ignored() {
         &["hit", "page:y", "--stream", "other", "--shards", "1"],
         &[("REDIS_URL", url.as_str()), ("HITCOUNT_PREFIX", "app:")],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(o.code, Some(0), "{}", stderr(&o));
     let o = run(
         &["clean", "--once", "--lease-ms", "5000", "--wait", "0"],
         &[("REDIS_URL", url.as_str())],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(o.code, Some(0), "{}", stderr(&o));
 }

@@ -2,13 +2,13 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use hitcount::edge::cli::{Cli, LogFormat};
+use hitcount::edge::cli::{LogFormat, Refused};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match hitcount::edge::cli::parse(std::env::args_os().collect()) {
         Ok(cli) => cli,
-        Err(e) => return usage_error(e),
+        Err(Refused::Usage(e)) => return usage_error(e),
+        Err(Refused::Setting(line)) => return setting_error(&line),
     };
     let format = cli.log_format;
     hitcount::edge::cli::init_tracing(format, cli.default_log_level());
@@ -56,6 +56,18 @@ fn usage_error(e: clap::Error) -> ExitCode {
         "invalid command line"
     );
     ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+}
+
+/// Reports a setting refused while parsing in one line, as every other
+/// configuration error is reported (exit 1).
+fn setting_error(line: &str) -> ExitCode {
+    if json_requested() {
+        hitcount::edge::cli::init_tracing(LogFormat::Json, "warn");
+        tracing::error!(error = line, "hitcount failed");
+    } else {
+        eprintln!("hitcount: {line}");
+    }
+    ExitCode::FAILURE
 }
 
 /// Whether JSON logs were asked for, read from the raw command line and the

@@ -266,22 +266,25 @@ async fn top_ranks_only_buckets_that_are_kept() {
         ),
         (
             format!("precision=60&bucket={}", i64::MIN + 8),
-            "older than precision 60 keeps",
+            "older than the 60 s precision keeps",
         ),
         (format!("bucket={}", i64::MAX), "multiple of 3600"),
         ("bucket=-1".into(), "multiple of 3600"),
-        ("bucket=-3600".into(), "older than precision 3600 keeps"),
-        ("bucket=0".into(), "older than precision 3600 keeps"),
-        ("bucket=9999999999997200".into(), "after the current"),
-        (format!("bucket={}", hour + 3600), "after the current"),
+        (
+            "bucket=-3600".into(),
+            "older than the 3600 s precision keeps",
+        ),
+        ("bucket=0".into(), "older than the 3600 s precision keeps"),
+        ("bucket=9999999999997200".into(), "after now"),
+        (format!("bucket={}", hour + 3600), "after now"),
         (format!("bucket={}", hour + 17), "multiple of 3600"),
         (
             format!("bucket={}", hour - 121 * 3600),
-            "older than precision 3600 keeps",
+            "older than the 3600 s precision keeps",
         ),
         (
             format!("precision=60&bucket={}", minute - 125 * 60),
-            "older than precision 60 keeps",
+            "older than the 60 s precision keeps",
         ),
         ("precision=7".into(), "precision must be one of"),
     ];

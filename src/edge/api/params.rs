@@ -121,11 +121,13 @@ pub fn bucket_start(t: i64, precision: u32) -> Option<i64> {
     t.div_euclid(p).checked_mul(p)
 }
 
-/// The bucket `/api/v1/top` ranks: the current one (holding `now`) unless
-/// `asked`, which must start a bucket of `precision`, not after the
-/// current one and not before the oldest that `samples` buckets keep (the
-/// cleaner removes those). Every step is checked arithmetic: no value can
-/// wrap into another bucket.
+/// The bucket `top` ranks (the API's and the CLI's alike): the current one
+/// (holding `now`) unless `asked`, which must start a bucket of `precision`,
+/// not after the current one and not before the oldest of the `samples`
+/// buckets a counter keeps (the cleaner removes a bucket that starts at or
+/// before `now - samples × precision`). Every step is checked arithmetic: no
+/// value can wrap into another bucket. The error says which rule `asked`
+/// broke and the bucket to ask for instead.
 pub fn top_bucket(
     asked: Option<i64>,
     precision: u32,
@@ -140,27 +142,26 @@ pub fn top_bucket(
     if b.rem_euclid(p) != 0 {
         let holding = b
             .checked_sub(b.rem_euclid(p))
-            .map(|s| format!(" ({s} starts the one holding it)"))
+            .map(|s| format!(": the bucket holding it starts at {s}"))
             .unwrap_or_default();
         return Err(format!(
-            "bucket must start a {precision} s bucket (a multiple of {precision}), not `{b}`{holding}"
+            "{b} is not the start of a {p} s bucket (a multiple of {p}){holding}"
         ));
     }
     if b > current {
         return Err(format!(
-            "bucket {b} is after the current {precision} s bucket ({current})"
+            "{b} is after now: the current {p} s bucket starts at {current}"
         ));
     }
-    // The cleaner keeps samples at or after now - samples × precision.
     let oldest = i64::from(samples)
-        .checked_mul(p)
-        .and_then(|span| now.checked_sub(span))
-        .and_then(|cut| bucket_start(cut, precision))
+        .checked_sub(1)
+        .and_then(|older| older.checked_mul(p))
+        .and_then(|span| current.checked_sub(span))
         .unwrap_or(i64::MIN);
     if b < oldest {
         return Err(format!(
-            "bucket {b} is older than precision {precision} keeps: its {samples} samples \
-             (--samples / HITCOUNT_SAMPLES) go back to {oldest}"
+            "{b} is older than the {p} s precision keeps ({samples} samples, \
+             --samples / HITCOUNT_SAMPLES: the oldest bucket kept starts at {oldest})"
         ));
     }
     Ok(b)
@@ -223,13 +224,13 @@ mod tests {
             Ok(1_699_992_900)
         );
         let refused = |b: i64| top_bucket(Some(b), 60, 120, now).unwrap_err();
-        assert!(refused(1_700_000_059).contains("1700000040 starts"));
-        assert!(refused(1_700_000_100).contains("after the current"));
-        assert!(refused(1_700_000_040 - 121 * 60).contains("older than precision 60 keeps"));
+        assert!(refused(1_700_000_059).contains("starts at 1700000040"));
+        assert!(refused(1_700_000_100).contains("after now"));
+        assert!(refused(1_700_000_040 - 121 * 60).contains("older than the 60 s precision keeps"));
         assert!(refused(-60).contains("older"));
         assert!(refused(-1).contains("multiple of 60"));
         // No wrap at either end of i64.
-        assert!(!refused(i64::MIN).contains("starts"));
+        assert!(!refused(i64::MIN).contains("starts at"));
         assert!(refused(i64::MIN + 8).contains("older"));
         assert!(refused(i64::MAX).contains("multiple"));
         assert!(top_bucket(Some(0), 60, u32::MAX, now).is_ok());

@@ -23,15 +23,44 @@ pub struct Args {
     /// Seconds to wait for the lease while a worker holds it (0 to 3600):
     /// for a leader that died or stopped to let it lapse. A live leader,
     /// seen renewing it (within a third of the lease), is reported at once.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    #[arg(long, default_value_t = 30, value_parser = crate::model::config::ranged::<u64>(0, 3600))]
     wait: u64,
     /// Print the outcome as JSON.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    pub(super) common: Common,
+    pub(super) common: super::Pick<Common, Uses>,
     #[command(flatten)]
-    leader: LeaderArgs,
+    leader: super::Pick<LeaderArgs, LeaderUses>,
+}
+
+/// Of the leader's settings `clean` needs the lease (key and length), and
+/// the cleaner's interval to say when a live leader passes next.
+pub(super) struct LeaderUses;
+
+impl super::Uses for LeaderUses {
+    const SHOWN: &'static [&'static str] = &["leader_key", "lease_ms", "clean_interval_secs"];
+}
+
+/// The settings of [`Common`] `clean` shows: it cleans the counters and trims the stream.
+pub(super) struct Uses;
+
+impl super::Uses for Uses {
+    const SHOWN: &'static [&'static str] = &[
+        "url",
+        "cluster",
+        "ca",
+        "cert",
+        "key",
+        "prefix",
+        "precisions",
+        "samples",
+        "stream",
+        "group",
+        "dead_stream",
+        "shards",
+    ];
+    const HIDDEN: &'static [&'static str] = &[];
 }
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {

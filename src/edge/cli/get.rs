@@ -9,10 +9,11 @@ use crate::store::{counters, stats_query};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Counter name.
+    /// Counter name (1 to 4096 bytes).
+    #[arg(value_parser = super::parse_counter_name)]
     name: String,
     /// Precision in seconds (one of the configured precisions).
-    #[arg(long, short)]
+    #[arg(long, short, value_parser = crate::model::config::ranged::<u32>(1, crate::model::config::MAX_PRECISION.into()))]
     precision: u32,
     /// Print the statistics of the values sent with the hits (the `value`
     /// field) instead of the counts: per bucket count, mean, min, max,
@@ -25,7 +26,24 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    pub(super) common: Common,
+    pub(super) common: super::Pick<Common, Uses>,
+}
+
+/// The settings of [`Common`] `get` shows: the counters' keys and precisions.
+pub(super) struct Uses;
+
+impl super::Uses for Uses {
+    const SHOWN: &'static [&'static str] = &[
+        "url",
+        "cluster",
+        "ca",
+        "cert",
+        "key",
+        "prefix",
+        "precisions",
+    ];
+    const HIDDEN: &'static [&'static str] =
+        &["samples", "stream", "group", "dead_stream", "shards"];
 }
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {

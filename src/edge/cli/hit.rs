@@ -17,7 +17,8 @@ pub struct Args {
     count: i64,
     /// Time of the hit in unix seconds (default: when Redis receives it).
     /// At most a day ahead, and recent enough to be kept at some precision
-    /// (within SAMPLES × the largest precision: 120 days by default).
+    /// (within HITCOUNT_SAMPLES × the largest of HITCOUNT_PRECISIONS: 120
+    /// days by default).
     #[arg(long, value_parser = super::parse_unix_seconds, allow_negative_numbers = true)]
     at: Option<f64>,
     /// A measured value this hit carries (e.g. a response time in ms):
@@ -26,7 +27,17 @@ pub struct Args {
     #[arg(long, value_parser = parse_value, allow_negative_numbers = true)]
     value: Option<f64>,
     #[command(flatten)]
-    pub(super) common: Common,
+    pub(super) common: super::Pick<Common, Uses>,
+}
+
+/// The settings of [`Common`] `hit` shows: it checks `--at` against the workers' layout and its stream against theirs with the others.
+pub(super) struct Uses;
+
+impl super::Uses for Uses {
+    const SHOWN: &'static [&'static str] =
+        &["url", "cluster", "ca", "cert", "key", "stream", "shards"];
+    const HIDDEN: &'static [&'static str] =
+        &["prefix", "precisions", "samples", "group", "dead_stream"];
 }
 
 /// A `--value` as the worker accepts it (see [`crate::model::event`]).
@@ -45,9 +56,12 @@ fn parse_value(text: &str) -> Result<f64, String> {
 /// [`crate::model::aggregate::Window::add`]): `None` when it counts somewhere.
 fn refuse_at(ts: f64, now_ms: i64, precisions: &[u32], samples: u32) -> Option<String> {
     let ts_ms = (ts * 1000.0).floor() as i64;
-    if ts_ms > now_ms.saturating_add(crate::model::event::MAX_FUTURE_MS) {
+    let latest_ms = now_ms.saturating_add(crate::model::event::MAX_FUTURE_MS);
+    if ts_ms > latest_ms {
         return Some(format!(
-            "invalid --at: {ts} is more than a day ahead of now ({}); the worker would dead-letter it",
+            "invalid --at: {ts} is more than a day ahead of now; it must be at most {} \
+             (now {}); the worker would dead-letter it",
+            latest_ms / 1000,
             now_ms / 1000
         ));
     }

@@ -36,7 +36,17 @@ pub struct Args {
     #[arg(long)]
     values: bool,
     #[command(flatten)]
-    pub(super) common: Common,
+    pub(super) common: super::Pick<Common, Uses>,
+}
+
+/// The settings of [`Common`] `load` shows: it checks its stream against the workers' with the others.
+pub(super) struct Uses;
+
+impl super::Uses for Uses {
+    const SHOWN: &'static [&'static str] =
+        &["url", "cluster", "ca", "cert", "key", "stream", "shards"];
+    const HIDDEN: &'static [&'static str] =
+        &["prefix", "precisions", "samples", "group", "dead_stream"];
 }
 
 /// What a load run sent.

@@ -3,7 +3,7 @@
 
 use std::io::Write as _;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 
 use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 
@@ -24,9 +24,12 @@ mod hit;
 mod load;
 mod reach;
 mod serve;
+mod settings;
 mod status;
 mod top;
 mod worker;
+
+pub use settings::{Pick, Uses};
 
 pub use reach::{
     cause, check_stream, checked_producer, connect, connect_single, one_line, redis_error,
@@ -46,40 +49,89 @@ pub struct Cli {
     command: Command,
 }
 
-/// Log output formats.
+/// Log output formats: `text`, human-readable lines, or `json`, one JSON
+/// object per line. (The variants carry no doc comment, so that `--help`
+/// lists them on one line.)
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
-    /// Human-readable lines.
+    #[allow(missing_docs)]
     Text,
-    /// One JSON object per line.
+    #[allow(missing_docs)]
     Json,
 }
 
+// Each usage line is written out: clap's own would list every setting a
+// deployment's environment sets (`--redis-url <URL>` from REDIS_URL) as if
+// the command required it.
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a worker: read the stream as one consumer of the group, count.
+    #[command(override_usage = "hitcount worker [OPTIONS]")]
     Worker(worker::Args),
     /// Send one hit event.
+    #[command(override_usage = "hitcount hit [OPTIONS] <NAME>")]
     Hit(hit::Args),
     /// Generate load: send many hit events in pipelines.
+    #[command(override_usage = "hitcount load [OPTIONS] --hits <HITS>")]
     Load(load::Args),
     /// Print a counter's samples (or, with --stats, its statistics), oldest first.
+    #[command(override_usage = "hitcount get [OPTIONS] --precision <PRECISION> <NAME>")]
     Get(get::Args),
     /// Rank the names of the current bucket by count, or by mean value.
+    #[command(override_usage = "hitcount top [OPTIONS]")]
     Top(top::Args),
     /// Run one cleaner pass and one stream trim now, under the leader lease.
+    #[command(override_usage = "hitcount clean [OPTIONS] --once")]
     Clean(clean::Args),
     /// Serve the dashboard (/) and the read-only JSON query API (/api/v1/).
+    #[command(override_usage = "hitcount serve [OPTIONS]")]
     Serve(serve::Args),
     /// Show the stream, its groups, the leader and the last cleaner pass.
+    #[command(override_usage = "hitcount status [OPTIONS]")]
     Status(status::Args),
     /// Run the whole flow on a throwaway Redis: workers, load, counters.
+    #[command(override_usage = "hitcount demo [OPTIONS]")]
     Demo(demo::Args),
     /// Measure throughput against what Redis can deliver, and print a table.
+    #[command(override_usage = "hitcount bench [OPTIONS]")]
     Bench(bench::Args),
 }
 
-/// Settings shared by the commands that read or write counters.
+/// Why a command line was not taken.
+#[derive(Debug)]
+pub enum Refused {
+    /// A usage error (or `--help`, `--version`), for clap to print: exit 2
+    /// (0 for help and version).
+    Usage(clap::Error),
+    /// A setting of the deployment (flag or environment variable) out of its
+    /// range: one line, exit 1, as every other configuration error.
+    Setting(String),
+}
+
+/// Parses the command line `args` (the program's name first). Every
+/// argument that takes a value reads `-1` as a value, refused by its range
+/// in words, never as an unknown flag.
+pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
+    let mut cmd = settings::negative_numbers_are_values(Cli::command());
+    let text: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let matches =
+        cmd.try_get_matches_from_mut(args).map_err(|e| {
+            match settings::refused_setting(e, &cmd, &text) {
+                Ok(line) => Refused::Setting(line),
+                Err(e) => Refused::Usage(e),
+            }
+        })?;
+    Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))
+}
+
+/// Settings shared by the commands that read or write counters. The worker
+/// takes them all; every other command takes them as a [`Pick`] that
+/// shows in its help those it uses, accepts the rest of the deployment's
+/// layout and stream settings ([`SHARED`]) unshown, and leaves out the
+/// worker's own (`--quantile-precisions`, `--dead-maxlen`).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Common {
     #[command(flatten)]
@@ -89,6 +141,24 @@ pub struct Common {
     #[command(flatten)]
     pub stream: StreamArgs,
 }
+
+/// The settings of [`Common`] every command that flattens it accepts: how
+/// to reach Redis and the layout and stream settings a deployment shares
+/// (a command checks them against each other even where it uses few).
+pub const SHARED: [&str; 12] = [
+    "url",
+    "cluster",
+    "ca",
+    "cert",
+    "key",
+    "prefix",
+    "precisions",
+    "samples",
+    "stream",
+    "group",
+    "dead_stream",
+    "shards",
+];
 
 impl Common {
     /// Checks the layout and the stream names (sorting the precisions).
@@ -223,6 +293,19 @@ pub fn parse_zipf(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A counter's name to read (`get`): 1..=4096 bytes, as no other can
+/// have been counted.
+pub fn parse_counter_name(text: &str) -> Result<String, String> {
+    match text.len() {
+        0 => Err("a counter's name cannot be empty (no hit with an empty name is counted)".into()),
+        n if n > crate::model::event::MAX_NAME_BYTES => Err(format!(
+            "{n} bytes is longer than the {} bytes a counted name may have",
+            crate::model::event::MAX_NAME_BYTES
+        )),
+        _ => Ok(text.to_string()),
+    }
+}
+
 /// A hit's name as the worker accepts it: 1..=4096 bytes (longer or empty
 /// names are dead-lettered).
 pub fn parse_hit_name(text: &str) -> Result<String, String> {
@@ -236,15 +319,23 @@ pub fn parse_hit_name(text: &str) -> Result<String, String> {
     }
 }
 
-/// A time in unix seconds as the worker accepts it: finite and ≥ 0.
+/// Latest time a command line takes, in unix seconds: 9999-12-31T23:59:59Z.
+pub const MAX_UNIX_SECONDS: f64 = 253_402_300_799.0;
+
+/// A time in unix seconds as the worker accepts it: finite, ≥ 0 and at
+/// most [`MAX_UNIX_SECONDS`] (later ones are far past what it counts, and
+/// would print as hundreds of digits).
 pub fn parse_unix_seconds(text: &str) -> Result<f64, String> {
     let ts: f64 = text
+        .trim()
         .parse()
         .map_err(|_| format!("`{text}` is not a number of unix seconds"))?;
-    if ts.is_finite() && ts >= 0.0 {
+    if ts.is_finite() && (0.0..=MAX_UNIX_SECONDS).contains(&ts) {
         Ok(ts)
     } else {
-        Err("must be a finite, non-negative number of unix seconds (the worker would dead-letter it)".into())
+        Err(format!(
+            "must be unix seconds in 0..={MAX_UNIX_SECONDS} (the worker would dead-letter it)"
+        ))
     }
 }
 
@@ -303,7 +394,12 @@ mod tests {
     /// The comma-separated default `--help` shows is the one the code uses.
     #[test]
     fn the_precisions_default_flag_is_the_default_precisions() {
-        let cli = Cli::try_parse_from(["hitcount", "get", "x", "-p", "60"]).unwrap();
+        let cli = parse(
+            ["hitcount", "get", "x", "-p", "60"]
+                .map(Into::into)
+                .to_vec(),
+        )
+        .unwrap();
         let Command::Get(get) = cli.command else {
             panic!("not get");
         };
@@ -311,6 +407,34 @@ mod tests {
             get.common.layout.precisions,
             crate::model::config::DEFAULT_PRECISIONS
         );
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        settings::negative_numbers_are_values(Cli::command()).debug_assert();
+    }
+
+    /// Each command that takes [`Common`] accepts every shared setting
+    /// (shown or not) and no other: one deployment's settings fit them all.
+    #[test]
+    fn every_command_accepts_the_shared_settings() {
+        fn accepted<S: Uses>() -> Vec<&'static str> {
+            let mut all: Vec<_> = S::SHOWN.iter().chain(S::HIDDEN).copied().collect();
+            all.sort_unstable();
+            all
+        }
+        let mut shared = SHARED.to_vec();
+        shared.sort_unstable();
+        for (name, uses) in [
+            ("hit", accepted::<hit::Uses>()),
+            ("load", accepted::<load::Uses>()),
+            ("get", accepted::<get::Uses>()),
+            ("top", accepted::<top::Uses>()),
+            ("clean", accepted::<clean::Uses>()),
+            ("status", accepted::<status::Uses>()),
+        ] {
+            assert_eq!(uses, shared, "{name}");
+        }
     }
 
     #[test]

@@ -12,9 +12,35 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    pub(super) common: Common,
+    pub(super) common: super::Pick<Common, Uses>,
     #[command(flatten)]
-    leader: LeaderArgs,
+    leader: super::Pick<LeaderArgs, LeaderUses>,
+}
+
+/// Of the leader's settings `status` needs only the lease's key.
+pub(super) struct LeaderUses;
+
+impl super::Uses for LeaderUses {
+    const SHOWN: &'static [&'static str] = &["leader_key"];
+}
+
+/// The settings of [`Common`] `status` shows: the stream, its group and shards, and the keys' prefix.
+pub(super) struct Uses;
+
+impl super::Uses for Uses {
+    const SHOWN: &'static [&'static str] = &[
+        "url",
+        "cluster",
+        "ca",
+        "cert",
+        "key",
+        "prefix",
+        "stream",
+        "group",
+        "dead_stream",
+        "shards",
+    ];
+    const HIDDEN: &'static [&'static str] = &["precisions", "samples"];
 }
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {

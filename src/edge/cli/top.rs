@@ -5,7 +5,7 @@
 //! once ([`crate::store::query::rank`]); the API caches the same ranking.
 
 use super::{number, Common};
-use crate::edge::api::params::bucket_start;
+use crate::edge::api::params::top_bucket;
 use crate::model::keys::Keys;
 use crate::store::counters::format_utc;
 use crate::store::query::{self, By};
@@ -22,8 +22,10 @@ pub struct Args {
     /// Precision in seconds (one of the configured precisions).
     #[arg(long, short, default_value_t = 3600)]
     precision: u32,
-    /// The bucket holding this unix time (default: now, the current bucket).
-    #[arg(long)]
+    /// The bucket's start in unix seconds (default: the current bucket): a
+    /// multiple of the precision, not after now and not older than the
+    /// precision keeps (SAMPLES × PRECISION seconds).
+    #[arg(long, value_parser = crate::model::config::ranged::<i64>(0, super::MAX_UNIX_SECONDS as i128))]
     bucket: Option<i64>,
     /// How many names to print, 1 to 1000.
     #[arg(long, default_value_t = 10,
@@ -34,7 +36,24 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    pub(super) common: Common,
+    pub(super) common: super::Pick<Common, Uses>,
+}
+
+/// The settings of [`Common`] `top` shows: the counters' keys, precisions and how long they are kept.
+pub(super) struct Uses;
+
+impl super::Uses for Uses {
+    const SHOWN: &'static [&'static str] = &[
+        "url",
+        "cluster",
+        "ca",
+        "cert",
+        "key",
+        "prefix",
+        "precisions",
+        "samples",
+    ];
+    const HIDDEN: &'static [&'static str] = &["stream", "group", "dead_stream", "shards"];
 }
 
 /// `--json`: the fields of `/api/v1/top`'s answer, in its order, with `by`.
@@ -61,11 +80,9 @@ fn parse_by(text: &str) -> Result<By, String> {
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     let precision = super::configured_precision(&args.common.layout.precisions, args.precision)?;
-    let at = args
-        .bucket
-        .unwrap_or_else(|| crate::model::clock::unix_ms().div_euclid(1000));
-    let bucket = bucket_start(at, precision)
-        .ok_or_else(|| anyhow::anyhow!("invalid --bucket: {at} is before any bucket"))?;
+    let now = crate::model::clock::unix_ms().div_euclid(1000);
+    let bucket = top_bucket(args.bucket, precision, args.common.layout.samples, now)
+        .map_err(|why| anyhow::anyhow!("invalid --bucket: {why}"))?;
     let mut conn = super::connect(&args.common.redis).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);
     let ranking = query::rank(

@@ -24,11 +24,12 @@ pub struct Args {
     listen: String,
     /// Seconds without a turn of the worker loop after which /healthz fails
     /// (the loop turns at least every --block-ms plus a 10 s reply timeout,
-    /// also while Redis is down).
+    /// also while Redis is down), 1..=86400.
     #[arg(
         long = "stuck-after",
         env = "HITCOUNT_STUCK_AFTER",
-        default_value_t = 60
+        default_value_t = 60,
+        value_parser = crate::model::config::ranged::<u64>(1, 86_400)
     )]
     stuck_after_secs: u64,
 }
@@ -61,6 +62,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let consumer = settings.worker.consumer_name();
     settings.worker.consumer = Some(consumer.clone());
     args.leader.validate()?;
+    if let Some(cut) = settings.worker.carry_cut() {
+        tracing::warn!("{cut}");
+    }
     let client = crate::store::connect::client(&args.common.redis)?;
     let (trigger, shutdown) = crate::model::shutdown::channel();
     // Stopped once the worker has finished its window: the lease is released

@@ -11,15 +11,17 @@ pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Default cluster mode: ask the server (`cluster_enabled:1` in `INFO`).
 pub const DEFAULT_CLUSTER: ClusterMode = ClusterMode::Auto;
 
-/// Whether to talk to Redis as a cluster (`HITCOUNT_CLUSTER`).
+/// Whether to talk to Redis as a cluster (`HITCOUNT_CLUSTER`): see
+/// [`RedisArgs::cluster`]. (The variants carry no doc comment, so that
+/// `--help` lists them on one line after the flag's own text.)
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ClusterMode {
-    /// A cluster when the first node reports `cluster_enabled:1`.
+    #[allow(missing_docs)]
     #[default]
     Auto,
-    /// Always a cluster client.
+    #[allow(missing_docs)]
     On,
-    /// Always one node (a cluster's other nodes answer MOVED).
+    #[allow(missing_docs)]
     Off,
 }
 
@@ -31,8 +33,12 @@ pub struct RedisArgs {
     /// logged.
     #[arg(long = "redis-url", env = "REDIS_URL", default_value = DEFAULT_REDIS_URL, hide_env_values = true)]
     pub url: String,
-    /// Redis Cluster: auto (when the server reports cluster_enabled:1), on or
-    /// off.
+    /// Redis Cluster. `auto`: a cluster client when the URL names several
+    /// nodes or its node reports `cluster_enabled:1` (INFO), else one node;
+    /// `on`: always a cluster client; `off`: always one node (several nodes
+    /// are refused, and so is a node that is one of a cluster's several
+    /// masters, whose other keys would answer MOVED; a cluster of one
+    /// master, or a proxy, is fine).
     #[arg(long = "cluster", env = "HITCOUNT_CLUSTER", value_enum, default_value_t = DEFAULT_CLUSTER)]
     pub cluster: ClusterMode,
     /// PEM file of the CA that signed the server's certificate (rediss:// only;

@@ -5,7 +5,7 @@
 
 use clap::Args;
 
-use super::ConfigError;
+use super::{ranged, ConfigError};
 use crate::model::stats::DEFAULT_QUANTILE_PRECISIONS;
 
 /// The seeds' precisions: 1 s, 5 s, 1 min, 5 min, 1 h, 5 h, 1 day.
@@ -35,20 +35,31 @@ pub const MAX_SHARDS: u32 = 256;
 /// Default approximate cap on the dead-letter stream's length, in entries
 /// (`--dead-maxlen`, XADD MAXLEN ~).
 pub const DEFAULT_DEAD_MAXLEN: u64 = 100_000;
+/// Largest dead-letter cap (`--dead-maxlen`): far beyond any need, and the
+/// stream stays a bounded size.
+pub const MAX_DEAD_MAXLEN: u64 = 100_000_000;
+/// Largest precision, in seconds (`--precisions`): 365 days.
+pub const MAX_PRECISION: u32 = 31_536_000;
+/// Most samples kept per counter (`--samples`): a counter is one hash of at
+/// most this many fields, which the cleaner reads whole.
+pub const MAX_SAMPLES: u32 = 1_000_000;
 
 /// The counter layout: where counters live and at which precisions.
 #[derive(Args, Debug, Clone)]
 pub struct LayoutArgs {
-    /// Prefix of every counter key (`known:`, `count:*`) and of hitcount's
-    /// own bookkeeping keys, e.g. `app1:`. Empty by default.
+    /// Prefix of every key hitcount names: the counters (`known:`,
+    /// `count:*`), the statistics (`stats:known:`, `stats:*`) and its own
+    /// bookkeeping, e.g. `app1:`. Empty by default.
     #[arg(long, env = "HITCOUNT_PREFIX", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
-    /// Precisions in seconds, comma separated.
-    #[arg(long, env = "HITCOUNT_PRECISIONS", value_delimiter = ',', default_value = DEFAULT_PRECISIONS_FLAG)]
-    pub precisions: Vec<u32>,
-    /// Samples kept per counter: a sample whose bucket starts at or before
-    /// now - SAMPLES * PRECISION is cleaned (and never written).
-    #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = DEFAULT_SAMPLES)]
+    /// Precisions in seconds, comma separated (spaces allowed), each
+    /// 1..=31536000 (365 days).
+    #[arg(long, env = "HITCOUNT_PRECISIONS", value_parser = parse_precisions, default_value = DEFAULT_PRECISIONS_FLAG)]
+    pub precisions: ::std::vec::Vec<u32>,
+    /// Samples kept per counter, 1..=1000000: a sample whose bucket starts
+    /// at or before now - SAMPLES * PRECISION is cleaned (and never written).
+    #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = DEFAULT_SAMPLES,
+          value_parser = ranged::<u32>(1, MAX_SAMPLES.into()))]
     pub samples: u32,
     /// Precisions (seconds, comma separated, each one of --precisions)
     /// whose statistics of hit values keep a quantile histogram (fields
@@ -58,16 +69,26 @@ pub struct LayoutArgs {
     pub quantile_precisions: Option<::std::vec::Vec<u32>>,
 }
 
-/// A comma-separated list of precisions in seconds; empty is an empty list.
+/// A comma-separated list of precisions in seconds, each 1..=[`MAX_PRECISION`]
+/// (spaces around each allowed); empty is an empty list.
 fn parse_precision_list(text: &str) -> Result<Vec<u32>, String> {
+    let precision = ranged::<u32>(1, MAX_PRECISION.into());
     text.split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
-        .map(|p| {
-            p.parse::<u32>()
-                .map_err(|_| format!("{p:?} is not a number of seconds"))
-        })
+        .map(|p| precision(p).map_err(|e| format!("a precision in seconds: {e}")))
         .collect()
+}
+
+/// `--precisions`: [`parse_precision_list`], with at least one precision.
+pub fn parse_precisions(text: &str) -> Result<Vec<u32>, String> {
+    let list = parse_precision_list(text)?;
+    if list.is_empty() {
+        return Err(format!(
+            "at least one precision is needed: seconds, comma separated, each 1..={MAX_PRECISION}"
+        ));
+    }
+    Ok(list)
 }
 
 impl Default for LayoutArgs {
@@ -150,19 +171,22 @@ pub struct StreamArgs {
         default_value = DEFAULT_DEAD_STREAM
     )]
     pub dead_stream: String,
-    /// Approximate cap on the dead-letter stream's length (XADD MAXLEN ~).
+    /// Approximate cap on the dead-letter stream's length (XADD MAXLEN ~),
+    /// in entries, 1..=100000000.
     #[arg(
         long = "dead-maxlen",
         env = "HITCOUNT_DEAD_MAXLEN",
-        default_value_t = DEFAULT_DEAD_MAXLEN
+        default_value_t = DEFAULT_DEAD_MAXLEN,
+        value_parser = ranged::<u64>(1, MAX_DEAD_MAXLEN.into())
     )]
     pub dead_maxlen: u64,
-    /// Stream shards: with more than one, shard k of the stream is
+    /// Stream shards, 1..=256: with more than one, shard k of the stream is
     /// `STREAM:{k}` (its dead letters `DEAD_STREAM:{k}`), each with the
     /// group, and the workers share the shards through leases. Spreads the
     /// stream over the masters of a Redis Cluster; use at least 16 for 3
     /// masters.
-    #[arg(long, env = "HITCOUNT_SHARDS", default_value_t = DEFAULT_SHARDS)]
+    #[arg(long, env = "HITCOUNT_SHARDS", default_value_t = DEFAULT_SHARDS,
+          value_parser = ranged::<u32>(1, MAX_SHARDS.into()))]
     pub shards: u32,
 }
 

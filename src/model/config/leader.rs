@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::ConfigError;
+use super::{ranged, ConfigError};
 
 /// Default key of the leader lease (`--leader-key`), behind the key prefix.
 pub const DEFAULT_LEADER_KEY: &str = "hitcount:leader";
@@ -29,16 +29,20 @@ pub struct LeaderArgs {
         default_value = DEFAULT_LEADER_KEY
     )]
     pub leader_key: String,
-    /// Length of the lease in ms. The leader renews it every third of this;
-    /// if the leader dies, another worker takes over within about this long.
-    #[arg(long = "lease-ms", env = "HITCOUNT_LEASE_MS", default_value_t = DEFAULT_LEASE_MS)]
+    /// Length of the lease in ms, 300..=600000. The leader renews it every
+    /// third of this; if the leader dies, another worker takes over within
+    /// about this long.
+    #[arg(long = "lease-ms", env = "HITCOUNT_LEASE_MS", default_value_t = DEFAULT_LEASE_MS,
+          value_parser = ranged::<u64>(LeaderArgs::MIN_LEASE_MS.into(), 600_000))]
     pub lease_ms: u64,
-    /// Seconds between the starts of two cleaner passes (the seeds clean once
-    /// a minute); a pass longer than this is followed by a 1 s pause.
+    /// Seconds between the starts of two cleaner passes, 1..=86400 (the
+    /// seeds clean once a minute); a pass longer than this is followed by a
+    /// 1 s pause.
     #[arg(
         long = "clean-interval",
         env = "HITCOUNT_CLEAN_INTERVAL",
-        default_value_t = DEFAULT_CLEAN_INTERVAL_SECS
+        default_value_t = DEFAULT_CLEAN_INTERVAL_SECS,
+        value_parser = ranged::<u64>(1, 86_400)
     )]
     pub clean_interval_secs: u64,
 }

@@ -55,9 +55,9 @@ mod worker;
 
 pub use connection::{redact_url, ClusterMode, RedisArgs, DEFAULT_CLUSTER, DEFAULT_REDIS_URL};
 pub use layout::{
-    LayoutArgs, StreamArgs, DEFAULT_DEAD_MAXLEN, DEFAULT_DEAD_STREAM, DEFAULT_GROUP,
-    DEFAULT_PRECISIONS, DEFAULT_PRECISIONS_FLAG, DEFAULT_PREFIX, DEFAULT_SAMPLES, DEFAULT_SHARDS,
-    DEFAULT_STREAM, MAX_SHARDS,
+    parse_precisions, LayoutArgs, StreamArgs, DEFAULT_DEAD_MAXLEN, DEFAULT_DEAD_STREAM,
+    DEFAULT_GROUP, DEFAULT_PRECISIONS, DEFAULT_PRECISIONS_FLAG, DEFAULT_PREFIX, DEFAULT_SAMPLES,
+    DEFAULT_SHARDS, DEFAULT_STREAM, MAX_PRECISION, MAX_SAMPLES, MAX_SHARDS,
 };
 pub use leader::{LeaderArgs, DEFAULT_CLEAN_INTERVAL_SECS, DEFAULT_LEADER_KEY, DEFAULT_LEASE_MS};
 pub use worker::{
@@ -66,6 +66,28 @@ pub use worker::{
     DEFAULT_WAIT_REPLICAS, DEFAULT_WINDOW_CELLS, DEFAULT_WINDOW_ENTRIES, DEFAULT_WINDOW_MS,
     WAIT_TIMEOUT_MS,
 };
+
+/// A value parser for a whole-number setting in `lo..=hi`, for clap's
+/// `value_parser`: anything else is refused at parse time with a message
+/// naming the range (`-1 is not in 1..=256`), so a setting's range is
+/// stated once, where the setting is. Spaces around the number are ignored.
+/// (A leading `-` reaches it as a value, not a flag: see
+/// `allow_negative_numbers` on the command line.)
+pub fn ranged<T>(
+    lo: i128,
+    hi: i128,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: TryFrom<i128> + Clone + Send + Sync + 'static,
+{
+    move |text: &str| match text.trim().parse::<i128>() {
+        Ok(n) if (lo..=hi).contains(&n) => {
+            T::try_from(n).map_err(|_| format!("{n} is not in {lo}..={hi}"))
+        }
+        Ok(n) => Err(format!("{n} is not in {lo}..={hi}")),
+        Err(_) => Err(format!("`{text}` is not a whole number in {lo}..={hi}")),
+    }
+}
 
 /// Errors in the configuration: fatal, reported at start-up.
 #[derive(Debug, thiserror::Error)]
@@ -88,4 +110,24 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ranged;
+
+    #[test]
+    fn ranged_values_name_their_range() {
+        let shards = ranged::<u32>(1, 256);
+        assert_eq!(shards("16"), Ok(16));
+        assert_eq!(shards(" 256 "), Ok(256));
+        assert_eq!(shards("-1").unwrap_err(), "-1 is not in 1..=256");
+        assert_eq!(shards("0").unwrap_err(), "0 is not in 1..=256");
+        assert_eq!(
+            shards("1e3").unwrap_err(),
+            "`1e3` is not a whole number in 1..=256"
+        );
+        let huge = ranged::<u64>(0, 3_600_000);
+        assert!(huge("99999999999999999999999999").is_err());
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::ConfigError;
+use super::{ranged, ConfigError};
 
 /// Default entries per XREADGROUP (`--read-count`, COUNT): Redis spends about
 /// 1.4 µs per entry read, so 1000 keeps every read near 1.5 ms.
@@ -70,18 +70,21 @@ pub struct WorkerArgs {
     /// under the name of a live one is refused.
     #[arg(long, env = "HITCOUNT_CONSUMER")]
     pub consumer: Option<String>,
-    /// Entries per XREADGROUP (COUNT). Redis spends about 1.4 µs per entry
-    /// read, so 1000 keeps every read near 1.5 ms.
+    /// Entries per XREADGROUP (COUNT), 1..=5000. Redis spends about 1.4 µs
+    /// per entry read, so 1000 keeps every read near 1.5 ms.
     #[arg(
         long = "read-count",
         env = "HITCOUNT_READ_COUNT",
-        default_value_t = DEFAULT_READ_COUNT
+        default_value_t = DEFAULT_READ_COUNT,
+        value_parser = ranged::<usize>(1, 5000)
     )]
     pub read_count: usize,
-    /// Longest wait for new entries when idle (XREADGROUP BLOCK), in ms.
-    #[arg(long = "block-ms", env = "HITCOUNT_BLOCK_MS", default_value_t = DEFAULT_BLOCK_MS)]
+    /// Longest wait for new entries when idle (XREADGROUP BLOCK), in ms,
+    /// 1..=300000 (Redis reads 0 as "for ever").
+    #[arg(long = "block-ms", env = "HITCOUNT_BLOCK_MS", default_value_t = DEFAULT_BLOCK_MS,
+          value_parser = ranged::<u64>(1, 300_000))]
     pub block_ms: u64,
-    /// A window is applied once it holds this many entries. Each window
+    /// A window is applied once it holds this many entries (1..=10000000). Each window
     /// costs one HINCRBY per (precision, name, bucket) it touches, so on
     /// 1,000 hot names a 100,000-entry window costs ~0.07 HINCRBY per hit
     /// (the layout's floor is 7 per name per window). Windows reach it only
@@ -91,10 +94,11 @@ pub struct WorkerArgs {
     #[arg(
         long = "window-entries",
         env = "HITCOUNT_WINDOW_ENTRIES",
-        default_value_t = DEFAULT_WINDOW_ENTRIES
+        default_value_t = DEFAULT_WINDOW_ENTRIES,
+        value_parser = ranged::<usize>(1, 10_000_000)
     )]
     pub window_entries: usize,
-    /// ...or this many distinct (precision, name, bucket) cells: many names
+    /// ...or this many distinct (precision, name, bucket) cells (1..=10000000): many names
     /// (Zipf over 100,000) make cells, not entries, the bound. Larger cell
     /// windows barely cut HINCRBYs per hit there (most names of the tail
     /// appear once per window anyway) and cost ~0.5 KiB of worker memory per
@@ -103,75 +107,89 @@ pub struct WorkerArgs {
     #[arg(
         long = "window-cells",
         env = "HITCOUNT_WINDOW_CELLS",
-        default_value_t = DEFAULT_WINDOW_CELLS
+        default_value_t = DEFAULT_WINDOW_CELLS,
+        value_parser = ranged::<usize>(1, 10_000_000)
     )]
     pub window_cells: usize,
     /// ...or once its oldest entry was read this many ms ago, when the
     /// worker is at the stream's head (its last read came back short, or
     /// its entries are younger than this): the bound on how late counters
     /// are, plus one apply. While the worker is behind the window may grow
-    /// to ten times this age.
-    #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", default_value_t = DEFAULT_WINDOW_MS)]
+    /// to ten times this age. 1..=60000.
+    #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", default_value_t = DEFAULT_WINDOW_MS,
+          value_parser = ranged::<u64>(1, 60_000))]
     pub window_ms: u64,
     /// While behind, a window's count cells wait this long (ms), summed
     /// with the next windows', before they are applied (fewer HINCRBYs); a
     /// sum that comes of age when the rest of the stream would be read
     /// within as long again waits for the head, at most that long more; at
-    /// the stream's head and at shutdown they are applied at once. At most
-    /// a quarter of --claim-idle-ms; 0 applies every window whole.
-    #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", default_value_t = DEFAULT_CARRY_MS)]
+    /// the stream's head and at shutdown they are applied at once. 0 applies
+    /// every window whole; at most 3600000. A wait longer than a quarter of
+    /// --claim-idle-ms is cut to that quarter, with a warning at start.
+    #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", default_value_t = DEFAULT_CARRY_MS,
+          value_parser = ranged::<u64>(0, 3_600_000))]
     pub carry_ms: u64,
     /// The carry is applied once it sums this many distinct cells (more
     /// cells: fewer HINCRBYs on many names, more worker memory); 0 applies
-    /// every window whole. With stream shards each shard's worker sums its
+    /// every window whole; at most 100000000. With stream shards each shard's worker sums its
     /// own: on one Redis each gets an even share; on a Redis Cluster a
     /// process' shards go in together once they hold this many between
     /// them.
     #[arg(
         long = "carry-cells",
         env = "HITCOUNT_CARRY_CELLS",
-        default_value_t = DEFAULT_CARRY_CELLS
+        default_value_t = DEFAULT_CARRY_CELLS,
+        value_parser = ranged::<usize>(0, 100_000_000)
     )]
     pub carry_cells: usize,
-    /// Entries pending longer than this (ms) on another consumer are claimed.
+    /// Entries pending longer than this (ms) on another consumer are
+    /// claimed, 1000..=86400000 (under 1 s live workers would steal each
+    /// other's entries).
     #[arg(
         long = "claim-idle-ms",
         env = "HITCOUNT_CLAIM_IDLE_MS",
-        default_value_t = DEFAULT_CLAIM_IDLE_MS
+        default_value_t = DEFAULT_CLAIM_IDLE_MS,
+        value_parser = ranged::<u64>(1000, 86_400_000)
     )]
     pub claim_idle_ms: u64,
     /// An entry delivered more than this many times without being applied is
-    /// dead-lettered.
+    /// dead-lettered, 1..=1000.
     #[arg(
         long = "max-deliveries",
         env = "HITCOUNT_MAX_DELIVERIES",
-        default_value_t = DEFAULT_MAX_DELIVERIES
+        default_value_t = DEFAULT_MAX_DELIVERIES,
+        value_parser = ranged::<u32>(1, 1000)
     )]
     pub max_deliveries: u32,
-    /// Consumers idle this long (ms) that own no pending entry leave the group.
+    /// Consumers idle this long (ms) that own no pending entry leave the
+    /// group, 1000..=2592000000 (30 days).
     #[arg(
         long = "consumer-idle-ms",
         env = "HITCOUNT_CONSUMER_IDLE_MS",
-        default_value_t = DEFAULT_CONSUMER_IDLE_MS
+        default_value_t = DEFAULT_CONSUMER_IDLE_MS,
+        value_parser = ranged::<u64>(1000, 2_592_000_000)
     )]
     pub consumer_idle_ms: u64,
     /// Seconds to finish the window in flight after SIGTERM before exiting
-    /// anyway (Kubernetes' grace period is 30 s).
+    /// anyway (Kubernetes' grace period is 30 s), 0..=3600; 0 exits at once,
+    /// leaving the window's entries pending for another worker to claim.
     #[arg(
         long = "shutdown-timeout",
         env = "HITCOUNT_SHUTDOWN_TIMEOUT",
-        default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS
+        default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS,
+        value_parser = ranged::<u64>(0, 3600)
     )]
     pub shutdown_timeout_secs: u64,
     /// On a Redis Cluster, replicas that must confirm each step of a window
     /// (its commit, each apply) before the next runs (WAIT 100 ms, repeated
     /// up to 2 s while an attached replica is behind; a master with none
-    /// attached is not waited for longer); 0 does not wait. Unused on one
-    /// Redis.
+    /// attached is not waited for longer); 0 does not wait; at most 16.
+    /// Unused on one Redis.
     #[arg(
         long = "wait-replicas",
         env = "HITCOUNT_WAIT_REPLICAS",
-        default_value_t = DEFAULT_WAIT_REPLICAS
+        default_value_t = DEFAULT_WAIT_REPLICAS,
+        value_parser = ranged::<u32>(0, 16)
     )]
     pub wait_replicas: u32,
 }
@@ -267,6 +285,20 @@ impl WorkerArgs {
             });
         }
         Ok(())
+    }
+
+    /// When `--carry-ms` is longer than [`Self::carry_age`] lets cells wait
+    /// (a quarter of `--claim-idle-ms`), what to warn of at start.
+    pub fn carry_cut(&self) -> Option<String> {
+        let quarter = self.claim_idle_ms / 4;
+        (self.carry_cells > 0 && self.carry_ms > quarter).then(|| {
+            format!(
+                "--carry-ms / HITCOUNT_CARRY_MS is {} ms, more than a quarter of \
+                 --claim-idle-ms ({} ms): cells wait at most {quarter} ms (other workers \
+                 finish windows recorded longer ago than that)",
+                self.carry_ms, self.claim_idle_ms
+            )
+        })
     }
 
     /// `shutdown_timeout_secs` as a duration.

@@ -1,0 +1,189 @@
+//! How the subcommands take their settings from the groups of
+//! [`crate::model::config`]: each command defines only the settings it uses
+//! ([`Pick`]), so its `--help` shows those alone and an unrelated
+//! `HITCOUNT_*` variable of the deployment is never read; and a refused
+//! value of a setting is reported in one line naming its flag and its
+//! environment variable, the variable first when the value came from it
+//! ([`refused_setting`]).
+
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{ArgGroup, Args, Command, FromArgMatches};
+
+/// Which settings of a group a command uses, by field name (clap's id).
+pub trait Uses {
+    /// Shown in the command's help.
+    const SHOWN: &'static [&'static str];
+    /// Read (flag and environment variable) but left out of the help: the
+    /// deployment's settings a command only checks its work against, such
+    /// as the workers' key prefix and group for `hit`.
+    const HIDDEN: &'static [&'static str] = &[];
+}
+
+/// The settings group `T` as one command takes it: only the fields `S`
+/// names are defined on the command line; the others keep `T`'s defaults,
+/// and their flags and environment variables are not read at all.
+pub struct Pick<T, S> {
+    value: T,
+    uses: PhantomData<fn() -> S>,
+}
+
+impl<T: std::fmt::Debug, S> std::fmt::Debug for Pick<T, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.value.fmt(f)
+    }
+}
+
+impl<T: Clone, S> Clone for Pick<T, S> {
+    fn clone(&self) -> Self {
+        Pick {
+            value: self.value.clone(),
+            uses: PhantomData,
+        }
+    }
+}
+
+impl<T, S> Deref for Pick<T, S> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T, S> DerefMut for Pick<T, S> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
+}
+
+impl<T: Args + Default, S: Uses> Args for Pick<T, S> {
+    fn augment_args(mut cmd: Command) -> Command {
+        let all = T::augment_args(Command::new("all"));
+        for arg in all.get_arguments() {
+            let id = arg.get_id().as_str();
+            // Listed in the order the command adds them, after its own.
+            let arg = arg.clone().display_order(None);
+            if S::SHOWN.contains(&id) {
+                cmd = cmd.arg(arg);
+            } else if S::HIDDEN.contains(&id) {
+                cmd = cmd.arg(arg.hide(true));
+            } else {
+                // `T`'s derived update asks the matches whether each of its
+                // fields was given; an id the command does not know must
+                // still be a valid question (answered "no"), which an empty
+                // group of that name makes it.
+                cmd = cmd.group(ArgGroup::new(arg.get_id().clone()));
+            }
+        }
+        debug_assert!(
+            S::SHOWN
+                .iter()
+                .chain(S::HIDDEN)
+                .all(|id| all.get_arguments().any(|a| a.get_id() == id)),
+            "a used setting that is not a field of the group"
+        );
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl<T: FromArgMatches + Default, S> FromArgMatches for Pick<T, S> {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut value = T::default();
+        value.update_from_arg_matches(matches)?;
+        Ok(Pick {
+            value,
+            uses: PhantomData,
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        self.value.update_from_arg_matches(matches)
+    }
+}
+
+/// Every argument that takes a value reads `-1` as a value (refused by its
+/// range, in words), not as an unknown flag.
+pub fn negative_numbers_are_values(cmd: Command) -> Command {
+    cmd.mut_subcommands(|sub| {
+        sub.mut_args(|arg| {
+            if arg.get_action().takes_values() {
+                arg.allow_negative_numbers(true)
+            } else {
+                arg
+            }
+        })
+    })
+}
+
+/// A value refused for a setting of the deployment (an argument with an
+/// environment variable), as one line in the words of every other
+/// configuration error, naming the flag and the variable, or, when the
+/// value came from the environment (its flag is not on the command line
+/// `args`), the variable first: `invalid HITCOUNT_SHARDS=-1 (from the
+/// environment; the flag is --shards): -1 is not in 1..=256`. Any other
+/// error comes back as it was, for clap to report.
+pub fn refused_setting(
+    err: clap::Error,
+    cmd: &Command,
+    args: &[String],
+) -> Result<String, clap::Error> {
+    if !matches!(
+        err.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        return Err(err);
+    }
+    let (Some(ContextValue::String(arg)), Some(ContextValue::String(value))) = (
+        err.get(ContextKind::InvalidArg),
+        err.get(ContextKind::InvalidValue),
+    ) else {
+        return Err(err);
+    };
+    let flag = arg
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let value = value.clone();
+    let Some(long) = flag.strip_prefix("--") else {
+        return Err(err);
+    };
+    let sub = args
+        .iter()
+        .skip(1)
+        .find_map(|a| cmd.find_subcommand(a))
+        .unwrap_or(cmd);
+    let Some(env) = [sub, cmd]
+        .iter()
+        .flat_map(|c| c.get_arguments())
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+    else {
+        return Err(err);
+    };
+    let reason = match (
+        std::error::Error::source(&err),
+        err.get(ContextKind::ValidValue),
+    ) {
+        (Some(source), _) => source.to_string(),
+        (None, Some(ContextValue::Strings(valid))) => {
+            format!("must be one of {}", valid.join(", "))
+        }
+        _ => "not accepted".to_string(),
+    };
+    let given = args
+        .iter()
+        .any(|a| *a == flag || a.starts_with(&format!("{flag}=")));
+    Ok(if given || std::env::var_os(&env).is_none() {
+        format!("invalid {flag} / {env}: {reason}")
+    } else {
+        format!("invalid {env}='{value}' (from the environment; the flag is {flag}): {reason}")
+    })
+}

@@ -1,0 +1,379 @@
+//! The command line as a careless newcomer meets it: nonsense values,
+//! negative numbers, settings from the environment, help and usage lines.
+//! Each value is refused before anything connects or starts, in one line
+//! naming the setting (its variable when it came from the environment) and
+//! its range; unrelated `HITCOUNT_*` variables of a deployment never make a
+//! command fail.
+
+use std::process::Stdio;
+
+use std::time::Duration;
+
+use crate::common::bin::{hitcount, wait_for, Child};
+use crate::common::{server, unix_now};
+
+/// What a finished run printed, and its exit code.
+struct Output {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// `hitcount ARGS` with `env`, pointed at a Redis that is not there (a free
+/// port) unless `env` names one; its output. A run that has not ended
+/// within a minute is killed and fails the test (a command that should
+/// have refused its settings at once would run on).
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = hitcount();
+    cmd.env(
+        "REDIS_URL",
+        format!(
+            "redis://127.0.0.1:{}",
+            hitcount::edge::embedded::free_port()
+        ),
+    )
+    .env("HITCOUNT_LISTEN", "127.0.0.1:0")
+    .args(args)
+    .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = Child::spawn("hitcount", cmd);
+    let status = child.wait(Duration::from_secs(60));
+    let (stdout, stderr) = (child.stdout(), child.stderr());
+    child.kill();
+    let Some(status) = status else {
+        panic!("{args:?} {env:?} still running after a minute:\n{stderr}");
+    };
+    Output {
+        code: status.code(),
+        stdout,
+        stderr,
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    o.stderr.clone()
+}
+
+/// The first line of stderr that says something.
+fn first_line(o: &Output) -> String {
+    stderr(o)
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Asserts `args` (with `env`) is refused with exit `code`, its first line
+/// holding every one of `words`, nothing started or connected.
+fn refused(args: &[&str], env: &[(&str, &str)], code: i32, words: &[&str]) {
+    let o = run(args, env);
+    let err = stderr(&o);
+    assert_eq!(o.code, Some(code), "{args:?} {env:?}: exit\n{err}");
+    let line = first_line(&o);
+    for w in words {
+        assert!(line.contains(w), "{args:?} {env:?}: names {w:?}\n{err}");
+    }
+    for bad in [
+        "unexpected argument",
+        "panicked",
+        "cannot connect",
+        "serving",
+    ] {
+        assert!(!err.contains(bad), "{args:?} {env:?}: {bad}\n{err}");
+    }
+    if code == 1 {
+        let lines = err.lines().filter(|l| !l.trim().is_empty()).count();
+        assert_eq!(lines, 1, "{args:?} {env:?}: one line\n{err}");
+    }
+}
+
+/// Newcomer finding 6: values that were clamped or taken without a word.
+#[test]
+fn nonsense_values_are_refused_naming_the_setting_and_its_range() {
+    // Settings of a deployment: one line, exit 1, as every configuration error.
+    refused(
+        &["worker", "--carry-ms", "99999999"],
+        &[],
+        1,
+        &["--carry-ms", "HITCOUNT_CARRY_MS", "0..=3600000"],
+    );
+    refused(
+        &["worker", "--dead-maxlen", "0"],
+        &[],
+        1,
+        &["HITCOUNT_DEAD_MAXLEN", "1..=100000000"],
+    );
+    refused(
+        &["worker", "--window-ms", "0"],
+        &[],
+        1,
+        &["HITCOUNT_WINDOW_MS", "1..=60000"],
+    );
+    for (flag, value, range) in [
+        ("--read-count", "0", "1..=5000"),
+        ("--block-ms", "0", "1..=300000"),
+        ("--window-entries", "0", "1..=10000000"),
+        ("--window-cells", "0", "1..=10000000"),
+        ("--carry-cells", "100000001", "0..=100000000"),
+        ("--claim-idle-ms", "999", "1000..=86400000"),
+        ("--max-deliveries", "0", "1..=1000"),
+        ("--consumer-idle-ms", "0", "1000..=2592000000"),
+        ("--shutdown-timeout", "3601", "0..=3600"),
+        ("--wait-replicas", "17", "0..=16"),
+        ("--stuck-after", "0", "1..=86400"),
+        ("--lease-ms", "299", "300..=600000"),
+        ("--clean-interval", "0", "1..=86400"),
+        ("--samples", "0", "1..=1000000"),
+        ("--shards", "257", "1..=256"),
+        ("--precisions", "60,31536001", "1..=31536000"),
+    ] {
+        refused(&["worker", flag, value], &[], 1, &[flag, range]);
+    }
+    // A bucket of `top`: a start of a bucket kept, in unix seconds.
+    let hour = unix_now() / 3600 * 3600;
+    refused(
+        &["top", "--bucket", "-1"],
+        &[],
+        2,
+        &["--bucket", "0..=253402300799"],
+    );
+    refused(
+        &["top", "--bucket", "9999999999999999"],
+        &[],
+        2,
+        &["--bucket", "0..=253402300799"],
+    );
+    refused(
+        &["top", "--bucket", &(hour + 5).to_string()],
+        &[],
+        1,
+        &[
+            "--bucket",
+            "not the start of a 3600 s bucket",
+            &hour.to_string(),
+        ],
+    );
+    refused(
+        &["top", "--bucket", &(hour + 3600).to_string()],
+        &[],
+        1,
+        &["--bucket", "after now"],
+    );
+    refused(
+        &["top", "--bucket", &(hour - 120 * 3600).to_string()],
+        &[],
+        1,
+        &["--bucket", "older than the 3600 s precision keeps"],
+    );
+    // `get ''` as `hit ''`: no such counter can exist.
+    refused(&["get", "", "-p", "60"], &[], 2, &["<NAME>", "empty"]);
+    refused(&["hit", ""], &[], 2, &["<NAME>", "empty"]);
+}
+
+/// Newcomer finding 6: a `--carry-ms` in its range but longer than a
+/// quarter of `--claim-idle-ms` is cut to that, and said at start.
+#[test]
+fn a_carry_cut_to_a_quarter_of_the_claim_idle_time_is_said() {
+    let mut cmd = hitcount();
+    cmd.env(
+        "REDIS_URL",
+        format!(
+            "redis://127.0.0.1:{}",
+            hitcount::edge::embedded::free_port()
+        ),
+    )
+    .args(["worker", "--listen", "127.0.0.1:0", "--carry-ms", "10000"])
+    .stdin(Stdio::null());
+    let mut worker = Child::spawn("carry-cut", cmd);
+    wait_for("the warning", Duration::from_secs(30), || {
+        let err = worker.stderr();
+        err.contains("HITCOUNT_CARRY_MS is 10000 ms")
+            .then_some(())
+            .filter(|()| err.contains("cells wait at most 7500 ms"))
+    });
+    worker.kill();
+}
+
+/// Newcomer finding 7: `-1` is a value out of range, not an unknown flag.
+#[test]
+fn negative_numbers_get_the_range_error() {
+    refused(
+        &["hit", "x", "--count", "-1"],
+        &[],
+        2,
+        &["--count", "1..=1000000000"],
+    );
+    refused(
+        &["worker", "--samples", "-1"],
+        &[],
+        1,
+        &["--samples", "HITCOUNT_SAMPLES", "1..=1000000"],
+    );
+    refused(
+        &["clean", "--once", "--wait", "-1"],
+        &[],
+        2,
+        &["--wait", "0..=3600"],
+    );
+    refused(&["load", "--hits", "-5"], &[], 2, &["--hits", "from 1 up"]);
+    refused(
+        &["get", "x", "--precision", "-60"],
+        &[],
+        2,
+        &["--precision", "1..=31536000"],
+    );
+    refused(&["top", "--limit", "-3"], &[], 2, &["--limit"]);
+}
+
+/// Newcomer finding 8: the variable a value came from is named, with the
+/// documented range; spaces in a list are taken; `--at` has a range.
+#[test]
+fn settings_from_the_environment_are_named_by_their_variable() {
+    refused(
+        &["get", "x", "-p", "60"],
+        &[("HITCOUNT_PRECISIONS", "")],
+        1,
+        &["HITCOUNT_PRECISIONS=''", "at least one precision"],
+    );
+    let o = run(&["get", "x", "-p", "60"], &[("HITCOUNT_PRECISIONS", "")]);
+    assert!(
+        first_line(&o).starts_with("hitcount: invalid HITCOUNT_PRECISIONS"),
+        "the variable first: {}",
+        stderr(&o)
+    );
+    refused(
+        &["status"],
+        &[("HITCOUNT_SHARDS", "-1")],
+        1,
+        &["HITCOUNT_SHARDS='-1'", "1..=256"],
+    );
+    let o = run(&["status"], &[("HITCOUNT_SHARDS", "-1")]);
+    assert!(!stderr(&o).contains("4294967295"), "{}", stderr(&o));
+    refused(
+        &["status"],
+        &[("HITCOUNT_CLUSTER", "bogus")],
+        1,
+        &["HITCOUNT_CLUSTER='bogus'", "auto, on, off"],
+    );
+    // Given as a flag, the flag comes first, and the variable is named too.
+    refused(
+        &["status", "--shards", "0"],
+        &[("HITCOUNT_SHARDS", "4")],
+        1,
+        &["invalid --shards / HITCOUNT_SHARDS", "1..=256"],
+    );
+    // Spaces around the precisions are taken: the command goes on to Redis.
+    let o = run(
+        &["get", "x", "-p", "3600"],
+        &[("HITCOUNT_PRECISIONS", " 60, 3600")],
+    );
+    assert!(
+        first_line(&o).contains("cannot connect"),
+        "' 60, 3600' accepted: {}",
+        stderr(&o)
+    );
+    // `--at` far beyond what is counted: a range, not a 301-digit number.
+    refused(
+        &["hit", "x", "--at", "1e300"],
+        &[],
+        2,
+        &["--at", "0..=253402300799"],
+    );
+    assert!(stderr(&run(&["hit", "x", "--at", "1e300"], &[])).len() < 300);
+    // A setting from the environment is not shown as a required flag.
+    let o = run(&["load"], &[("HITCOUNT_STREAM", "s")]);
+    let usage = stderr(&o);
+    assert!(usage.contains("Usage: hitcount load"), "{usage}");
+    assert!(
+        !usage.contains("--redis-url <URL>") && !usage.contains("--stream <STREAM>"),
+        "{usage}"
+    );
+}
+
+/// Newcomer finding 10: each command's help shows the settings it uses.
+#[test]
+fn each_command_shows_the_settings_it_uses() {
+    let help = |args: &[&str]| run(args, &[]).stdout;
+    let hit = help(&["hit", "--help"]);
+    for worker_only in [
+        "--dead-maxlen",
+        "--samples",
+        "--group",
+        "--window-ms",
+        "--lease-ms",
+    ] {
+        assert!(
+            !hit.contains(worker_only),
+            "hit --help: {worker_only}\n{hit}"
+        );
+    }
+    assert!(hit.lines().count() < 60, "hit --help is short:\n{hit}");
+    let status = help(&["status", "--help"]);
+    for unused in ["--lease-ms", "--clean-interval", "--samples", "--carry-ms"] {
+        assert!(
+            !status.contains(unused),
+            "status --help: {unused}\n{status}"
+        );
+    }
+    let worker = help(&["worker", "--help"]);
+    let cluster = worker
+        .split("--cluster <CLUSTER>")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        cluster.contains("several") && cluster.contains("cluster_enabled:1"),
+        "--cluster tells auto fully:\n{worker}"
+    );
+    assert!(
+        worker.contains("stats:*"),
+        "--prefix names stats:*\n{worker}"
+    );
+}
+
+/// Variables of a deployment that a command does not use never make it
+/// fail; the settings it uses keep their flags and variables.
+#[test]
+fn unrelated_variables_are_ignored() {
+    let srv = server();
+    let url = srv.url();
+    let worker_only = [
+        ("REDIS_URL", url.as_str()),
+        ("HITCOUNT_DEAD_MAXLEN", "0"),
+        ("HITCOUNT_QUANTILE_PRECISIONS", "7"),
+        ("HITCOUNT_CLEAN_INTERVAL", "0"),
+        ("HITCOUNT_WINDOW_MS", "0"),
+        ("HITCOUNT_READ_COUNT", "0"),
+        ("HITCOUNT_STUCK_AFTER", "0"),
+        ("HITCOUNT_LISTEN", "nowhere"),
+    ];
+    for args in [
+        &["hit", "page:x", "--count", "2"][..],
+        &["get", "page:x", "-p", "60"],
+        &["top"],
+        &["status"],
+        &["load", "--hits", "10", "--names", "2"],
+    ] {
+        let o = run(args, &worker_only);
+        assert_eq!(o.code, Some(0), "{args:?}: {}", stderr(&o));
+    }
+    let lease = [("REDIS_URL", url.as_str()), ("HITCOUNT_LEASE_MS", "0")];
+    let o = run(&["status"], &lease);
+    assert!(
+        o.code == Some(0),
+        "status ignores the lease: {}",
+        stderr(&o)
+    );
+    // Used settings keep their flags and variables.
+    let o = run(
+        &["hit", "page:y", "--stream", "other", "--shards", "1"],
+        &[("REDIS_URL", url.as_str()), ("HITCOUNT_PREFIX", "app:")],
+    );
+    assert_eq!(o.code, Some(0), "{}", stderr(&o));
+    let o = run(
+        &["clean", "--once", "--lease-ms", "5000", "--wait", "0"],
+        &[("REDIS_URL", url.as_str())],
+    );
+    assert_eq!(o.code, Some(0), "{}", stderr(&o));
+}

@@ -1,6 +1,6 @@
 //! Who hitcount talks to: one Redis node, or a Redis Cluster (several nodes
 //! in `REDIS_URL`, `HITCOUNT_CLUSTER=on`, or detected: `auto` asks the first
-//! node `CLUSTER INFO`), with TLS files when given; and [`Conn`], the
+//! node `INFO cluster`), with TLS files when given; and [`Conn`], the
 //! one connection type every module uses, whichever it is.
 
 use std::sync::{Arc, OnceLock};
@@ -138,6 +138,12 @@ impl Client {
     /// deadline. With `auto`, the first open asks the server whether it is
     /// a cluster.
     pub async fn open(&self, response_timeout: Duration) -> RedisResult<Conn> {
+        self.open_any(response_timeout)
+            .await
+            .map_err(|e| self.not_redis(e))
+    }
+
+    async fn open_any(&self, response_timeout: Duration) -> RedisResult<Conn> {
         match self.detected.get() {
             Some(true) => return self.open_cluster(response_timeout).await,
             Some(false) if self.mode == ClusterMode::Off => {
@@ -149,18 +155,7 @@ impl Client {
             None => {}
         }
         let mut single = self.open_single(response_timeout).await?;
-        // CLUSTER INFO (read-only, `+cluster|info` in the ACL) answers on a
-        // cluster node and is refused with "cluster support disabled" by
-        // any other.
-        let reply: RedisResult<String> = redis::cmd("CLUSTER")
-            .arg("INFO")
-            .query_async(&mut single)
-            .await;
-        let cluster = match reply {
-            Ok(_) => true,
-            Err(e) if cluster_disabled(&e.to_string()) => false,
-            Err(e) => return Err(e),
-        };
+        let cluster = is_cluster_node(&mut single).await?;
         let _ = self.detected.set(cluster);
         if cluster {
             self.open_cluster(response_timeout).await
@@ -169,11 +164,27 @@ impl Client {
         }
     }
 
+    /// A reply that is not Redis' protocol at all (an HTTP server, say, at
+    /// the URL's port) as the one fatal error that says so; other errors
+    /// unchanged.
+    fn not_redis(&self, err: redis::RedisError) -> redis::RedisError {
+        // A cluster client wraps the parser's error in one of its own.
+        let wrapped = err.detail().is_some_and(|d| d.contains("Parse error"));
+        if err.kind() == redis::ErrorKind::Parse || wrapped {
+            crate::store::error::not_redis(&self.shown)
+        } else {
+            err
+        }
+    }
+
     /// Opens a connection to exactly the first node, even one of a cluster
     /// of several masters: for reading that node's own figures (`INFO`),
     /// never for keys, which the other masters' slots answer with MOVED.
     pub async fn open_this_node(&self, response_timeout: Duration) -> RedisResult<Conn> {
-        self.open_single(response_timeout).await.map(Conn::Single)
+        self.open_single(response_timeout)
+            .await
+            .map(Conn::Single)
+            .map_err(|e| self.not_redis(e))
     }
 
     async fn open_single(&self, response_timeout: Duration) -> RedisResult<MultiplexedConnection> {
@@ -206,6 +217,37 @@ fn timed_out(deadline: Duration) -> redis::RedisError {
     ))
 }
 
+/// Whether the server is a cluster node: `cluster_enabled:1` in `INFO
+/// cluster`, which `+info` allows (a read-only user needs nothing more). A
+/// user granted `+cluster|info` but not `+info` (hitcount's ACL line before
+/// it read `INFO`) is asked `CLUSTER INFO`, which a node without cluster
+/// support refuses with "cluster support disabled".
+async fn is_cluster_node(single: &mut MultiplexedConnection) -> RedisResult<bool> {
+    let info: RedisResult<String> = redis::cmd("INFO").arg("cluster").query_async(single).await;
+    match info {
+        Ok(text) => Ok(cluster_enabled(&text)),
+        Err(e) if e.code() == Some("NOPERM") => {
+            let reply: RedisResult<String> =
+                redis::cmd("CLUSTER").arg("INFO").query_async(single).await;
+            match reply {
+                Ok(_) => Ok(true),
+                Err(c) if cluster_disabled(&c.to_string()) => Ok(false),
+                // Neither is allowed: the refusal of INFO names what the
+                // documented line grants.
+                Err(_) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether an `INFO cluster` reply says cluster support is on.
+fn cluster_enabled(info: &str) -> bool {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("cluster_enabled:"))
+        .is_some_and(|v| v.trim() == "1")
+}
+
 /// Whether a refused `CLUSTER INFO` says the server is no cluster node.
 fn cluster_disabled(error: &str) -> bool {
     error.contains("cluster support disabled")
@@ -218,7 +260,12 @@ fn cluster_disabled(error: &str) -> bool {
 /// answer `CLUSTER INFO` is talked to as one Redis, as asked.
 async fn refuse_several_masters(single: &mut MultiplexedConnection) -> RedisResult<()> {
     let info: RedisResult<String> = redis::cmd("CLUSTER").arg("INFO").query_async(single).await;
-    let Ok(info) = info else { return Ok(()) };
+    let info = match info {
+        Ok(info) => info,
+        // Not Redis at all: said as such by the caller.
+        Err(e) if e.kind() == redis::ErrorKind::Parse => return Err(e),
+        Err(_) => return Ok(()),
+    };
     match masters_serving(&info) {
         Some(n) if n > 1 => Err(redis::RedisError::from((
             redis::ErrorKind::InvalidClientConfig,
@@ -310,8 +357,24 @@ impl Conn {
     /// `INFO replication` of every master; on one node, its own): whether
     /// a WAIT that came back short may still be confirmed by waiting on.
     pub async fn fewest_replicas(&mut self) -> RedisResult<u32> {
+        let replies = self.info_of_masters("replication").await?;
+        let fewest = replies
+            .iter()
+            .map(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("connected_slaves:"))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0)
+            })
+            .min();
+        Ok(fewest.unwrap_or(0))
+    }
+
+    /// `INFO section` of every master (on one node, its own), one text
+    /// each.
+    pub async fn info_of_masters(&mut self, section: &str) -> RedisResult<Vec<String>> {
         let mut cmd = redis::cmd("INFO");
-        cmd.arg("replication");
+        cmd.arg(section);
         let reply: Value = match self {
             Conn::Single(c) => cmd.query_async(c).await?,
             Conn::Cluster(c, deadline) => {
@@ -327,17 +390,10 @@ impl Conn {
             Value::Map(per_node) => per_node.into_iter().map(|(_, v)| v).collect(),
             one => vec![one],
         };
-        let mut fewest: Option<u32> = None;
-        for reply in replies {
-            let text: String = redis::FromRedisValue::from_redis_value(reply)?;
-            let n = text
-                .lines()
-                .find_map(|l| l.strip_prefix("connected_slaves:"))
-                .and_then(|n| n.trim().parse().ok())
-                .unwrap_or(0);
-            fewest = Some(fewest.map_or(n, |f: u32| f.min(n)));
-        }
-        Ok(fewest.unwrap_or(0))
+        replies
+            .into_iter()
+            .map(|v| redis::FromRedisValue::from_redis_value(v).map_err(redis::RedisError::from))
+            .collect()
     }
 }
 
@@ -425,6 +481,13 @@ mod tests {
         let info = "cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_size:3\r\n";
         assert_eq!(masters_serving(info), Some(3));
         assert_eq!(masters_serving("cluster_state:fail\r\n"), None);
+    }
+
+    #[test]
+    fn info_cluster_tells_a_cluster_node() {
+        assert!(cluster_enabled("# Cluster\r\ncluster_enabled:1\r\n"));
+        assert!(!cluster_enabled("# Cluster\r\ncluster_enabled:0\r\n"));
+        assert!(!cluster_enabled("a proxy's own text"));
     }
 
     #[test]

@@ -89,6 +89,28 @@ pub fn fatal_hint(err: &RedisError) -> Option<&'static str> {
     None
 }
 
+/// What answered at the URL is not Redis (an HTTP server, say): a fatal
+/// error whose detail is the one line to print, naming the URL `shown`
+/// (password hidden).
+pub fn not_redis(shown: &str) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        NOT_REDIS,
+        format!(
+            "{NOT_REDIS} at {shown}: what answers there does not speak Redis' protocol \
+             (check REDIS_URL / --redis-url)"
+        ),
+    ))
+}
+
+const NOT_REDIS: &str = "not a Redis server";
+
+/// Whether `err` is [`not_redis`]'s: its detail says it all.
+pub fn is_not_redis(err: &RedisError) -> bool {
+    err.kind() == redis::ErrorKind::InvalidClientConfig
+        && err.detail().is_some_and(|d| d.starts_with(NOT_REDIS))
+}
+
 /// Counts an error in `hitcount_redis_errors_total` and returns its class.
 pub fn record(err: &RedisError) -> ErrorClass {
     let (class, kind) = classify(err);

@@ -3,7 +3,8 @@
 //! reads them ([`counters`]) and the query API's read-only queries
 //! ([`query`]), `SCAN` over every master ([`scan`]), a cluster's masters
 //! and their slots ([`topology`]), the stream and its consumer group ([`stream`]),
-//! and a window's exactly-once way into the counters ([`commit`]). Uses the
+//! a window's exactly-once way into the counters ([`commit`]), and Redis'
+//! memory: writes refused for `maxmemory`, an evicting policy ([`memory`]). Uses the
 //! model floor only.
 
 pub mod client;
@@ -12,6 +13,7 @@ pub mod connect;
 pub mod counters;
 pub mod error;
 pub mod group;
+pub mod memory;
 pub mod query;
 pub mod scan;
 pub mod scripts;

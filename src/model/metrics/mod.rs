@@ -94,6 +94,14 @@ pub struct Metrics {
     pub redis_errors: IntCounterVec,
     /// `hitcount_redis_reconnects_total`: reconnections to Redis.
     pub redis_reconnects: IntCounter,
+    /// `hitcount_redis_oom`: 1 while Redis refuses this process' writes
+    /// with `OOM` (its `maxmemory` is reached under `noeviction`): counting
+    /// waits and retries, nothing is lost; 0 otherwise.
+    pub redis_oom: IntGauge,
+    /// `hitcount_redis_maxmemory_policy_evicts`: 1 when Redis'
+    /// `maxmemory-policy` is not `noeviction` (it may drop counters or the
+    /// bookkeeping exactly-once relies on), 0 when it is or is not known.
+    pub redis_policy_evicts: IntGauge,
     /// `hitcount_group_lag_entries`: entries in the stream not yet delivered
     /// to the consumer group; with shards, the sum over every shard.
     pub group_lag: IntGauge,
@@ -295,6 +303,16 @@ impl Metrics {
                 &REDIS_ERROR_KINDS,
             ),
             redis_reconnects: counter(&r, "hitcount_redis_reconnects_total", "Reconnections to Redis."),
+            redis_oom: int_gauge(
+                &r,
+                "hitcount_redis_oom",
+                "1 while Redis refuses writes for its maxmemory (OOM).",
+            ),
+            redis_policy_evicts: int_gauge(
+                &r,
+                "hitcount_redis_maxmemory_policy_evicts",
+                "1 when Redis' maxmemory-policy is not noeviction: it may drop counters.",
+            ),
             group_lag: int_gauge(
                 &r,
                 "hitcount_group_lag_entries",
@@ -434,6 +452,8 @@ mod tests {
             "hitcount_end_to_end_delay_seconds",
             "hitcount_redis_errors_total",
             "hitcount_redis_reconnects_total",
+            "hitcount_redis_oom",
+            "hitcount_redis_maxmemory_policy_evicts",
             "hitcount_group_lag_entries",
             "hitcount_group_pending_entries",
             "hitcount_group_backlog_age_seconds",

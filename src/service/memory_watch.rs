@@ -18,7 +18,8 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(60);
 /// Checks the policy until `shutdown`. A user not allowed `INFO` (an ACL
 /// line older than `+info`) is told once, and the check stops.
 pub async fn run(client: Client, mut shutdown: Shutdown) {
-    let mut link = Reconnecting::new(client, "memory policy check", connect::RESPONSE_TIMEOUT);
+    let mut link =
+        Reconnecting::new(client, "memory policy check", connect::RESPONSE_TIMEOUT).reading();
     loop {
         let found = match link.get().await {
             Ok(c) => memory::policies(c).await.map_err(StoreError::from),

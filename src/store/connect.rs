@@ -46,6 +46,8 @@ pub struct Reconnecting {
     what: &'static str,
     timeout: Duration,
     conn: Option<Conn>,
+    /// Whether hitcount's scripts are loaded on each new connection.
+    scripts: bool,
     /// When the connection was last handed out.
     used: Option<std::time::Instant>,
     /// Whether the connection served a call since it was opened: a broken
@@ -68,6 +70,7 @@ impl Reconnecting {
             what,
             timeout,
             conn: None,
+            scripts: true,
             used: None,
             proven: false,
             refused_for_memory: false,
@@ -75,6 +78,13 @@ impl Reconnecting {
             outage: Outage::default(),
             backoff: Backoff::default(),
         }
+    }
+
+    /// The same without loading the scripts: for a task that only reads
+    /// (as a read-only user may, without `+script|load`).
+    pub fn reading(mut self) -> Reconnecting {
+        self.scripts = false;
+        self
     }
 
     /// The connection, opened now (scripts loaded) if there is none.
@@ -98,7 +108,9 @@ impl Reconnecting {
                 // is better met by a fresh connection a moment later.
                 let open = async {
                     let mut c = self.client.open(self.timeout).await?;
-                    crate::store::scripts::load_all(&mut c).await?;
+                    if self.scripts {
+                        crate::store::scripts::load_all(&mut c).await?;
+                    }
                     Ok::<_, StoreError>(c)
                 };
                 let c = tokio::time::timeout(OPEN_DEADLINE, open)

@@ -144,22 +144,28 @@ async fn serve_refused_by_redis_exits_1_with_one_line() {
 
 /// A redis-server with `requirepass PASSWORD` listening on a unix socket
 /// too; the socket's path.
-fn unix_server(password: &str) -> (hitcount::edge::embedded::RedisServer, String) {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let sock = dir.join("redis.sock").to_str().unwrap().to_string();
+fn unix_server(
+    password: &str,
+) -> (
+    hitcount::edge::embedded::RedisServer,
+    tempfile::TempDir,
+    String,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("redis.sock").to_str().unwrap().to_string();
     let srv = server_with(ServerOptions {
         password: Some(password.into()),
         extra: vec![format!("unixsocket {sock}"), "unixsocketperm 700".into()],
         ..ServerOptions::default()
     });
-    (srv, sock)
+    (srv, dir, sock)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_in_a_unix_socket_url_is_never_printed() {
     const RIGHT: &str = "SECRETright1";
     const WRONG: &str = "SECRETwrong2";
-    let (srv, sock) = unix_server(RIGHT);
+    let (srv, dir, sock) = unix_server(RIGHT);
     let mut outputs = Vec::new();
     for (form, pass) in [
         ("redis+unix", RIGHT),
@@ -223,15 +229,16 @@ async fn a_password_in_a_unix_socket_url_is_never_printed() {
             }
         }
     }
+    for (what, out) in &outputs {
+        assert!(!out.contains("SECRET"), "{what} printed the password:\n{out}");
+    }
     let shown = outputs
         .iter()
         .filter(|(_, o)| o.contains("pass=***"))
         .count();
     assert!(shown > 0, "the URL is shown, redacted");
-    for (what, out) in &outputs {
-        assert!(!out.contains("SECRET"), "{what} printed the password:\n{out}");
-    }
     drop(srv);
+    drop(dir);
 }
 
 /// A TCP server that answers every connection as an HTTP server would,
@@ -449,6 +456,31 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
+/// When the last cleaner pass ended (UNIX ms), 0 before the first.
+async fn last_pass_ms(c: &mut hitcount::store::connect::Conn, k: &hitcount::model::keys::Keys) -> i64 {
+    let at: Option<i64> = redis::cmd("HGET")
+        .arg(k.cleaner_status())
+        .arg("at_ms")
+        .query_async(c)
+        .await
+        .unwrap_or(None);
+    at.unwrap_or(0)
+}
+
+/// Every failed Redis call the process counted, all kinds together.
+fn redis_errors(listen: &str) -> f64 {
+    let (_, m) = http_get(listen, "/metrics").unwrap();
+    m.lines()
+        .filter(|l| l.starts_with("hitcount_redis_errors_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The cleaner's pass interval here: long enough that its connection sits
+/// idle across the restart and its next pass comes well after Redis is
+/// back (more than the 10 s in which a late failure passes as the outage's).
+const CLEAN_EVERY_S: i64 = 20;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_redis_restart_every_task_reports_the_outage_it_saw() {
     let mut srv = server_with(ServerOptions {
@@ -458,11 +490,10 @@ async fn after_a_redis_restart_every_task_reports_the_outage_it_saw() {
     let url = srv.url();
     let listen = free_addr();
     // Every task of a worker process: the worker, its registration, the
-    // lease, the cleaner (a pass every 2 s: idle between them), the
-    // sampler and the memory policy check.
+    // lease, the cleaner, the sampler and the memory policy check.
     let mut cmd = hitcount();
     cmd.args(["worker", "--listen", &listen, "--log-format", "json"])
-        .args(["--clean-interval", "2", "--block-ms", "200"])
+        .args(["--clean-interval", &CLEAN_EVERY_S.to_string(), "--block-ms", "200"])
         .env("REDIS_URL", &url);
     let mut w = Child::spawn("worker", cmd);
     wait_for("worker ready", Duration::from_secs(30), || {
@@ -474,8 +505,14 @@ async fn after_a_redis_restart_every_task_reports_the_outage_it_saw() {
     xadd_hits(&mut c, "before", 10, ts).await;
     let k = keys(&settings(&url, "any"));
     wait_drained(&mut c, &k).await;
-    // Let every task use its connection, then go idle on it.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Redis goes away just after a cleaner pass: the cleaner's connection
+    // is idle through the outage and long after it.
+    let first = last_pass_ms(&mut c, &k).await;
+    crate::eventually!(
+        CLEAN_EVERY_S as u64 + 15,
+        "a cleaner pass",
+        last_pass_ms(&mut c, &k).await > first
+    );
 
     let down_at = now_ms();
     srv.stop();
@@ -486,9 +523,22 @@ async fn after_a_redis_restart_every_task_reports_the_outage_it_saw() {
     let mut c = conn(&url).await;
     xadd_hits(&mut c, "after", 10, unix_now()).await;
     wait_drained(&mut c, &k).await;
-    // Long enough for every task to have used a connection idle since the
-    // restart (the cleaner's passes, the sampler, the lease), twice over.
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // Every task has met the restart by now (the worker, the lease, the
+    // registration, the sampler); the cleaner has not used its connection.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let errors_after = redis_errors(&listen);
+    crate::eventually!(
+        2 * CLEAN_EVERY_S as u64 + 15,
+        "a cleaner pass well after Redis is back",
+        last_pass_ms(&mut c, &k).await > back_at + 10_000
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        redis_errors(&listen),
+        errors_after,
+        "no task failed on a connection left from before the restart:\n{}",
+        w.stderr()
+    );
     w.assert_running();
     let (status, _) = http_get(&listen, "/readyz").unwrap();
     assert_eq!(status, 200);
@@ -510,8 +560,7 @@ async fn after_a_redis_restart_every_task_reports_the_outage_it_saw() {
         down_ms <= outage_ms + 6_000,
         "reported {down_ms} ms for an outage of {outage_ms} ms:\n{log}"
     );
-    // Once the first reconnect is done, no task fails again: a connection
-    // left idle across the restart is replaced before it is used.
+    // Once the first reconnect is done, no task fails again.
     let reconnected = log_ms(up[0]);
     let late: Vec<_> = lines
         .iter()

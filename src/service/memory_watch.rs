@@ -54,8 +54,11 @@ fn report(evicting: Option<&str>) {
         return;
     }
     match evicting {
-        Some(policy) => tracing::error!(policy, "{}; set maxmemory-policy noeviction",
-            memory::policy_warning(policy)),
+        Some(policy) => tracing::error!(
+            policy,
+            "{}; set maxmemory-policy noeviction",
+            memory::policy_warning(policy)
+        ),
         None => tracing::info!("Redis' maxmemory-policy is noeviction"),
     }
 }

@@ -69,7 +69,9 @@ pub fn evicting(policies: &[String]) -> Option<&str> {
 /// Records the policy found (`None`: `noeviction` everywhere); returns
 /// whether it changed since the last call, so it is logged once per change.
 pub fn set_evicting(policy: Option<&str>) -> bool {
-    metrics().redis_policy_evicts.set(i64::from(policy.is_some()));
+    metrics()
+        .redis_policy_evicts
+        .set(i64::from(policy.is_some()));
     let mut last = EVICTING.lock().unwrap_or_else(|p| p.into_inner());
     let changed = last.as_deref() != policy;
     *last = policy.map(str::to_string);

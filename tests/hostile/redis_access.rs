@@ -25,7 +25,11 @@ fn read_only_rules(prefix: &str) -> String {
 }
 
 async fn acl_log(admin: &mut hitcount::store::connect::Conn) -> Vec<redis::Value> {
-    redis::cmd("ACL").arg("LOG").query_async(admin).await.unwrap()
+    redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(admin)
+        .await
+        .unwrap()
 }
 
 async fn acl_log_reset(admin: &mut hitcount::store::connect::Conn) {
@@ -58,7 +62,10 @@ fn lines(text: &str) -> Vec<&str> {
 async fn serve_runs_as_the_read_only_user_and_redis_refuses_nothing() {
     const PREFIX: &str = "app:";
     let srv = server_with(ServerOptions {
-        extra: vec![format!("user viewer on >view-pw {}", read_only_rules(PREFIX))],
+        extra: vec![format!(
+            "user viewer on >view-pw {}",
+            read_only_rules(PREFIX)
+        )],
         ..ServerOptions::default()
     });
     let admin_url = srv.url();
@@ -68,10 +75,24 @@ async fn serve_runs_as_the_read_only_user_and_redis_refuses_nothing() {
     let mut w = start_worker(&admin_url, "w", &listen, &["--prefix", PREFIX]);
     let at = (unix_now() - 30).to_string();
     let out = run_hitcount(&[
-        "hit", "page", "--count", "3", "--value", "7.5", "--at", &at, "--prefix", PREFIX,
-        "--redis-url", &admin_url,
+        "hit",
+        "page",
+        "--count",
+        "3",
+        "--value",
+        "7.5",
+        "--at",
+        &at,
+        "--prefix",
+        PREFIX,
+        "--redis-url",
+        &admin_url,
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let count_key = format!("{PREFIX}count:60:page");
     crate::eventually!(30, "the hit counted", {
         let n: u64 = redis::cmd("HLEN")
@@ -107,7 +128,11 @@ async fn serve_runs_as_the_read_only_user_and_redis_refuses_nothing() {
     }
     let (_, counters) = http_get(&addr, "/api/v1/counters").unwrap();
     assert!(counters.contains("\"page\""), "{counters}");
-    assert!(s.terminate(Duration::from_secs(15)).success(), "{}", s.stderr());
+    assert!(
+        s.terminate(Duration::from_secs(15)).success(),
+        "{}",
+        s.stderr()
+    );
     let log = acl_log(&mut admin).await;
     assert!(log.is_empty(), "ACL LOG: {log:?}");
 }
@@ -123,7 +148,10 @@ async fn serve_refused_by_redis_exits_1_with_one_line() {
         ..ServerOptions::default()
     });
     for (url, cause) in [
-        (format!("redis://noinfo:pw@127.0.0.1:{}", srv.port()), "NOPERM"),
+        (
+            format!("redis://noinfo:pw@127.0.0.1:{}", srv.port()),
+            "NOPERM",
+        ),
         (
             format!("redis://viewer:WRONGsecret@127.0.0.1:{}", srv.port()),
             "WRONGPASS",
@@ -137,7 +165,10 @@ async fn serve_refused_by_redis_exits_1_with_one_line() {
         let said = lines(&err);
         assert_eq!(said.len(), 1, "one line: {err}");
         assert!(said[0].contains(cause), "{err}");
-        assert!(!err.contains("WRONGsecret") && !err.contains("unavailable"), "{err}");
+        assert!(
+            !err.contains("WRONGsecret") && !err.contains("unavailable"),
+            "{err}"
+        );
         assert!(http_get(&addr, "/").is_none(), "nothing served");
     }
 }
@@ -180,7 +211,9 @@ async fn a_password_in_a_unix_socket_url_is_never_printed() {
             // wrong password their one-line refusal.
             let listen = free_addr();
             let mut cmd = hitcount();
-            cmd.args(["worker", "--listen", &listen]).args(fmt).env("REDIS_URL", &url);
+            cmd.args(["worker", "--listen", &listen])
+                .args(fmt)
+                .env("REDIS_URL", &url);
             let mut w = Child::spawn("worker", cmd);
             if pass == RIGHT {
                 wait_for("worker ready", Duration::from_secs(30), || {
@@ -189,7 +222,10 @@ async fn a_password_in_a_unix_socket_url_is_never_printed() {
                 });
                 w.terminate(Duration::from_secs(30));
             } else {
-                assert_eq!(w.wait(Duration::from_secs(20)).and_then(|s| s.code()), Some(1));
+                assert_eq!(
+                    w.wait(Duration::from_secs(20)).and_then(|s| s.code()),
+                    Some(1)
+                );
             }
             outputs.push((format!("worker {url} {log_format}"), w.stderr()));
             let addr = free_addr();
@@ -201,7 +237,10 @@ async fn a_password_in_a_unix_socket_url_is_never_printed() {
                 });
                 s.terminate(Duration::from_secs(15));
             } else {
-                assert_eq!(s.wait(Duration::from_secs(20)).and_then(|s| s.code()), Some(1));
+                assert_eq!(
+                    s.wait(Duration::from_secs(20)).and_then(|s| s.code()),
+                    Some(1)
+                );
             }
             outputs.push((format!("serve {url} {log_format}"), s.stderr()));
             for args in [
@@ -230,7 +269,10 @@ async fn a_password_in_a_unix_socket_url_is_never_printed() {
         }
     }
     for (what, out) in &outputs {
-        assert!(!out.contains("SECRET"), "{what} printed the password:\n{out}");
+        assert!(
+            !out.contains("SECRET"),
+            "{what} printed the password:\n{out}"
+        );
     }
     let shown = outputs
         .iter()
@@ -309,11 +351,18 @@ async fn a_url_that_is_no_redis_is_one_fatal_line_for_every_command() {
         let mut c = Child::spawn(args[0], cmd);
         let status = c.wait(Duration::from_secs(20));
         let err = c.stderr();
-        assert_eq!(status.and_then(|s| s.code()), Some(1), "{args:?} is fatal: {err}");
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(1),
+            "{args:?} is fatal: {err}"
+        );
         let last = lines(&err).last().copied().unwrap_or("");
         let want = format!("not a Redis server at redis://user:***@{}", http.addr);
         assert!(last.contains(&want), "{args:?}: {err}");
-        assert!(!err.contains("Unexpected") && !err.contains("SECRET"), "{args:?}: {err}");
+        assert!(
+            !err.contains("Unexpected") && !err.contains("SECRET"),
+            "{args:?}: {err}"
+        );
         let said = lines(&err)
             .iter()
             .filter(|l| l.starts_with("hitcount:"))
@@ -351,14 +400,22 @@ async fn a_full_redis_is_named_and_nothing_is_lost() {
         http_get(&listen, "/readyz").filter(|(_, b)| b.contains("out of memory"))
     });
     assert!(
-        readyz.1.contains("Redis is out of memory (maxmemory)") && !readyz.1.contains("not connected"),
+        readyz.1.contains("Redis is out of memory (maxmemory)")
+            && !readyz.1.contains("not connected"),
         "{readyz:?}"
     );
     let (_, metrics) = http_get(&listen, "/metrics").unwrap();
-    assert_eq!(metric_value(&metrics, "hitcount_redis_oom"), Some(1.0), "{metrics}");
+    assert_eq!(
+        metric_value(&metrics, "hitcount_redis_oom"),
+        Some(1.0),
+        "{metrics}"
+    );
     let log = w.stderr();
     assert!(log.contains("Redis is out of memory (maxmemory)"), "{log}");
-    assert!(!log.contains("Redis unavailable"), "no network fault to chase: {log}");
+    assert!(
+        !log.contains("Redis unavailable"),
+        "no network fault to chase: {log}"
+    );
 
     // Memory back: everything is counted, once.
     set_config(&mut admin, "maxmemory", "0").await;
@@ -370,7 +427,11 @@ async fn a_full_redis_is_named_and_nothing_is_lost() {
         let (_, m) = http_get(&listen, "/metrics")?;
         (metric_value(&m, "hitcount_redis_oom") == Some(0.0)).then_some(())
     });
-    assert!(w.terminate(Duration::from_secs(30)).success(), "{}", w.stderr());
+    assert!(
+        w.terminate(Duration::from_secs(30)).success(),
+        "{}",
+        w.stderr()
+    );
     assert_eq!(
         read_all(&mut admin, &keys(&s)).await,
         reference(&hits, &s.layout.precisions)
@@ -414,7 +475,8 @@ async fn a_redis_allowed_to_evict_is_said_loudly() {
     let said = wait_for("serve logs the policy", Duration::from_secs(30), || {
         s.assert_running();
         let err = s.stderr();
-        err.contains("maxmemory-policy is allkeys-lru").then_some(err)
+        err.contains("maxmemory-policy is allkeys-lru")
+            .then_some(err)
     });
     assert!(said.contains("ERROR"), "{said}");
     assert!(s.terminate(Duration::from_secs(15)).success());
@@ -439,7 +501,11 @@ fn chrono_like_ms(ts: &str) -> i64 {
     let d: Vec<i64> = date.split('-').map(|p| p.parse().unwrap()).collect();
     let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
     let t: Vec<i64> = hms.split(':').map(|p| p.parse().unwrap()).collect();
-    let (y, m) = if d[1] <= 2 { (d[0] - 1, d[1] + 9) } else { (d[0], d[1] - 3) };
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
     let doy = (153 * m + 2) / 5 + d[2] - 1;
@@ -457,7 +523,10 @@ fn now_ms() -> i64 {
 }
 
 /// When the last cleaner pass ended (UNIX ms), 0 before the first.
-async fn last_pass_ms(c: &mut hitcount::store::connect::Conn, k: &hitcount::model::keys::Keys) -> i64 {
+async fn last_pass_ms(
+    c: &mut hitcount::store::connect::Conn,
+    k: &hitcount::model::keys::Keys,
+) -> i64 {
     let at: Option<i64> = redis::cmd("HGET")
         .arg(k.cleaner_status())
         .arg("at_ms")
@@ -493,7 +562,12 @@ async fn after_a_redis_restart_every_task_reports_the_outage_it_saw() {
     // lease, the cleaner, the sampler and the memory policy check.
     let mut cmd = hitcount();
     cmd.args(["worker", "--listen", &listen, "--log-format", "json"])
-        .args(["--clean-interval", &CLEAN_EVERY_S.to_string(), "--block-ms", "200"])
+        .args([
+            "--clean-interval",
+            &CLEAN_EVERY_S.to_string(),
+            "--block-ms",
+            "200",
+        ])
         .env("REDIS_URL", &url);
     let mut w = Child::spawn("worker", cmd);
     wait_for("worker ready", Duration::from_secs(30), || {
@@ -547,8 +621,14 @@ async fn after_a_redis_restart_every_task_reports_the_outage_it_saw() {
     let log = w.stderr();
     let lines = json_lines(&log);
     let message = |l: &serde_json::Value| l["message"].as_str().unwrap_or_default().to_string();
-    let down: Vec<_> = lines.iter().filter(|l| message(l).contains("Redis unavailable")).collect();
-    let up: Vec<_> = lines.iter().filter(|l| message(l).contains("Redis reachable again")).collect();
+    let down: Vec<_> = lines
+        .iter()
+        .filter(|l| message(l).contains("Redis unavailable"))
+        .collect();
+    let up: Vec<_> = lines
+        .iter()
+        .filter(|l| message(l).contains("Redis reachable again"))
+        .collect();
     assert_eq!(down.len(), 1, "one start of the outage:\n{log}");
     assert_eq!(up.len(), 1, "one end:\n{log}");
     // The task that said Redis was gone says it is back.
@@ -567,6 +647,9 @@ async fn after_a_redis_restart_every_task_reports_the_outage_it_saw() {
         .filter(|l| matches!(l["level"].as_str(), Some("WARN" | "ERROR")))
         .filter(|l| log_ms(l) > reconnected)
         .collect();
-    assert!(late.is_empty(), "failures after Redis was back: {late:?}\n{log}");
+    assert!(
+        late.is_empty(),
+        "failures after Redis was back: {late:?}\n{log}"
+    );
     assert!(reconnected <= back_at + 6_000, "{log}");
 }

@@ -26,6 +26,9 @@ pub struct Args {
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.layout.validate()?;
     let client = crate::store::connect::client(&args.redis)?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (HITCOUNT_SERVE_LISTEN)", args.listen))?;
     let keys = Keys::new(&args.layout, &StreamArgs::default());
     let api = Api::new(client.clone(), keys, args.layout.precisions.clone());
     // Redis as this user, once, before serving: a wrong password, a URL
@@ -38,9 +41,6 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         }
         tracing::warn!(error = %e, "Redis unavailable at start: serving anyway, each request tries again");
     }
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {} (HITCOUNT_SERVE_LISTEN)", args.listen))?;
     tracing::info!(address = %listener.local_addr()?, "serving the dashboard on / and the query API on /api/v1/");
     let (watch_stop, watch_shutdown) = crate::model::shutdown::channel();
     let watch = tokio::spawn(crate::service::memory_watch::run(client, watch_shutdown));

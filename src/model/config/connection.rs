@@ -84,7 +84,21 @@ impl RedisArgs {
 /// `password=`) query field of `redis+unix://` and `unix://`. The one
 /// function every message, log line and child process goes through.
 pub fn redact_url(url: &str) -> String {
-    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+    let parts: Vec<&str> = url.split(',').collect();
+    // A comma the URL failed to encode (in a password, say) is no list of
+    // nodes: the whole is one URL, so no part of its password shows.
+    if parts
+        .iter()
+        .skip(1)
+        .any(|p| !p.trim().is_empty() && !p.contains("://"))
+    {
+        return redact_one(url);
+    }
+    parts
+        .into_iter()
+        .map(redact_one)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Query fields that carry a password.
@@ -175,9 +189,18 @@ mod tests {
             redact_url("redis://h:1/0?password=SECRET"),
             "redis://h:1/0?password=***"
         );
-        assert_eq!(redact_url("/run/redis.sock?pass=SECRET"), "/run/redis.sock?pass=***");
+        assert_eq!(
+            redact_url("/run/redis.sock?pass=SECRET"),
+            "/run/redis.sock?pass=***"
+        );
         assert_eq!(redact_url("valkeys://u:SECRET@h:1"), "valkeys://u:***@h:1");
-        for careless in ["redis://u:SE/CRET@h:1", "redis://u:SE?CRET@h:1", "redis://:SE#CRET@h"] {
+        for careless in [
+            "redis://u:SE/CRET@h:1",
+            "redis://u:SE?CRET@h:1",
+            "redis://:SE#CRET@h",
+            "redis://:SE,CRET@h:1",
+            "unix:///s?pass=SE#CRET",
+        ] {
             assert!(!redact_url(careless).contains("CRET"), "{careless}");
         }
     }

@@ -43,6 +43,7 @@
 //!    │       ranking.rs     `top`: one cached ranking scan per (order, precision, bucket)
 //!    ▼
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
+//!    │       detect.rs      a cluster node or not: INFO cluster (+info)
 //!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
 //!    │       memory.rs      writes refused for maxmemory (OOM), an evicting policy
 //!    │       scripts/       every Lua script (*.lua) and its loader

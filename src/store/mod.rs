@@ -1,5 +1,5 @@
 //! Redis access: the one connection type and its error classes
-//! ([`connect`]), the Lua scripts ([`scripts`]), the counters as any client
+//! ([`connect`]), which kind of Redis a URL names ([`detect`]), the Lua scripts ([`scripts`]), the counters as any client
 //! reads them ([`counters`]) and the query API's read-only queries
 //! ([`query`]), `SCAN` over every master ([`scan`]), a cluster's masters
 //! and their slots ([`topology`]), the stream and its consumer group ([`stream`]),
@@ -11,6 +11,7 @@ pub mod client;
 pub mod commit;
 pub mod connect;
 pub mod counters;
+pub mod detect;
 pub mod error;
 pub mod group;
 pub mod memory;

@@ -653,3 +653,75 @@ async fn after_a_redis_restart_every_task_reports_the_outage_it_saw() {
     );
     assert!(reconnected <= back_at + 6_000, "{log}");
 }
+
+/// The processes whose parent is `pid`: their ids and command lines.
+fn children_cmdlines(pid: i32) -> Vec<(i32, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let path = entry.path();
+        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: the comm may hold spaces.
+        let Some(after) = stat.rsplit_once(") ").map(|(_, a)| a) else {
+            continue;
+        };
+        if after.split(' ').nth(1).and_then(|p| p.parse::<i32>().ok()) != Some(pid) {
+            continue;
+        }
+        let child = path.file_name().and_then(|n| n.to_str()?.parse().ok());
+        if let (Some(child), Ok(raw)) = (child, std::fs::read(path.join("cmdline"))) {
+            out.push((child, String::from_utf8_lossy(&raw).replace('\0', " ")));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_keeps_the_password_off_its_workers_command_lines() {
+    const PASSWORD: &str = "SECRETbench3";
+    let srv = server_with(ServerOptions {
+        password: Some(PASSWORD.into()),
+        ..ServerOptions::default()
+    });
+    let mut cmd = hitcount();
+    cmd.args([
+        "bench",
+        "--entries",
+        "2000",
+        "--workers",
+        "1",
+        "--workload",
+        "hot",
+    ])
+    .args(["--seeds-sample", "10", "--latency-secs", "1"])
+    .env("REDIS_URL", srv.url())
+    .stdin(Stdio::null());
+    let mut bench = Child::spawn("bench", cmd);
+    let seen = wait_for("a bench worker", Duration::from_secs(120), || {
+        bench.assert_running();
+        let workers: Vec<(i32, String)> = children_cmdlines(bench.pid())
+            .into_iter()
+            .filter(|(_, c)| c.contains(" worker "))
+            .collect();
+        (!workers.is_empty()).then_some(workers)
+    });
+    // Stop it here: bench frozen, then its workers (which a SIGKILLed
+    // bench would leave behind), then bench.
+    bench.signal(libc::SIGSTOP);
+    let children = children_cmdlines(bench.pid());
+    for (pid, _) in &children {
+        // SAFETY: kill(2) on a child of our own stopped child: it cannot
+        // have been reaped, so its pid is not reused.
+        unsafe {
+            libc::kill(*pid, libc::SIGKILL);
+        }
+    }
+    bench.kill();
+    for (_, cmdline) in &seen {
+        assert!(
+            !cmdline.contains(PASSWORD),
+            "ps shows the password: {cmdline}"
+        );
+    }
+}

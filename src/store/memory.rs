@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use redis::{RedisError, RedisResult};
+use redis::RedisResult;
 
 use crate::model::metrics::metrics;
 use crate::store::client::Conn;
@@ -27,11 +27,7 @@ static REFUSING: AtomicBool = AtomicBool::new(false);
 /// known).
 static EVICTING: Mutex<Option<String>> = Mutex::new(None);
 
-/// Whether `err` is Redis refusing a write for its `maxmemory` (alone, or
-/// within a script or a pipeline).
-pub fn is_oom(err: &RedisError) -> bool {
-    err.code() == Some("OOM") || err.to_string().contains("OOM command not allowed")
-}
+pub use crate::store::error::is_oom;
 
 /// Records whether Redis refuses writes for its memory now.
 pub fn set_out_of_memory(refusing: bool) {
@@ -118,11 +114,5 @@ mod tests {
         );
         assert_eq!(evicting(&[]), None);
         assert!(policy_warning("volatile-ttl").contains("must be noeviction"));
-    }
-
-    #[test]
-    fn a_broken_connection_is_no_oom() {
-        let io = RedisError::from(std::io::Error::other("broken pipe"));
-        assert!(!is_oom(&io));
     }
 }

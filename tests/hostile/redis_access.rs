@@ -439,6 +439,56 @@ async fn a_full_redis_is_named_and_nothing_is_lost() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_filling_up_under_a_running_worker_is_named() {
+    let srv = server();
+    let url = srv.url();
+    let mut admin = conn(&url).await;
+    let listen = free_addr();
+    let mut w = start_worker(&url, "w", &listen, &[]);
+    // Entries wait while the worker is frozen; then Redis is full.
+    w.signal(libc::SIGSTOP);
+    let ts = unix_now() - 30;
+    let mut hits = Vec::new();
+    for i in 0..5 {
+        hits.extend(xadd_hits(&mut admin, &format!("n{i}"), 200, ts).await);
+    }
+    set_config(&mut admin, "maxmemory", "1").await;
+    w.signal(libc::SIGCONT);
+    wait_for("/readyz names the cause", Duration::from_secs(30), || {
+        http_get(&listen, "/readyz")
+            .filter(|(_, b)| b.contains("Redis is out of memory (maxmemory)"))
+    });
+    let log = w.stderr();
+    assert!(log.contains("Redis is out of memory (maxmemory)"), "{log}");
+    assert!(
+        !log.contains("Redis unavailable"),
+        "no network fault to chase: {log}"
+    );
+    let (_, metrics) = http_get(&listen, "/metrics").unwrap();
+    assert_eq!(
+        metric_value(&metrics, "hitcount_redis_oom"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert!(
+        metric_value(&metrics, "hitcount_redis_errors_total{kind=\"oom\"}").unwrap_or(0.0) > 0.0,
+        "{metrics}"
+    );
+    set_config(&mut admin, "maxmemory", "0").await;
+    let s = settings(&url, "any");
+    wait_drained(&mut admin, &keys(&s)).await;
+    assert!(
+        w.terminate(Duration::from_secs(30)).success(),
+        "{}",
+        w.stderr()
+    );
+    assert_eq!(
+        read_all(&mut admin, &keys(&s)).await,
+        reference(&hits, &s.layout.precisions)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_allowed_to_evict_is_said_loudly() {
     let srv = server_with(ServerOptions {
         extra: vec!["maxmemory-policy allkeys-lru".into()],

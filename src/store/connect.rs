@@ -231,6 +231,16 @@ impl Backoff {
     }
 }
 
+impl Drop for Outage {
+    /// A task that ends in the outage it logged (a shard handed over, the
+    /// process stopping) leaves the next task free to log the next one.
+    fn drop(&mut self) {
+        if self.logged {
+            OUTAGES.lock().unwrap_or_else(|p| p.into_inner()).on = false;
+        }
+    }
+}
+
 /// Whether an error says the connection itself broke (not Redis' answer).
 fn broken_link(err: &StoreError) -> bool {
     matches!(err, StoreError::Redis(e)

@@ -23,8 +23,9 @@ pub enum ClusterMode {
     Off,
 }
 
-/// How to reach Redis.
-#[derive(Args, Debug, Clone)]
+/// How to reach Redis. Its `Debug` hides the password, as every message
+/// does.
+#[derive(Args, Clone)]
 pub struct RedisArgs {
     /// Redis URL: `redis://[user:password@]host:port[/db]` or `rediss://` for TLS;
     /// several nodes of a cluster separated by commas. The password is never
@@ -45,6 +46,18 @@ pub struct RedisArgs {
     /// PEM private key of the client certificate.
     #[arg(long = "redis-key", env = "HITCOUNT_REDIS_KEY", requires = "cert")]
     pub key: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for RedisArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisArgs")
+            .field("url", &redact_url(&self.url))
+            .field("cluster", &self.cluster)
+            .field("ca", &self.ca)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .finish()
+    }
 }
 
 impl Default for RedisArgs {
@@ -173,6 +186,12 @@ mod tests {
             "redis://u:***@h1:1,redis://u:***@h2:2",
             "every node of a list"
         );
+    }
+
+    #[test]
+    fn debug_hides_the_password() {
+        let args = RedisArgs::from_url("unix:///s?pass=SECRET");
+        assert!(!format!("{args:?}").contains("SECRET"));
     }
 
     #[test]

@@ -38,11 +38,14 @@
 //!    │       fence.rs  purge.rs  forget.rs   their fence, deletes, known: on a cluster
 //!    │       pass_report.rs what a cleaner pass did
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
+//!    │       memory_watch.rs Redis' maxmemory-policy, checked every minute
 //!    │       shard_spread.rs which master serves which shards, the slots to move
 //!    │       ranking.rs     `top`: one cached ranking scan per (order, precision, bucket)
 //!    ▼
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
+//!    │       detect.rs      a cluster node or not: INFO cluster (+info)
 //!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
+//!    │       memory.rs      writes refused for maxmemory (OOM), an evicting policy
 //!    │       scripts/       every Lua script (*.lua) and its loader
 //!    │       stream.rs  group.rs  counters.rs
 //!    │       commit/        mod.rs, plan.rs, apply.rs, replies.rs, carry.rs, records.rs, stats.rs

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 /// The rules of a read-only user, as docs/operations.md gives them.
 const READ_ONLY: &str =
-    "resetchannels ~known: ~count:* ~stats:* -@all +@read +@connection +cluster|info";
+    "resetchannels ~known: ~count:* ~stats:* -@all +@read +@connection -@dangerous +info";
 
 struct Answer {
     status: u16,

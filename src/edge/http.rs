@@ -64,6 +64,8 @@ fn handle(req: &Request<Incoming>, health: &Health) -> Resp {
             // a cluster it says when a master lacked a replica lately.
             let problems = health.readiness_problems();
             let mut notes: Vec<String> = health.shard_detail().into_iter().collect();
+            // Redis' memory: writes refused for maxmemory, an evicting policy.
+            notes.extend(crate::store::memory::readiness_notes());
             if let Some(ago) = crate::store::commit::unconfirmed_recently() {
                 notes.push(format!(
                     "a master confirmed no replica of a window's writes {}s ago \

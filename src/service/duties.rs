@@ -147,6 +147,7 @@ pub async fn run(
             }
             Err(e) => Err(e.into()),
         };
+        let mut retry = None;
         match result {
             Ok(last) => {
                 link.succeeded();
@@ -165,10 +166,13 @@ pub async fn run(
                 tracing::warn!("leader lease lost during a cleaner pass: stopped cleaning");
             }
             Err(CleanError::Store(e)) => {
-                link.failed(&e, Some(&shutdown));
+                // Tried again after the backoff, not a whole interval later:
+                // the pass is not skipped, and the outage ends when it does.
+                retry = Some(link.failed(&e, Some(&shutdown)).1);
             }
         }
-        let pause = cleaner::pause_after(started.elapsed(), settings.clean_interval());
+        let pause = retry
+            .unwrap_or_else(|| cleaner::pause_after(started.elapsed(), settings.clean_interval()));
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = shutdown.wait() => {}

@@ -243,7 +243,12 @@ impl Health {
             problems.push("shutting down".to_string());
         }
         if !self.redis_connected.load(Ordering::Relaxed) {
-            problems.push("redis not connected".to_string());
+            // Redis answers, but refuses writes: no network fault to chase.
+            problems.push(if crate::store::memory::out_of_memory() {
+                format!("{}: writes refused", crate::store::memory::OUT_OF_MEMORY)
+            } else {
+                "redis not connected".to_string()
+            });
         }
         if !self.is_in_group() {
             problems.push("not in consumer group".to_string());

@@ -173,17 +173,20 @@ impl Lease {
         let timeout = self.renew_every().min(connect::RESPONSE_TIMEOUT);
         let mut link = Reconnecting::new(client, "leader lease", timeout);
         while !done.is_triggered() {
-            match self.step(&mut link).await {
-                Ok(()) => link.succeeded(),
-                Err(e) => {
-                    link.failed(&e, Some(&shutdown));
+            // After a failure, tried again after the backoff when that is
+            // sooner than the next renewal.
+            let pause = match self.step(&mut link).await {
+                Ok(()) => {
+                    link.succeeded();
+                    self.renew_every()
                 }
-            }
+                Err(e) => link.failed(&e, Some(&shutdown)).1.min(self.renew_every()),
+            };
             if self.leader {
                 metrics().is_leader.set(i64::from(self.held()));
             }
             tokio::select! {
-                _ = tokio::time::sleep(self.renew_every()) => {}
+                _ = tokio::time::sleep(pause) => {}
                 _ = done.wait() => {}
             }
         }

@@ -4,7 +4,7 @@
 //! [`registration`], the [`leader`] lease and its [`duties`] ([`cleaner`]
 //! with its [`purge`] of old samples and, on a cluster, [`forget`] of
 //! emptied counters; [`trim`]), all under a [`fence`]), the group [`sampler`], what `hitcount status` shows
-//! ([`status`]) and how a cluster's masters share the shards
+//! ([`status`]), the check of Redis' eviction policy ([`memory_watch`]) and how a cluster's masters share the shards
 //! ([`shard_spread`]), the [`supervisor`] of background tasks, the
 //! fire-and-forget [`producer`], and the query API's cached bucket
 //! [`ranking`]s.
@@ -15,6 +15,7 @@ pub mod fence;
 pub mod forget;
 pub mod health;
 pub mod leader;
+pub mod memory_watch;
 pub mod pass_report;
 pub mod producer;
 pub mod purge;

@@ -128,6 +128,7 @@ impl Registration {
                 Ok(c) => self.step(c).await,
                 Err(e) => Err(e),
             };
+            let mut pause = RENEW_EVERY;
             match result {
                 Ok(None) => link.succeeded(),
                 // Another worker took the name (this one was paused past the
@@ -144,13 +145,15 @@ impl Registration {
                 }
                 Err(e) => {
                     // The commit fence keeps the count exact meanwhile.
-                    if link.failed(&e, Some(&shutdown)).0 == ErrorClass::Fatal {
+                    let (class, backoff) = link.failed(&e, Some(&shutdown));
+                    if class == ErrorClass::Fatal {
                         return;
                     }
+                    pause = backoff.min(RENEW_EVERY);
                 }
             }
             tokio::select! {
-                _ = tokio::time::sleep(RENEW_EVERY) => {}
+                _ = tokio::time::sleep(pause) => {}
                 _ = done.wait() => {}
             }
         }

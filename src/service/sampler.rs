@@ -117,10 +117,18 @@ pub async fn run(client: Client, layout: LayoutArgs, stream: StreamArgs, mut shu
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     metrics().init_shards(stream.shards);
+    // After a failure: the backoff's pause, not a whole tick.
+    let mut retry: Option<std::time::Duration> = None;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait() => return,
+        match retry.take() {
+            Some(pause) => tokio::select! {
+                _ = tokio::time::sleep(pause.min(SAMPLE_EVERY)) => {}
+                _ = shutdown.wait() => return,
+            },
+            None => tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.wait() => return,
+            },
         }
         let result = match link.get().await {
             Ok(c) => {
@@ -139,7 +147,7 @@ pub async fn run(client: Client, layout: LayoutArgs, stream: StreamArgs, mut shu
                 export(&shards, &samples);
             }
             Err(e) => {
-                link.failed(&e, Some(&shutdown));
+                retry = Some(link.failed(&e, Some(&shutdown)).1);
             }
         }
     }

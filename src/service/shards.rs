@@ -237,6 +237,7 @@ impl Balancer {
         );
         let mut stop = self.shutdown.clone();
         while !self.shutdown.is_triggered() {
+            let mut pause = TICK;
             match self.step(&mut link).await {
                 Ok(()) => {
                     link.succeeded();
@@ -249,12 +250,12 @@ impl Balancer {
                     }
                 }
                 Err(e) => {
-                    link.failed(&e, Some(&self.shutdown));
+                    pause = link.failed(&e, Some(&self.shutdown)).1.min(TICK);
                 }
             }
             self.report();
             tokio::select! {
-                _ = tokio::time::sleep(TICK) => {}
+                _ = tokio::time::sleep(pause) => {}
                 _ = stop.wait() => {}
             }
         }

@@ -1,6 +1,6 @@
 //! Who hitcount talks to: one Redis node, or a Redis Cluster (several nodes
 //! in `REDIS_URL`, `HITCOUNT_CLUSTER=on`, or detected: `auto` asks the first
-//! node `CLUSTER INFO`), with TLS files when given; and [`Conn`], the
+//! node `INFO cluster`), with TLS files when given; and [`Conn`], the
 //! one connection type every module uses, whichever it is.
 
 use std::sync::{Arc, OnceLock};
@@ -138,29 +138,24 @@ impl Client {
     /// deadline. With `auto`, the first open asks the server whether it is
     /// a cluster.
     pub async fn open(&self, response_timeout: Duration) -> RedisResult<Conn> {
+        self.open_any(response_timeout)
+            .await
+            .map_err(|e| self.not_redis(e))
+    }
+
+    async fn open_any(&self, response_timeout: Duration) -> RedisResult<Conn> {
         match self.detected.get() {
             Some(true) => return self.open_cluster(response_timeout).await,
             Some(false) if self.mode == ClusterMode::Off => {
                 let mut single = self.open_single(response_timeout).await?;
-                refuse_several_masters(&mut single).await?;
+                crate::store::detect::refuse_several_masters(&mut single).await?;
                 return Ok(Conn::Single(single));
             }
             Some(false) => return self.open_single(response_timeout).await.map(Conn::Single),
             None => {}
         }
         let mut single = self.open_single(response_timeout).await?;
-        // CLUSTER INFO (read-only, `+cluster|info` in the ACL) answers on a
-        // cluster node and is refused with "cluster support disabled" by
-        // any other.
-        let reply: RedisResult<String> = redis::cmd("CLUSTER")
-            .arg("INFO")
-            .query_async(&mut single)
-            .await;
-        let cluster = match reply {
-            Ok(_) => true,
-            Err(e) if cluster_disabled(&e.to_string()) => false,
-            Err(e) => return Err(e),
-        };
+        let cluster = crate::store::detect::is_cluster_node(&mut single).await?;
         let _ = self.detected.set(cluster);
         if cluster {
             self.open_cluster(response_timeout).await
@@ -169,11 +164,27 @@ impl Client {
         }
     }
 
+    /// A reply that is not Redis' protocol at all (an HTTP server, say, at
+    /// the URL's port) as the one fatal error that says so; other errors
+    /// unchanged.
+    fn not_redis(&self, err: redis::RedisError) -> redis::RedisError {
+        // A cluster client wraps the parser's error in one of its own.
+        let wrapped = err.detail().is_some_and(|d| d.contains("Parse error"));
+        if err.kind() == redis::ErrorKind::Parse || wrapped {
+            crate::store::error::not_redis(&self.shown)
+        } else {
+            err
+        }
+    }
+
     /// Opens a connection to exactly the first node, even one of a cluster
     /// of several masters: for reading that node's own figures (`INFO`),
     /// never for keys, which the other masters' slots answer with MOVED.
     pub async fn open_this_node(&self, response_timeout: Duration) -> RedisResult<Conn> {
-        self.open_single(response_timeout).await.map(Conn::Single)
+        self.open_single(response_timeout)
+            .await
+            .map(Conn::Single)
+            .map_err(|e| self.not_redis(e))
     }
 
     async fn open_single(&self, response_timeout: Duration) -> RedisResult<MultiplexedConnection> {
@@ -204,39 +215,6 @@ fn timed_out(deadline: Duration) -> redis::RedisError {
         std::io::ErrorKind::TimedOut,
         format!("no reply from the cluster within {deadline:?}"),
     ))
-}
-
-/// Whether a refused `CLUSTER INFO` says the server is no cluster node.
-fn cluster_disabled(error: &str) -> bool {
-    error.contains("cluster support disabled")
-}
-
-/// With `HITCOUNT_CLUSTER=off`, refuses a node that serves one master's
-/// share of a cluster of several (`cluster_size` in `CLUSTER INFO`): the
-/// other masters' keys would answer MOVED on every call, for good. A node
-/// that is no cluster, a cluster of one master, or a proxy that does not
-/// answer `CLUSTER INFO` is talked to as one Redis, as asked.
-async fn refuse_several_masters(single: &mut MultiplexedConnection) -> RedisResult<()> {
-    let info: RedisResult<String> = redis::cmd("CLUSTER").arg("INFO").query_async(single).await;
-    let Ok(info) = info else { return Ok(()) };
-    match masters_serving(&info) {
-        Some(n) if n > 1 => Err(redis::RedisError::from((
-            redis::ErrorKind::InvalidClientConfig,
-            "cluster mode off",
-            format!(
-                "HITCOUNT_CLUSTER=off, but this node is one of the {n} masters of a Redis \
-                 Cluster (the others' keys would answer MOVED)"
-            ),
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// The masters serving slots, from a `CLUSTER INFO` reply.
-fn masters_serving(info: &str) -> Option<u64> {
-    info.lines()
-        .find_map(|l| l.trim().strip_prefix("cluster_size:"))
-        .and_then(|v| v.parse().ok())
 }
 
 /// Makes ring rustls' process-wide crypto provider unless one is set already.
@@ -310,8 +288,24 @@ impl Conn {
     /// `INFO replication` of every master; on one node, its own): whether
     /// a WAIT that came back short may still be confirmed by waiting on.
     pub async fn fewest_replicas(&mut self) -> RedisResult<u32> {
+        let replies = self.info_of_masters("replication").await?;
+        let fewest = replies
+            .iter()
+            .map(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("connected_slaves:"))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0)
+            })
+            .min();
+        Ok(fewest.unwrap_or(0))
+    }
+
+    /// `INFO section` of every master (on one node, its own), one text
+    /// each.
+    pub async fn info_of_masters(&mut self, section: &str) -> RedisResult<Vec<String>> {
         let mut cmd = redis::cmd("INFO");
-        cmd.arg("replication");
+        cmd.arg(section);
         let reply: Value = match self {
             Conn::Single(c) => cmd.query_async(c).await?,
             Conn::Cluster(c, deadline) => {
@@ -327,17 +321,10 @@ impl Conn {
             Value::Map(per_node) => per_node.into_iter().map(|(_, v)| v).collect(),
             one => vec![one],
         };
-        let mut fewest: Option<u32> = None;
-        for reply in replies {
-            let text: String = redis::FromRedisValue::from_redis_value(reply)?;
-            let n = text
-                .lines()
-                .find_map(|l| l.strip_prefix("connected_slaves:"))
-                .and_then(|n| n.trim().parse().ok())
-                .unwrap_or(0);
-            fewest = Some(fewest.map_or(n, |f: u32| f.min(n)));
-        }
-        Ok(fewest.unwrap_or(0))
+        replies
+            .into_iter()
+            .map(|v| redis::FromRedisValue::from_redis_value(v).map_err(redis::RedisError::from))
+            .collect()
     }
 }
 
@@ -418,22 +405,5 @@ mod tests {
         assert_eq!(client(&args).unwrap().detected.get(), Some(&true));
         args.cluster = ClusterMode::Off;
         assert_eq!(client(&args).unwrap().detected.get(), Some(&false));
-    }
-
-    #[test]
-    fn cluster_info_names_the_masters_serving_slots() {
-        let info = "cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_size:3\r\n";
-        assert_eq!(masters_serving(info), Some(3));
-        assert_eq!(masters_serving("cluster_state:fail\r\n"), None);
-    }
-
-    #[test]
-    fn a_server_without_cluster_support_says_so() {
-        assert!(cluster_disabled(
-            "An error was signalled by the server - ResponseError: This instance has cluster support disabled"
-        ));
-        assert!(!cluster_disabled(
-            "NOPERM this user has no permissions to run the 'cluster|info' command"
-        ));
     }
 }

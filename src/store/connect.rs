@@ -23,6 +23,13 @@ pub use crate::store::error::{
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest time to open a connection and load the scripts.
 pub const OPEN_DEADLINE: Duration = Duration::from_secs(10);
+/// A connection unused for this long is asked a `PING` before it is handed
+/// out again: one Redis closed (a restart, a proxy's idle timeout) is
+/// replaced at once instead of failing the task's next call, which would
+/// skip a cleaner's pass or report an outage that ended long ago. A task
+/// that uses its connection more often than this (the worker) is never
+/// slowed.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// First and longest pause between reconnection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -39,6 +46,16 @@ pub struct Reconnecting {
     what: &'static str,
     timeout: Duration,
     conn: Option<Conn>,
+    /// Whether hitcount's scripts are loaded on each new connection.
+    scripts: bool,
+    /// When the connection was last handed out.
+    used: Option<std::time::Instant>,
+    /// Whether the connection served a call since it was opened: a broken
+    /// one that did is reconnected at once (see [`Reconnecting::failed`]).
+    proven: bool,
+    /// Whether this task's last failure was Redis refusing a write for its
+    /// memory (`OOM`).
+    refused_for_memory: bool,
     opened: u64,
     outage: Outage,
     backoff: Backoff,
@@ -53,14 +70,36 @@ impl Reconnecting {
             what,
             timeout,
             conn: None,
+            scripts: true,
+            used: None,
+            proven: false,
+            refused_for_memory: false,
             opened: 0,
             outage: Outage::default(),
             backoff: Backoff::default(),
         }
     }
 
+    /// The same without loading the scripts: for a task that only reads
+    /// (as a read-only user may, without `+script|load`).
+    pub fn reading(mut self) -> Reconnecting {
+        self.scripts = false;
+        self
+    }
+
     /// The connection, opened now (scripts loaded) if there is none.
     pub async fn get(&mut self) -> StoreResult<&mut Conn> {
+        let idle = self.used.is_some_and(|t| t.elapsed() >= IDLE_CHECK);
+        self.used = Some(std::time::Instant::now());
+        if idle {
+            if let Some(mut c) = self.conn.take() {
+                if still_open(&mut c).await {
+                    self.conn = Some(c);
+                } else {
+                    tracing::debug!("{}: connection closed while idle; reconnecting", self.what);
+                }
+            }
+        }
         let conn = match self.conn.take() {
             Some(c) => c,
             None => {
@@ -69,7 +108,9 @@ impl Reconnecting {
                 // is better met by a fresh connection a moment later.
                 let open = async {
                     let mut c = self.client.open(self.timeout).await?;
-                    crate::store::scripts::load_all(&mut c).await?;
+                    if self.scripts {
+                        crate::store::scripts::load_all(&mut c).await?;
+                    }
                     Ok::<_, StoreError>(c)
                 };
                 let c = tokio::time::timeout(OPEN_DEADLINE, open)
@@ -79,6 +120,7 @@ impl Reconnecting {
                         reply: format!("no connection within {OPEN_DEADLINE:?}"),
                     })??;
                 self.opened += 1;
+                self.proven = false;
                 c
             }
         };
@@ -98,6 +140,10 @@ impl Reconnecting {
 
     /// Records a success: ends an outage, resets the backoff.
     pub fn succeeded(&mut self) {
+        self.proven = true;
+        if std::mem::take(&mut self.refused_for_memory) {
+            crate::store::memory::set_out_of_memory(false);
+        }
         self.outage.recovered(self.what);
         self.backoff.reset();
     }
@@ -115,10 +161,20 @@ impl Reconnecting {
     ) -> (ErrorClass, Duration) {
         self.conn = None;
         let class = err.record();
+        // A connection that served calls and then broke (Redis restarted,
+        // a proxy closed it) is replaced at once: only if the new one fails
+        // too is Redis unavailable.
+        let broken = std::mem::take(&mut self.proven) && broken_link(err);
+        let oom = matches!(err, StoreError::Redis(e) if crate::store::memory::is_oom(e));
+        self.refused_for_memory = oom;
+        if oom {
+            crate::store::memory::set_out_of_memory(true);
+        }
         match (class, shutdown) {
             (ErrorClass::Fatal, Some(shutdown)) => {
                 let addr = self.client.describe();
                 let cause = match err {
+                    StoreError::Redis(e) if crate::store::error::is_not_redis(e) => describe(e),
                     StoreError::Redis(e) => {
                         let hint = fatal_hint(e).unwrap_or("");
                         format!(
@@ -131,7 +187,12 @@ impl Reconnecting {
                 };
                 shutdown.fail(cause);
             }
-            _ => self.outage.failed(self.what, err),
+            _ if broken => {
+                self.outage.noticed();
+                tracing::debug!(error = %err, "{}: connection lost; reconnecting at once", self.what);
+                return (class, Duration::ZERO);
+            }
+            _ => self.outage.failed(self.what, err, oom),
         }
         (class, self.backoff.pause())
     }
@@ -170,19 +231,50 @@ impl Backoff {
     }
 }
 
-/// Tracks one outage so it is logged once at its start and once at its end.
+impl Drop for Outage {
+    /// A task that ends in the outage it logged (a shard handed over, the
+    /// process stopping) leaves the next task free to log the next one.
+    fn drop(&mut self) {
+        if self.logged {
+            OUTAGES.lock().unwrap_or_else(|p| p.into_inner()).on = false;
+        }
+    }
+}
+
+/// Whether an error says the connection itself broke (not Redis' answer).
+fn broken_link(err: &StoreError) -> bool {
+    matches!(err, StoreError::Redis(e)
+        if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error())
+}
+
+/// Whether a connection left idle still answers (`PING`; a refusal of the
+/// command itself, as by an ACL without `+ping`, is an answer too).
+async fn still_open(conn: &mut Conn) -> bool {
+    let pong: redis::RedisResult<redis::Value> = redis::cmd("PING").query_async(conn).await;
+    match pong {
+        Ok(_) => true,
+        Err(e) => e.code().is_some() && !broken_link(&StoreError::Redis(e)),
+    }
+}
+
+/// One task's view of an outage: from its first failed call to its next
+/// success. The task that logs the start of an outage (one line for the
+/// process, however many tasks notice) also logs its end, with the time it
+/// saw Redis unavailable; other tasks only count their reconnection.
 #[derive(Debug, Default)]
 pub struct Outage {
     since: Option<std::time::Instant>,
     tries: u64,
+    /// Whether this task logged the start of the outage.
+    logged: bool,
 }
 
 /// This process' view of Redis outages, shared by its tasks (worker, leader,
 /// sampler, producer): one line is logged when Redis becomes unreachable and
 /// one when it is reachable again, however many tasks notice.
 struct Outages {
-    /// When the current outage began, if one is going on.
-    since: Option<std::time::Instant>,
+    /// Whether an outage is logged as going on.
+    on: bool,
     /// When the last one ended: a task that only notices its broken
     /// connection shortly after (on its next use) is not a new outage.
     ended: Option<std::time::Instant>,
@@ -192,13 +284,21 @@ struct Outages {
 const OUTAGE_AFTERSHOCK: Duration = Duration::from_secs(10);
 
 static OUTAGES: std::sync::Mutex<Outages> = std::sync::Mutex::new(Outages {
-    since: None,
+    on: false,
     ended: None,
 });
 
 impl Outage {
-    /// Records a failed try; logs only the first of an outage in this process.
-    pub fn failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
+    /// Records a failure that is not logged (a broken connection replaced
+    /// at once): the outage, if it goes on, started here.
+    pub fn noticed(&mut self) {
+        self.tries += 1;
+        self.since.get_or_insert_with(std::time::Instant::now);
+    }
+
+    /// Records a failed try; logs only the first of an outage in this
+    /// process, naming a full Redis (`oom`) as such.
+    pub fn failed(&mut self, what: &str, err: &dyn std::fmt::Display, oom: bool) {
         self.tries += 1;
         tracing::debug!(error = %err, tries = self.tries, "{what}: Redis call failed");
         let now = std::time::Instant::now();
@@ -207,19 +307,26 @@ impl Outage {
         // A failure just after an outage ended is a task noticing it late;
         // if failures go on past that, it is a new outage and is logged.
         let aftershock = o.ended.is_some_and(|e| e.elapsed() < OUTAGE_AFTERSHOCK);
-        if o.since.is_none() && !aftershock {
-            o.since = Some(now);
-            tracing::warn!(error = %err, "{what}: Redis unavailable, retrying with backoff");
+        if !o.on && !aftershock {
+            o.on = true;
+            self.logged = true;
+            if oom {
+                tracing::warn!(error = %err, "{what}: {}: writes are refused; retrying with backoff, nothing is lost",
+                    crate::store::memory::OUT_OF_MEMORY);
+            } else {
+                tracing::warn!(error = %err, "{what}: Redis unavailable, retrying with backoff");
+            }
         }
     }
 
-    /// Records a success; the first task to reach Redis again logs the end
-    /// of the outage.
+    /// Records a success; the task that logged the outage's start logs its
+    /// end, with how long it saw Redis unavailable.
     pub fn recovered(&mut self, what: &str) {
-        if self.since.take().is_some() {
+        if let Some(since) = self.since.take() {
             metrics().redis_reconnects.inc();
-            let mut o = OUTAGES.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(since) = o.since.take() {
+            if std::mem::take(&mut self.logged) {
+                let mut o = OUTAGES.lock().unwrap_or_else(|p| p.into_inner());
+                o.on = false;
                 o.ended = Some(std::time::Instant::now());
                 tracing::warn!(
                     down_ms = since.elapsed().as_millis() as u64,

@@ -22,10 +22,24 @@ pub enum ErrorClass {
     Fatal,
 }
 
+/// Whether `err` is Redis refusing a write for its `maxmemory` (alone,
+/// within a script, or the first refusal of a pipeline).
+pub fn is_oom(err: &RedisError) -> bool {
+    err.code() == Some("OOM")
+        || err
+            .clone()
+            .into_server_errors()
+            .is_some_and(|all| all.iter().any(|(_, e)| e.code() == "OOM"))
+        || err.to_string().contains("OOM command not allowed")
+}
+
 /// Sorts an error into its class and a bounded metric label.
 pub fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
     if fatal_hint(err).is_some() {
         return (ErrorClass::Fatal, "fatal");
+    }
+    if is_oom(err) {
+        return (ErrorClass::Transient, "oom");
     }
     if err.is_timeout() {
         return (ErrorClass::Transient, "timeout");
@@ -34,7 +48,6 @@ pub fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
         return (ErrorClass::Transient, "io");
     }
     match err.code() {
-        Some("OOM") => (ErrorClass::Transient, "oom"),
         Some("NOSCRIPT") => (ErrorClass::Transient, "script"),
         Some(
             "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "MOVED"
@@ -87,6 +100,28 @@ pub fn fatal_hint(err: &RedisError) -> Option<&'static str> {
         );
     }
     None
+}
+
+/// What answered at the URL is not Redis (an HTTP server, say): a fatal
+/// error whose detail is the one line to print, naming the URL `shown`
+/// (password hidden).
+pub fn not_redis(shown: &str) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        NOT_REDIS,
+        format!(
+            "{NOT_REDIS} at {shown}: what answers there does not speak Redis' protocol \
+             (check REDIS_URL / --redis-url)"
+        ),
+    ))
+}
+
+const NOT_REDIS: &str = "not a Redis server";
+
+/// Whether `err` is [`not_redis`]'s: its detail says it all.
+pub fn is_not_redis(err: &RedisError) -> bool {
+    err.kind() == redis::ErrorKind::InvalidClientConfig
+        && err.detail().is_some_and(|d| d.starts_with(NOT_REDIS))
 }
 
 /// Counts an error in `hitcount_redis_errors_total` and returns its class.
@@ -231,6 +266,12 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broken_connection_is_no_oom() {
+        let io = RedisError::from(std::io::Error::other("broken pipe"));
+        assert!(!is_oom(&io));
+    }
 
     #[test]
     fn a_refused_password_is_fatal_even_wrapped_by_the_cluster_client() {

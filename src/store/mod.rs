@@ -1,17 +1,20 @@
 //! Redis access: the one connection type and its error classes
-//! ([`connect`]), the Lua scripts ([`scripts`]), the counters as any client
+//! ([`connect`]), which kind of Redis a URL names ([`detect`]), the Lua scripts ([`scripts`]), the counters as any client
 //! reads them ([`counters`]) and the query API's read-only queries
 //! ([`query`]), `SCAN` over every master ([`scan`]), a cluster's masters
 //! and their slots ([`topology`]), the stream and its consumer group ([`stream`]),
-//! and a window's exactly-once way into the counters ([`commit`]). Uses the
+//! a window's exactly-once way into the counters ([`commit`]), and Redis'
+//! memory: writes refused for `maxmemory`, an evicting policy ([`memory`]). Uses the
 //! model floor only.
 
 pub mod client;
 pub mod commit;
 pub mod connect;
 pub mod counters;
+pub mod detect;
 pub mod error;
 pub mod group;
+pub mod memory;
 pub mod query;
 pub mod scan;
 pub mod scripts;

@@ -6,3 +6,4 @@ mod common;
 mod cli;
 mod http;
 mod quiet;
+mod redis_access;

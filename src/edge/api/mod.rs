@@ -43,7 +43,7 @@ use crate::edge::server::{self, Limits, Resp};
 use crate::model::config::DEFAULT_SAMPLES;
 use crate::model::keys::{Family, Keys};
 use crate::service::ranking::{RankError, Rankings, KEEP};
-use crate::store::connect::{Client, Conn};
+use crate::store::connect::{Client, Conn, ErrorClass};
 use crate::store::query::{self, By};
 use params::{decode, top_bucket, Query};
 
@@ -102,6 +102,22 @@ impl Api {
             .await
             .map_err(Failure::Redis)?;
         Ok(slot.insert(c).clone())
+    }
+
+    /// Connects and reads what every page of the API reads (the first name
+    /// of each family, at every precision): at start, so that a wrong
+    /// password, a URL that is no Redis or a permission the user lacks
+    /// stops `serve` with one line instead of failing every request.
+    pub async fn check(&self) -> Result<(), RedisError> {
+        let mut conn = match self.conn().await {
+            Ok(c) => c,
+            Err(Failure::Redis(e)) => return Err(e),
+            Err(_) => unreachable!("connecting fails only with a Redis error"),
+        };
+        for family in [Family::Counts, Family::Stats] {
+            query::list(&mut conn, &self.keys, family, &self.precisions, "", None, 1).await?;
+        }
+        Ok(())
     }
 
     /// Forgets the connection after an error that was not Redis' answer
@@ -231,6 +247,18 @@ async fn handle(api: &Api, req: &Request<Incoming>) -> Resp {
             resp.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from(secs));
             resp
+        }
+        Err(Failure::Redis(e)) if crate::store::connect::classify(&e).0 == ErrorClass::Fatal => {
+            // Redis answers but refuses (an ACL changed since the start):
+            // not an outage, and no retry helps.
+            tracing::error!(error = %crate::store::connect::describe(&e),
+                hint = crate::store::connect::fatal_hint(&e).unwrap_or(""),
+                "query API: Redis refused the query");
+            api.failed(&e).await;
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Redis refused the query (see the server's log)",
+            )
         }
         Err(Failure::Redis(e)) => {
             tracing::warn!(error = %e, "query API: Redis failed");

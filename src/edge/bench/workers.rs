@@ -70,8 +70,11 @@ impl Target {
         for i in 0..self.workers {
             let log = std::env::temp_dir().join(format!("hitcount-bench-worker-{i}.log"));
             let mut cmd = Command::new(&exe);
+            // The URL (password included) goes in the environment, which
+            // other local users cannot read, never on the command line,
+            // which `ps` shows them.
             cmd.arg("worker")
-                .args(["--redis-url", &self.redis.url])
+                .env("REDIS_URL", &self.redis.url)
                 .args(["--stream", &self.keys.stream])
                 .args(["--group", &self.keys.group])
                 .args(["--dead-stream", &self.keys.dead])

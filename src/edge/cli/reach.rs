@@ -14,6 +14,9 @@ use crate::store::connect::{Conn, ErrorClass};
 /// pipeline) its code and message, plus a hint for the usual causes; else
 /// the client's words.
 pub fn cause(err: &RedisError) -> String {
+    if crate::store::error::is_not_redis(err) {
+        return crate::store::connect::describe(err);
+    }
     if err.kind() == redis::ErrorKind::AuthenticationFailed {
         return "authentication failed: wrong user name or password (WRONGPASS)".into();
     }
@@ -46,6 +49,10 @@ pub fn cause(err: &RedisError) -> String {
 
 /// A Redis error as one line naming the Redis URL (password hidden).
 pub fn redis_error(url: &str, err: &RedisError) -> anyhow::Error {
+    if crate::store::error::is_not_redis(err) {
+        // Names the URL already.
+        return anyhow!(cause(err));
+    }
     anyhow!("Redis at {}: {}", redact_url(url), cause(err))
 }
 
@@ -78,7 +85,9 @@ pub async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
     let client = crate::store::connect::client(redis)?;
     let url = redact_url(&redis.url);
     let failed = |e: RedisError| {
-        if permanent(&e) {
+        if crate::store::error::is_not_redis(&e) {
+            anyhow!(cause(&e))
+        } else if permanent(&e) {
             anyhow!("Redis at {url} refused the connection: {}", cause(&e))
         } else {
             anyhow!("cannot connect to Redis at {url}: {}", cause(&e))

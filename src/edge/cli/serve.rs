@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use crate::edge::api::{self, Api};
 use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
+use crate::store::connect::ErrorClass;
 
 /// Default address of the query API.
 pub const DEFAULT_SERVE_LISTEN: &str = "0.0.0.0:9185";
@@ -28,15 +29,30 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {} (HITCOUNT_SERVE_LISTEN)", args.listen))?;
-    tracing::info!(address = %listener.local_addr()?, "serving the dashboard on / and the query API on /api/v1/");
     let keys = Keys::new(&args.layout, &StreamArgs::default());
-    let api = Api::new(client, keys, args.layout.precisions.clone()).keeping(args.layout.samples);
-    api::serve(
+    let api = Api::new(client.clone(), keys, args.layout.precisions.clone()).keeping(args.layout.samples);
+    // Redis as this user, once, before serving: a wrong password, a URL
+    // that is no Redis or a permission the ACL lacks (INFO, a key pattern)
+    // stops serve here with one line, as every command does. A Redis that
+    // is only down is waited for: each request tries again.
+    if let Err(e) = api.check().await {
+        if crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
+            return Err(super::reach::redis_error(&args.redis.url, &e));
+        }
+        tracing::warn!(error = %e, "Redis unavailable at start: serving anyway, each request tries again");
+    }
+    tracing::info!(address = %listener.local_addr()?, "serving the dashboard on / and the query API on /api/v1/");
+    let (watch_stop, watch_shutdown) = crate::model::shutdown::channel();
+    let watch = tokio::spawn(crate::service::memory_watch::run(client, watch_shutdown));
+    let served = api::serve(
         listener,
         api,
         crate::model::shutdown::signals(),
         crate::edge::server::Limits::default(),
     )
-    .await?;
+    .await;
+    watch_stop.trigger();
+    let _ = watch.await;
+    served?;
     Ok(())
 }

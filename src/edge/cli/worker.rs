@@ -95,6 +95,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             shutdown.clone(),
         ),
     );
+    tasks.spawn(
+        "memory policy check",
+        crate::service::memory_watch::run(client.clone(), shutdown.clone()),
+    );
     spawn_leader(
         &mut tasks,
         &client,

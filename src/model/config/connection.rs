@@ -25,8 +25,9 @@ pub enum ClusterMode {
     Off,
 }
 
-/// How to reach Redis.
-#[derive(Args, Debug, Clone)]
+/// How to reach Redis. Its `Debug` hides the password, as every message
+/// does.
+#[derive(Args, Clone)]
 pub struct RedisArgs {
     /// Redis URL: `redis://[user:password@]host:port[/db]` or `rediss://` for TLS;
     /// several nodes of a cluster separated by commas. The password is never
@@ -51,6 +52,18 @@ pub struct RedisArgs {
     /// PEM private key of the client certificate.
     #[arg(long = "redis-key", env = "HITCOUNT_REDIS_KEY", requires = "cert")]
     pub key: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for RedisArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisArgs")
+            .field("url", &redact_url(&self.url))
+            .field("cluster", &self.cluster)
+            .field("ca", &self.ca)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .finish()
+    }
 }
 
 impl Default for RedisArgs {
@@ -85,30 +98,68 @@ impl RedisArgs {
 }
 
 /// Removes the passwords from a Redis URL (or a comma-separated list of
-/// them) so it can be printed.
+/// them) so it can be printed: every form redis-rs accepts, the user info
+/// of `redis://`, `rediss://` (and valkey's) and the `pass=` (or
+/// `password=`) query field of `redis+unix://` and `unix://`. The one
+/// function every message, log line and child process goes through.
 pub fn redact_url(url: &str) -> String {
-    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+    let parts: Vec<&str> = url.split(',').collect();
+    // A comma the URL failed to encode (in a password, say) is no list of
+    // nodes: the whole is one URL, so no part of its password shows.
+    if parts
+        .iter()
+        .skip(1)
+        .any(|p| !p.trim().is_empty() && !p.contains("://"))
+    {
+        return redact_one(url);
+    }
+    parts
+        .into_iter()
+        .map(redact_one)
+        .collect::<Vec<_>>()
+        .join(",")
 }
+
+/// Query fields that carry a password.
+const PASSWORD_FIELDS: [&str; 2] = ["pass", "password"];
 
 fn redact_one(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
-        return url.to_string();
+        return redact_query(url);
     };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    let (scheme, rest) = (&url[..scheme_end], &url[scheme_end + 3..]);
+    // The last `@` anywhere ends the user info: a password holding a `/`,
+    // `?` or `#` the URL failed to encode is hidden too (at worst a path
+    // with an `@` is hidden with it).
+    let rest = match rest.rfind('@') {
         Some(at) => {
             let userinfo = &rest[..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            let redacted = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                "***".to_string()
+            let redacted = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => "***".to_string(),
             };
-            format!("{}://{}{}", &url[..scheme_end], redacted, &rest[at..])
+            format!("{redacted}{}", &rest[at..])
         }
-        None => url.to_string(),
-    }
+        None => rest.to_string(),
+    };
+    format!("{scheme}://{}", redact_query(&rest))
+}
+
+/// Hides the value of every password field of a URL's query.
+fn redact_query(url: &str) -> String {
+    let Some(q) = url.find('?') else {
+        return url.to_string();
+    };
+    let fields: Vec<String> = url[q + 1..]
+        .split('&')
+        .map(|field| match field.split_once('=') {
+            Some((key, _)) if PASSWORD_FIELDS.iter().any(|p| key.eq_ignore_ascii_case(p)) => {
+                format!("{key}=***")
+            }
+            _ => field.to_string(),
+        })
+        .collect();
+    format!("{}?{}", &url[..q], fields.join("&"))
 }
 
 #[cfg(test)]
@@ -141,6 +192,42 @@ mod tests {
             "redis://u:***@h1:1,redis://u:***@h2:2",
             "every node of a list"
         );
+    }
+
+    #[test]
+    fn debug_hides_the_password() {
+        let args = RedisArgs::from_url("unix:///s?pass=SECRET");
+        assert!(!format!("{args:?}").contains("SECRET"));
+    }
+
+    #[test]
+    fn redacts_passwords_of_unix_sockets() {
+        assert_eq!(
+            redact_url("redis+unix:///run/redis.sock?pass=SECRET"),
+            "redis+unix:///run/redis.sock?pass=***"
+        );
+        assert_eq!(
+            redact_url("unix:///run/redis.sock?db=1&user=me&pass=SECRET&protocol=3"),
+            "unix:///run/redis.sock?db=1&user=me&pass=***&protocol=3"
+        );
+        assert_eq!(
+            redact_url("redis://h:1/0?password=SECRET"),
+            "redis://h:1/0?password=***"
+        );
+        assert_eq!(
+            redact_url("/run/redis.sock?pass=SECRET"),
+            "/run/redis.sock?pass=***"
+        );
+        assert_eq!(redact_url("valkeys://u:SECRET@h:1"), "valkeys://u:***@h:1");
+        for careless in [
+            "redis://u:SE/CRET@h:1",
+            "redis://u:SE?CRET@h:1",
+            "redis://:SE#CRET@h",
+            "redis://:SE,CRET@h:1",
+            "unix:///s?pass=SE#CRET",
+        ] {
+            assert!(!redact_url(careless).contains("CRET"), "{careless}");
+        }
     }
 
     #[test]

@@ -39,6 +39,9 @@ use register::{
 /// Content type of [`render()`]'s output (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// Help of `hitcount_redis_maxmemory_policy_evicts`.
+const EVICTS: &str = "1 when Redis' maxmemory-policy is not noeviction: it may drop counters.";
+
 /// All of hitcount's metric handles. Obtain it with [`metrics()`].
 ///
 /// Cloning a handle out of it is cheap and records into the same series.
@@ -94,6 +97,10 @@ pub struct Metrics {
     pub redis_errors: IntCounterVec,
     /// `hitcount_redis_reconnects_total`: reconnections to Redis.
     pub redis_reconnects: IntCounter,
+    /// `hitcount_redis_oom`: 1 while Redis refuses writes for its maxmemory.
+    pub redis_oom: IntGauge,
+    /// `hitcount_redis_maxmemory_policy_evicts`: 1 unless it is noeviction.
+    pub redis_policy_evicts: IntGauge,
     /// `hitcount_group_lag_entries`: entries in the stream not yet delivered
     /// to the consumer group; with shards, the sum over every shard.
     pub group_lag: IntGauge,
@@ -295,6 +302,8 @@ impl Metrics {
                 &REDIS_ERROR_KINDS,
             ),
             redis_reconnects: counter(&r, "hitcount_redis_reconnects_total", "Reconnections to Redis."),
+            redis_oom: int_gauge(&r, "hitcount_redis_oom", "1 while Redis refuses writes (OOM)."),
+            redis_policy_evicts: int_gauge(&r, "hitcount_redis_maxmemory_policy_evicts", EVICTS),
             group_lag: int_gauge(
                 &r,
                 "hitcount_group_lag_entries",
@@ -434,6 +443,8 @@ mod tests {
             "hitcount_end_to_end_delay_seconds",
             "hitcount_redis_errors_total",
             "hitcount_redis_reconnects_total",
+            "hitcount_redis_oom",
+            "hitcount_redis_maxmemory_policy_evicts",
             "hitcount_group_lag_entries",
             "hitcount_group_pending_entries",
             "hitcount_group_backlog_age_seconds",

@@ -121,12 +121,19 @@ impl Worker {
                         return Err(e);
                     }
                     e.record();
-                    self.apply_outage.failed("applying a window", &e);
+                    let oom = matches!(&e, StoreError::Redis(r) if crate::store::memory::is_oom(r));
+                    if oom {
+                        crate::store::memory::set_out_of_memory(true);
+                    }
+                    self.apply_outage.failed("applying a window", &e, oom);
                     tokio::time::sleep(self.apply_backoff.pause()).await;
                     self.health.turned();
                 }
             }
         };
+        if crate::store::memory::out_of_memory() {
+            crate::store::memory::set_out_of_memory(false);
+        }
         self.apply_outage.recovered("applying a window");
         self.apply_backoff.reset();
         self.batch.count_applied(&failures, started, unix_ms());

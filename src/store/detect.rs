@@ -1,0 +1,104 @@
+//! Which kind of Redis a URL names: a cluster node or not (`INFO
+//! cluster`, which a read-only user's `+info` allows), and, with
+//! `HITCOUNT_CLUSTER=off`, refusing one master of a cluster of several.
+
+use redis::aio::MultiplexedConnection;
+use redis::RedisResult;
+
+/// Whether the server is a cluster node: `cluster_enabled:1` in `INFO
+/// cluster`, which `+info` allows (a read-only user needs nothing more). A
+/// user granted `+cluster|info` but not `+info` (hitcount's ACL line before
+/// it read `INFO`) is asked `CLUSTER INFO`, which a node without cluster
+/// support refuses with "cluster support disabled".
+pub async fn is_cluster_node(single: &mut MultiplexedConnection) -> RedisResult<bool> {
+    let info: RedisResult<String> = redis::cmd("INFO").arg("cluster").query_async(single).await;
+    match info {
+        Ok(text) => Ok(cluster_enabled(&text)),
+        Err(e) if e.code() == Some("NOPERM") => {
+            let reply: RedisResult<String> =
+                redis::cmd("CLUSTER").arg("INFO").query_async(single).await;
+            match reply {
+                Ok(_) => Ok(true),
+                Err(c) if cluster_disabled(&c.to_string()) => Ok(false),
+                // Neither is allowed: the refusal of INFO names what the
+                // documented line grants.
+                Err(_) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether an `INFO cluster` reply says cluster support is on.
+fn cluster_enabled(info: &str) -> bool {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("cluster_enabled:"))
+        .is_some_and(|v| v.trim() == "1")
+}
+
+/// Whether a refused `CLUSTER INFO` says the server is no cluster node.
+fn cluster_disabled(error: &str) -> bool {
+    error.contains("cluster support disabled")
+}
+
+/// With `HITCOUNT_CLUSTER=off`, refuses a node that serves one master's
+/// share of a cluster of several (`cluster_size` in `CLUSTER INFO`): the
+/// other masters' keys would answer MOVED on every call, for good. A node
+/// that is no cluster, a cluster of one master, or a proxy that does not
+/// answer `CLUSTER INFO` is talked to as one Redis, as asked.
+pub async fn refuse_several_masters(single: &mut MultiplexedConnection) -> RedisResult<()> {
+    let info: RedisResult<String> = redis::cmd("CLUSTER").arg("INFO").query_async(single).await;
+    let info = match info {
+        Ok(info) => info,
+        // Not Redis at all: said as such by the caller.
+        Err(e) if e.kind() == redis::ErrorKind::Parse => return Err(e),
+        Err(_) => return Ok(()),
+    };
+    match masters_serving(&info) {
+        Some(n) if n > 1 => Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "cluster mode off",
+            format!(
+                "HITCOUNT_CLUSTER=off, but this node is one of the {n} masters of a Redis \
+                 Cluster (the others' keys would answer MOVED)"
+            ),
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The masters serving slots, from a `CLUSTER INFO` reply.
+fn masters_serving(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("cluster_size:"))
+        .and_then(|v| v.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_info_names_the_masters_serving_slots() {
+        let info = "cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_size:3\r\n";
+        assert_eq!(masters_serving(info), Some(3));
+        assert_eq!(masters_serving("cluster_state:fail\r\n"), None);
+    }
+
+    #[test]
+    fn info_cluster_tells_a_cluster_node() {
+        assert!(cluster_enabled("# Cluster\r\ncluster_enabled:1\r\n"));
+        assert!(!cluster_enabled("# Cluster\r\ncluster_enabled:0\r\n"));
+        assert!(!cluster_enabled("a proxy's own text"));
+    }
+
+    #[test]
+    fn a_server_without_cluster_support_says_so() {
+        assert!(cluster_disabled(
+            "An error was signalled by the server - ResponseError: This instance has cluster support disabled"
+        ));
+        assert!(!cluster_disabled(
+            "NOPERM this user has no permissions to run the 'cluster|info' command"
+        ));
+    }
+}

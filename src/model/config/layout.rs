@@ -40,9 +40,10 @@ pub const DEFAULT_DEAD_MAXLEN: u64 = 100_000;
 pub const MAX_DEAD_MAXLEN: u64 = 100_000_000;
 /// Largest precision, in seconds (`--precisions`): 365 days.
 pub const MAX_PRECISION: u32 = 31_536_000;
-/// Most samples kept per counter (`--samples`): a counter is one hash of at
-/// most this many fields, which the cleaner reads whole.
-pub const MAX_SAMPLES: u32 = 1_000_000;
+/// Most samples kept per counter (`--samples`): 31 years of 1 s buckets, so
+/// "keep everything" is within range while a typo (a negative number, an
+/// overflow) is refused.
+pub const MAX_SAMPLES: u32 = 1_000_000_000;
 
 /// The counter layout: where counters live and at which precisions.
 #[derive(Args, Debug, Clone)]
@@ -56,7 +57,7 @@ pub struct LayoutArgs {
     /// 1..=31536000 (365 days).
     #[arg(long, env = "HITCOUNT_PRECISIONS", value_parser = parse_precisions, default_value = DEFAULT_PRECISIONS_FLAG)]
     pub precisions: ::std::vec::Vec<u32>,
-    /// Samples kept per counter, 1..=1000000: a sample whose bucket starts
+    /// Samples kept per counter, 1..=1000000000: a sample whose bucket starts
     /// at or before now - SAMPLES * PRECISION is cleaned (and never written).
     #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = DEFAULT_SAMPLES,
           value_parser = ranged::<u32>(1, MAX_SAMPLES.into()))]

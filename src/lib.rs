@@ -44,7 +44,7 @@
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
 //!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
 //!    │       scripts/       every Lua script (*.lua) and its loader
-//!    │       stream.rs  group.rs  counters.rs
+//!    │       stream.rs  group.rs  counters.rs  time.rs (Redis' clock)
 //!    │       commit/        mod.rs, plan.rs, apply.rs, replies.rs, carry.rs, records.rs, stats.rs
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
 //!    │       stats_query.rs read-only: a statistics hash, bucket by bucket

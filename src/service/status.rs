@@ -65,8 +65,8 @@ pub struct Shard {
     pub stream: String,
     /// Entries in it (0 when it does not exist).
     pub length: u64,
-    /// The group's lag on it (Redis' estimate; `None` when unknown or
-    /// when the group does not exist yet).
+    /// The group's lag on it (Redis' estimate, held to what the positions
+    /// allow; `None` when unknown or when the group does not exist yet).
     pub lag: Option<u64>,
     /// Age in seconds of its oldest undelivered entry (0 when none).
     pub backlog_age_secs: f64,
@@ -102,8 +102,9 @@ pub struct Group {
     /// Its name.
     pub name: String,
     /// Entries not yet delivered, as Redis estimates it (`XINFO GROUPS`
-    /// lag; an estimate that can be wrong after a restart, `None` when
-    /// Redis cannot tell).
+    /// lag), held to what the stream's positions allow: 0 when no entry
+    /// follows the last-delivered one, at most the stream's length
+    /// ([`group::consistent_lag`]); `None` when Redis cannot tell.
     pub lag: Option<u64>,
     /// Whether an entry after the last-delivered one exists.
     pub behind: bool,
@@ -194,7 +195,7 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
         let now_ms = crate::model::clock::unix_ms();
         let (consumers, age) = group::consumers_and_backlog(conn, keys, &g, now_ms).await?;
         status.groups.push(Group {
-            lag: g.lag,
+            lag: group::consistent_lag(g.lag, info.length, age.is_some()),
             behind: age.is_some(),
             backlog_age_secs: age.unwrap_or(0.0),
             pending: g.pending,
@@ -234,7 +235,7 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, u64)> {
     if let Some(g) = groups.into_iter().find(|g| g.name == k.group) {
         let now_ms = crate::model::clock::unix_ms();
         let (consumers, age) = group::consumers_and_backlog(conn, k, &g, now_ms).await?;
-        out.lag = g.lag;
+        out.lag = group::consistent_lag(g.lag, info.length, age.is_some());
         out.pending = g.pending;
         out.backlog_age_secs = age.unwrap_or(0.0);
         out.consumers = consumers.into_iter().map(Consumer::from).collect();

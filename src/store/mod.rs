@@ -3,7 +3,8 @@
 //! reads them ([`counters`]) and the query API's read-only queries
 //! ([`query`]), `SCAN` over every master ([`scan`]), a cluster's masters
 //! and their slots ([`topology`]), the stream and its consumer group ([`stream`]),
-//! and a window's exactly-once way into the counters ([`commit`]). Uses the
+//! a window's exactly-once way into the counters ([`commit`]) and Redis'
+//! clock ([`time`]). Uses the
 //! model floor only.
 
 pub mod client;
@@ -17,4 +18,5 @@ pub mod scan;
 pub mod scripts;
 pub mod stats_query;
 pub mod stream;
+pub mod time;
 pub mod topology;

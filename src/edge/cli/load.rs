@@ -58,6 +58,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         true,
     )
     .await;
+    super::refused(&producer, &args.common)?;
     producer.shutdown(Duration::from_secs(5)).await;
     outln!(
         "sent {} hits over {} names to {}{} in {:.2} s ({:.0} hits/s)",
@@ -99,7 +100,8 @@ pub async fn send(
     let mut rng = rand::rng();
     let tick = Duration::from_millis(10);
     let mut sent = 0u64;
-    while sent < hits {
+    // Events Redis refuses for good are dropped: stop there.
+    while sent < hits && producer.refused().is_none() {
         let quota = match rate {
             Some(r) => {
                 let due = (start.elapsed().as_secs_f64() * r as f64) as u64;

@@ -239,16 +239,37 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
 
 /// A producer for a one-shot command (`hit`, `load`), started once
 /// [`check_stream`] has shown that Redis takes hits from this user: the
-/// producer itself retries every error in the background, for ever.
+/// producer retries transient errors in the background, and gives up
+/// events Redis refuses for good (see [`refused`]).
 pub async fn checked_producer(
     common: &Common,
 ) -> anyhow::Result<crate::service::producer::Producer> {
     check_stream(&common.redis, &common.stream.stream).await?;
     check_shards(common).await?;
-    let options = crate::service::producer::ProducerOptions::default();
+    let options = crate::service::producer::ProducerOptions {
+        give_up_when_refused: true,
+        ..Default::default()
+    };
     Ok(crate::service::producer::Producer::start(
         &common.redis,
         &common.stream,
         options,
     )?)
+}
+
+/// The one-line error of a one-shot command whose producer Redis refused
+/// (an XADD failed: the stream's last ID is the largest possible, a
+/// permission was taken away…), instead of saying "sent".
+pub fn refused(
+    producer: &crate::service::producer::Producer,
+    common: &Common,
+) -> anyhow::Result<()> {
+    match producer.refused() {
+        None => Ok(()),
+        Some(why) => Err(anyhow!(
+            "could not send hits to {} on Redis at {}: {why}",
+            common.stream.stream,
+            redact_url(&common.redis.url)
+        )),
+    }
 }

@@ -21,6 +21,7 @@ use crate::service::shard_spread::{render_masters, spread, MasterShards, ShardMo
 use crate::store::connect::Conn;
 use crate::store::counters::format_utc;
 use crate::store::group;
+use crate::store::shard_count::{self, Stranded};
 
 /// Everything `hitcount status` shows.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -54,6 +55,10 @@ pub struct Status {
     /// Slot moves that balance the masters' work: their shards' traffic,
     /// and `known:`'s ZADDs (empty when none would help).
     pub evening_moves: Vec<ShardMove>,
+    /// Streams of this name that the shard count in use leaves unread,
+    /// holding entries the group has yet to read or acknowledge: hits sent
+    /// with another count, which no worker will count (empty when none).
+    pub unread: Vec<Stranded>,
 }
 
 /// One shard of the stream and the deployment's group on it.
@@ -305,6 +310,14 @@ pub fn render(s: &Status, now_ms: i64) -> String {
             out,
             "stream {}: {} entries (oldest {first_id}, last {last_id})",
             s.stream, s.length
+        );
+    }
+    if !s.unread.is_empty() {
+        let _ = writeln!(
+            out,
+            "  unread: {} are not read with {} shard(s): sent with another shard count",
+            shard_count::describe(&s.unread),
+            s.shards.len().max(1)
         );
     }
     if s.groups.is_empty() {

@@ -3,9 +3,9 @@
 //! reads them ([`counters`]) and the query API's read-only queries
 //! ([`query`]), `SCAN` over every master ([`scan`]), a cluster's masters
 //! and their slots ([`topology`]), the stream and its consumer group ([`stream`]),
-//! a window's exactly-once way into the counters ([`commit`]) and Redis'
-//! clock ([`time`]). Uses the
-//! model floor only.
+//! a window's exactly-once way into the counters ([`commit`]), the
+//! stream's recorded shard count ([`shard_count`]) and Redis' clock
+//! ([`time`]). Uses the model floor only.
 
 pub mod client;
 pub mod commit;
@@ -16,6 +16,7 @@ pub mod group;
 pub mod query;
 pub mod scan;
 pub mod scripts;
+pub mod shard_count;
 pub mod stats_query;
 pub mod stream;
 pub mod time;

@@ -9,6 +9,7 @@ use super::Common;
 use crate::model::config::{redact_url, LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
 use crate::store::connect::{Conn, ErrorClass};
+use crate::store::shard_count::Recorded;
 
 /// What went wrong, in one line: for a reply error (alone or the first of a
 /// pipeline) its code and message, plus a hint for the usual causes; else
@@ -215,9 +216,10 @@ pub async fn adopt_recorded_shards(conn: &mut Conn, common: &mut Common) -> anyh
 /// settings that put a shard's keys in different hash slots (a `{` in
 /// `HITCOUNT_PREFIX` or `HITCOUNT_DEAD_STREAM`: every worker refuses to
 /// start with them, [`Keys::cluster_problem`]); and with another shard count
-/// than the one the stream's workers recorded (see `service::shards`):
-/// the hits would go to streams no worker reads. Nothing recorded (no
-/// worker ran yet) is not refused.
+/// than the one recorded for the stream (by its first worker or producer,
+/// see [`crate::store::shard_count`]): the hits would go to streams no
+/// worker reads. With nothing recorded, this producer's count is recorded,
+/// unless it would leave entries already sent unread.
 async fn check_shards(common: &Common) -> anyhow::Result<()> {
     let mut conn = connect(&common.redis).await?;
     if conn.is_cluster() {
@@ -227,12 +229,22 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
             ));
         }
     }
-    match other_recorded_shards(&mut conn, common).await? {
-        None => Ok(()),
-        Some((r, key)) => Err(anyhow!(
+    let recorded = crate::store::shard_count::record(&mut conn, &common.layout, &common.stream)
+        .await
+        .map_err(|e| anyhow!("cannot record the stream's shard count: {}", cause(&e)))?;
+    match recorded {
+        Recorded::Agreed => Ok(()),
+        Recorded::Other { recorded, key } => Err(anyhow!(
             "{}: hits sent now would go to streams no worker reads; give every producer the \
              workers' count (--shards / HITCOUNT_SHARDS)",
-            mismatch(common.stream.shards, r, &key)
+            mismatch(common.stream.shards, recorded, &key)
+        )),
+        Recorded::Strands { key, stranded } => Err(anyhow!(
+            "HITCOUNT_SHARDS is {}, which leaves {} unread (no shard count is recorded in \
+             {key} yet): give every worker and producer the count those hits were sent \
+             with (--shards / HITCOUNT_SHARDS), or delete those streams",
+            common.stream.shards.max(1),
+            crate::store::shard_count::describe(&stranded)
         )),
     }
 }

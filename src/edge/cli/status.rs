@@ -24,7 +24,17 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     super::reach::adopt_recorded_shards(&mut conn, &mut args.common).await?;
     let shards = Keys::all_shards(&args.common.layout, &args.common.stream, conn.is_cluster());
     let leader_key = shards[0].leader(&args.leader.leader_key);
-    let status = crate::service::status::gather(&mut conn, &shards, &leader_key).await?;
+    let mut status = crate::service::status::gather(&mut conn, &shards, &leader_key).await?;
+    let (layout, stream) = (&args.common.layout, &args.common.stream);
+    status.unread = crate::store::shard_count::stranded(&mut conn, layout, stream).await?;
+    if !status.unread.is_empty() {
+        tracing::warn!(
+            "{} are not read with HITCOUNT_SHARDS={}: they were sent with another shard \
+             count; run workers with that count until they drain, or delete them",
+            crate::store::shard_count::describe(&status.unread),
+            stream.shards.max(1)
+        );
+    }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&status)?);
     } else {

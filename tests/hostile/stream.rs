@@ -270,3 +270,95 @@ fn a_drained_group_shows_no_lag_after_a_restart_from_the_aof() {
     assert_eq!(status["shards"][0]["lag"], 0, "{status}");
     assert_eq!(worker.terminate(Duration::from_secs(25)).code(), Some(0));
 }
+
+/// Newcomer 1: `hit` and `load` with one shard, then a worker with 16:
+/// every hit would stay unread. The first to come records the count; a
+/// worker with another is refused naming both; with nothing recorded
+/// (a deployment from before the record) a count that strands entries is
+/// refused naming them; a worker and `status` warn about entries in
+/// streams the count in use leaves unread.
+#[test]
+fn producers_and_workers_agree_on_the_shard_count() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = redis(&url);
+    bin::run_ok(&url, &["hit", "lost:a", "--count", "5", "--stream", "fr"]);
+    bin::run_ok(
+        &url,
+        &["load", "--hits", "1000", "--names", "5", "--stream", "fr"],
+    );
+    let key = "{fr}:hc:hitcount:shards";
+    let recorded: Option<String> = redis::cmd("GET").arg(key).query(&mut c).unwrap();
+    assert_eq!(recorded.as_deref(), Some("1"), "the first producer records");
+    let refused = |c: &mut redis::Connection, want: &[&str]| {
+        let listen = bin::free_addr();
+        let args = [
+            "worker", "--stream", "fr", "--shards", "16", "--listen", &listen,
+        ];
+        let (code, _, err) = run(&url, &args);
+        assert_eq!(code, Some(1), "{err}");
+        let last = err.lines().last().unwrap_or_default();
+        for w in want {
+            assert!(last.contains(w), "{w}: {last}");
+        }
+        let len: i64 = redis::cmd("XLEN").arg("fr").query(c).unwrap();
+        assert_eq!(len, 1001, "nothing read");
+    };
+    refused(
+        &mut c,
+        &["HITCOUNT_SHARDS is 16", "as 1 shard(s)", key, "same count"],
+    );
+    // As if the stream came from before the record.
+    let _: () = redis::cmd("DEL").arg(key).query(&mut c).unwrap();
+    refused(&mut c, &["HITCOUNT_SHARDS is 16", "1001 entries in fr"]);
+    let exists: i64 = redis::cmd("EXISTS").arg(key).query(&mut c).unwrap();
+    assert_eq!(exists, 0, "a count that strands entries is not recorded");
+    let out = hitcount()
+        .args(["status", "--stream", "fr", "--shards", "16", "--json"])
+        .env("REDIS_URL", &url)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        status["unread"],
+        serde_json::json!([{"stream": "fr", "entries": 1001}]),
+        "{status}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1001 entries in fr are not read"), "{err}");
+    // The count they were sent with reads them all.
+    let listen = bin::free_addr();
+    let mut w1 = bin::start_worker(&url, "w1", &listen, &["--stream", "fr"]);
+    let day = unix_now() / 86_400 * 86_400;
+    bin::wait_for("lost:a counted", Duration::from_secs(30), || {
+        let n: Option<i64> = redis::cmd("HGET")
+            .arg("count:86400:lost:a")
+            .arg(day)
+            .query(&mut c)
+            .unwrap();
+        n.filter(|n| *n == 5)
+    });
+    // Hits sent to a shard stream that one shard leaves unread.
+    let _: String = redis::cmd("XADD")
+        .arg("fr:{3}")
+        .arg("*")
+        .arg("name")
+        .arg("stray")
+        .query(&mut c)
+        .unwrap();
+    let listen2 = bin::free_addr();
+    let mut w2 = bin::start_worker(&url, "w2", &listen2, &["--stream", "fr"]);
+    bin::wait_for("the worker's warning", Duration::from_secs(30), || {
+        w2.stderr()
+            .contains("1 entries in fr:{3} are not read with HITCOUNT_SHARDS=1")
+            .then_some(())
+    });
+    let out = bin::run_ok(&url, &["status", "--stream", "fr"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("unread: 1 entries in fr:{3}"), "{text}");
+    for w in [&mut w1, &mut w2] {
+        assert_eq!(w.terminate(Duration::from_secs(25)).code(), Some(0));
+    }
+}

@@ -21,7 +21,7 @@ use crate::service::shard_spread::{render_masters, spread, MasterShards, ShardMo
 use crate::store::connect::Conn;
 use crate::store::counters::format_utc;
 use crate::store::group;
-use crate::store::shard_count::{self, Stranded};
+use crate::store::shard_count::Stranded;
 
 /// Everything `hitcount status` shows.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -310,14 +310,6 @@ pub fn render(s: &Status, now_ms: i64) -> String {
             out,
             "stream {}: {} entries (oldest {first_id}, last {last_id})",
             s.stream, s.length
-        );
-    }
-    if !s.unread.is_empty() {
-        let _ = writeln!(
-            out,
-            "  unread: {} are not read with {} shard(s): sent with another shard count",
-            shard_count::describe(&s.unread),
-            s.shards.len().max(1)
         );
     }
     if s.groups.is_empty() {

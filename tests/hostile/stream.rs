@@ -357,7 +357,10 @@ fn producers_and_workers_agree_on_the_shard_count() {
     });
     let out = bin::run_ok(&url, &["status", "--stream", "fr"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("unread: 1 entries in fr:{3}"), "{text}");
+    assert!(
+        text.contains("unread: 1 entries in fr:{3} are not read with 1 shard(s)"),
+        "{text}"
+    );
     for w in [&mut w1, &mut w2] {
         assert_eq!(w.terminate(Duration::from_secs(25)).code(), Some(0));
     }

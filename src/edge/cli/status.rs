@@ -38,10 +38,15 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&status)?);
     } else {
-        super::out(&crate::service::status::render(
-            &status,
-            crate::model::clock::unix_ms(),
-        ))?;
+        let mut text = crate::service::status::render(&status, crate::model::clock::unix_ms());
+        if !status.unread.is_empty() {
+            text.push_str(&format!(
+                "unread: {} are not read with {} shard(s): sent with another shard count\n",
+                crate::store::shard_count::describe(&status.unread),
+                stream.shards.max(1)
+            ));
+        }
+        super::out(&text)?;
     }
     Ok(())
 }

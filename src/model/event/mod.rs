@@ -122,7 +122,8 @@ pub enum Reject {
     /// is not a MessagePack string.
     #[error("hit field is not a well-formed MessagePack map with a string name")]
     BadMessagePack,
-    /// The entry ID is not `<ms>-<seq>` with decimal parts (`ms` ≤ `i64::MAX`).
+    /// The entry ID is not `<ms>-<seq>` with decimal parts (for [`decode`],
+    /// `ms` ≤ `i64::MAX`; [`decode_at`] takes a larger `ms` as far ahead).
     #[error("entry ID is not <ms>-<seq>")]
     BadEntryId,
     /// `value` is not a finite number of magnitude at most
@@ -213,7 +214,15 @@ pub fn decode_at<'a, I>(id: &[u8], fields: I, clock_ms: i64) -> Result<(Hit<'a>,
 where
     I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
 {
-    let id_ms = entry_id_ms(id).ok_or(Reject::BadEntryId)?;
+    // Redis' IDs go up to u64::MAX ms: one past i64::MAX is far ahead too.
+    let id_ms = entry_id_ms(id)
+        .or_else(|| {
+            let dash = id.iter().position(|&b| b == b'-')?;
+            parse_digits(&id[..dash])?;
+            parse_digits(&id[dash + 1..]).filter(|&s| s <= u64::MAX as u128)?;
+            Some(i64::MAX)
+        })
+        .ok_or(Reject::BadEntryId)?;
     let (mut hit, mut name, mut count, mut ts, mut value) = (None, None, None, None, None);
     for (key, v) in fields {
         match key {
@@ -476,6 +485,14 @@ mod tests {
         let ahead = b"9999999999999-0";
         let (h, from) = decode_at(ahead, name, ID_MS).unwrap();
         assert_eq!((h.ts_ms, from), (ID_MS, HitTime::Clock));
+        // The largest ID Redis gives is as far ahead.
+        let (h, from) =
+            decode_at(b"18446744073709551615-18446744073709551615", name, ID_MS).unwrap();
+        assert_eq!((h.ts_ms, from), (ID_MS, HitTime::Clock));
+        assert_eq!(
+            decode_at(b"1-18446744073709551616", name, ID_MS),
+            Err(Reject::BadEntryId)
+        );
         // Up to a day ahead, the ID is the time.
         let day = format!("{}-0", ID_MS + MAX_FUTURE_MS);
         let (h, from) = decode_at(day.as_bytes(), name, ID_MS).unwrap();

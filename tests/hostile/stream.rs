@@ -125,6 +125,9 @@ fn an_entry_id_far_ahead_moves_no_hit_out_of_today() {
         .unwrap();
     assert_eq!(exists, 0);
     // evil:x, the three after:x and max:x; not the hits with a ts.
+    bin::wait_for("the metric counts 5", Duration::from_secs(30), || {
+        metric(&listen, "hitcount_hits_future_id_total").filter(|n| *n >= 5.0)
+    });
     assert_eq!(
         metric(&listen, "hitcount_hits_future_id_total"),
         Some(5.0),

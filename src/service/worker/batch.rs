@@ -37,6 +37,9 @@ pub struct Batch {
     opened: Option<Instant>,
     /// Oldest entry id time in the window (unix ms), for the delay metric.
     oldest_ms: i64,
+    /// Hits in the window counted at Redis' clock: their entry IDs are
+    /// more than a day ahead of it.
+    future_ids: u64,
 }
 
 impl Batch {
@@ -48,6 +51,7 @@ impl Batch {
             rejected: Vec::new(),
             opened: None,
             oldest_ms: i64::MAX,
+            future_ids: 0,
         }
     }
 
@@ -98,7 +102,8 @@ impl Batch {
             }
         }
         if let Some(id) = first_future {
-            future_ids_seen(future_ids, id, clock_ms);
+            self.future_ids += future_ids;
+            warn_future_ids(future_ids, id, clock_ms);
         }
     }
 
@@ -148,6 +153,7 @@ impl Batch {
         m.windows_applied.inc();
         m.window_size.observe(self.window.hits() as f64);
         m.events_applied.inc_by(self.window.hits());
+        m.hits_future_id.inc_by(self.future_ids);
         m.apply_duration.observe(started.elapsed().as_secs_f64());
         for (precision, n) in self.window.skipped() {
             m.hits_too_old
@@ -176,13 +182,14 @@ impl Batch {
         self.rejected.clear();
         self.opened = None;
         self.oldest_ms = i64::MAX;
+        self.future_ids = 0;
     }
 }
 
-/// Counts hits that took Redis' clock because their entry IDs are more
-/// than a day ahead of it, and warns about them at most once a minute.
-fn future_ids_seen(n: u64, first_id: &str, clock_ms: i64) {
-    metrics().hits_future_id.inc_by(n);
+/// Warns, at most once a minute, about hits that took Redis' clock
+/// because their entry IDs are more than a day ahead of it (counted with
+/// their window, [`Batch::count_applied`]).
+fn warn_future_ids(n: u64, first_id: &str, clock_ms: i64) {
     let mut seen = FUTURE_IDS.lock().unwrap_or_else(|e| e.into_inner());
     seen.1 += n;
     if seen.0.is_some_and(|t| t.elapsed() < FUTURE_ID_WARN_EVERY) {

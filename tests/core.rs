@@ -563,7 +563,10 @@ async fn the_producer_drops_and_counts_beyond_its_bound() {
     let producer = Producer::start(
         &RedisArgs::from_url(&url),
         &StreamArgs::default(),
-        ProducerOptions { max_buffered: 100 },
+        ProducerOptions {
+            max_buffered: 100,
+            ..ProducerOptions::default()
+        },
     )
     .unwrap();
     for _ in 0..150 {

@@ -11,7 +11,7 @@
 //!   on Cluster too. Each is scoped by group, so two groups on one stream never
 //!   share state.
 
-use crate::model::config::{LayoutArgs, StreamArgs};
+use crate::model::config::{LayoutArgs, StreamArgs, MAX_SHARDS};
 use crate::model::slots::{slot, tag_for_slot};
 
 /// How long a consumer name's registration lives without renewal, in ms:
@@ -86,6 +86,26 @@ impl Keys {
     pub fn all_shards(layout: &LayoutArgs, stream: &StreamArgs, clustered: bool) -> Vec<Keys> {
         (0..stream.shards.max(1))
             .map(|k| Keys::shard(layout, stream, k, clustered))
+            .collect()
+    }
+
+    /// The streams of this stream name that `stream.shards` leaves unread
+    /// (where hits sent with another count land): with one shard, every
+    /// `STREAM:{k}` a count up to [`MAX_SHARDS`] names; with several,
+    /// `STREAM` itself and `STREAM:{k}` from the count up. Their dead
+    /// letters do not matter here.
+    pub fn unread_streams(layout: &LayoutArgs, stream: &StreamArgs) -> Vec<Keys> {
+        let shards = stream.shards.max(1);
+        let as_shards = |n: u32| StreamArgs {
+            shards: n,
+            ..stream.clone()
+        };
+        let plain = (shards > 1).then(|| Keys::shard(layout, &as_shards(1), 0, false));
+        let first = if shards == 1 { 0 } else { shards };
+        let most = as_shards(MAX_SHARDS);
+        plain
+            .into_iter()
+            .chain((first..MAX_SHARDS).map(|k| Keys::shard(layout, &most, k, false)))
             .collect()
     }
 
@@ -372,6 +392,30 @@ mod tests {
             },
             &StreamArgs::default(),
         )
+    }
+
+    #[test]
+    fn unread_streams_are_those_another_count_writes() {
+        let names = |shards: u32| {
+            let stream = StreamArgs {
+                shards,
+                ..StreamArgs::default()
+            };
+            Keys::unread_streams(&LayoutArgs::default(), &stream)
+                .into_iter()
+                .map(|k| k.stream)
+                .collect::<Vec<_>>()
+        };
+        let one = names(1);
+        assert_eq!(one.len(), MAX_SHARDS as usize);
+        assert_eq!(
+            (one[0].as_str(), one[255].as_str()),
+            ("hits:{0}", "hits:{255}")
+        );
+        let four = names(4);
+        assert_eq!(four.len(), 1 + MAX_SHARDS as usize - 4);
+        assert_eq!((four[0].as_str(), four[1].as_str()), ("hits", "hits:{4}"));
+        assert!(names(MAX_SHARDS) == vec!["hits".to_string()]);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::model::config::{ConfigError, RedisArgs, StreamArgs};
 use crate::model::event;
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
-use crate::store::connect::{self, Conn, Reconnecting, StoreError};
+use crate::store::connect::{self, Conn, ErrorClass, Reconnecting, StoreError};
 use crate::store::scripts::PRODUCE;
 
 /// Events per batch script: about 1.5 µs of Redis time each, so a batch stays
@@ -41,12 +41,21 @@ const DEDUP_TTL_SECS: u64 = 86_400;
 pub struct ProducerOptions {
     /// Most events held while Redis is slow or away; more are dropped.
     pub max_buffered: u64,
+    /// What to do with a batch Redis refuses for a reason no retry can fix
+    /// (a refused password or permission, a key of another type, a stream
+    /// whose entry IDs are exhausted): `false` (the default) retries it
+    /// for ever, as through an outage, since the caller is fire-and-forget;
+    /// `true` drops it (counted as dropped) and keeps the cause for
+    /// [`Producer::refused`], for a caller that reports it (`hitcount hit`,
+    /// `hitcount load`).
+    pub give_up_when_refused: bool,
 }
 
 impl Default for ProducerOptions {
     fn default() -> Self {
         ProducerOptions {
             max_buffered: 1_000_000,
+            give_up_when_refused: false,
         }
     }
 }
@@ -64,9 +73,12 @@ pub struct ProducerStats {
     pub accepted: AtomicU64,
     /// Events appended to the stream.
     pub sent: AtomicU64,
-    /// Events dropped because the buffer was full.
+    /// Events dropped because the buffer was full, or because Redis refused
+    /// them (with [`ProducerOptions::give_up_when_refused`]).
     pub dropped: AtomicU64,
     buffered: AtomicU64,
+    /// Why Redis last refused a batch for good, if it did.
+    refused: std::sync::Mutex<Option<String>>,
 }
 
 /// A handle to the producer; cheap to clone, usable from any task or thread.
@@ -107,6 +119,7 @@ impl Producer {
             shards,
             id: format!("{:016x}", rand::random::<u64>()),
             stats: stats.clone(),
+            give_up_when_refused: opts.give_up_when_refused,
         };
         let task = tokio::spawn(sender.run(rx));
         Ok(Producer {
@@ -177,6 +190,18 @@ impl Producer {
         &self.stats
     }
 
+    /// Why Redis refused events for a reason no retry can fix (with
+    /// [`ProducerOptions::give_up_when_refused`]; those events were
+    /// dropped), in one line with Redis' own words; `None` while it refused
+    /// none.
+    pub fn refused(&self) -> Option<String> {
+        self.stats
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Events waiting to be sent.
     pub fn buffered(&self) -> u64 {
         self.stats.buffered.load(Ordering::Relaxed)
@@ -216,6 +241,7 @@ struct Sender {
     shards: Vec<Shard>,
     id: String,
     stats: Arc<ProducerStats>,
+    give_up_when_refused: bool,
 }
 
 impl Sender {
@@ -234,15 +260,31 @@ impl Sender {
                     Msg::Flush(done) => flushes.push(done),
                 }
             }
-            let mut n = 0;
+            let (mut n, mut dropped) = (0, 0);
             for shard in &mut self.shards {
-                n += shard.events.len() as u64;
-                shard.send_all(&self.id, &mut link).await;
+                let len = shard.events.len() as u64;
+                let refusal = if self.give_up_when_refused {
+                    shard.send_or_refuse(&self.id, &mut link).await
+                } else {
+                    shard.send_all(&self.id, &mut link).await;
+                    None
+                };
+                match refusal {
+                    None => n += len,
+                    Some(why) => {
+                        dropped += len;
+                        *self.stats.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+                    }
+                }
             }
             self.stats.sent.fetch_add(n, Ordering::Relaxed);
-            self.stats.buffered.fetch_sub(n, Ordering::Relaxed);
+            self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
+            self.stats
+                .buffered
+                .fetch_sub(n + dropped, Ordering::Relaxed);
             metrics().producer_sent.inc_by(n);
-            metrics().producer_buffered.sub(n as i64);
+            metrics().producer_dropped.inc_by(dropped);
+            metrics().producer_buffered.sub((n + dropped) as i64);
             for f in flushes.drain(..) {
                 let _ = f.send(());
             }
@@ -255,12 +297,31 @@ impl Shard {
     /// stops: the caller is fire-and-forget; a refused password is logged
     /// once and retried like an outage).
     async fn send_all(&mut self, id: &str, link: &mut Reconnecting) {
+        let _ = self.send_retrying(id, link, false).await;
+    }
+
+    /// [`Shard::send_all`], but events Redis refuses for a reason no retry
+    /// can fix are dropped: returns why, in one line.
+    async fn send_or_refuse(&mut self, id: &str, link: &mut Reconnecting) -> Option<String> {
+        self.send_retrying(id, link, true).await
+    }
+
+    /// Appends every waiting event, retrying transient failures; a refusal
+    /// no retry can fix ends it when `give_up` (the events are let go of
+    /// and the cause returned).
+    async fn send_retrying(
+        &mut self,
+        id: &str,
+        link: &mut Reconnecting,
+        give_up: bool,
+    ) -> Option<String> {
         if self.events.is_empty() {
-            return;
+            return None;
         }
         // Number the batches once: retries resend the same numbers.
         let first = self.batch_no + 1;
         self.batch_no += self.events.len().div_ceil(BATCH) as u64;
+        let mut refused = None;
         loop {
             let result = match link.get().await {
                 Ok(c) => self.send(c, id, first).await.map_err(StoreError::from),
@@ -272,10 +333,23 @@ impl Shard {
                     link.succeeded();
                     break;
                 }
+                Err(StoreError::Redis(e))
+                    if give_up && connect::classify(&e).0 == ErrorClass::Fatal =>
+                {
+                    // Redis recorded none of these batches as appended (a
+                    // failing script does not set its number, and the next
+                    // ones refuse to skip it): the next batch numbers
+                    // follow the last one confirmed.
+                    self.batch_no = self.confirmed;
+                    let hint = connect::fatal_hint(&e).unwrap_or_default();
+                    refused = Some(format!("{}; {hint}", connect::first_cause(&e)));
+                    break;
+                }
                 Err(e) => tokio::time::sleep(link.failed(&e, None).1).await,
             }
         }
         self.events.clear();
+        refused
     }
 
     /// One pipeline (one slot: the shard's) of this shard's batches,

@@ -3,7 +3,9 @@
 //! exported as gauges.
 //!
 //! Per shard: `hitcount_shard_lag_entries{shard}` (XINFO GROUPS `lag`, an
-//! estimate that Redis may not know: then the gauge is left as it was),
+//! estimate that Redis may not know: then the gauge is left as it was;
+//! held to what the stream's positions allow, so 0 when no entry follows
+//! the group's last-delivered one, see [`group::consistent_lag`]),
 //! `hitcount_shard_pending_entries{shard}` (delivered, not yet acknowledged)
 //! and `hitcount_shard_backlog_age_seconds{shard}`: the entry just after the
 //! group's last-delivered id (`XRANGE stream (ID + COUNT 1`) carries its own

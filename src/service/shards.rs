@@ -35,6 +35,7 @@ use crate::service::worker::group::Grouper;
 use crate::service::worker::{Settings, Worker};
 use crate::store::connect::{self, Client, Conn, Reconnecting, StoreResult};
 use crate::store::scripts::MEMBERS;
+use crate::store::shard_count::{self, Recorded};
 
 /// How long a shard's lease lives without renewal: the longest a dead
 /// process' shards wait for another reader.
@@ -110,7 +111,7 @@ async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown
         let checked = match link.get().await {
             Ok(conn) => {
                 let clustered = conn.is_cluster();
-                record_shards(conn, settings, clustered)
+                record_shards(conn, settings)
                     .await
                     .map(|refusal| (clustered, refusal))
             }
@@ -133,39 +134,43 @@ async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown
     }
 }
 
-/// Records the shard count the stream is read with (`SET NX`), or returns
-/// why this worker must not start: another count is recorded. Workers with
-/// different counts would leave shards unread, or read streams producers
-/// no longer write; the first worker records it, every later one must
-/// agree.
-async fn record_shards(
-    conn: &mut Conn,
-    settings: &Settings,
-    clustered: bool,
-) -> StoreResult<Option<String>> {
-    let base = StreamArgs {
-        shards: 1,
-        ..settings.stream.clone()
+/// Records the shard count the stream is read with (see
+/// [`crate::store::shard_count`]), or returns why this worker must not
+/// start: another count is recorded, or none is and this one would leave
+/// entries unread. Workers with different counts would leave shards
+/// unread, or read streams producers no longer write; the first to come
+/// records it, every later one must agree. Entries in streams the count
+/// leaves unread (sent with another count) are warned about.
+async fn record_shards(conn: &mut Conn, settings: &Settings) -> StoreResult<Option<String>> {
+    let (layout, stream) = (&settings.layout, &settings.stream);
+    let wanted = stream.shards.max(1);
+    let refusal = match shard_count::record(conn, layout, stream).await? {
+        Recorded::Agreed => None,
+        Recorded::Other { recorded, key } => Some(format!(
+            "HITCOUNT_SHARDS is {wanted}, but this stream's workers read it as {recorded} \
+             shard(s) (recorded in {key}): give every worker and producer the same \
+             count; to change it, drain the stream with the old count, then delete \
+             {key}"
+        )),
+        Recorded::Strands { key, stranded } => Some(format!(
+            "HITCOUNT_SHARDS is {wanted}, which leaves {} unread (no shard count is \
+             recorded in {key} yet): give every worker and producer the count those \
+             hits were sent with, or delete those streams",
+            shard_count::describe(&stranded)
+        )),
     };
-    let key = Keys::shard(&settings.layout, &base, 0, clustered).shard_count();
-    let wanted = settings.stream.shards.max(1);
-    let recorded: Option<String> = redis::cmd("SET")
-        .arg(&key)
-        .arg(wanted)
-        .arg("NX")
-        .arg("GET")
-        .query_async(conn)
-        .await?;
-    Ok(recorded
-        .filter(|r| r.parse::<u32>().ok() != Some(wanted))
-        .map(|r| {
-            format!(
-                "HITCOUNT_SHARDS is {wanted}, but this stream's workers read it as {r} \
-                 shard(s) (recorded in {key}): give every worker and producer the same \
-                 count; to change it, drain the stream with the old count, then delete \
-                 {key}"
-            )
-        }))
+    if refusal.is_none() {
+        let stranded = shard_count::stranded(conn, layout, stream).await?;
+        if !stranded.is_empty() {
+            tracing::warn!(
+                shards = wanted,
+                "{} are not read with HITCOUNT_SHARDS={wanted}: they were sent with another \
+                 shard count; run workers with that count until they drain, or delete them",
+                shard_count::describe(&stranded)
+            );
+        }
+    }
+    Ok(refusal)
 }
 
 /// A shard this process reads (or is stopping).

@@ -21,6 +21,7 @@ use crate::service::shard_spread::{render_masters, spread, MasterShards, ShardMo
 use crate::store::connect::Conn;
 use crate::store::counters::format_utc;
 use crate::store::group;
+use crate::store::shard_count::Stranded;
 
 /// Everything `hitcount status` shows.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -56,6 +57,10 @@ pub struct Status {
     /// Slot moves that balance the masters' work: their shards' traffic,
     /// and `known:`'s ZADDs (empty when none would help).
     pub evening_moves: Vec<ShardMove>,
+    /// Streams of this name that the shard count in use leaves unread,
+    /// holding entries the group has yet to read or acknowledge: hits sent
+    /// with another count, which no worker will count (empty when none).
+    pub unread: Vec<Stranded>,
 }
 
 /// One shard of the stream and the deployment's group on it.
@@ -67,8 +72,8 @@ pub struct Shard {
     pub stream: String,
     /// Entries in it (0 when it does not exist).
     pub length: u64,
-    /// The group's lag on it (Redis' estimate; `None` when unknown or
-    /// when the group does not exist yet).
+    /// The group's lag on it (Redis' estimate, held to what the positions
+    /// allow; `None` when unknown or when the group does not exist yet).
     pub lag: Option<u64>,
     /// Age in seconds of its oldest undelivered entry (0 when none).
     pub backlog_age_secs: f64,
@@ -104,8 +109,9 @@ pub struct Group {
     /// Its name.
     pub name: String,
     /// Entries not yet delivered, as Redis estimates it (`XINFO GROUPS`
-    /// lag; an estimate that can be wrong after a restart, `None` when
-    /// Redis cannot tell).
+    /// lag), held to what the stream's positions allow: 0 when no entry
+    /// follows the last-delivered one, at most the stream's length
+    /// ([`group::consistent_lag`]); `None` when Redis cannot tell.
     pub lag: Option<u64>,
     /// Whether an entry after the last-delivered one exists.
     pub behind: bool,
@@ -199,7 +205,7 @@ pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> Redis
         let now_ms = crate::model::clock::unix_ms();
         let (consumers, age) = group::consumers_and_backlog(conn, keys, &g, now_ms).await?;
         status.groups.push(Group {
-            lag: g.lag,
+            lag: group::consistent_lag(g.lag, info.length, age.is_some()),
             behind: age.is_some(),
             backlog_age_secs: age.unwrap_or(0.0),
             pending: g.pending,
@@ -239,7 +245,7 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, Option<u64>)> {
     if let Some(g) = groups.into_iter().find(|g| g.name == k.group) {
         let now_ms = crate::model::clock::unix_ms();
         let (consumers, age) = group::consumers_and_backlog(conn, k, &g, now_ms).await?;
-        out.lag = g.lag;
+        out.lag = group::consistent_lag(g.lag, info.length, age.is_some());
         out.pending = g.pending;
         out.backlog_age_secs = age.unwrap_or(0.0);
         out.consumers = consumers.into_iter().map(Consumer::from).collect();

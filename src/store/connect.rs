@@ -15,7 +15,8 @@ use rand::Rng;
 
 use crate::model::metrics::metrics;
 pub use crate::store::error::{
-    classify, describe, fatal_hint, joined, record, ErrorClass, StoreError, StoreResult,
+    classify, describe, fatal_hint, first_cause, joined, record, ErrorClass, StoreError,
+    StoreResult,
 };
 
 /// Time allowed for a reply to a non-blocking command. Never "none": a call

@@ -90,6 +90,12 @@ pub fn fatal_hint(err: &RedisError) -> Option<&'static str> {
             "a key hitcount uses holds another type: check HITCOUNT_STREAM, HITCOUNT_DEAD_STREAM and HITCOUNT_PREFIX",
         );
     }
+    if text.contains("exhausted the last possible ID") {
+        return Some(
+            "the stream's last entry ID is the largest possible (an XADD with an explicit ID?), \
+             so nothing can be added to it: let the workers drain it, then delete it, or use another --stream / HITCOUNT_STREAM",
+        );
+    }
     let lower = detail.to_ascii_lowercase();
     if lower.contains("unknown command") || text.contains("unknown command") {
         return Some("hitcount needs Redis 7.0 or newer with scripting and streams");
@@ -141,6 +147,27 @@ pub fn describe(err: &RedisError) -> String {
             detail.to_string()
         }
         _ => err.to_string(),
+    }
+}
+
+/// [`describe`] of the first error Redis answered (a pipeline's first
+/// failed command), without the script location Redis appends to an error
+/// raised inside a script (` script: SHA, on @user_script:N.`).
+pub fn first_cause(err: &RedisError) -> String {
+    let first = err
+        .clone()
+        .into_server_errors()
+        .and_then(|errors| errors.first().cloned());
+    let line = match first {
+        Some((_, e)) => match e.details() {
+            Some(detail) => format!("{} {detail}", e.code()),
+            None => e.code().to_string(),
+        },
+        None => describe(err),
+    };
+    match line.find(" script: ") {
+        Some(at) => line[..at].to_string(),
+        None => line,
     }
 }
 

@@ -34,7 +34,7 @@ pub struct GroupInfo {
     /// The last entry delivered to a consumer (`0-0` before any).
     pub last_delivered_id: String,
     /// Entries not yet delivered, when Redis can tell (an estimate that can
-    /// stay wrong after a restart).
+    /// stay wrong after a restart: see [`consistent_lag`]).
     pub lag: Option<u64>,
 }
 
@@ -189,6 +189,23 @@ pub async fn backlog_age(
     Ok(backlog_age_secs(&next, now_ms))
 }
 
+/// The group's lag as far as the stream's positions allow, from Redis'
+/// `lag` (`reported`), the stream's `length` and whether an entry after the
+/// group's last-delivered id exists (`undelivered`): 0 when none does,
+/// whatever `reported` says (after a restart from its AOF, Redis 7.0 may
+/// keep a stale `entries-read` and report a lag of thousands for a group
+/// whose last-delivered id is the stream's last one, for good); else
+/// `reported` held within 1..=`length` (at least the entry seen, at most
+/// every entry there is); `None` when Redis cannot tell and entries wait.
+/// Autoscaling acts on the lag, so a lag the positions contradict is never
+/// passed on.
+pub fn consistent_lag(reported: Option<u64>, length: u64, undelivered: bool) -> Option<u64> {
+    if !undelivered {
+        return Some(0);
+    }
+    reported.map(|lag| lag.min(length).max(1))
+}
+
 /// Whether the group has read and acknowledged everything in the stream:
 /// nothing pending and its last-delivered id is the stream's last id. (The
 /// `lag` field is an estimate that can stay wrong after a restart, so it is
@@ -208,8 +225,9 @@ pub fn is_drained(stream: &StreamInfo, group: &GroupInfo) -> bool {
     group.pending == 0 && stream.last_generated_id.as_deref() == Some(&group.last_delivered_id)
 }
 
-/// Every shard's own group (`keys.group`) with the age in seconds of its
-/// oldest undelivered entry, in shard order; `None` for a shard whose
+/// Every shard's own group (`keys.group`, its lag made consistent with
+/// the stream's positions: [`consistent_lag`]) with the age in seconds of
+/// its oldest undelivered entry, in shard order; `None` for a shard whose
 /// stream or group does not exist yet. Three round trips however many
 /// shards: each command names one shard's stream and goes to its slot
 /// ([`Conn::query_each`]), never in a pipeline across slots.
@@ -224,33 +242,41 @@ pub async fn own_groups(
     let present: Vec<usize> = (0..shards.len())
         .filter(|&i| matches!(exists.get(i), Some(Value::Int(n)) if *n > 0))
         .collect();
+    // Each present shard's groups and length, in one round trip: the
+    // length bounds the lag (see [`consistent_lag`]).
     let xinfo = present
         .iter()
-        .map(|&i| {
+        .flat_map(|&i| {
             let mut c = redis::cmd("XINFO");
             c.arg("GROUPS").arg(&shards[i].stream);
-            c
+            [c, one("XLEN", &shards[i])]
         })
         .collect();
     let replies = conn.query_each(xinfo).await?;
-    let found: Vec<(usize, GroupInfo)> = present
+    let found: Vec<(usize, GroupInfo, u64)> = present
         .into_iter()
-        .zip(&replies)
+        .zip(replies.chunks(2))
         .filter_map(|(i, r)| {
-            let g = GroupInfo::parse_all(r)
+            let g = GroupInfo::parse_all(&r[0])
                 .into_iter()
                 .find(|g| g.name == shards[i].group)?;
-            Some((i, g))
+            let length = match r.get(1) {
+                Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+                _ => 0,
+            };
+            Some((i, g, length))
         })
         .collect();
     let reads = found
         .iter()
-        .map(|(i, g)| next_undelivered(&shards[*i], &g.last_delivered_id))
+        .map(|(i, g, _)| next_undelivered(&shards[*i], &g.last_delivered_id))
         .collect();
     let next = conn.query_each(reads).await?;
     let mut out = vec![None; shards.len()];
-    for ((i, g), next) in found.into_iter().zip(&next) {
-        out[i] = Some((g, backlog_age_secs(next, now_ms)));
+    for ((i, mut g, length), next) in found.into_iter().zip(&next) {
+        let age = backlog_age_secs(next, now_ms);
+        g.lag = consistent_lag(g.lag, length, age.is_some());
+        out[i] = Some((g, age));
     }
     Ok(out)
 }
@@ -377,6 +403,19 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_lag_the_positions_contradict_is_not_passed_on() {
+        // Nothing after the last-delivered id: 0, whatever Redis says (a
+        // stale entries-read after a restart from the AOF).
+        assert_eq!(consistent_lag(Some(153_919), 200_000, false), Some(0));
+        assert_eq!(consistent_lag(None, 5, false), Some(0));
+        // Entries wait: at least one, at most the stream's length.
+        assert_eq!(consistent_lag(Some(7), 100, true), Some(7));
+        assert_eq!(consistent_lag(Some(900), 100, true), Some(100));
+        assert_eq!(consistent_lag(Some(0), 100, true), Some(1));
+        assert_eq!(consistent_lag(None, 100, true), None);
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //! reads them ([`counters`]) and the query API's read-only queries
 //! ([`query`]), `SCAN` over every master ([`scan`]), a cluster's masters
 //! and their slots ([`topology`]), the stream and its consumer group ([`stream`]),
-//! a window's exactly-once way into the counters ([`commit`]), and Redis'
-//! memory: writes refused for `maxmemory`, an evicting policy ([`memory`]). Uses the
-//! model floor only.
+//! a window's exactly-once way into the counters ([`commit`]), the
+//! stream's recorded shard count ([`shard_count`]), Redis' clock
+//! ([`time`]) and Redis' memory: writes refused for `maxmemory`, an
+//! evicting policy ([`memory`]). Uses the model floor only.
 
 pub mod client;
 pub mod commit;
@@ -18,6 +19,8 @@ pub mod memory;
 pub mod query;
 pub mod scan;
 pub mod scripts;
+pub mod shard_count;
 pub mod stats_query;
 pub mod stream;
+pub mod time;
 pub mod topology;

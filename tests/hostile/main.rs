@@ -7,3 +7,4 @@ mod cli;
 mod http;
 mod quiet;
 mod redis_access;
+mod stream;

@@ -134,6 +134,7 @@ pub async fn producer_rate(redis: &RedisArgs, hits: u64) -> Result<ProducerRate,
     let stream = "bench:producer:hits";
     let opts = ProducerOptions {
         max_buffered: hits + 1,
+        ..ProducerOptions::default()
     };
     let producer = Producer::start(redis, &stream_args(stream), opts)?;
     let names: Vec<String> = (0..1000).map(Names::name).collect();

@@ -111,6 +111,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
             crate::model::config::redact_url(&args.common.redis.url)
         );
     }
+    super::refused(&producer, &args.common)?;
     producer.shutdown(Duration::from_secs(1)).await;
     let value = args
         .value

@@ -85,6 +85,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     .await;
     signals.abort();
     let _ = tokio::time::timeout(FLUSH_DEADLINE, producer.flush()).await;
+    super::refused(&producer, &args.common)?;
     let stats = producer.stats();
     let (appended, dropped) = (stats.sent.load(Relaxed), stats.dropped.load(Relaxed));
     producer.shutdown(Duration::ZERO).await;
@@ -153,7 +154,8 @@ pub async fn send(
     let tick = Duration::from_millis(10);
     let mut sent = 0u64;
     let mut stop = stop.clone();
-    while sent < hits {
+    // Events Redis refuses for good are dropped: stop there.
+    while sent < hits && producer.refused().is_none() {
         if stop.is_triggered() {
             break;
         }

@@ -32,7 +32,7 @@ mod worker;
 pub use settings::{Pick, Uses};
 
 pub use reach::{
-    cause, check_stream, checked_producer, connect, connect_single, one_line, redis_error,
+    cause, check_stream, checked_producer, connect, connect_single, one_line, redis_error, refused,
 };
 
 /// Count hits at scale on Redis: a stream of hit events in, multi-precision

@@ -9,6 +9,7 @@ use super::Common;
 use crate::model::config::{redact_url, LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
 use crate::store::connect::{Conn, ErrorClass};
+use crate::store::shard_count::Recorded;
 
 /// What went wrong, in one line: for a reply error (alone or the first of a
 /// pipeline) its code and message, plus a hint for the usual causes; else
@@ -224,9 +225,10 @@ pub async fn adopt_recorded_shards(conn: &mut Conn, common: &mut Common) -> anyh
 /// settings that put a shard's keys in different hash slots (a `{` in
 /// `HITCOUNT_PREFIX` or `HITCOUNT_DEAD_STREAM`: every worker refuses to
 /// start with them, [`Keys::cluster_problem`]); and with another shard count
-/// than the one the stream's workers recorded (see `service::shards`):
-/// the hits would go to streams no worker reads. Nothing recorded (no
-/// worker ran yet) is not refused.
+/// than the one recorded for the stream (by its first worker or producer,
+/// see [`crate::store::shard_count`]): the hits would go to streams no
+/// worker reads. With nothing recorded, this producer's count is recorded,
+/// unless it would leave entries already sent unread.
 async fn check_shards(common: &Common) -> anyhow::Result<()> {
     let mut conn = connect(&common.redis).await?;
     if conn.is_cluster() {
@@ -236,28 +238,59 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
             ));
         }
     }
-    match other_recorded_shards(&mut conn, common).await? {
-        None => Ok(()),
-        Some((r, key)) => Err(anyhow!(
+    let recorded = crate::store::shard_count::record(&mut conn, &common.layout, &common.stream)
+        .await
+        .map_err(|e| anyhow!("cannot record the stream's shard count: {}", cause(&e)))?;
+    match recorded {
+        Recorded::Agreed => Ok(()),
+        Recorded::Other { recorded, key } => Err(anyhow!(
             "{}: hits sent now would go to streams no worker reads; give every producer the \
              workers' count (--shards / HITCOUNT_SHARDS)",
-            mismatch(common.stream.shards, r, &key)
+            mismatch(common.stream.shards, recorded, &key)
+        )),
+        Recorded::Strands { key, stranded } => Err(anyhow!(
+            "HITCOUNT_SHARDS is {}, which leaves {} unread (no shard count is recorded in \
+             {key} yet): give every worker and producer the count those hits were sent \
+             with (--shards / HITCOUNT_SHARDS), or delete those streams",
+            common.stream.shards.max(1),
+            crate::store::shard_count::describe(&stranded)
         )),
     }
 }
 
 /// A producer for a one-shot command (`hit`, `load`), started once
 /// [`check_stream`] has shown that Redis takes hits from this user: the
-/// producer itself retries every error in the background, for ever.
+/// producer retries transient errors in the background, and gives up
+/// events Redis refuses for good (see [`refused`]).
 pub async fn checked_producer(
     common: &Common,
 ) -> anyhow::Result<crate::service::producer::Producer> {
     check_stream(&common.redis, &common.stream.stream).await?;
     check_shards(common).await?;
-    let options = crate::service::producer::ProducerOptions::default();
+    let options = crate::service::producer::ProducerOptions {
+        give_up_when_refused: true,
+        ..Default::default()
+    };
     Ok(crate::service::producer::Producer::start(
         &common.redis,
         &common.stream,
         options,
     )?)
+}
+
+/// The one-line error of a one-shot command whose producer Redis refused
+/// (an XADD failed: the stream's last ID is the largest possible, a
+/// permission was taken away…), instead of saying "sent".
+pub fn refused(
+    producer: &crate::service::producer::Producer,
+    common: &Common,
+) -> anyhow::Result<()> {
+    match producer.refused() {
+        None => Ok(()),
+        Some(why) => Err(anyhow!(
+            "could not send hits to {} on Redis at {}: {why}",
+            common.stream.stream,
+            redact_url(&common.redis.url)
+        )),
+    }
 }

@@ -50,14 +50,29 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     super::reach::adopt_recorded_shards(&mut conn, &mut args.common).await?;
     let shards = Keys::all_shards(&args.common.layout, &args.common.stream, conn.is_cluster());
     let leader_key = shards[0].leader(&args.leader.leader_key);
-    let status = crate::service::status::gather(&mut conn, &shards, &leader_key).await?;
+    let mut status = crate::service::status::gather(&mut conn, &shards, &leader_key).await?;
+    let (layout, stream) = (&args.common.layout, &args.common.stream);
+    status.unread = crate::store::shard_count::stranded(&mut conn, layout, stream).await?;
+    if !status.unread.is_empty() {
+        tracing::warn!(
+            "{} are not read with HITCOUNT_SHARDS={}: they were sent with another shard \
+             count; run workers with that count until they drain, or delete them",
+            crate::store::shard_count::describe(&status.unread),
+            stream.shards.max(1)
+        );
+    }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&status)?);
     } else {
-        super::out(&crate::service::status::render(
-            &status,
-            crate::model::clock::unix_ms(),
-        ))?;
+        let mut text = crate::service::status::render(&status, crate::model::clock::unix_ms());
+        if !status.unread.is_empty() {
+            text.push_str(&format!(
+                "unread: {} are not read with {} shard(s): sent with another shard count\n",
+                crate::store::shard_count::describe(&status.unread),
+                stream.shards.max(1)
+            ));
+        }
+        super::out(&text)?;
     }
     Ok(())
 }

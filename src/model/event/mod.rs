@@ -21,15 +21,19 @@
 //!   wins.
 //!
 //! Without `ts`, the hit happened at the entry ID's millisecond part (IDs are
-//! `<ms>-<seq>`), which is when Redis accepted it.
+//! `<ms>-<seq>`), which is when Redis accepted it; unless that is more than
+//! [`MAX_FUTURE_MS`] ahead of Redis' clock (one `XADD` with an explicit ID
+//! far ahead pushes every later ID at least that high): then the hit
+//! happened when the worker read it, by Redis' clock ([`decode_at`],
+//! [`HitTime::Clock`]).
 //!
 //! Rules, each with its [`Reject`] reason:
 //! * name: valid UTF-8, 1..=[`MAX_NAME_BYTES`] bytes.
 //! * count: an integer in 1..=[`MAX_COUNT`]. Floats (even `2.0`), strings in
 //!   MessagePack, `nil` and any other type are rejected.
 //! * ts: finite and ≥ 0, written without a sign in the plain form (as
-//!   `count`); in MessagePack any int or float type. The resolved
-//!   time may be at most [`MAX_FUTURE_MS`] after the entry ID's time.
+//!   `count`); in MessagePack any int or float type. It may be at most
+//!   [`MAX_FUTURE_MS`] ahead of Redis' clock when the worker reads it.
 //! * value: a finite number of magnitude at most [`MAX_ABS_VALUE`]; in
 //!   MessagePack any int or float type, in the plain form any decimal
 //!   spelling Rust's `f64` parser takes (`12.5`, `-3`, `1e-3`). NaN, ±inf,
@@ -66,9 +70,10 @@ pub const MAX_NAME_BYTES: usize = 4096;
 /// `i64` overflow even for windows of millions of hits.
 pub const MAX_COUNT: i64 = 1_000_000_000;
 
-/// How far (in ms, one day) a hit's `ts` may lie after its entry ID's time.
-/// Later hits are almost surely clock or unit bugs (ms sent as seconds) and
-/// would create counters no one will ever read.
+/// How far (in ms, one day) a hit's time may lie ahead of Redis' clock: a
+/// later `ts` is almost surely a clock or unit bug (ms sent as seconds) and
+/// would create counters no one will ever read; a later entry ID is not
+/// taken as the hit's time (see [`HitTime::Clock`]).
 pub const MAX_FUTURE_MS: i64 = 86_400_000;
 
 /// Largest accepted magnitude of a `value` (10^100): far beyond any
@@ -115,14 +120,15 @@ pub enum Reject {
     /// `ts` is not a finite number of unix seconds ≥ 0.
     #[error("ts is not a finite, non-negative number of unix seconds")]
     BadTimestamp,
-    /// `ts` is more than [`MAX_FUTURE_MS`] after the entry ID's time.
-    #[error("ts more than {} ms after the entry ID's time", MAX_FUTURE_MS)]
+    /// `ts` is more than [`MAX_FUTURE_MS`] ahead of Redis' clock.
+    #[error("ts more than {} ms ahead of Redis' clock", MAX_FUTURE_MS)]
     FutureTimestamp,
     /// The `hit` field is not one well-formed MessagePack map, or its `name`
     /// is not a MessagePack string.
     #[error("hit field is not a well-formed MessagePack map with a string name")]
     BadMessagePack,
-    /// The entry ID is not `<ms>-<seq>` with decimal parts (`ms` ≤ `i64::MAX`).
+    /// The entry ID is not `<ms>-<seq>` with decimal parts (for [`decode`],
+    /// `ms` ≤ `i64::MAX`; [`decode_at`] takes a larger `ms` as far ahead).
     #[error("entry ID is not <ms>-<seq>")]
     BadEntryId,
     /// `value` is not a finite number of magnitude at most
@@ -184,7 +190,23 @@ pub fn entry_id_ms(id: &[u8]) -> Option<i64> {
     parse_digits(ms).and_then(|m| i64::try_from(m).ok())
 }
 
-/// Decodes one stream entry (its ID and its field/value pairs) into a [`Hit`].
+/// Where a decoded hit's time ([`Hit::ts_ms`]) came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HitTime {
+    /// The event's own `ts`.
+    Stated,
+    /// The entry ID's millisecond part: when Redis accepted it.
+    EntryId,
+    /// Redis' clock when the worker read the entry: the event has no `ts`
+    /// and its entry ID is more than [`MAX_FUTURE_MS`] ahead of that clock
+    /// (an explicit ID far in the future moves every later ID there too).
+    Clock,
+}
+
+/// Decodes one stream entry (its ID and its field/value pairs) into a
+/// [`Hit`], judging times against the entry's own ID time: [`decode_at`]
+/// with that clock (for tools and tests that have no Redis clock; the
+/// worker uses [`decode_at`]).
 ///
 /// The returned name borrows from the field values; nothing is copied or
 /// allocated. See the module doc for the forms and the rules.
@@ -193,6 +215,26 @@ where
     I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
 {
     let id_ms = entry_id_ms(id).ok_or(Reject::BadEntryId)?;
+    decode_at(id, fields, id_ms).map(|(hit, _)| hit)
+}
+
+/// Decodes one stream entry read when Redis' clock said `clock_ms` (unix
+/// ms): a `ts` more than [`MAX_FUTURE_MS`] ahead of it is rejected, and a
+/// hit without `ts` whose entry ID is that far ahead takes `clock_ms` as
+/// its time ([`HitTime::Clock`]). Also says where the hit's time came from.
+pub fn decode_at<'a, I>(id: &[u8], fields: I, clock_ms: i64) -> Result<(Hit<'a>, HitTime), Reject>
+where
+    I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
+{
+    // Redis' IDs go up to u64::MAX ms: one past i64::MAX is far ahead too.
+    let id_ms = entry_id_ms(id)
+        .or_else(|| {
+            let dash = id.iter().position(|&b| b == b'-')?;
+            parse_digits(&id[..dash])?;
+            parse_digits(&id[dash + 1..]).filter(|&s| s <= u64::MAX as u128)?;
+            Some(i64::MAX)
+        })
+        .ok_or(Reject::BadEntryId)?;
     let (mut hit, mut name, mut count, mut ts, mut value) = (None, None, None, None, None);
     for (key, v) in fields {
         match key {
@@ -216,17 +258,20 @@ where
             (name, count, ts_ms, value)
         }
     };
-    let ts_ms = match ts_ms {
-        Some(t) if t > id_ms.saturating_add(MAX_FUTURE_MS) => return Err(Reject::FutureTimestamp),
-        Some(t) => t,
-        None => id_ms,
+    let latest = clock_ms.saturating_add(MAX_FUTURE_MS);
+    let (ts_ms, from) = match ts_ms {
+        Some(t) if t > latest => return Err(Reject::FutureTimestamp),
+        Some(t) => (t, HitTime::Stated),
+        None if id_ms > latest => (clock_ms, HitTime::Clock),
+        None => (id_ms, HitTime::EntryId),
     };
-    Ok(Hit {
+    let hit = Hit {
         name,
         count,
         ts_ms,
         value,
-    })
+    };
+    Ok((hit, from))
 }
 
 /// Checks a name's bytes: non-empty, ≤ [`MAX_NAME_BYTES`], valid UTF-8.
@@ -479,6 +524,40 @@ mod tests {
             Err(Reject::BadEntryId)
         );
         assert!(Reject::MixedForms.to_string().contains("hit field"));
+    }
+
+    #[test]
+    fn times_are_judged_against_redis_clock() {
+        let name: [(&[u8], &[u8]); 1] = [(b"name", b"a")];
+        // An entry ID far ahead of Redis' clock is not the hit's time.
+        let ahead = b"9999999999999-0";
+        let (h, from) = decode_at(ahead, name, ID_MS).unwrap();
+        assert_eq!((h.ts_ms, from), (ID_MS, HitTime::Clock));
+        // The largest ID Redis gives is as far ahead.
+        let (h, from) =
+            decode_at(b"18446744073709551615-18446744073709551615", name, ID_MS).unwrap();
+        assert_eq!((h.ts_ms, from), (ID_MS, HitTime::Clock));
+        assert_eq!(
+            decode_at(b"1-18446744073709551616", name, ID_MS),
+            Err(Reject::BadEntryId)
+        );
+        // Up to a day ahead, the ID is the time.
+        let day = format!("{}-0", ID_MS + MAX_FUTURE_MS);
+        let (h, from) = decode_at(day.as_bytes(), name, ID_MS).unwrap();
+        assert_eq!((h.ts_ms, from), (ID_MS + MAX_FUTURE_MS, HitTime::EntryId));
+        let (h, from) = decode_at(ID, name, ID_MS + 5).unwrap();
+        assert_eq!((h.ts_ms, from), (ID_MS, HitTime::EntryId));
+        // A stated ts is judged against the clock, not the ID.
+        let ts: [(&[u8], &[u8]); 2] = [(b"name", b"a"), (b"ts", b"1800000000")];
+        assert_eq!(
+            decode_at(ahead, ts, ID_MS).map(|(h, _)| h.ts_ms),
+            Err(Reject::FutureTimestamp)
+        );
+        let ts: [(&[u8], &[u8]); 2] = [(b"name", b"a"), (b"ts", b"1700000100")];
+        assert_eq!(
+            decode_at(ahead, ts, ID_MS),
+            Ok((hit("a", 1, 1_700_000_100_000), HitTime::Stated))
+        );
     }
 
     #[test]

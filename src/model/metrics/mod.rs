@@ -66,6 +66,11 @@ pub struct Metrics {
     /// precision because they are older than its retention; `precision` is
     /// the bucket length in seconds, e.g. "60".
     pub hits_too_old: IntCounterVec,
+    /// `hitcount_hits_future_id_total`: hits without `ts` whose entry ID was
+    /// more than a day ahead of Redis' clock (an `XADD` with an explicit ID
+    /// far ahead moves every later ID there), counted at Redis' clock when
+    /// the worker read them instead.
+    pub hits_future_id: IntCounter,
     /// `hitcount_windows_applied_total`: aggregated windows written to Redis.
     pub windows_applied: IntCounter,
     /// `hitcount_windows_fenced_total`: windows dropped unapplied because
@@ -250,6 +255,11 @@ impl Metrics {
                 "precision",
                 &[],
             ),
+            hits_future_id: counter(
+                &r,
+                "hitcount_hits_future_id_total",
+                "Hits without ts whose entry ID was more than a day ahead of Redis' clock, counted at Redis' clock instead.",
+            ),
             windows_applied: counter(&r, "hitcount_windows_applied_total", "Windows of hits written to Redis."),
             records_quarantined: counter(
                 &r,
@@ -433,6 +443,7 @@ mod tests {
             "hitcount_events_dead_lettered_total",
             "hitcount_events_claimed_total",
             "hitcount_hits_too_old_total",
+            "hitcount_hits_future_id_total",
             "hitcount_windows_applied_total",
             "hitcount_windows_fenced_total",
             "hitcount_carry_cells_total",

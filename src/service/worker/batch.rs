@@ -1,6 +1,7 @@
 //! The window a worker is filling: the entries read since the last apply,
 //! their hits aggregated, the ones to dead-letter, and when to close it.
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::model::aggregate::Window;
@@ -17,6 +18,14 @@ const MAX_REJECTED_PER_WINDOW: usize = 500;
 /// `--window-ms`), a window may stay open this many times `--window-ms`, so
 /// it can reach its size limits.
 const BACKLOG_AGE_FACTOR: u32 = 10;
+/// At most one warning in this long about hits whose entry IDs are far
+/// ahead of Redis' clock: they may be every hit of a stream, for good.
+const FUTURE_ID_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// When the process last warned about entry IDs ahead of Redis' clock,
+/// and how many such hits it has seen since (every shard's worker shares
+/// it: one warning a minute per process).
+static FUTURE_IDS: Mutex<(Option<Instant>, u64)> = Mutex::new((None, 0));
 
 /// Entries read and not yet applied.
 #[derive(Debug)]
@@ -28,6 +37,9 @@ pub struct Batch {
     opened: Option<Instant>,
     /// Oldest entry id time in the window (unix ms), for the delay metric.
     oldest_ms: i64,
+    /// Hits in the window counted at Redis' clock: their entry IDs are
+    /// more than a day ahead of it.
+    future_ids: u64,
 }
 
 impl Batch {
@@ -39,6 +51,7 @@ impl Batch {
             rejected: Vec::new(),
             opened: None,
             oldest_ms: i64::MAX,
+            future_ids: 0,
         }
     }
 
@@ -49,12 +62,16 @@ impl Batch {
         self
     }
 
-    /// Decodes entries into the window, or the rejected list. Entries
-    /// deleted while pending are only acknowledged.
-    pub fn add(&mut self, entries: &[EntryRef<'_>], now_ms: i64) {
+    /// Decodes entries into the window, or the rejected list; `now_ms` is
+    /// the local clock (what is too old to keep), `clock_ms` Redis' clock
+    /// (what is too far ahead, see [`event::decode_at`]). Entries deleted
+    /// while pending are only acknowledged.
+    pub fn add(&mut self, entries: &[EntryRef<'_>], now_ms: i64, clock_ms: i64) {
         if self.opened.is_none() {
             self.opened = Some(Instant::now());
         }
+        let mut future_ids = 0u64;
+        let mut first_future = None;
         for e in entries {
             if !self.ids.is_empty() {
                 self.ids.push(' ');
@@ -63,10 +80,17 @@ impl Batch {
             if e.fields.is_none() {
                 continue;
             }
-            match event::decode(e.id, e.pairs()) {
-                Ok(hit) => {
+            match event::decode_at(e.id, e.pairs(), clock_ms) {
+                Ok((hit, from)) => {
                     self.window.add(&hit, now_ms);
-                    if let Some(ms) = event::entry_id_ms(e.id) {
+                    let ms = if from == event::HitTime::Clock {
+                        future_ids += 1;
+                        first_future.get_or_insert(e.id_str());
+                        Some(clock_ms)
+                    } else {
+                        event::entry_id_ms(e.id)
+                    };
+                    if let Some(ms) = ms {
                         self.oldest_ms = self.oldest_ms.min(ms);
                     }
                 }
@@ -76,6 +100,10 @@ impl Batch {
                     fields: e.pairs().map(|(f, v)| (f.to_vec(), v.to_vec())).collect(),
                 }),
             }
+        }
+        if let Some(id) = first_future {
+            self.future_ids += future_ids;
+            warn_future_ids(future_ids, id, clock_ms);
         }
     }
 
@@ -125,6 +153,7 @@ impl Batch {
         m.windows_applied.inc();
         m.window_size.observe(self.window.hits() as f64);
         m.events_applied.inc_by(self.window.hits());
+        m.hits_future_id.inc_by(self.future_ids);
         m.apply_duration.observe(started.elapsed().as_secs_f64());
         for (precision, n) in self.window.skipped() {
             m.hits_too_old
@@ -153,13 +182,32 @@ impl Batch {
         self.rejected.clear();
         self.opened = None;
         self.oldest_ms = i64::MAX;
+        self.future_ids = 0;
     }
+}
+
+/// Warns, at most once a minute, about hits that took Redis' clock
+/// because their entry IDs are more than a day ahead of it (counted with
+/// their window, [`Batch::count_applied`]).
+fn warn_future_ids(n: u64, first_id: &str, clock_ms: i64) {
+    let mut seen = FUTURE_IDS.lock().unwrap_or_else(|e| e.into_inner());
+    seen.1 += n;
+    if seen.0.is_some_and(|t| t.elapsed() < FUTURE_ID_WARN_EVERY) {
+        return;
+    }
+    tracing::warn!(
+        hits = seen.1,
+        entry_id = first_id,
+        redis_clock_ms = clock_ms,
+        "stream entry IDs more than a day ahead of Redis' clock (an XADD with an explicit \
+         ID?): their hits are counted at Redis' clock instead; every later ID stays that \
+         high until the stream is recreated"
+    );
+    *seen = (Some(Instant::now()), 0);
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use redis::Value;
 
     use super::*;
@@ -245,7 +293,7 @@ mod tests {
     fn plain_field_entries_are_counted_in_the_window() {
         let f = fields(&[("name", b"home"), ("count", b"3")]);
         let mut b = batch();
-        b.add(&[entry("1700000000000-0", &f)], NOW);
+        b.add(&[entry("1700000000000-0", &f)], NOW, NOW);
         assert!(!b.is_empty());
         assert!(b.opened().is_some());
         assert_eq!(b.window().hits(), 1);
@@ -271,7 +319,7 @@ mod tests {
         let packed = event::encode("cart", 2, Some(1_700_000_000.5));
         let f = fields(&[("hit", &packed)]);
         let mut b = batch();
-        b.add(&[entry("1700000000000-0", &f)], NOW);
+        b.add(&[entry("1700000000000-0", &f)], NOW, NOW);
         assert_eq!(b.window().hits(), 1);
         assert_eq!(b.window().count_sum(), 2);
         assert_eq!(b.window().cells_len(), PRECISIONS.len());
@@ -287,7 +335,7 @@ mod tests {
             Value::SimpleString("home".into()),
         ];
         let mut b = batch();
-        b.add(&[entry("1700000000000-0", &f)], NOW);
+        b.add(&[entry("1700000000000-0", &f)], NOW, NOW);
         assert_eq!(b.window().hits(), 1);
         assert!(b.window().cells().all(|c| c.name == "home"));
     }
@@ -299,8 +347,9 @@ mod tests {
         b.add(
             &[entry("1700000000000-0", &f), entry("1700000000000-1", &f)],
             NOW,
+            NOW,
         );
-        b.add(&[entry("1700000000100-0", &f)], NOW);
+        b.add(&[entry("1700000000100-0", &f)], NOW, NOW);
         assert_eq!(b.window().hits(), 3);
         assert_eq!(b.window().cells_len(), PRECISIONS.len());
         assert!(b.window().cells().all(|c| c.delta == 3));
@@ -311,9 +360,9 @@ mod tests {
         let f = fields(&[("name", b"home")]);
         let bad = fields(&[("count", b"1")]);
         let mut b = batch();
-        b.add(&[entry("1-0", &f), deleted("2-0")], NOW);
-        b.add(&[entry("3-0", &bad)], NOW);
-        b.add(&[entry("10-0", &f)], NOW);
+        b.add(&[entry("1-0", &f), deleted("2-0")], NOW, NOW);
+        b.add(&[entry("3-0", &bad)], NOW, NOW);
+        b.add(&[entry("10-0", &f)], NOW, NOW);
         // Accepted, deleted and rejected entries are all acknowledged.
         assert_eq!(b.ids(), "1-0 2-0 3-0 10-0");
     }
@@ -321,7 +370,7 @@ mod tests {
     #[test]
     fn deleted_entries_are_only_acknowledged() {
         let mut b = batch();
-        b.add(&[deleted("1700000000000-0")], NOW);
+        b.add(&[deleted("1700000000000-0")], NOW, NOW);
         assert!(!b.is_empty(), "its id still has to be acknowledged");
         assert_eq!(b.ids(), "1700000000000-0");
         assert!(b.window().is_empty());
@@ -344,6 +393,7 @@ mod tests {
                 entry("1700000000000-2", &bad_packed),
                 entry("1700000000000-3", &good),
             ],
+            NOW,
             NOW,
         );
         let got: Vec<_> = b
@@ -376,9 +426,10 @@ mod tests {
     fn the_oldest_id_time_comes_from_the_counted_entries() {
         let f = fields(&[("name", b"home")]);
         let mut b = batch();
-        b.add(&[entry("1700000000500-0", &f)], NOW);
+        b.add(&[entry("1700000000500-0", &f)], NOW, NOW);
         b.add(
             &[entry("1700000000200-7", &f), entry("1700000000900-0", &f)],
+            NOW,
             NOW,
         );
         assert_eq!(b.oldest_ms, T0 + 200);
@@ -388,9 +439,9 @@ mod tests {
     fn the_window_opens_at_its_first_read_only() {
         let f = fields(&[("name", b"home")]);
         let mut b = batch();
-        b.add(&[entry("1700000000000-0", &f)], NOW);
+        b.add(&[entry("1700000000000-0", &f)], NOW, NOW);
         let first = b.opened().expect("opened by the first read");
-        b.add(&[entry("1700000000001-0", &f)], NOW);
+        b.add(&[entry("1700000000001-0", &f)], NOW, NOW);
         assert_eq!(b.opened(), Some(first));
     }
 
@@ -399,10 +450,10 @@ mod tests {
         let f = fields(&[("name", b"home")]);
         let w = settings(2, 1_000_000, 60_000);
         let mut b = batch();
-        b.add(&[entry("1700000000000-0", &f)], NOW);
+        b.add(&[entry("1700000000000-0", &f)], NOW, NOW);
         assert!(!b.is_full(&w, true));
         assert!(!b.is_full(&w, false));
-        b.add(&[entry("1700000000000-1", &f)], NOW);
+        b.add(&[entry("1700000000000-1", &f)], NOW, NOW);
         assert!(b.is_full(&w, true));
         assert!(b.is_full(&w, false), "size limits hold behind too");
     }
@@ -413,7 +464,11 @@ mod tests {
         let bad = fields(&[("count", b"1")]);
         let w = settings(2, 1_000_000, 60_000);
         let mut b = batch();
-        b.add(&[deleted("1-0"), entry("2-0", &bad), deleted("3-0")], NOW);
+        b.add(
+            &[deleted("1-0"), entry("2-0", &bad), deleted("3-0")],
+            NOW,
+            NOW,
+        );
         assert!(!b.is_full(&w, true));
     }
 
@@ -427,10 +482,11 @@ mod tests {
         b.add(
             &[entry("1700000000000-0", &a), entry("1700000000000-1", &a)],
             NOW,
+            NOW,
         );
         assert_eq!(b.window().cells_len(), 2);
         assert!(!b.is_full(&w, true));
-        b.add(&[entry("1700000000000-2", &c)], NOW);
+        b.add(&[entry("1700000000000-2", &c)], NOW, NOW);
         assert_eq!(b.window().cells_len(), 4);
         assert!(b.is_full(&w, true));
         assert!(b.is_full(&w, false));
@@ -443,7 +499,7 @@ mod tests {
         // cells (no histogram at these precisions).
         let weight = 2 + 2 * crate::model::aggregate::STAT_CELL_WINDOW_WEIGHT;
         let mut b = batch();
-        b.add(&[entry("1700000000000-0", &a)], NOW);
+        b.add(&[entry("1700000000000-0", &a)], NOW, NOW);
         assert_eq!(b.window().cells_len(), 2);
         assert!(!b.is_full(&settings(1_000_000, weight + 1, 60_000), true));
         assert!(b.is_full(&settings(1_000_000, weight, 60_000), true));
@@ -458,9 +514,9 @@ mod tests {
         let entries: Vec<_> = ids.iter().map(|id| entry(id, &bad)).collect();
         let w = roomy();
         let mut b = batch();
-        b.add(&entries[..MAX_REJECTED_PER_WINDOW - 1], NOW);
+        b.add(&entries[..MAX_REJECTED_PER_WINDOW - 1], NOW, NOW);
         assert!(!b.is_full(&w, true));
-        b.add(&entries[MAX_REJECTED_PER_WINDOW - 1..], NOW);
+        b.add(&entries[MAX_REJECTED_PER_WINDOW - 1..], NOW, NOW);
         assert_eq!(b.rejected().len(), MAX_REJECTED_PER_WINDOW);
         assert!(b.is_full(&w, true));
         assert!(b.is_full(&w, false));
@@ -471,7 +527,7 @@ mod tests {
         let f = fields(&[("name", b"home")]);
         let w = settings(1_000_000, 1_000_000, 1_000);
         let mut b = batch();
-        b.add(&[entry("1700000000000-0", &f)], NOW);
+        b.add(&[entry("1700000000000-0", &f)], NOW, NOW);
         assert!(!b.is_full(&w, true), "just opened");
         open_since(&mut b, 1_000);
         assert!(b.is_full(&w, true));
@@ -482,7 +538,7 @@ mod tests {
         let f = fields(&[("name", b"home")]);
         let w = settings(1_000_000, 1_000_000, 1_000);
         let mut b = batch();
-        b.add(&[entry("1700000000000-0", &f)], NOW);
+        b.add(&[entry("1700000000000-0", &f)], NOW, NOW);
         open_since(&mut b, 1_000);
         assert!(!b.is_full(&w, false));
         open_since(&mut b, 9_900);
@@ -501,6 +557,7 @@ mod tests {
         b.add(
             &[entry("1700000000000-0", &f), entry("1700000000000-1", &bad)],
             NOW,
+            NOW,
         );
         assert!(b.is_full(&w, true));
         b.clear();
@@ -516,7 +573,7 @@ mod tests {
             "an unopened empty window never closes"
         );
         // And it fills again from scratch.
-        b.add(&[entry("1700000000500-0", &f)], NOW);
+        b.add(&[entry("1700000000500-0", &f)], NOW, NOW);
         assert_eq!(b.ids(), "1700000000500-0");
         assert_eq!(b.window().hits(), 1);
         assert_eq!(b.oldest_ms, T0 + 500);
@@ -560,6 +617,7 @@ mod tests {
                 deleted("1700000000500-0"),
             ],
             NOW,
+            NOW,
         );
         b.count_applied(&[], Instant::now(), T0 + 2_500);
 
@@ -602,7 +660,7 @@ mod tests {
         // at both precisions. It is still counted as a hit.
         let f = fields(&[("name", b"home")]);
         let mut b = Batch::new(&[1, 7], 2);
-        b.add(&[entry("1700000000000-0", &f)], T0 + 100_000);
+        b.add(&[entry("1700000000000-0", &f)], T0 + 100_000, T0 + 100_000);
         assert_eq!(b.window().hits(), 1);
         assert_eq!(b.window().cells_len(), 0);
         b.count_applied(&[], Instant::now(), T0 + 100_000);
@@ -613,7 +671,7 @@ mod tests {
 
         // A window of deleted entries only has no delay to report.
         let mut gone = batch();
-        gone.add(&[deleted("1700000000000-1")], NOW);
+        gone.add(&[deleted("1700000000000-1")], NOW, NOW);
         gone.count_applied(&[], Instant::now(), NOW);
         assert_eq!(m.end_to_end_delay.get_sample_count(), after_old);
     }

@@ -38,6 +38,7 @@ use crate::service::registration::Registration;
 use crate::service::worker::batch::Batch;
 use crate::store::commit::{Committer, Deferred, Finished};
 use crate::store::connect::{self, Backoff, Client, Outage, Reconnecting, StoreError, StoreResult};
+use crate::store::time::RedisClock;
 
 /// How long a resync waits for a read ahead still in flight (whose entries
 /// it must see as pending), in ms.
@@ -100,6 +101,8 @@ pub struct Worker {
     incarnation: String,
     seq: u64,
     batch: Batch,
+    /// Redis' clock, which judges the entries' times.
+    clock: RedisClock,
     /// Count cells of recorded windows, waiting to be applied summed.
     carry: Carry,
     /// The windows whose cells `carry` holds, entries still pending.
@@ -172,6 +175,7 @@ impl Worker {
             incarnation: format!("{:016x}", rand::random::<u64>()),
             seq: 0,
             batch,
+            clock: RedisClock::default(),
             carry,
             deferred: Vec::new(),
             carrying: None,
@@ -363,7 +367,7 @@ impl Worker {
         if let (Cursor::Pending(_), Some(last)) = (&self.cursor, entries.last()) {
             self.cursor = Cursor::Pending(last.id_str().to_string());
         }
-        self.add_entries(&entries);
+        self.add_entries(&entries).await?;
         if self.window_full() {
             self.flush().await?;
         } else if self.carry_due().await? {

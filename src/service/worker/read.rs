@@ -87,9 +87,17 @@ impl Worker {
         }
     }
 
-    /// Decodes entries into the window being filled.
-    pub(super) fn add_entries(&mut self, entries: &[EntryRef<'_>]) {
-        self.batch.add(entries, unix_ms());
+    /// Decodes entries into the window being filled, judging their times
+    /// against Redis' clock (read at most once a second, see
+    /// [`crate::store::time`]).
+    pub(super) async fn add_entries(&mut self, entries: &[EntryRef<'_>]) -> StoreResult<()> {
+        let conn = self.link.current().ok_or_else(|| StoreError::Unexpected {
+            what: "the worker's connection",
+            reply: "not connected".into(),
+        })?;
+        let clock_ms = self.clock.now_ms(conn).await?;
+        self.batch.add(entries, unix_ms(), clock_ms);
+        Ok(())
     }
 
     pub(super) fn window_full(&self) -> bool {

@@ -75,7 +75,7 @@ impl Worker {
                 let claimed = recovery::claim(conn, &committer, &consumer, &w, dead_maxlen).await?;
                 let entries = claimed.entries();
                 if !entries.is_empty() {
-                    self.add_entries(&entries);
+                    self.add_entries(&entries).await?;
                 }
                 self.claim_again = claimed.more_waiting();
                 if !self.claim_again {
@@ -147,7 +147,7 @@ impl Worker {
             if let Some(last) = entries.last() {
                 self.cursor = Cursor::Pending(last.id_str().to_string());
             }
-            self.add_entries(&entries);
+            self.add_entries(&entries).await?;
             self.flush().await?;
         }
         let (committer, keys, consumer) = (

@@ -1,0 +1,217 @@
+//! The shard count a stream is read and written with, recorded in Redis
+//! by whoever comes first (a worker, or `hitcount hit` / `load`), and the
+//! entries that a count leaves unread.
+//!
+//! Producers put a name's hits in the shard stream its hash picks
+//! (`STREAM:{k}`, or `STREAM` itself with one shard), and workers read the
+//! streams their count names: with two counts, hits land where no worker
+//! reads, silently. So the first to come records its count (`SET NX`, in
+//! [`Keys::shard_count`], in the unsharded stream name's hash slot), and
+//! everyone else with another count is refused. A stream whose keys hold
+//! undelivered entries that the first count would leave unread (a
+//! deployment from before the record, or the record deleted) is not
+//! recorded over: that first comer is refused, naming them.
+
+use redis::{RedisResult, Value};
+
+use crate::model::config::{LayoutArgs, StreamArgs};
+use crate::model::keys::Keys;
+use crate::store::connect::Conn;
+use crate::store::group;
+
+/// A stream that the shard count in use leaves unread, with entries in it
+/// its group has not read or not acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Stranded {
+    /// The stream's key (`hits:{3}`, or `hits`).
+    pub stream: String,
+    /// Entries not yet delivered to the group, or delivered and not
+    /// acknowledged (every entry when the group does not exist).
+    pub entries: u64,
+}
+
+/// What [`record`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// This count is the stream's: recorded now, or before.
+    Agreed,
+    /// Another count is recorded, in `key`.
+    Other {
+        /// The recorded count.
+        recorded: u32,
+        /// The key it is in.
+        key: String,
+    },
+    /// No count is recorded, and this one would leave these entries unread.
+    Strands {
+        /// The key a count is recorded in.
+        key: String,
+        /// Where the entries are.
+        stranded: Vec<Stranded>,
+    },
+}
+
+/// The key the shard count of `stream` is recorded in: one for every
+/// shard, in the unsharded stream name's hash slot, scoped by group.
+pub fn key(layout: &LayoutArgs, stream: &StreamArgs, clustered: bool) -> String {
+    let base = StreamArgs {
+        shards: 1,
+        ..stream.clone()
+    };
+    Keys::shard(layout, &base, 0, clustered).shard_count()
+}
+
+/// The recorded shard count, if any (a value that is not a count in
+/// 1..=256 reads as none).
+pub async fn recorded(
+    conn: &mut Conn,
+    layout: &LayoutArgs,
+    stream: &StreamArgs,
+) -> RedisResult<Option<u32>> {
+    let key = key(layout, stream, conn.is_cluster());
+    let value: Option<String> = redis::cmd("GET").arg(&key).query_async(conn).await?;
+    Ok(value
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| (1..=crate::model::config::MAX_SHARDS).contains(n)))
+}
+
+/// Records `stream.shards` as the stream's count unless one is recorded,
+/// or says why it is not this one (see the module doc).
+pub async fn record(
+    conn: &mut Conn,
+    layout: &LayoutArgs,
+    stream: &StreamArgs,
+) -> RedisResult<Recorded> {
+    let key = key(layout, stream, conn.is_cluster());
+    let wanted = stream.shards.max(1);
+    let judge = |recorded: u32, key: &str| {
+        if recorded == wanted {
+            Recorded::Agreed
+        } else {
+            Recorded::Other {
+                recorded,
+                key: key.to_string(),
+            }
+        }
+    };
+    if let Some(r) = recorded(conn, layout, stream).await? {
+        return Ok(judge(r, &key));
+    }
+    let stranded = stranded(conn, layout, stream).await?;
+    if !stranded.is_empty() {
+        return Ok(Recorded::Strands { key, stranded });
+    }
+    // Another may record first meanwhile: then its count is the one.
+    let before: Option<String> = redis::cmd("SET")
+        .arg(&key)
+        .arg(wanted)
+        .arg("NX")
+        .arg("GET")
+        .query_async(conn)
+        .await?;
+    Ok(match before.and_then(|b| b.parse::<u32>().ok()) {
+        Some(r) => judge(r, &key),
+        None => Recorded::Agreed,
+    })
+}
+
+/// The streams that `stream.shards` leaves unread and that hold entries
+/// the group has yet to read or acknowledge ([`Keys::unread_streams`]):
+/// one `EXISTS` per candidate in one round trip (a pipeline; on a cluster
+/// each on its own, all in flight), and a few more only for those that
+/// exist. Only commands hitcount's ACL grants (no `TYPE`); a key of
+/// another type is passed over.
+pub async fn stranded(
+    conn: &mut Conn,
+    layout: &LayoutArgs,
+    stream: &StreamArgs,
+) -> RedisResult<Vec<Stranded>> {
+    let candidates = Keys::unread_streams(layout, stream);
+    let exists = conn
+        .query_each(
+            candidates
+                .iter()
+                .map(|k| {
+                    let mut c = redis::cmd("EXISTS");
+                    c.arg(&k.stream);
+                    c
+                })
+                .collect(),
+        )
+        .await?;
+    let mut streams = Vec::new();
+    let mut lengths = Vec::new();
+    for (k, e) in candidates.into_iter().zip(&exists) {
+        if !matches!(e, Value::Int(n) if *n > 0) {
+            continue;
+        }
+        let length: RedisResult<u64> = redis::cmd("XLEN").arg(&k.stream).query_async(conn).await;
+        match length {
+            Ok(n) => {
+                streams.push(k);
+                lengths.push(n);
+            }
+            Err(e) if e.code() == Some("WRONGTYPE") => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if streams.is_empty() {
+        return Ok(Vec::new());
+    }
+    let groups = group::own_groups(conn, &streams, crate::model::clock::unix_ms()).await?;
+    Ok(streams
+        .into_iter()
+        .zip(lengths.into_iter().zip(groups))
+        .filter_map(|(k, (length, g))| {
+            let entries = match g {
+                None => length,
+                // The lag is unknown only when entries wait: count them all.
+                Some((g, _)) => g.lag.unwrap_or(length).saturating_add(g.pending),
+            };
+            (entries > 0).then_some(Stranded {
+                stream: k.stream,
+                entries,
+            })
+        })
+        .collect())
+}
+
+/// The stranded entries in a few words: `1005 entries in fr`, or `12
+/// entries in 3 streams (hits:{0}, hits:{1}, hits:{2})` (at most four
+/// names, then `…`).
+pub fn describe(stranded: &[Stranded]) -> String {
+    let entries: u64 = stranded.iter().map(|s| s.entries).sum();
+    match stranded {
+        [one] => format!("{entries} entries in {}", one.stream),
+        _ => {
+            let mut names: Vec<&str> = stranded.iter().take(4).map(|s| s.stream.as_str()).collect();
+            if stranded.len() > 4 {
+                names.push("…");
+            }
+            format!(
+                "{entries} entries in {} streams ({})",
+                stranded.len(),
+                names.join(", ")
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stranded_entries_are_told_in_a_few_words() {
+        let s = |stream: &str, entries| Stranded {
+            stream: stream.into(),
+            entries,
+        };
+        assert_eq!(describe(&[s("fr", 1005)]), "1005 entries in fr");
+        let many: Vec<Stranded> = (0..6).map(|k| s(&format!("h:{{{k}}}"), 2)).collect();
+        assert_eq!(
+            describe(&many),
+            "12 entries in 6 streams (h:{0}, h:{1}, h:{2}, h:{3}, …)"
+        );
+    }
+}

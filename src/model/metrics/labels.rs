@@ -19,7 +19,7 @@ pub const REDIS_ERROR_KINDS: [&str; 8] = [
 ];
 
 /// Every value of the `reason` label of `hitcount_events_dead_lettered_total`.
-pub const DEAD_LETTER_REASONS: [&str; 12] = [
+pub const DEAD_LETTER_REASONS: [&str; 13] = [
     "missing_name",
     "empty_name",
     "name_too_long",
@@ -30,6 +30,7 @@ pub const DEAD_LETTER_REASONS: [&str; 12] = [
     "bad_msgpack",
     "bad_entry_id",
     "bad_value",
+    "too_large",
     "apply_error",
     "max_deliveries",
 ];

@@ -236,7 +236,8 @@ mod tests {
 
     #[test]
     fn a_claim_stopped_at_its_byte_bound_means_more_may_wait() {
-        let reply = |stopped| Value::Array(vec![claimed_list(), Value::Int(0), Value::Int(stopped)]);
+        let reply =
+            |stopped| Value::Array(vec![claimed_list(), Value::Int(0), Value::Int(stopped)]);
         let (list, poisoned, stopped) = claim_reply(reply(1)).unwrap();
         assert!(stopped);
         assert!(Claimed::new(list, poisoned, stopped).more_waiting());
@@ -272,7 +273,11 @@ mod tests {
             Value::Int(1),
             Value::Int(2),
         ]));
-        assert_refused(Value::Array(vec![claimed_list(), Value::Int(1), Value::Nil]));
+        assert_refused(Value::Array(vec![
+            claimed_list(),
+            Value::Int(1),
+            Value::Nil,
+        ]));
     }
 
     #[test]

@@ -31,7 +31,10 @@ fn large_entry(i: usize, blob: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         0 => vec![(b"name".to_vec(), blob.to_vec())],
         1 => {
             let name = std::str::from_utf8(blob).unwrap();
-            vec![(b"hit".to_vec(), hitcount::model::event::encode(name, 1, None))]
+            vec![(
+                b"hit".to_vec(),
+                hitcount::model::event::encode(name, 1, None),
+            )]
         }
         2 => vec![
             (b"name".to_vec(), b"valid:big".to_vec()),
@@ -162,7 +165,10 @@ async fn large_entries_are_dead_lettered_once_in_bounded_memory_across_a_kill() 
     let pid = second.pid();
     let keys = Keys::new(&LayoutArgs::default(), &Default::default());
     let deadline = Instant::now() + Duration::from_secs(300);
-    while !hitcount::store::group::drained(&mut c, &keys).await.unwrap() {
+    while !hitcount::store::group::drained(&mut c, &keys)
+        .await
+        .unwrap()
+    {
         second.assert_running();
         assert!(
             Instant::now() < deadline,
@@ -204,11 +210,17 @@ async fn large_entries_are_dead_lettered_once_in_bounded_memory_across_a_kill() 
         assert_eq!(field("truncated"), "1");
         assert!(field("original_bytes").parse::<usize>().unwrap() > 1000 * 1024);
         // Past reason and id, before the two marks: the original fields.
-        let kept: usize = l[2..l.len() - 2].iter().map(|(k, v)| k.len() + v.len()).sum();
+        let kept: usize = l[2..l.len() - 2]
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
         assert!(kept <= 4096, "{kept} bytes of the original fields kept");
     }
     let once: BTreeSet<String> = seen.keys().cloned().collect();
-    assert_eq!(once, large, "every large entry, and only they, dead-lettered");
+    assert_eq!(
+        once, large,
+        "every large entry, and only they, dead-lettered"
+    );
     assert!(
         seen.values().all(|&n| n == 1),
         "dead-lettered more than once: {:?}",
@@ -225,4 +237,113 @@ async fn large_entries_are_dead_lettered_once_in_bounded_memory_across_a_kill() 
             "a worker peaked at {peak} KiB of RSS"
         );
     }
+}
+
+/// Claims are bounded too: 250 entries of 1.5 MiB left pending by a
+/// consumer that is gone (25 of them delivered too often), before valid
+/// hits, are claimed by a live worker a few at a time (one claim takes up
+/// to 250 entries: 375 MiB at once without a byte bound), each
+/// dead-lettered once and cut to 4 KiB, as `too_large` or, past the
+/// delivery bound, `max_deliveries`; the worker's peak RSS stays within
+/// 256 MiB.
+#[tokio::test]
+async fn large_entries_left_pending_by_a_gone_consumer_are_claimed_in_bounded_memory() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let ts = unix_now() - 5;
+    let blob = vec![b'b'; MIB + MIB / 2];
+    let mut large = BTreeSet::new();
+    for _ in 0..250 {
+        let id: String = redis::cmd("XADD")
+            .arg("hits")
+            .arg("*")
+            .arg("name")
+            .arg(&blob)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        large.insert(id);
+    }
+    let hits = xadd_hits(&mut c, "valid:claimed", 400, ts).await;
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("hits")
+        .arg("hitcount")
+        .arg("0")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // The gone consumer reads everything, ten at a time.
+    while !read_new(&mut c, "hitcount", "gone", 10).await.is_empty() {}
+    let poisoned: Vec<&String> = large.iter().step_by(10).collect();
+    for id in &poisoned {
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg("hits")
+            .arg("hitcount")
+            .arg("gone")
+            .arg(0)
+            .arg(id.as_str())
+            .arg("RETRYCOUNT")
+            .arg(10)
+            .arg("JUSTID")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+
+    let mut cmd = worker(&url, "live", "127.0.0.1:0", &["--block-ms", "200"]);
+    cmd.args(["--claim-idle-ms", "1000"]);
+    let mut live = Child::spawn("live", cmd);
+    let keys = Keys::new(&LayoutArgs::default(), &Default::default());
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !hitcount::store::group::drained(&mut c, &keys)
+        .await
+        .unwrap()
+    {
+        live.assert_running();
+        assert!(
+            Instant::now() < deadline,
+            "not drained in 5 minutes:\n{}",
+            live.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let peak = peak_rss_kib(live.pid()).expect("the worker's status");
+    live.terminate(Duration::from_secs(30));
+    eprintln!("peak RSS of the claiming worker: {peak} KiB");
+
+    let want = reference(&hits, &LayoutArgs::default().precisions);
+    assert_eq!(read_all(&mut c, &keys).await, want);
+    let letters = raw_dead_letters(&mut c).await;
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in &letters {
+        let field = |name: &str| {
+            let at = l.iter().position(|(k, _)| k == name.as_bytes());
+            at.map(|i| String::from_utf8_lossy(&l[i].1).into_owned())
+                .unwrap_or_default()
+        };
+        seen.entry(field("id")).or_default().push(field("reason"));
+        assert_eq!(field("truncated"), "1");
+        assert_eq!(field("original_bytes"), (4 + blob.len()).to_string());
+        let name = l.iter().find(|(k, _)| k == b"name").expect("the name, cut");
+        assert!(
+            name.1.len() <= 4096,
+            "{} bytes of the name kept",
+            name.1.len()
+        );
+    }
+    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), large);
+    for (id, reasons) in &seen {
+        let want = if poisoned.contains(&id) {
+            "max_deliveries"
+        } else {
+            "too_large"
+        };
+        assert_eq!(reasons, &[want], "{id}");
+    }
+    assert!(
+        peak <= PEAK_RSS_BOUND_KIB,
+        "the claiming worker peaked at {peak} KiB of RSS"
+    );
 }

@@ -73,12 +73,10 @@ impl Batch {
                         self.oldest_ms = self.oldest_ms.min(ms);
                     }
                 }
-                Err(reject) => self.rejected.push(Rejected::new(
-                    e.id_str(),
-                    reject.reason(),
-                    e.pairs(),
-                    bytes,
-                )),
+                Err(reject) => {
+                    self.rejected
+                        .push(Rejected::new(e.id_str(), reject.reason(), e.pairs(), bytes))
+                }
             }
         }
     }
@@ -380,7 +378,7 @@ mod tests {
     fn an_entry_over_64_kib_is_too_large_even_with_a_valid_name() {
         let blob = vec![b'x'; event::MAX_ENTRY_BYTES];
         let big = fields(&[("name", b"home"), ("blob", &blob)]);
-        let at_limit = fields(&[("name", b"home"), ("b", &blob[..blob.len() - 5])]);
+        let at_limit = fields(&[("name", b"home"), ("b", &blob[..blob.len() - 9])]);
         let mut b = batch();
         b.add(
             &[
@@ -394,7 +392,10 @@ mod tests {
         assert_eq!((r.id.as_str(), r.reason), ("1700000000000-0", "too_large"));
         let last = r.fields.last().unwrap();
         assert_eq!(last.0, b"original_bytes");
-        assert_eq!(last.1, (event::MAX_ENTRY_BYTES + 8).to_string().into_bytes());
+        assert_eq!(
+            last.1,
+            (event::MAX_ENTRY_BYTES + 12).to_string().into_bytes()
+        );
     }
 
     #[test]

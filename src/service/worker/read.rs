@@ -78,8 +78,7 @@ impl Worker {
         let conn = self.conn()?;
         Ok(match &cursor {
             Cursor::Pending(after) => {
-                stream::read_own_pending(conn, &keys, &consumer, count, after, READ_BYTES)
-                    .await?
+                stream::read_own_pending(conn, &keys, &consumer, count, after, READ_BYTES).await?
             }
             Cursor::New => stream::read(conn, &keys, &consumer, count, block, ">").await?,
         })

@@ -31,7 +31,8 @@
 //! This module commits and finishes ([`Committer::commit`],
 //! [`Committer::finish`]); [`apply`] builds and runs step 2 and 3;
 //! [`records`] reads recorded windows back, finishes them for stopped
-//! workers and quarantines those that cannot be read.
+//! workers and quarantines those that cannot be read; [`dead`] says what
+//! the dead letter of a rejected entry keeps.
 
 use redis::Value;
 
@@ -45,6 +46,7 @@ use crate::store::stream;
 
 pub mod apply;
 pub mod carry;
+pub mod dead;
 pub mod group;
 pub mod plan;
 pub mod records;
@@ -53,6 +55,7 @@ pub mod stats;
 
 pub use apply::{apply_pipeline, Apply, Failure};
 pub use carry::{CarryOutcome, Deferred};
+pub use dead::{Rejected, DEAD_LETTER_FIELD_BYTES};
 pub use group::Sum;
 pub use plan::{markers, plan, sort_for_cluster, Chunk};
 pub use records::{Corrupt, Record};
@@ -80,60 +83,6 @@ pub const MARKER_TTL_AFTER_FINISH: u64 = 600;
 /// its record exist (at commit or when loading it for recovery).
 pub const APPLY_GUARD: std::time::Duration =
     std::time::Duration::from_secs(MARKER_TTL_AFTER_FINISH / 2);
-
-/// Most bytes of an entry's original fields (names and values together) a
-/// dead letter keeps: 4 KiB, enough to see what a producer sent. Past it the
-/// fields are cut, and the dead letter says so with `truncated` (`1`) and
-/// `original_bytes` (what the fields took). The dead-letter stream is capped
-/// by entry count (`--dead-maxlen`): this caps each entry too.
-pub const DEAD_LETTER_FIELD_BYTES: usize = 4096;
-
-/// An entry that could not be decoded, on its way to the dead-letter stream.
-#[derive(Debug, Clone)]
-pub struct Rejected {
-    /// The entry ID.
-    pub id: String,
-    /// Why (a stable snake_case reason, also the metric label).
-    pub reason: &'static str,
-    /// The entry's original fields, cut to [`DEAD_LETTER_FIELD_BYTES`] (and
-    /// then followed by `truncated` and `original_bytes`).
-    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
-impl Rejected {
-    /// The dead letter of entry `id`, whose fields take `bytes` (see
-    /// [`crate::model::event::entry_bytes`]): its fields copied once, and
-    /// only the first [`DEAD_LETTER_FIELD_BYTES`] of them, however large
-    /// the entry.
-    pub fn new<'a>(
-        id: &str,
-        reason: &'static str,
-        fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
-        bytes: usize,
-    ) -> Rejected {
-        let mut room = DEAD_LETTER_FIELD_BYTES;
-        let mut kept = Vec::new();
-        for (k, v) in fields {
-            if room == 0 {
-                break;
-            }
-            let k = &k[..k.len().min(room)];
-            room -= k.len();
-            let v = &v[..v.len().min(room)];
-            room -= v.len();
-            kept.push((k.to_vec(), v.to_vec()));
-        }
-        if bytes > DEAD_LETTER_FIELD_BYTES {
-            kept.push((b"truncated".to_vec(), b"1".to_vec()));
-            kept.push((b"original_bytes".to_vec(), bytes.to_string().into_bytes()));
-        }
-        Rejected {
-            id: id.to_string(),
-            reason,
-            fields: kept,
-        }
-    }
-}
 
 /// A window applied and acknowledged, waiting for its record to be deleted.
 #[derive(Debug, Clone, Default)]
@@ -458,53 +407,6 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn a_dead_letter_keeps_small_fields_whole() {
-        let fields: [(&[u8], &[u8]); 2] = [(b"count", b"2"), (b"extra", b"x")];
-        let r = Rejected::new("1-0", "missing_name", fields, 12);
-        assert_eq!((r.id.as_str(), r.reason), ("1-0", "missing_name"));
-        assert_eq!(
-            r.fields,
-            vec![
-                (b"count".to_vec(), b"2".to_vec()),
-                (b"extra".to_vec(), b"x".to_vec())
-            ]
-        );
-    }
-
-    #[test]
-    fn a_dead_letter_keeps_at_most_4_kib_of_fields_and_says_so() {
-        let mib = vec![b'b'; 1 << 20];
-        let one: [(&[u8], &[u8]); 2] = [(b"name", &mib), (b"count", b"1")];
-        let r = Rejected::new("1-0", "too_large", one, (1 << 20) + 10);
-        let kept: usize = r.fields[..r.fields.len() - 2]
-            .iter()
-            .map(|(k, v)| k.len() + v.len())
-            .sum();
-        assert_eq!(kept, DEAD_LETTER_FIELD_BYTES);
-        assert_eq!(r.fields.len(), 3, "name, then the two marks");
-        assert_eq!(r.fields[1], (b"truncated".to_vec(), b"1".to_vec()));
-        assert_eq!(
-            r.fields[2],
-            (b"original_bytes".to_vec(), b"1048586".to_vec())
-        );
-        // Many small fields: whole ones while they fit, then the cut.
-        let kib = vec![b'k'; 1024];
-        let many: Vec<(&[u8], &[u8])> = (0..1000).map(|_| (&b"f"[..], &kib[..])).collect();
-        let r = Rejected::new("1-0", "too_large", many, 1000 * 1025);
-        let kept: usize = r.fields[..r.fields.len() - 2]
-            .iter()
-            .map(|(k, v)| k.len() + v.len())
-            .sum();
-        assert_eq!(kept, DEAD_LETTER_FIELD_BYTES);
-        assert_eq!(r.fields.len(), 4 + 1 + 2, "three whole, one cut, marks");
-        // A huge field name is cut too.
-        let huge: [(&[u8], &[u8]); 1] = [(&mib, b"v")];
-        let r = Rejected::new("1-0", "too_large", huge, (1 << 20) + 1);
-        assert_eq!(r.fields[0].0.len(), DEAD_LETTER_FIELD_BYTES);
-        assert!(r.fields[0].1.is_empty());
     }
 
     #[test]

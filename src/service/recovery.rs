@@ -10,7 +10,7 @@ use redis::Value;
 use crate::model::config::WorkerArgs;
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
-use crate::store::commit::Committer;
+use crate::store::commit::{Committer, DEAD_LETTER_FIELD_BYTES};
 use crate::store::connect::{StoreError, StoreResult};
 use crate::store::scripts::{CLAIM, GC};
 use crate::store::stream::{self, EntryRef};
@@ -27,12 +27,19 @@ pub struct Claimed {
     /// Entries claimed or dead-lettered: [`CLAIM_BATCH`] when more may be
     /// waiting.
     taken: usize,
+    /// The claim stopped at its byte bound ([`stream::READ_BYTES`]) before
+    /// every idle entry it found.
+    stopped: bool,
 }
 
 impl Claimed {
-    fn new(reply: Value, poisoned: u64) -> Claimed {
+    fn new(reply: Value, poisoned: u64, stopped: bool) -> Claimed {
         let taken = stream::entry_list(&reply).len() + poisoned as usize;
-        Claimed { reply, taken }
+        Claimed {
+            reply,
+            taken,
+            stopped,
+        }
     }
 
     /// The claimed entries (deleted ones have no fields).
@@ -42,7 +49,7 @@ impl Claimed {
 
     /// Whether the batch was full, so that more idle entries may be waiting.
     pub fn more_waiting(&self) -> bool {
-        self.taken >= CLAIM_BATCH
+        self.stopped || self.taken >= CLAIM_BATCH
     }
 }
 
@@ -90,10 +97,12 @@ pub async fn claim(
         .arg(CLAIM_BATCH)
         .arg(settings.max_deliveries)
         .arg(dead_maxlen)
-        .arg(keys.window(""));
+        .arg(keys.window(""))
+        .arg(stream::READ_BYTES)
+        .arg(DEAD_LETTER_FIELD_BYTES);
     let reply: Value = cmd.query_async(conn).await?;
-    let (reply, poisoned) = claim_reply(reply)?;
-    let claimed = Claimed::new(reply, poisoned);
+    let (reply, poisoned, stopped) = claim_reply(reply)?;
+    let claimed = Claimed::new(reply, poisoned, stopped);
     let n = claimed.entries().len();
     if n > 0 || poisoned > 0 {
         let entries = claimed.entries();
@@ -113,19 +122,22 @@ pub async fn claim(
     Ok(claimed)
 }
 
-/// Splits the claim script's reply `{claimed entries, dead-lettered count}`
-/// (the entries always a list, as XCLAIM returns them, possibly empty).
-/// Anything else is an error: nothing is taken as claimed.
-fn claim_reply(reply: Value) -> StoreResult<(Value, u64)> {
+/// Splits the claim script's reply `{claimed entries, dead-lettered count,
+/// stopped at the byte bound (1/0)}` (the entries always a list, as XCLAIM
+/// returns them, possibly empty; a reply without the third is not
+/// stopped). Anything else is an error: nothing is taken as claimed.
+fn claim_reply(reply: Value) -> StoreResult<(Value, u64, bool)> {
     match reply {
-        Value::Array(v) if v.len() == 2 => {
+        Value::Array(v) if v.len() == 2 || v.len() == 3 => {
             let mut it = v.into_iter();
-            match (it.next(), it.next()) {
-                (Some(claimed @ Value::Array(_)), Some(Value::Int(n))) if n >= 0 => {
-                    Ok((claimed, n as u64))
+            match (it.next(), it.next(), it.next()) {
+                (Some(claimed @ Value::Array(_)), Some(Value::Int(n)), stopped)
+                    if n >= 0 && matches!(stopped, None | Some(Value::Int(0 | 1))) =>
+                {
+                    Ok((claimed, n as u64, stopped == Some(Value::Int(1))))
                 }
-                (a, b) => {
-                    let back = Value::Array(a.into_iter().chain(b).collect());
+                (a, b, c) => {
+                    let back = Value::Array(a.into_iter().chain(b).chain(c).collect());
                     Err(StoreError::unexpected("claim.lua", &back))
                 }
             }
@@ -191,10 +203,10 @@ mod tests {
 
     #[test]
     fn a_claim_reply_gives_the_entries_and_the_dead_lettered_count() {
-        let (list, poisoned) =
+        let (list, poisoned, stopped) =
             claim_reply(Value::Array(vec![claimed_list(), Value::Int(3)])).unwrap();
-        assert_eq!(poisoned, 3);
-        let claimed = Claimed::new(list, poisoned);
+        assert_eq!((poisoned, stopped), (3, false));
+        let claimed = Claimed::new(list, poisoned, stopped);
         assert!(!claimed.more_waiting(), "5 of {CLAIM_BATCH}");
         let entries = claimed.entries();
         let ids: Vec<_> = entries.iter().map(|e| e.id_str()).collect();
@@ -206,25 +218,36 @@ mod tests {
 
     #[test]
     fn a_claim_of_nothing_is_empty() {
-        let (list, poisoned) =
+        let (list, poisoned, stopped) =
             claim_reply(Value::Array(vec![Value::Array(vec![]), Value::Int(0)])).unwrap();
         assert_eq!(poisoned, 0);
-        assert!(Claimed::new(list, poisoned).entries().is_empty());
+        assert!(Claimed::new(list, poisoned, stopped).entries().is_empty());
     }
 
     #[test]
     fn a_full_batch_claimed_or_dead_lettered_means_more_may_wait() {
-        let (list, poisoned) = claim_reply(Value::Array(vec![
+        let (list, poisoned, stopped) = claim_reply(Value::Array(vec![
             claimed_list(),
             Value::Int(CLAIM_BATCH as i64 - 2),
         ]))
         .unwrap();
-        assert!(Claimed::new(list, poisoned).more_waiting());
+        assert!(Claimed::new(list, poisoned, stopped).more_waiting());
+    }
+
+    #[test]
+    fn a_claim_stopped_at_its_byte_bound_means_more_may_wait() {
+        let reply =
+            |stopped| Value::Array(vec![claimed_list(), Value::Int(0), Value::Int(stopped)]);
+        let (list, poisoned, stopped) = claim_reply(reply(1)).unwrap();
+        assert!(stopped);
+        assert!(Claimed::new(list, poisoned, stopped).more_waiting());
+        let (list, poisoned, stopped) = claim_reply(reply(0)).unwrap();
+        assert!(!Claimed::new(list, poisoned, stopped).more_waiting());
     }
 
     #[test]
     fn dead_lettered_only_is_a_good_reply() {
-        let (list, poisoned) =
+        let (list, poisoned, _) =
             claim_reply(Value::Array(vec![Value::Array(vec![]), Value::Int(7)])).unwrap();
         assert_eq!(poisoned, 7);
         assert_eq!(list, Value::Array(vec![]));
@@ -242,6 +265,18 @@ mod tests {
             claimed_list(),
             Value::Int(1),
             Value::Int(1),
+            Value::Int(1),
+        ]));
+        // The third says whether the byte bound stopped the claim: 0 or 1.
+        assert_refused(Value::Array(vec![
+            claimed_list(),
+            Value::Int(1),
+            Value::Int(2),
+        ]));
+        assert_refused(Value::Array(vec![
+            claimed_list(),
+            Value::Int(1),
+            Value::Nil,
         ]));
     }
 

@@ -7,6 +7,16 @@ use redis::{RedisResult, Value};
 
 use crate::model::keys::Keys;
 
+/// About the most bytes one read of entries should bring back: 16 MiB (ids,
+/// field names and values). The worker's reads ask for as many entries as
+/// fit (see `service::worker::read`), and its reads of its own pending
+/// entries and its claims stop there inside Redis. A reply is held twice
+/// while redis-rs parses it, and up to two more are in flight while entries
+/// are small, so this keeps a worker's reads within a few times this
+/// however large the entries are. Hits take a few dozen bytes: a full
+/// `--read-count` of them is far below it.
+pub const READ_BYTES: usize = 16 << 20;
+
 /// One stream entry inside a reply, borrowed from it.
 #[derive(Debug, Clone, Copy)]
 pub struct EntryRef<'a> {
@@ -127,14 +137,17 @@ pub async fn read(
 }
 
 /// Reads up to `count` of `consumer`'s own pending entries after `after`
-/// ("0": from the start) without counting a delivery; the reply is an entry
-/// list (see [`entry_list`]).
+/// ("0": from the start) without counting a delivery, and no more once
+/// those read take `max_bytes` (ids and fields; the first entry is always
+/// read): a restart re-reads large entries a few at a time. The reply is an
+/// entry list (see [`entry_list`]).
 pub async fn read_own_pending(
     conn: &mut Conn,
     keys: &Keys,
     consumer: &str,
     count: usize,
     after: &str,
+    max_bytes: usize,
 ) -> RedisResult<Value> {
     crate::store::scripts::PENDING
         .evalsha(1)
@@ -143,6 +156,7 @@ pub async fn read_own_pending(
         .arg(consumer)
         .arg(after)
         .arg(count)
+        .arg(max_bytes)
         .query_async(conn)
         .await
 }

@@ -5,6 +5,7 @@ mod common;
 
 mod cli;
 mod http;
+mod large;
 mod quiet;
 mod redis_access;
 mod stream;

@@ -39,9 +39,14 @@
 //!   spelling Rust's `f64` parser takes (`12.5`, `-3`, `1e-3`). NaN, ±inf,
 //!   text, `nil` and anything else are rejected.
 //!
+//! * size: the entry's fields, names and values together, take at most
+//!   [`MAX_ENTRY_BYTES`] (64 KiB); checked by the worker before anything is
+//!   decoded ([`check_size`]), so a larger entry is [`Reject::TooLarge`]
+//!   whatever it holds.
+//!
 //! When an entry breaks several rules the first failing check names it, in
-//! this order: entry ID, mixed forms, MessagePack structure, name, count,
-//! ts, value, future.
+//! this order: size, entry ID, mixed forms, MessagePack structure, name,
+//! count, ts, value, future.
 //!
 //! Decoding never panics, never copies the name (it borrows from the entry's
 //! bytes) and never allocates. The MessagePack form is read with `rmp`'s marker
@@ -61,6 +66,13 @@ pub use msgpack::{encode, encode_value};
 
 use msgpack::decode_msgpack;
 use plain::{text_count, text_ts_ms, text_value};
+
+/// Most bytes an entry's fields (names and values, all together) may take:
+/// 64 KiB. A hit takes a few dozen; a larger entry is refused as
+/// [`Reject::TooLarge`] before it is decoded or copied, whatever it holds
+/// (a valid name does not save it), so one careless producer costs a worker
+/// no more than the read that brought the entry.
+pub const MAX_ENTRY_BYTES: usize = 64 * 1024;
 
 /// Longest accepted hit name, in bytes of UTF-8 (4096). Names key Redis
 /// counters; a bound keeps one bad producer from bloating every precision.
@@ -143,11 +155,15 @@ pub enum Reject {
     /// ours to guess (the map's name would silently win over `name`).
     #[error("entry mixes the two forms: a hit field beside plain name/count/ts/value fields")]
     MixedForms,
+    /// The entry's fields take more than [`MAX_ENTRY_BYTES`] (see
+    /// [`entry_bytes`]); judged before anything else.
+    #[error("entry's fields take more than {} bytes", MAX_ENTRY_BYTES)]
+    TooLarge,
 }
 
 impl Reject {
     /// Every reason, in declaration order (e.g. to pre-register metric labels).
-    pub const ALL: [Reject; 11] = [
+    pub const ALL: [Reject; 12] = [
         Reject::MissingName,
         Reject::EmptyName,
         Reject::NameTooLong,
@@ -159,6 +175,7 @@ impl Reject {
         Reject::BadEntryId,
         Reject::BadValue,
         Reject::MixedForms,
+        Reject::TooLarge,
     ];
 
     /// Stable snake_case label, e.g. `"name_too_long"`; part of the metrics
@@ -176,7 +193,26 @@ impl Reject {
             Reject::BadEntryId => "bad_entry_id",
             Reject::BadValue => "bad_value",
             Reject::MixedForms => "mixed_forms",
+            Reject::TooLarge => "too_large",
         }
+    }
+}
+
+/// The bytes an entry's fields take: every field name and value, added up
+/// (what [`MAX_ENTRY_BYTES`] bounds). Counts lengths only, nothing is read.
+pub fn entry_bytes<'a>(fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> usize {
+    fields
+        .into_iter()
+        .fold(0usize, |sum, (k, v)| sum.saturating_add(k.len() + v.len()))
+}
+
+/// [`Reject::TooLarge`] when fields of `bytes` (see [`entry_bytes`]) are
+/// over [`MAX_ENTRY_BYTES`].
+pub fn check_size(bytes: usize) -> Result<(), Reject> {
+    if bytes > MAX_ENTRY_BYTES {
+        Err(Reject::TooLarge)
+    } else {
+        Ok(())
     }
 }
 
@@ -561,6 +597,18 @@ mod tests {
     }
 
     #[test]
+    fn entry_sizes() {
+        let kib = vec![b'x'; 1024];
+        assert_eq!(entry_bytes([(&b"name"[..], &b"abc"[..])]), 7);
+        assert_eq!(entry_bytes([]), 0);
+        let fields: Vec<(&[u8], &[u8])> = (0..64).map(|_| (&b""[..], &kib[..])).collect();
+        assert_eq!(entry_bytes(fields.iter().copied()), MAX_ENTRY_BYTES);
+        assert_eq!(check_size(MAX_ENTRY_BYTES), Ok(()));
+        assert_eq!(check_size(MAX_ENTRY_BYTES + 1), Err(Reject::TooLarge));
+        assert_eq!(Reject::TooLarge.reason(), "too_large");
+    }
+
+    #[test]
     fn reasons() {
         let labels: Vec<_> = Reject::ALL.iter().map(|r| r.reason()).collect();
         assert_eq!(
@@ -576,7 +624,8 @@ mod tests {
                 "bad_msgpack",
                 "bad_entry_id",
                 "bad_value",
-                "mixed_forms"
+                "mixed_forms",
+                "too_large"
             ]
         );
         assert_eq!(

@@ -19,7 +19,7 @@ pub const REDIS_ERROR_KINDS: [&str; 8] = [
 ];
 
 /// Every value of the `reason` label of `hitcount_events_dead_lettered_total`.
-pub const DEAD_LETTER_REASONS: [&str; 13] = [
+pub const DEAD_LETTER_REASONS: [&str; 14] = [
     "missing_name",
     "empty_name",
     "name_too_long",
@@ -31,6 +31,7 @@ pub const DEAD_LETTER_REASONS: [&str; 13] = [
     "bad_entry_id",
     "bad_value",
     "mixed_forms",
+    "too_large",
     "apply_error",
     "max_deliveries",
 ];

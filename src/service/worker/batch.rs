@@ -80,7 +80,12 @@ impl Batch {
             if e.fields.is_none() {
                 continue;
             }
-            match event::decode_at(e.id, e.pairs(), clock_ms) {
+            // The size first, from lengths alone: a large entry is neither
+            // decoded nor copied (its dead letter keeps 4 KiB of it).
+            let bytes = event::entry_bytes(e.pairs());
+            match event::check_size(bytes)
+                .and_then(|()| event::decode_at(e.id, e.pairs(), clock_ms))
+            {
                 Ok((hit, from)) => {
                     self.window.add(&hit, now_ms);
                     let ms = if from == event::HitTime::Clock {
@@ -94,11 +99,10 @@ impl Batch {
                         self.oldest_ms = self.oldest_ms.min(ms);
                     }
                 }
-                Err(reject) => self.rejected.push(Rejected {
-                    id: e.id_str().to_string(),
-                    reason: reject.reason(),
-                    fields: e.pairs().map(|(f, v)| (f.to_vec(), v.to_vec())).collect(),
-                }),
+                Err(reject) => {
+                    self.rejected
+                        .push(Rejected::new(e.id_str(), reject.reason(), e.pairs(), bytes))
+                }
             }
         }
         if let Some(id) = first_future {
@@ -420,6 +424,31 @@ mod tests {
         );
         assert_eq!(b.window().hits(), 1, "only the valid entry is counted");
         assert_eq!(b.oldest_ms, T0, "from the valid entry only");
+    }
+
+    #[test]
+    fn an_entry_over_64_kib_is_too_large_even_with_a_valid_name() {
+        let blob = vec![b'x'; event::MAX_ENTRY_BYTES];
+        let big = fields(&[("name", b"home"), ("blob", &blob)]);
+        let at_limit = fields(&[("name", b"home"), ("b", &blob[..blob.len() - 9])]);
+        let mut b = batch();
+        b.add(
+            &[
+                entry("1700000000000-0", &big),
+                entry("1700000000000-1", &at_limit),
+            ],
+            NOW,
+            NOW,
+        );
+        assert_eq!(b.window().hits(), 1, "the entry of exactly 64 KiB counts");
+        let r = &b.rejected()[0];
+        assert_eq!((r.id.as_str(), r.reason), ("1700000000000-0", "too_large"));
+        let last = r.fields.last().unwrap();
+        assert_eq!(last.0, b"original_bytes");
+        assert_eq!(
+            last.1,
+            (event::MAX_ENTRY_BYTES + 12).to_string().into_bytes()
+        );
     }
 
     #[test]

@@ -123,8 +123,11 @@ pub struct Worker {
     /// younger than `--window-ms`: the worker is at the stream's head, so
     /// windows close on `--window-ms`.
     caught_up: bool,
-    /// The next reads of new entries, sent while this one is processed.
-    ahead: VecDeque<tokio::task::JoinHandle<Result<Value, RedisError>>>,
+    /// How many entries the next read asks for (see [`read::Pace`]).
+    pace: read::Pace,
+    /// The next reads of new entries, sent while this one is processed,
+    /// each with the count it asked for.
+    ahead: VecDeque<(usize, tokio::task::JoinHandle<Result<Value, RedisError>>)>,
     finished: Option<Finished>,
     health: Arc<Health>,
     /// Retries of a window's apply step on the same connection.
@@ -183,6 +186,7 @@ impl Worker {
             known: Arc::new(Mutex::new(known)),
             group: None,
             caught_up: true,
+            pace: read::Pace::new(settings.worker.read_count),
             ahead: VecDeque::new(),
             finished: None,
             health,
@@ -322,17 +326,18 @@ impl Worker {
             self.settle_ahead().await;
             None
         };
-        let reply = match ahead {
-            Some(reply) => reply,
-            None => self.read(block).await?,
+        let (asked, reply) = match ahead {
+            Some(ahead) => ahead,
+            None => (self.pace.count(), self.read(block).await?),
         };
         self.link.succeeded();
         let entries = self.entries(&reply);
+        self.pace.observe(&entries);
         if self.cursor == Cursor::New {
             // A full read means more is waiting: read ahead. Windows grow
             // past `--window-ms` only when the entries are old too (a real
             // backlog), not in a burst at the head, where latency matters.
-            let full = entries.len() >= self.settings.worker.read_count;
+            let full = entries.len() >= asked;
             let newest_age_ms = entries
                 .last()
                 .and_then(|e| crate::model::event::entry_id_ms(e.id))

@@ -1,6 +1,7 @@
 //! Reading the stream for the worker: its own pending entries first (after
 //! a start or any error), then new ones, with reads ahead in flight while
-//! a backlog lasts.
+//! a backlog lasts; each read asks for as many entries as fit its byte
+//! budget ([`Pace`]).
 
 use std::time::Duration;
 
@@ -8,20 +9,76 @@ use redis::Value;
 
 use super::{Cursor, Worker, AHEAD_WAIT_MS, READS_AHEAD};
 use crate::model::clock::unix_ms;
+use crate::model::event;
 use crate::store::connect::{Conn, StoreError, StoreResult};
-use crate::store::stream::{self, EntryRef};
+use crate::store::stream::{self, EntryRef, READ_BYTES};
+
+/// Entries the first read asks for, before the worker has seen any: 16, so
+/// that even a backlog of megabyte entries makes a first reply within
+/// [`READ_BYTES`].
+const FIRST_READ: usize = 16;
+
+/// How many entries the next read asks for. A stream entry can take up to
+/// Redis' 512 MB, and XREADGROUP has no byte limit, so the count follows
+/// the largest entry seen in the last reply: at most what fits
+/// [`READ_BYTES`] (it shrinks at once after a large reply), and at most
+/// twice the last count (it grows back while entries are small), within
+/// 1..=`--read-count`. Reads of this consumer's pending entries also stop at
+/// [`READ_BYTES`] inside Redis (`pending.lua`), and so do claims
+/// (`claim.lua`): a restart never re-reads more than that at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Pace {
+    count: usize,
+    max: usize,
+}
+
+impl Pace {
+    /// Starts at [`FIRST_READ`] entries, for reads of at most `max`.
+    pub(super) fn new(max: usize) -> Pace {
+        let max = max.max(1);
+        Pace {
+            count: FIRST_READ.min(max),
+            max,
+        }
+    }
+
+    /// Entries the next read asks for.
+    pub(super) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Whether reads ask for all of `--read-count` (entries are small): only
+    /// then are reads sent ahead.
+    pub(super) fn at_full(&self) -> bool {
+        self.count == self.max
+    }
+
+    /// Learns from a reply's entries (an empty reply teaches nothing).
+    pub(super) fn observe(&mut self, entries: &[EntryRef<'_>]) {
+        let Some(largest) = entries.iter().map(entry_size).max() else {
+            return;
+        };
+        let fits = (READ_BYTES / largest.max(1)).max(1);
+        self.count = self.count.saturating_mul(2).min(fits).clamp(1, self.max);
+    }
+}
+
+/// The bytes an entry brought back: its id and its fields.
+fn entry_size(e: &EntryRef<'_>) -> usize {
+    e.id.len() + event::entry_bytes(e.pairs())
+}
 
 impl Worker {
     /// Reads the next entries: this consumer's own pending ones first (after
-    /// a start or any error), then new ones.
+    /// a start or any error), then new ones; [`Pace::count`] of them at most.
     pub(super) async fn read(&mut self, block: Option<u64>) -> StoreResult<Value> {
-        let count = self.settings.worker.read_count;
+        let count = self.pace.count();
         let cursor = self.cursor.clone();
         let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
         let conn = self.conn()?;
         Ok(match &cursor {
             Cursor::Pending(after) => {
-                stream::read_own_pending(conn, &keys, &consumer, count, after).await?
+                stream::read_own_pending(conn, &keys, &consumer, count, after, READ_BYTES).await?
             }
             Cursor::New => stream::read(conn, &keys, &consumer, count, block, ">").await?,
         })
@@ -38,31 +95,35 @@ impl Worker {
     /// Sends reads of new entries now, without blocking, on clones of the
     /// connection, until [`READS_AHEAD`] are in flight, so that Redis reads
     /// while this worker aggregates and applies, and while it parses the
-    /// previous reply: memory stays bounded by a window and those reads. The
-    /// entries are simply the next ones this consumer is delivered (pending
-    /// to it, so a resync re-reads them).
+    /// previous reply: memory stays bounded by a window and those reads.
+    /// Only while reads ask for a full `--read-count` (entries are small,
+    /// see [`Pace`]). The entries are simply the next ones this consumer is
+    /// delivered (pending to it, so a resync re-reads them).
     pub(super) fn read_ahead(&mut self) {
-        while self.ahead.len() < READS_AHEAD {
+        while self.ahead.len() < READS_AHEAD && self.pace.at_full() {
             let Some(mut conn) = self.link.current().cloned() else {
                 return;
             };
             let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
-            let count = self.settings.worker.read_count;
-            self.ahead.push_back(tokio::spawn(async move {
-                stream::read(&mut conn, &keys, &consumer, count, None, ">").await
-            }));
+            let count = self.pace.count();
+            self.ahead.push_back((
+                count,
+                tokio::spawn(async move {
+                    stream::read(&mut conn, &keys, &consumer, count, None, ">").await
+                }),
+            ));
         }
     }
 
-    /// The oldest read ahead that found entries, if any was sent (they are
-    /// answered in the order they were sent).
-    pub(super) async fn take_ahead(&mut self) -> StoreResult<Option<Value>> {
-        while let Some(handle) = self.ahead.pop_front() {
+    /// The oldest read ahead that found entries, with the count it asked
+    /// for, if any was sent (they are answered in the order they were sent).
+    pub(super) async fn take_ahead(&mut self) -> StoreResult<Option<(usize, Value)>> {
+        while let Some((count, handle)) = self.ahead.pop_front() {
             let reply = handle
                 .await
                 .map_err(|e| StoreError::ReadAhead(e.to_string()))??;
             if !stream::read_reply_entries(&reply).is_empty() {
-                return Ok(Some(reply));
+                return Ok(Some((count, reply)));
             }
         }
         Ok(None)
@@ -73,7 +134,7 @@ impl Worker {
     /// read that never returns leaves them to be claimed.
     pub(super) async fn settle_ahead(&mut self) {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(AHEAD_WAIT_MS);
-        while let Some(task) = self.ahead.pop_front() {
+        while let Some((_, task)) = self.ahead.pop_front() {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             settle(Some(task), left).await;
         }
@@ -112,5 +173,72 @@ pub(super) async fn settle<T>(task: Option<tokio::task::JoinHandle<T>>, wait: Du
         if tokio::time::timeout(wait, &mut task).await.is_err() {
             task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(b: &[u8]) -> Value {
+        Value::BulkString(b.to_vec())
+    }
+
+    /// One entry per size, each of that many bytes with its id ("1-0").
+    fn replies(sizes: &[usize]) -> Vec<Vec<Value>> {
+        sizes
+            .iter()
+            .map(|&n| vec![bulk(b"v"), bulk(&vec![b'x'; n - 4])])
+            .collect()
+    }
+
+    fn entries(fields: &[Vec<Value>]) -> Vec<EntryRef<'_>> {
+        fields
+            .iter()
+            .map(|f| EntryRef {
+                id: b"1-0",
+                fields: Some(f),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reads_start_small_and_double_while_entries_are_small() {
+        let mut pace = Pace::new(1000);
+        assert_eq!(pace.count(), FIRST_READ);
+        assert!(!pace.at_full());
+        let small = replies(&[60; 4]);
+        let mut seen = Vec::new();
+        for _ in 0..8 {
+            pace.observe(&entries(&small));
+            seen.push(pace.count());
+        }
+        assert_eq!(seen, [32, 64, 128, 256, 512, 1000, 1000, 1000]);
+        assert!(pace.at_full());
+        pace.observe(&[]);
+        assert_eq!(pace.count(), 1000, "an empty reply teaches nothing");
+    }
+
+    #[test]
+    fn a_large_reply_shrinks_the_next_read_to_the_byte_budget() {
+        let mut pace = Pace::new(1000);
+        for _ in 0..8 {
+            pace.observe(&entries(&replies(&[60])));
+        }
+        // One entry of a megabyte among small ones: 16 at a time.
+        pace.observe(&entries(&replies(&[60, 1 << 20, 60])));
+        assert_eq!(pace.count(), 16);
+        assert!(!pace.at_full(), "no reads ahead");
+        // Larger than the whole budget: one at a time.
+        pace.observe(&entries(&replies(&[READ_BYTES * 2])));
+        assert_eq!(pace.count(), 1);
+        // Then back up, doubling.
+        pace.observe(&entries(&replies(&[60])));
+        assert_eq!(pace.count(), 2);
+        // Never past --read-count, never below one.
+        let mut one = Pace::new(1);
+        one.observe(&entries(&replies(&[60])));
+        assert_eq!((one.count(), one.at_full()), (1, true));
+        assert_eq!(Pace::new(0).count(), 1);
     }
 }

@@ -141,6 +141,7 @@ impl Worker {
         while let Cursor::Pending(_) = self.cursor {
             let reply = self.read(None).await?;
             let entries = self.entries(&reply);
+            self.pace.observe(&entries);
             if entries.is_empty() {
                 break;
             }

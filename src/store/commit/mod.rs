@@ -31,7 +31,8 @@
 //! This module commits and finishes ([`Committer::commit`],
 //! [`Committer::finish`]); [`apply`] builds and runs step 2 and 3;
 //! [`records`] reads recorded windows back, finishes them for stopped
-//! workers and quarantines those that cannot be read.
+//! workers and quarantines those that cannot be read; [`dead`] says what
+//! the dead letter of a rejected entry keeps.
 
 use redis::Value;
 
@@ -45,6 +46,7 @@ use crate::store::stream;
 
 pub mod apply;
 pub mod carry;
+pub mod dead;
 pub mod group;
 pub mod plan;
 pub mod records;
@@ -53,6 +55,7 @@ pub mod stats;
 
 pub use apply::{apply_pipeline, Apply, Failure};
 pub use carry::{CarryOutcome, Deferred};
+pub use dead::{Rejected, DEAD_LETTER_FIELD_BYTES};
 pub use group::Sum;
 pub use plan::{markers, plan, sort_for_cluster, Chunk};
 pub use records::{Corrupt, Record};
@@ -80,17 +83,6 @@ pub const MARKER_TTL_AFTER_FINISH: u64 = 600;
 /// its record exist (at commit or when loading it for recovery).
 pub const APPLY_GUARD: std::time::Duration =
     std::time::Duration::from_secs(MARKER_TTL_AFTER_FINISH / 2);
-
-/// An entry that could not be decoded, on its way to the dead-letter stream.
-#[derive(Debug, Clone)]
-pub struct Rejected {
-    /// The entry ID.
-    pub id: String,
-    /// Why (a stable snake_case reason, also the metric label).
-    pub reason: &'static str,
-    /// The entry's original fields.
-    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
-}
 
 /// A window applied and acknowledged, waiting for its record to be deleted.
 #[derive(Debug, Clone, Default)]

@@ -4,6 +4,11 @@
 -- ARGV[1] group   ARGV[2] this consumer   ARGV[3] min idle ms   ARGV[4] max entries
 -- ARGV[5] max deliveries   ARGV[6] dead MAXLEN
 -- KEYS[5] windows (ZSET of recorded windows)   ARGV[7] prefix of a window's record key
+-- ARGV[8] most bytes to claim: no entry is claimed once those claimed take
+--         this many (ids, field names and values; the first is always
+--         claimed), so a claim of large entries brings a worker a few at a time
+-- ARGV[9] most bytes of an entry's fields a dead letter keeps (the cut marked
+--         with fields `truncated` and `original_bytes`)
 --
 -- Entries of a consumer that has a recorded, unfinished window are left alone:
 -- that window may hold them (committed, not yet acknowledged). Recovery
@@ -13,7 +18,8 @@
 -- step, so a stalled owner can no longer commit a window holding them.
 -- An entry already delivered max-deliveries times is dead-lettered with its
 -- delivery count and its owner's last error, and acknowledged.
--- Returns {claimed entries as XCLAIM returns them, number dead-lettered}.
+-- Returns {claimed entries as XCLAIM returns them, number dead-lettered,
+-- 1 when the byte bound stopped it before the idle entries it found, else 0}.
 --
 -- Bounded work whatever the pending lists hold (a worker behind keeps up to
 -- millions of entries pending while it sums them; a filtered XPENDING IDLE
@@ -55,8 +61,32 @@ for _, c in ipairs(summary[4]) do
         end
     end
 end
-local take, owners, poisoned = {}, {}, 0
+-- The fields of a dead letter: the first `room` bytes of the entry's, then
+-- the marks of the cut if there was one.
+local function kept(args, fields, room)
+    local total = 0
+    for _, v in ipairs(fields) do
+        total = total + #v
+    end
+    for _, v in ipairs(fields) do
+        args[#args + 1] = string.sub(v, 1, room)
+        room = math.max(room - #v, 0)
+    end
+    if total > tonumber(ARGV[9]) then
+        args[#args + 1] = 'truncated'
+        args[#args + 1] = '1'
+        args[#args + 1] = 'original_bytes'
+        args[#args + 1] = total
+    end
+end
+
+local budget = tonumber(ARGV[8]) or math.huge
+local claimed, owners, poisoned, bytes, more = {}, {}, 0, 0, 0
 for _, p in ipairs(pending) do
+    if bytes >= budget then
+        more = 1
+        break
+    end
     local id, owner, deliveries = p[1], p[2], tonumber(p[4])
     owners[owner] = true
     if deliveries >= tonumber(ARGV[5]) then
@@ -65,22 +95,25 @@ for _, p in ipairs(pending) do
             'deliveries', deliveries, 'consumer', owner,
             'error', redis.call('HGET', KEYS[4], owner) or 'worker stopped without an error'}
         if entry[1] then
-            for _, v in ipairs(entry[1][2]) do
-                args[#args + 1] = v
-            end
+            kept(args, entry[1][2], tonumber(ARGV[9]))
         end
         redis.call('XADD', KEYS[3], unpack(args))
         redis.call('XACK', stream, group, id)
         poisoned = poisoned + 1
     else
-        take[#take + 1] = id
+        -- One at a time, to stop at the byte bound; the same work for Redis
+        -- as one XCLAIM of them all.
+        local got = redis.call('XCLAIM', stream, group, me, ARGV[3], id)[1]
+        if got then
+            claimed[#claimed + 1] = got
+            bytes = bytes + #got[1]
+            for _, v in ipairs(got[2] or {}) do
+                bytes = bytes + #v
+            end
+        end
     end
 end
 for owner in pairs(owners) do
     redis.call('HINCRBY', KEYS[2], owner, 1)
 end
-local claimed = {}
-if #take > 0 then
-    claimed = redis.call('XCLAIM', stream, group, me, ARGV[3], unpack(take))
-end
-return {claimed, poisoned}
+return {claimed, poisoned, more}

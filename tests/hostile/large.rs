@@ -1,0 +1,358 @@
+//! Large entries cost only their sender: 300 entries of a megabyte or more
+//! (a plain name, a MessagePack name, a valid name beside a 2 MiB field,
+//! 1,000 fields of 1 KiB) among valid hits. The worker is SIGKILLed
+//! mid-backlog and restarted under the same consumer name, so that it
+//! re-reads its own pending large entries first: valid hits are counted
+//! exactly, each large entry is dead-lettered once as `too_large`, each
+//! process' peak RSS stays within 256 MiB and the dead-letter stream
+//! within 2 MiB.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use hitcount::model::config::LayoutArgs;
+use hitcount::model::keys::Keys;
+use hitcount::store::connect::Conn;
+
+use crate::common::bin::{worker, Child};
+use crate::common::*;
+
+const MIB: usize = 1 << 20;
+/// The contract: a worker's peak RSS whatever the entries hold.
+const PEAK_RSS_BOUND_KIB: u64 = 256 * 1024;
+/// The contract: what the dead letters of 300 large entries keep.
+const DEAD_STREAM_BOUND: u64 = 2 * MIB as u64;
+/// Valid hits before each large entry.
+const VALID_BETWEEN: usize = 2;
+
+/// The four shapes of a large entry, 75 of each: its fields.
+fn large_entry(i: usize, blob: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    match i % 4 {
+        0 => vec![(b"name".to_vec(), blob.to_vec())],
+        1 => {
+            let name = std::str::from_utf8(blob).unwrap();
+            vec![(
+                b"hit".to_vec(),
+                hitcount::model::event::encode(name, 1, None),
+            )]
+        }
+        2 => vec![
+            (b"name".to_vec(), b"valid:big".to_vec()),
+            (b"blob".to_vec(), [blob, blob].concat()),
+        ],
+        _ => (0..1000)
+            .map(|f| (format!("f{f}").into_bytes(), blob[..1024].to_vec()))
+            .collect(),
+    }
+}
+
+/// Fills `hits`: [`VALID_BETWEEN`] valid hits (plain and MessagePack), then
+/// one large entry, 300 times, then valid hits again. Returns the valid
+/// hits (for the reference) and the large entries' ids.
+async fn fill(c: &mut Conn, ts: i64) -> (Vec<(String, i64, i64)>, BTreeSet<String>) {
+    let blob = vec![b'b'; MIB];
+    let mut hits = Vec::new();
+    let mut large = BTreeSet::new();
+    for i in 0..=300 {
+        let mut pipe = redis::pipe();
+        for j in 0..VALID_BETWEEN {
+            let name = format!("valid:{}", j % 5);
+            let count = 1 + (j % 3) as i64;
+            let cmd = pipe.cmd("XADD").arg("hits").arg("*");
+            if j % 2 == 0 {
+                cmd.arg("name")
+                    .arg(&name)
+                    .arg("count")
+                    .arg(count)
+                    .arg("ts")
+                    .arg(ts);
+            } else {
+                cmd.arg("hit").arg(hitcount::model::event::encode(
+                    &name,
+                    count,
+                    Some(ts as f64),
+                ));
+            }
+            cmd.ignore();
+            hits.push((name, count, ts));
+        }
+        pipe.query_async::<()>(c).await.unwrap();
+        if i == 300 {
+            break;
+        }
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg("hits").arg("*");
+        for (f, v) in large_entry(i, &blob) {
+            cmd.arg(f).arg(v);
+        }
+        let id: String = cmd.query_async(c).await.unwrap();
+        large.insert(id);
+    }
+    (hits, large)
+}
+
+/// A process' peak resident set (VmHWM), in KiB; `None` once it is gone.
+fn peak_rss_kib(pid: libc::pid_t) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+async fn xlen(c: &mut Conn, key: &str) -> u64 {
+    redis::cmd("XLEN").arg(key).query_async(c).await.unwrap()
+}
+
+/// The dead-letter stream's entries, each its field/value pairs as bytes.
+async fn raw_dead_letters(c: &mut Conn) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+    let v: redis::Value = redis::cmd("XRANGE")
+        .arg("hits:dead")
+        .arg("-")
+        .arg("+")
+        .query_async(c)
+        .await
+        .unwrap();
+    hitcount::store::stream::entry_list(&v)
+        .iter()
+        .map(|e| e.pairs().map(|(f, v)| (f.to_vec(), v.to_vec())).collect())
+        .collect()
+}
+
+/// A worker as `big`, its windows short (100 ms while behind), so that it
+/// dead-letters as it goes and a kill finds it mid-backlog.
+fn large_worker(url: &str) -> Child {
+    let mut cmd = worker(url, "big", "127.0.0.1:0", &["--block-ms", "200"]);
+    cmd.args(["--window-ms", "10"]);
+    cmd.env("HITCOUNT_CONSUMER", "big");
+    Child::spawn("big", cmd)
+}
+
+#[tokio::test]
+async fn large_entries_are_dead_lettered_once_in_bounded_memory_across_a_kill() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let ts = unix_now() - 5;
+    let (hits, large) = fill(&mut c, ts).await;
+    assert_eq!(large.len(), 300);
+
+    // First run: killed mid-backlog, holding large entries pending.
+    let mut first = large_worker(&url);
+    let pid = first.pid();
+    let mut peaks = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        first.assert_running();
+        // A third of the large entries dead-lettered, others read and held.
+        let dead = xlen(&mut c, "hits:dead").await;
+        let pending = pending_of(&mut c, "big").await;
+        if dead >= 100 && pending > 0 {
+            break;
+        }
+        assert!(
+            dead < 300,
+            "drained in one go, never found mid-backlog (peak RSS {:?} KiB)",
+            peak_rss_kib(pid)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the first worker dead-lettered {dead} entries, holds {pending}, after 2 minutes:\n{}",
+            first.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    peaks.push(peak_rss_kib(pid).expect("the first worker's status"));
+    first.kill();
+    let dead_at_kill = xlen(&mut c, "hits:dead").await;
+    let pending_at_kill = pending_of(&mut c, "big").await;
+    assert!(
+        dead_at_kill < 300,
+        "killed mid-backlog, not after it ({dead_at_kill} dead letters)"
+    );
+
+    // Second run, same consumer name: it re-reads its pending entries first.
+    let mut second = large_worker(&url);
+    let pid = second.pid();
+    let keys = Keys::new(&LayoutArgs::default(), &Default::default());
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !hitcount::store::group::drained(&mut c, &keys)
+        .await
+        .unwrap()
+    {
+        second.assert_running();
+        assert!(
+            Instant::now() < deadline,
+            "not drained in 5 minutes:\n{}",
+            second.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    peaks.push(peak_rss_kib(pid).expect("the second worker's status"));
+    second.terminate(Duration::from_secs(30));
+    let dead_bytes: u64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("hits:dead")
+        .arg("SAMPLES")
+        .arg(0)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    eprintln!(
+        "peak RSS of each worker: {peaks:?} KiB; dead-letter stream: {dead_bytes} bytes; \
+         dead letters at the kill: {dead_at_kill}, pending: {pending_at_kill}"
+    );
+
+    // Valid hits exactly, the large ones in no counter.
+    let want = reference(&hits, &LayoutArgs::default().precisions);
+    assert_eq!(read_all(&mut c, &keys).await, want);
+
+    // Each large entry dead-lettered once, as too_large, cut to 4 KiB.
+    let letters = raw_dead_letters(&mut c).await;
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for l in &letters {
+        let field = |name: &str| {
+            let at = l.iter().rposition(|(k, _)| k == name.as_bytes());
+            at.map(|i| String::from_utf8_lossy(&l[i].1).into_owned())
+                .unwrap_or_default()
+        };
+        *seen.entry(field("id")).or_default() += 1;
+        assert_eq!(field("reason"), "too_large", "{}", field("id"));
+        assert_eq!(field("truncated"), "1");
+        assert!(field("original_bytes").parse::<usize>().unwrap() > 1000 * 1024);
+        // Past reason and id, before the two marks: the original fields.
+        let kept: usize = l[2..l.len() - 2]
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        assert!(kept <= 4096, "{kept} bytes of the original fields kept");
+    }
+    let once: BTreeSet<String> = seen.keys().cloned().collect();
+    assert_eq!(
+        once, large,
+        "every large entry, and only they, dead-lettered"
+    );
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "dead-lettered more than once: {:?}",
+        seen.iter().filter(|(_, &n)| n > 1).collect::<Vec<_>>()
+    );
+
+    assert!(
+        dead_bytes <= DEAD_STREAM_BOUND,
+        "the dead-letter stream takes {dead_bytes} bytes"
+    );
+    for peak in peaks {
+        assert!(
+            peak <= PEAK_RSS_BOUND_KIB,
+            "a worker peaked at {peak} KiB of RSS"
+        );
+    }
+}
+
+/// Claims are bounded too: 250 entries of 1.5 MiB left pending by a
+/// consumer that is gone (25 of them delivered too often), before valid
+/// hits, are claimed by a live worker a few at a time (one claim takes up
+/// to 250 entries: 375 MiB at once without a byte bound), each
+/// dead-lettered once and cut to 4 KiB, as `too_large` or, past the
+/// delivery bound, `max_deliveries`; the worker's peak RSS stays within
+/// 256 MiB.
+#[tokio::test]
+async fn large_entries_left_pending_by_a_gone_consumer_are_claimed_in_bounded_memory() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let ts = unix_now() - 5;
+    let blob = vec![b'b'; MIB + MIB / 2];
+    let mut large = BTreeSet::new();
+    for _ in 0..250 {
+        let id: String = redis::cmd("XADD")
+            .arg("hits")
+            .arg("*")
+            .arg("name")
+            .arg(&blob)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        large.insert(id);
+    }
+    let hits = xadd_hits(&mut c, "valid:claimed", 400, ts).await;
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("hits")
+        .arg("hitcount")
+        .arg("0")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // The gone consumer reads everything, ten at a time.
+    while !read_new(&mut c, "hitcount", "gone", 10).await.is_empty() {}
+    let poisoned: Vec<&String> = large.iter().step_by(10).collect();
+    for id in &poisoned {
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg("hits")
+            .arg("hitcount")
+            .arg("gone")
+            .arg(0)
+            .arg(id.as_str())
+            .arg("RETRYCOUNT")
+            .arg(10)
+            .arg("JUSTID")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+
+    let mut cmd = worker(&url, "live", "127.0.0.1:0", &["--block-ms", "200"]);
+    cmd.args(["--claim-idle-ms", "1000"]);
+    let mut live = Child::spawn("live", cmd);
+    let keys = Keys::new(&LayoutArgs::default(), &Default::default());
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !hitcount::store::group::drained(&mut c, &keys)
+        .await
+        .unwrap()
+    {
+        live.assert_running();
+        assert!(
+            Instant::now() < deadline,
+            "not drained in 5 minutes:\n{}",
+            live.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let peak = peak_rss_kib(live.pid()).expect("the worker's status");
+    live.terminate(Duration::from_secs(30));
+    eprintln!("peak RSS of the claiming worker: {peak} KiB");
+
+    let want = reference(&hits, &LayoutArgs::default().precisions);
+    assert_eq!(read_all(&mut c, &keys).await, want);
+    let letters = raw_dead_letters(&mut c).await;
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in &letters {
+        let field = |name: &str| {
+            let at = l.iter().position(|(k, _)| k == name.as_bytes());
+            at.map(|i| String::from_utf8_lossy(&l[i].1).into_owned())
+                .unwrap_or_default()
+        };
+        seen.entry(field("id")).or_default().push(field("reason"));
+        assert_eq!(field("truncated"), "1");
+        assert_eq!(field("original_bytes"), (4 + blob.len()).to_string());
+        let name = l.iter().find(|(k, _)| k == b"name").expect("the name, cut");
+        assert!(
+            name.1.len() <= 4096,
+            "{} bytes of the name kept",
+            name.1.len()
+        );
+    }
+    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), large);
+    for (id, reasons) in &seen {
+        let want = if poisoned.contains(&id) {
+            "max_deliveries"
+        } else {
+            "too_large"
+        };
+        assert_eq!(reasons, &[want], "{id}");
+    }
+    assert!(
+        peak <= PEAK_RSS_BOUND_KIB,
+        "the claiming worker peaked at {peak} KiB of RSS"
+    );
+}

@@ -17,7 +17,7 @@
 //! # Layout
 //!
 //! Four floors, one folder each. A floor uses the floors below it and never
-//! one above; no two modules import each other (`tests/architecture.rs`
+//! one above; no two modules import each other (`tests/e2e/architecture.rs`
 //! checks both, and that this drawing matches the tree).
 //!
 //! ```text

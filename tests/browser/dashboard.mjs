@@ -1,5 +1,5 @@
 // Drives hitcount's dashboard in Debian's headless chromium through
-// playwright-core, for tests/dashboard.rs, which starts Redis, a worker and
+// playwright-core, for tests/e2e/dashboard.rs, which starts Redis, a worker and
 // `hitcount serve`, and asserts on the JSON this prints on its last line.
 //
 // Usage: node dashboard.mjs '<plan as JSON>'

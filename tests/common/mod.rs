@@ -378,6 +378,19 @@ pub async fn pending_of(c: &mut Conn, consumer: &str) -> usize {
     v.len()
 }
 
+/// Held by the tests that measure wall time (SLOWLOG, visibility and
+/// failover bounds) or load the machine (chaos, millions of entries): the
+/// tests of a binary run side by side, two at a time on two cores, and no two
+/// of these may overlap, or one would measure the other. The others run
+/// beside them, as they ran beside each other when each file was a binary.
+pub static EXCLUSIVE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits for [`EXCLUSIVE`] and holds it until the guard drops: first thing
+/// in such a test, `let _alone = exclusive().await;`.
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    EXCLUSIVE.lock().await
+}
+
 /// The exit code of a worker asked to stop, waiting at most 25 s.
 pub fn exit_code(w: &mut bin::Child) -> Option<i32> {
     w.wait(Duration::from_secs(25)).and_then(|s| s.code())

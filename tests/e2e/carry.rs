@@ -1,0 +1,466 @@
+//! The carry: while a worker is behind, its windows' count cells wait,
+//! summed, before they are applied. These tests pin the bound on how
+//! long they wait (with a generous margin: that the bound exists and holds,
+//! not a speed), that a drained group still means visible counters at
+//! every precision, and that a clean stop leaves nothing unapplied.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use hitcount::edge::embedded::ServerOptions;
+use hitcount::store::connect::Conn;
+
+/// How long the test lets cells wait (`--carry-ms`).
+const CARRY_MS: u64 = 500;
+/// What the worker promises for it: the carry's age and as much again that
+/// a carry may wait for the head, plus a window that closes at ten times
+/// `--window-ms` while behind (1 s), plus its apply.
+const PROMISED: Duration = Duration::from_millis(2 * CARRY_MS + 1000 + 500);
+/// Room for a loaded machine on top of the promise.
+const MARGIN: Duration = Duration::from_secs(2);
+
+async fn total(c: &mut Conn, key: &str) -> i64 {
+    let v: Vec<i64> = redis::cmd("HVALS").arg(key).query_async(c).await.unwrap();
+    v.iter().sum()
+}
+
+/// Entries the group has delivered so far (`entries-read` of XINFO GROUPS).
+async fn entries_read(c: &mut Conn) -> i64 {
+    let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg("hits")
+        .query_async(c)
+        .await
+        .unwrap();
+    match groups.first().and_then(|g| g.get("entries-read")) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_precision_trails_what_was_read_by_a_bounded_time() {
+    let _alone = exclusive().await;
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    // A backlog: every fifth hit on the probe name, the rest over 5,000
+    // names.
+    // Long enough to drain (about 2 s) that carries come of age far from
+    // the head, not only near it, where they wait for it (`Carry::hold`).
+    let now = unix_now();
+    let entries = 300_000usize;
+    for batch in 0..entries / 1000 {
+        let mut pipe = redis::pipe();
+        for i in 0..1000 {
+            let n = batch * 1000 + i;
+            let name = if n % 5 == 0 {
+                "probe".to_string()
+            } else {
+                format!("n{}", n % 5000)
+            };
+            let hit = hitcount::model::event::encode(&name, 1, Some(now as f64));
+            pipe.cmd("XADD")
+                .arg("hits")
+                .arg("*")
+                .arg("hit")
+                .arg(hit)
+                .ignore();
+        }
+        pipe.query_async::<()>(&mut c).await.unwrap();
+    }
+    let probes = (entries / 5) as i64;
+    // Entries older than --window-ms: the worker is behind from its first read.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut s = settings(&srv.url(), "behind");
+    s.worker.carry_ms = CARRY_MS;
+    s.worker.read_count = 10;
+    s.worker.window_entries = 2000;
+    let k = keys(&s);
+    let (fine, coarse) = (k.count(1, "probe"), k.count(86400, "probe"));
+    let workers = Workers::start(vec![s]);
+
+    // Until drained: when, the probes delivered to the worker (the n-th
+    // entry is a probe when n % 5 == 0), and the probes counted at 1 s and
+    // at 1 day.
+    let mut samples: Vec<(Instant, i64, [i64; 2])> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let drained = hitcount::store::group::drained(&mut c, &k).await.unwrap();
+        let t = Instant::now();
+        let read = (entries_read(&mut c).await + 4) / 5;
+        let f = total(&mut c, &fine).await;
+        let d = total(&mut c, &coarse).await;
+        samples.push((t, read, [f, d]));
+        if drained {
+            // A drained group means every precision holds every hit.
+            assert_eq!((f, d), (probes, probes), "drained, yet not all visible");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not drained in 120 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Every probe the worker was handed is counted at 1 s and at 1 day
+    // within the bound.
+    let precisions = [(0, "1 s"), (1, "1 day")];
+    for &(t, read, _) in &samples {
+        for (p, what) in precisions {
+            let reached = samples
+                .iter()
+                .find(|s| s.0 >= t && s.2[p] >= read)
+                .map(|s| s.0 - t)
+                .expect("every count is reached once drained");
+            assert!(
+                reached <= PROMISED + MARGIN,
+                "the {what} counter reached {read} {reached:?} after the worker read it"
+            );
+        }
+    }
+    // And the cells did wait: mid-drain both counters lagged what was read
+    // by more than a window (2,000 entries, 400 probes) and the reads ahead,
+    // and they were applied before the drain ended (a carry due by age, not
+    // only at the head).
+    let window = 2000 / 5 + 10;
+    for (p, what) in precisions {
+        assert!(
+            samples.iter().any(|s| s.2[p] + window < s.1),
+            "the {what} cells never waited: {} samples",
+            samples.len()
+        );
+        assert!(
+            samples.iter().any(|s| s.2[p] > 0 && s.2[p] < probes),
+            "the {what} cells were applied only once caught up"
+        );
+    }
+
+    // A clean stop leaves no window record and nothing pending.
+    workers.stop().await;
+    let records: i64 = redis::cmd("ZCARD")
+        .arg(k.windows())
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(records, 0, "a window record outlived a clean stop");
+    assert_eq!(pending(&mut c).await, 0);
+}
+
+/// `n` hits over `names` names, 30 s old, sent through the producer
+/// library, then left to age past `--window-ms` so that a worker starting
+/// now is behind from its first read; returns them for the reference.
+async fn backlog(url: &str, n: usize, names: usize) -> Vec<(String, i64, i64)> {
+    let ts = unix_now() - 30;
+    let producer = producer(url);
+    let mut hits = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("n{}", (i * 7919) % names);
+        producer.hit_at(&name, 1, ts as f64);
+        hits.push((name, 1, ts));
+    }
+    producer.flush().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    hits
+}
+
+/// The carry's commands are among those the least-privileged user of
+/// `deploy/redis/hitcount.acl` may run: a backlog drained as that user is
+/// counted exactly, through the carry, with no refusal in the ACL LOG.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_carry_runs_as_the_least_privileged_user() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/redis/hitcount.acl");
+    let rules = std::fs::read_to_string(path).unwrap().trim().to_string();
+    let srv = server_with(ServerOptions {
+        extra: vec![format!("user carrier on >carry-pw {rules}")],
+        ..ServerOptions::default()
+    });
+    let url = format!("redis://carrier:carry-pw@127.0.0.1:{}", srv.port());
+    let mut admin = conn(&srv.url()).await;
+    // A backlog over 2,000 names: windows whose cells wait.
+    let hits = backlog(&url, 20_000, 2000).await;
+    let mut s = settings(&url, "carrier");
+    s.worker.read_count = 200;
+    s.worker.window_entries = 2000;
+    let k = keys(&s);
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(&mut admin, &k).await;
+    workers.stop().await;
+
+    assert_eq!(
+        read_all(&mut admin, &k).await,
+        reference(&hits, &s.layout.precisions)
+    );
+    let log: Vec<redis::Value> = redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(log.is_empty(), "refused as the user: {log:?}");
+    assert!(carries(&mut admin).await > 0, "no carry was recorded");
+}
+
+/// Carries recorded on `c`'s server so far (PERSIST runs only in carry.lua).
+async fn carries(c: &mut Conn) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await
+        .unwrap();
+    command_calls(&stats, "persist")
+}
+
+/// Workers SIGKILLed while windows wait in their carry, or while a sum is
+/// being applied, lose and double nothing: a survivor finishes their
+/// records (each cell through its window or through the recorded
+/// sum, never both) and claims their entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_while_carrying_count_every_hit_once() {
+    use common::bin::{free_addr, start_worker};
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    // 10,000 names: a sum holds up to 70,000 cells, recorded in two pieces
+    // (`PIECE_CELLS`), which the survivor reads back. 300,000 entries: a
+    // worker reads them for longer than twice a carry's age (250 ms here),
+    // so each round's first carry comes of age far from
+    // the head and does not wait for it (`Carry::hold`): the kills land
+    // mid-drain.
+    let hits = backlog(&url, 300_000, 10_000).await;
+    let s = settings(&url, "any");
+    let k = keys(&s);
+    let args = [
+        "--read-count",
+        "200",
+        "--window-entries",
+        "2000",
+        "--claim-idle-ms",
+        "1000",
+    ];
+    let killed_after_a_carry = kill_after_carries(
+        &mut c,
+        async |c| hitcount::store::group::drained(c, &k).await.unwrap(),
+        async |c| carries(c).await,
+        |round| start_worker(&url, &format!("killed-{round}"), &free_addr(), &args),
+    )
+    .await;
+    assert!(
+        killed_after_a_carry > 0,
+        "the backlog drained before any kill"
+    );
+
+    let listen = free_addr();
+    let mut survivor = start_worker(&url, "survivor", &listen, &args);
+    wait_drained(&mut c, &k).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let records: i64 = redis::cmd("ZCARD")
+            .arg(k.windows())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        if records == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{records} window records left");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    survivor.signal(libc::SIGTERM);
+    assert!(survivor.wait(Duration::from_secs(30)).is_some());
+    assert_eq!(
+        read_all(&mut c, &k).await,
+        reference(&hits, &s.layout.precisions)
+    );
+    let dead: u64 = redis::cmd("XLEN")
+        .arg(&k.dead)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(dead, 0, "nothing here is to be dead-lettered");
+}
+
+/// The members a carry added to `known:` are remembered like a window's:
+/// the same counters written again at the head cost no ZADD. (A worker that
+/// forgot them would ZADD every member of every sum again: on Zipf traffic
+/// most of a drain's ZADDs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_a_carry_added_are_not_added_again() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let mut s = settings(&srv.url(), "w");
+    // Windows of 2,000 entries: the backlog below is ten of them.
+    s.worker.window_entries = 2000;
+    let keys = keys(&s);
+    let now = unix_now();
+    let mut hits = Vec::new();
+    // A backlog older than a window: read behind, so its windows' cells
+    // wait in the carry and go in as one sum.
+    for i in 0..100 {
+        hits.extend(xadd_hits(&mut c, &format!("n{i}"), 200, now).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let workers = Workers::start(vec![s]);
+    wait_drained(&mut c, &keys).await;
+    assert!(
+        carries(&mut c).await > 0,
+        "the backlog went in without a carry"
+    );
+    // Every command from here on, scripts' own included, in the SLOWLOG.
+    for (setting, value) in [("slowlog-max-len", 100_000), ("slowlog-log-slower-than", 0)] {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(setting)
+            .arg(value)
+            .query_async::<()>(&mut c)
+            .await
+            .unwrap();
+    }
+    slowlog_reset(&mut c).await;
+    for i in 0..100 {
+        hits.extend(xadd_hits(&mut c, &format!("n{i}"), 1, now).await);
+    }
+    wait_drained(&mut c, &keys).await;
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(100_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let args = |e: &redis::Value| -> Vec<String> {
+        match e {
+            redis::Value::Array(f) => match f.get(3) {
+                Some(redis::Value::Array(a)) => a
+                    .iter()
+                    .filter_map(hitcount::store::stream::bytes)
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .collect(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    };
+    let commands: Vec<Vec<String>> = log.iter().map(args).collect();
+    let named = |name: &str| {
+        commands
+            .iter()
+            .filter(|a| a.first().is_some_and(|c| c.eq_ignore_ascii_case(name)))
+            .count()
+    };
+    assert!(named("hincrby") > 0, "the second hits were not applied");
+    let known = keys.known();
+    let again: Vec<_> = commands
+        .iter()
+        .filter(|a| {
+            a.first().is_some_and(|c| c.eq_ignore_ascii_case("zadd")) && a.get(1) == Some(&known)
+        })
+        .collect();
+    assert!(
+        again.is_empty(),
+        "members the carry added were added again: {again:?}"
+    );
+    workers.stop().await;
+    assert_eq!(
+        read_all(&mut c, &keys).await,
+        reference(&hits, &hitcount::model::config::DEFAULT_PRECISIONS)
+    );
+}
+
+/// carry.lua and take.lua themselves: a carry marks each of its windows
+/// carried (whoever finishes one then applies none of its cells); it
+/// refuses, writing nothing, a window that a worker finishing it took
+/// first; and a carried window is not taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carry_marks_its_windows_carried_and_refuses_one_taken() {
+    use hitcount::store::scripts::{CARRY, TAKE};
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    hitcount::store::scripts::load_all(&mut c).await.unwrap();
+    let run = |carry: &'static str, windows: &[&'static str]| {
+        let mut cmd = CARRY.evalsha(3 + windows.len());
+        cmd.arg("windows").arg(carry).arg("registration");
+        for w in windows {
+            cmd.arg(format!("record:{w}"));
+        }
+        cmd.arg("me")
+            .arg("token")
+            .arg(15_000)
+            .arg(carry)
+            .arg(500)
+            .arg(1)
+            .arg(windows.len())
+            .arg("");
+        for w in windows {
+            cmd.arg(*w);
+        }
+        cmd
+    };
+    let take = |w: &str| TAKE.evalsha(1).arg(format!("record:{w}")).clone();
+    for w in ["w1", "w2", "w3", "w4"] {
+        redis::cmd("HSET")
+            .arg(format!("record:{w}"))
+            .arg("owner")
+            .arg("me")
+            .query_async::<()>(&mut c)
+            .await
+            .unwrap();
+    }
+    for carry in ["carry1", "carry2"] {
+        redis::cmd("HSET")
+            .arg(carry)
+            .arg("pieces")
+            .arg(0)
+            .query_async::<()>(&mut c)
+            .await
+            .unwrap();
+    }
+
+    let ok: Vec<String> = run("carry1", &["w1", "w2"])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(ok, ["ok", "carry1"]);
+    for w in ["w1", "w2"] {
+        let carried: Option<String> = redis::cmd("HGET")
+            .arg(format!("record:{w}"))
+            .arg("carried")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(carried.as_deref(), Some("carry1"), "{w} is carried");
+        let taken: Vec<String> = take(w).query_async(&mut c).await.unwrap();
+        assert_eq!(
+            taken,
+            ["carried", "carry1"],
+            "a carried window is not taken"
+        );
+    }
+    assert_eq!(zset_members(&mut c, "windows").await, ["carry1"]);
+
+    // w4 was taken by a worker finishing it: the carry of w3 and w4 is
+    // refused, and neither window is marked.
+    let taken: Vec<String> = take("w4").query_async(&mut c).await.unwrap();
+    assert_eq!(taken, ["ok", ""]);
+    let gone: Vec<String> = run("carry2", &["w3", "w4"])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(gone, ["gone", "w4"]);
+    let left: (bool, Option<String>, Option<String>, usize) = redis::pipe()
+        .cmd("EXISTS")
+        .arg("carry2")
+        .cmd("HGET")
+        .arg("record:w3")
+        .arg("carried")
+        .cmd("HGET")
+        .arg("record:w4")
+        .arg("carried")
+        .cmd("ZCARD")
+        .arg("windows")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        left,
+        (false, None, None, 1),
+        "a refused carry writes nothing"
+    );
+}

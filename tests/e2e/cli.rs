@@ -1,0 +1,287 @@
+//! The command line as users meet it: the real binary, its subcommands, its
+//! environment variables (a contract), against a throwaway redis-server.
+
+use crate::common;
+
+use std::process::{Command, Output};
+
+use common::*;
+
+fn hitcount(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hitcount"));
+    cmd.args(args).env_remove("REDIS_URL");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("running hitcount")
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\n{}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn every_subcommand_and_environment_variable_is_documented_in_help() {
+    let top = stdout(&hitcount(&["--help"], &[]));
+    for sub in ["worker", "hit", "load", "get", "top", "demo"] {
+        assert!(top.contains(sub), "--help lists {sub}");
+    }
+    let worker = stdout(&hitcount(&["worker", "--help"], &[]));
+    for var in [
+        "REDIS_URL",
+        "HITCOUNT_STREAM",
+        "HITCOUNT_GROUP",
+        "HITCOUNT_CONSUMER",
+        "HITCOUNT_PREFIX",
+        "HITCOUNT_PRECISIONS",
+        "HITCOUNT_SAMPLES",
+        "HITCOUNT_DEAD_STREAM",
+        "HITCOUNT_LISTEN",
+        "HITCOUNT_CLAIM_IDLE_MS",
+        "HITCOUNT_MAX_DELIVERIES",
+        "HITCOUNT_SHUTDOWN_TIMEOUT",
+        "HITCOUNT_LOG_FORMAT",
+        "HITCOUNT_REDIS_CA",
+    ] {
+        assert!(
+            worker.contains(&format!("env: {var}")),
+            "worker --help documents {var}"
+        );
+    }
+    assert!(worker.contains("[default: redis://127.0.0.1:6379]"));
+    assert!(worker.contains("[default: 0.0.0.0:9184]"));
+    assert!(worker.contains("[default: hits:dead]"));
+}
+
+#[test]
+fn hit_then_get_through_the_environment() {
+    let srv = server();
+    let url = srv.url();
+    let env = [("REDIS_URL", url.as_str()), ("HITCOUNT_PREFIX", "app1:")];
+    let now = unix_now();
+    stdout(&hitcount(
+        &["hit", "page:home", "--count", "3", "--at", &now.to_string()],
+        &env,
+    ));
+    stdout(&hitcount(&["hit", "page:home"], &env));
+    // Count them with a worker, in-process, with the same prefix.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut s = settings(&url, "w");
+        s.layout.prefix = "app1:".into();
+        let workers = Workers::start(vec![s.clone()]);
+        let mut c = conn(&url).await;
+        wait_drained(&mut c, &keys(&s)).await;
+        workers.stop().await;
+        let known: Vec<String> = redis::cmd("ZRANGE")
+            .arg("app1:known:")
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(known.contains(&"60:page:home".to_string()), "{known:?}");
+    });
+    let json = stdout(&hitcount(
+        &["get", "page:home", "--precision", "86400", "--json"],
+        &env,
+    ));
+    let samples: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    let total: i64 = samples.iter().map(|s| s["count"].as_i64().unwrap()).sum();
+    assert_eq!(total, 4);
+    assert_eq!(samples[0]["time"].as_i64().unwrap() % 86400, 0);
+    let table = stdout(&hitcount(
+        &["get", "page:home", "--precision", "86400"],
+        &env,
+    ));
+    assert!(
+        table.contains("time (UTC)") && table.contains(" 4"),
+        "{table}"
+    );
+}
+
+#[test]
+fn bad_input_fails_with_a_clear_message() {
+    let o = hitcount(&["hit", "x", "--count", "0"], &[]);
+    assert!(!o.status.success());
+    let o = hitcount(
+        &["worker", "--precisions", "0"],
+        &[("HITCOUNT_LISTEN", "127.0.0.1:0")],
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("HITCOUNT_PRECISIONS"));
+    // A quantile precision that is not a precision: the same exit, one line.
+    let q = hitcount(
+        &["worker"],
+        &[
+            ("HITCOUNT_LISTEN", "127.0.0.1:0"),
+            ("HITCOUNT_QUANTILE_PRECISIONS", "60,7"),
+        ],
+    );
+    assert_eq!(q.status.code(), o.status.code());
+    let err = String::from_utf8_lossy(&q.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("HITCOUNT_QUANTILE_PRECISIONS: 7 is not one of the precisions"),
+        "{err}"
+    );
+    let port = hitcount::edge::embedded::free_port();
+    let o = hitcount(
+        &["get", "x", "--precision", "60"],
+        &[("REDIS_URL", &format!("redis://:topsecret@127.0.0.1:{port}"))],
+    );
+    assert!(!o.status.success());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("topsecret"));
+}
+
+#[test]
+fn load_and_demo_run_end_to_end() {
+    let srv = server();
+    let url = srv.url();
+    let out = stdout(&hitcount(
+        &["load", "--hits", "2000", "--names", "50", "--zipf", "1.0"],
+        &[("REDIS_URL", &url)],
+    ));
+    assert!(out.contains("sent 2000 hits over 50 names"), "{out}");
+    let demo = stdout(&hitcount(
+        &["demo", "--hits", "3000", "--names", "100"],
+        &[],
+    ));
+    assert!(
+        demo.contains("total at the 1-day precision: 3000 of 3000 sent: exact"),
+        "{demo}"
+    );
+    // Every demo hit carries a response time: page:0's statistics and the
+    // slowest names by mean, three of them, slowest first.
+    assert!(demo.contains("page:0 this hour: "), "{demo}");
+    assert!(demo.contains(" response times, mean "), "{demo}");
+    let slowest: Vec<f64> = demo
+        .lines()
+        .skip_while(|l| !l.starts_with("slowest names by mean this hour:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  page:"))
+        .map(|l| {
+            let after = l.split(" mean ").nth(1).expect("a mean");
+            after.split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect();
+    assert_eq!(slowest.len(), 3, "{demo}");
+    assert!(slowest.windows(2).all(|w| w[0] >= w[1]), "{demo}");
+    assert!(slowest.iter().all(|m| (1.0..=1000.0).contains(m)), "{demo}");
+}
+
+/// Reads a page of the documentation, by its path from the crate's root.
+fn doc_page(path: &str) -> String {
+    let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"))
+}
+
+/// The variables named in the first column of docs/configuration.md's
+/// tables (`| `VAR` | …`).
+fn configuration_rows(page: &str) -> Vec<(String, String)> {
+    page.lines()
+        .filter_map(|l| {
+            let var = l.strip_prefix("| `")?.split('`').next()?;
+            let is_var = !var.is_empty() && var.chars().all(|c| c.is_ascii_uppercase() || c == '_');
+            is_var.then(|| (var.to_string(), l.to_string()))
+        })
+        .collect()
+}
+
+/// The configuration page documents every environment variable the binary
+/// reads, each in one row, and names no variable the binary does not read;
+/// the operations page quotes the ACL rules file as it is.
+#[test]
+fn the_docs_match_the_binary() {
+    let config = doc_page("docs/configuration.md");
+    let operations = doc_page("docs/operations.md");
+    let mut vars = std::collections::BTreeSet::new();
+    for sub in [
+        "worker", "hit", "load", "get", "top", "demo", "clean", "status", "bench", "serve",
+    ] {
+        let help = stdout(&hitcount(&[sub, "--help"], &[]));
+        for part in help.split("[env: ").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                .collect();
+            vars.insert(name);
+        }
+    }
+    assert!(vars.contains("REDIS_URL") && vars.len() > 20, "{vars:?}");
+    let rows = configuration_rows(&config);
+    for var in &vars {
+        assert_eq!(
+            rows.iter().filter(|(v, _)| v == var).count(),
+            1,
+            "docs/configuration.md has one row for {var}"
+        );
+    }
+    for (var, _) in &rows {
+        assert!(
+            vars.contains(var),
+            "docs/configuration.md documents {var}, which the binary does not read"
+        );
+    }
+    let acl = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/redis/hitcount.acl"
+    ))
+    .unwrap();
+    let rules = acl
+        .lines()
+        .rfind(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .unwrap();
+    assert!(
+        operations.contains(rules),
+        "docs/operations.md quotes deploy/redis/hitcount.acl"
+    );
+}
+
+/// Every default docs/configuration.md states is the binary's own: for each
+/// setting with an environment variable and a default, the table's row for
+/// that variable quotes exactly that default.
+#[test]
+fn the_configuration_page_states_the_binarys_defaults() {
+    use clap::CommandFactory;
+    let config = doc_page("docs/configuration.md");
+    let rows = configuration_rows(&config);
+    let cli = hitcount::edge::cli::Cli::command();
+    let mut checked = 0;
+    for cmd in std::iter::once(&cli).chain(cli.get_subcommands()) {
+        for arg in cmd.get_arguments() {
+            let Some(env) = arg.get_env().and_then(|e| e.to_str()) else {
+                continue;
+            };
+            let default: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            let default = default.join(",");
+            if default.is_empty() {
+                continue;
+            }
+            let row = rows
+                .iter()
+                .find(|(v, _)| v == env)
+                .map(|(_, row)| row)
+                .unwrap_or_else(|| panic!("no docs/configuration.md row for {env}"));
+            let cell = row.split('|').nth(3).unwrap_or("");
+            assert!(
+                cell.contains(&format!("`{default}`")),
+                "docs/configuration.md row for {env} says {cell:?}, the binary's default is {default}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} defaults checked");
+}

@@ -1,0 +1,430 @@
+//! One test per failure the service promises to survive: a dead worker's
+//! pending entries, poison entries, connection kills and restarts, an outage
+//! logged once, an AOF restart, counters that refuse increments, out of
+//! memory, a worker stopped past the claim time, and SIGTERM / Ctrl-C.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::*;
+use hitcount::edge::embedded::ServerOptions;
+use hitcount::store::connect::Conn;
+
+const PRECISIONS: [u32; 7] = hitcount::model::config::DEFAULT_PRECISIONS;
+
+async fn hget(c: &mut Conn, key: &str, field: i64) -> Option<i64> {
+    redis::cmd("HGET")
+        .arg(key)
+        .arg(field)
+        .query_async(c)
+        .await
+        .unwrap()
+}
+
+/// A `hitcount worker` process logging at WARN into `dir`.
+fn warn_worker(url: &str, name: &str, extra: &[&str], dir: &std::path::Path) -> bin::Child {
+    let mut cmd = bin::worker(url, name, "127.0.0.1:0", extra);
+    cmd.env("RUST_LOG", "warn");
+    bin::Child::spawn_in(name, cmd, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_workers_pending_entries_are_claimed_and_gone_consumers_leave() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let hits = xadd_hits(&mut c, "orphan", 100, unix_now()).await;
+    // A worker reads the entries and dies without applying them.
+    let mut s = settings(&srv.url(), "live");
+    s.worker.claim_idle_ms = 1000;
+    s.worker.consumer_idle_ms = 2000;
+    let k = keys(&s);
+    hitcount::store::stream::ensure_group(&mut c, &k)
+        .await
+        .unwrap();
+    let reply = hitcount::store::stream::read(&mut c, &k, "dead-pod", 1000, None, ">")
+        .await
+        .unwrap();
+    assert_eq!(
+        hitcount::store::stream::read_reply_entries(&reply).len(),
+        100
+    );
+
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(&mut c, &k).await;
+    assert_eq!(read_all(&mut c, &k).await, reference(&hits, &PRECISIONS));
+    // The dead consumer owns nothing now and is removed after its idle time.
+    eventually!(
+        30,
+        "dead-pod removed from the group",
+        consumers(&mut c).await == vec!["live".to_string()]
+    );
+    workers.stop().await;
+    assert!(consumers(&mut c).await.is_empty(), "left on shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_delivered_too_often_is_dead_lettered_with_its_count_and_error() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let mut s = settings(&srv.url(), "live");
+    s.worker.claim_idle_ms = 1000;
+    s.worker.max_deliveries = 5;
+    let k = keys(&s);
+    let poison = xadd_hits(&mut c, "poison", 1, unix_now()).await;
+    assert_eq!(poison.len(), 1);
+    hitcount::store::stream::ensure_group(&mut c, &k)
+        .await
+        .unwrap();
+    let reply = hitcount::store::stream::read(&mut c, &k, "crashy", 10, None, ">")
+        .await
+        .unwrap();
+    let id = hitcount::store::stream::read_reply_entries(&reply)[0]
+        .id_str()
+        .to_string();
+    // Four more deliveries to a worker that crashes on it every time.
+    for _ in 0..4 {
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg("hits")
+            .arg("hitcount")
+            .arg("crashy")
+            .arg(0)
+            .arg(&id)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg(k.last_errors())
+        .arg("crashy")
+        .arg("boom")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let good = xadd_hits(&mut c, "good", 3, unix_now()).await;
+
+    let workers = Workers::start(vec![s]);
+    eventually!(
+        20,
+        "poison dead-lettered",
+        pending(&mut c).await == 0 && !dead_letters(&mut c).await.is_empty()
+    );
+    wait_drained(&mut c, &k).await;
+    workers.stop().await;
+    let dead = dead_letters(&mut c).await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let d = &dead[0];
+    assert_eq!(d["reason"], "max_deliveries");
+    assert_eq!(d["id"], id);
+    assert_eq!(d["deliveries"], "5");
+    assert_eq!(d["consumer"], "crashy");
+    assert_eq!(d["error"], "boom");
+    assert!(d.contains_key("hit"), "original fields kept: {d:?}");
+    let got = read_all(&mut c, &k).await;
+    assert_eq!(got, reference(&good, &PRECISIONS), "poison not counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_and_producer_ride_out_connection_kills_and_a_restart() {
+    let mut srv = server_with(ServerOptions {
+        appendonly: true,
+        ..ServerOptions::default()
+    });
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let a = settings(&url, "a");
+    let workers = Workers::start(vec![a.clone(), settings(&url, "b")]);
+    let producer = producer(&url);
+    let mut hits = Vec::new();
+    for round in 0..10 {
+        let ts = unix_now();
+        for i in 0..1000 {
+            let name = format!("k{}", i % 37);
+            producer.hit_at(&name, 1, ts as f64);
+            hits.push((name, 1, ts));
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        if round == 5 {
+            srv.restart().unwrap();
+            c = conn(&url).await;
+        } else {
+            kill_clients(&mut c).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(30), producer.flush())
+        .await
+        .expect("producer flushed");
+    producer.shutdown(Duration::from_secs(1)).await;
+    let k = keys(&a);
+    wait_drained(&mut c, &k).await;
+    workers.stop().await;
+    let len: usize = redis::cmd("XLEN")
+        .arg("hits")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(len, hits.len(), "each hit appended once");
+    assert_eq!(read_all(&mut c, &k).await, reference(&hits, &PRECISIONS));
+    assert_eq!(pending(&mut c).await, 0);
+    assert!(dead_letters(&mut c).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_is_logged_once_not_once_per_try() {
+    let mut srv = server();
+    let url = srv.url();
+    let dir = tempfile::tempdir().unwrap();
+    let w = warn_worker(&url, "w", &["--block-ms", "200"], dir.path());
+    let mut c = conn(&url).await;
+    let ts = unix_now();
+    xadd_hits(&mut c, "before", 10, ts).await;
+    let k = keys(&settings(&url, "w"));
+    eventually!(
+        20,
+        "counted before the outage",
+        hget(&mut c, &k.count(1, "before"), ts).await == Some(10)
+    );
+    srv.stop();
+    // Backoff starts at 50 ms: a few seconds are many tries.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    srv.restart().unwrap();
+    let mut c = conn(&url).await;
+    let ts = unix_now();
+    xadd_hits(&mut c, "after", 10, ts).await;
+    eventually!(
+        30,
+        "counted after the outage",
+        hget(&mut c, &k.count(1, "after"), ts).await == Some(10)
+    );
+    let log = w.stderr();
+    assert_eq!(
+        log.matches("Redis unavailable").count(),
+        1,
+        "one line when the outage starts:\n{log}"
+    );
+    assert_eq!(
+        log.matches("Redis reachable again").count(),
+        1,
+        "one line when it ends:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn totals_are_exact_after_redis_restarts_from_its_aof() {
+    let mut srv = server_with(ServerOptions {
+        appendonly: true,
+        ..ServerOptions::default()
+    });
+    let url = srv.url();
+    let s = settings(&url, "a");
+    let k = keys(&s);
+    let workers = Workers::start(vec![s]);
+    let mut c = conn(&url).await;
+    let mut hits = xadd_hits(&mut c, "aof", 3000, unix_now()).await;
+    // A graceful restart (SIGTERM flushes the AOF) while the worker counts.
+    srv.restart().unwrap();
+    let mut c = conn(&url).await;
+    hits.extend(xadd_hits(&mut c, "aof", 3000, unix_now()).await);
+    wait_drained(&mut c, &k).await;
+    let expected = reference(&hits, &PRECISIONS);
+    assert_eq!(read_all(&mut c, &k).await, expected);
+    // A crash (SIGKILL) after everything was acknowledged more than the
+    // fsync interval (1 s) ago: nothing is lost, nothing recounted.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    srv.kill();
+    srv.restart().unwrap();
+    let mut c = conn(&url).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    wait_drained(&mut c, &k).await;
+    workers.stop().await;
+    assert_eq!(read_all(&mut c, &k).await, expected);
+    assert_eq!(pending(&mut c).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_of_the_wrong_type_or_overflowing_fails_alone() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let s = settings(&srv.url(), "w");
+    let k = keys(&s);
+    let ts = unix_now();
+    let _: () = redis::cmd("SET")
+        .arg(k.count(60, "x"))
+        .arg("someone's string")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(k.count(1, "big"))
+        .arg(ts)
+        .arg(i64::MAX)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let mut hits = xadd_hits(&mut c, "ok", 5, ts).await;
+    xadd_hits(&mut c, "x", 2, ts).await;
+    xadd_hits(&mut c, "big", 1, ts).await;
+    let workers = Workers::start(vec![s]);
+    wait_drained(&mut c, &k).await;
+    eventually!(10, "both failures dead-lettered", {
+        dead_letters(&mut c).await.len() == 2
+    });
+    // The worker keeps going.
+    hits.extend(xadd_hits(&mut c, "ok", 5, ts).await);
+    wait_drained(&mut c, &k).await;
+    workers.stop().await;
+
+    let got = read_all(&mut c, &k).await;
+    for (key, buckets) in reference(&hits, &PRECISIONS) {
+        assert_eq!(got[&key], buckets, "{key:?} counted");
+    }
+    for p in PRECISIONS {
+        let x = if p == 60 { None } else { Some(2) };
+        let b = if p == 1 { Some(i64::MAX) } else { Some(1) };
+        let bucket = ts.div_euclid(p as i64) * p as i64;
+        if p != 60 {
+            assert_eq!(hget(&mut c, &k.count(p, "x"), bucket).await, x, "x@{p}");
+        }
+        assert_eq!(hget(&mut c, &k.count(p, "big"), bucket).await, b, "big@{p}");
+    }
+    let mut dead = dead_letters(&mut c).await;
+    dead.sort_by(|a, b| a["name"].cmp(&b["name"]));
+    assert_eq!(dead[0]["reason"], "apply_error");
+    assert_eq!(dead[0]["name"], "big");
+    assert_eq!(dead[0]["precision"], "1");
+    assert_eq!(dead[0]["count"], "1");
+    assert!(dead[0]["error"].contains("overflow"), "{dead:?}");
+    assert_eq!(dead[1]["name"], "x");
+    assert_eq!(dead[1]["precision"], "60");
+    assert_eq!(dead[1]["count"], "2");
+    assert!(dead[1]["error"].contains("WRONGTYPE"), "{dead:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_memory_stalls_the_worker_then_everything_counts_once() {
+    let srv = server_with(ServerOptions {
+        extra: vec!["maxmemory-policy noeviction".into()],
+        ..ServerOptions::default()
+    });
+    let mut c = conn(&srv.url()).await;
+    let s = settings(&srv.url(), "w");
+    let k = keys(&s);
+    let ts = unix_now();
+    let _: () = redis::cmd("SET")
+        .arg(k.count(60, "x"))
+        .arg("wrong type")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let mut hits = xadd_hits(&mut c, "mem", 500, ts).await;
+    hits.extend(xadd_hits(&mut c, "x", 1, ts).await);
+    // Every write that may grow memory is refused from now on.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let workers = Workers::start(vec![s]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(hget(&mut c, &k.count(1, "mem"), ts).await, None);
+    assert!(
+        dead_letters(&mut c).await.is_empty(),
+        "nothing dead-lettered under OOM"
+    );
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    wait_drained(&mut c, &k).await;
+    eventually!(10, "the wrong-type cell dead-lettered", {
+        dead_letters(&mut c).await.len() == 1
+    });
+    workers.stop().await;
+    let got = read_all(&mut c, &k).await;
+    for (key, buckets) in reference(&hits, &PRECISIONS) {
+        if key != (60, "x".to_string()) {
+            assert_eq!(got[&key], buckets, "{key:?} counted once");
+        }
+    }
+    let dead = dead_letters(&mut c).await;
+    assert_eq!(dead[0]["reason"], "apply_error", "{dead:?}");
+    assert_eq!(dead[0]["name"], "x");
+    assert_eq!(pending(&mut c).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stopped_past_the_claim_time_never_double_counts() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A long window: the worker holds what it read when it is stopped.
+    let mut slow = warn_worker(
+        &url,
+        "slow",
+        &["--window-ms", "3000", "--claim-idle-ms", "1000"],
+        dir.path(),
+    );
+    let hits = xadd_hits(&mut c, "s", 200, unix_now()).await;
+    eventually!(
+        20,
+        "slow read the entries",
+        pending_of(&mut c, "slow").await == 200
+    );
+    slow.signal(libc::SIGSTOP);
+    let mut live = settings(&url, "live");
+    live.worker.claim_idle_ms = 1000;
+    let k = keys(&live);
+    let workers = Workers::start(vec![live]);
+    wait_drained(&mut c, &k).await;
+    let expected = reference(&hits, &PRECISIONS);
+    assert_eq!(read_all(&mut c, &k).await, expected);
+    // Resumed, the slow worker closes its window: its commit is fenced.
+    slow.signal(libc::SIGCONT);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    slow.signal(libc::SIGTERM);
+    assert_eq!(exit_code(&mut slow), Some(0), "{}", slow.stderr());
+    workers.stop().await;
+    assert_eq!(read_all(&mut c, &k).await, expected, "counted once");
+    assert_eq!(pending(&mut c).await, 0);
+    let log = slow.stderr();
+    assert!(log.contains("claimed by another worker"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_and_ctrl_c_finish_the_window_in_flight_and_leave_the_group() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let k = keys(&settings(&url, "any"));
+    let mut hits = Vec::new();
+    for (sig, name) in [(libc::SIGTERM, "term"), (libc::SIGINT, "int")] {
+        let mut w = bin::Child::spawn_in(
+            name,
+            bin::worker(&url, name, "127.0.0.1:0", &["--window-ms", "5000"]),
+            dir.path(),
+        );
+        hits.extend(xadd_hits(&mut c, name, 100, unix_now()).await);
+        eventually!(20, "window open", pending_of(&mut c, name).await == 100);
+        w.signal(sig);
+        assert_eq!(exit_code(&mut w), Some(0), "{}", w.stderr());
+        assert_eq!(pending(&mut c).await, 0, "nothing pending");
+        assert!(
+            !consumers(&mut c).await.contains(&name.to_string()),
+            "{name} left the group"
+        );
+        assert!(
+            w.stderr().contains("worker stopped cleanly"),
+            "{}",
+            w.stderr()
+        );
+    }
+    assert_eq!(read_all(&mut c, &k).await, reference(&hits, &PRECISIONS));
+}

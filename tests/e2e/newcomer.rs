@@ -1,0 +1,585 @@
+//! What a new user meets first: the real binary against a real redis-server,
+//! fed nonsense flags, wrong passwords, missing permissions, a closed pipe,
+//! a second demo, events the worker would not count, a precision that is not
+//! configured, and JSON logs. Every failure must be one clear line, never a
+//! panic, a hang or a "sent" that counts nowhere.
+
+use crate::common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use common::bin::{hitcount, run_hitcount, Child};
+use common::*;
+use hitcount::edge::embedded::ServerOptions;
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs `hitcount ARGS` and returns its output, failing the test if it has
+/// not exited within a minute (a hang is a bug here, whatever the cause).
+fn run_within_a_minute(name: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut cmd = hitcount();
+    cmd.args(args);
+    let mut child = Child::spawn(name, cmd);
+    let status = child
+        .wait(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("hitcount {args:?} still running after 60 s"));
+    (status.code(), child.stdout(), child.stderr())
+}
+
+/// Asserts a failure reported in exactly one line, with no panic and no
+/// raw pipeline dump.
+fn assert_one_line_failure(what: &str, code: Option<i32>, err: &str) {
+    assert_eq!(code, Some(1), "{what}: exit status\n{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{what}: one line\n{err}");
+    for bad in ["panicked", "Pipeline failure", "Index 0"] {
+        assert!(!err.contains(bad), "{what}: {bad}\n{err}");
+    }
+}
+
+/// Finding 1: every flag value a command cannot work with is refused by the
+/// argument parser (exit 2) with the flag's name, before anything runs.
+#[test]
+fn nonsense_flag_values_are_refused_naming_the_flag() {
+    let long_name = "n".repeat(4097);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["load", "--hits", "10", "--zipf", "nan"], "--zipf"),
+        (vec!["load", "--hits", "10", "--zipf", "inf"], "--zipf"),
+        (vec!["load", "--hits", "10", "--zipf", "-1"], "--zipf"),
+        (vec!["load", "--hits", "10", "--zipf", "11"], "--zipf"),
+        (vec!["load", "--hits", "10", "--names", "0"], "--names"),
+        (
+            vec!["load", "--hits", "10", "--names", "99999999999"],
+            "--names",
+        ),
+        (vec!["load", "--hits", "10", "--rate", "0"], "--rate"),
+        (vec!["load", "--hits", "0"], "--hits"),
+        (vec!["hit", ""], "<NAME>"),
+        (vec!["hit", &long_name], "<NAME>"),
+        (vec!["hit", "x", "--at", "nan"], "--at"),
+        (vec!["hit", "x", "--at", "inf"], "--at"),
+        (vec!["hit", "x", "--at", "-1"], "--at"),
+        (vec!["hit", "x", "--count", "0"], "--count"),
+        (vec!["demo", "--hits", "0"], "--hits"),
+        (vec!["demo", "--names", "0"], "--names"),
+        (vec!["demo", "--names", "99999999999"], "--names"),
+        (vec!["bench", "--entries", "0"], "--entries"),
+        (vec!["bench", "--workers", "1,0"], "--workers"),
+        (vec!["bench", "--seeds-sample", "0"], "--seeds-sample"),
+        (vec!["bench", "--latency-secs", "0"], "--latency-secs"),
+        (vec!["clean", "--once", "--wait", "99999999999"], "--wait"),
+        (vec!["get", "x", "--precision", "-5"], "--precision"),
+    ];
+    for (args, flag) in cases {
+        let o = run_hitcount(&args);
+        let err = stderr(&o);
+        let shown: Vec<&str> = args.iter().map(|a| &a[..a.len().min(20)]).collect();
+        assert_eq!(o.status.code(), Some(2), "{shown:?}: exit status\n{err}");
+        assert!(err.contains(flag), "{shown:?} names {flag}:\n{err}");
+        assert!(!err.contains("panicked"), "{shown:?}:\n{err}");
+    }
+}
+
+/// Findings 1, 5 and 6: values that parse but make no sense with the
+/// counter layout are refused before Redis is contacted (no server here).
+#[test]
+fn values_that_do_not_fit_the_layout_are_refused_with_the_reason() {
+    let unreachable = format!(
+        "redis://127.0.0.1:{}",
+        hitcount::edge::embedded::free_port()
+    );
+    let now = unix_now();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["hit".into(), "x".into(), "--at".into(), "0".into()],
+            "nowhere",
+        ),
+        (
+            vec![
+                "hit".into(),
+                "x".into(),
+                "--at".into(),
+                (now - 200 * 86_400).to_string(),
+            ],
+            "nowhere",
+        ),
+        (
+            vec![
+                "hit".into(),
+                "x".into(),
+                "--at".into(),
+                (now + 2 * 86_400).to_string(),
+            ],
+            "a day ahead",
+        ),
+        (
+            vec!["get".into(), "x".into(), "-p".into(), "7".into()],
+            "1, 5, 60, 300, 3600, 18000, 86400",
+        ),
+        (
+            vec!["status".into(), "--samples".into(), "0".into()],
+            "HITCOUNT_SAMPLES",
+        ),
+        (
+            vec![
+                "get".into(),
+                "x".into(),
+                "-p".into(),
+                "60".into(),
+                "--precisions".into(),
+                "0".into(),
+            ],
+            "HITCOUNT_PRECISIONS",
+        ),
+        (
+            ["worker", "--shards", "4", "--stream", "h{x}"]
+                .map(String::from)
+                .to_vec(),
+            "with 4 shards shard k is h{x}:{k}",
+        ),
+        (
+            ["hit", "x", "--shards", "4", "--stream", "h{x}"]
+                .map(String::from)
+                .to_vec(),
+            "remove the `{`",
+        ),
+    ];
+    for (mut args, why) in cases {
+        args.extend(["--redis-url".into(), unreachable.clone()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, _, err) = run_within_a_minute("refused", &args);
+        assert_one_line_failure(&format!("{args:?}"), code, &err);
+        assert!(err.contains(why), "{args:?}: {why}\n{err}");
+        assert!(
+            !err.contains("cannot connect"),
+            "checked before connecting: {err}"
+        );
+    }
+}
+
+/// Finding 5: a hit the worker would count is still sent, with a current
+/// `--at`; refused ones never reach the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hit_sends_only_what_the_worker_counts() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    for at in ["0", "nan", "-1", "99999999999"] {
+        let o = run_hitcount(&["hit", "page:x", "--at", at, "--redis-url", &url]);
+        assert!(!o.status.success(), "--at {at} refused: {}", stdout(&o));
+        assert!(!stdout(&o).contains("sent"), "--at {at}: {}", stdout(&o));
+    }
+    let len: u64 = redis::cmd("XLEN")
+        .arg("hits")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(len, 0, "nothing refused reached the stream");
+    let now = unix_now().to_string();
+    let o = run_hitcount(&["hit", "page:x", "--at", &now, "--redis-url", &url]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("sent page:x x1"), "{}", stdout(&o));
+}
+
+/// Finding 2: a missing or wrong password, a missing permission and a
+/// stream key of another type fail at once, in one line naming the Redis URL
+/// (password hidden) and Redis' own reason; nothing retries forever.
+#[test]
+fn refusals_by_redis_are_one_line_with_the_url_and_the_cause() {
+    const PASSWORD: &str = "newcomer-pw";
+    let srv = server_with(ServerOptions {
+        password: Some(PASSWORD.into()),
+        // Everything but running scripts: the producer cannot append.
+        extra: vec!["user noscripts on >np-pw ~* +@all -evalsha -eval".into()],
+        ..ServerOptions::default()
+    });
+    let port = srv.port();
+    let host = format!("127.0.0.1:{port}");
+    let no_password = format!("redis://{host}");
+    let wrong_password = format!("redis://:wrong-secret@{host}");
+    let no_scripts = format!("redis://noscripts:np-pw@{host}");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["get", "x", "-p", "60"],
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["clean", "--once"],
+        vec!["hit", "x"],
+        vec!["load", "--hits", "100"],
+        vec!["demo", "--hits", "100", "--names", "5"],
+    ];
+    for cmd in &commands {
+        for (url, cause) in [(&no_password, "NOAUTH"), (&wrong_password, "WRONGPASS")] {
+            let args = [&cmd[..], &["--redis-url", url]].concat();
+            let (code, _, err) = run_within_a_minute("refused", &args);
+            let what = format!("{cmd:?} {cause}");
+            assert_one_line_failure(&what, code, &err);
+            assert!(err.contains(cause), "{what}:\n{err}");
+            assert!(err.contains(&host), "{what} names the URL:\n{err}");
+            assert!(!err.contains("wrong-secret"), "{what} hides it:\n{err}");
+        }
+    }
+    for cmd in [&commands[4], &commands[5], &commands[6]] {
+        let args = [&cmd[..], &["--redis-url", &no_scripts]].concat();
+        let (code, _, err) = run_within_a_minute("noperm", &args);
+        let what = format!("{cmd:?} NOPERM");
+        assert_one_line_failure(&what, code, &err);
+        assert!(
+            err.contains("NOPERM") && err.contains("evalsha"),
+            "{what}:\n{err}"
+        );
+        assert!(!err.contains("np-pw"), "{what} hides it:\n{err}");
+    }
+
+    // A stream key that holds something else.
+    let admin = format!("redis://:{PASSWORD}@{host}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = conn(&admin).await;
+        let _: () = redis::cmd("SET")
+            .arg("hits")
+            .arg("oops")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    });
+    for cmd in [&commands[4], &commands[5]] {
+        let args = [&cmd[..], &["--redis-url", &admin]].concat();
+        let (code, _, err) = run_within_a_minute("wrongtype", &args);
+        let what = format!("{cmd:?} on a string key");
+        assert_one_line_failure(&what, code, &err);
+        assert!(
+            err.contains("not a stream") || err.contains("another type"),
+            "{what}:\n{err}"
+        );
+        assert!(!err.contains("could not reach"), "{what}:\n{err}");
+    }
+}
+
+/// Finding 3: a reader that stops early (`| head -1`) ends the command
+/// quietly instead of a panic about a broken pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_the_command_quietly() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    // 5,000 samples: far more output than a pipe holds.
+    let now = unix_now();
+    let mut cmd = redis::cmd("HSET");
+    cmd.arg("count:1:page:big");
+    for i in 0..5000 {
+        cmd.arg(now - i).arg(1);
+    }
+    let _: () = cmd.query_async(&mut c).await.unwrap();
+    // And as many buckets of statistics.
+    let mut cmd = redis::cmd("HSET");
+    cmd.arg("stats:1:page:big");
+    for i in 0..5000 {
+        for f in ["count", "sum", "sumsq", "min", "max"] {
+            cmd.arg(format!("{}:{f}", now - i)).arg(1);
+        }
+    }
+    let _: () = cmd.query_async(&mut c).await.unwrap();
+    for args in [
+        &["get", "page:big", "-p", "1"][..],
+        &["get", "page:big", "-p", "1", "--json"],
+        &["get", "page:big", "-p", "1", "--stats"],
+        &["get", "page:big", "-p", "1", "--stats", "--json"],
+    ] {
+        let mut child = hitcount()
+            .args(args)
+            .args(["--redis-url", &url])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        // The reader is gone (dropped above): like `| head -1`.
+        assert!(!first.is_empty());
+        let out = child.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert_ne!(out.status.code(), Some(101), "{args:?} panicked:\n{err}");
+        assert!(out.status.success(), "{args:?}: {:?}\n{err}", out.status);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}:\n{err}"
+        );
+    }
+}
+
+/// Finding 4: the demo clears what an earlier demo left, so it is exact on
+/// the same Redis every time.
+#[test]
+fn demo_twice_on_the_same_redis_is_exact_both_times() {
+    let srv = server();
+    let url = srv.url();
+    for run in 1..=2 {
+        let (code, out, err) = run_within_a_minute(
+            "demo",
+            &[
+                "demo",
+                "--redis-url",
+                &url,
+                "--hits",
+                "2000",
+                "--names",
+                "50",
+            ],
+        );
+        assert_eq!(code, Some(0), "run {run}:\n{out}\n{err}");
+        assert!(
+            out.contains("total at the 1-day precision: 2000 of 2000 sent: exact"),
+            "run {run}:\n{out}"
+        );
+        if run == 2 {
+            assert!(out.contains("left by an earlier demo"), "{out}");
+        } else {
+            assert!(
+                !out.contains("left by an earlier demo"),
+                "a fresh Redis has nothing of an earlier demo: {out}"
+            );
+        }
+        assert!(!out.contains(" 1 samples"), "{out}");
+    }
+}
+
+/// Finding 6: counter fields that are not integers are reported, not
+/// silently dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_warns_about_fields_that_are_not_integers() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let bucket = unix_now() / 60 * 60;
+    let _: () = redis::cmd("HSET")
+        .arg("count:60:page:odd")
+        .arg(bucket)
+        .arg(4)
+        .arg(bucket - 60)
+        .arg("lots")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let o = run_hitcount(&["get", "page:odd", "-p", "60", "--json", "--redis-url", &url]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let samples: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(samples.as_array().unwrap().len(), 1, "{samples}");
+    let err = stderr(&o);
+    assert!(
+        err.contains("not integers") && err.contains("lots"),
+        "{err}"
+    );
+}
+
+/// Finding 7: the seeds' Python figure is quoted, not passed off as
+/// measured, and no ratio divides by it.
+#[test]
+fn bench_quotes_the_seeds_python_figure_without_dividing_by_it() {
+    let srv = server();
+    let url = srv.url();
+    let o = run_hitcount(&[
+        "bench",
+        "--redis-url",
+        &url,
+        "--entries",
+        "300",
+        "--workers",
+        "1",
+        "--workload",
+        "hot",
+        "--seeds-sample",
+        "50",
+        "--latency-secs",
+        "1",
+    ]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    assert!(out.contains("| workload |"), "{out}");
+    assert!(!out.contains("seeds' Python |"), "no ratio column: {out}");
+    let line = out.lines().find(|l| l.contains("seeds' Python")).unwrap();
+    assert!(line.contains("not measured in this run"), "{line}");
+}
+
+/// Finding 8: help, defaults and JSON errors say what the binary does.
+#[test]
+fn help_and_errors_match_the_binary() {
+    let o = run_hitcount(&["worker", "--help"]);
+    let help = stdout(&o);
+    assert!(
+        help.contains("[default: 1,5,60,300,3600,18000,86400]"),
+        "comma separated, as the flag takes them:\n{help}"
+    );
+    assert!(
+        help.contains("warn for"),
+        "one-shot commands log at warn: {help}"
+    );
+    let bench = stdout(&run_hitcount(&["bench", "--help"]));
+    assert!(bench.contains("[default: 1,2]") && bench.contains("[default: hot,zipf,uniform]"));
+    // The default itself is taken back as it is shown.
+    let o = run_hitcount(&[
+        "get",
+        "x",
+        "-p",
+        "7",
+        "--precisions",
+        "1,5,60,300,3600,18000,86400",
+    ]);
+    assert!(
+        stderr(&o).contains("not a configured precision"),
+        "{}",
+        stderr(&o)
+    );
+
+    let get = stdout(&run_hitcount(&["get", "--help"]));
+    let usage = get.lines().find(|l| l.starts_with("Usage:")).unwrap();
+    assert!(!usage.contains("--redis-url"), "not required: {usage}");
+
+    // Argument errors are a JSON line when JSON logs are asked for.
+    for env in [true, false] {
+        let mut cmd = hitcount();
+        if env {
+            cmd.env("HITCOUNT_LOG_FORMAT", "json");
+        } else {
+            cmd.args(["--log-format", "json"]);
+        }
+        let o = cmd
+            .args(["load", "--hits", "5", "--zipf", "nan"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        let err = stderr(&o);
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        let line: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(line["level"], "ERROR", "{line}");
+        assert!(line["error"].as_str().unwrap().contains("--zipf"), "{line}");
+    }
+    // Help stays help, on stdout, status 0.
+    let o = hitcount()
+        .env("HITCOUNT_LOG_FORMAT", "json")
+        .args(["get", "--help"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        stdout(&o).starts_with("Print a counter's samples"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// Finding 8: `clean --json` and `status --json` give the last pass in the
+/// same shape: `trimmed` is the number of entries, `min_id` beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_and_status_json_give_the_pass_in_one_shape() {
+    let srv = server();
+    let url = srv.url();
+    let o = run_hitcount(&["clean", "--once", "--json", "--redis-url", &url]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let clean: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let o = run_hitcount(&["status", "--json", "--redis-url", &url]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let status: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let recorded = &status["last_pass"];
+    assert!(clean["trimmed"].is_u64(), "{clean}");
+    assert!(recorded["trimmed"].is_i64(), "{recorded}");
+    let keys = |v: &serde_json::Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&clean), keys(recorded), "{clean}\n{recorded}");
+    assert_eq!(clean["trimmed"], recorded["trimmed"]);
+    assert_eq!(clean["leader"], recorded["leader"]);
+}
+
+/// Producers with another shard count than the workers' would send hits to
+/// streams no worker reads: `hit` and `load` refuse that with one line, and
+/// send nothing; with the workers' count they send. `status` (and `clean`)
+/// use the workers' count, with a warning.
+#[test]
+fn a_producer_with_another_shard_count_than_the_workers_is_refused() {
+    let srv = server();
+    let url = srv.url();
+    let listen = common::bin::free_addr();
+    let mut worker = common::bin::start_worker(&url, "sharded", &listen, &["--shards", "4"]);
+    let refused = |args: &[&str]| {
+        let out = hitcount()
+            .args(args)
+            .env("REDIS_URL", &url)
+            .env_remove("HITCOUNT_SHARDS")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} was not refused");
+        let err = stderr(&out);
+        assert!(
+            err.contains("HITCOUNT_SHARDS is 1, but this stream's workers read it as 4"),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    };
+    refused(&["hit", "page:home"]);
+    refused(&["load", "--hits", "10", "--names", "2"]);
+    let mut c = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let exists: i64 = redis::cmd("EXISTS").arg("hits").query(&mut c).unwrap();
+    assert_eq!(exists, 0, "a refused producer sent nothing to hits");
+    // `status` without the count looks at the workers' shards, and says
+    // that it does.
+    let out = hitcount()
+        .args(["status", "--json"])
+        .env("REDIS_URL", &url)
+        .env_remove("HITCOUNT_SHARDS")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        status["shards"].as_array().map(Vec::len),
+        Some(4),
+        "{status}"
+    );
+    assert!(
+        stderr(&out)
+            .contains("HITCOUNT_SHARDS is 1, but this stream's workers read it as 4 shard(s)")
+            && stderr(&out).contains("using 4"),
+        "{}",
+        stderr(&out)
+    );
+    let sent = common::bin::run_ok(&url, &["hit", "page:home", "--shards", "4"]);
+    // The shard FNV-1a-64("page:home") mod 4 picks (docs/cluster.md, "Producers").
+    assert_eq!(
+        stdout(&sent).trim(),
+        "sent page:home x1 to hits:{3}",
+        "the line names the shard"
+    );
+    common::bin::wait_for("the hit counted", Duration::from_secs(30), || {
+        let n: Option<i64> = redis::cmd("HGET")
+            .arg("count:86400:page:home")
+            .arg(common::unix_now() / 86400 * 86400)
+            .query(&mut c)
+            .unwrap();
+        n.filter(|n| *n == 1)
+    });
+    assert_eq!(
+        worker.terminate(Duration::from_secs(25)).code(),
+        Some(0),
+        "{}",
+        worker.stderr()
+    );
+}

@@ -26,7 +26,8 @@
 //!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐
 //!    │                      assets.rs: the dashboard page (assets/)          │
 //!    │                      stats.rs: /api/v1/stats/{name}                   │
-//!    │       cli/           the binary's subcommands, one file each (top.rs) │ behind the
+//!    │       cli/           the binary's subcommands, one file each, and     │ behind the
+//!    │                      their text (status.rs: status, shard spread)     │
 //!    │       embedded/      a throwaway redis-server or cluster (demo, bench)│ `cli` feature
 //!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)
 //!    ▼
@@ -40,6 +41,7 @@
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
 //!    │       memory_watch.rs Redis' maxmemory-policy, checked every minute
 //!    │       shard_spread.rs which master serves which shards, the slots to move
+//!    │                      (status.rs, shard_spread.rs gather: no text on this floor)
 //!    │       ranking.rs     `top`: one cached ranking scan per (order, precision, bucket)
 //!    ▼
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
@@ -88,9 +90,9 @@
 //!   ([`service::leader`]) and its [`service::duties`]
 //!   ([`service::cleaner`], [`service::purge`], [`service::forget`],
 //!   [`service::trim`], all under a [`service::fence`]), the group's lag
-//!   ([`service::sampler`]), what `hitcount status` shows
+//!   ([`service::sampler`]), what `hitcount status` gathers
 //!   ([`service::status`]) and how a cluster's masters share the shards
-//!   ([`service::shard_spread`]), the probes' view of a worker
+//!   ([`service::shard_spread`]) (the CLI makes their text), the probes' view of a worker
 //!   ([`service::health`]), background tasks that may not die silently
 //!   ([`service::supervisor`]), the fire-and-forget
 //!   [`service::producer`], and the query API's cached bucket rankings

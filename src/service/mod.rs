@@ -3,7 +3,7 @@
 //! does for stopped workers ([`recovery`]), the consumer name
 //! [`registration`], the [`leader`] lease and its [`duties`] ([`cleaner`]
 //! with its [`purge`] of old samples and, on a cluster, [`forget`] of
-//! emptied counters; [`trim`]), all under a [`fence`]), the group [`sampler`], what `hitcount status` shows
+//! emptied counters; [`trim`]), all under a [`fence`]), the group [`sampler`], what `hitcount status` gathers
 //! ([`status`]), the check of Redis' eviction policy ([`memory_watch`]) and how a cluster's masters share the shards
 //! ([`shard_spread`]), the [`supervisor`] of background tasks, the
 //! fire-and-forget [`producer`], and the query API's cached bucket

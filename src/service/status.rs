@@ -1,10 +1,12 @@
 //! What `hitcount status` shows, read from Redis: the stream and its groups
 //! (lag, pending, consumers), every stream shard (length, lag, pending,
 //! consumers, the process that reads it), the leader and its lease, the
-//! number of known counters and the leader's last cleaner pass. Rendered
-//! for a human or as JSON for scripts. On a Redis Cluster with stream
-//! shards it also shows which master serves which shards and the slots to
-//! move to even them out ([`crate::service::shard_spread`]).
+//! number of known counters and the leader's last cleaner pass. On a Redis
+//! Cluster with stream shards it also shows which master serves which
+//! shards and the slots to move to even them out
+//! ([`crate::service::shard_spread`]). Only the gathering and the data live
+//! here: the `status` subcommand turns them into text (or JSON, through
+//! their `Serialize`).
 //!
 //! With one shard the stream's fields are that stream's; with several they
 //! sum up the shards (`length`) and `groups` holds the deployment's group
@@ -12,14 +14,12 @@
 //! commands go to its slot, never in a pipeline across slots.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use redis::RedisResult;
 
 use crate::model::keys::Keys;
-use crate::service::shard_spread::{render_masters, spread, MasterShards, ShardMove};
+use crate::service::shard_spread::{spread, MasterShards, ShardMove};
 use crate::store::connect::Conn;
-use crate::store::counters::format_utc;
 use crate::store::group;
 use crate::store::shard_count::Stranded;
 
@@ -297,133 +297,6 @@ impl From<group::ConsumerInfo> for Consumer {
     }
 }
 
-/// Said of a stream that does not exist, rather than zeros that look idle.
-const MISSING: &str = "nothing was sent to it, or it was deleted (a typo in --stream / \
-                       HITCOUNT_STREAM?); what follows is the key prefix's, not this stream's";
-
-/// The status for a human.
-pub fn render(s: &Status, now_ms: i64) -> String {
-    let mut out = String::new();
-    let last_id = s.last_generated_id.as_deref().unwrap_or("none");
-    let first_id = s.first_entry_id.as_deref().unwrap_or("none");
-    if !s.exists {
-        let _ = writeln!(out, "stream {}: does not exist: {MISSING}", s.stream);
-    } else if s.shards.len() > 1 {
-        let _ = writeln!(
-            out,
-            "stream {}: {} entries in {} shards",
-            s.stream,
-            s.length,
-            s.shards.len()
-        );
-    } else {
-        let _ = writeln!(
-            out,
-            "stream {}: {} entries (oldest {first_id}, last {last_id})",
-            s.stream, s.length
-        );
-    }
-    if s.groups.is_empty() && s.exists {
-        let _ = writeln!(out, "  no consumer group");
-    }
-    for g in &s.groups {
-        let lag = g.lag.map_or("unknown".to_string(), |l| l.to_string());
-        let last = if s.shards.len() > 1 {
-            "all shards".to_string()
-        } else {
-            format!("last delivered {}", g.last_delivered_id)
-        };
-        let _ = writeln!(
-            out,
-            "group {}: lag {lag} (estimate), backlog age {:.1} s, pending {}, {last}",
-            g.name, g.backlog_age_secs, g.pending
-        );
-        for c in &g.consumers {
-            let _ = writeln!(
-                out,
-                "  consumer {}: pending {}, idle {:.1} s",
-                c.name,
-                c.pending,
-                c.idle_ms as f64 / 1000.0
-            );
-        }
-    }
-    if s.shards.len() > 1 && s.exists {
-        render_shards(&mut out, &s.shards);
-    }
-    render_masters(&mut out, &s.masters, &s.evening_moves);
-    match &s.leader {
-        Some(l) => {
-            let _ = writeln!(
-                out,
-                "leader: {} (lease left {:.1} s)",
-                l.token,
-                l.lease_left_ms as f64 / 1000.0
-            );
-        }
-        None => {
-            let _ = writeln!(out, "leader: none");
-        }
-    }
-    let _ = writeln!(out, "known counters: {}", s.known_counters);
-    if s.known_stats > 0 {
-        let _ = writeln!(out, "known statistics: {}", s.known_stats);
-    }
-    let p = &s.last_pass;
-    match p.get("at_ms").and_then(|v| v.parse::<i64>().ok()) {
-        Some(at) => {
-            let get = |k: &str| p.get(k).map(String::as_str).unwrap_or("?");
-            let _ = writeln!(
-                out,
-                "last cleaner pass: {} UTC ({:.0} s ago) by {}: took {} ms, {} counters scanned, \
-                 {} samples removed, {} counters removed, {} stream entries trimmed",
-                format_utc(at.div_euclid(1000)),
-                (now_ms - at).max(0) as f64 / 1000.0,
-                get("leader"),
-                get("duration_ms"),
-                get("counters_scanned"),
-                get("samples_removed"),
-                get("counters_removed"),
-                get("trimmed"),
-            );
-        }
-        None => {
-            let _ = writeln!(out, "last cleaner pass: none recorded");
-        }
-    }
-    out
-}
-
-/// The table of shards: one line each.
-fn render_shards(out: &mut String, shards: &[Shard]) {
-    let _ = writeln!(
-        out,
-        "{:>5}  {:<12} {:>9} {:>9} {:>9} {:>11} {:>9}  owner",
-        "shard", "stream", "entries", "lag", "pending", "backlog", "consumers"
-    );
-    for sh in shards {
-        let lag = sh.lag.map_or("?".to_string(), |l| l.to_string());
-        let owner = sh.owner.as_ref().map_or("none".to_string(), |o| {
-            format!(
-                "{} (lease left {:.1} s)",
-                o.token,
-                o.lease_left_ms as f64 / 1000.0
-            )
-        });
-        let _ = writeln!(
-            out,
-            "{:>5}  {:<12} {:>9} {:>9} {:>9} {:>9.1} s {:>9}  {owner}",
-            sh.shard,
-            sh.stream,
-            sh.length,
-            lag,
-            sh.pending,
-            sh.backlog_age_secs,
-            sh.consumers.len()
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,71 +342,5 @@ mod tests {
         let g = over_shards("hitcount", &unknown);
         assert_eq!((g.lag, g.behind), (None, false));
         assert_eq!(base_stream("hits:{0}"), "hits");
-    }
-
-    #[test]
-    fn the_table_has_a_line_per_shard_with_its_owner() {
-        let mut shards = vec![
-            shard(0, Some(3), 1, 0.0, &[("a", 1, 5)]),
-            shard(1, None, 0, 0.0, &[]),
-        ];
-        shards[0].owner = Some(Leader {
-            token: "pod-a/42".into(),
-            lease_left_ms: 8000,
-        });
-        let s = Status {
-            stream: "hits".into(),
-            exists: true,
-            length: 20,
-            groups: vec![over_shards("hitcount", &shards)],
-            shards,
-            ..Status::default()
-        };
-        let out = render(&s, 0);
-        assert!(out.contains("stream hits: 20 entries in 2 shards"), "{out}");
-        assert!(
-            out.contains(
-                "group hitcount: lag unknown (estimate), backlog age 0.0 s, pending 1, all shards"
-            ),
-            "{out}"
-        );
-        let lines: Vec<&str> = out.lines().filter(|l| l.contains("hits:{")).collect();
-        assert_eq!(lines.len(), 2, "{out}");
-        assert!(lines[0].ends_with("pod-a/42 (lease left 8.0 s)"), "{out}");
-        assert!(lines[1].ends_with("none"), "{out}");
-    }
-
-    #[test]
-    fn a_stream_that_does_not_exist_says_so_in_one_line() {
-        let s = Status {
-            stream: "typo".into(),
-            known_counters: 7,
-            ..Status::default()
-        };
-        let out = render(&s, 0);
-        let first = out.lines().next().unwrap();
-        assert!(first.starts_with("stream typo: does not exist: "), "{out}");
-        assert!(first.contains("--stream"), "{out}");
-        assert!(
-            !out.contains("0 entries") && !out.contains("no consumer group"),
-            "{out}"
-        );
-        assert!(out.contains("known counters: 7"), "{out}");
-        let shards: Vec<Shard> = (0..4)
-            .map(|k| Shard {
-                shard: k,
-                stream: format!("typo:{{{k}}}"),
-                ..Shard::default()
-            })
-            .collect();
-        let s = Status {
-            stream: "typo".into(),
-            shards,
-            ..Status::default()
-        };
-        let out = render(&s, 0);
-        assert!(out.starts_with("stream typo: does not exist: "), "{out}");
-        assert!(!out.contains("typo:{0}"), "no table of empty shards: {out}");
-        assert!(!out.contains("group "), "{out}");
     }
 }

@@ -25,7 +25,7 @@
 //!    │       server.rs      the hardened HTTP/1 loop every endpoint shares
 //!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐
 //!    │                      assets.rs: the dashboard page (assets/)          │
-//!    │                      stats.rs: /api/v1/stats/{name}                   │
+//!    │                      stats.rs: /api/v1/stats/{name}; top.rs: /top     │
 //!    │       cli/           the binary's subcommands, one file each, and     │ behind the
 //!    │                      their text (status.rs: status, shard spread)     │
 //!    │       embedded/      a throwaway redis-server or cluster (demo, bench)│ `cli` feature

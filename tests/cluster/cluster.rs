@@ -14,6 +14,12 @@ use common::bin;
 use common::cluster::Cluster;
 use redis::AsyncCommands;
 
+/// The rules of serve's read-only user, as docs/operations.md gives them.
+const READ_ONLY: &str =
+    "resetchannels ~known: ~count:* ~stats:* -@all +@read +@connection -@dangerous +info";
+/// What docs/operations.md says a cluster adds to them.
+const ON_A_CLUSTER: &str = "+cluster|slots";
+
 fn run(url: &str, args: &[&str]) -> std::process::Output {
     bin::hitcount()
         .args(args)
@@ -294,12 +300,48 @@ async fn serve_reads_counters_spread_over_the_cluster() {
     expected.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     by_mean.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
 
+    // serve as the read-only user exactly as docs/operations.md gives it,
+    // with what it says a cluster adds, on every node.
+    let operations =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .unwrap();
+    assert!(
+        operations.contains(READ_ONLY),
+        "docs/operations.md gives {READ_ONLY}"
+    );
+    assert!(
+        operations.contains(&format!("On a Redis Cluster, add `{ON_A_CLUSTER}`")),
+        "docs/operations.md says what a cluster adds"
+    );
+    for port in cluster.ports() {
+        let mut node = common::conn(&format!("redis://127.0.0.1:{port}")).await;
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg("reader")
+            .arg("reset")
+            .arg("on")
+            .arg(">read-pw");
+        for rule in READ_ONLY.split_whitespace().chain([ON_A_CLUSTER]) {
+            cmd.arg(rule);
+        }
+        let _: () = cmd.query_async(&mut node).await.unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("LOG")
+            .arg("RESET")
+            .query_async(&mut node)
+            .await
+            .unwrap();
+    }
+    let reader = cluster
+        .masters()
+        .iter()
+        .map(|p| format!("redis://reader:read-pw@127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
     let addr = bin::free_addr();
     let mut serve = bin::Child::spawn("serve", {
         let mut cmd = bin::hitcount();
-        // The seeds' bucket is of 1970: keep enough samples to rank it.
-        cmd.args(["serve", "--redis-url", &seeds, "--listen", &addr])
-            .args(["--samples", "1000000"]);
+        cmd.args(["serve", "--redis-url", &reader, "--listen", &addr]);
         cmd
     });
     let get = |path: &str| -> serde_json::Value {
@@ -370,4 +412,16 @@ async fn serve_reads_counters_spread_over_the_cluster() {
     );
     let page = get("/api/v1/stats?prefix=p%2F&limit=1000");
     assert_eq!(page["counters"].as_array().unwrap().len(), 150);
+    let (status, _) = bin::http_get(&addr, "/").expect("serve answers");
+    assert_eq!(status, 200);
+    // Redis refused serve nothing, on any node.
+    for port in cluster.ports() {
+        let mut node = common::conn(&format!("redis://127.0.0.1:{port}")).await;
+        let log: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query_async(&mut node)
+            .await
+            .unwrap();
+        assert!(log.is_empty(), "node {port} refused serve: {log:?}");
+    }
 }

@@ -27,6 +27,7 @@
 pub mod assets;
 pub mod params;
 pub mod stats;
+mod top;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -44,8 +45,8 @@ use crate::model::config::DEFAULT_SAMPLES;
 use crate::model::keys::{Family, Keys};
 use crate::service::ranking::{RankError, Rankings, KEEP};
 use crate::store::connect::{Client, Conn, ErrorClass};
-use crate::store::query::{self, By};
-use params::{decode, top_bucket, Query};
+use crate::store::query;
+use params::{decode, Query};
 
 const JSON: &str = "application/json; charset=utf-8";
 /// Names per page of `/api/v1/counters` and `/api/v1/top` unless `limit`.
@@ -230,7 +231,7 @@ async fn handle(api: &Api, req: &Request<Incoming>) -> Resp {
             Route::List(family) => list(api, family, &query).await,
             Route::Counter(raw) => counter(api, raw, &query).await,
             Route::Stats(raw) => stats::stats(api, raw, &query).await,
-            Route::Top => top(api, &query).await,
+            Route::Top => top::top(api, &query).await,
         }
     };
     match answer.await {
@@ -366,53 +367,6 @@ async fn counter(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
         precision: s.precision,
         samples: samples.iter().map(|s| (s.time, s.count)).collect(),
         stats,
-    })
-}
-
-#[derive(Serialize)]
-struct TopBody<'a> {
-    precision: u32,
-    bucket: i64,
-    /// Only with `by=mean`, so the answer by count stays as it was.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    by: Option<&'static str>,
-    counters: Vec<TopEntry<'a>>,
-}
-
-#[derive(Serialize)]
-struct TopEntry<'a> {
-    name: &'a str,
-    /// With `by=mean`: the mean value observed in the bucket.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    mean: Option<f64>,
-    /// Hits, or with `by=mean` the observations behind the mean.
-    count: i64,
-}
-
-async fn top(api: &Api, q: &Query) -> Result<String, Failure> {
-    let precision = q.precision_or(Some(TOP_DEFAULT_PRECISION), &api.precisions)?;
-    let limit = q.limit(DEFAULT_LIMIT, MAX_LIMIT)?;
-    let by: By = q.get("by").map(str::parse).transpose()?.unwrap_or_default();
-    let now = crate::model::clock::unix_ms().div_euclid(1000);
-    let bucket = top_bucket(q.int("bucket")?, precision, api.samples, now)?;
-    let mut conn = api.conn().await?;
-    let ranking = api
-        .rankings
-        .get(&mut conn, by, precision, bucket, now)
-        .await?;
-    to_json(&TopBody {
-        precision,
-        bucket,
-        by: (by == By::Mean).then_some("mean"),
-        counters: ranking
-            .iter()
-            .take(limit)
-            .map(|r| TopEntry {
-                name: &r.name,
-                mean: r.mean,
-                count: r.count,
-            })
-            .collect(),
     })
 }
 

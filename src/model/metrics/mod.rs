@@ -22,7 +22,7 @@ use std::sync::LazyLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus::{
-    Gauge, GaugeVec, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Gauge, GaugeVec, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
     TextEncoder,
 };
 
@@ -32,7 +32,7 @@ mod register;
 pub use labels::{DEAD_LETTER_REASONS, REDIS_ERROR_KINDS};
 
 use register::{
-    counter, counter_vec, gauge, gauge_vec, histogram, int_gauge, int_gauge_vec, reg,
+    counter, counter_vec, gauge, gauge_vec, histogram, int_gauge, int_gauge_vec,
     window_size_buckets, APPLY_BUCKETS, CLEANER_BUCKETS, DELAY_BUCKETS,
 };
 
@@ -200,11 +200,6 @@ pub fn unix_now_seconds() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The git revision built from, or "unknown".
-pub fn revision() -> &'static str {
-    option_env!("HITCOUNT_GIT_REVISION").unwrap_or("unknown")
-}
-
 impl Metrics {
     fn new() -> Metrics {
         let r = Registry::new();
@@ -214,19 +209,7 @@ impl Metrics {
         ))
         .expect("registering the process collector");
 
-        let info = reg(
-            &r,
-            IntGaugeVec::new(
-                Opts::new(
-                    "hitcount_build_info",
-                    "Build information; always 1, labelled with version and git revision.",
-                ),
-                &["version", "revision"],
-            )
-            .expect("valid gauge vec"),
-        );
-        let build_info = info.with_label_values(&[env!("CARGO_PKG_VERSION"), revision()]);
-        build_info.set(1);
+        let build_info = register::build_info(&r);
 
         Metrics {
             build_info,

@@ -100,3 +100,26 @@ mod tests {
         assert!(b.windows(2).all(|w| w[0] < w[1]));
     }
 }
+
+/// The git revision built from, or "unknown".
+fn revision() -> &'static str {
+    option_env!("HITCOUNT_GIT_REVISION").unwrap_or("unknown")
+}
+
+/// `hitcount_build_info{version, revision}`, registered and set to 1.
+pub(super) fn build_info(r: &Registry) -> IntGauge {
+    let info = reg(
+        r,
+        IntGaugeVec::new(
+            Opts::new(
+                "hitcount_build_info",
+                "Build information; always 1, labelled with version and git revision.",
+            ),
+            &["version", "revision"],
+        )
+        .expect("valid gauge vec"),
+    );
+    let gauge = info.with_label_values(&[env!("CARGO_PKG_VERSION"), revision()]);
+    gauge.set(1);
+    gauge
+}

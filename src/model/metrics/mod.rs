@@ -476,7 +476,7 @@ mod tests {
         let version = env!("CARGO_PKG_VERSION");
         assert!(out.contains(&format!(
             "hitcount_build_info{{revision=\"{}\",version=\"{version}\"}} 1",
-            revision()
+            register::revision()
         )));
     }
 }

@@ -88,21 +88,8 @@ pub(super) fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>)
     reg(r, Histogram::with_opts(opts).expect("valid histogram"))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn window_size_buckets_span_one_to_a_million() {
-        let b = window_size_buckets();
-        assert_eq!(b.first(), Some(&1.0));
-        assert_eq!(b.last(), Some(&1e6));
-        assert!(b.windows(2).all(|w| w[0] < w[1]));
-    }
-}
-
 /// The git revision built from, or "unknown".
-fn revision() -> &'static str {
+pub(super) fn revision() -> &'static str {
     option_env!("HITCOUNT_GIT_REVISION").unwrap_or("unknown")
 }
 
@@ -122,4 +109,17 @@ pub(super) fn build_info(r: &Registry) -> IntGauge {
     let gauge = info.with_label_values(&[env!("CARGO_PKG_VERSION"), revision()]);
     gauge.set(1);
     gauge
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_size_buckets_span_one_to_a_million() {
+        let b = window_size_buckets();
+        assert_eq!(b.first(), Some(&1.0));
+        assert_eq!(b.last(), Some(&1e6));
+        assert!(b.windows(2).all(|w| w[0] < w[1]));
+    }
 }

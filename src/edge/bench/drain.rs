@@ -6,7 +6,6 @@
 
 use std::time::{Duration, Instant};
 
-use super::scaling_report::Side;
 use super::usage::{Node, Usage};
 use super::workers::{self, Target};
 use super::{BenchError, Sent, Workload};
@@ -25,6 +24,46 @@ const CHECK_BATCH: usize = 5000;
 /// to a drain of a few seconds (the ceiling it is compared with is timed
 /// to its last acknowledgement).
 const POLL: Duration = Duration::from_millis(20);
+
+/// One drain, priced on each node that served it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Side {
+    /// Hits drained (and counted exactly).
+    pub hits: u64,
+    /// Seconds from the first read to drained, on this machine.
+    pub secs: f64,
+    /// `host:port` of each node.
+    pub nodes: Vec<String>,
+    /// Stream shards in each node's slots.
+    pub shards: Vec<usize>,
+    /// Each node's growth over the drain.
+    pub used: Vec<Usage>,
+    /// The node holding the `known:` ZSET (one key: every ZADD goes there).
+    pub known_on: usize,
+}
+
+impl Side {
+    /// Each node's CPU µs per hit.
+    pub fn cpu_per_hit(&self) -> Vec<f64> {
+        let hits = self.hits.max(1) as f64;
+        self.used.iter().map(|u| u.cpu_us / hits).collect()
+    }
+
+    /// All nodes' CPU µs per hit.
+    pub fn total_per_hit(&self) -> f64 {
+        self.cpu_per_hit().iter().sum()
+    }
+
+    /// The busiest node's CPU µs per hit.
+    pub fn busiest_per_hit(&self) -> f64 {
+        self.cpu_per_hit().into_iter().fold(0.0, f64::max)
+    }
+
+    /// Commands per hit, all nodes (scripts' own commands included).
+    pub fn calls_per_hit(&self) -> f64 {
+        self.used.iter().map(|u| u.calls as f64).sum::<f64>() / self.hits.max(1) as f64
+    }
+}
 
 pub(super) async fn usages(nodes: &mut [Node]) -> Result<Vec<Usage>, BenchError> {
     let mut out = Vec::with_capacity(nodes.len());

@@ -9,8 +9,8 @@
 //! algorithm in Rust), [`latency`] (XADD-to-visible delay and the producer's
 //! rate), [`report`] (the table). On a Redis Cluster, [`scaling`] prices
 //! the same drains ([`drain`]) in Redis CPU per master instead ([`usage`],
-//! [`scaling_report`], judged in [`scaling_verdict`]). Every key it writes
-//! starts with `bench:`.
+//! [`scaling_report`], judged in [`scaling_verdict`]), as
+//! [`scaling_options`] asks. Every key it writes starts with `bench:`.
 //! Apart from those, [`mod@serve`] (`--serve`) measures what `hitcount
 //! serve` costs Redis with dashboards open.
 
@@ -19,6 +19,7 @@ pub mod drain;
 pub mod latency;
 pub mod report;
 pub mod scaling;
+pub mod scaling_options;
 pub mod scaling_report;
 pub mod scaling_verdict;
 pub mod seeds;

@@ -16,8 +16,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::drain::{drain, drain_warm, fill, sent, usages, with_group, Warm};
-use super::scaling_report::{ScalingReport, ScalingRun, Side};
+use super::drain::{drain, drain_warm, fill, sent, usages, with_group, Side, Warm};
+use super::scaling_options::ScalingOptions;
+use super::scaling_report::{ScalingReport, ScalingRun};
 use super::usage::Node;
 use super::workers::{self, Target};
 use super::{BenchError, Workload};
@@ -35,27 +36,6 @@ use crate::store::connect::Conn;
 
 /// How long the idle cost of each node is sampled before the runs.
 const IDLE_SAMPLE: Duration = Duration::from_secs(1);
-
-/// What to run.
-#[derive(Debug, Clone)]
-pub struct ScalingOptions {
-    /// Hits per workload.
-    pub entries: u64,
-    /// Worker counts.
-    pub workers: Vec<usize>,
-    /// Workloads.
-    pub workloads: Vec<Workload>,
-    /// Stream shards on the cluster.
-    pub shards: u32,
-    /// Extra flags for every worker.
-    pub worker_args: Vec<String>,
-    /// Steady state instead of a cold start: see [`drain_warm`].
-    pub warm: bool,
-    /// Times every workload and worker count is drained, one Redis and the
-    /// cluster side by side each time; the goals are judged on the median
-    /// ([`super::scaling_verdict::Verdict`]). At least 1.
-    pub rounds: usize,
-}
 
 /// The cluster to measure.
 #[derive(Debug, Clone)]

@@ -7,50 +7,11 @@
 
 use std::fmt::Write as _;
 
-use super::scaling::ScalingOptions;
+use super::drain::Side;
+use super::scaling_options::ScalingOptions;
 use super::scaling_verdict::{judge, lines, Verdict, EFFICIENCY};
-use super::usage::{Node, Usage};
+use super::usage::Node;
 use super::Workload;
-
-/// One drain, priced on each node that served it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Side {
-    /// Hits drained (and counted exactly).
-    pub hits: u64,
-    /// Seconds from the first read to drained, on this machine.
-    pub secs: f64,
-    /// `host:port` of each node.
-    pub nodes: Vec<String>,
-    /// Stream shards in each node's slots.
-    pub shards: Vec<usize>,
-    /// Each node's growth over the drain.
-    pub used: Vec<Usage>,
-    /// The node holding the `known:` ZSET (one key: every ZADD goes there).
-    pub known_on: usize,
-}
-
-impl Side {
-    /// Each node's CPU µs per hit.
-    pub fn cpu_per_hit(&self) -> Vec<f64> {
-        let hits = self.hits.max(1) as f64;
-        self.used.iter().map(|u| u.cpu_us / hits).collect()
-    }
-
-    /// All nodes' CPU µs per hit.
-    pub fn total_per_hit(&self) -> f64 {
-        self.cpu_per_hit().iter().sum()
-    }
-
-    /// The busiest node's CPU µs per hit.
-    pub fn busiest_per_hit(&self) -> f64 {
-        self.cpu_per_hit().into_iter().fold(0.0, f64::max)
-    }
-
-    /// Commands per hit, all nodes (scripts' own commands included).
-    pub fn calls_per_hit(&self) -> f64 {
-        self.used.iter().map(|u| u.calls as f64).sum::<f64>() / self.hits.max(1) as f64
-    }
-}
 
 /// One workload and worker count, on both, in one round.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -354,6 +315,7 @@ pub fn spread(shards: u32, masters: &[Vec<(u16, u16)>]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::edge::bench::usage::Usage;
 
     /// The even split of `hitcount bench --cluster` (and of most clusters
     /// made by `redis-cli --cluster create`).

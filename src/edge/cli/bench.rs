@@ -5,7 +5,8 @@ use anyhow::Context;
 
 use std::time::Duration;
 
-use crate::edge::bench::scaling::{ClusterSource, ScalingOptions};
+use crate::edge::bench::scaling::ClusterSource;
+use crate::edge::bench::scaling_options::ScalingOptions;
 use crate::edge::bench::serve::ServeOptions;
 use crate::edge::bench::{Options, Workload};
 use crate::edge::embedded::{RedisServer, ServerOptions};

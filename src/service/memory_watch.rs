@@ -16,7 +16,9 @@ use crate::store::memory;
 pub const CHECK_EVERY: Duration = Duration::from_secs(60);
 
 /// Checks the policy until `shutdown`. A user not allowed `INFO` (an ACL
-/// line older than `+info`) is told once, and the check stops.
+/// line older than `+info`) is told once, and the check stops; so it does
+/// on a fatal error, which the process' other tasks report. Either way the
+/// task itself ends only at shutdown.
 pub async fn run(client: Client, mut shutdown: Shutdown) {
     let mut link =
         Reconnecting::new(client, "memory policy check", connect::RESPONSE_TIMEOUT).reading();
@@ -34,10 +36,10 @@ pub async fn run(client: Client, mut shutdown: Shutdown) {
             Err(StoreError::Redis(e)) if e.code() == Some("NOPERM") => {
                 tracing::warn!(error = %connect::describe(&e),
                     "cannot read Redis' maxmemory-policy (grant the user +info): it is not checked");
-                return;
+                break;
             }
             // The process' other tasks stop it, naming the cause.
-            Err(e) if e.class() == connect::ErrorClass::Fatal => return,
+            Err(e) if e.class() == connect::ErrorClass::Fatal => break,
             // Retried; never stops the process.
             Err(e) => link.failed(&e, None).1.max(Duration::from_secs(1)),
         };
@@ -46,6 +48,10 @@ pub async fn run(client: Client, mut shutdown: Shutdown) {
             _ = shutdown.wait() => return,
         }
     }
+    // Not checking is no reason to stop: the task lives until shutdown, so
+    // the worker's supervisor never takes its end for a failure (nor names
+    // it instead of the cause another task reports).
+    shutdown.wait().await;
 }
 
 /// Logs the policy once per change.

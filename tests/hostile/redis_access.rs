@@ -775,3 +775,63 @@ async fn bench_keeps_the_password_off_its_workers_command_lines() {
         );
     }
 }
+
+/// A worker on the ACL line from before `+info` (the rules file without it)
+/// still counts and stays up: the policy is not checked, said once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_on_the_acl_line_without_info_counts_and_stays_up() {
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/redis/hitcount.acl"
+    ))
+    .unwrap();
+    let rules: Vec<&str> = rules
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(str::split_whitespace)
+        .filter(|r| *r != "+info")
+        .collect();
+    assert!(rules.contains(&"-@all"), "{rules:?}");
+    let srv = server_with(ServerOptions {
+        extra: vec![format!("user old on >old-pw {}", rules.join(" "))],
+        ..ServerOptions::default()
+    });
+    let url = format!("redis://old:old-pw@127.0.0.1:{}", srv.port());
+    let listen = free_addr();
+    let mut w = start_worker(&url, "w", &listen, &[]);
+    let out = run_hitcount(&["hit", "page:old", "--count", "3", "--redis-url", &srv.url()]);
+    assert!(out.status.success(), "{out:?}");
+    let mut admin = conn(&srv.url()).await;
+    wait_for("the hit counted", Duration::from_secs(30), || {
+        w.assert_running();
+        let counted: i64 = counted_60s(&mut admin);
+        (counted == 3).then_some(())
+    });
+    // Past a few checks of everything else, still up and ready.
+    std::thread::sleep(Duration::from_secs(3));
+    w.assert_running();
+    let (status, body) = http_get(&listen, "/readyz").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let log = w.stderr();
+    assert_eq!(
+        log.matches("cannot read Redis' maxmemory-policy").count(),
+        1,
+        "said once: {log}"
+    );
+    assert!(w.terminate(Duration::from_secs(30)).success());
+}
+
+/// The hits counted for `page:old` at 60 s, summed over its buckets.
+fn counted_60s(admin: &mut hitcount::store::connect::Conn) -> i64 {
+    let rt = tokio::runtime::Handle::current();
+    tokio::task::block_in_place(|| {
+        rt.block_on(async {
+            let all: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
+                .arg("count:60:page:old")
+                .query_async(admin)
+                .await
+                .unwrap();
+            all.values().sum()
+        })
+    })
+}

@@ -62,8 +62,8 @@ pub struct LayoutArgs {
     #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = DEFAULT_SAMPLES,
           value_parser = ranged::<u32>(1, MAX_SAMPLES.into()))]
     pub samples: u32,
-    /// Precisions (seconds, comma separated, each one of --precisions)
-    /// whose statistics of hit values keep a quantile histogram (fields
+    /// Precisions (seconds, comma separated, each 1..=31536000 and one of
+    /// --precisions) whose statistics of hit values keep a quantile histogram (fields
     /// `B:h:I` of `stats:PREC:NAME`). Empty: no histograms anywhere.
     /// Default: 60,3600,86400, those of them among --precisions.
     #[arg(long, env = "HITCOUNT_QUANTILE_PRECISIONS", value_parser = parse_precision_list)]
@@ -257,19 +257,8 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        assert_clap_defaults!(LayoutArgs {
-            prefix: "HITCOUNT_PREFIX",
-            precisions: "HITCOUNT_PRECISIONS",
-            samples: "HITCOUNT_SAMPLES",
-            quantile_precisions: "HITCOUNT_QUANTILE_PRECISIONS",
-        });
-        assert_clap_defaults!(StreamArgs {
-            stream: "HITCOUNT_STREAM",
-            group: "HITCOUNT_GROUP",
-            dead_stream: "HITCOUNT_DEAD_STREAM",
-            dead_maxlen: "HITCOUNT_DEAD_MAXLEN",
-            shards: "HITCOUNT_SHARDS",
-        });
+        crate::model::config::assert_clap_defaults::<LayoutArgs>();
+        crate::model::config::assert_clap_defaults::<StreamArgs>();
     }
 
     #[test]

@@ -102,10 +102,6 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        assert_clap_defaults!(LeaderArgs {
-            leader_key: "HITCOUNT_LEADER_KEY",
-            lease_ms: "HITCOUNT_LEASE_MS",
-            clean_interval_secs: "HITCOUNT_CLEAN_INTERVAL",
-        });
+        crate::model::config::assert_clap_defaults::<LeaderArgs>();
     }
 }

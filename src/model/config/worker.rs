@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{ranged, ConfigError};
+use super::{ranged, ConfigError, ADVANCED};
 
 /// Default entries per XREADGROUP (`--read-count`, COUNT): Redis spends about
 /// 1.4 µs per entry read, so 1000 keeps every read near 1.5 ms.
@@ -74,14 +74,14 @@ pub struct WorkerArgs {
     /// per entry read, so 1000 keeps every read near 1.5 ms.
     #[arg(
         long = "read-count",
-        env = "HITCOUNT_READ_COUNT",
+        env = "HITCOUNT_READ_COUNT", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_READ_COUNT,
         value_parser = ranged::<usize>(1, 5000)
     )]
     pub read_count: usize,
     /// Longest wait for new entries when idle (XREADGROUP BLOCK), in ms,
     /// 1..=300000 (Redis reads 0 as "for ever").
-    #[arg(long = "block-ms", env = "HITCOUNT_BLOCK_MS", default_value_t = DEFAULT_BLOCK_MS,
+    #[arg(long = "block-ms", env = "HITCOUNT_BLOCK_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_BLOCK_MS,
           value_parser = ranged::<u64>(1, 300_000))]
     pub block_ms: u64,
     /// A window is applied once it holds this many entries (1..=10000000). Each window
@@ -93,7 +93,7 @@ pub struct WorkerArgs {
     /// first. About 2 MB of entry ids per window.
     #[arg(
         long = "window-entries",
-        env = "HITCOUNT_WINDOW_ENTRIES",
+        env = "HITCOUNT_WINDOW_ENTRIES", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_WINDOW_ENTRIES,
         value_parser = ranged::<usize>(1, 10_000_000)
     )]
@@ -106,7 +106,7 @@ pub struct WorkerArgs {
     /// statistics (hits with a value) counts 3, plus 1 per 4 histogram entries.
     #[arg(
         long = "window-cells",
-        env = "HITCOUNT_WINDOW_CELLS",
+        env = "HITCOUNT_WINDOW_CELLS", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_WINDOW_CELLS,
         value_parser = ranged::<usize>(1, 10_000_000)
     )]
@@ -116,28 +116,28 @@ pub struct WorkerArgs {
     /// its entries are younger than this): the bound on how late counters
     /// are, plus one apply. While the worker is behind the window may grow
     /// to ten times this age. 1..=60000.
-    #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", default_value_t = DEFAULT_WINDOW_MS,
+    #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_WINDOW_MS,
           value_parser = ranged::<u64>(1, 60_000))]
     pub window_ms: u64,
     /// While behind, a window's count cells wait this long (ms), summed
     /// with the next windows', before they are applied (fewer HINCRBYs); a
     /// sum that comes of age when the rest of the stream would be read
     /// within as long again waits for the head, at most that long more; at
-    /// the stream's head and at shutdown they are applied at once. 0 applies
-    /// every window whole; at most 3600000. A wait longer than a quarter of
+    /// the stream's head and at shutdown they are applied at once.
+    /// 0..=3600000; 0 applies every window whole. A wait longer than a quarter of
     /// --claim-idle-ms is cut to that quarter, with a warning at start.
-    #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", default_value_t = DEFAULT_CARRY_MS,
+    #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_CARRY_MS,
           value_parser = ranged::<u64>(0, 3_600_000))]
     pub carry_ms: u64,
     /// The carry is applied once it sums this many distinct cells (more
-    /// cells: fewer HINCRBYs on many names, more worker memory); 0 applies
-    /// every window whole; at most 100000000. With stream shards each shard's worker sums its
+    /// cells: fewer HINCRBYs on many names, more worker memory),
+    /// 0..=100000000; 0 applies every window whole. With stream shards each shard's worker sums its
     /// own: on one Redis each gets an even share; on a Redis Cluster a
     /// process' shards go in together once they hold this many between
     /// them.
     #[arg(
         long = "carry-cells",
-        env = "HITCOUNT_CARRY_CELLS",
+        env = "HITCOUNT_CARRY_CELLS", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_CARRY_CELLS,
         value_parser = ranged::<usize>(0, 100_000_000)
     )]
@@ -147,7 +147,7 @@ pub struct WorkerArgs {
     /// other's entries).
     #[arg(
         long = "claim-idle-ms",
-        env = "HITCOUNT_CLAIM_IDLE_MS",
+        env = "HITCOUNT_CLAIM_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_CLAIM_IDLE_MS,
         value_parser = ranged::<u64>(1000, 86_400_000)
     )]
@@ -156,7 +156,7 @@ pub struct WorkerArgs {
     /// dead-lettered, 1..=1000.
     #[arg(
         long = "max-deliveries",
-        env = "HITCOUNT_MAX_DELIVERIES",
+        env = "HITCOUNT_MAX_DELIVERIES", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_MAX_DELIVERIES,
         value_parser = ranged::<u32>(1, 1000)
     )]
@@ -165,7 +165,7 @@ pub struct WorkerArgs {
     /// group, 1000..=2592000000 (30 days).
     #[arg(
         long = "consumer-idle-ms",
-        env = "HITCOUNT_CONSUMER_IDLE_MS",
+        env = "HITCOUNT_CONSUMER_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_CONSUMER_IDLE_MS,
         value_parser = ranged::<u64>(1000, 2_592_000_000)
     )]
@@ -183,11 +183,11 @@ pub struct WorkerArgs {
     /// On a Redis Cluster, replicas that must confirm each step of a window
     /// (its commit, each apply) before the next runs (WAIT 100 ms, repeated
     /// up to 2 s while an attached replica is behind; a master with none
-    /// attached is not waited for longer); 0 does not wait; at most 16.
+    /// attached is not waited for longer), 0..=16; 0 does not wait.
     /// Unused on one Redis.
     #[arg(
         long = "wait-replicas",
-        env = "HITCOUNT_WAIT_REPLICAS",
+        env = "HITCOUNT_WAIT_REPLICAS", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_WAIT_REPLICAS,
         value_parser = ranged::<u32>(0, 16)
     )]
@@ -328,21 +328,7 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        assert_clap_defaults!(WorkerArgs {
-            consumer: "HITCOUNT_CONSUMER",
-            read_count: "HITCOUNT_READ_COUNT",
-            block_ms: "HITCOUNT_BLOCK_MS",
-            window_entries: "HITCOUNT_WINDOW_ENTRIES",
-            window_cells: "HITCOUNT_WINDOW_CELLS",
-            window_ms: "HITCOUNT_WINDOW_MS",
-            carry_ms: "HITCOUNT_CARRY_MS",
-            carry_cells: "HITCOUNT_CARRY_CELLS",
-            claim_idle_ms: "HITCOUNT_CLAIM_IDLE_MS",
-            max_deliveries: "HITCOUNT_MAX_DELIVERIES",
-            consumer_idle_ms: "HITCOUNT_CONSUMER_IDLE_MS",
-            shutdown_timeout_secs: "HITCOUNT_SHUTDOWN_TIMEOUT",
-            wait_replicas: "HITCOUNT_WAIT_REPLICAS",
-        });
+        crate::model::config::assert_clap_defaults::<WorkerArgs>();
     }
 
     #[test]

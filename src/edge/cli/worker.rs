@@ -40,7 +40,7 @@ pub struct Args {
         help_heading = ADVANCED,
         hide_short_help = true,
         default_value_t = DEFAULT_STUCK_AFTER_SECS,
-        value_parser = crate::model::config::ranged::<u64>(1, 86_400)
+        value_parser = crate::model::config::ranged::<u64>(1..=86_400)
     )]
     stuck_after_secs: u64,
 }

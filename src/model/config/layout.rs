@@ -60,7 +60,7 @@ pub struct LayoutArgs {
     /// Samples kept per counter, 1..=1000000000: a sample whose bucket starts
     /// at or before now - SAMPLES * PRECISION is cleaned (and never written).
     #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = DEFAULT_SAMPLES,
-          value_parser = ranged::<u32>(1, MAX_SAMPLES.into()))]
+          value_parser = ranged::<u32>(1..=MAX_SAMPLES.into()))]
     pub samples: u32,
     /// Precisions (seconds, comma separated, each 1..=31536000 and one of
     /// --precisions) whose statistics of hit values keep a quantile histogram (fields
@@ -73,7 +73,7 @@ pub struct LayoutArgs {
 /// A comma-separated list of precisions in seconds, each 1..=[`MAX_PRECISION`]
 /// (spaces around each allowed); empty is an empty list.
 fn parse_precision_list(text: &str) -> Result<Vec<u32>, String> {
-    let precision = ranged::<u32>(1, MAX_PRECISION.into());
+    let precision = ranged::<u32>(1..=MAX_PRECISION.into());
     text.split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
@@ -178,7 +178,7 @@ pub struct StreamArgs {
         long = "dead-maxlen",
         env = "HITCOUNT_DEAD_MAXLEN",
         default_value_t = DEFAULT_DEAD_MAXLEN,
-        value_parser = ranged::<u64>(1, MAX_DEAD_MAXLEN.into())
+        value_parser = ranged::<u64>(1..=MAX_DEAD_MAXLEN.into())
     )]
     pub dead_maxlen: u64,
     /// Stream shards, 1..=256: with more than one, shard k of the stream is
@@ -187,7 +187,7 @@ pub struct StreamArgs {
     /// stream over the masters of a Redis Cluster; use at least 16 for 3
     /// masters.
     #[arg(long, env = "HITCOUNT_SHARDS", default_value_t = DEFAULT_SHARDS,
-          value_parser = ranged::<u32>(1, MAX_SHARDS.into()))]
+          value_parser = ranged::<u32>(1..=MAX_SHARDS.into()))]
     pub shards: u32,
 }
 

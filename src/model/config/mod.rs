@@ -17,6 +17,7 @@
 //! struct's `Default` impl both name it, and a test per struct parses an
 //! empty command line and checks it equals `Default::default()`.
 
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 /// The help heading of the tuning knobs: settings whose defaults are what
@@ -70,26 +71,49 @@ pub use worker::{
     WAIT_TIMEOUT_MS,
 };
 
-/// A value parser for a whole-number setting in `lo..=hi`, for clap's
+/// A value parser for a whole-number setting in `range`, for clap's
 /// `value_parser`: anything else is refused at parse time with a message
 /// naming the range (`-1 is not in 1..=256`), so a setting's range is
 /// stated once, where the setting is. Spaces around the number are ignored.
 /// (A leading `-` reaches it as a value, not a flag: see
 /// `allow_negative_numbers` on the command line.)
 pub fn ranged<T>(
-    lo: i128,
-    hi: i128,
+    range: RangeInclusive<i128>,
 ) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
 where
     T: TryFrom<i128> + Clone + Send + Sync + 'static,
 {
     move |text: &str| match text.trim().parse::<i128>() {
-        Ok(n) if (lo..=hi).contains(&n) => {
-            T::try_from(n).map_err(|_| format!("{n} is not in {lo}..={hi}"))
-        }
-        Ok(n) => Err(format!("{n} is not in {lo}..={hi}")),
-        Err(_) => Err(format!("`{text}` is not a whole number in {lo}..={hi}")),
+        Ok(n) if range.contains(&n) => T::try_from(n).map_err(|_| not_in(n, &range)),
+        Ok(n) => Err(not_in(n, &range)),
+        Err(_) => Err(format!(
+            "`{text}` is not a whole number in {}..={}",
+            range.start(),
+            range.end()
+        )),
     }
+}
+
+/// A whole-number setting given in code rather than on the command line (a
+/// library user's struct, which [`ranged`] never saw), checked against the
+/// same range and refused in the same words.
+pub(crate) fn in_range(
+    value: i128,
+    range: RangeInclusive<i128>,
+    setting: &'static str,
+) -> Result<(), ConfigError> {
+    if range.contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            setting,
+            reason: not_in(value, &range),
+        })
+    }
+}
+
+fn not_in(n: i128, range: &RangeInclusive<i128>) -> String {
+    format!("{n} is not in {}..={}", range.start(), range.end())
 }
 
 /// Errors in the configuration: fatal, reported at start-up.
@@ -121,7 +145,7 @@ mod tests {
 
     #[test]
     fn ranged_values_name_their_range() {
-        let shards = ranged::<u32>(1, 256);
+        let shards = ranged::<u32>(1..=256);
         assert_eq!(shards("16"), Ok(16));
         assert_eq!(shards(" 256 "), Ok(256));
         assert_eq!(shards("-1").unwrap_err(), "-1 is not in 1..=256");
@@ -130,7 +154,7 @@ mod tests {
             shards("1e3").unwrap_err(),
             "`1e3` is not a whole number in 1..=256"
         );
-        let huge = ranged::<u64>(0, 3_600_000);
+        let huge = ranged::<u64>(0..=3_600_000);
         assert!(huge("99999999999999999999999999").is_err());
     }
 }

@@ -10,9 +10,15 @@ use crate::model::stats::DEFAULT_QUANTILE_PRECISIONS;
 
 /// The seeds' precisions: 1 s, 5 s, 1 min, 5 min, 1 h, 5 h, 1 day.
 pub const DEFAULT_PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
-/// [`DEFAULT_PRECISIONS`] as `--precisions` takes and `--help` shows them
-/// (a test checks that the two agree).
-pub const DEFAULT_PRECISIONS_FLAG: &str = "1,5,60,300,3600,18000,86400";
+/// [`DEFAULT_PRECISIONS`] as `--precisions` takes and `--help` shows them,
+/// `1,5,60,…`: written from the array, so the default is stated once.
+pub static DEFAULT_PRECISIONS_FLAG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    DEFAULT_PRECISIONS
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+});
 /// Default key prefix (`--prefix`): none, so the counters keep the seeds' key
 /// names (`known:`, `count:*`); set one to share a Redis between apps.
 pub const DEFAULT_PREFIX: &str = "";
@@ -55,7 +61,7 @@ pub struct LayoutArgs {
     pub prefix: String,
     /// Precisions in seconds, comma separated (spaces allowed), each
     /// 1..=31536000 (365 days).
-    #[arg(long, env = "HITCOUNT_PRECISIONS", value_parser = parse_precisions, default_value = DEFAULT_PRECISIONS_FLAG)]
+    #[arg(long, env = "HITCOUNT_PRECISIONS", value_parser = parse_precisions, default_value = DEFAULT_PRECISIONS_FLAG.as_str())]
     pub precisions: ::std::vec::Vec<u32>,
     /// Samples kept per counter, 1..=1000000000: a sample whose bucket starts
     /// at or before now - SAMPLES * PRECISION is cleaned (and never written).
@@ -365,10 +371,9 @@ mod tests {
 
     #[test]
     fn precisions_flag_matches_precisions() {
-        let parsed: Vec<u32> = DEFAULT_PRECISIONS_FLAG
-            .split(',')
-            .map(|p| p.parse().unwrap())
-            .collect();
-        assert_eq!(parsed, DEFAULT_PRECISIONS);
+        assert_eq!(
+            parse_precisions(&DEFAULT_PRECISIONS_FLAG).unwrap(),
+            DEFAULT_PRECISIONS
+        );
     }
 }

@@ -57,19 +57,12 @@ mod layout;
 mod leader;
 mod worker;
 
-pub use connection::{redact_url, ClusterMode, RedisArgs, DEFAULT_CLUSTER, DEFAULT_REDIS_URL};
-pub use layout::{
-    parse_precisions, LayoutArgs, StreamArgs, DEFAULT_DEAD_MAXLEN, DEFAULT_DEAD_STREAM,
-    DEFAULT_GROUP, DEFAULT_PRECISIONS, DEFAULT_PRECISIONS_FLAG, DEFAULT_PREFIX, DEFAULT_SAMPLES,
-    DEFAULT_SHARDS, DEFAULT_STREAM, MAX_PRECISION, MAX_SAMPLES, MAX_SHARDS,
-};
-pub use leader::{LeaderArgs, DEFAULT_CLEAN_INTERVAL_SECS, DEFAULT_LEADER_KEY, DEFAULT_LEASE_MS};
-pub use worker::{
-    WorkerArgs, DEFAULT_BLOCK_MS, DEFAULT_CLAIM_IDLE_MS, DEFAULT_CONSUMER_IDLE_MS,
-    DEFAULT_MAX_DELIVERIES, DEFAULT_READ_COUNT, DEFAULT_SHUTDOWN_TIMEOUT_SECS,
-    DEFAULT_WAIT_REPLICAS, DEFAULT_WINDOW_CELLS, DEFAULT_WINDOW_ENTRIES, DEFAULT_WINDOW_MS,
-    WAIT_TIMEOUT_MS,
-};
+// Every public item of the groups (their structs and `DEFAULT_*`
+// constants) under `config::`, without a list here to keep in step.
+pub use connection::*;
+pub use layout::*;
+pub use leader::*;
+pub use worker::*;
 
 /// A value parser for a whole-number setting in `range`, for clap's
 /// `value_parser`: anything else is refused at parse time with a message

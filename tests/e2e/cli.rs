@@ -285,3 +285,126 @@ fn the_configuration_page_states_the_binarys_defaults() {
     }
     assert!(checked >= 20, "only {checked} defaults checked");
 }
+
+/// The first range `LO..=HI` a text states, e.g. `1..=5000` in
+/// `ms, 1..=5000 (…)`.
+fn stated_range(text: &str) -> Option<(i128, i128)> {
+    text.match_indices("..=").find_map(|(at, _)| {
+        let lo: String = text[..at]
+            .chars()
+            .rev()
+            .take_while(char::is_ascii_digit)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let hi: String = text[at + 3..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        Some((lo.parse().ok()?, hi.parse().ok()?))
+    })
+}
+
+/// Every range docs/configuration.md states is the binary's own: for each
+/// setting whose row or help states a range `LO..=HI`, the row and the
+/// help state the same one, and the setting's own parser (its environment
+/// variable set aside) takes `LO` and `HI` and refuses `LO - 1` and
+/// `HI + 1`.
+#[test]
+fn the_configuration_page_states_the_binarys_ranges() {
+    use clap::CommandFactory;
+    let config = doc_page("docs/configuration.md");
+    let rows = configuration_rows(&config);
+    let cli = hitcount::edge::cli::Cli::command();
+    let mut checked = std::collections::BTreeSet::new();
+    for cmd in std::iter::once(&cli).chain(cli.get_subcommands()) {
+        for arg in cmd.get_arguments() {
+            let (Some(env), Some(long)) = (arg.get_env().and_then(|e| e.to_str()), arg.get_long())
+            else {
+                continue;
+            };
+            let Some((_, row)) = rows.iter().find(|(v, _)| v == env) else {
+                continue; // the_docs_match_the_binary reports it
+            };
+            let cell = row.split('|').nth(4).unwrap_or("");
+            let help = arg
+                .get_long_help()
+                .or(arg.get_help())
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            let page = stated_range(cell);
+            assert_eq!(
+                page,
+                stated_range(&help),
+                "{env}: docs/configuration.md's range {cell:?}, --{long}'s help {help:?}"
+            );
+            let Some((lo, hi)) = page else { continue };
+            let parses = |value: i128| {
+                clap::Command::new("t")
+                    .arg(arg.clone().env(None).required(false))
+                    .try_get_matches_from(["t".to_string(), format!("--{long}={value}")])
+                    .is_ok()
+            };
+            assert!(parses(lo) && parses(hi), "--{long} takes {lo} and {hi}");
+            assert!(
+                !parses(lo - 1) && !parses(hi + 1),
+                "--{long} refuses {} and {}",
+                lo - 1,
+                hi + 1
+            );
+            checked.insert(env);
+        }
+    }
+    assert!(checked.len() >= 20, "only {checked:?} ranges checked");
+}
+
+/// An operator meets at most 24 settings: `worker -h` (the short help)
+/// lists the worker's settings but its tuning knobs, which `--help` lists
+/// under "Advanced (tuning)"; the configuration page has the same split,
+/// the knobs in its "Advanced (tuning)" section and only there.
+#[test]
+fn an_operator_sees_at_most_24_settings() {
+    use clap::CommandFactory;
+    let short = stdout(&hitcount(&["worker", "-h"], &[]));
+    let long = stdout(&hitcount(&["worker", "--help"], &[]));
+    let shown = short.matches("[env: ").count();
+    assert!(shown <= 24, "worker -h shows {shown} settings:\n{short}");
+    assert!(!short.contains("Advanced (tuning)"), "{short}");
+    let config = doc_page("docs/configuration.md");
+    let advanced_at = config
+        .find("\n## Advanced (tuning)")
+        .expect("docs/configuration.md has an Advanced (tuning) section");
+    let advanced_end = config[advanced_at + 1..]
+        .find("\n## ")
+        .map_or(config.len(), |n| advanced_at + 1 + n);
+    let (main, advanced) = (
+        format!("{}{}", &config[..advanced_at], &config[advanced_end..]),
+        &config[advanced_at..advanced_end],
+    );
+    let cli = hitcount::edge::cli::Cli::command();
+    let worker = cli.find_subcommand("worker").unwrap();
+    let mut knobs = 0;
+    for arg in worker.get_arguments() {
+        let Some(env) = arg.get_env().and_then(|e| e.to_str()) else {
+            continue;
+        };
+        let flag = format!("--{} <", arg.get_long().unwrap());
+        let row = format!("| `{env}` |");
+        let knob = arg.get_help_heading() == Some("Advanced (tuning)");
+        assert_eq!(knob, arg.is_hide_short_help_set(), "{env}");
+        assert_eq!(!knob, short.contains(&flag), "{env} in worker -h");
+        assert!(long.contains(&flag), "{env} in worker --help");
+        assert_eq!(
+            knob,
+            advanced.contains(&row),
+            "{env} in the Advanced section"
+        );
+        assert_eq!(!knob, main.contains(&row), "{env} in the main tables");
+        knobs += usize::from(knob);
+    }
+    assert!(
+        long.matches("[env: ").count() == shown + knobs,
+        "worker --help lists every setting:\n{long}"
+    );
+}

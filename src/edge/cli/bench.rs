@@ -44,7 +44,7 @@ pub struct Args {
     latency_secs: u64,
     /// Also drain a backlog of this many entries with one worker and report
     /// its peak RSS (5000000 takes a few minutes), 0..=100000000.
-    #[arg(long, default_value_t = 0, value_parser = crate::model::config::ranged::<u64>(0, 100_000_000))]
+    #[arg(long, default_value_t = 0, value_parser = crate::model::config::ranged::<u64>(0..=100_000_000))]
     rss_backlog: u64,
     /// Extra flag for every worker, repeatable: `--worker-arg=--window-ms=200`.
     #[arg(long = "worker-arg", allow_hyphen_values = true)]

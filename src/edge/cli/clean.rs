@@ -23,7 +23,7 @@ pub struct Args {
     /// Seconds to wait for the lease while a worker holds it (0 to 3600):
     /// for a leader that died or stopped to let it lapse. A live leader,
     /// seen renewing it (within a third of the lease), is reported at once.
-    #[arg(long, default_value_t = 30, value_parser = crate::model::config::ranged::<u64>(0, 3600))]
+    #[arg(long, default_value_t = 30, value_parser = crate::model::config::ranged::<u64>(0..=3600))]
     wait: u64,
     /// Print the outcome as JSON.
     #[arg(long)]

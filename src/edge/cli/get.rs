@@ -13,7 +13,7 @@ pub struct Args {
     #[arg(value_parser = super::parse_counter_name)]
     name: String,
     /// Precision in seconds (one of the configured precisions).
-    #[arg(long, short, value_parser = crate::model::config::ranged::<u32>(1, crate::model::config::MAX_PRECISION.into()))]
+    #[arg(long, short, value_parser = crate::model::config::ranged::<u32>(1..=crate::model::config::MAX_PRECISION.into()))]
     precision: u32,
     /// Print the statistics of the values sent with the hits (the `value`
     /// field) instead of the counts: per bucket count, mean, min, max,

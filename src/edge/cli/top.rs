@@ -25,7 +25,7 @@ pub struct Args {
     /// The bucket's start in unix seconds (default: the current bucket): a
     /// multiple of the precision, not after now and not older than the
     /// precision keeps (SAMPLES × PRECISION seconds).
-    #[arg(long, value_parser = crate::model::config::ranged::<i64>(0, super::MAX_UNIX_SECONDS as i128))]
+    #[arg(long, value_parser = crate::model::config::ranged::<i64>(0..=(super::MAX_UNIX_SECONDS as i128)))]
     bucket: Option<i64>,
     /// How many names to print, 1 to 1000.
     #[arg(long, default_value_t = 10,

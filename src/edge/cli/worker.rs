@@ -8,8 +8,17 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::Common;
-use crate::model::config::{LeaderArgs, WorkerArgs};
+use crate::model::config::{LeaderArgs, WorkerArgs, ADVANCED};
 use crate::model::metrics::metrics;
+
+/// Default address of the worker's HTTP server (`--listen`): every
+/// interface, so Prometheus and the kubelet's probes reach it; the
+/// manifests in deploy/ name this port `metrics`.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:9184";
+/// Default seconds without a turn of the loop before /healthz fails
+/// (`--stuck-after`): a turn takes at most `--block-ms` (2 s) plus the 10 s
+/// reply timeout, so 60 s is five such turns missed.
+pub const DEFAULT_STUCK_AFTER_SECS: u64 = 60;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -20,7 +29,7 @@ pub struct Args {
     #[command(flatten)]
     leader: LeaderArgs,
     /// Address of the HTTP server: /metrics, /healthz, /readyz.
-    #[arg(long, env = "HITCOUNT_LISTEN", default_value = "0.0.0.0:9184")]
+    #[arg(long, env = "HITCOUNT_LISTEN", default_value = DEFAULT_LISTEN)]
     listen: String,
     /// Seconds without a turn of the worker loop after which /healthz fails
     /// (the loop turns at least every --block-ms plus a 10 s reply timeout,
@@ -28,8 +37,10 @@ pub struct Args {
     #[arg(
         long = "stuck-after",
         env = "HITCOUNT_STUCK_AFTER",
-        default_value_t = 60,
-        value_parser = crate::model::config::ranged::<u64>(1, 86_400)
+        help_heading = ADVANCED,
+        hide_short_help = true,
+        default_value_t = DEFAULT_STUCK_AFTER_SECS,
+        value_parser = crate::model::config::ranged::<u64>(1..=86_400)
     )]
     stuck_after_secs: u64,
 }

@@ -168,13 +168,7 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        assert_clap_defaults!(RedisArgs {
-            url: "REDIS_URL",
-            cluster: "HITCOUNT_CLUSTER",
-            ca: "HITCOUNT_REDIS_CA",
-            cert: "HITCOUNT_REDIS_CERT",
-            key: "HITCOUNT_REDIS_KEY",
-        });
+        crate::model::config::assert_clap_defaults::<RedisArgs>();
     }
 
     #[test]

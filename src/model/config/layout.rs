@@ -10,9 +10,15 @@ use crate::model::stats::DEFAULT_QUANTILE_PRECISIONS;
 
 /// The seeds' precisions: 1 s, 5 s, 1 min, 5 min, 1 h, 5 h, 1 day.
 pub const DEFAULT_PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
-/// [`DEFAULT_PRECISIONS`] as `--precisions` takes and `--help` shows them
-/// (a test checks that the two agree).
-pub const DEFAULT_PRECISIONS_FLAG: &str = "1,5,60,300,3600,18000,86400";
+/// [`DEFAULT_PRECISIONS`] as `--precisions` takes and `--help` shows them,
+/// `1,5,60,…`: written from the array, so the default is stated once.
+pub static DEFAULT_PRECISIONS_FLAG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    DEFAULT_PRECISIONS
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+});
 /// Default key prefix (`--prefix`): none, so the counters keep the seeds' key
 /// names (`known:`, `count:*`); set one to share a Redis between apps.
 pub const DEFAULT_PREFIX: &str = "";
@@ -55,15 +61,15 @@ pub struct LayoutArgs {
     pub prefix: String,
     /// Precisions in seconds, comma separated (spaces allowed), each
     /// 1..=31536000 (365 days).
-    #[arg(long, env = "HITCOUNT_PRECISIONS", value_parser = parse_precisions, default_value = DEFAULT_PRECISIONS_FLAG)]
+    #[arg(long, env = "HITCOUNT_PRECISIONS", value_parser = parse_precisions, default_value = DEFAULT_PRECISIONS_FLAG.as_str())]
     pub precisions: ::std::vec::Vec<u32>,
     /// Samples kept per counter, 1..=1000000000: a sample whose bucket starts
     /// at or before now - SAMPLES * PRECISION is cleaned (and never written).
     #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = DEFAULT_SAMPLES,
-          value_parser = ranged::<u32>(1, MAX_SAMPLES.into()))]
+          value_parser = ranged::<u32>(1..=MAX_SAMPLES.into()))]
     pub samples: u32,
-    /// Precisions (seconds, comma separated, each one of --precisions)
-    /// whose statistics of hit values keep a quantile histogram (fields
+    /// Precisions (seconds, comma separated, each 1..=31536000 and one of
+    /// --precisions) whose statistics of hit values keep a quantile histogram (fields
     /// `B:h:I` of `stats:PREC:NAME`). Empty: no histograms anywhere.
     /// Default: 60,3600,86400, those of them among --precisions.
     #[arg(long, env = "HITCOUNT_QUANTILE_PRECISIONS", value_parser = parse_precision_list)]
@@ -73,7 +79,7 @@ pub struct LayoutArgs {
 /// A comma-separated list of precisions in seconds, each 1..=[`MAX_PRECISION`]
 /// (spaces around each allowed); empty is an empty list.
 fn parse_precision_list(text: &str) -> Result<Vec<u32>, String> {
-    let precision = ranged::<u32>(1, MAX_PRECISION.into());
+    let precision = ranged::<u32>(1..=MAX_PRECISION.into());
     text.split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
@@ -178,7 +184,7 @@ pub struct StreamArgs {
         long = "dead-maxlen",
         env = "HITCOUNT_DEAD_MAXLEN",
         default_value_t = DEFAULT_DEAD_MAXLEN,
-        value_parser = ranged::<u64>(1, MAX_DEAD_MAXLEN.into())
+        value_parser = ranged::<u64>(1..=MAX_DEAD_MAXLEN.into())
     )]
     pub dead_maxlen: u64,
     /// Stream shards, 1..=256: with more than one, shard k of the stream is
@@ -187,7 +193,7 @@ pub struct StreamArgs {
     /// stream over the masters of a Redis Cluster; use at least 16 for 3
     /// masters.
     #[arg(long, env = "HITCOUNT_SHARDS", default_value_t = DEFAULT_SHARDS,
-          value_parser = ranged::<u32>(1, MAX_SHARDS.into()))]
+          value_parser = ranged::<u32>(1..=MAX_SHARDS.into()))]
     pub shards: u32,
 }
 
@@ -257,19 +263,8 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        assert_clap_defaults!(LayoutArgs {
-            prefix: "HITCOUNT_PREFIX",
-            precisions: "HITCOUNT_PRECISIONS",
-            samples: "HITCOUNT_SAMPLES",
-            quantile_precisions: "HITCOUNT_QUANTILE_PRECISIONS",
-        });
-        assert_clap_defaults!(StreamArgs {
-            stream: "HITCOUNT_STREAM",
-            group: "HITCOUNT_GROUP",
-            dead_stream: "HITCOUNT_DEAD_STREAM",
-            dead_maxlen: "HITCOUNT_DEAD_MAXLEN",
-            shards: "HITCOUNT_SHARDS",
-        });
+        crate::model::config::assert_clap_defaults::<LayoutArgs>();
+        crate::model::config::assert_clap_defaults::<StreamArgs>();
     }
 
     #[test]
@@ -376,10 +371,9 @@ mod tests {
 
     #[test]
     fn precisions_flag_matches_precisions() {
-        let parsed: Vec<u32> = DEFAULT_PRECISIONS_FLAG
-            .split(',')
-            .map(|p| p.parse().unwrap())
-            .collect();
-        assert_eq!(parsed, DEFAULT_PRECISIONS);
+        assert_eq!(
+            parse_precisions(&DEFAULT_PRECISIONS_FLAG).unwrap(),
+            DEFAULT_PRECISIONS
+        );
     }
 }

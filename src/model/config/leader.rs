@@ -2,11 +2,12 @@
 //! and length and the cleaner's interval, shared by `worker`, `clean` and
 //! `status`.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use clap::Args;
 
-use super::{ranged, ConfigError};
+use super::{in_range, ranged, ConfigError};
 
 /// Default key of the leader lease (`--leader-key`), behind the key prefix.
 pub const DEFAULT_LEADER_KEY: &str = "hitcount:leader";
@@ -16,6 +17,11 @@ pub const DEFAULT_LEASE_MS: u64 = 15_000;
 /// Default seconds between the starts of two cleaner passes
 /// (`--clean-interval`): the seeds clean once a minute.
 pub const DEFAULT_CLEAN_INTERVAL_SECS: u64 = 60;
+/// Accepted `--lease-ms`: from 300 ms, where a renewal (every third) still
+/// fits in a round trip with room to spare on a busy machine, to 10 minutes.
+const LEASE_MS_RANGE: RangeInclusive<i128> = 300..=600_000;
+/// Accepted `--clean-interval`, in seconds: up to a day.
+const CLEAN_INTERVAL_RANGE: RangeInclusive<i128> = 1..=86_400;
 
 /// The leader lease and the leader's duties (cleaning counters, trimming the
 /// stream).
@@ -33,7 +39,7 @@ pub struct LeaderArgs {
     /// third of this; if the leader dies, another worker takes over within
     /// about this long.
     #[arg(long = "lease-ms", env = "HITCOUNT_LEASE_MS", default_value_t = DEFAULT_LEASE_MS,
-          value_parser = ranged::<u64>(LeaderArgs::MIN_LEASE_MS.into(), 600_000))]
+          value_parser = ranged::<u64>(LEASE_MS_RANGE))]
     pub lease_ms: u64,
     /// Seconds between the starts of two cleaner passes, 1..=86400 (the
     /// seeds clean once a minute); a pass longer than this is followed by a
@@ -42,7 +48,7 @@ pub struct LeaderArgs {
         long = "clean-interval",
         env = "HITCOUNT_CLEAN_INTERVAL",
         default_value_t = DEFAULT_CLEAN_INTERVAL_SECS,
-        value_parser = ranged::<u64>(1, 86_400)
+        value_parser = ranged::<u64>(CLEAN_INTERVAL_RANGE)
     )]
     pub clean_interval_secs: u64,
 }
@@ -58,24 +64,20 @@ impl Default for LeaderArgs {
 }
 
 impl LeaderArgs {
-    /// Shortest lease: a renewal (every third) must fit in a round trip with
-    /// room to spare, even on a busy machine.
-    pub const MIN_LEASE_MS: u64 = 300;
-
-    /// Checks the settings.
+    /// Checks the settings: the whole numbers in their ranges (the command
+    /// line's parser refuses the rest already; a struct built in code has
+    /// not met it) and the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.lease_ms < Self::MIN_LEASE_MS {
-            return Err(ConfigError::Invalid {
-                setting: "--lease-ms / HITCOUNT_LEASE_MS",
-                reason: format!("must be at least {} ms", Self::MIN_LEASE_MS),
-            });
-        }
-        if self.clean_interval_secs == 0 {
-            return Err(ConfigError::Invalid {
-                setting: "--clean-interval / HITCOUNT_CLEAN_INTERVAL",
-                reason: "must be at least 1 s".into(),
-            });
-        }
+        in_range(
+            self.lease_ms.into(),
+            LEASE_MS_RANGE,
+            "--lease-ms / HITCOUNT_LEASE_MS",
+        )?;
+        in_range(
+            self.clean_interval_secs.into(),
+            CLEAN_INTERVAL_RANGE,
+            "--clean-interval / HITCOUNT_CLEAN_INTERVAL",
+        )?;
         if self.leader_key.is_empty() {
             return Err(ConfigError::Invalid {
                 setting: "--leader-key / HITCOUNT_LEADER_KEY",
@@ -102,10 +104,6 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        assert_clap_defaults!(LeaderArgs {
-            leader_key: "HITCOUNT_LEADER_KEY",
-            lease_ms: "HITCOUNT_LEASE_MS",
-            clean_interval_secs: "HITCOUNT_CLEAN_INTERVAL",
-        });
+        crate::model::config::assert_clap_defaults::<LeaderArgs>();
     }
 }

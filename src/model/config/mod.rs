@@ -17,35 +17,39 @@
 //! struct's `Default` impl both name it, and a test per struct parses an
 //! empty command line and checks it equals `Default::default()`.
 
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
-/// Test helper: parses an empty command line into `$ty` and asserts that
-/// every field equals `$ty::default()`'s, so the clap defaults and the
-/// `Default` impl cannot drift apart. Every field must be listed (with its
-/// environment variable): the pattern is exhaustive, so a new field that is
-/// not listed fails to compile. A field whose variable is set in the test
-/// environment is skipped, since clap reads it (tests run in parallel, so
-/// the variables are checked, never removed).
+/// The help heading of the tuning knobs: settings whose defaults are what
+/// the figures of docs/performance.md were measured with, which an operator
+/// should not need to change. They keep their flags, variables, defaults
+/// and ranges (deployments and tests set them), but `-h` leaves them out and
+/// `--help` lists them under this heading, so the settings an operator meets
+/// first stay few.
+pub const ADVANCED: &str = "Advanced (tuning)";
+
+/// Test helper: parses an empty command line into `T`, with every
+/// environment variable of its arguments unset for the parse (tests run in
+/// parallel and the variables of the test environment are left alone), and
+/// asserts that the result equals `T::default()` field by field (through
+/// `Debug`, which names every field), so the clap defaults and the
+/// `Default` impl cannot drift apart and a new field needs no list.
 #[cfg(test)]
-macro_rules! assert_clap_defaults {
-    ($ty:ident { $($field:ident: $env:literal),* $(,)? }) => {{
-        use clap::{Args as _, FromArgMatches as _};
-        let matches = <$ty>::augment_args(clap::Command::new("t"))
-            .try_get_matches_from(["t"])
-            .expect("an empty command line parses");
-        let parsed = <$ty>::from_arg_matches(&matches).expect("defaults convert");
-        let default = <$ty>::default();
-        let $ty { $($field: _),* } = &default;
-        $(
-            if std::env::var_os($env).is_none() {
-                assert_eq!(
-                    parsed.$field,
-                    default.$field,
-                    concat!(stringify!($ty), ".", stringify!($field), " (", $env, ")")
-                );
-            }
-        )*
-    }};
+fn assert_clap_defaults<T>()
+where
+    T: clap::Args + clap::FromArgMatches + Default + std::fmt::Debug,
+{
+    let cmd = T::augment_args(clap::Command::new("t")).mut_args(|arg| arg.env(None));
+    let matches = cmd
+        .try_get_matches_from(["t"])
+        .expect("an empty command line parses");
+    let parsed = T::from_arg_matches(&matches).expect("defaults convert");
+    assert_eq!(
+        format!("{parsed:#?}"),
+        format!("{:#?}", T::default()),
+        "the clap defaults of {} are its Default",
+        std::any::type_name::<T>()
+    );
 }
 
 mod connection;
@@ -53,40 +57,56 @@ mod layout;
 mod leader;
 mod worker;
 
-pub use connection::{redact_url, ClusterMode, RedisArgs, DEFAULT_CLUSTER, DEFAULT_REDIS_URL};
-pub use layout::{
-    parse_precisions, LayoutArgs, StreamArgs, DEFAULT_DEAD_MAXLEN, DEFAULT_DEAD_STREAM,
-    DEFAULT_GROUP, DEFAULT_PRECISIONS, DEFAULT_PRECISIONS_FLAG, DEFAULT_PREFIX, DEFAULT_SAMPLES,
-    DEFAULT_SHARDS, DEFAULT_STREAM, MAX_PRECISION, MAX_SAMPLES, MAX_SHARDS,
-};
-pub use leader::{LeaderArgs, DEFAULT_CLEAN_INTERVAL_SECS, DEFAULT_LEADER_KEY, DEFAULT_LEASE_MS};
-pub use worker::{
-    WorkerArgs, DEFAULT_BLOCK_MS, DEFAULT_CLAIM_IDLE_MS, DEFAULT_CONSUMER_IDLE_MS,
-    DEFAULT_MAX_DELIVERIES, DEFAULT_READ_COUNT, DEFAULT_SHUTDOWN_TIMEOUT_SECS,
-    DEFAULT_WAIT_REPLICAS, DEFAULT_WINDOW_CELLS, DEFAULT_WINDOW_ENTRIES, DEFAULT_WINDOW_MS,
-    WAIT_TIMEOUT_MS,
-};
+// Every public item of the groups (their structs and `DEFAULT_*`
+// constants) under `config::`, without a list here to keep in step.
+pub use connection::*;
+pub use layout::*;
+pub use leader::*;
+pub use worker::*;
 
-/// A value parser for a whole-number setting in `lo..=hi`, for clap's
+/// A value parser for a whole-number setting in `range`, for clap's
 /// `value_parser`: anything else is refused at parse time with a message
 /// naming the range (`-1 is not in 1..=256`), so a setting's range is
 /// stated once, where the setting is. Spaces around the number are ignored.
 /// (A leading `-` reaches it as a value, not a flag: see
 /// `allow_negative_numbers` on the command line.)
 pub fn ranged<T>(
-    lo: i128,
-    hi: i128,
+    range: RangeInclusive<i128>,
 ) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
 where
     T: TryFrom<i128> + Clone + Send + Sync + 'static,
 {
     move |text: &str| match text.trim().parse::<i128>() {
-        Ok(n) if (lo..=hi).contains(&n) => {
-            T::try_from(n).map_err(|_| format!("{n} is not in {lo}..={hi}"))
-        }
-        Ok(n) => Err(format!("{n} is not in {lo}..={hi}")),
-        Err(_) => Err(format!("`{text}` is not a whole number in {lo}..={hi}")),
+        Ok(n) if range.contains(&n) => T::try_from(n).map_err(|_| not_in(n, &range)),
+        Ok(n) => Err(not_in(n, &range)),
+        Err(_) => Err(format!(
+            "`{text}` is not a whole number in {}..={}",
+            range.start(),
+            range.end()
+        )),
     }
+}
+
+/// A whole-number setting given in code rather than on the command line (a
+/// library user's struct, which [`ranged`] never saw), checked against the
+/// same range and refused in the same words.
+pub(crate) fn in_range(
+    value: i128,
+    range: RangeInclusive<i128>,
+    setting: &'static str,
+) -> Result<(), ConfigError> {
+    if range.contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            setting,
+            reason: not_in(value, &range),
+        })
+    }
+}
+
+fn not_in(n: i128, range: &RangeInclusive<i128>) -> String {
+    format!("{n} is not in {}..={}", range.start(), range.end())
 }
 
 /// Errors in the configuration: fatal, reported at start-up.
@@ -118,7 +138,7 @@ mod tests {
 
     #[test]
     fn ranged_values_name_their_range() {
-        let shards = ranged::<u32>(1, 256);
+        let shards = ranged::<u32>(1..=256);
         assert_eq!(shards("16"), Ok(16));
         assert_eq!(shards(" 256 "), Ok(256));
         assert_eq!(shards("-1").unwrap_err(), "-1 is not in 1..=256");
@@ -127,7 +147,7 @@ mod tests {
             shards("1e3").unwrap_err(),
             "`1e3` is not a whole number in 1..=256"
         );
-        let huge = ranged::<u64>(0, 3_600_000);
+        let huge = ranged::<u64>(0..=3_600_000);
         assert!(huge("99999999999999999999999999").is_err());
     }
 }

@@ -1,11 +1,12 @@
 //! How a worker reads, windows, recovers and stops ([`WorkerArgs`]), and
 //! its consumer name.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use clap::Args;
 
-use super::{ranged, ConfigError};
+use super::{in_range, ranged, ConfigError, ADVANCED};
 
 /// Default entries per XREADGROUP (`--read-count`, COUNT): Redis spends about
 /// 1.4 µs per entry read, so 1000 keeps every read near 1.5 ms.
@@ -62,6 +63,33 @@ pub const WAIT_TIMEOUT_MS: u64 = 100;
 /// (`--shutdown-timeout`): under Kubernetes' 30 s grace period.
 pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 20;
 
+// The accepted values of each whole-number setting, read by its parser and
+// by [`WorkerArgs::validate`] (for settings given in code) alike.
+/// Accepted `--read-count`: bigger reads hold Redis over 10 ms.
+const READ_COUNT_RANGE: RangeInclusive<i128> = 1..=5000;
+/// Accepted `--block-ms`: Redis reads a BLOCK of 0 as "for ever".
+const BLOCK_MS_RANGE: RangeInclusive<i128> = 1..=300_000;
+/// Accepted `--window-entries`.
+const WINDOW_ENTRIES_RANGE: RangeInclusive<i128> = 1..=10_000_000;
+/// Accepted `--window-cells`.
+const WINDOW_CELLS_RANGE: RangeInclusive<i128> = 1..=10_000_000;
+/// Accepted `--window-ms`.
+const WINDOW_MS_RANGE: RangeInclusive<i128> = 1..=60_000;
+/// Accepted `--carry-ms`; 0 turns the carry off.
+const CARRY_MS_RANGE: RangeInclusive<i128> = 0..=3_600_000;
+/// Accepted `--carry-cells`; 0 turns the carry off.
+const CARRY_CELLS_RANGE: RangeInclusive<i128> = 0..=100_000_000;
+/// Accepted `--claim-idle-ms`: under 1 s, live workers would steal each other's entries.
+const CLAIM_IDLE_MS_RANGE: RangeInclusive<i128> = 1000..=86_400_000;
+/// Accepted `--max-deliveries`.
+const MAX_DELIVERIES_RANGE: RangeInclusive<i128> = 1..=1000;
+/// Accepted `--consumer-idle-ms`: up to 30 days.
+const CONSUMER_IDLE_MS_RANGE: RangeInclusive<i128> = 1000..=2_592_000_000;
+/// Accepted `--shutdown-timeout`, in seconds.
+const SHUTDOWN_TIMEOUT_RANGE: RangeInclusive<i128> = 0..=3600;
+/// Accepted `--wait-replicas`.
+const WAIT_REPLICAS_RANGE: RangeInclusive<i128> = 0..=16;
+
 /// How a worker reads, windows, recovers and stops.
 #[derive(Args, Debug, Clone)]
 pub struct WorkerArgs {
@@ -74,15 +102,15 @@ pub struct WorkerArgs {
     /// per entry read, so 1000 keeps every read near 1.5 ms.
     #[arg(
         long = "read-count",
-        env = "HITCOUNT_READ_COUNT",
+        env = "HITCOUNT_READ_COUNT", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_READ_COUNT,
-        value_parser = ranged::<usize>(1, 5000)
+        value_parser = ranged::<usize>(READ_COUNT_RANGE)
     )]
     pub read_count: usize,
     /// Longest wait for new entries when idle (XREADGROUP BLOCK), in ms,
     /// 1..=300000 (Redis reads 0 as "for ever").
-    #[arg(long = "block-ms", env = "HITCOUNT_BLOCK_MS", default_value_t = DEFAULT_BLOCK_MS,
-          value_parser = ranged::<u64>(1, 300_000))]
+    #[arg(long = "block-ms", env = "HITCOUNT_BLOCK_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_BLOCK_MS,
+          value_parser = ranged::<u64>(BLOCK_MS_RANGE))]
     pub block_ms: u64,
     /// A window is applied once it holds this many entries (1..=10000000). Each window
     /// costs one HINCRBY per (precision, name, bucket) it touches, so on
@@ -93,9 +121,9 @@ pub struct WorkerArgs {
     /// first. About 2 MB of entry ids per window.
     #[arg(
         long = "window-entries",
-        env = "HITCOUNT_WINDOW_ENTRIES",
+        env = "HITCOUNT_WINDOW_ENTRIES", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_WINDOW_ENTRIES,
-        value_parser = ranged::<usize>(1, 10_000_000)
+        value_parser = ranged::<usize>(WINDOW_ENTRIES_RANGE)
     )]
     pub window_entries: usize,
     /// ...or this many distinct (precision, name, bucket) cells (1..=10000000): many names
@@ -106,9 +134,9 @@ pub struct WorkerArgs {
     /// statistics (hits with a value) counts 3, plus 1 per 4 histogram entries.
     #[arg(
         long = "window-cells",
-        env = "HITCOUNT_WINDOW_CELLS",
+        env = "HITCOUNT_WINDOW_CELLS", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_WINDOW_CELLS,
-        value_parser = ranged::<usize>(1, 10_000_000)
+        value_parser = ranged::<usize>(WINDOW_CELLS_RANGE)
     )]
     pub window_cells: usize,
     /// ...or once its oldest entry was read this many ms ago, when the
@@ -116,30 +144,30 @@ pub struct WorkerArgs {
     /// its entries are younger than this): the bound on how late counters
     /// are, plus one apply. While the worker is behind the window may grow
     /// to ten times this age. 1..=60000.
-    #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", default_value_t = DEFAULT_WINDOW_MS,
-          value_parser = ranged::<u64>(1, 60_000))]
+    #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_WINDOW_MS,
+          value_parser = ranged::<u64>(WINDOW_MS_RANGE))]
     pub window_ms: u64,
     /// While behind, a window's count cells wait this long (ms), summed
     /// with the next windows', before they are applied (fewer HINCRBYs); a
     /// sum that comes of age when the rest of the stream would be read
     /// within as long again waits for the head, at most that long more; at
-    /// the stream's head and at shutdown they are applied at once. 0 applies
-    /// every window whole; at most 3600000. A wait longer than a quarter of
+    /// the stream's head and at shutdown they are applied at once.
+    /// 0..=3600000; 0 applies every window whole. A wait longer than a quarter of
     /// --claim-idle-ms is cut to that quarter, with a warning at start.
-    #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", default_value_t = DEFAULT_CARRY_MS,
-          value_parser = ranged::<u64>(0, 3_600_000))]
+    #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_CARRY_MS,
+          value_parser = ranged::<u64>(CARRY_MS_RANGE))]
     pub carry_ms: u64,
     /// The carry is applied once it sums this many distinct cells (more
-    /// cells: fewer HINCRBYs on many names, more worker memory); 0 applies
-    /// every window whole; at most 100000000. With stream shards each shard's worker sums its
+    /// cells: fewer HINCRBYs on many names, more worker memory),
+    /// 0..=100000000; 0 applies every window whole. With stream shards each shard's worker sums its
     /// own: on one Redis each gets an even share; on a Redis Cluster a
     /// process' shards go in together once they hold this many between
     /// them.
     #[arg(
         long = "carry-cells",
-        env = "HITCOUNT_CARRY_CELLS",
+        env = "HITCOUNT_CARRY_CELLS", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_CARRY_CELLS,
-        value_parser = ranged::<usize>(0, 100_000_000)
+        value_parser = ranged::<usize>(CARRY_CELLS_RANGE)
     )]
     pub carry_cells: usize,
     /// Entries pending longer than this (ms) on another consumer are
@@ -147,27 +175,27 @@ pub struct WorkerArgs {
     /// other's entries).
     #[arg(
         long = "claim-idle-ms",
-        env = "HITCOUNT_CLAIM_IDLE_MS",
+        env = "HITCOUNT_CLAIM_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_CLAIM_IDLE_MS,
-        value_parser = ranged::<u64>(1000, 86_400_000)
+        value_parser = ranged::<u64>(CLAIM_IDLE_MS_RANGE)
     )]
     pub claim_idle_ms: u64,
     /// An entry delivered more than this many times without being applied is
     /// dead-lettered, 1..=1000.
     #[arg(
         long = "max-deliveries",
-        env = "HITCOUNT_MAX_DELIVERIES",
+        env = "HITCOUNT_MAX_DELIVERIES", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_MAX_DELIVERIES,
-        value_parser = ranged::<u32>(1, 1000)
+        value_parser = ranged::<u32>(MAX_DELIVERIES_RANGE)
     )]
     pub max_deliveries: u32,
     /// Consumers idle this long (ms) that own no pending entry leave the
     /// group, 1000..=2592000000 (30 days).
     #[arg(
         long = "consumer-idle-ms",
-        env = "HITCOUNT_CONSUMER_IDLE_MS",
+        env = "HITCOUNT_CONSUMER_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_CONSUMER_IDLE_MS,
-        value_parser = ranged::<u64>(1000, 2_592_000_000)
+        value_parser = ranged::<u64>(CONSUMER_IDLE_MS_RANGE)
     )]
     pub consumer_idle_ms: u64,
     /// Seconds to finish the window in flight after SIGTERM before exiting
@@ -177,19 +205,19 @@ pub struct WorkerArgs {
         long = "shutdown-timeout",
         env = "HITCOUNT_SHUTDOWN_TIMEOUT",
         default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS,
-        value_parser = ranged::<u64>(0, 3600)
+        value_parser = ranged::<u64>(SHUTDOWN_TIMEOUT_RANGE)
     )]
     pub shutdown_timeout_secs: u64,
     /// On a Redis Cluster, replicas that must confirm each step of a window
     /// (its commit, each apply) before the next runs (WAIT 100 ms, repeated
     /// up to 2 s while an attached replica is behind; a master with none
-    /// attached is not waited for longer); 0 does not wait; at most 16.
+    /// attached is not waited for longer), 0..=16; 0 does not wait.
     /// Unused on one Redis.
     #[arg(
         long = "wait-replicas",
-        env = "HITCOUNT_WAIT_REPLICAS",
+        env = "HITCOUNT_WAIT_REPLICAS", help_heading = ADVANCED, hide_short_help = true,
         default_value_t = DEFAULT_WAIT_REPLICAS,
-        value_parser = ranged::<u32>(0, 16)
+        value_parser = ranged::<u32>(WAIT_REPLICAS_RANGE)
     )]
     pub wait_replicas: u32,
 }
@@ -242,31 +270,74 @@ impl WorkerArgs {
         unique_consumer_name()
     }
 
-    /// Checks the settings against each other.
+    /// Checks the settings: each whole number in its range (the command
+    /// line's parser refuses the rest already; a struct built in code has
+    /// not met it) and the consumer name.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.read_count == 0 || self.read_count > 5000 {
-            return Err(ConfigError::Invalid {
-                setting: "--read-count / HITCOUNT_READ_COUNT",
-                reason: "must be 1..=5000 (bigger reads hold Redis over 10 ms)".into(),
-            });
-        }
-        if self.window_entries == 0 || self.window_cells == 0 {
-            return Err(ConfigError::Invalid {
-                setting: "--window-entries / --window-cells",
-                reason: "must be at least 1".into(),
-            });
-        }
-        if self.claim_idle_ms < 1000 {
-            return Err(ConfigError::Invalid {
-                setting: "--claim-idle-ms / HITCOUNT_CLAIM_IDLE_MS",
-                reason: "under 1 s, live workers would steal each other's entries".into(),
-            });
-        }
-        if self.block_ms == 0 {
-            return Err(ConfigError::Invalid {
-                setting: "--block-ms / HITCOUNT_BLOCK_MS",
-                reason: "must be at least 1 ms (0 would make Redis block for ever)".into(),
-            });
+        let whole_numbers = [
+            (
+                self.read_count as i128,
+                READ_COUNT_RANGE,
+                "--read-count / HITCOUNT_READ_COUNT",
+            ),
+            (
+                self.block_ms.into(),
+                BLOCK_MS_RANGE,
+                "--block-ms / HITCOUNT_BLOCK_MS",
+            ),
+            (
+                self.window_entries as i128,
+                WINDOW_ENTRIES_RANGE,
+                "--window-entries / HITCOUNT_WINDOW_ENTRIES",
+            ),
+            (
+                self.window_cells as i128,
+                WINDOW_CELLS_RANGE,
+                "--window-cells / HITCOUNT_WINDOW_CELLS",
+            ),
+            (
+                self.window_ms.into(),
+                WINDOW_MS_RANGE,
+                "--window-ms / HITCOUNT_WINDOW_MS",
+            ),
+            (
+                self.carry_ms.into(),
+                CARRY_MS_RANGE,
+                "--carry-ms / HITCOUNT_CARRY_MS",
+            ),
+            (
+                self.carry_cells as i128,
+                CARRY_CELLS_RANGE,
+                "--carry-cells / HITCOUNT_CARRY_CELLS",
+            ),
+            (
+                self.claim_idle_ms.into(),
+                CLAIM_IDLE_MS_RANGE,
+                "--claim-idle-ms / HITCOUNT_CLAIM_IDLE_MS",
+            ),
+            (
+                self.max_deliveries.into(),
+                MAX_DELIVERIES_RANGE,
+                "--max-deliveries / HITCOUNT_MAX_DELIVERIES",
+            ),
+            (
+                self.consumer_idle_ms.into(),
+                CONSUMER_IDLE_MS_RANGE,
+                "--consumer-idle-ms / HITCOUNT_CONSUMER_IDLE_MS",
+            ),
+            (
+                self.shutdown_timeout_secs.into(),
+                SHUTDOWN_TIMEOUT_RANGE,
+                "--shutdown-timeout / HITCOUNT_SHUTDOWN_TIMEOUT",
+            ),
+            (
+                self.wait_replicas.into(),
+                WAIT_REPLICAS_RANGE,
+                "--wait-replicas / HITCOUNT_WAIT_REPLICAS",
+            ),
+        ];
+        for (value, range, setting) in whole_numbers {
+            in_range(value, range, setting)?;
         }
         if self
             .consumer
@@ -276,12 +347,6 @@ impl WorkerArgs {
             return Err(ConfigError::Invalid {
                 setting: "--consumer / HITCOUNT_CONSUMER",
                 reason: "must not have leading or trailing spaces or control characters".into(),
-            });
-        }
-        if self.max_deliveries == 0 {
-            return Err(ConfigError::Invalid {
-                setting: "--max-deliveries / HITCOUNT_MAX_DELIVERIES",
-                reason: "must be at least 1".into(),
             });
         }
         Ok(())
@@ -328,21 +393,7 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        assert_clap_defaults!(WorkerArgs {
-            consumer: "HITCOUNT_CONSUMER",
-            read_count: "HITCOUNT_READ_COUNT",
-            block_ms: "HITCOUNT_BLOCK_MS",
-            window_entries: "HITCOUNT_WINDOW_ENTRIES",
-            window_cells: "HITCOUNT_WINDOW_CELLS",
-            window_ms: "HITCOUNT_WINDOW_MS",
-            carry_ms: "HITCOUNT_CARRY_MS",
-            carry_cells: "HITCOUNT_CARRY_CELLS",
-            claim_idle_ms: "HITCOUNT_CLAIM_IDLE_MS",
-            max_deliveries: "HITCOUNT_MAX_DELIVERIES",
-            consumer_idle_ms: "HITCOUNT_CONSUMER_IDLE_MS",
-            shutdown_timeout_secs: "HITCOUNT_SHUTDOWN_TIMEOUT",
-            wait_replicas: "HITCOUNT_WAIT_REPLICAS",
-        });
+        crate::model::config::assert_clap_defaults::<WorkerArgs>();
     }
 
     #[test]
@@ -363,6 +414,44 @@ mod tests {
             let b = WorkerArgs::default().consumer_name();
             assert_ne!(a, b);
             assert!(a.contains(&format!("-{}-", std::process::id())), "{a}");
+        }
+    }
+
+    #[test]
+    fn settings_given_in_code_meet_the_parsers_ranges() {
+        WorkerArgs::default().validate().unwrap();
+        for (w, setting) in [
+            (
+                WorkerArgs {
+                    read_count: 5001,
+                    ..WorkerArgs::default()
+                },
+                "HITCOUNT_READ_COUNT",
+            ),
+            (
+                WorkerArgs {
+                    carry_ms: 3_600_001,
+                    ..WorkerArgs::default()
+                },
+                "HITCOUNT_CARRY_MS",
+            ),
+            (
+                WorkerArgs {
+                    wait_replicas: 17,
+                    ..WorkerArgs::default()
+                },
+                "HITCOUNT_WAIT_REPLICAS",
+            ),
+            (
+                WorkerArgs {
+                    claim_idle_ms: 999,
+                    ..WorkerArgs::default()
+                },
+                "HITCOUNT_CLAIM_IDLE_MS",
+            ),
+        ] {
+            let err = w.validate().unwrap_err().to_string();
+            assert!(err.contains(setting) && err.contains("is not in"), "{err}");
         }
     }
 

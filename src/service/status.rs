@@ -297,35 +297,38 @@ impl From<group::ConsumerInfo> for Consumer {
     }
 }
 
+/// A shard's line for tests of what status gathers and how it is shown.
+#[cfg(test)]
+pub(crate) fn test_shard(
+    k: u32,
+    lag: Option<u64>,
+    pending: u64,
+    age: f64,
+    consumers: &[(&str, u64, u64)],
+) -> Shard {
+    Shard {
+        shard: k,
+        stream: format!("hits:{{{k}}}"),
+        length: 10,
+        lag,
+        backlog_age_secs: age,
+        pending,
+        consumers: consumers
+            .iter()
+            .map(|&(name, pending, idle_ms)| Consumer {
+                name: name.into(),
+                pending,
+                idle_ms,
+            })
+            .collect(),
+        owner: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn shard(
-        k: u32,
-        lag: Option<u64>,
-        pending: u64,
-        age: f64,
-        consumers: &[(&str, u64, u64)],
-    ) -> Shard {
-        Shard {
-            shard: k,
-            stream: format!("hits:{{{k}}}"),
-            length: 10,
-            lag,
-            backlog_age_secs: age,
-            pending,
-            consumers: consumers
-                .iter()
-                .map(|&(name, pending, idle_ms)| Consumer {
-                    name: name.into(),
-                    pending,
-                    idle_ms,
-                })
-                .collect(),
-            owner: None,
-        }
-    }
+    use test_shard as shard;
 
     #[test]
     fn the_group_over_shards_sums_and_merges() {

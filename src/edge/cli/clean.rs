@@ -46,20 +46,7 @@ impl super::Uses for LeaderUses {
 pub(super) struct Uses;
 
 impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] = &[
-        "url",
-        "cluster",
-        "ca",
-        "cert",
-        "key",
-        "prefix",
-        "precisions",
-        "samples",
-        "stream",
-        "group",
-        "dead_stream",
-        "shards",
-    ];
+    const SHOWN: &'static [&'static str] = &super::SHARED;
     const HIDDEN: &'static [&'static str] = &[];
 }
 

@@ -254,33 +254,7 @@ fn render_masters(out: &mut String, masters: &[MasterShards], moves: &[ShardMove
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::status::{over_shards, Consumer, Leader};
-
-    fn shard(
-        k: u32,
-        lag: Option<u64>,
-        pending: u64,
-        age: f64,
-        consumers: &[(&str, u64, u64)],
-    ) -> Shard {
-        Shard {
-            shard: k,
-            stream: format!("hits:{{{k}}}"),
-            length: 10,
-            lag,
-            backlog_age_secs: age,
-            pending,
-            consumers: consumers
-                .iter()
-                .map(|&(name, pending, idle_ms)| Consumer {
-                    name: name.into(),
-                    pending,
-                    idle_ms,
-                })
-                .collect(),
-            owner: None,
-        }
-    }
+    use crate::service::status::{over_shards, test_shard as shard, Leader};
 
     #[test]
     fn the_table_has_a_line_per_shard_with_its_owner() {

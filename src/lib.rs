@@ -105,6 +105,8 @@
 //!   `hitcount serve` ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
 //!   benchmark and its synthetic names.
 
+#![warn(missing_docs)]
+
 pub mod edge;
 pub mod model;
 pub mod service;

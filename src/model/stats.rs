@@ -123,10 +123,15 @@ impl HistBucket {
 /// its histogram where kept.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
+    /// How many observations.
     pub count: i64,
+    /// Their sum.
     pub sum: f64,
+    /// The sum of their squares (for the standard deviation).
     pub sumsq: f64,
+    /// The smallest.
     pub min: f64,
+    /// The largest.
     pub max: f64,
     /// Empty where no histogram is kept.
     pub histogram: BTreeMap<HistBucket, i64>,

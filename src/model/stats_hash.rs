@@ -157,14 +157,21 @@ pub fn mean_of(count: Option<&str>, sum: Option<&str>) -> Option<(i64, f64)> {
 pub struct Row {
     /// The bucket start, unix seconds.
     pub t: i64,
+    /// Observations in the bucket.
     pub count: i64,
+    /// Their mean (`null` without any).
     pub mean: Option<f64>,
+    /// The smallest observed value.
     pub min: f64,
+    /// The largest observed value.
     pub max: f64,
     /// The population standard deviation.
     pub stddev: Option<f64>,
+    /// The median, from the histogram (`null` where none is kept).
     pub p50: Option<f64>,
+    /// The 90th percentile, likewise.
     pub p90: Option<f64>,
+    /// The 99th percentile, likewise.
     pub p99: Option<f64>,
 }
 

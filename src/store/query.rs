@@ -264,6 +264,7 @@ impl By {
 /// One name in a ranking.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ranked {
+    /// The counter's name.
     pub name: String,
     /// Hits (by count), or observations (by mean) in the bucket.
     pub count: i64,

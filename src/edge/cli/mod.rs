@@ -134,10 +134,13 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
 /// worker's own (`--quantile-precisions`, `--dead-maxlen`).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Common {
+    /// How to reach Redis.
     #[command(flatten)]
     pub redis: RedisArgs,
+    /// The counters' keys and precisions.
     #[command(flatten)]
     pub layout: LayoutArgs,
+    /// The stream, its group and shards.
     #[command(flatten)]
     pub stream: StreamArgs,
 }

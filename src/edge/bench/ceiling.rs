@@ -10,13 +10,13 @@ use super::{keys, read_count, BenchError};
 use crate::store::stream;
 
 /// The ceiling's group for `consumers` consumers.
-pub fn group(consumers: usize) -> String {
+pub(crate) fn group(consumers: usize) -> String {
     format!("bench-ceiling-{consumers}")
 }
 
 /// What the consumers did.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
-pub struct Drained {
+pub(crate) struct Drained {
     /// Entries read and acknowledged.
     pub entries: u64,
     /// Seconds from the first read to the last acknowledgement.
@@ -27,18 +27,18 @@ pub struct Drained {
 
 impl Drained {
     /// Entries per second.
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.entries as f64 / self.secs.max(1e-9)
     }
 
     /// Redis CPU per entry, µs: what one entry costs the Redis thread.
-    pub fn redis_cpu_us(&self) -> f64 {
+    pub(crate) fn redis_cpu_us(&self) -> f64 {
         self.redis_cpu_secs * 1e6 / (self.entries as f64).max(1.0)
     }
 }
 
 /// Redis' own CPU time so far, user + system, in seconds (`INFO cpu`).
-pub async fn redis_cpu_secs(conn: &mut Conn) -> Result<f64, BenchError> {
+pub(crate) async fn redis_cpu_secs(conn: &mut Conn) -> Result<f64, BenchError> {
     let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
     Ok(info
         .lines()
@@ -54,7 +54,7 @@ pub async fn redis_cpu_secs(conn: &mut Conn) -> Result<f64, BenchError> {
 
 /// Drains `stream` through the ceiling's group with `consumers` consumers,
 /// each on its own connection; checks that `expected` entries came through.
-pub async fn run(
+pub(crate) async fn run(
     client: &Client,
     stream_key: &str,
     consumers: usize,

@@ -27,7 +27,7 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// One drain, priced on each node that served it.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Side {
+pub(crate) struct Side {
     /// Hits drained (and counted exactly).
     pub hits: u64,
     /// Seconds from the first read to drained, on this machine.
@@ -44,23 +44,23 @@ pub struct Side {
 
 impl Side {
     /// Each node's CPU µs per hit.
-    pub fn cpu_per_hit(&self) -> Vec<f64> {
+    pub(crate) fn cpu_per_hit(&self) -> Vec<f64> {
         let hits = self.hits.max(1) as f64;
         self.used.iter().map(|u| u.cpu_us / hits).collect()
     }
 
     /// All nodes' CPU µs per hit.
-    pub fn total_per_hit(&self) -> f64 {
+    pub(crate) fn total_per_hit(&self) -> f64 {
         self.cpu_per_hit().iter().sum()
     }
 
     /// The busiest node's CPU µs per hit.
-    pub fn busiest_per_hit(&self) -> f64 {
+    pub(crate) fn busiest_per_hit(&self) -> f64 {
         self.cpu_per_hit().into_iter().fold(0.0, f64::max)
     }
 
     /// Commands per hit, all nodes (scripts' own commands included).
-    pub fn calls_per_hit(&self) -> f64 {
+    pub(crate) fn calls_per_hit(&self) -> f64 {
         self.used.iter().map(|u| u.calls as f64).sum::<f64>() / self.hits.max(1) as f64
     }
 }

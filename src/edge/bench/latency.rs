@@ -19,7 +19,7 @@ use crate::service::producer::{Producer, ProducerOptions};
 
 /// The delay figures.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Delay {
+pub(crate) struct Delay {
     /// Steady load, hits/s.
     pub rate: f64,
     /// Probes measured.
@@ -33,7 +33,7 @@ pub struct Delay {
 }
 
 /// Runs the steady load and the probe for `opts.latency_secs`.
-pub async fn visible_delay(
+pub(crate) async fn visible_delay(
     redis: &RedisArgs,
     rate: f64,
     opts: &Options,
@@ -115,7 +115,7 @@ pub async fn visible_delay(
 
 /// The producer's rates.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ProducerRate {
+pub(crate) struct ProducerRate {
     /// Hits sent.
     pub hits: u64,
     /// `hit()` calls per second on the caller's side.
@@ -130,7 +130,10 @@ pub struct ProducerRate {
 
 /// Sends `hits` hits over 1,000 names from this process as fast as `hit()`
 /// can be called.
-pub async fn producer_rate(redis: &RedisArgs, hits: u64) -> Result<ProducerRate, BenchError> {
+pub(crate) async fn producer_rate(
+    redis: &RedisArgs,
+    hits: u64,
+) -> Result<ProducerRate, BenchError> {
     let stream = "bench:producer:hits";
     let opts = ProducerOptions {
         max_buffered: hits + 1,

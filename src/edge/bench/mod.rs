@@ -14,18 +14,18 @@
 //! Apart from those, [`mod@serve`] (`--serve`) measures what `hitcount
 //! serve` costs Redis with dashboards open.
 
-pub mod ceiling;
-pub mod drain;
-pub mod latency;
-pub mod report;
-pub mod scaling;
-pub mod scaling_options;
-pub mod scaling_report;
-pub mod scaling_verdict;
-pub mod seeds;
-pub mod serve;
+pub(crate) mod ceiling;
+pub(crate) mod drain;
+pub(crate) mod latency;
+pub(crate) mod report;
+pub(crate) mod scaling;
+pub(crate) mod scaling_options;
+pub(crate) mod scaling_report;
+pub(crate) mod scaling_verdict;
+pub(crate) mod seeds;
+pub(crate) mod serve;
 pub mod usage;
-pub mod workers;
+pub(crate) mod workers;
 
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ use crate::edge::workload::{synthetic_value, Distribution, Names};
 use crate::model::config::{ConfigError, LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
 
-pub use report::Report;
+pub(crate) use report::Report;
 
 /// Entries per prefill pipeline.
 const PREFILL_BATCH: usize = 1000;
@@ -62,7 +62,7 @@ pub enum BenchError {
 /// The name distributions benchmarked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Workload {
+pub(crate) enum Workload {
     /// 1,000 names, each equally likely.
     Hot,
     /// Zipf(1.0) over 100,000 names.
@@ -73,7 +73,7 @@ pub enum Workload {
 
 impl Workload {
     /// The name sampler.
-    pub fn names(self) -> Names {
+    pub(crate) fn names(self) -> Names {
         match self {
             Workload::Hot => Names::new(1000, Distribution::Uniform),
             Workload::Zipf => Names::new(100_000, Distribution::Zipf(1.0)),
@@ -82,7 +82,7 @@ impl Workload {
     }
 
     /// Its label in the table.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Workload::Hot => "1,000 hot names",
             Workload::Zipf => "Zipf(1.0), 100k names",
@@ -93,7 +93,7 @@ impl Workload {
 
 /// What to run.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// The Redis to measure (its `bench:*` keys are written and deleted).
     pub redis: RedisArgs,
     /// Entries prefilled per workload.
@@ -115,12 +115,12 @@ pub struct Options {
 }
 
 /// Read size of the ceiling's consumer, the same as the worker's default.
-pub fn read_count() -> usize {
+pub(crate) fn read_count() -> usize {
     crate::model::config::WorkerArgs::default().read_count
 }
 
 /// Runs everything and returns the figures.
-pub async fn run(opts: &Options) -> Result<Report, BenchError> {
+pub(crate) async fn run(opts: &Options) -> Result<Report, BenchError> {
     let client = crate::store::connect::client(&opts.redis)?;
     let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
     cleanup(&mut conn).await?;
@@ -237,7 +237,7 @@ fn progress_bar(steps: u64, show: bool) -> ProgressBar {
 
 /// The hits of a prefilled stream: per name rank, and in all.
 #[derive(Debug, Clone)]
-pub struct Sent {
+pub(crate) struct Sent {
     /// The workload.
     pub workload: Workload,
     /// Hits per name rank.
@@ -248,7 +248,7 @@ pub struct Sent {
 
 /// Appends `n` hits (MessagePack form, no timestamp: the entry's own time;
 /// with a [`synthetic_value`] each if `values`) in pipelines of XADDs.
-pub async fn prefill(
+pub(crate) async fn prefill(
     conn: &mut Conn,
     stream: &str,
     workload: Workload,
@@ -291,7 +291,7 @@ async fn create_group(conn: &mut Conn, stream: &str, group: &str) -> Result<(), 
 }
 
 /// The keys of a run: its stream and group, its counters under `prefix`.
-pub fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
+pub(crate) fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
     let layout = LayoutArgs {
         prefix: prefix.into(),
         ..LayoutArgs::default()
@@ -307,7 +307,7 @@ pub fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
 
 /// Deletes every key matching `pattern` (SCAN + UNLINK) on the node `conn`
 /// reaches (SCAN on a cluster connection sees one node only).
-pub async fn delete_matching(conn: &mut Conn, pattern: &str) -> Result<(), BenchError> {
+pub(crate) async fn delete_matching(conn: &mut Conn, pattern: &str) -> Result<(), BenchError> {
     let mut cursor = 0u64;
     loop {
         let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
@@ -340,7 +340,7 @@ async fn cleanup(conn: &mut Conn) -> Result<(), BenchError> {
 
 /// Calls of every command since the last `CONFIG RESETSTAT`, scripts' own
 /// commands included, minus the RESETSTAT itself.
-pub async fn command_calls(conn: &mut Conn) -> Result<u64, BenchError> {
+pub(crate) async fn command_calls(conn: &mut Conn) -> Result<u64, BenchError> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -361,7 +361,7 @@ pub async fn command_calls(conn: &mut Conn) -> Result<u64, BenchError> {
 }
 
 /// Resets the command statistics.
-pub async fn reset_stats(conn: &mut Conn) -> Result<(), BenchError> {
+pub(crate) async fn reset_stats(conn: &mut Conn) -> Result<(), BenchError> {
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async(conn)
@@ -370,7 +370,7 @@ pub async fn reset_stats(conn: &mut Conn) -> Result<(), BenchError> {
 }
 
 /// The p-th percentile (0..=100) of sorted samples.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }

@@ -13,7 +13,7 @@ use super::{BenchError, Options, Workload};
 
 /// Where the figures come from.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Machine {
+pub(crate) struct Machine {
     /// Logical CPUs.
     pub cpus: usize,
     /// CPU model from /proc/cpuinfo.
@@ -24,7 +24,7 @@ pub struct Machine {
 
 impl Machine {
     /// This machine's CPUs and the version of the Redis behind `conn`.
-    pub async fn detect(conn: &mut Conn) -> Result<Machine, BenchError> {
+    pub(crate) async fn detect(conn: &mut Conn) -> Result<Machine, BenchError> {
         let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
         let redis = info
             .lines()
@@ -50,7 +50,7 @@ impl Machine {
 
 /// One workload and worker count.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Run {
+pub(crate) struct Run {
     /// The workload.
     pub workload: Workload,
     /// Workers, and consumers of the ceiling.
@@ -66,7 +66,7 @@ pub struct Run {
 
 /// Everything measured.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// The machine.
     pub machine: Machine,
     /// Entries per workload.
@@ -98,7 +98,7 @@ pub struct Report {
 
 impl Report {
     /// An empty report for this machine and Redis.
-    pub async fn new(conn: &mut Conn, opts: &Options) -> Result<Report, BenchError> {
+    pub(crate) async fn new(conn: &mut Conn, opts: &Options) -> Result<Report, BenchError> {
         Ok(Report {
             machine: Machine::detect(conn).await?,
             entries: opts.entries,
@@ -116,7 +116,7 @@ impl Report {
     }
 
     /// Adds a run.
-    pub fn add_run(
+    pub(crate) fn add_run(
         &mut self,
         workload: Workload,
         workers: usize,
@@ -134,7 +134,7 @@ impl Report {
 
     /// Adds the one-worker run of `workload` with hash-table counters,
     /// against the same ceiling as its listpack run.
-    pub fn add_hashtable_run(&mut self, workload: Workload, run: WorkerRun) {
+    pub(crate) fn add_hashtable_run(&mut self, workload: Workload, run: WorkerRun) {
         let ceiling = self
             .runs
             .iter()
@@ -152,13 +152,13 @@ impl Report {
     }
 
     /// Adds the seeds' way of a workload.
-    pub fn add_seeds(&mut self, workload: Workload, run: SeedsRun) {
+    pub(crate) fn add_seeds(&mut self, workload: Workload, run: SeedsRun) {
         self.seeds.push((workload, run));
     }
 
     /// The rate of the latency probe's steady load: half the first
     /// workload's one-worker hitcount rate (or its first run's).
-    pub fn latency_rate(&self) -> f64 {
+    pub(crate) fn latency_rate(&self) -> f64 {
         let first = self
             .runs
             .iter()
@@ -168,7 +168,7 @@ impl Report {
     }
 
     /// SLOWLOG entries in all (the summary lines hold `×N`).
-    pub fn slowlog_entries(&self) -> usize {
+    pub(crate) fn slowlog_entries(&self) -> usize {
         self.slowlog
             .iter()
             .filter_map(|l| {
@@ -190,7 +190,7 @@ impl Report {
     }
 
     /// The Markdown table and the lines under it.
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         let mut out = String::new();
         let m = &self.machine;
         let _ = writeln!(
@@ -315,7 +315,7 @@ impl Report {
 }
 
 /// 123456.7 → "123,457".
-pub fn thousands(x: f64) -> String {
+pub(crate) fn thousands(x: f64) -> String {
     let n = x.round() as i64;
     let s = n.abs().to_string();
     let mut out = String::new();

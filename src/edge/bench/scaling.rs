@@ -39,7 +39,7 @@ const IDLE_SAMPLE: Duration = Duration::from_secs(1);
 
 /// The cluster to measure.
 #[derive(Debug, Clone)]
-pub enum ClusterSource {
+pub(crate) enum ClusterSource {
     /// An existing cluster (`REDIS_URL`); its `bench:*` keys are written,
     /// then deleted.
     Url(RedisArgs),
@@ -58,7 +58,7 @@ pub enum ClusterSource {
 /// Starts what is needed (one throwaway redis-server for the comparison,
 /// always on this machine; the cluster unless one is given), runs
 /// [`run`] and stops them.
-pub async fn measure(
+pub(crate) async fn measure(
     source: ClusterSource,
     opts: &ScalingOptions,
 ) -> Result<ScalingReport, BenchError> {
@@ -95,7 +95,7 @@ pub async fn measure(
 
 /// Runs every workload and worker count on one Redis (`single`) and on the
 /// cluster, `opts.rounds` times, and returns the figures, judged.
-pub async fn run(
+pub(crate) async fn run(
     opts: &ScalingOptions,
     single: &RedisArgs,
     cluster: &RedisArgs,

@@ -7,7 +7,7 @@ use super::Workload;
 
 /// What to run.
 #[derive(Debug, Clone)]
-pub struct ScalingOptions {
+pub(crate) struct ScalingOptions {
     /// Hits per workload.
     pub entries: u64,
     /// Worker counts.

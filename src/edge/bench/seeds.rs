@@ -15,11 +15,11 @@ use crate::model::keys::Keys;
 /// with the seeds' own code on a 2-CPU machine (hits/s). A quoted figure, not
 /// a measurement of this run: the report prints it for reference and divides
 /// nothing by it.
-pub const SEEDS_PYTHON_REFERENCE_RATE: f64 = 3200.0;
+pub(crate) const SEEDS_PYTHON_REFERENCE_RATE: f64 = 3200.0;
 
 /// What the seeds' way did.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
-pub struct SeedsRun {
+pub(crate) struct SeedsRun {
     /// Hits sent.
     pub hits: u64,
     /// Wall time, seconds.
@@ -28,14 +28,18 @@ pub struct SeedsRun {
 
 impl SeedsRun {
     /// Hits per second.
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.hits as f64 / self.secs.max(1e-9)
     }
 }
 
 /// Counts `hits` hits drawn from `workload` the seeds' way, under
 /// `bench:seeds:`.
-pub async fn run(conn: &mut Conn, workload: Workload, hits: u64) -> Result<SeedsRun, BenchError> {
+pub(crate) async fn run(
+    conn: &mut Conn,
+    workload: Workload,
+    hits: u64,
+) -> Result<SeedsRun, BenchError> {
     let k = keys("bench:seeds:hits", "seeds", "bench:seeds:");
     let known = k.known();
     let names = workload.names();

@@ -27,11 +27,11 @@ use crate::model::keys::Keys;
 use crate::store::connect::Conn;
 
 /// Key prefix of everything this part writes.
-pub const PREFIX: &str = "bench:serve:";
+pub(crate) const PREFIX: &str = "bench:serve:";
 /// Buckets in each name's 1 min hash.
-pub const FIELDS: i64 = 10;
+pub(crate) const FIELDS: i64 = 10;
 /// Buckets in the charted names' 1 min hashes: a full two hours.
-pub const CHARTED_FIELDS: i64 = 120;
+pub(crate) const CHARTED_FIELDS: i64 = 120;
 /// Names written per pipeline.
 const SEED_BATCH: usize = 1000;
 /// Idle reading before the pages open.
@@ -41,11 +41,11 @@ const COLD_SCANS: i64 = 3;
 /// Names the page asks of `top`.
 const TOP_LIMIT: usize = 20;
 /// The latency goal of a request, ms: each kind reports how many missed it.
-pub const GOAL_MS: f64 = 50.0;
+pub(crate) const GOAL_MS: f64 = 50.0;
 
 /// What to run.
 #[derive(Debug, Clone)]
-pub struct ServeOptions {
+pub(crate) struct ServeOptions {
     /// The Redis to measure.
     pub redis: RedisArgs,
     /// Counter names written.
@@ -60,7 +60,7 @@ pub struct ServeOptions {
 
 /// Latencies of one kind of request, in milliseconds.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Latency {
+pub(crate) struct Latency {
     /// Requests.
     pub requests: usize,
     /// Median.
@@ -88,7 +88,7 @@ impl Latency {
 
 /// The figures.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ServeReport {
+pub(crate) struct ServeReport {
     /// Where they come from.
     pub machine: super::report::Machine,
     /// Counter names.
@@ -117,7 +117,7 @@ pub struct ServeReport {
 
 impl ServeReport {
     /// The figures as Markdown lines.
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         let row = |what: &str, l: &Latency| {
             format!(
                 "| {what} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
@@ -148,7 +148,7 @@ impl ServeReport {
 }
 
 /// Runs the serve benchmark; deletes what it wrote.
-pub async fn run(opts: &ServeOptions) -> Result<ServeReport, BenchError> {
+pub(crate) async fn run(opts: &ServeOptions) -> Result<ServeReport, BenchError> {
     let client = crate::store::connect::client(&opts.redis)?;
     let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
     super::delete_matching(&mut conn, &format!("{PREFIX}*")).await?;

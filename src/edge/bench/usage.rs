@@ -31,7 +31,7 @@ pub struct Node {
 
 /// A node's counters at one moment, or their growth between two.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Usage {
+pub(crate) struct Usage {
     /// Process CPU time, µs.
     pub cpu_us: f64,
     /// Commands run, scripts' own included.
@@ -43,7 +43,7 @@ pub struct Usage {
 
 impl Usage {
     /// The growth from `before` to `self`.
-    pub fn since(&self, before: &Usage) -> Usage {
+    pub(crate) fn since(&self, before: &Usage) -> Usage {
         let commands = self
             .commands
             .iter()
@@ -65,7 +65,7 @@ impl Usage {
 
     /// The commands that took the most time, most first: name, calls and
     /// µs, at most `n`.
-    pub fn top(&self, n: usize) -> Vec<(&str, u64, u64)> {
+    pub(crate) fn top(&self, n: usize) -> Vec<(&str, u64, u64)> {
         let mut v: Vec<(&str, u64, u64)> = self
             .commands
             .iter()
@@ -77,7 +77,7 @@ impl Usage {
     }
 
     /// Parses the text of `INFO cpu commandstats`.
-    pub fn parse(info: &str) -> Usage {
+    pub(crate) fn parse(info: &str) -> Usage {
         let mut u = Usage::default();
         for line in info.lines().map(str::trim_end) {
             if let Some(v) = line
@@ -109,7 +109,7 @@ impl Usage {
 
 impl Node {
     /// Its counters now.
-    pub async fn usage(&mut self) -> Result<Usage, BenchError> {
+    pub(crate) async fn usage(&mut self) -> Result<Usage, BenchError> {
         let info: String = redis::cmd("INFO")
             .arg("cpu")
             .arg("commandstats")
@@ -119,18 +119,18 @@ impl Node {
     }
 
     /// Whether it serves `slot`.
-    pub fn serves(&self, slot: u16) -> bool {
+    pub(crate) fn serves(&self, slot: u16) -> bool {
         self.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
     }
 
     /// Deletes its keys matching `pattern`.
-    pub async fn delete_matching(&mut self, pattern: &str) -> Result<(), BenchError> {
+    pub(crate) async fn delete_matching(&mut self, pattern: &str) -> Result<(), BenchError> {
         super::delete_matching(&mut self.conn, pattern).await
     }
 }
 
 /// One Redis (not a cluster) as a [`Node`] serving every slot.
-pub async fn single(redis: &RedisArgs) -> Result<Node, BenchError> {
+pub(crate) async fn single(redis: &RedisArgs) -> Result<Node, BenchError> {
     let url = redis
         .urls()
         .first()
@@ -223,7 +223,7 @@ fn host_port(url: &str) -> String {
 
 /// SLOWLOG entries, summed up per command, a script by its file:
 /// "EVALSHA apply.lua ×3 (max 12345 µs)".
-pub async fn slowlog(conn: &mut Conn) -> Result<Vec<String>, BenchError> {
+pub(crate) async fn slowlog(conn: &mut Conn) -> Result<Vec<String>, BenchError> {
     let entries: Vec<Value> = redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(128)

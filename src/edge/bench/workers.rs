@@ -21,13 +21,13 @@ const POLL: Duration = Duration::from_millis(10);
 const CHECK_BATCH: usize = 5000;
 
 /// The group of a run with `workers` workers.
-pub fn group(workers: usize) -> String {
+pub(crate) fn group(workers: usize) -> String {
     format!("bench-hitcount-{workers}")
 }
 
 /// How to start the workers of one run.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     redis: RedisArgs,
     workers: usize,
     extra: Vec<String>,
@@ -36,13 +36,13 @@ pub struct Target {
 
 impl Target {
     /// `workers` workers on `stream`, counters under `<stream>:w<workers>:`.
-    pub fn new(redis: &RedisArgs, stream: &str, workers: usize, extra: &[String]) -> Target {
+    pub(crate) fn new(redis: &RedisArgs, stream: &str, workers: usize, extra: &[String]) -> Target {
         Target::tagged(redis, stream, workers, extra, "")
     }
 
     /// Like [`Target::new`], with a group and counters of their own
     /// (`tag` appended to both), for a second run on the same stream.
-    pub fn tagged(
+    pub(crate) fn tagged(
         redis: &RedisArgs,
         stream: &str,
         workers: usize,
@@ -59,12 +59,12 @@ impl Target {
     }
 
     /// The keys the workers use.
-    pub fn keys(&self) -> &Keys {
+    pub(crate) fn keys(&self) -> &Keys {
         &self.keys
     }
 
     /// Starts the worker processes, logging to files in the temp directory.
-    pub fn spawn(&self) -> Result<Vec<Child>, BenchError> {
+    pub(crate) fn spawn(&self) -> Result<Vec<Child>, BenchError> {
         let exe = std::env::current_exe()?;
         let mut children = Vec::new();
         for i in 0..self.workers {
@@ -112,13 +112,13 @@ fn prefix(stream: &str, workers: usize, tag: &str) -> String {
 }
 
 /// The `known:` key of [`Target::new`]'s workers.
-pub fn known_key(stream: &str, workers: usize) -> String {
+pub(crate) fn known_key(stream: &str, workers: usize) -> String {
     keys(stream, &group(workers), &prefix(stream, workers, "")).known()
 }
 
 /// One run of the real workers.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct WorkerRun {
+pub(crate) struct WorkerRun {
     /// Entries drained and the time from the group's first read to drained.
     pub drained: Drained,
     /// Redis commands per hit, scripts' own commands included.
@@ -133,7 +133,11 @@ pub struct WorkerRun {
 
 /// Drains the prefilled stream with the target's workers and checks the
 /// counters against `sent`.
-pub async fn run(conn: &mut Conn, target: &Target, sent: &Sent) -> Result<WorkerRun, BenchError> {
+pub(crate) async fn run(
+    conn: &mut Conn,
+    target: &Target,
+    sent: &Sent,
+) -> Result<WorkerRun, BenchError> {
     let k = target.keys();
     reset_stats(conn).await?;
     let mut children = target.spawn()?;
@@ -191,7 +195,7 @@ pub async fn run(conn: &mut Conn, target: &Target, sent: &Sent) -> Result<Worker
 }
 
 /// An error when a worker has exited or `deadline` has passed.
-pub fn check_alive(children: &mut [Child], deadline: Instant) -> Result<(), BenchError> {
+pub(crate) fn check_alive(children: &mut [Child], deadline: Instant) -> Result<(), BenchError> {
     for c in children.iter_mut() {
         if let Some(status) = c.try_wait()? {
             return Err(BenchError::Check(format!(
@@ -209,7 +213,7 @@ pub fn check_alive(children: &mut [Child], deadline: Instant) -> Result<(), Benc
 }
 
 /// Sends `sig` to every worker (SIGSTOP and SIGCONT pause and resume them).
-pub fn signal(children: &[Child], sig: libc::c_int) {
+pub(crate) fn signal(children: &[Child], sig: libc::c_int) {
     for c in children {
         if let Some(pid) = c.id() {
             // SAFETY: kill(2) on a child we started and have not reaped.
@@ -220,7 +224,7 @@ pub fn signal(children: &[Child], sig: libc::c_int) {
 
 /// Stops the workers with SIGTERM (they finish their window and leave the
 /// group) and waits for them; kills any still running after 30 s.
-pub async fn stop(children: Vec<Child>) {
+pub(crate) async fn stop(children: Vec<Child>) {
     signal(&children, libc::SIGTERM);
     for mut c in children {
         if tokio::time::timeout(Duration::from_secs(30), c.wait())
@@ -234,7 +238,7 @@ pub async fn stop(children: Vec<Child>) {
 
 /// Calls of one command (lower case, e.g. `hincrby`) since the last
 /// `CONFIG RESETSTAT`, scripts' own calls included.
-pub async fn calls_of(conn: &mut Conn, command: &str) -> Result<u64, BenchError> {
+pub(crate) async fn calls_of(conn: &mut Conn, command: &str) -> Result<u64, BenchError> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -248,13 +252,16 @@ pub async fn calls_of(conn: &mut Conn, command: &str) -> Result<u64, BenchError>
 
 /// `hash-max-listpack-entries` low enough that counter hashes of 120
 /// samples are hash tables (the "hashtable" runs).
-pub const HASHTABLE_ENTRIES: u32 = 16;
+pub(crate) const HASHTABLE_ENTRIES: u32 = 16;
 /// Samples per counter hash when measuring its memory: the default
 /// `HITCOUNT_SAMPLES`.
 const MEMORY_SAMPLES: i64 = 120;
 
 /// Sets `hash-max-listpack-entries` and returns the value it had.
-pub async fn set_listpack_entries(conn: &mut Conn, entries: &str) -> Result<String, BenchError> {
+pub(crate) async fn set_listpack_entries(
+    conn: &mut Conn,
+    entries: &str,
+) -> Result<String, BenchError> {
     let old: (String, String) = redis::cmd("CONFIG")
         .arg("GET")
         .arg("hash-max-listpack-entries")
@@ -272,7 +279,7 @@ pub async fn set_listpack_entries(conn: &mut Conn, entries: &str) -> Result<Stri
 /// Bytes of one counter hash of [`MEMORY_SAMPLES`] samples (`MEMORY
 /// USAGE`), as Redis' current `hash-max-listpack-entries` encodes it, and
 /// that encoding. Written as the worker writes one: HINCRBY, bucket by bucket.
-pub async fn counter_hash_bytes(conn: &mut Conn) -> Result<(u64, String), BenchError> {
+pub(crate) async fn counter_hash_bytes(conn: &mut Conn) -> Result<(u64, String), BenchError> {
     let key = "bench:memory:count:60:page";
     let _: () = redis::cmd("DEL").arg(key).query_async(conn).await?;
     let start = crate::model::clock::unix_ms() / 1000 / 60 * 60;
@@ -301,12 +308,12 @@ pub async fn counter_hash_bytes(conn: &mut Conn) -> Result<(u64, String), BenchE
 }
 
 /// The group tag of the one-worker run with hash-table counters.
-pub const HASHTABLE_TAG: &str = "-ht";
+pub(crate) const HASHTABLE_TAG: &str = "-ht";
 
 /// One worker drains `stream` again (its own group, tagged
 /// [`HASHTABLE_TAG`], created up front) with `hash-max-listpack-entries`
 /// at [`HASHTABLE_ENTRIES`], restored afterwards whatever happens.
-pub async fn hashtable_run(
+pub(crate) async fn hashtable_run(
     conn: &mut Conn,
     redis: &RedisArgs,
     stream: &str,
@@ -323,7 +330,7 @@ pub async fn hashtable_run(
 /// Bytes of a counter hash of 120 samples and its encoding, with Redis'
 /// `hash-max-listpack-entries` as it is, then at [`HASHTABLE_ENTRIES`]
 /// (restored afterwards).
-pub async fn hash_memory(conn: &mut Conn) -> Result<Vec<(String, u64)>, BenchError> {
+pub(crate) async fn hash_memory(conn: &mut Conn) -> Result<Vec<(String, u64)>, BenchError> {
     let (lp, lp_enc) = counter_hash_bytes(conn).await?;
     let old = set_listpack_entries(conn, &HASHTABLE_ENTRIES.to_string()).await?;
     let ht = counter_hash_bytes(conn).await;
@@ -339,7 +346,7 @@ pub async fn hash_memory(conn: &mut Conn) -> Result<Vec<(String, u64)>, BenchErr
 }
 
 /// VmHWM of a process, KiB.
-pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+pub(crate) fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
@@ -353,7 +360,11 @@ async fn last_delivered(conn: &mut Conn, k: &Keys) -> Result<Option<String>, Ben
 }
 
 /// The sum of every day counter of the names that were sent.
-pub async fn day_total(conn: &mut Conn, k: &Keys, per_name: &[u64]) -> Result<i64, BenchError> {
+pub(crate) async fn day_total(
+    conn: &mut Conn,
+    k: &Keys,
+    per_name: &[u64],
+) -> Result<i64, BenchError> {
     let ranks: Vec<usize> = (0..per_name.len()).filter(|&r| per_name[r] > 0).collect();
     let mut total = 0i64;
     for batch in ranks.chunks(CHECK_BATCH) {

@@ -13,7 +13,7 @@ use crate::edge::embedded::{RedisServer, ServerOptions};
 use crate::model::config::RedisArgs;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Redis to measure (its `bench:*` keys are written, then deleted).
     /// Default: a throwaway redis-server with the SLOWLOG at 10 ms.
     #[arg(long = "redis-url", env = "REDIS_URL", hide_env_values = true)]
@@ -105,7 +105,7 @@ pub struct Args {
     serve_secs: u64,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.entries > 0 && !args.workers.contains(&0),
         "--entries and every --workers count must be at least 1"

@@ -15,7 +15,7 @@ use crate::service::leader::Lease;
 use crate::store::counters::format_utc;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Run a single pass and exit (the only mode: workers clean on their own
     /// while one of them leads).
     #[arg(long, required = true)]
@@ -50,7 +50,7 @@ impl super::Uses for Uses {
     const HIDDEN: &'static [&'static str] = &[];
 }
 
-pub async fn run(mut args: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let _ = args.once;
     args.common.validate()?;
     args.leader.validate()?;

@@ -28,7 +28,7 @@ use crate::service::producer::{Producer, ProducerOptions};
 use crate::store::counters;
 
 /// Where the demo serves its dashboard; any free port when it is taken.
-pub const DEFAULT_DASHBOARD: &str = "127.0.0.1:9185";
+pub(crate) const DEFAULT_DASHBOARD: &str = "127.0.0.1:9185";
 
 /// Most names `demo` counts: its check reads each name's counter.
 const MAX_NAMES: u64 = 100_000;
@@ -58,7 +58,7 @@ async fn clear(conn: &mut crate::store::connect::Conn) -> redis::RedisResult<u64
 }
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Redis to use instead of a throwaway one. Its keys `demo:*` (and the
     /// demo stream's bookkeeping `{demo:hits}:*`) are deleted first, then
     /// written.
@@ -81,7 +81,7 @@ pub struct Args {
     keep_serving: bool,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     // Taken first: a bad --dashboard fails before the demo runs.
     let listener = listen(&args.dashboard).await?;
     let server = match &args.redis_url {

@@ -8,7 +8,7 @@ use crate::model::stats_hash::Row;
 use crate::store::{counters, stats_query};
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Counter name (1 to 4096 bytes).
     #[arg(value_parser = super::parse_counter_name)]
     name: String,
@@ -46,7 +46,7 @@ impl super::Uses for Uses {
         &["samples", "stream", "group", "dead_stream", "shards"];
 }
 
-pub async fn run(mut args: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     super::configured_precision(&args.common.layout.precisions, args.precision)?;
     let mut conn = super::connect(&args.common.redis).await?;

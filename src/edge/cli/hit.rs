@@ -8,7 +8,7 @@ use super::Common;
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Counter name, e.g. page:home (1 to 4096 bytes).
     #[arg(value_parser = super::parse_hit_name)]
     name: String,
@@ -81,7 +81,7 @@ fn refuse_at(ts: f64, now_ms: i64, precisions: &[u32], samples: u32) -> Option<S
     None
 }
 
-pub async fn run(mut args: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     if let Some(ts) = args.at {
         let layout = &args.common.layout;

@@ -17,7 +17,7 @@ const MAX_IN_FLIGHT: u64 = 200_000;
 const FLUSH_DEADLINE: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Number of hit events to send (at least 1).
     #[arg(long, value_parser = super::parse_at_least_one)]
     hits: u64,
@@ -51,7 +51,7 @@ impl super::Uses for Uses {
 
 /// What a load run sent.
 #[derive(Debug, Clone)]
-pub struct Sent {
+pub(crate) struct Sent {
     /// Events sent.
     pub hits: u64,
     /// Hits per name rank.
@@ -62,7 +62,7 @@ pub struct Sent {
     pub interrupted: bool,
 }
 
-pub async fn run(mut args: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     let producer = super::checked_producer(&args.common).await?;
     let dist = args.zipf.map_or(Distribution::Uniform, Distribution::Zipf);
@@ -130,7 +130,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
 /// (with a [`synthetic_value`] each if `values`), and waits until they
 /// are in Redis. Once `stop` is triggered it generates no more and returns
 /// what it generated, `interrupted`.
-pub async fn send(
+pub(crate) async fn send(
     producer: &Producer,
     hits: u64,
     names: &Names,

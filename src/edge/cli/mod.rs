@@ -29,10 +29,10 @@ mod status;
 mod top;
 mod worker;
 
-pub use settings::{Pick, Uses};
+pub(crate) use settings::{Pick, Uses};
 
-pub use reach::{
-    cause, check_stream, checked_producer, connect, connect_single, one_line, redis_error, refused,
+pub(crate) use reach::{
+    check_stream, checked_producer, connect, connect_single, one_line, refused,
 };
 
 /// Count hits at scale on Redis: a stream of hit events in, multi-precision
@@ -133,7 +133,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
 /// layout and stream settings ([`SHARED`]) unshown, and leaves out the
 /// worker's own (`--quantile-precisions`, `--dead-maxlen`).
 #[derive(clap::Args, Debug, Clone, Default)]
-pub struct Common {
+pub(crate) struct Common {
     /// How to reach Redis.
     #[command(flatten)]
     pub redis: RedisArgs,
@@ -148,7 +148,7 @@ pub struct Common {
 /// The settings of [`Common`] every command that flattens it accepts: how
 /// to reach Redis and the layout and stream settings a deployment shares
 /// (a command checks them against each other even where it uses few).
-pub const SHARED: [&str; 12] = [
+pub(crate) const SHARED: [&str; 12] = [
     "url",
     "cluster",
     "ca",
@@ -165,7 +165,7 @@ pub const SHARED: [&str; 12] = [
 
 impl Common {
     /// Checks the layout and the stream names (sorting the precisions).
-    pub fn validate(&mut self) -> Result<(), crate::model::config::ConfigError> {
+    pub(crate) fn validate(&mut self) -> Result<(), crate::model::config::ConfigError> {
         self.layout.validate()?;
         self.stream.validate()
     }
@@ -252,7 +252,7 @@ pub struct StdoutClosed;
 
 /// Writes `text` to stdout and flushes; [`StdoutClosed`] when the reader has
 /// gone (broken pipe).
-pub fn out(text: &str) -> anyhow::Result<()> {
+pub(crate) fn out(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())
@@ -266,12 +266,12 @@ pub fn out(text: &str) -> anyhow::Result<()> {
 
 /// Most distinct names `load` and `demo` draw from (`page:0` ..): the
 /// samplers hold a few words per name.
-pub const MAX_NAMES: u64 = 10_000_000;
+pub(crate) const MAX_NAMES: u64 = 10_000_000;
 /// Largest Zipf exponent accepted: beyond it every hit goes to `page:0`.
-pub const MAX_ZIPF: f64 = 10.0;
+pub(crate) const MAX_ZIPF: f64 = 10.0;
 
 /// A count that must be at least 1 (`--hits`, `--rate`...).
-pub fn parse_at_least_one(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_at_least_one(text: &str) -> Result<u64, String> {
     match text.parse::<u64>() {
         Ok(n) if n >= 1 => Ok(n),
         Ok(_) => Err("must be at least 1".into()),
@@ -280,12 +280,12 @@ pub fn parse_at_least_one(text: &str) -> Result<u64, String> {
 }
 
 /// `--names`: 1..=[`MAX_NAMES`].
-pub fn names_parser() -> clap::builder::RangedU64ValueParser<usize> {
+pub(crate) fn names_parser() -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_NAMES)
 }
 
 /// `--zipf`: a finite exponent from 0 (uniform) to [`MAX_ZIPF`].
-pub fn parse_zipf(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_zipf(text: &str) -> Result<f64, String> {
     let s: f64 = text
         .parse()
         .map_err(|_| format!("`{text}` is not a number"))?;
@@ -298,7 +298,7 @@ pub fn parse_zipf(text: &str) -> Result<f64, String> {
 
 /// A counter's name to read (`get`): 1..=4096 bytes, as no other can
 /// have been counted.
-pub fn parse_counter_name(text: &str) -> Result<String, String> {
+pub(crate) fn parse_counter_name(text: &str) -> Result<String, String> {
     match text.len() {
         0 => Err("a counter's name cannot be empty (no hit with an empty name is counted)".into()),
         n if n > crate::model::event::MAX_NAME_BYTES => Err(format!(
@@ -311,7 +311,7 @@ pub fn parse_counter_name(text: &str) -> Result<String, String> {
 
 /// A hit's name as the worker accepts it: 1..=4096 bytes (longer or empty
 /// names are dead-lettered).
-pub fn parse_hit_name(text: &str) -> Result<String, String> {
+pub(crate) fn parse_hit_name(text: &str) -> Result<String, String> {
     match text.len() {
         0 => Err("a hit's name cannot be empty (the worker would dead-letter it)".into()),
         n if n > crate::model::event::MAX_NAME_BYTES => Err(format!(
@@ -323,12 +323,12 @@ pub fn parse_hit_name(text: &str) -> Result<String, String> {
 }
 
 /// Latest time a command line takes, in unix seconds: 9999-12-31T23:59:59Z.
-pub const MAX_UNIX_SECONDS: f64 = 253_402_300_799.0;
+pub(crate) const MAX_UNIX_SECONDS: f64 = 253_402_300_799.0;
 
 /// A time in unix seconds as the worker accepts it: finite, ≥ 0 and at
 /// most [`MAX_UNIX_SECONDS`] (later ones are far past what it counts, and
 /// would print as hundreds of digits).
-pub fn parse_unix_seconds(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_unix_seconds(text: &str) -> Result<f64, String> {
     let ts: f64 = text
         .trim()
         .parse()
@@ -343,14 +343,14 @@ pub fn parse_unix_seconds(text: &str) -> Result<f64, String> {
 }
 
 /// "1 sample", "2 samples".
-pub fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
+pub(crate) fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
     let n = n.into();
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// `precision` if it is one of the configured `precisions`, else an error
 /// naming them (`get --precision`, `top --precision`).
-pub fn configured_precision(precisions: &[u32], precision: u32) -> anyhow::Result<u32> {
+pub(crate) fn configured_precision(precisions: &[u32], precision: u32) -> anyhow::Result<u32> {
     if precisions.contains(&precision) {
         return Ok(precision);
     }
@@ -364,7 +364,7 @@ pub fn configured_precision(precisions: &[u32], precision: u32) -> anyhow::Resul
 
 /// A measured value for a table: up to 3 decimals, trailing zeros cut,
 /// scientific notation when very large or small; `-` for none.
-pub fn number(v: Option<f64>) -> String {
+pub(crate) fn number(v: Option<f64>) -> String {
     match v {
         None => "-".to_string(),
         Some(v) if v == 0.0 || (1e-3..1e12).contains(&v.abs()) => {
@@ -381,7 +381,10 @@ pub fn number(v: Option<f64>) -> String {
 }
 
 /// Worker settings from the command line groups.
-pub fn worker_settings(common: &Common, worker: &WorkerArgs) -> crate::service::worker::Settings {
+pub(crate) fn worker_settings(
+    common: &Common,
+    worker: &WorkerArgs,
+) -> crate::service::worker::Settings {
     crate::service::worker::Settings {
         redis: common.redis.clone(),
         layout: common.layout.clone(),
@@ -446,7 +449,11 @@ mod tests {
             redis::ErrorKind::AuthenticationFailed,
             "Password authentication failed",
         ));
-        assert!(cause(&err).contains("WRONGPASS"), "{}", cause(&err));
+        assert!(
+            reach::cause(&err).contains("WRONGPASS"),
+            "{}",
+            reach::cause(&err)
+        );
         let e = one_line(
             anyhow::Error::new(err).context("reading"),
             Some("redis://u:secret@h:1"),

@@ -14,7 +14,7 @@ use crate::store::shard_count::Recorded;
 /// What went wrong, in one line: for a reply error (alone or the first of a
 /// pipeline) its code and message, plus a hint for the usual causes; else
 /// the client's words.
-pub fn cause(err: &RedisError) -> String {
+pub(crate) fn cause(err: &RedisError) -> String {
     if crate::store::error::is_not_redis(err) {
         return crate::store::connect::describe(err);
     }
@@ -49,7 +49,7 @@ pub fn cause(err: &RedisError) -> String {
 }
 
 /// A Redis error as one line naming the Redis URL (password hidden).
-pub fn redis_error(url: &str, err: &RedisError) -> anyhow::Error {
+pub(crate) fn redis_error(url: &str, err: &RedisError) -> anyhow::Error {
     if crate::store::error::is_not_redis(err) {
         // Names the URL already.
         return anyhow!(cause(err));
@@ -59,7 +59,7 @@ pub fn redis_error(url: &str, err: &RedisError) -> anyhow::Error {
 
 /// Rewrites an error whose cause is a [`RedisError`] as one line: the
 /// contexts above it, then [`redis_error`]. Other errors pass unchanged.
-pub fn one_line(err: anyhow::Error, url: Option<&str>) -> anyhow::Error {
+pub(crate) fn one_line(err: anyhow::Error, url: Option<&str>) -> anyhow::Error {
     let Some(redis) = err.chain().find_map(|e| e.downcast_ref::<RedisError>()) else {
         return err;
     };
@@ -82,7 +82,7 @@ pub fn one_line(err: anyhow::Error, url: Option<&str>) -> anyhow::Error {
 /// it (a `PING`, so a missing password shows here): any failure is one line
 /// naming the URL. Reaching Redis is tried once, within the connect and
 /// reply timeouts of [`crate::store::connect`].
-pub async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
+pub(crate) async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
     let client = crate::store::connect::client(redis)?;
     let url = redact_url(&redis.url);
     let failed = |e: RedisError| {
@@ -107,7 +107,7 @@ pub async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
 
 /// [`connect`] for a command that runs on one Redis node only (for now): a
 /// cluster is refused with one line saying so.
-pub async fn connect_single(
+pub(crate) async fn connect_single(
     redis: &RedisArgs,
     what: &'static str,
 ) -> anyhow::Result<crate::store::connect::Conn> {
@@ -130,7 +130,7 @@ fn permanent(err: &RedisError) -> bool {
 /// not exist yet (`XLEN`), and it may run the producer's script (run with
 /// no events on a probe key of its own that expires within a second: it
 /// appends nothing). Both are allowed by hitcount's ACL rules.
-pub async fn check_stream(redis: &RedisArgs, stream: &str) -> anyhow::Result<()> {
+pub(crate) async fn check_stream(redis: &RedisArgs, stream: &str) -> anyhow::Result<()> {
     let mut conn = connect(redis).await?;
     let url = redact_url(&redis.url);
     let probe = async {
@@ -176,7 +176,7 @@ pub async fn check_stream(redis: &RedisArgs, stream: &str) -> anyhow::Result<()>
 /// The shard count this stream's workers recorded (see `service::shards`)
 /// and the key it is in, when it is not `common`'s; `None` when they agree
 /// or no worker ran yet.
-pub async fn other_recorded_shards(
+pub(crate) async fn other_recorded_shards(
     conn: &mut Conn,
     common: &Common,
 ) -> anyhow::Result<Option<(u32, String)>> {
@@ -210,7 +210,10 @@ fn mismatch(wanted: u32, recorded: u32, key: &str) -> String {
 /// the workers recorded another shard count than `common`'s, it is used
 /// instead, with a warning naming both (the command would otherwise look
 /// at streams no worker reads).
-pub async fn adopt_recorded_shards(conn: &mut Conn, common: &mut Common) -> anyhow::Result<()> {
+pub(crate) async fn adopt_recorded_shards(
+    conn: &mut Conn,
+    common: &mut Common,
+) -> anyhow::Result<()> {
     if let Some((recorded, key)) = other_recorded_shards(conn, common).await? {
         tracing::warn!(
             "{}: using {recorded}",
@@ -262,7 +265,7 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
 /// [`check_stream`] has shown that Redis takes hits from this user: the
 /// producer retries transient errors in the background, and gives up
 /// events Redis refuses for good (see [`refused`]).
-pub async fn checked_producer(
+pub(crate) async fn checked_producer(
     common: &Common,
 ) -> anyhow::Result<crate::service::producer::Producer> {
     check_stream(&common.redis, &common.stream.stream).await?;
@@ -281,7 +284,7 @@ pub async fn checked_producer(
 /// The one-line error of a one-shot command whose producer Redis refused
 /// (an XADD failed: the stream's last ID is the largest possible, a
 /// permission was taken away…), instead of saying "sent".
-pub fn refused(
+pub(crate) fn refused(
     producer: &crate::service::producer::Producer,
     common: &Common,
 ) -> anyhow::Result<()> {

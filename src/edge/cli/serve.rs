@@ -10,10 +10,10 @@ use crate::model::keys::Keys;
 use crate::store::connect::ErrorClass;
 
 /// Default address of the query API.
-pub const DEFAULT_SERVE_LISTEN: &str = "0.0.0.0:9185";
+pub(crate) const DEFAULT_SERVE_LISTEN: &str = "0.0.0.0:9185";
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// HTTP address of the dashboard (/) and the query API (/api/v1/...).
     #[arg(long, env = "HITCOUNT_SERVE_LISTEN", default_value = DEFAULT_SERVE_LISTEN)]
     listen: String,
@@ -23,7 +23,7 @@ pub struct Args {
     layout: LayoutArgs,
 }
 
-pub async fn run(mut args: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.layout.validate()?;
     let client = crate::store::connect::client(&args.redis)?;
     let listener = tokio::net::TcpListener::bind(&args.listen)

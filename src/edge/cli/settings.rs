@@ -13,7 +13,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{ArgGroup, Args, Command, FromArgMatches};
 
 /// Which settings of a group a command uses, by field name (clap's id).
-pub trait Uses {
+pub(crate) trait Uses {
     /// Shown in the command's help.
     const SHOWN: &'static [&'static str];
     /// Read (flag and environment variable) but left out of the help: the
@@ -25,7 +25,7 @@ pub trait Uses {
 /// The settings group `T` as one command takes it: only the fields `S`
 /// names are defined on the command line; the others keep `T`'s defaults,
 /// and their flags and environment variables are not read at all.
-pub struct Pick<T, S> {
+pub(crate) struct Pick<T, S> {
     value: T,
     uses: PhantomData<fn() -> S>,
 }
@@ -109,7 +109,7 @@ impl<T: FromArgMatches + Default, S> FromArgMatches for Pick<T, S> {
 
 /// Every argument that takes a value reads `-1` as a value (refused by its
 /// range, in words), not as an unknown flag.
-pub fn negative_numbers_are_values(cmd: Command) -> Command {
+pub(crate) fn negative_numbers_are_values(cmd: Command) -> Command {
     cmd.mut_subcommands(|sub| {
         sub.mut_args(|arg| {
             if arg.get_action().takes_values() {
@@ -128,7 +128,7 @@ pub fn negative_numbers_are_values(cmd: Command) -> Command {
 /// `args`), the variable first: `invalid HITCOUNT_SHARDS=-1 (from the
 /// environment; the flag is --shards): -1 is not in 1..=256`. Any other
 /// error comes back as it was, for clap to report.
-pub fn refused_setting(
+pub(crate) fn refused_setting(
     err: clap::Error,
     cmd: &Command,
     args: &[String],

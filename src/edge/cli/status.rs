@@ -14,7 +14,7 @@ use crate::service::status::{Shard, Status};
 use crate::store::counters::format_utc;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -50,7 +50,7 @@ impl super::Uses for Uses {
     const HIDDEN: &'static [&'static str] = &["precisions", "samples"];
 }
 
-pub async fn run(mut args: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     args.leader.validate()?;
     let mut conn = super::connect(&args.common.redis).await?;

@@ -14,7 +14,7 @@ use crate::store::query::{self, By};
 const MAX_LIMIT: u64 = 1000;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// What to rank by: `count` (hits in the bucket) or `mean` (the mean
     /// value sent with them, highest first).
     #[arg(long, default_value = "count", value_parser = parse_by)]
@@ -77,7 +77,7 @@ fn parse_by(text: &str) -> Result<By, String> {
     text.parse()
 }
 
-pub async fn run(mut args: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     let precision = super::configured_precision(&args.common.layout.precisions, args.precision)?;
     let now = crate::model::clock::unix_ms().div_euclid(1000);

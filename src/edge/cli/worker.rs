@@ -14,14 +14,14 @@ use crate::model::metrics::metrics;
 /// Default address of the worker's HTTP server (`--listen`): every
 /// interface, so Prometheus and the kubelet's probes reach it; the
 /// manifests in deploy/ name this port `metrics`.
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:9184";
+pub(crate) const DEFAULT_LISTEN: &str = "0.0.0.0:9184";
 /// Default seconds without a turn of the loop before /healthz fails
 /// (`--stuck-after`): a turn takes at most `--block-ms` (2 s) plus the 10 s
 /// reply timeout, so 60 s is five such turns missed.
-pub const DEFAULT_STUCK_AFTER_SECS: u64 = 60;
+pub(crate) const DEFAULT_STUCK_AFTER_SECS: u64 = 60;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     common: Common,
     #[command(flatten)]
@@ -62,7 +62,7 @@ impl Args {
     }
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     // Every setting is checked before anything starts.
     let stuck_after = args.stuck_after()?;
     let mut settings = super::worker_settings(&args.common, &args.worker);

@@ -10,7 +10,7 @@
 //! no processes.
 
 #[cfg(feature = "cli")]
-pub mod api;
+pub(crate) mod api;
 #[cfg(feature = "cli")]
 pub mod bench;
 #[cfg(feature = "cli")]
@@ -18,6 +18,6 @@ pub mod cli;
 #[cfg(feature = "cli")]
 pub mod embedded;
 pub mod http;
-pub mod server;
+pub(crate) mod server;
 #[cfg(feature = "cli")]
 pub mod workload;

@@ -68,7 +68,7 @@ impl Default for Limits {
 }
 
 /// The one response type of every endpoint.
-pub type Resp = Response<Full<Bytes>>;
+pub(crate) type Resp = Response<Full<Bytes>>;
 
 /// The connections open, in all (the semaphore's permits) and per source
 /// address, and who may open one more.
@@ -139,7 +139,7 @@ impl Drop for Slot {
 /// completes, then stops accepting and returns (open connections get
 /// [`Limits::shutdown_grace`]). Request bodies are never read: the answer
 /// to a request with one closes its connection.
-pub async fn run<H, F>(
+pub(crate) async fn run<H, F>(
     listener: TcpListener,
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -230,7 +230,11 @@ where
 }
 
 /// A response with `body` of `content_type`, never cached, never sniffed.
-pub fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Resp {
+pub(crate) fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Resp {
     let mut resp = Response::new(Full::new(body.into()));
     *resp.status_mut() = status;
     let headers = resp.headers_mut();
@@ -242,12 +246,12 @@ pub fn respond(status: StatusCode, content_type: &'static str, body: impl Into<B
 
 /// Whether `method` is one the endpoints answer: GET or HEAD (hyper sends
 /// no body in answer to HEAD).
-pub fn allowed(method: &Method) -> bool {
+pub(crate) fn allowed(method: &Method) -> bool {
     method == Method::GET || method == Method::HEAD
 }
 
 /// 405 with `Allow: GET, HEAD`, its body of `content_type`.
-pub fn method_not_allowed(content_type: &'static str, body: impl Into<Bytes>) -> Resp {
+pub(crate) fn method_not_allowed(content_type: &'static str, body: impl Into<Bytes>) -> Resp {
     let mut resp = respond(StatusCode::METHOD_NOT_ALLOWED, content_type, body);
     resp.headers_mut()
         .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));

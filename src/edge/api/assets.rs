@@ -16,13 +16,13 @@ use hyper::{Method, StatusCode};
 use crate::edge::server::{self, Resp};
 
 /// The page's policy: its own origin only, no inline code, no frames.
-pub const PAGE_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+pub(crate) const PAGE_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
      img-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
 
 /// How long a browser may keep a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Caching {
+pub(crate) enum Caching {
     /// Asked again on every load: the page, its script and style change
     /// with hitcount.
     Revalidate,
@@ -32,10 +32,12 @@ pub enum Caching {
 
 /// One file served at one URL path.
 #[derive(Debug)]
-pub struct Asset {
+pub(crate) struct Asset {
     /// The URL path it answers.
     pub url: &'static str,
-    /// Its path under `assets/`.
+    /// Its path under `assets/` (read by the test that every file there
+    /// is served).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub file: &'static str,
     /// Its `Content-Type`.
     pub content_type: &'static str,
@@ -59,7 +61,7 @@ macro_rules! asset {
 
 /// Every file of `assets/` and its URL (a unit test checks that the table
 /// covers the folder: a file added there must be added here).
-pub const ASSETS: &[Asset] = &[
+pub(crate) const ASSETS: &[Asset] = &[
     asset!("/", "index.html", "text/html; charset=utf-8", Revalidate),
     asset!(
         "/static/app.js",
@@ -98,13 +100,13 @@ pub const ASSETS: &[Asset] = &[
 ];
 
 /// The file at URL `path`, if any.
-pub fn find(path: &str) -> Option<&'static Asset> {
+pub(crate) fn find(path: &str) -> Option<&'static Asset> {
     ASSETS.iter().find(|a| a.url == path)
 }
 
 /// The answer to `method path` outside the API: the file, the 404 page, or
 /// 405 for a method other than GET and HEAD.
-pub fn answer(method: &Method, path: &str) -> Resp {
+pub(crate) fn answer(method: &Method, path: &str) -> Resp {
     if !server::allowed(method) {
         let mut resp =
             server::method_not_allowed("text/plain; charset=utf-8", "only GET and HEAD\n");

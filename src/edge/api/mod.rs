@@ -24,9 +24,9 @@
 //! ranking scan refused is a 429; Redis out of reach is a 503. Every answer is JSON, never cached or sniffed, and
 //! forbids any active content.
 
-pub mod assets;
-pub mod params;
-pub mod stats;
+pub(crate) mod assets;
+pub(crate) mod params;
+pub(crate) mod stats;
 mod top;
 
 use std::future::Future;
@@ -50,16 +50,16 @@ use params::{decode, Query};
 
 const JSON: &str = "application/json; charset=utf-8";
 /// Names per page of `/api/v1/counters` and `/api/v1/top` unless `limit`.
-pub const DEFAULT_LIMIT: usize = 100;
+pub(crate) const DEFAULT_LIMIT: usize = 100;
 /// Largest `limit`.
-pub const MAX_LIMIT: usize = KEEP;
+pub(crate) const MAX_LIMIT: usize = KEEP;
 /// Precision of `/api/v1/top` unless `precision` (`hitcount top`'s default).
-pub const TOP_DEFAULT_PRECISION: u32 = 3600;
+pub(crate) const TOP_DEFAULT_PRECISION: u32 = 3600;
 /// Time allowed for one Redis reply.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the API reads and how.
-pub struct Api {
+pub(crate) struct Api {
     client: Client,
     conn: tokio::sync::Mutex<Option<Conn>>,
     keys: Keys,
@@ -73,7 +73,7 @@ impl Api {
     /// The API over the counters named by `keys` at `precisions` (sorted),
     /// read through `client` (connected on first use, again after a
     /// connection error).
-    pub fn new(client: Client, keys: Keys, precisions: Vec<u32>) -> Api {
+    pub(crate) fn new(client: Client, keys: Keys, precisions: Vec<u32>) -> Api {
         Api {
             client,
             conn: tokio::sync::Mutex::new(None),
@@ -87,7 +87,7 @@ impl Api {
     /// The same API, for counters that keep `samples` buckets
     /// (`--samples`, [`DEFAULT_SAMPLES`] unless set): older buckets are not
     /// ranked.
-    pub fn keeping(mut self, samples: u32) -> Api {
+    pub(crate) fn keeping(mut self, samples: u32) -> Api {
         self.samples = samples.max(1);
         self
     }
@@ -109,7 +109,7 @@ impl Api {
     /// of each family, at every precision): at start, so that a wrong
     /// password, a URL that is no Redis or a permission the user lacks
     /// stops `serve` with one line instead of failing every request.
-    pub async fn check(&self) -> Result<(), RedisError> {
+    pub(crate) async fn check(&self) -> Result<(), RedisError> {
         let mut conn = match self.conn().await {
             Ok(c) => c,
             Err(Failure::Redis(e)) => return Err(e),
@@ -131,7 +131,7 @@ impl Api {
 }
 
 /// Serves the API on `listener` within `limits` until `shutdown`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     api: Api,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -147,14 +147,14 @@ pub async fn serve(
 
 /// The API served in a background task of this process, with the default
 /// limits (the demo's dashboard, the serve benchmark).
-pub struct Background {
+pub(crate) struct Background {
     trigger: crate::model::shutdown::Trigger,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl Background {
     /// Starts serving `api` on `listener`.
-    pub fn start(listener: TcpListener, api: Api) -> Background {
+    pub(crate) fn start(listener: TcpListener, api: Api) -> Background {
         let (trigger, mut stop) = crate::model::shutdown::channel();
         let shutdown = async move { stop.wait().await };
         let task = tokio::spawn(serve(listener, api, shutdown, Limits::default()));
@@ -162,7 +162,7 @@ impl Background {
     }
 
     /// Stops serving (open requests get the shutdown grace) and returns.
-    pub async fn stop(self) -> std::io::Result<()> {
+    pub(crate) async fn stop(self) -> std::io::Result<()> {
         self.trigger.trigger();
         self.task.await.map_err(std::io::Error::other)?
     }

@@ -4,7 +4,7 @@
 
 /// Decodes `%XX` escapes (and `+` as a space when `plus_is_space`, as in a
 /// query string); the result must be UTF-8.
-pub fn decode(text: &str, plus_is_space: bool) -> Result<String, String> {
+pub(crate) fn decode(text: &str, plus_is_space: bool) -> Result<String, String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -36,11 +36,11 @@ pub fn decode(text: &str, plus_is_space: bool) -> Result<String, String> {
 
 /// A query string's parameters, decoded; the first of a repeated name wins.
 #[derive(Debug, Default)]
-pub struct Query(Vec<(String, String)>);
+pub(crate) struct Query(Vec<(String, String)>);
 
 impl Query {
     /// Parses `a=1&b=x%20y`.
-    pub fn parse(query: Option<&str>) -> Result<Query, String> {
+    pub(crate) fn parse(query: Option<&str>) -> Result<Query, String> {
         let mut pairs = Vec::new();
         for part in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = part.split_once('=').unwrap_or((part, ""));
@@ -50,7 +50,7 @@ impl Query {
     }
 
     /// The value of `name`, if given.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(k, _)| k == name)
@@ -58,7 +58,7 @@ impl Query {
     }
 
     /// `name` as an integer, if given.
-    pub fn int(&self, name: &str) -> Result<Option<i64>, String> {
+    pub(crate) fn int(&self, name: &str) -> Result<Option<i64>, String> {
         self.get(name)
             .map(|v| {
                 v.parse()
@@ -68,7 +68,7 @@ impl Query {
     }
 
     /// `limit`: 1..=`max`, `default` when absent.
-    pub fn limit(&self, default: usize, max: usize) -> Result<usize, String> {
+    pub(crate) fn limit(&self, default: usize, max: usize) -> Result<usize, String> {
         let Some(v) = self.get("limit") else {
             return Ok(default);
         };
@@ -82,7 +82,11 @@ impl Query {
 
     /// `precision`, one of `configured`; `default` when absent (an error
     /// then if `default` is `None`, or not configured).
-    pub fn precision_or(&self, default: Option<u32>, configured: &[u32]) -> Result<u32, String> {
+    pub(crate) fn precision_or(
+        &self,
+        default: Option<u32>,
+        configured: &[u32],
+    ) -> Result<u32, String> {
         match (self.get("precision"), default) {
             (None, Some(d)) if configured.contains(&d) => Ok(d),
             (None, Some(d)) => Err(format!(
@@ -94,7 +98,7 @@ impl Query {
     }
 
     /// `precision`, required, one of `configured`.
-    pub fn precision(&self, configured: &[u32]) -> Result<u32, String> {
+    pub(crate) fn precision(&self, configured: &[u32]) -> Result<u32, String> {
         let list = || join(configured);
         let Some(v) = self.get("precision") else {
             return Err(format!("precision is required: one of {}", list()));
@@ -116,7 +120,7 @@ fn join(precisions: &[u32]) -> String {
 
 /// The start of the bucket of `precision` holding `t`; `None` when it is
 /// before the earliest time an `i64` holds (`t` near `i64::MIN`).
-pub fn bucket_start(t: i64, precision: u32) -> Option<i64> {
+pub(crate) fn bucket_start(t: i64, precision: u32) -> Option<i64> {
     let p = i64::from(precision.max(1));
     t.div_euclid(p).checked_mul(p)
 }
@@ -128,7 +132,7 @@ pub fn bucket_start(t: i64, precision: u32) -> Option<i64> {
 /// before `now - samples × precision`). Every step is checked arithmetic: no
 /// value can wrap into another bucket. The error says which rule `asked`
 /// broke and the bucket to ask for instead.
-pub fn top_bucket(
+pub(crate) fn top_bucket(
     asked: Option<i64>,
     precision: u32,
     samples: u32,

@@ -29,7 +29,7 @@
 //!   Statistics hashes hold many more fields (a few dozen per bucket), so
 //!   "big" starts higher for them and their HKEYS go in as many round trips
 //!   as keep each one's replies within `READ_FIELDS` fields.
-//! - Fields are deleted by `clean.lua` calls of at most [`CHUNK`] fields and
+//! - Fields are deleted by `clean.lua` calls of at most [`CHUNK`](crate::service::purge::CHUNK) fields and
 //!   counters each, every call fenced ([`crate::service::fence`]: the
 //!   leader's token on one Redis, an epoch per pass on a cluster), all of a
 //!   page's calls in one round trip ([`crate::service::purge`]).
@@ -58,7 +58,6 @@ use crate::service::purge::{self, Plan};
 use crate::store::connect::StoreError;
 
 pub use crate::service::pass_report::PassReport;
-pub use crate::service::purge::CHUNK;
 
 /// Counters read from `known:` per round trip.
 const PAGE: usize = 500;

@@ -28,7 +28,7 @@ pub struct PassReport {
 impl PassReport {
     /// Counts hashes of `family` scanned, fields deleted and hashes
     /// forgotten.
-    pub fn add(&mut self, family: Family, scanned: u64, removed: u64, forgotten: u64) {
+    pub(crate) fn add(&mut self, family: Family, scanned: u64, removed: u64, forgotten: u64) {
         let (s, r, f) = match family {
             Family::Counts => (
                 &mut self.counters_scanned,

@@ -24,11 +24,11 @@ use crate::store::scripts::CLEAN;
 
 /// Fields (and counters) per `clean.lua` call: well under a millisecond of
 /// HDEL work even in a hash of a million fields.
-pub const CHUNK: usize = 200;
+pub(crate) const CHUNK: usize = 200;
 
 /// One counter's fields to delete, and whether it may be empty afterwards.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Its member of `known:` (or `stats:known:`), `PREC:NAME`.
     pub member: String,
     /// Its hash, `count:PREC:NAME` (or `stats:PREC:NAME`).
@@ -42,7 +42,7 @@ pub struct Plan {
 
 /// What carrying out a page's plans did.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Fields deleted.
     pub removed: u64,
     /// Counters that left `known:`.
@@ -55,7 +55,7 @@ pub struct Outcome {
 
 /// Runs `plans`' deletions (hashes of `family`) under `fence`, followed by
 /// `then` (whose reply is returned): on one Redis all in one round trip.
-pub async fn run(
+pub(crate) async fn run(
     conn: &mut Conn,
     keys: &Keys,
     family: Family,

@@ -37,25 +37,25 @@ use crate::store::connect::Conn;
 use crate::store::query::{self, By, Ranked};
 
 /// How long a computed ranking is served without a new scan.
-pub const FRESH_FOR: Duration = Duration::from_secs(5);
+pub(crate) const FRESH_FOR: Duration = Duration::from_secs(5);
 /// The oldest ranking served while a new one is computed in the background.
-pub const STALE_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const STALE_LIMIT: Duration = Duration::from_secs(30);
 /// Most names a ranking keeps (the largest `limit` a request may ask).
-pub const KEEP: usize = 1000;
+pub(crate) const KEEP: usize = 1000;
 /// Ranking scans running at once, whatever the keys: one, so a burst of
 /// distinct buckets queues no work on Redis.
-pub const SCANS: usize = 1;
+pub(crate) const SCANS: usize = 1;
 /// Scans that may start back to back (the token bucket's depth): a page
 /// opening asks the current bucket and, when it is empty, the one before.
-pub const SCAN_BURST: u32 = 3;
+pub(crate) const SCAN_BURST: u32 = 3;
 /// Scans started a minute at most, whatever is asked: an open page's top
 /// revalidates every [`FRESH_FOR`] (12 a minute), with room for a second
 /// page at another precision.
-pub const SCANS_PER_MINUTE: u32 = 20;
+pub(crate) const SCANS_PER_MINUTE: u32 = 20;
 
 /// Why no ranking.
 #[derive(Debug, thiserror::Error)]
-pub enum RankError {
+pub(crate) enum RankError {
     /// A scan is running or the scans of the last minute are spent: ask
     /// again after the duration.
     #[error("a ranking scan is running or the scans of this minute are spent: retry in {} s", .0.as_secs())]
@@ -66,7 +66,7 @@ pub enum RankError {
 }
 
 /// A computed ranking, highest first, ties by name.
-pub type Ranking = Arc<Vec<Ranked>>;
+pub(crate) type Ranking = Arc<Vec<Ranked>>;
 
 /// Which ranking: (order, precision, bucket).
 type Which = (By, u32, i64);
@@ -121,11 +121,11 @@ impl Budget {
 
 /// Rankings by (order, precision, bucket), shared by every request; cheap to clone.
 #[derive(Clone)]
-pub struct Rankings(Arc<Inner>);
+pub(crate) struct Rankings(Arc<Inner>);
 
 impl Rankings {
     /// An empty cache for the counters named by `keys`.
-    pub fn new(keys: Keys) -> Rankings {
+    pub(crate) fn new(keys: Keys) -> Rankings {
         Rankings(Arc::new(Inner {
             keys,
             entries: Mutex::new(HashMap::new()),
@@ -137,7 +137,7 @@ impl Rankings {
     /// The ranking by `by` of `bucket` at `precision` (see the module for
     /// how fresh it is). `now` is the current unix second, `conn` reads
     /// Redis (cloned for background scans).
-    pub async fn get(
+    pub(crate) async fn get(
         &self,
         conn: &mut Conn,
         by: By,

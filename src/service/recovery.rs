@@ -18,11 +18,11 @@ use crate::store::stream::{self, EntryRef};
 /// Most entries claimed (or dead-lettered) per call: a claimed entry costs
 /// Redis about 10 µs (XCLAIM finds it in its stream node, returns it and
 /// propagates one XCLAIM for it), so the script stays near 2.5 ms.
-pub const CLAIM_BATCH: usize = 250;
+pub(crate) const CLAIM_BATCH: usize = 250;
 
 /// Entries just claimed from other consumers, now this consumer's.
 #[derive(Debug)]
-pub struct Claimed {
+pub(crate) struct Claimed {
     reply: Value,
     /// Entries claimed or dead-lettered: [`CLAIM_BATCH`] when more may be
     /// waiting.
@@ -43,12 +43,12 @@ impl Claimed {
     }
 
     /// The claimed entries (deleted ones have no fields).
-    pub fn entries(&self) -> Vec<EntryRef<'_>> {
+    pub(crate) fn entries(&self) -> Vec<EntryRef<'_>> {
         stream::entry_list(&self.reply)
     }
 
     /// Whether the batch was full, so that more idle entries may be waiting.
-    pub fn more_waiting(&self) -> bool {
+    pub(crate) fn more_waiting(&self) -> bool {
         self.stopped || self.taken >= CLAIM_BATCH
     }
 }
@@ -57,7 +57,7 @@ impl Claimed {
 /// stopped) and quarantines records that cannot be read back: before
 /// [`claim`], since entries of a consumer with an unfinished window are not
 /// claimed until it is finished.
-pub async fn finish_stopped(
+pub(crate) async fn finish_stopped(
     conn: &mut Conn,
     committer: &Committer,
     settings: &WorkerArgs,
@@ -77,7 +77,7 @@ pub async fn finish_stopped(
 
 /// Claims up to [`CLAIM_BATCH`] entries idle longer than the claim time
 /// (fencing their owners), dead-lettering those delivered too often.
-pub async fn claim(
+pub(crate) async fn claim(
     conn: &mut Conn,
     committer: &Committer,
     consumer: &str,
@@ -148,7 +148,7 @@ fn claim_reply(reply: Value) -> StoreResult<(Value, u64, bool)> {
 
 /// Removes consumers idle for `min_idle_ms` that own no pending entry, and
 /// `leaving` (this worker at shutdown) if it owns none. Returns their names.
-pub async fn remove_gone_consumers(
+pub(crate) async fn remove_gone_consumers(
     conn: &mut Conn,
     keys: &Keys,
     min_idle_ms: u64,

@@ -22,16 +22,17 @@ use crate::store::scripts::REGISTER;
 
 /// How long a registration lives without renewal: the longest a restarted
 /// worker waits for its own old registration to lapse.
-pub const LIFETIME: Duration = Duration::from_millis(crate::model::keys::REGISTRATION_LIFETIME_MS);
+pub(crate) const LIFETIME: Duration =
+    Duration::from_millis(crate::model::keys::REGISTRATION_LIFETIME_MS);
 /// How often a live worker renews it. Often, so that a duplicate started
 /// next to it sees the renewal and is refused within about this long.
-pub const RENEW_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const RENEW_EVERY: Duration = Duration::from_secs(1);
 /// How often a starting worker looks at a registration held by another.
 const POLL: Duration = Duration::from_millis(100);
 
 /// One worker's registration of its consumer name.
 #[derive(Debug)]
-pub struct Registration {
+pub(crate) struct Registration {
     key: String,
     name: String,
     token: String,
@@ -41,7 +42,7 @@ pub struct Registration {
 impl Registration {
     /// A registration of `consumer` with a token unique to this process
     /// (`host/pid/random`, shown to a refused duplicate).
-    pub fn new(keys: &Keys, consumer: &str) -> Registration {
+    pub(crate) fn new(keys: &Keys, consumer: &str) -> Registration {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_default();
@@ -58,12 +59,12 @@ impl Registration {
     }
 
     /// This worker's token.
-    pub fn token(&self) -> &str {
+    pub(crate) fn token(&self) -> &str {
         &self.token
     }
 
     /// The registration's lifetime in ms.
-    pub fn lifetime_ms(&self) -> u64 {
+    pub(crate) fn lifetime_ms(&self) -> u64 {
         LIFETIME.as_millis() as u64
     }
 
@@ -84,7 +85,7 @@ impl Registration {
     /// to one lifetime for its registration to lapse (a restarted worker's
     /// own old one), and refuses with [`StoreError::NameTaken`] as soon as
     /// the holder renews it (a live worker).
-    pub async fn acquire(&self, conn: &mut Conn) -> StoreResult<()> {
+    pub(crate) async fn acquire(&self, conn: &mut Conn) -> StoreResult<()> {
         let give_up = Instant::now() + LIFETIME + RENEW_EVERY;
         let mut last: Option<(String, i64)> = None;
         loop {
@@ -116,7 +117,12 @@ impl Registration {
     /// one was paused past the lifetime), reports a fatal error on
     /// `shutdown`. Transient errors are retried on the same schedule: the
     /// commit fence keeps the count exact meanwhile.
-    pub async fn keep(self: Arc<Self>, client: Client, shutdown: Shutdown, mut done: Shutdown) {
+    pub(crate) async fn keep(
+        self: Arc<Self>,
+        client: Client,
+        shutdown: Shutdown,
+        mut done: Shutdown,
+    ) {
         let mut acquired = self.acquired.subscribe();
         tokio::select! {
             _ = acquired.wait_for(|a| *a) => {}
@@ -161,7 +167,7 @@ impl Registration {
 
     /// Gives the name up if this worker still holds it, so a successor under
     /// the same name starts at once. Returns whether it was released.
-    pub async fn release(&self, conn: &mut Conn) -> StoreResult<bool> {
+    pub(crate) async fn release(&self, conn: &mut Conn) -> StoreResult<bool> {
         Ok(crate::store::scripts::release_if_held(conn, &self.key, &self.token).await?)
     }
 }

@@ -14,7 +14,7 @@ use crate::store::topology::Master;
 
 /// A master of a Redis Cluster and the stream shards in its slots.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct MasterShards {
+pub(crate) struct MasterShards {
     /// `host:port`, as the cluster announces it.
     pub master: String,
     /// The shards it serves.
@@ -28,7 +28,7 @@ pub struct MasterShards {
 
 /// A shard's slot to serve from another master.
 #[derive(Debug, Clone, Default, serde::Serialize, PartialEq, Eq)]
-pub struct ShardMove {
+pub(crate) struct ShardMove {
     /// The shard.
     pub shard: u32,
     /// Its slot.
@@ -45,7 +45,7 @@ pub struct ShardMove {
 /// unknown: shards then count alike), and the master serving `known` (the
 /// `known:` key, of `members` members) also carries every new counter's
 /// ZADD: [`known_weight`] of its members per entry added.
-pub fn spread(
+pub(crate) fn spread(
     masters: &[Master],
     traffic: &[u64],
     known: &str,

@@ -25,7 +25,7 @@ use crate::store::shard_count::Stranded;
 
 /// Everything `hitcount status` shows.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Status {
+pub(crate) struct Status {
     /// The stream's key.
     pub stream: String,
     /// Whether the stream (any of its shards) exists: a mistyped one does not.
@@ -65,7 +65,7 @@ pub struct Status {
 
 /// One shard of the stream and the deployment's group on it.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Shard {
+pub(crate) struct Shard {
     /// Its number, `0..HITCOUNT_SHARDS`.
     pub shard: u32,
     /// Its stream's key (`hits:{3}`; the stream itself when unsharded).
@@ -105,7 +105,7 @@ fn numbers_as_numbers<S: serde::Serializer>(
 
 /// One consumer group.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Group {
+pub(crate) struct Group {
     /// Its name.
     pub name: String,
     /// Entries not yet delivered, as Redis estimates it (`XINFO GROUPS`
@@ -128,7 +128,7 @@ pub struct Group {
 
 /// One consumer of a group.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Consumer {
+pub(crate) struct Consumer {
     /// Its name.
     pub name: String,
     /// Entries it holds unacknowledged.
@@ -139,7 +139,7 @@ pub struct Consumer {
 
 /// The holder of the leader lease.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Leader {
+pub(crate) struct Leader {
     /// Its token: `consumer/random`.
     pub token: String,
     /// Time left on its lease, in ms.
@@ -148,7 +148,11 @@ pub struct Leader {
 
 /// Reads the status from Redis: `shards` are the keys of every shard (one
 /// for an unsharded stream), `leader_key` is the full lease key.
-pub async fn gather(conn: &mut Conn, shards: &[Keys], leader_key: &str) -> RedisResult<Status> {
+pub(crate) async fn gather(
+    conn: &mut Conn,
+    shards: &[Keys],
+    leader_key: &str,
+) -> RedisResult<Status> {
     let Some(keys) = shards.first() else {
         return Ok(Status::default());
     };
@@ -261,7 +265,7 @@ fn base_stream(shard0: &str) -> String {
 /// The group over every shard, pure: lag and pending summed (the lag
 /// unknown when any shard's is), the oldest backlog, each consumer once
 /// (its pending summed, its shortest idle time).
-pub fn over_shards(name: &str, shards: &[Shard]) -> Group {
+pub(crate) fn over_shards(name: &str, shards: &[Shard]) -> Group {
     let mut consumers: BTreeMap<&str, Consumer> = BTreeMap::new();
     for c in shards.iter().flat_map(|s| &s.consumers) {
         let e = consumers.entry(&c.name).or_insert_with(|| Consumer {

@@ -105,7 +105,7 @@
 //!   `hitcount serve` ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
 //!   benchmark and its synthetic names.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod edge;
 pub mod model;

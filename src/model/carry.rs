@@ -20,7 +20,10 @@
 //! its first window waited `--carry-ms` (2 s by default), once it holds
 //! `--carry-cells` cells, at once when the worker reaches the stream's head,
 //! and when it stops: every hit the worker read is visible at every
-//! precision within [`VISIBLE_WITHIN`].
+//! precision within 8 s by default: a window closing while behind, ≤ 1 s,
+//! plus `--carry-ms` and as much again that a carry may wait for the head,
+//! at most 4 s, plus the carry's own apply, up to about 3 s for 1,000,000
+//! cells on one Redis core.
 //!
 //! A carry that comes of age while the worker is about to reach the head
 //! waits for it, up to its age again ([`Carry::hold`]): the entries left
@@ -38,20 +41,13 @@ use crate::model::aggregate::{Cell, Window};
 /// ([`crate::model::ids`]; as text they took about 33 bytes each of the
 /// worker's peak RSS, which capped the carry at 500,000 entries, fewer
 /// than a Zipf carry's 1,000,000 cells take to fill).
-pub const MAX_ENTRIES: usize = 2_000_000;
-/// The stated bound while a worker is behind: a hit it read is counted at
-/// every precision within this time (a window closing while behind, ≤ 1 s,
-/// plus `--carry-ms` and as much again that a carry may wait for the head,
-/// at most 4 s by default, plus the carry's own apply, up to about 3 s for
-/// 1,000,000 cells on one Redis core).
-pub const VISIBLE_WITHIN: Duration = Duration::from_secs(8);
-
+pub(crate) const MAX_ENTRIES: usize = 2_000_000;
 /// How much longer than its age a carry may wait for the head: its age
 /// divided by this. 1, its whole age again: with half of it, a 1 M-entry
 /// Zipf backlog read at under 333,000 entries/s came of age with more
 /// than a second of reading left and made a last sum of its own, 1.0
 /// cells per hit against 0.63 with one sum (see docs/design.md, "The carry").
-pub const HOLD_FRACTION: u32 = 1;
+pub(crate) const HOLD_FRACTION: u32 = 1;
 
 /// The count cells of windows recorded but not applied, summed.
 #[derive(Debug)]

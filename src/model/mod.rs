@@ -5,11 +5,11 @@
 //! names a Redis type (a test checks it).
 
 pub mod aggregate;
-pub mod carry;
+pub(crate) mod carry;
 pub mod clock;
 pub mod config;
 pub mod event;
-pub mod ids;
+pub(crate) mod ids;
 pub mod keys;
 pub mod known;
 pub mod metrics;

@@ -10,7 +10,7 @@ use redis::RedisResult;
 /// user granted `+cluster|info` but not `+info` (hitcount's ACL line before
 /// it read `INFO`) is asked `CLUSTER INFO`, which a node without cluster
 /// support refuses with "cluster support disabled".
-pub async fn is_cluster_node(single: &mut MultiplexedConnection) -> RedisResult<bool> {
+pub(crate) async fn is_cluster_node(single: &mut MultiplexedConnection) -> RedisResult<bool> {
     let info: RedisResult<String> = redis::cmd("INFO").arg("cluster").query_async(single).await;
     match info {
         Ok(text) => Ok(cluster_enabled(&text)),
@@ -46,7 +46,7 @@ fn cluster_disabled(error: &str) -> bool {
 /// other masters' keys would answer MOVED on every call, for good. A node
 /// that is no cluster, a cluster of one master, or a proxy that does not
 /// answer `CLUSTER INFO` is talked to as one Redis, as asked.
-pub async fn refuse_several_masters(single: &mut MultiplexedConnection) -> RedisResult<()> {
+pub(crate) async fn refuse_several_masters(single: &mut MultiplexedConnection) -> RedisResult<()> {
     let info: RedisResult<String> = redis::cmd("CLUSTER").arg("INFO").query_async(single).await;
     let info = match info {
         Ok(info) => info,

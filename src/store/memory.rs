@@ -15,10 +15,10 @@ use crate::model::metrics::metrics;
 use crate::store::client::Conn;
 
 /// The one policy under which Redis never drops a key to make room.
-pub const SAFE_POLICY: &str = "noeviction";
+pub(crate) const SAFE_POLICY: &str = "noeviction";
 
 /// What logs and `/readyz` say while Redis refuses writes for its memory.
-pub const OUT_OF_MEMORY: &str = "Redis is out of memory (maxmemory)";
+pub(crate) const OUT_OF_MEMORY: &str = "Redis is out of memory (maxmemory)";
 
 /// Whether Redis refused this process' last write with `OOM`.
 static REFUSING: AtomicBool = AtomicBool::new(false);
@@ -27,22 +27,22 @@ static REFUSING: AtomicBool = AtomicBool::new(false);
 /// known).
 static EVICTING: Mutex<Option<String>> = Mutex::new(None);
 
-pub use crate::store::error::is_oom;
+pub(crate) use crate::store::error::is_oom;
 
 /// Records whether Redis refuses writes for its memory now.
-pub fn set_out_of_memory(refusing: bool) {
+pub(crate) fn set_out_of_memory(refusing: bool) {
     REFUSING.store(refusing, Ordering::Relaxed);
     metrics().redis_oom.set(i64::from(refusing));
 }
 
 /// Whether Redis refused this process' last write for its memory.
-pub fn out_of_memory() -> bool {
+pub(crate) fn out_of_memory() -> bool {
     REFUSING.load(Ordering::Relaxed)
 }
 
 /// The `maxmemory_policy` of every master (one Redis: its own), from
 /// `INFO memory` (allowed by `+info`, no admin command).
-pub async fn policies(conn: &mut Conn) -> RedisResult<Vec<String>> {
+pub(crate) async fn policies(conn: &mut Conn) -> RedisResult<Vec<String>> {
     let replies = conn.info_of_masters("memory").await?;
     Ok(replies
         .iter()
@@ -55,7 +55,7 @@ pub async fn policies(conn: &mut Conn) -> RedisResult<Vec<String>> {
 }
 
 /// The first policy of `policies` that may evict keys, if any.
-pub fn evicting(policies: &[String]) -> Option<&str> {
+pub(crate) fn evicting(policies: &[String]) -> Option<&str> {
     policies
         .iter()
         .map(String::as_str)
@@ -64,7 +64,7 @@ pub fn evicting(policies: &[String]) -> Option<&str> {
 
 /// Records the policy found (`None`: `noeviction` everywhere); returns
 /// whether it changed since the last call, so it is logged once per change.
-pub fn set_evicting(policy: Option<&str>) -> bool {
+pub(crate) fn set_evicting(policy: Option<&str>) -> bool {
     metrics()
         .redis_policy_evicts
         .set(i64::from(policy.is_some()));
@@ -75,7 +75,7 @@ pub fn set_evicting(policy: Option<&str>) -> bool {
 }
 
 /// Why a policy is unsafe, in the words logs and `/readyz` use.
-pub fn policy_warning(policy: &str) -> String {
+pub(crate) fn policy_warning(policy: &str) -> String {
     format!(
         "Redis' maxmemory-policy is {policy}: it must be {SAFE_POLICY}, or under memory pressure \
          Redis may drop counters (allkeys-*) or the bookkeeping exactly-once counting relies on \
@@ -85,7 +85,7 @@ pub fn policy_warning(policy: &str) -> String {
 
 /// What `/readyz` adds to its detail about Redis' memory (it stays ready:
 /// counting goes on, or waits without loss).
-pub fn readiness_notes() -> Vec<String> {
+pub(crate) fn readiness_notes() -> Vec<String> {
     let mut notes = Vec::new();
     if out_of_memory() {
         notes.push(format!("{OUT_OF_MEMORY}: writes refused, retrying"));

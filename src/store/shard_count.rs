@@ -22,7 +22,7 @@ use crate::store::group;
 /// A stream that the shard count in use leaves unread, with entries in it
 /// its group has not read or not acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Stranded {
+pub(crate) struct Stranded {
     /// The stream's key (`hits:{3}`, or `hits`).
     pub stream: String,
     /// Entries not yet delivered to the group, or delivered and not
@@ -32,7 +32,7 @@ pub struct Stranded {
 
 /// What [`record`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Recorded {
+pub(crate) enum Recorded {
     /// This count is the stream's: recorded now, or before.
     Agreed,
     /// Another count is recorded, in `key`.
@@ -53,7 +53,7 @@ pub enum Recorded {
 
 /// The key the shard count of `stream` is recorded in: one for every
 /// shard, in the unsharded stream name's hash slot, scoped by group.
-pub fn key(layout: &LayoutArgs, stream: &StreamArgs, clustered: bool) -> String {
+pub(crate) fn key(layout: &LayoutArgs, stream: &StreamArgs, clustered: bool) -> String {
     let base = StreamArgs {
         shards: 1,
         ..stream.clone()
@@ -63,7 +63,7 @@ pub fn key(layout: &LayoutArgs, stream: &StreamArgs, clustered: bool) -> String 
 
 /// The recorded shard count, if any (a value that is not a count in
 /// 1..=256 reads as none).
-pub async fn recorded(
+pub(crate) async fn recorded(
     conn: &mut Conn,
     layout: &LayoutArgs,
     stream: &StreamArgs,
@@ -77,7 +77,7 @@ pub async fn recorded(
 
 /// Records `stream.shards` as the stream's count unless one is recorded,
 /// or says why it is not this one (see the module doc).
-pub async fn record(
+pub(crate) async fn record(
     conn: &mut Conn,
     layout: &LayoutArgs,
     stream: &StreamArgs,
@@ -121,7 +121,7 @@ pub async fn record(
 /// each on its own, all in flight), and a few more only for those that
 /// exist. Only commands hitcount's ACL grants (no `TYPE`); a key of
 /// another type is passed over.
-pub async fn stranded(
+pub(crate) async fn stranded(
     conn: &mut Conn,
     layout: &LayoutArgs,
     stream: &StreamArgs,
@@ -179,7 +179,7 @@ pub async fn stranded(
 /// The stranded entries in a few words: `1005 entries in fr`, or `12
 /// entries in 3 streams (hits:{0}, hits:{1}, hits:{2})` (at most four
 /// names, then `…`).
-pub fn describe(stranded: &[Stranded]) -> String {
+pub(crate) fn describe(stranded: &[Stranded]) -> String {
     let entries: u64 = stranded.iter().map(|s| s.entries).sum();
     match stranded {
         [one] => format!("{entries} entries in {}", one.stream),

@@ -14,18 +14,18 @@ use crate::store::connect::Conn;
 /// asked again: one round trip a second per worker, never one per read or
 /// per hit. The clock only judges times a day off, so a drift of a second
 /// does not matter.
-pub const REFRESH: Duration = Duration::from_secs(1);
+pub(crate) const REFRESH: Duration = Duration::from_secs(1);
 
 /// Redis' clock as last read, and when (by the local monotonic clock).
 #[derive(Debug, Default, Clone)]
-pub struct RedisClock {
+pub(crate) struct RedisClock {
     read: Option<(i64, Instant)>,
 }
 
 impl RedisClock {
     /// Redis' clock now, in unix ms: extrapolated from the last reading
     /// while it is younger than [`REFRESH`], else read again with `TIME`.
-    pub async fn now_ms(&mut self, conn: &mut Conn) -> RedisResult<i64> {
+    pub(crate) async fn now_ms(&mut self, conn: &mut Conn) -> RedisResult<i64> {
         if let Some((ms, at)) = self.read {
             let elapsed = at.elapsed();
             if elapsed < REFRESH {
@@ -39,7 +39,7 @@ impl RedisClock {
 }
 
 /// Redis' clock (`TIME`) in unix ms.
-pub async fn time_ms(conn: &mut Conn) -> RedisResult<i64> {
+pub(crate) async fn time_ms(conn: &mut Conn) -> RedisResult<i64> {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
     Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
 }

@@ -364,7 +364,7 @@ mod tests {
     mod rmpv_like {
         #[derive(Debug, PartialEq, serde::Deserialize)]
         #[serde(untagged)]
-        pub enum Any {
+        pub(super) enum Any {
             Int(i64),
             Float(f64),
             Str(String),

@@ -427,15 +427,7 @@ async fn a_full_redis_is_named_and_nothing_is_lost() {
         let (_, m) = http_get(&listen, "/metrics")?;
         (metric_value(&m, "hitcount_redis_oom") == Some(0.0)).then_some(())
     });
-    assert!(
-        w.terminate(Duration::from_secs(30)).success(),
-        "{}",
-        w.stderr()
-    );
-    assert_eq!(
-        read_all(&mut admin, &keys(&s)).await,
-        reference(&hits, &s.layout.precisions)
-    );
+    stopped_and_exact(&mut w, &mut admin, &s, &hits).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,14 +469,25 @@ async fn a_redis_filling_up_under_a_running_worker_is_named() {
     set_config(&mut admin, "maxmemory", "0").await;
     let s = settings(&url, "any");
     wait_drained(&mut admin, &keys(&s)).await;
+    stopped_and_exact(&mut w, &mut admin, &s, &hits).await;
+}
+
+/// Stops the worker `w` cleanly and checks that Redis holds exactly `hits`,
+/// once each, at every precision of `s`.
+async fn stopped_and_exact(
+    w: &mut Child,
+    admin: &mut hitcount::store::connect::Conn,
+    s: &hitcount::service::worker::Settings,
+    hits: &[(String, i64, i64)],
+) {
     assert!(
         w.terminate(Duration::from_secs(30)).success(),
         "{}",
         w.stderr()
     );
     assert_eq!(
-        read_all(&mut admin, &keys(&s)).await,
-        reference(&hits, &s.layout.precisions)
+        read_all(admin, &keys(s)).await,
+        reference(hits, &s.layout.precisions)
     );
 }
 

@@ -2,8 +2,8 @@
 //! binary (see [`crate::bench`]) and their table, or `--json`.
 //!
 //! The binary measured is `hitcount` next to this one (the same
-//! `target/<profile>/` directory: `cargo build --release` builds both), or
-//! the one `--hitcount` names.
+//! `target/<profile>/` directory: `cargo build --release --workspace` builds
+//! both), or the one `--hitcount` names.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -88,8 +88,9 @@ fn hitcount_binary(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let next = me.with_file_name("hitcount");
     anyhow::ensure!(
         next.is_file(),
-        "no `hitcount` binary next to {}: build it first (`cargo build --release` builds \
-         both, or `cargo build --release -p hitcount`), or name one with --hitcount PATH",
+        "no `hitcount` binary next to {}: build it first (`cargo build --release --workspace` \
+         builds both into target/release/; `cargo run -p hitcount-lab` builds only the lab), \
+         or name one with --hitcount PATH",
         me.display()
     );
     Ok(next)

@@ -293,6 +293,15 @@ fn bench_on_a_redis_url_naming_a_cluster_measures_that_cluster() {
         assert!((m - (xs[0] + xs[1]) / 2.0).abs() < 1e-9, "{report}");
         assert_eq!(v[met].as_bool(), Some(m <= goal), "{report}");
     }
+    // The product's own `hitcount bench` measures one Redis: on a cluster
+    // it names the lab instead of measuring something else.
+    let out = bin::hitcount()
+        .args(["bench", "--entries", "2000", "--workers", "1"])
+        .env("REDIS_URL", cluster.seed_url())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_refused(&out, 1, "the project's lab measures clusters");
     // Its slots are the operator's: bench does not move them.
     let out = bench(
         &["--cluster", "--balance-shards"],

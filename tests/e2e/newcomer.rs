@@ -435,7 +435,7 @@ fn bench_flags_that_moved_to_the_lab_name_its_command() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
         assert!(
-            err.contains(&format!("hitcount-lab -- bench {flag}")),
+            err.contains(&format!("target/release/hitcount-lab bench {flag}")),
             "{args:?} names the lab's command: {err}"
         );
         assert!(

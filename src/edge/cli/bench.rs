@@ -100,7 +100,7 @@ impl Args {
         ];
         let (flag, _) = given.iter().find(|(_, on)| *on)?;
         Some(format!(
-            "`hitcount bench {flag}` moved to the project's lab: run `cargo run --release -p hitcount-lab -- bench {flag} …` from a clone of hitcount"
+            "`hitcount bench {flag}` moved to the project's lab: in a clone of hitcount, run `cargo build --release --workspace && target/release/hitcount-lab bench {flag} …`"
         ))
     }
 }
@@ -112,7 +112,9 @@ const REDIS_NICE: i32 = -10;
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let server = match &args.redis_url {
         Some(url) => {
-            super::connect_single(&RedisArgs::from_url(url), "hitcount bench").await?;
+            super::connect_single(&RedisArgs::from_url(url), "hitcount bench")
+                .await
+                .map_err(cluster_is_the_labs)?;
             None
         }
         None => Some(
@@ -144,6 +146,26 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     }
     drop(server);
     Ok(())
+}
+
+/// A cluster was measured here once; the lab measures it now, and the
+/// refusal says so.
+fn cluster_is_the_labs(e: anyhow::Error) -> anyhow::Error {
+    let on_cluster = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<crate::store::connect::StoreError>(),
+            Some(crate::store::connect::StoreError::NotOnCluster(_))
+        )
+    });
+    if on_cluster {
+        anyhow::anyhow!(
+            "hitcount bench measures one Redis, and REDIS_URL names a cluster: the project's lab \
+             measures clusters: in a clone of hitcount, `cargo build --release --workspace && \
+             target/release/hitcount-lab bench` with this REDIS_URL"
+        )
+    } else {
+        e
+    }
 }
 
 /// Sets the nice value of process `pid` with renice(1) (allowed to root

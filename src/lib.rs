@@ -27,9 +27,10 @@
 //!    │                      assets.rs: the dashboard page (assets/)          │
 //!    │                      stats.rs: /api/v1/stats/{name}; top.rs: /top     │
 //!    │       cli/           the binary's subcommands, one file each, and     │ behind the
-//!    │                      their text (status.rs: status, shard spread)     │
-//!    │       embedded/      a throwaway redis-server or cluster (demo, bench)│ `cli` feature
-//!    │       bench/         `hitcount bench`;  workload.rs: synthetic names  ┘ (default)
+//!    │                      their text (status.rs: status, shard spread)     │ `cli` feature
+//!    │       bench/         `hitcount bench`: ceiling.rs, workers.rs, report.rs (default)
+//!    │       throwaway.rs   a throwaway redis-server (demo, bench)           │
+//!    │       workload.rs    synthetic names                                  ┘
 //!    ▼
 //!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window), carry.rs
 //!    │       shards.rs      which stream shards this process reads: leases, one worker each
@@ -103,7 +104,9 @@
 //!   default; a library user leaves it out with `default-features =
 //!   false`), the read-only JSON query API and dashboard page of
 //!   `hitcount serve` ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
-//!   benchmark and its synthetic names.
+//!   operators' benchmark and its synthetic names. The test kit and the
+//!   project's measurement harness live apart, in the `hitcount-lab`
+//!   package (`lab/`), which drives the binary as a process.
 
 #![warn(missing_docs, unreachable_pub)]
 

@@ -20,6 +20,41 @@ pub struct Names {
     cdf: Vec<f64>,
 }
 
+/// The name distributions `hitcount bench` measures (and the lab, which
+/// reads its JSON: `"hot"`, `"zipf"`, `"uniform"`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// 1,000 names, each equally likely.
+    Hot,
+    /// Zipf(1.0) over 100,000 names.
+    Zipf,
+    /// 100,000 names, each equally likely.
+    Uniform,
+}
+
+impl Workload {
+    /// The name sampler.
+    pub fn names(self) -> Names {
+        match self {
+            Workload::Hot => Names::new(1000, Distribution::Uniform),
+            Workload::Zipf => Names::new(100_000, Distribution::Zipf(1.0)),
+            Workload::Uniform => Names::new(100_000, Distribution::Uniform),
+        }
+    }
+
+    /// Its label in a table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Workload::Hot => "1,000 hot names",
+            Workload::Zipf => "Zipf(1.0), 100k names",
+            Workload::Uniform => "uniform, 100k names",
+        }
+    }
+}
+
 /// A synthetic response time in ms of the name of rank `rank`, from 1 to
 /// 1000: log-uniform from 1 to 100 ms, times a slowness of that name's own
 /// from 1 to 10 (fixed per name, so some pages are slow every time and

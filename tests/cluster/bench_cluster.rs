@@ -1,4 +1,4 @@
-//! `hitcount bench` on a Redis Cluster runs end to end at tiny sizes and
+//! `hitcount-lab bench` on a Redis Cluster runs end to end at tiny sizes and
 //! prints its per-master table: with `--cluster` (a throwaway cluster of
 //! its own) and with a `REDIS_URL` naming the harness' cluster. Not a
 //! speed test: the figures of so few hits mean nothing, only that they are
@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 use common::bin;
 use common::cluster::Cluster;
@@ -25,18 +25,16 @@ fn bench(args: &[&str], url: Option<&str>) -> Output {
     bench_shards(4, args, url)
 }
 
-/// Runs `hitcount bench ARGS` on 1,000 hot names, one worker, `shards` shards.
+/// Runs `hitcount-lab bench ARGS` on 1,000 hot names, one worker, `shards` shards.
 fn bench_shards(shards: u32, args: &[&str], url: Option<&str>) -> Output {
-    let mut cmd = bin::hitcount();
-    cmd.args(["bench", "--entries", "2000", "--workers", "1"])
-        .args(["--workload", "hot", "--shards", &shards.to_string()])
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null());
+    let shards = shards.to_string();
+    let mut all = vec!["bench", "--entries", "2000", "--workers", "1"];
+    all.extend(["--workload", "hot", "--shards", &shards]);
+    all.extend(args);
     if let Some(url) = url {
-        cmd.env("REDIS_URL", url);
+        all.extend(["--redis-url", url]);
     }
-    cmd.output().unwrap()
+    bin::lab(&all)
 }
 
 /// `out` is a refusal: exit status `code`, and `says` on stderr.
@@ -224,29 +222,17 @@ fn cluster_flags_without_a_cluster_are_refused_not_ignored() {
         "--shards sets a cluster's stream shards, but there is no cluster",
     );
     // `--cluster-replicas` shapes the throwaway cluster only.
-    let out = bin::hitcount()
-        .args(["bench", "--entries", "2000", "--cluster-replicas", "1"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = bin::lab(&["bench", "--entries", "2000", "--cluster-replicas", "1"]);
     assert_refused(&out, 2, "--cluster");
     // `--rounds` repeats a cluster run only, 1 to 9 times.
-    let out = bin::hitcount()
-        .args(["bench", "--entries", "2000", "--rounds", "3"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = bin::lab(&["bench", "--entries", "2000", "--rounds", "3"]);
     assert_refused(
         &out,
         1,
         "--rounds repeats a cluster run, but there is no cluster",
     );
     for rounds in ["0", "10", "two"] {
-        let out = bin::hitcount()
-            .args(["bench", "--cluster", "--rounds", rounds])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = bin::lab(&["bench", "--cluster", "--rounds", rounds]);
         assert_refused(&out, 2, "--rounds");
     }
 }
@@ -307,6 +293,15 @@ fn bench_on_a_redis_url_naming_a_cluster_measures_that_cluster() {
         assert!((m - (xs[0] + xs[1]) / 2.0).abs() < 1e-9, "{report}");
         assert_eq!(v[met].as_bool(), Some(m <= goal), "{report}");
     }
+    // The product's own `hitcount bench` measures one Redis: on a cluster
+    // it names the lab instead of measuring something else.
+    let out = bin::hitcount()
+        .args(["bench", "--entries", "2000", "--workers", "1"])
+        .env("REDIS_URL", cluster.seed_url())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_refused(&out, 1, "the project's lab measures clusters");
     // Its slots are the operator's: bench does not move them.
     let out = bench(
         &["--cluster", "--balance-shards"],

@@ -49,7 +49,7 @@ async fn the_bench_finds_the_lone_master_under_the_address_it_was_given() {
     let cluster = Cluster::start_with(1, 0);
     let port = cluster.masters()[0];
     let (masters, replicas) =
-        hitcount::edge::bench::usage::masters(&RedisArgs::from_url(&cluster.seed_url()))
+        hitcount_lab::bench::usage::masters(&RedisArgs::from_url(&cluster.seed_url()))
             .await
             .expect("listing the masters");
     assert_eq!(replicas, 0);

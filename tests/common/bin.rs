@@ -240,7 +240,7 @@ pub fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T
 
 /// A free address on the loopback interface, as `127.0.0.1:PORT`.
 pub fn free_addr() -> String {
-    format!("127.0.0.1:{}", hitcount::edge::embedded::free_port())
+    format!("127.0.0.1:{}", hitcount_lab::kit::free_port())
 }
 
 /// `hitcount worker` on `url` as `consumer`, serving HTTP on `listen`
@@ -317,4 +317,26 @@ pub fn installed(program: &Path) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok()
+}
+
+/// Runs `hitcount-lab ARGS` (the lab's command line, in-process, on a
+/// thread of its own) on the `hitcount` binary under test; its exit status
+/// and output as the lab's binary would give them.
+pub fn lab(args: &[&str]) -> std::process::Output {
+    use std::os::unix::process::ExitStatusExt as _;
+    let mut argv: Vec<String> = vec!["hitcount-lab".into()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    argv.extend(["--hitcount".into(), env!("CARGO_BIN_EXE_hitcount").into()]);
+    let out = std::thread::spawn(move || {
+        tokio::runtime::Runtime::new()
+            .expect("a runtime")
+            .block_on(hitcount_lab::cli::run_args(argv))
+    })
+    .join()
+    .expect("the lab's thread");
+    std::process::Output {
+        status: std::process::ExitStatus::from_raw(out.code << 8),
+        stdout: out.stdout.into_bytes(),
+        stderr: out.stderr.into_bytes(),
+    }
 }

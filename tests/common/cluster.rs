@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use hitcount::edge::embedded::free_port;
+use hitcount_lab::kit::free_port;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::FromRedisValue;

@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hitcount::edge::embedded::{RedisServer, ServerOptions};
 use hitcount::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 use hitcount::model::keys::Keys;
 use hitcount::model::shutdown::{self, Trigger};
 use hitcount::service::worker::Settings;
 use hitcount::store::connect::Conn;
+use hitcount_lab::kit::{RedisServer, ServerOptions};
 
 /// A cleaner holding the leader lease (10 minutes) on `c`, scripts loaded.
 pub async fn cleaning_leader(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::bin::{free_addr, http_get, run_hitcount, run_ok, start_worker};
 use common::*;
-use hitcount::edge::embedded::ServerOptions;
+use hitcount_lab::kit::ServerOptions;
 
 const USER: &str = "hitcount";
 const PASSWORD: &str = "acl-test-pw";

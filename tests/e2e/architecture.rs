@@ -2,17 +2,30 @@
 //! edge), each using only the floors below it; no import circle between
 //! modules; no Redis type in the pure floor; every file drawn in the crate's
 //! Layout section and every name drawn there present; no file over about
-//! 400 lines of code outside its tests.
+//! 400 lines of code outside its tests. The lab (`lab/src`: kit, bench,
+//! cli) is held to the same floors, circles, drawing and sizes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const FLOORS: [&str; 4] = ["model", "store", "service", "edge"];
+/// The lab's floors, lowest first.
+const LAB_FLOORS: [&str; 3] = ["kit", "bench", "cli"];
 /// "About 400 lines": a file over this has two jobs.
 const MAX_CODE_LINES: usize = 420;
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The lab's source tree.
+fn lab() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/src")
+}
+
+/// Each source tree with its floors: the product's and the lab's.
+fn trees() -> [(PathBuf, &'static [&'static str]); 2] {
+    [(src(), &FLOORS), (lab(), &LAB_FLOORS)]
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -26,14 +39,20 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Every module file below a floor, with its module path (`service::worker`).
+/// Every module file below a floor of the product, with its module path
+/// (`service::worker`).
 fn modules() -> Vec<(Vec<String>, PathBuf)> {
+    modules_in(&src(), &FLOORS)
+}
+
+/// Every module file below one of `floors` in the tree at `root`.
+fn modules_in(root: &Path, floors: &[&str]) -> Vec<(Vec<String>, PathBuf)> {
     let mut files = Vec::new();
-    rust_files(&src(), &mut files);
+    rust_files(root, &mut files);
     let mut out: Vec<(Vec<String>, PathBuf)> = files
         .into_iter()
         .filter_map(|f| {
-            let rel = f.strip_prefix(src()).unwrap().with_extension("");
+            let rel = f.strip_prefix(root).unwrap().with_extension("");
             let mut parts: Vec<String> = rel
                 .components()
                 .map(|c| c.as_os_str().to_string_lossy().into_owned())
@@ -41,7 +60,7 @@ fn modules() -> Vec<(Vec<String>, PathBuf)> {
             if parts.last().is_some_and(|p| p == "mod") {
                 parts.pop();
             }
-            FLOORS
+            floors
                 .contains(&parts.first()?.as_str())
                 .then_some((parts, f))
         })
@@ -207,19 +226,21 @@ fn references_follow_crate_super_self_and_use_groups() {
     );
 }
 
-fn floor(m: &[String]) -> usize {
-    FLOORS.iter().position(|f| *f == m[0]).unwrap()
+fn floor(floors: &[&str], m: &[String]) -> usize {
+    floors.iter().position(|f| *f == m[0]).unwrap()
 }
 
 #[test]
 fn no_floor_uses_a_floor_above_it() {
-    let mods = modules();
-    let known: BTreeSet<Vec<String>> = mods.iter().map(|(m, _)| m.clone()).collect();
     let mut bad = Vec::new();
-    for (m, path) in &mods {
-        for r in references(&code(path), m, &known) {
-            if floor(&r) > floor(m) {
-                bad.push(format!("{} uses {}", m.join("::"), r.join("::")));
+    for (root, floors) in trees() {
+        let mods = modules_in(&root, floors);
+        let known: BTreeSet<Vec<String>> = mods.iter().map(|(m, _)| m.clone()).collect();
+        for (m, path) in &mods {
+            for r in references(&code(path), m, &known) {
+                if floor(floors, &r) > floor(floors, m) {
+                    bad.push(format!("{} uses {}", m.join("::"), r.join("::")));
+                }
             }
         }
     }
@@ -228,7 +249,13 @@ fn no_floor_uses_a_floor_above_it() {
 
 #[test]
 fn no_import_circle_between_modules() {
-    let mods = modules();
+    for (root, floors) in trees() {
+        no_import_circle_in(&root, floors);
+    }
+}
+
+fn no_import_circle_in(root: &Path, floors: &[&str]) {
+    let mods = modules_in(root, floors);
     let known: BTreeSet<Vec<String>> = mods.iter().map(|(m, _)| m.clone()).collect();
     // A module and its own ancestors or descendants are one unit here.
     let related = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
@@ -295,13 +322,19 @@ fn the_pure_floor_names_no_redis_type() {
 
 #[test]
 fn the_layout_section_draws_the_tree() {
-    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    for (root, floors) in trees() {
+        the_layout_section_draws(&root, floors);
+    }
+}
+
+fn the_layout_section_draws(root: &Path, floors: &[&str]) {
+    let lib = std::fs::read_to_string(root.join("lib.rs")).unwrap();
     let start = lib.find("# Layout").expect("a Layout section in lib.rs");
     let layout = &lib[start..];
     let end = layout.find("\npub mod").unwrap_or(layout.len());
     let layout = &layout[..end];
     let mut missing = Vec::new();
-    for (m, path) in modules() {
+    for (m, path) in modules_in(root, floors) {
         if m.len() == 1 {
             continue; // the floor folder itself
         }
@@ -323,7 +356,7 @@ fn the_layout_section_draws_the_tree() {
     );
     // And every file name drawn exists.
     let mut files = Vec::new();
-    rust_files(&src(), &mut files);
+    rust_files(root, &mut files);
     let names: BTreeSet<String> = files
         .iter()
         .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
@@ -342,6 +375,7 @@ fn the_layout_section_draws_the_tree() {
 fn no_file_has_two_jobs() {
     let mut files = Vec::new();
     rust_files(&src(), &mut files);
+    rust_files(&lab(), &mut files);
     let mut big = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();

@@ -9,8 +9,8 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use hitcount::edge::embedded::ServerOptions;
 use hitcount::store::connect::Conn;
+use hitcount_lab::kit::ServerOptions;
 
 /// How long the test lets cells wait (`--carry-ms`).
 const CARRY_MS: u64 = 500;

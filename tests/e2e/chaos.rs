@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::*;
-use hitcount::edge::embedded::ServerOptions;
+use hitcount_lab::kit::ServerOptions;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -133,7 +133,7 @@ fn bad_input_fails_with_a_clear_message() {
         lines[0].contains("HITCOUNT_QUANTILE_PRECISIONS: 7 is not one of the precisions"),
         "{err}"
     );
-    let port = hitcount::edge::embedded::free_port();
+    let port = hitcount_lab::kit::free_port();
     let o = hitcount(
         &["get", "x", "--precision", "60"],
         &[("REDIS_URL", &format!("redis://:topsecret@127.0.0.1:{port}"))],

@@ -556,10 +556,7 @@ async fn the_producer_buffers_while_redis_is_down_and_sends_once_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_producer_drops_and_counts_beyond_its_bound() {
-    let url = format!(
-        "redis://127.0.0.1:{}",
-        hitcount::edge::embedded::free_port()
-    );
+    let url = format!("redis://127.0.0.1:{}", hitcount_lab::kit::free_port());
     let producer = Producer::start(
         &RedisArgs::from_url(&url),
         &StreamArgs::default(),

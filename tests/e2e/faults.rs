@@ -8,8 +8,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use hitcount::edge::embedded::ServerOptions;
 use hitcount::store::connect::Conn;
+use hitcount_lab::kit::ServerOptions;
 
 const PRECISIONS: [u32; 7] = hitcount::model::config::DEFAULT_PRECISIONS;
 

@@ -304,7 +304,7 @@ async fn a_leader_stopped_past_its_lease_does_nothing_after_it_resumes() {
 
 /// `redis-cli MONITOR` on `srv`, its output in a file; returns once it
 /// runs.
-fn monitor(srv: &hitcount::edge::embedded::RedisServer) -> Child {
+fn monitor(srv: &hitcount_lab::kit::RedisServer) -> Child {
     let mut cmd = std::process::Command::new("redis-cli");
     cmd.args(["-p", &srv.port().to_string(), "MONITOR"]);
     let mut m = Child::spawn("redis-cli MONITOR", cmd);

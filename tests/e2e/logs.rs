@@ -6,7 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::bin::{free_addr, hitcount, http_get, start_worker, wait_for, Child};
-use hitcount::edge::embedded::ServerOptions;
+use hitcount_lab::kit::ServerOptions;
 
 const SECRET: &str = "secretpw";
 
@@ -72,7 +72,7 @@ fn text_logs_by_default_and_no_password_when_refused() {
     // live but not ready.
     let down = format!(
         "redis://:{SECRET}@127.0.0.1:{}",
-        hitcount::edge::embedded::free_port()
+        hitcount_lab::kit::free_port()
     );
     let listen = free_addr();
     let mut cmd = hitcount();

@@ -18,7 +18,6 @@ mod cleaner;
 mod cli;
 mod core;
 mod dashboard;
-mod embedded;
 mod faults;
 mod http;
 mod leader;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::bin::{hitcount, run_hitcount, Child};
 use common::*;
-use hitcount::edge::embedded::ServerOptions;
+use hitcount_lab::kit::ServerOptions;
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -92,10 +92,7 @@ fn nonsense_flag_values_are_refused_naming_the_flag() {
 /// counter layout are refused before Redis is contacted (no server here).
 #[test]
 fn values_that_do_not_fit_the_layout_are_refused_with_the_reason() {
-    let unreachable = format!(
-        "redis://127.0.0.1:{}",
-        hitcount::edge::embedded::free_port()
-    );
+    let unreachable = format!("redis://127.0.0.1:{}", hitcount_lab::kit::free_port());
     let now = unix_now();
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
@@ -388,7 +385,7 @@ async fn get_warns_about_fields_that_are_not_integers() {
 fn bench_quotes_the_seeds_python_figure_without_dividing_by_it() {
     let srv = server();
     let url = srv.url();
-    let o = run_hitcount(&[
+    let o = crate::common::bin::lab(&[
         "bench",
         "--redis-url",
         &url,
@@ -409,6 +406,43 @@ fn bench_quotes_the_seeds_python_figure_without_dividing_by_it() {
     assert!(!out.contains("seeds' Python |"), "no ratio column: {out}");
     let line = out.lines().find(|l| l.contains("seeds' Python")).unwrap();
     assert!(line.contains("not measured in this run"), "{line}");
+}
+
+/// The flags of `hitcount bench` that moved to the lab are still taken,
+/// unshown, and refused with one line naming the lab's command (exit 2):
+/// never ignored, never an unknown flag.
+#[test]
+fn bench_flags_that_moved_to_the_lab_name_its_command() {
+    let help = stdout(&run_hitcount(&["bench", "--help"]));
+    for (args, flag) in [
+        (vec!["--cluster"], "--cluster"),
+        (vec!["--cluster", "5"], "--cluster"),
+        (vec!["--serve"], "--serve"),
+        (vec!["--rounds", "3"], "--rounds"),
+        (vec!["--warm"], "--warm"),
+        (vec!["--seeds-sample", "50"], "--seeds-sample"),
+        (vec!["--latency-secs", "1"], "--latency-secs"),
+        (vec!["--rss-backlog", "1000"], "--rss-backlog"),
+        (vec!["--shards", "4"], "--shards"),
+        (vec!["--cluster-replicas", "1"], "--cluster-replicas"),
+        (vec!["--balance-shards"], "--balance-shards"),
+        (vec!["--serve-secs", "3"], "--serve-secs"),
+    ] {
+        let mut all = vec!["bench"];
+        all.extend(&args);
+        let o = run_hitcount(&all);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(
+            err.contains(&format!("target/release/hitcount-lab bench {flag}")),
+            "{args:?} names the lab's command: {err}"
+        );
+        assert!(
+            !help.contains(&format!("{flag} ")),
+            "{flag} is unshown: {help}"
+        );
+    }
 }
 
 /// Finding 8: help, defaults and JSON errors say what the binary does.

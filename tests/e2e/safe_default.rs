@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::bin::{self, free_addr, http_get, wait_ready};
 use common::*;
-use hitcount::edge::embedded::ServerOptions;
 use hitcount::store::connect::Conn;
+use hitcount_lab::kit::ServerOptions;
 
 const PRECISIONS: [u32; 7] = hitcount::model::config::DEFAULT_PRECISIONS;
 

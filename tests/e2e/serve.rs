@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use common::bin::{free_addr, hitcount, percent_encode as enc, run_hitcount, wait_for, Child};
 use common::*;
-use hitcount::edge::embedded::ServerOptions;
 use hitcount::model::stats::{exact_quantile, HistBucket, RELATIVE_ACCURACY, REPORTED_QUANTILES};
 use hitcount::store::connect::Conn;
+use hitcount_lab::kit::ServerOptions;
 use serde_json::{json, Value};
 
 /// The rules of a read-only user, as docs/operations.md gives them.
@@ -598,13 +598,14 @@ fn a_bad_listen_address_exits_1_saying_so() {
     }
 }
 
-/// `hitcount bench --serve` plays the open pages against the real API and
+/// `hitcount-lab bench --serve` plays the open pages against `hitcount
+/// serve` (a process) and
 /// reports every request it made, then deletes what it wrote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_serve_benchmark_reports_every_request_and_cleans_up() {
     let srv = server();
     let url = srv.url();
-    let out = run_hitcount(&[
+    let out = crate::common::bin::lab(&[
         "bench",
         "--redis-url",
         &url,

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use common::bin::run_hitcount;
 use common::*;
-use hitcount::edge::embedded::{
-    make_test_certs, RedisServer, ServerOptions, CLIENT_CERT_FILE, CLIENT_KEY_FILE,
-};
 use hitcount::model::config::{RedisArgs, StreamArgs};
 use hitcount::service::producer::{Producer, ProducerOptions};
+use hitcount_lab::kit::{
+    make_test_certs, RedisServer, ServerOptions, CLIENT_CERT_FILE, CLIENT_KEY_FILE,
+};
 
 /// Redis settings for the TLS server: its CA, and the client certificate
 /// when `mutual`.

@@ -7,12 +7,12 @@ use crate::common;
 use std::sync::Arc;
 
 use common::*;
-use hitcount::edge::embedded::ServerOptions;
 use hitcount::model::config::{LayoutArgs, LeaderArgs};
 use hitcount::model::keys::Keys;
 use hitcount::service::cleaner::CleanError;
 use hitcount::service::leader::Lease;
 use hitcount::store::connect::Conn;
+use hitcount_lab::kit::ServerOptions;
 
 async fn ids(c: &mut Conn) -> Vec<String> {
     let v: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")

@@ -27,10 +27,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = hitcount();
     cmd.env(
         "REDIS_URL",
-        format!(
-            "redis://127.0.0.1:{}",
-            hitcount::edge::embedded::free_port()
-        ),
+        format!("redis://127.0.0.1:{}", hitcount_lab::kit::free_port()),
     )
     .env("HITCOUNT_LISTEN", "127.0.0.1:0")
     .args(args)
@@ -179,10 +176,7 @@ fn a_carry_cut_to_a_quarter_of_the_claim_idle_time_is_said() {
     let mut cmd = hitcount();
     cmd.env(
         "REDIS_URL",
-        format!(
-            "redis://127.0.0.1:{}",
-            hitcount::edge::embedded::free_port()
-        ),
+        format!("redis://127.0.0.1:{}", hitcount_lab::kit::free_port()),
     )
     .args(["worker", "--listen", "127.0.0.1:0", "--carry-ms", "10000"])
     .stdin(Stdio::null());

@@ -14,7 +14,7 @@ use crate::common::bin::{
     free_addr, hitcount, http_get, metric_value, run_hitcount, start_worker, wait_for, Child,
 };
 use crate::common::*;
-use hitcount::edge::embedded::ServerOptions;
+use hitcount_lab::kit::ServerOptions;
 
 /// The read-only rules of issue 31's contract, for key prefix `PREFIX`.
 fn read_only_rules(prefix: &str) -> String {
@@ -175,13 +175,7 @@ async fn serve_refused_by_redis_exits_1_with_one_line() {
 
 /// A redis-server with `requirepass PASSWORD` listening on a unix socket
 /// too; the socket's path.
-fn unix_server(
-    password: &str,
-) -> (
-    hitcount::edge::embedded::RedisServer,
-    tempfile::TempDir,
-    String,
-) {
+fn unix_server(password: &str) -> (hitcount_lab::kit::RedisServer, tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("redis.sock").to_str().unwrap().to_string();
     let srv = server_with(ServerOptions {
@@ -747,7 +741,6 @@ async fn bench_keeps_the_password_off_its_workers_command_lines() {
         "--workload",
         "hot",
     ])
-    .args(["--seeds-sample", "10", "--latency-secs", "1"])
     .env("REDIS_URL", srv.url())
     .stdin(Stdio::null());
     let mut bench = Child::spawn("bench", cmd);

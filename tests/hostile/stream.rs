@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common::bin::{self, hitcount, Child};
 use crate::common::{server, server_with, unix_now};
-use hitcount::edge::embedded::ServerOptions;
+use hitcount_lab::kit::ServerOptions;
 
 fn redis(url: &str) -> redis::Connection {
     redis::Client::open(url).unwrap().get_connection().unwrap()

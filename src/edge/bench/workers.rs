@@ -35,26 +35,15 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    /// `workers` workers on `stream`, counters under `<stream>:w<workers>:`.
+    /// `workers` workers on `stream`, counters under `<stream>:w<workers>:`
+    /// (less the stream's `:hits`).
     pub(crate) fn new(redis: &RedisArgs, stream: &str, workers: usize, extra: &[String]) -> Target {
-        Target::tagged(redis, stream, workers, extra, "")
-    }
-
-    /// Like [`Target::new`], with a group and counters of their own
-    /// (`tag` appended to both), for a second run on the same stream.
-    pub(crate) fn tagged(
-        redis: &RedisArgs,
-        stream: &str,
-        workers: usize,
-        extra: &[String],
-        tag: &str,
-    ) -> Target {
-        let prefix = prefix(stream, workers, tag);
+        let prefix = format!("{}:w{workers}:", stream.trim_end_matches(":hits"));
         Target {
             redis: redis.clone(),
             workers,
             extra: extra.to_vec(),
-            keys: keys(stream, &format!("{}{tag}", group(workers)), &prefix),
+            keys: keys(stream, &group(workers), &prefix),
         }
     }
 
@@ -80,10 +69,7 @@ impl Target {
                 .args(["--dead-stream", &self.keys.dead])
                 .args(["--prefix", self.keys.prefix()])
                 .args(["--consumer", &format!("bench-{i}")])
-                .args([
-                    "--listen",
-                    &format!("127.0.0.1:{}", crate::edge::embedded::free_port()),
-                ])
+                .args(["--listen", "127.0.0.1:0"])
                 .args(&self.extra)
                 .env("RUST_LOG", "warn")
                 .stdin(Stdio::null())
@@ -103,17 +89,6 @@ impl Target {
         }
         Ok(children)
     }
-}
-
-/// The counters' prefix of `workers` workers on `stream`:
-/// `<stream>:w<workers><tag>:`, less the stream's `:hits`.
-fn prefix(stream: &str, workers: usize, tag: &str) -> String {
-    format!("{}:w{workers}{tag}:", stream.trim_end_matches(":hits"))
-}
-
-/// The `known:` key of [`Target::new`]'s workers.
-pub(crate) fn known_key(stream: &str, workers: usize) -> String {
-    keys(stream, &group(workers), &prefix(stream, workers, "")).known()
 }
 
 /// One run of the real workers.
@@ -195,7 +170,7 @@ pub(crate) async fn run(
 }
 
 /// An error when a worker has exited or `deadline` has passed.
-pub(crate) fn check_alive(children: &mut [Child], deadline: Instant) -> Result<(), BenchError> {
+fn check_alive(children: &mut [Child], deadline: Instant) -> Result<(), BenchError> {
     for c in children.iter_mut() {
         if let Some(status) = c.try_wait()? {
             return Err(BenchError::Check(format!(
@@ -212,20 +187,17 @@ pub(crate) fn check_alive(children: &mut [Child], deadline: Instant) -> Result<(
     Ok(())
 }
 
-/// Sends `sig` to every worker (SIGSTOP and SIGCONT pause and resume them).
-pub(crate) fn signal(children: &[Child], sig: libc::c_int) {
-    for c in children {
-        if let Some(pid) = c.id() {
-            // SAFETY: kill(2) on a child we started and have not reaped.
-            unsafe { libc::kill(pid as libc::pid_t, sig) };
-        }
-    }
-}
-
 /// Stops the workers with SIGTERM (they finish their window and leave the
-/// group) and waits for them; kills any still running after 30 s.
-pub(crate) async fn stop(children: Vec<Child>) {
-    signal(&children, libc::SIGTERM);
+/// group; sent with kill(1), so the product needs no libc) and waits for
+/// them; kills any still running after 30 s.
+async fn stop(children: Vec<Child>) {
+    let pids: Vec<String> = children
+        .iter()
+        .filter_map(|c| c.id().map(|p| p.to_string()))
+        .collect();
+    if !pids.is_empty() {
+        let _ = Command::new("kill").arg("-TERM").args(&pids).status().await;
+    }
     for mut c in children {
         if tokio::time::timeout(Duration::from_secs(30), c.wait())
             .await
@@ -238,7 +210,7 @@ pub(crate) async fn stop(children: Vec<Child>) {
 
 /// Calls of one command (lower case, e.g. `hincrby`) since the last
 /// `CONFIG RESETSTAT`, scripts' own calls included.
-pub(crate) async fn calls_of(conn: &mut Conn, command: &str) -> Result<u64, BenchError> {
+async fn calls_of(conn: &mut Conn, command: &str) -> Result<u64, BenchError> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -250,103 +222,8 @@ pub(crate) async fn calls_of(conn: &mut Conn, command: &str) -> Result<u64, Benc
         .unwrap_or(0))
 }
 
-/// `hash-max-listpack-entries` low enough that counter hashes of 120
-/// samples are hash tables (the "hashtable" runs).
-pub(crate) const HASHTABLE_ENTRIES: u32 = 16;
-/// Samples per counter hash when measuring its memory: the default
-/// `HITCOUNT_SAMPLES`.
-const MEMORY_SAMPLES: i64 = 120;
-
-/// Sets `hash-max-listpack-entries` and returns the value it had.
-pub(crate) async fn set_listpack_entries(
-    conn: &mut Conn,
-    entries: &str,
-) -> Result<String, BenchError> {
-    let old: (String, String) = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("hash-max-listpack-entries")
-        .query_async(conn)
-        .await?;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("hash-max-listpack-entries")
-        .arg(entries)
-        .query_async(conn)
-        .await?;
-    Ok(old.1)
-}
-
-/// Bytes of one counter hash of [`MEMORY_SAMPLES`] samples (`MEMORY
-/// USAGE`), as Redis' current `hash-max-listpack-entries` encodes it, and
-/// that encoding. Written as the worker writes one: HINCRBY, bucket by bucket.
-pub(crate) async fn counter_hash_bytes(conn: &mut Conn) -> Result<(u64, String), BenchError> {
-    let key = "bench:memory:count:60:page";
-    let _: () = redis::cmd("DEL").arg(key).query_async(conn).await?;
-    let start = crate::model::clock::unix_ms() / 1000 / 60 * 60;
-    let mut pipe = redis::pipe();
-    for i in 0..MEMORY_SAMPLES {
-        pipe.cmd("HINCRBY")
-            .arg(key)
-            .arg(start - 60 * (MEMORY_SAMPLES - i))
-            .arg(1 + i * 37)
-            .ignore();
-    }
-    pipe.query_async::<()>(conn).await?;
-    let (bytes, encoding): (u64, String) = redis::pipe()
-        .cmd("MEMORY")
-        .arg("USAGE")
-        .arg(key)
-        .arg("SAMPLES")
-        .arg(0)
-        .cmd("OBJECT")
-        .arg("ENCODING")
-        .arg(key)
-        .query_async(conn)
-        .await?;
-    let _: () = redis::cmd("DEL").arg(key).query_async(conn).await?;
-    Ok((bytes, encoding))
-}
-
-/// The group tag of the one-worker run with hash-table counters.
-pub(crate) const HASHTABLE_TAG: &str = "-ht";
-
-/// One worker drains `stream` again (its own group, tagged
-/// [`HASHTABLE_TAG`], created up front) with `hash-max-listpack-entries`
-/// at [`HASHTABLE_ENTRIES`], restored afterwards whatever happens.
-pub(crate) async fn hashtable_run(
-    conn: &mut Conn,
-    redis: &RedisArgs,
-    stream: &str,
-    extra: &[String],
-    sent: &Sent,
-) -> Result<WorkerRun, BenchError> {
-    let old = set_listpack_entries(conn, &HASHTABLE_ENTRIES.to_string()).await?;
-    let target = Target::tagged(redis, stream, 1, extra, HASHTABLE_TAG);
-    let run = run(conn, &target, sent).await;
-    set_listpack_entries(conn, &old).await?;
-    run
-}
-
-/// Bytes of a counter hash of 120 samples and its encoding, with Redis'
-/// `hash-max-listpack-entries` as it is, then at [`HASHTABLE_ENTRIES`]
-/// (restored afterwards).
-pub(crate) async fn hash_memory(conn: &mut Conn) -> Result<Vec<(String, u64)>, BenchError> {
-    let (lp, lp_enc) = counter_hash_bytes(conn).await?;
-    let old = set_listpack_entries(conn, &HASHTABLE_ENTRIES.to_string()).await?;
-    let ht = counter_hash_bytes(conn).await;
-    set_listpack_entries(conn, &old).await?;
-    let (ht, ht_enc) = ht?;
-    Ok(vec![
-        (format!("{lp_enc} (hash-max-listpack-entries {old})"), lp),
-        (
-            format!("{ht_enc} (hash-max-listpack-entries {HASHTABLE_ENTRIES})"),
-            ht,
-        ),
-    ])
-}
-
 /// VmHWM of a process, KiB.
-pub(crate) fn peak_rss_kib(pid: u32) -> Option<u64> {
+fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
@@ -360,11 +237,7 @@ async fn last_delivered(conn: &mut Conn, k: &Keys) -> Result<Option<String>, Ben
 }
 
 /// The sum of every day counter of the names that were sent.
-pub(crate) async fn day_total(
-    conn: &mut Conn,
-    k: &Keys,
-    per_name: &[u64],
-) -> Result<i64, BenchError> {
+async fn day_total(conn: &mut Conn, k: &Keys, per_name: &[u64]) -> Result<i64, BenchError> {
     let ranks: Vec<usize> = (0..per_name.len()).filter(|&r| per_name[r] > 0).collect();
     let mut total = 0i64;
     for batch in ranks.chunks(CHECK_BATCH) {

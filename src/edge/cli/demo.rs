@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::edge::api::{self, Api};
-use crate::edge::embedded::{RedisServer, ServerOptions};
+use crate::edge::throwaway::ThrowawayRedis;
 use crate::edge::workload::{Distribution, Names};
 use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 use crate::model::keys::Keys;
@@ -86,10 +86,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let listener = listen(&args.dashboard).await?;
     let server = match &args.redis_url {
         Some(_) => None,
-        None => Some(
-            RedisServer::start(ServerOptions::default())
-                .context("starting a throwaway redis-server")?,
-        ),
+        None => Some(ThrowawayRedis::start(&[]).context("starting a throwaway redis-server")?),
     };
     let url = args
         .redis_url

@@ -92,7 +92,7 @@ enum Command {
     /// Run the whole flow on a throwaway Redis: workers, load, counters.
     #[command(override_usage = "hitcount demo [OPTIONS]")]
     Demo(demo::Args),
-    /// Measure throughput against what Redis can deliver, and print a table.
+    /// Measure how fast this Redis counts, next to what it can deliver at all.
     #[command(override_usage = "hitcount bench [OPTIONS]")]
     Bench(bench::Args),
 }
@@ -124,7 +124,15 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
                 Err(e) => Refused::Usage(e),
             }
         })?;
-    Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))?;
+    // A bench flag that moved to the lab is named, never ignored.
+    if let Command::Bench(a) = &cli.command {
+        if let Some(line) = a.moved() {
+            let kind = clap::error::ErrorKind::ArgumentConflict;
+            return Err(Refused::Usage(clap::Error::raw(kind, format!("{line}\n"))));
+        }
+    }
+    Ok(cli)
 }
 
 /// Settings shared by the commands that read or write counters. The worker

@@ -21,25 +21,24 @@ use super::scaling_options::ScalingOptions;
 use super::scaling_report::{ScalingReport, ScalingRun};
 use super::usage::Node;
 use super::workers::{self, Target};
-use super::{BenchError, Workload};
-use crate::edge::embedded::{
-    ClusterOptions, EmbeddedError, RedisCluster, RedisServer, ServerOptions,
-};
-use crate::edge::workload::Names;
-use crate::model::config::DEFAULT_PRECISIONS;
-use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs};
-use crate::model::keys::Keys;
-use crate::model::slots::{
+use super::BenchError;
+use crate::kit::{ClusterOptions, EmbeddedError, RedisCluster, RedisServer, ServerOptions};
+use hitcount::edge::workload::Names;
+use hitcount::edge::workload::Workload;
+use hitcount::model::config::DEFAULT_PRECISIONS;
+use hitcount::model::config::{LayoutArgs, RedisArgs, StreamArgs};
+use hitcount::model::keys::Keys;
+use hitcount::model::slots::{
     balancing_moves, even_owner, known_weight, shard_loads, slot, ShardLoads, SlotMove,
 };
-use crate::store::connect::Conn;
+use hitcount::store::connect::Conn;
 
 /// How long the idle cost of each node is sampled before the runs.
 const IDLE_SAMPLE: Duration = Duration::from_secs(1);
 
 /// The cluster to measure.
 #[derive(Debug, Clone)]
-pub(crate) enum ClusterSource {
+pub enum ClusterSource {
     /// An existing cluster (`REDIS_URL`); its `bench:*` keys are written,
     /// then deleted.
     Url(RedisArgs),
@@ -58,7 +57,7 @@ pub(crate) enum ClusterSource {
 /// Starts what is needed (one throwaway redis-server for the comparison,
 /// always on this machine; the cluster unless one is given), runs
 /// [`run`] and stops them.
-pub(crate) async fn measure(
+pub async fn measure(
     source: ClusterSource,
     opts: &ScalingOptions,
 ) -> Result<ScalingReport, BenchError> {
@@ -95,7 +94,7 @@ pub(crate) async fn measure(
 
 /// Runs every workload and worker count on one Redis (`single`) and on the
 /// cluster, `opts.rounds` times, and returns the figures, judged.
-pub(crate) async fn run(
+pub async fn run(
     opts: &ScalingOptions,
     single: &RedisArgs,
     cluster: &RedisArgs,
@@ -113,6 +112,7 @@ pub(crate) async fn run(
     let mut sides = Sides {
         opts,
         single: Place {
+            hitcount: &opts.hitcount,
             redis: single,
             args: single_args,
             nodes: vec![super::usage::single(single).await?],
@@ -122,6 +122,7 @@ pub(crate) async fn run(
             what: "one Redis",
         },
         cluster: Place {
+            hitcount: &opts.hitcount,
             redis: cluster,
             args: cluster_args,
             nodes: masters,
@@ -163,6 +164,7 @@ pub(crate) async fn run(
 /// (priced) and a connection, how many stream shards it reads and whether
 /// it is a cluster (which names a lone shard's dead letters differently).
 struct Place<'a> {
+    hitcount: &'a std::path::Path,
     redis: &'a RedisArgs,
     args: Vec<String>,
     nodes: Vec<Node>,
@@ -180,7 +182,7 @@ impl Place<'_> {
 
     /// The workers of one run: `w` of them on `stream`.
     fn target(&self, stream: &str, w: usize) -> Target {
-        Target::new(self.redis, stream, w, &self.args)
+        Target::new(self.hitcount, self.redis, stream, w, &self.args)
     }
 }
 
@@ -220,7 +222,7 @@ impl Sides<'_> {
                 for &w in &opts.workers {
                     for k in &keys {
                         let k = with_group(k, &workers::group(w));
-                        crate::store::stream::ensure_group(&mut place.conn, &k).await?;
+                        super::ensure_group(&mut place.conn, &k).await?;
                     }
                 }
             }
@@ -257,8 +259,8 @@ impl Sides<'_> {
 }
 
 async fn open(redis: &RedisArgs) -> Result<Conn, BenchError> {
-    let client = crate::store::connect::client(redis)?;
-    Ok(client.open(crate::store::connect::RESPONSE_TIMEOUT).await?)
+    let client = hitcount::store::connect::client(redis)?;
+    Ok(client.open(super::RESPONSE_TIMEOUT).await?)
 }
 
 /// Each node's CPU per second while nothing but the cluster itself runs

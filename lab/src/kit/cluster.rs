@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use redis::FromRedisValue;
 
 use super::{free_port, is_address_in_use, EmbeddedError, RedisServer, ServerOptions};
-use crate::model::slots::{even_owner, SlotMove};
+use hitcount::model::slots::{even_owner, SlotMove};
 
 /// Hash slots of a Redis Cluster.
 const SLOTS: usize = 16384;
@@ -47,7 +47,7 @@ pub struct ClusterOptions {
     /// Raw `redis.conf` lines for every node, after the cluster's own.
     pub extra: Vec<String>,
     /// Slots served by another master than the even split says (say, the
-    /// stream shards' as [`crate::model::slots::balancing_moves`] places
+    /// stream shards' as [`hitcount::model::slots::balancing_moves`] places
     /// them), masters by index, applied in order.
     pub moves: Vec<SlotMove>,
 }

@@ -14,8 +14,11 @@ use std::collections::BTreeMap;
 use redis::Value;
 
 use super::BenchError;
-use crate::model::config::{ClusterMode, RedisArgs};
-use crate::store::connect::Conn;
+
+/// Hex digits of a script's SHA1 shown in the SLOWLOG summary.
+const SHA_SHOWN: usize = 8;
+use hitcount::model::config::{ClusterMode, RedisArgs};
+use hitcount::store::connect::Conn;
 
 /// Hash slots of a Redis Cluster.
 const SLOTS: u16 = 16384;
@@ -31,7 +34,7 @@ pub struct Node {
 
 /// A node's counters at one moment, or their growth between two.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub(crate) struct Usage {
+pub struct Usage {
     /// Process CPU time, µs.
     pub cpu_us: f64,
     /// Commands run, scripts' own included.
@@ -43,7 +46,7 @@ pub(crate) struct Usage {
 
 impl Usage {
     /// The growth from `before` to `self`.
-    pub(crate) fn since(&self, before: &Usage) -> Usage {
+    pub fn since(&self, before: &Usage) -> Usage {
         let commands = self
             .commands
             .iter()
@@ -65,7 +68,7 @@ impl Usage {
 
     /// The commands that took the most time, most first: name, calls and
     /// µs, at most `n`.
-    pub(crate) fn top(&self, n: usize) -> Vec<(&str, u64, u64)> {
+    pub fn top(&self, n: usize) -> Vec<(&str, u64, u64)> {
         let mut v: Vec<(&str, u64, u64)> = self
             .commands
             .iter()
@@ -77,7 +80,7 @@ impl Usage {
     }
 
     /// Parses the text of `INFO cpu commandstats`.
-    pub(crate) fn parse(info: &str) -> Usage {
+    pub fn parse(info: &str) -> Usage {
         let mut u = Usage::default();
         for line in info.lines().map(str::trim_end) {
             if let Some(v) = line
@@ -109,7 +112,7 @@ impl Usage {
 
 impl Node {
     /// Its counters now.
-    pub(crate) async fn usage(&mut self) -> Result<Usage, BenchError> {
+    pub async fn usage(&mut self) -> Result<Usage, BenchError> {
         let info: String = redis::cmd("INFO")
             .arg("cpu")
             .arg("commandstats")
@@ -119,18 +122,18 @@ impl Node {
     }
 
     /// Whether it serves `slot`.
-    pub(crate) fn serves(&self, slot: u16) -> bool {
+    pub fn serves(&self, slot: u16) -> bool {
         self.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
     }
 
     /// Deletes its keys matching `pattern`.
-    pub(crate) async fn delete_matching(&mut self, pattern: &str) -> Result<(), BenchError> {
+    pub async fn delete_matching(&mut self, pattern: &str) -> Result<(), BenchError> {
         super::delete_matching(&mut self.conn, pattern).await
     }
 }
 
 /// One Redis (not a cluster) as a [`Node`] serving every slot.
-pub(crate) async fn single(redis: &RedisArgs) -> Result<Node, BenchError> {
+pub async fn single(redis: &RedisArgs) -> Result<Node, BenchError> {
     let url = redis
         .urls()
         .first()
@@ -153,7 +156,11 @@ pub async fn masters(redis: &RedisArgs) -> Result<(Vec<Node>, usize), BenchError
         .map(|u| u.to_string())
         .unwrap_or_default();
     let mut first = open_node(redis, &seed).await?;
-    let listed = crate::store::topology::masters(&mut first).await?;
+    let reply: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut first)
+        .await?;
+    let listed = cluster_masters(&reply);
     if listed.is_empty() {
         return Err(BenchError::Check(format!(
             "CLUSTER SLOTS on {} lists no master",
@@ -173,6 +180,54 @@ pub async fn masters(redis: &RedisArgs) -> Result<(Vec<Node>, usize), BenchError
     Ok((nodes, replicas))
 }
 
+/// A master as `CLUSTER SLOTS` lists it.
+struct Listed {
+    host: String,
+    port: u16,
+    ranges: Vec<(u16, u16)>,
+    replicas: usize,
+}
+
+/// The masters of a `CLUSTER SLOTS` reply (`[first, last, [host, port,
+/// id], replicas…]` per range), in the order of their lowest slot.
+fn cluster_masters(reply: &Value) -> Vec<Listed> {
+    let Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    let mut out: Vec<Listed> = Vec::new();
+    for range in ranges {
+        let Value::Array(r) = range else { continue };
+        let Ok((first, last, node)) = redis::from_redis_value::<(u16, u16, Value)>(Value::Array(
+            r[..r.len().min(3)].to_vec(),
+        )) else {
+            continue;
+        };
+        let Ok((host, port)) = redis::from_redis_value::<(String, u16)>(match node {
+            Value::Array(n) => Value::Array(n.into_iter().take(2).collect()),
+            other => other,
+        }) else {
+            continue;
+        };
+        let replicas = r.len().saturating_sub(3);
+        if let Some(m) = out.iter_mut().find(|m| m.host == host && m.port == port) {
+            m.ranges.push((first, last));
+            m.replicas = m.replicas.min(replicas);
+        } else {
+            out.push(Listed {
+                host,
+                port,
+                ranges: vec![(first, last)],
+                replicas,
+            });
+        }
+    }
+    for m in &mut out {
+        m.ranges.sort_unstable();
+    }
+    out.sort_by_key(|m| m.ranges.first().map_or(u16::MAX, |r| r.0));
+    out
+}
+
 /// A connection to exactly the node at `url`, never a cluster connection.
 async fn open_node(redis: &RedisArgs, url: &str) -> Result<Conn, BenchError> {
     let args = RedisArgs {
@@ -180,10 +235,8 @@ async fn open_node(redis: &RedisArgs, url: &str) -> Result<Conn, BenchError> {
         cluster: ClusterMode::Off,
         ..redis.clone()
     };
-    let client = crate::store::connect::client(&args)?;
-    Ok(client
-        .open_this_node(crate::store::connect::RESPONSE_TIMEOUT)
-        .await?)
+    let client = hitcount::store::connect::client(&args)?;
+    Ok(client.open_this_node(super::RESPONSE_TIMEOUT).await?)
 }
 
 /// `seed` with its host and port replaced: same scheme, user, password,
@@ -223,7 +276,7 @@ fn host_port(url: &str) -> String {
 
 /// SLOWLOG entries, summed up per command, a script by its file:
 /// "EVALSHA apply.lua ×3 (max 12345 µs)".
-pub(crate) async fn slowlog(conn: &mut Conn) -> Result<Vec<String>, BenchError> {
+pub async fn slowlog(conn: &mut Conn) -> Result<Vec<String>, BenchError> {
     let entries: Vec<Value> = redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(128)
@@ -243,15 +296,19 @@ fn slowlog_summary(entries: &[Value]) -> Vec<String> {
             };
             let cmd = match f.get(3) {
                 Some(Value::Array(args)) => {
-                    let arg = |i: usize| {
-                        args.get(i)
-                            .and_then(crate::store::stream::bytes)
-                            .map(|b| String::from_utf8_lossy(b).into_owned())
-                            .unwrap_or_default()
+                    let arg = |i: usize| match args.get(i) {
+                        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                        Some(Value::SimpleString(s)) => s.clone(),
+                        _ => String::new(),
                     };
                     let cmd = arg(0).to_uppercase();
-                    match crate::store::scripts::name_of(&arg(1)) {
-                        Some(script) if cmd == "EVALSHA" => format!("{cmd} {script}"),
+                    // A script by the start of its SHA1 (`SCRIPT SHOW`
+                    // does not exist before Redis 8; the names are the
+                    // product's own).
+                    match arg(1).get(..SHA_SHOWN) {
+                        Some(sha) if cmd == "EVALSHA" && arg(1).len() == 40 => {
+                            format!("{cmd} {sha}")
+                        }
                         _ => cmd,
                     }
                 }
@@ -290,10 +347,10 @@ mod tests {
 
     #[test]
     fn the_slowlog_summary_counts_per_command_and_names_scripts() {
-        let claim = crate::store::scripts::CLAIM.hash().to_string();
+        let claim = "0a1b2c3d4e5f60718293a4b5c6d7e8f901234567";
         let entries = [
-            slow(12_000, &["EVALSHA", &claim, "5", "hits"]),
-            slow(15_000, &["evalsha", &claim, "5", "hits"]),
+            slow(12_000, &["EVALSHA", claim, "5", "hits"]),
+            slow(15_000, &["evalsha", claim, "5", "hits"]),
             slow(11_000, &["xadd", "hits", "*"]),
             slow(10_500, &["EVALSHA", "0123", "0"]),
         ];
@@ -301,7 +358,7 @@ mod tests {
             slowlog_summary(&entries),
             [
                 "EVALSHA ×1 (max 10500 µs)",
-                "EVALSHA claim.lua ×2 (max 15000 µs)",
+                "EVALSHA 0a1b2c3d ×2 (max 15000 µs)",
                 "XADD ×1 (max 11000 µs)",
             ]
         );

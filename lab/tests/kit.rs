@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use hitcount::edge::embedded::{
+use hitcount_lab::kit::{
     free_port, make_test_certs, EmbeddedError, RedisServer, ServerOptions, CLIENT_CERT_FILE,
     CLIENT_KEY_FILE, CONFIG_FILE,
 };

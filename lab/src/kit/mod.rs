@@ -11,7 +11,7 @@
 //! `#[tokio::test]`s and benchmarks alike.
 //!
 //! ```no_run
-//! use hitcount::edge::embedded::{RedisServer, ServerOptions};
+//! use hitcount_lab::kit::{RedisServer, ServerOptions};
 //!
 //! let server = RedisServer::start(ServerOptions {
 //!     appendonly: true,

@@ -12,14 +12,15 @@
 
 use std::time::{Duration, Instant};
 
-use super::{keys, percentile, workers, BenchError, Options, Workload};
-use crate::edge::workload::Names;
-use crate::model::config::RedisArgs;
-use crate::service::producer::{Producer, ProducerOptions};
+use super::{keys, percentile, workers, BenchError, Options};
+use hitcount::edge::workload::Names;
+use hitcount::edge::workload::Workload;
+use hitcount::model::config::RedisArgs;
+use hitcount::service::producer::{Producer, ProducerOptions};
 
 /// The delay figures.
 #[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct Delay {
+pub struct Delay {
     /// Steady load, hits/s.
     pub rate: f64,
     /// Probes measured.
@@ -33,17 +34,17 @@ pub(crate) struct Delay {
 }
 
 /// Runs the steady load and the probe for `opts.latency_secs`.
-pub(crate) async fn visible_delay(
+pub async fn visible_delay(
     redis: &RedisArgs,
     rate: f64,
     opts: &Options,
 ) -> Result<Delay, BenchError> {
     let stream = "bench:latency:hits";
-    let target = workers::Target::new(redis, stream, 1, &opts.worker_args);
+    let target = workers::Target::new(&opts.hitcount, redis, stream, 1, &opts.worker_args);
     let k = target.keys().clone();
-    let client = crate::store::connect::client(redis)?;
-    let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
-    crate::store::stream::ensure_group(&mut conn, &k).await?;
+    let client = hitcount::store::connect::client(redis)?;
+    let mut conn = client.open(super::RESPONSE_TIMEOUT).await?;
+    super::ensure_group(&mut conn, &k).await?;
     let children = target.spawn()?;
     let producer = Producer::start(redis, &stream_args(stream), ProducerOptions::default())?;
     let load = tokio::spawn({
@@ -79,7 +80,7 @@ pub(crate) async fn visible_delay(
             .arg(stream)
             .arg("*")
             .arg("hit")
-            .arg(crate::model::event::encode(&name, 1, None))
+            .arg(hitcount::model::event::encode(&name, 1, None))
             .query_async(&mut conn)
             .await?;
         loop {
@@ -115,7 +116,7 @@ pub(crate) async fn visible_delay(
 
 /// The producer's rates.
 #[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct ProducerRate {
+pub struct ProducerRate {
     /// Hits sent.
     pub hits: u64,
     /// `hit()` calls per second on the caller's side.
@@ -130,10 +131,7 @@ pub(crate) struct ProducerRate {
 
 /// Sends `hits` hits over 1,000 names from this process as fast as `hit()`
 /// can be called.
-pub(crate) async fn producer_rate(
-    redis: &RedisArgs,
-    hits: u64,
-) -> Result<ProducerRate, BenchError> {
+pub async fn producer_rate(redis: &RedisArgs, hits: u64) -> Result<ProducerRate, BenchError> {
     let stream = "bench:producer:hits";
     let opts = ProducerOptions {
         max_buffered: hits + 1,
@@ -153,8 +151,8 @@ pub(crate) async fn producer_rate(
         .dropped
         .load(std::sync::atomic::Ordering::Relaxed);
     producer.shutdown(Duration::from_secs(5)).await;
-    let client = crate::store::connect::client(redis)?;
-    let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
+    let client = hitcount::store::connect::client(redis)?;
+    let mut conn = client.open(super::RESPONSE_TIMEOUT).await?;
     let in_stream: u64 = redis::cmd("XLEN")
         .arg(stream)
         .query_async(&mut conn)
@@ -168,9 +166,9 @@ pub(crate) async fn producer_rate(
     })
 }
 
-fn stream_args(stream: &str) -> crate::model::config::StreamArgs {
+fn stream_args(stream: &str) -> hitcount::model::config::StreamArgs {
     let k = keys(stream, "unused", "");
-    crate::model::config::StreamArgs {
+    hitcount::model::config::StreamArgs {
         stream: k.stream,
         dead_stream: k.dead,
         ..Default::default()

@@ -11,11 +11,11 @@ use super::drain::Side;
 use super::scaling_options::ScalingOptions;
 use super::scaling_verdict::{judge, lines, Verdict, EFFICIENCY};
 use super::usage::Node;
-use super::Workload;
+use hitcount::edge::workload::Workload;
 
 /// One workload and worker count, on both, in one round.
 #[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct ScalingRun {
+pub struct ScalingRun {
     /// The names drawn.
     pub workload: Workload,
     /// Worker processes.
@@ -30,19 +30,19 @@ pub(crate) struct ScalingRun {
 
 impl ScalingRun {
     /// The busiest master's CPU per hit over one Redis'.
-    pub(crate) fn busiest_ratio(&self) -> f64 {
+    pub fn busiest_ratio(&self) -> f64 {
         self.cluster.busiest_per_hit() / self.single.total_per_hit().max(1e-9)
     }
 
     /// All masters' CPU per hit over one Redis'.
-    pub(crate) fn total_ratio(&self) -> f64 {
+    pub fn total_ratio(&self) -> f64 {
         self.cluster.total_per_hit() / self.single.total_per_hit().max(1e-9)
     }
 }
 
 /// Everything one `hitcount bench --cluster` measured.
 #[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct ScalingReport {
+pub struct ScalingReport {
     /// Hits per workload.
     pub entries: u64,
     /// Stream shards on the cluster.
@@ -73,7 +73,7 @@ pub(crate) struct ScalingReport {
 
 impl ScalingReport {
     /// An empty report of the cluster's shape.
-    pub(crate) fn new(
+    pub fn new(
         opts: &ScalingOptions,
         masters: &[Node],
         replicas: usize,
@@ -101,7 +101,7 @@ impl ScalingReport {
 
     /// Judges the goals on the runs: one [`Verdict`] per workload and
     /// worker count, in the order they first ran.
-    pub(crate) fn judge(&mut self) {
+    pub fn judge(&mut self) {
         let rounds = self
             .runs
             .iter()
@@ -110,12 +110,12 @@ impl ScalingReport {
     }
 
     /// The goal for the busiest master, as a share of one Redis per hit.
-    pub(crate) fn busiest_goal(&self) -> f64 {
+    pub fn busiest_goal(&self) -> f64 {
         1.0 / (EFFICIENCY * self.masters.len().max(1) as f64)
     }
 
     /// The table and the verdicts, in Markdown.
-    pub(crate) fn table(&self) -> String {
+    pub fn table(&self) -> String {
         let m = self.masters.len();
         let mut out = String::new();
         let spread: Vec<String> = self.spread.iter().map(usize::to_string).collect();
@@ -300,13 +300,13 @@ fn rate(s: &Side) -> String {
 
 /// How many of `shards` stream shards (`STREAM:{0}` …, each hashed by its
 /// tag alone) fall in each master's slot ranges (inclusive).
-pub(crate) fn spread(shards: u32, masters: &[Vec<(u16, u16)>]) -> Vec<usize> {
+pub fn spread(shards: u32, masters: &[Vec<(u16, u16)>]) -> Vec<usize> {
     let owner = |slot: u16| {
         masters
             .iter()
             .position(|ranges| ranges.iter().any(|&(a, b)| (a..=b).contains(&slot)))
     };
-    crate::model::slots::shards_by_master(shards, masters.len(), owner)
+    hitcount::model::slots::shards_by_master(shards, masters.len(), owner)
         .iter()
         .map(Vec::len)
         .collect()
@@ -315,7 +315,7 @@ pub(crate) fn spread(shards: u32, masters: &[Vec<(u16, u16)>]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::bench::usage::Usage;
+    use crate::bench::usage::Usage;
 
     /// The even split of `hitcount bench --cluster` (and of most clusters
     /// made by `redis-cli --cluster create`).

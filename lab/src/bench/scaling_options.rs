@@ -3,11 +3,13 @@
 //! ([`super::scaling`]) and the report that echoes them
 //! ([`super::scaling_report`]) read them, and neither may import the other.
 
-use super::Workload;
+use hitcount::edge::workload::Workload;
 
 /// What to run.
 #[derive(Debug, Clone)]
-pub(crate) struct ScalingOptions {
+pub struct ScalingOptions {
+    /// The `hitcount` binary whose workers run.
+    pub hitcount: std::path::PathBuf,
     /// Hits per workload.
     pub entries: u64,
     /// Worker counts.

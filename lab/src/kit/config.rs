@@ -87,7 +87,7 @@ pub(super) fn percent_encode(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::embedded::TlsFiles;
+    use crate::kit::TlsFiles;
 
     #[test]
     fn quotes_config_values() {

@@ -7,14 +7,14 @@
 
 use std::fmt::Write as _;
 
-use super::Workload;
+use hitcount::edge::workload::Workload;
 
 /// The busiest master may spend at most 1/(EFFICIENCY × masters) of one
 /// Redis' CPU per hit: 80 % of linear scaling.
-pub(crate) const EFFICIENCY: f64 = 0.8;
+pub const EFFICIENCY: f64 = 0.8;
 /// All masters together may spend at most this many times one Redis' CPU
 /// per hit: what cluster routing may cost.
-pub(crate) const MAX_OVERHEAD: f64 = 1.25;
+pub const MAX_OVERHEAD: f64 = 1.25;
 
 /// The goals judged on one workload and worker count: the ratios of every
 /// round and their medians. One drain on a shared machine can miss or meet
@@ -22,7 +22,7 @@ pub(crate) const MAX_OVERHEAD: f64 = 1.25;
 /// to the next here), so the goals are judged on the median round, and
 /// every round is shown.
 #[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct Verdict {
+pub struct Verdict {
     /// The names drawn.
     pub workload: Workload,
     /// Worker processes.
@@ -45,13 +45,13 @@ impl Verdict {
     /// How many times one Redis' rate the cluster drains when each master
     /// has a core and Redis CPU is what bounds: the busiest master sets the
     /// pace.
-    pub(crate) fn projected_speedup(&self) -> f64 {
+    pub fn projected_speedup(&self) -> f64 {
         1.0 / self.busiest_median.max(1e-9)
     }
 }
 
 /// The median of `xs` (the mean of the middle two when even; 0 when empty).
-pub(crate) fn median(xs: &[f64]) -> f64 {
+pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -64,10 +64,7 @@ pub(crate) fn median(xs: &[f64]) -> f64 {
 /// One [`Verdict`] per workload and worker count, in the order they first
 /// come in `rounds`: (workload, workers, busiest ratio, total ratio), one
 /// per round. `goal` is the busiest master's.
-pub(crate) fn judge(
-    rounds: impl Iterator<Item = (Workload, usize, f64, f64)>,
-    goal: f64,
-) -> Vec<Verdict> {
+pub fn judge(rounds: impl Iterator<Item = (Workload, usize, f64, f64)>, goal: f64) -> Vec<Verdict> {
     let mut verdicts: Vec<Verdict> = Vec::new();
     for (workload, workers, busiest, total) in rounds {
         let at = verdicts
@@ -104,7 +101,7 @@ pub(crate) fn judge(
 /// One line per verdict: the medians against the goals (`goal` the
 /// busiest master's), each round's ratio when there were several, and
 /// the drain rate they imply with one master per core.
-pub(crate) fn lines(verdicts: &[Verdict], goal: f64) -> String {
+pub fn lines(verdicts: &[Verdict], goal: f64) -> String {
     let mut out = String::new();
     let met = |ok: bool| if ok { "met" } else { "missed" };
     let rounds = |xs: &[f64]| match xs.len() {

@@ -8,12 +8,23 @@ use std::time::{Duration, Instant};
 
 use super::usage::{Node, Usage};
 use super::workers::{self, Target};
-use super::{BenchError, Sent, Workload};
-use crate::edge::workload::Names;
-use crate::model::keys::Keys;
-use crate::model::slots::slot;
-use crate::store::connect::Conn;
-use crate::store::group;
+use super::BenchError;
+use hitcount::edge::workload::Names;
+use hitcount::edge::workload::Workload;
+use hitcount::model::keys::Keys;
+use hitcount::model::slots::slot;
+use hitcount::store::connect::Conn;
+
+/// The hits of a filled stream: per name rank, and in all.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    /// The workload.
+    pub workload: Workload,
+    /// Hits per name rank.
+    pub per_name: Vec<u64>,
+    /// Hits in all.
+    pub hits: u64,
+}
 
 /// Entries per prefill pipeline (one shard's, so one slot's, per pipeline).
 const PREFILL_BATCH: usize = 1000;
@@ -27,7 +38,7 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// One drain, priced on each node that served it.
 #[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct Side {
+pub struct Side {
     /// Hits drained (and counted exactly).
     pub hits: u64,
     /// Seconds from the first read to drained, on this machine.
@@ -44,23 +55,23 @@ pub(crate) struct Side {
 
 impl Side {
     /// Each node's CPU µs per hit.
-    pub(crate) fn cpu_per_hit(&self) -> Vec<f64> {
+    pub fn cpu_per_hit(&self) -> Vec<f64> {
         let hits = self.hits.max(1) as f64;
         self.used.iter().map(|u| u.cpu_us / hits).collect()
     }
 
     /// All nodes' CPU µs per hit.
-    pub(crate) fn total_per_hit(&self) -> f64 {
+    pub fn total_per_hit(&self) -> f64 {
         self.cpu_per_hit().iter().sum()
     }
 
     /// The busiest node's CPU µs per hit.
-    pub(crate) fn busiest_per_hit(&self) -> f64 {
+    pub fn busiest_per_hit(&self) -> f64 {
         self.cpu_per_hit().into_iter().fold(0.0, f64::max)
     }
 
     /// Commands per hit, all nodes (scripts' own commands included).
-    pub(crate) fn calls_per_hit(&self) -> f64 {
+    pub fn calls_per_hit(&self) -> f64 {
         self.used.iter().map(|u| u.calls as f64).sum::<f64>() / self.hits.max(1) as f64
     }
 }
@@ -104,7 +115,7 @@ pub(super) async fn fill(
     for &r in ranks {
         let name = Names::name(r);
         let shard = Keys::shard_of_name(&name, n) as usize;
-        per_shard[shard].push(crate::model::event::encode(&name, 1, None));
+        per_shard[shard].push(hitcount::model::event::encode(&name, 1, None));
     }
     for (k, hits) in shards.iter().zip(&per_shard) {
         for batch in hits.chunks(PREFILL_BATCH) {
@@ -194,7 +205,7 @@ pub(super) async fn drain_warm(
         .map(|k| with_group(k, &target.keys().group))
         .collect();
     for k in &shards {
-        crate::store::stream::ensure_group(conn, k).await?;
+        super::ensure_group(conn, k).await?;
     }
     let both: Vec<usize> = warm.first.iter().chain(warm.then).copied().collect();
     let sent = sent(warm.workload, &both);
@@ -258,20 +269,17 @@ async fn priced(
 }
 
 async fn any_read(conn: &mut Conn, shards: &[Keys]) -> Result<bool, BenchError> {
-    let groups = group::own_groups(conn, shards, 0).await?;
-    Ok(groups
-        .iter()
-        .flatten()
-        .any(|(g, _)| g.last_delivered_id != "0-0"))
+    let groups = super::groups(conn, shards).await?;
+    Ok(groups.iter().flatten().any(super::GroupState::started))
 }
 
 /// Every shard's group has read everything and has nothing pending (on a
 /// cluster, entries are acknowledged once their window is counted).
 async fn all_drained(conn: &mut Conn, shards: &[Keys]) -> Result<bool, BenchError> {
-    let groups = group::own_groups(conn, shards, 0).await?;
+    let groups = super::groups(conn, shards).await?;
     Ok(groups
         .iter()
-        .all(|g| matches!(g, Some((g, None)) if g.pending == 0)))
+        .all(|g| g.as_ref().is_some_and(super::GroupState::drained)))
 }
 
 /// The sum of every day counter of the names sent, one command per name

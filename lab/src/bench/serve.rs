@@ -4,8 +4,8 @@
 //! It writes `counters` names (`page:0`…) under the prefix `bench:serve:`:
 //! every name at every default precision in `known:`, and each name's 1 min
 //! hash with its last [`FIELDS`] buckets (the charted names with
-//! [`CHARTED_FIELDS`]). It serves them with the real query API in-process
-//! on a loopback port and plays `pages` open dashboards over HTTP, as the
+//! [`CHARTED_FIELDS`]). It serves them with `hitcount serve`, started as a
+//! process on a loopback port, and plays `pages` open dashboards over HTTP, as the
 //! page asks: on open, one page of names; then every `refresh`, the
 //! charted counter's series and the hottest names (`top` at 1 min). Redis'
 //! CPU is `INFO cpu` (`used_cpu_sys + used_cpu_user`) before and after,
@@ -20,18 +20,17 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use super::{percentile, BenchError};
-use crate::edge::api::{self, Api};
-use crate::edge::workload::Names;
-use crate::model::config::{LayoutArgs, RedisArgs};
-use crate::model::keys::Keys;
-use crate::store::connect::Conn;
+use hitcount::edge::workload::Names;
+use hitcount::model::config::{LayoutArgs, RedisArgs};
+use hitcount::model::keys::Keys;
+use hitcount::store::connect::Conn;
 
 /// Key prefix of everything this part writes.
-pub(crate) const PREFIX: &str = "bench:serve:";
+pub const PREFIX: &str = "bench:serve:";
 /// Buckets in each name's 1 min hash.
-pub(crate) const FIELDS: i64 = 10;
+pub const FIELDS: i64 = 10;
 /// Buckets in the charted names' 1 min hashes: a full two hours.
-pub(crate) const CHARTED_FIELDS: i64 = 120;
+pub const CHARTED_FIELDS: i64 = 120;
 /// Names written per pipeline.
 const SEED_BATCH: usize = 1000;
 /// Idle reading before the pages open.
@@ -41,11 +40,13 @@ const COLD_SCANS: i64 = 3;
 /// Names the page asks of `top`.
 const TOP_LIMIT: usize = 20;
 /// The latency goal of a request, ms: each kind reports how many missed it.
-pub(crate) const GOAL_MS: f64 = 50.0;
+pub const GOAL_MS: f64 = 50.0;
 
 /// What to run.
 #[derive(Debug, Clone)]
-pub(crate) struct ServeOptions {
+pub struct ServeOptions {
+    /// The `hitcount` binary whose `serve` is measured.
+    pub hitcount: std::path::PathBuf,
     /// The Redis to measure.
     pub redis: RedisArgs,
     /// Counter names written.
@@ -60,7 +61,7 @@ pub(crate) struct ServeOptions {
 
 /// Latencies of one kind of request, in milliseconds.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub(crate) struct Latency {
+pub struct Latency {
     /// Requests.
     pub requests: usize,
     /// Median.
@@ -88,7 +89,7 @@ impl Latency {
 
 /// The figures.
 #[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct ServeReport {
+pub struct ServeReport {
     /// Where they come from.
     pub machine: super::report::Machine,
     /// Counter names.
@@ -117,7 +118,7 @@ pub(crate) struct ServeReport {
 
 impl ServeReport {
     /// The figures as Markdown lines.
-    pub(crate) fn table(&self) -> String {
+    pub fn table(&self) -> String {
         let row = |what: &str, l: &Latency| {
             format!(
                 "| {what} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
@@ -148,9 +149,9 @@ impl ServeReport {
 }
 
 /// Runs the serve benchmark; deletes what it wrote.
-pub(crate) async fn run(opts: &ServeOptions) -> Result<ServeReport, BenchError> {
-    let client = crate::store::connect::client(&opts.redis)?;
-    let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
+pub async fn run(opts: &ServeOptions) -> Result<ServeReport, BenchError> {
+    let client = hitcount::store::connect::client(&opts.redis)?;
+    let mut conn = client.open(super::RESPONSE_TIMEOUT).await?;
     super::delete_matching(&mut conn, &format!("{PREFIX}*")).await?;
     let machine = super::report::Machine::detect(&mut conn).await?;
     let layout = LayoutArgs {
@@ -158,16 +159,10 @@ pub(crate) async fn run(opts: &ServeOptions) -> Result<ServeReport, BenchError> 
         ..LayoutArgs::default()
     };
     let keys = super::keys("bench:serve:hits", "bench", PREFIX);
-    let now = crate::model::clock::unix_ms().div_euclid(1000);
+    let now = super::unix_ms().div_euclid(1000);
     seed(&mut conn, &keys, &layout.precisions, opts, now).await?;
 
-    let loopback = |e: std::io::Error| BenchError::Check(format!("cannot listen on loopback: {e}"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(loopback)?;
-    let addr = listener.local_addr().map_err(loopback)?;
-    let api = Api::new(client, keys, layout.precisions.clone());
-    let server = api::Background::start(listener, api);
+    let (mut server, addr) = start_serve(opts).await?;
 
     let idle_start = cpu_seconds(&mut conn).await?;
     tokio::time::sleep(IDLE).await;
@@ -202,10 +197,12 @@ pub(crate) async fn run(opts: &ServeOptions) -> Result<ServeReport, BenchError> 
     let seconds = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds(&mut conn).await? - cpu_start;
     let commands = super::command_calls(&mut conn).await?;
-    server
-        .stop()
-        .await
-        .map_err(|e| BenchError::Check(format!("the API task failed: {e}")))?;
+    if let Some(status) = server.try_wait()? {
+        return Err(BenchError::Check(format!(
+            "`hitcount serve` exited during the run ({status})"
+        )));
+    }
+    server.kill().await?;
     super::delete_matching(&mut conn, &format!("{PREFIX}*")).await?;
 
     Ok(ServeReport {
@@ -223,6 +220,44 @@ pub(crate) async fn run(opts: &ServeOptions) -> Result<ServeReport, BenchError> 
         list: Latency::of(list),
     })
 }
+
+/// Starts `hitcount serve` on a free loopback port, serving the counters
+/// under [`PREFIX`], and waits until it answers.
+async fn start_serve(
+    opts: &ServeOptions,
+) -> Result<(tokio::process::Child, SocketAddr), BenchError> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], crate::kit::free_port()));
+    let mut child = tokio::process::Command::new(&opts.hitcount)
+        .arg("serve")
+        .env("REDIS_URL", &opts.redis.url)
+        .env("HITCOUNT_SERVE_LISTEN", addr.to_string())
+        .env("HITCOUNT_PREFIX", PREFIX)
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let deadline = Instant::now() + SERVE_READY;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Err(BenchError::Check(format!(
+                "`hitcount serve` exited at start ({status})"
+            )));
+        }
+        if TcpStream::connect(addr).await.is_ok() {
+            return Ok((child, addr));
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Check(format!(
+                "`hitcount serve` did not listen on {addr} within {SERVE_READY:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How long `hitcount serve` may take to listen.
+const SERVE_READY: Duration = Duration::from_secs(10);
 
 /// Writes the names: `known:` members at every precision, 1 min hashes
 /// with counts falling with the rank (the first `pages` names charted).

@@ -4,22 +4,23 @@
 
 use std::time::Instant;
 
-use crate::store::connect::Conn;
+use hitcount::store::connect::Conn;
 
-use super::{keys, BenchError, Workload};
-use crate::edge::workload::Names;
-use crate::model::config::DEFAULT_PRECISIONS;
-use crate::model::keys::Keys;
+use super::{keys, BenchError};
+use hitcount::edge::workload::Names;
+use hitcount::edge::workload::Workload;
+use hitcount::model::config::DEFAULT_PRECISIONS;
+use hitcount::model::keys::Keys;
 
 /// The rate the seeds' Python code reached when measured once, separately,
 /// with the seeds' own code on a 2-CPU machine (hits/s). A quoted figure, not
 /// a measurement of this run: the report prints it for reference and divides
 /// nothing by it.
-pub(crate) const SEEDS_PYTHON_REFERENCE_RATE: f64 = 3200.0;
+pub const SEEDS_PYTHON_REFERENCE_RATE: f64 = 3200.0;
 
 /// What the seeds' way did.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
-pub(crate) struct SeedsRun {
+pub struct SeedsRun {
     /// Hits sent.
     pub hits: u64,
     /// Wall time, seconds.
@@ -28,18 +29,14 @@ pub(crate) struct SeedsRun {
 
 impl SeedsRun {
     /// Hits per second.
-    pub(crate) fn rate(&self) -> f64 {
+    pub fn rate(&self) -> f64 {
         self.hits as f64 / self.secs.max(1e-9)
     }
 }
 
 /// Counts `hits` hits drawn from `workload` the seeds' way, under
 /// `bench:seeds:`.
-pub(crate) async fn run(
-    conn: &mut Conn,
-    workload: Workload,
-    hits: u64,
-) -> Result<SeedsRun, BenchError> {
+pub async fn run(conn: &mut Conn, workload: Workload, hits: u64) -> Result<SeedsRun, BenchError> {
     let k = keys("bench:seeds:hits", "seeds", "bench:seeds:");
     let known = k.known();
     let names = workload.names();
@@ -47,7 +44,7 @@ pub(crate) async fn run(
     let started = Instant::now();
     for _ in 0..hits {
         let name = Names::name(names.sample(&mut rng));
-        let now = crate::model::clock::unix_ms() / 1000;
+        let now = super::unix_ms() / 1000;
         let mut pipe = redis::pipe();
         for p in DEFAULT_PRECISIONS {
             let bucket = now.div_euclid(p as i64) * p as i64;

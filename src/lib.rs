@@ -43,6 +43,8 @@
 //!    │       shard_spread.rs which master serves which shards, the slots to move
 //!    │                      (status.rs, shard_spread.rs gather: no text on this floor)
 //!    │       ranking.rs     `top`: one cached ranking scan per (order, precision, bucket)
+//!    │       cleaner/ sampler/ trim/  their tests against a real Redis (`redis_tests.rs`,
+//!    │                      `cluster_tests.rs`), as edge's http/ and store's commit/, scripts/
 //!    ▼
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
 //!    │       detect.rs      a cluster node or not: INFO cluster (+info)
@@ -61,6 +63,9 @@
 //!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
 //!            register.rs)  shutdown.rs  clock.rs  ids.rs (entry ids, compact)  no Redis here
+//!
+//!  beside the floors: testing.rs (what the unit tests start: redis-server, a cluster),
+//!                     hot_path.rs (what `benches/hot_path.rs` times; `bench` feature)
 //! ```
 //!
 //! - [`model`], the pure floor: the hit and its wire forms ([`model::event`]),
@@ -106,8 +111,20 @@
 //!   benchmark and its synthetic names.
 
 #![warn(missing_docs, unreachable_pub)]
+// Without the `cli` feature the leader's duties, the sampler and the rest
+// that only the binary's `worker` runs are built but unused; the default
+// build is the one in which the compiler reports dead code.
+#![cfg_attr(not(feature = "cli"), allow(dead_code))]
 
 pub mod edge;
+#[cfg(feature = "bench")]
+#[doc(hidden)]
+pub mod hot_path;
 pub mod model;
 pub mod service;
 pub mod store;
+#[cfg(test)]
+mod testing;
+// The test files shared with the integration tests name the crate so.
+#[cfg(test)]
+extern crate self as hitcount;

@@ -35,7 +35,7 @@ fn crc16(data: &[u8]) -> u16 {
 
 /// The part of `key` Redis Cluster hashes: the bytes between the first `{`
 /// and the next `}` when there are any, else the whole key.
-pub fn hash_tag(key: &[u8]) -> &[u8] {
+pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
     if let Some(open) = key.iter().position(|&b| b == b'{') {
         if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
             if len > 0 {
@@ -53,7 +53,7 @@ pub fn slot(key: &[u8]) -> u16 {
 
 /// A short string (at most 4 characters of `[0-9a-z]`) whose slot is `slot`:
 /// `{T}` in a key puts that key in `slot`. Built once (a few ms).
-pub fn tag_for_slot(slot: u16) -> &'static str {
+pub(crate) fn tag_for_slot(slot: u16) -> &'static str {
     static TABLE: OnceLock<Vec<String>> = OnceLock::new();
     let table = TABLE.get_or_init(|| {
         const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
@@ -85,7 +85,7 @@ pub fn tag_for_slot(slot: u16) -> &'static str {
 }
 
 /// The slot of stream shard `k` (`STREAM:{k}`, hashed by its tag alone).
-pub fn shard_slot(k: u32) -> u16 {
+pub(crate) fn shard_slot(k: u32) -> u16 {
     slot(format!("{{{k}}}").as_bytes())
 }
 
@@ -110,7 +110,7 @@ pub fn shards_by_master(
 /// the slots evenly in order: master i serves `⌊i·16384/M⌋ ..=
 /// ⌊(i+1)·16384/M⌋ − 1`, as `bench --cluster` makes them (`redis-cli
 /// --cluster create` rounds a boundary the other way at times: one slot).
-pub fn even_owner(masters: usize, slot: u16) -> usize {
+pub(crate) fn even_owner(masters: usize, slot: u16) -> usize {
     let m = masters.max(1);
     ((usize::from(slot) + 1) * m - 1) / usize::from(SLOTS)
 }
@@ -140,14 +140,14 @@ pub const MEMBER_COST: f64 = 0.6;
 /// of `known:` per entry. A cold start over many names adds up to one per
 /// precision per entry (each new name once per precision; about 0.56 on
 /// the bench's cold Zipf run), a steady state next to none.
-pub fn known_weight(new_members_per_entry: f64) -> f64 {
+pub(crate) fn known_weight(new_members_per_entry: f64) -> f64 {
     MEMBER_COST * new_members_per_entry.max(0.0)
 }
 
 /// What [`balancing_moves`] balances: each slot's load per dimension, and
 /// each master's base.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ShardLoads {
+pub(crate) struct ShardLoads {
     /// Each shard's slot and its share of each dimension's traffic.
     pub slots: Vec<(u16, Vec<f64>)>,
     /// Each master's load besides its slots, per dimension.
@@ -160,7 +160,7 @@ pub struct ShardLoads {
 /// `known:` key there and its [`known_weight`], shared among them, as
 /// their base. Each dimension counts in shares of its total, or of the
 /// shards when it has no traffic (a stream nothing was added to yet).
-pub fn shard_loads(
+pub(crate) fn shard_loads(
     traffic: &[(u32, Vec<f64>)],
     known: &[(Vec<usize>, f64)],
     masters: usize,

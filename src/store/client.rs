@@ -129,7 +129,7 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
 
 impl Client {
     /// The nodes, passwords hidden, for messages.
-    pub fn describe(&self) -> &str {
+    pub(crate) fn describe(&self) -> &str {
         &self.shown
     }
 
@@ -180,7 +180,7 @@ impl Client {
     /// Opens a connection to exactly the first node, even one of a cluster
     /// of several masters: for reading that node's own figures (`INFO`),
     /// never for keys, which the other masters' slots answer with MOVED.
-    pub async fn open_this_node(&self, response_timeout: Duration) -> RedisResult<Conn> {
+    pub(crate) async fn open_this_node(&self, response_timeout: Duration) -> RedisResult<Conn> {
         self.open_single(response_timeout)
             .await
             .map(Conn::Single)
@@ -254,7 +254,7 @@ impl Conn {
     /// cluster each command on its own, all in flight at once (a cluster
     /// pipeline must stay in one slot). Any command's error fails the call,
     /// as it fails a pipeline.
-    pub async fn query_each(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<Value>> {
+    pub(crate) async fn query_each(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<Value>> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
@@ -287,7 +287,7 @@ impl Conn {
     /// The fewest replicas attached to any master (`connected_slaves` in
     /// `INFO replication` of every master; on one node, its own): whether
     /// a WAIT that came back short may still be confirmed by waiting on.
-    pub async fn fewest_replicas(&mut self) -> RedisResult<u32> {
+    pub(crate) async fn fewest_replicas(&mut self) -> RedisResult<u32> {
         let replies = self.info_of_masters("replication").await?;
         let fewest = replies
             .iter()
@@ -303,7 +303,7 @@ impl Conn {
 
     /// `INFO section` of every master (on one node, its own), one text
     /// each.
-    pub async fn info_of_masters(&mut self, section: &str) -> RedisResult<Vec<String>> {
+    pub(crate) async fn info_of_masters(&mut self, section: &str) -> RedisResult<Vec<String>> {
         let mut cmd = redis::cmd("INFO");
         cmd.arg(section);
         let reply: Value = match self {

@@ -167,13 +167,10 @@ pub(crate) use slowlog::*;
 pub(crate) use workers::*;
 
 /// [`server_with`], its command thread at a higher CPU priority than the
-/// test's own (see the SLOWLOG policy in `slowlog`); needs root, else the
-/// server keeps the default priority and says so.
+/// test's own (see `note_priority`).
 pub(crate) fn slowlog_server_with(opts: ServerOptions) -> RedisServer {
     let srv = server_with(opts);
-    if !srv.raise_priority(-10) {
-        eprintln!("note: could not raise redis-server's priority (not root); SLOWLOG may show CPU contention");
-    }
+    note_priority(srv.raise_priority(-10));
     srv
 }
 

@@ -16,4 +16,4 @@ pub(crate) mod metrics;
 pub mod shutdown;
 pub mod slots;
 pub mod stats;
-pub(crate) mod stats_hash;
+pub mod stats_hash;

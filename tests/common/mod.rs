@@ -37,17 +37,11 @@ pub fn server_with(mut opts: ServerOptions) -> RedisServer {
     RedisServer::start(opts).expect("starting redis-server")
 }
 
-/// A server for SLOWLOG checks: its command thread runs at a higher CPU
-/// priority than the test's own (debug-built) workers and producer, which
-/// share this machine's two cores with it. SLOWLOG counts wall time, so
-/// without this a Redis merely waiting for a core behind the test's client
-/// would show time that is not the command's. Needs root (as CI runs);
-/// elsewhere the server keeps the default priority and says so.
+/// A server for SLOWLOG checks: its command thread at a higher CPU
+/// priority than the test's own (see [`note_priority`]).
 pub fn slowlog_server_with(opts: ServerOptions) -> RedisServer {
     let srv = server_with(opts);
-    if !srv.raise_priority(-10) {
-        eprintln!("note: could not raise redis-server's priority (not root); SLOWLOG may show CPU contention");
-    }
+    note_priority(srv.raise_priority(-10));
     srv
 }
 

@@ -57,24 +57,15 @@ impl Entry {
 
 /// The entries of an XRANGE reply (`[[id, [field, value, ...]], ...]`).
 pub fn entry_list(list: &Value) -> Vec<Entry> {
-    let Value::Array(items) = list else {
-        return Vec::new();
-    };
-    items
-        .iter()
-        .filter_map(|item| {
-            let Value::Array(e) = item else { return None };
-            let fields = match e.get(1) {
-                Some(Value::Array(f)) => f
-                    .chunks_exact(2)
-                    .filter_map(|kv| Some((bytes(&kv[0])?.to_vec(), bytes(&kv[1])?.to_vec())))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            Some(Entry {
-                id: bytes(e.first()?)?.to_vec(),
-                fields,
-            })
+    let rows: Vec<(Vec<u8>, Vec<Vec<u8>>)> =
+        redis::from_redis_value_ref(list).expect("a list of stream entries");
+    rows.into_iter()
+        .map(|(id, flat)| Entry {
+            id,
+            fields: flat
+                .chunks_exact(2)
+                .map(|kv| (kv[0].clone(), kv[1].clone()))
+                .collect(),
         })
         .collect()
 }

@@ -73,3 +73,14 @@ pub static EXCLUSIVE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
     EXCLUSIVE.lock().await
 }
+
+/// Says so when a server's command thread could not be given a higher CPU
+/// priority than the test's own (debug-built) workers and producer, which
+/// share this machine's two cores with it: SLOWLOG counts wall time, so a
+/// Redis merely waiting for a core would show time that is not the
+/// command's. Raising it needs root (as CI runs).
+pub fn note_priority(raised: bool) {
+    if !raised {
+        eprintln!("note: could not raise redis-server's priority (not root); SLOWLOG may show CPU contention");
+    }
+}

@@ -69,14 +69,6 @@ mod tests {
 
     const SHARDS: u32 = 4;
 
-    fn shard_keys(clustered: bool) -> Vec<Keys> {
-        let stream = StreamArgs {
-            shards: SHARDS,
-            ..StreamArgs::default()
-        };
-        Keys::all_shards(&LayoutArgs::default(), &stream, clustered)
-    }
-
     /// Shard k gets `entries[k]` entries stamped 10 s ago, and the group on
     /// every shard but the last; `delivered` of shard 0's are read unacked.
     async fn fill(c: &mut Conn, shards: &[Keys], entries: &[usize], delivered: usize) {
@@ -104,7 +96,11 @@ mod tests {
     /// The sampler over four shards: each shard's own lag, pending and backlog
     /// age, and their total; a shard without the group is left out.
     async fn sampler_reads_every_shard(c: &mut Conn, clustered: bool) {
-        let shards = shard_keys(clustered);
+        let stream = StreamArgs {
+            shards: SHARDS,
+            ..StreamArgs::default()
+        };
+        let shards = Keys::all_shards(&LayoutArgs::default(), &stream, clustered);
         let all = sample_all(c, &shards).await.unwrap();
         assert_eq!(all, vec![None; SHARDS as usize], "no stream yet");
         fill(c, &shards, &[3, 1, 0, 5], 2).await;

@@ -109,6 +109,23 @@
 //!   false`), the read-only JSON query API and dashboard page of
 //!   `hitcount serve` ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
 //!   benchmark and its synthetic names.
+//!
+//! # The library
+//!
+//! What a Rust program needs is public; everything else is the crate's own
+//! (`pub(crate)`), so that the compiler reports what nothing uses.
+//! - Send hits: [`service::producer::Producer`] (the wire forms, to write
+//!   them yourself: [`model::event`]).
+//! - Name the keys: [`model::keys::Keys`], from the settings of
+//!   [`model::config`].
+//! - Read counters and statistics: [`store::connect::client`] opens a
+//!   [`store::connect::Conn`]; then [`store::counters`] and
+//!   [`store::stats_query`] (values: [`model::stats`], [`model::stats_hash`]).
+//! - Run a worker in-process: [`service::shards::run`] with
+//!   [`service::worker::Settings`], a [`service::health::Health`] and a
+//!   [`model::shutdown`] signal; [`edge::http`] serves its probes and
+//!   metrics.
+//! - Place stream shards on a cluster's masters: [`model::slots`].
 
 #![warn(missing_docs, unreachable_pub)]
 // Without the `cli` feature the leader's duties, the sampler and the rest

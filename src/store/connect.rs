@@ -14,8 +14,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::model::metrics::metrics;
-#[allow(unused_imports)]
-pub(crate) use crate::store::error::{classify, describe, fatal_hint, first_cause, joined, record};
+pub(crate) use crate::store::error::{classify, describe, fatal_hint, first_cause, joined};
 pub use crate::store::error::{ErrorClass, StoreError, StoreResult};
 
 /// Time allowed for a reply to a non-blocking command. Never "none": a call

@@ -140,7 +140,8 @@ pub mod hot_path;
 pub mod model;
 pub mod service;
 pub mod store;
-#[cfg(test)]
+// A real Redis comes from the test kit, built with the `cli` feature.
+#[cfg(all(test, feature = "cli"))]
 mod testing;
 // The test files shared with the integration tests name the crate so.
 #[cfg(test)]

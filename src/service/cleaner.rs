@@ -476,7 +476,8 @@ mod tests {
     }
 }
 
-#[cfg(test)]
+// A real Redis comes from the test kit, built with the `cli` feature.
+#[cfg(all(test, feature = "cli"))]
 mod cluster_tests;
-#[cfg(test)]
+#[cfg(all(test, feature = "cli"))]
 mod redis_tests;

@@ -192,5 +192,6 @@ mod tests {
     }
 }
 
-#[cfg(test)]
+// A real Redis comes from the test kit, built with the `cli` feature.
+#[cfg(all(test, feature = "cli"))]
 mod redis_tests;

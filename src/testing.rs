@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) use crate::edge::embedded::{ClusterOptions, RedisCluster, RedisServer, ServerOptions};
-use crate::model::config::{LayoutArgs, LeaderArgs, RedisArgs, StreamArgs, WorkerArgs};
+use crate::model::config::{LayoutArgs, LeaderArgs, StreamArgs};
 use crate::model::keys::Keys;
 use crate::service::cleaner::Cleaner;
 use crate::service::leader::Lease;
-use crate::service::worker::Settings;
 use crate::store::connect::Conn;
 
 /// A throwaway server with the SLOWLOG armed at 10 ms.
@@ -102,31 +101,6 @@ pub(crate) async fn kill_master_of(cluster: &RedisCluster, key: &str) -> Duratio
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// A connection as hitcount opens them (one node, or a cluster).
-pub(crate) async fn conn(url: &str) -> Conn {
-    let client = crate::store::connect::client(&RedisArgs::from_url(url)).unwrap();
-    client.open(Duration::from_secs(10)).await.unwrap()
-}
-
-/// Settings for a worker on `url` with fast reads for tests.
-pub(crate) fn settings(url: &str, consumer: &str) -> Settings {
-    Settings {
-        redis: RedisArgs::from_url(url),
-        layout: LayoutArgs::default(),
-        stream: StreamArgs::default(),
-        worker: WorkerArgs {
-            consumer: Some(consumer.into()),
-            block_ms: 200,
-            ..WorkerArgs::default()
-        },
-    }
-}
-
-/// The keys of a worker's settings.
-pub(crate) fn keys(s: &Settings) -> Keys {
-    Keys::new(&s.layout, &s.stream)
 }
 
 /// A cleaner holding the leader lease (10 minutes) on `c`, scripts loaded.

@@ -22,9 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hitcount::edge::embedded::{RedisServer, ServerOptions};
-use hitcount::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
-use hitcount::model::keys::Keys;
-use hitcount::service::worker::Settings;
+use hitcount::model::config::{RedisArgs, StreamArgs};
 use hitcount::store::connect::Conn;
 
 /// A throwaway server with the SLOWLOG armed at 10 ms.
@@ -48,31 +46,6 @@ pub fn slowlog_server_with(opts: ServerOptions) -> RedisServer {
 /// [`slowlog_server_with`] default options.
 pub fn slowlog_server() -> RedisServer {
     slowlog_server_with(ServerOptions::default())
-}
-
-/// A connection as hitcount opens them (one node, or a cluster when the
-/// server is one).
-pub async fn conn(url: &str) -> Conn {
-    let client = hitcount::store::connect::client(&RedisArgs::from_url(url)).unwrap();
-    client.open(Duration::from_secs(10)).await.unwrap()
-}
-
-/// Settings for a worker on `url` with fast claims for tests.
-pub fn settings(url: &str, consumer: &str) -> Settings {
-    Settings {
-        redis: RedisArgs::from_url(url),
-        layout: LayoutArgs::default(),
-        stream: StreamArgs::default(),
-        worker: WorkerArgs {
-            consumer: Some(consumer.into()),
-            block_ms: 200,
-            ..WorkerArgs::default()
-        },
-    }
-}
-
-pub fn keys(s: &Settings) -> Keys {
-    Keys::new(&s.layout, &s.stream)
 }
 
 pub fn unix_now() -> i64 {

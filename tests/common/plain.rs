@@ -168,21 +168,15 @@ pub async fn ensure_group(conn: &mut Conn, keys: &Keys) -> RedisResult<()> {
     }
 }
 
-/// XREADGROUP of up to `count` entries for `consumer` from `from` (`>`:
-/// new ones), waiting up to `block_ms`.
-pub async fn read(
+/// XREADGROUP of up to `count` new entries for `consumer`, left pending.
+pub async fn read_new_entries(
     conn: &mut Conn,
     keys: &Keys,
     consumer: &str,
     count: usize,
-    block_ms: Option<u64>,
-    from: &str,
 ) -> RedisResult<Value> {
-    let mut opts = StreamReadOptions::default()
+    let opts = StreamReadOptions::default()
         .group(&keys.group, consumer)
         .count(count);
-    if let Some(ms) = block_ms {
-        opts = opts.block(ms as usize);
-    }
-    conn.xread_options(&[&keys.stream], &[from], &opts).await
+    conn.xread_options(&[&keys.stream], &[">"], &opts).await
 }

@@ -42,7 +42,7 @@ async fn a_dead_workers_pending_entries_are_claimed_and_gone_consumers_leave() {
     crate::common::plain::ensure_group(&mut c, &k)
         .await
         .unwrap();
-    let reply = crate::common::plain::read(&mut c, &k, "dead-pod", 1000, None, ">")
+    let reply = crate::common::plain::read_new_entries(&mut c, &k, "dead-pod", 1000)
         .await
         .unwrap();
     assert_eq!(crate::common::plain::read_reply_entries(&reply).len(), 100);
@@ -73,7 +73,7 @@ async fn an_entry_delivered_too_often_is_dead_lettered_with_its_count_and_error(
     crate::common::plain::ensure_group(&mut c, &k)
         .await
         .unwrap();
-    let reply = crate::common::plain::read(&mut c, &k, "crashy", 10, None, ">")
+    let reply = crate::common::plain::read_new_entries(&mut c, &k, "crashy", 10)
         .await
         .unwrap();
     let id = crate::common::plain::read_reply_entries(&reply)[0]

@@ -164,7 +164,7 @@ async fn a_corrupt_window_record_is_quarantined_while_counting_stays_exact() {
     crate::common::plain::ensure_group(&mut c, &k)
         .await
         .unwrap();
-    let reply = crate::common::plain::read(&mut c, &k, "ghost", 300, None, ">")
+    let reply = crate::common::plain::read_new_entries(&mut c, &k, "ghost", 300)
         .await
         .unwrap();
     let ids: Vec<String> = crate::common::plain::read_reply_entries(&reply)

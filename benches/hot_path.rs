@@ -3,16 +3,23 @@
 //! step's pipeline of a window.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use hitcount::model::aggregate::{Cell, Window};
-use hitcount::model::config::{LayoutArgs, StreamArgs, DEFAULT_PRECISIONS};
+use hitcount::hot_path::{apply_step_len, Aggregation};
+use hitcount::model::config::{LayoutArgs, StreamArgs};
 use hitcount::model::event;
 use hitcount::model::keys::Keys;
 
 /// Hits per read, the worker's default read size.
 const BATCH: usize = 1000;
 
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 fn entries(n: usize) -> Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> {
-    let base = hitcount::model::clock::unix_ms();
+    let base = unix_ms();
     (0..n)
         .map(|i| {
             let id = format!("{}-{i}", base).into_bytes();
@@ -49,7 +56,7 @@ fn decode(c: &mut Criterion) {
 
 fn aggregate(c: &mut Criterion) {
     let es = entries(BATCH);
-    let now = hitcount::model::clock::unix_ms();
+    let now = unix_ms();
     let hits: Vec<_> = es
         .iter()
         .map(|(id, _, packed)| event::decode(id, [(&b"hit"[..], packed.as_slice())]).unwrap())
@@ -58,7 +65,7 @@ fn aggregate(c: &mut Criterion) {
     g.throughput(Throughput::Elements(BATCH as u64));
     g.bench_function("1000 hits over 1000 names", |b| {
         b.iter_batched_ref(
-            || Window::new(&DEFAULT_PRECISIONS, 120),
+            Aggregation::default,
             |w| {
                 for h in &hits {
                     w.add(h, now);
@@ -73,9 +80,9 @@ fn aggregate(c: &mut Criterion) {
 
 fn apply_step(c: &mut Criterion) {
     let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
-    let now = hitcount::model::clock::unix_ms();
+    let now = unix_ms();
     let es = entries(50_000);
-    let mut window = Window::new(&DEFAULT_PRECISIONS, 120);
+    let mut window = Aggregation::default();
     let mut ids = String::new();
     for (id, _, packed) in &es {
         window.add(
@@ -85,23 +92,11 @@ fn apply_step(c: &mut Criterion) {
         ids.push_str(std::str::from_utf8(id).unwrap());
         ids.push(' ');
     }
-    let cells: Vec<Cell<'_>> = window.cells().collect();
+    let cells = window.cells();
     let mut g = c.benchmark_group("apply step");
     g.throughput(Throughput::Elements(es.len() as u64));
     g.bench_function("50k hits, 1000 names (7000 cells)", |b| {
-        b.iter(|| {
-            let step = hitcount::store::commit::Apply {
-                window: "w-1",
-                cells: &cells,
-                stats: &[],
-                ids: &ids,
-                chunk: hitcount::store::commit::CHUNK_CELLS,
-                by_slot: false,
-            };
-            let done = [keys.applied_marker("w-0")];
-            let (pipe, _) = hitcount::store::commit::apply_pipeline(&keys, &step, &done, None);
-            pipe.get_packed_pipeline().len()
-        })
+        b.iter(|| apply_step_len(&keys, &cells, &ids))
     });
     g.finish();
 }

@@ -44,6 +44,8 @@
 //!    │       shard_spread.rs which master serves which shards, the slots to move
 //!    │                      (status.rs, shard_spread.rs gather: no text on this floor)
 //!    │       ranking.rs     `top`: one cached ranking scan per (order, precision, bucket)
+//!    │       cleaner/ sampler/ trim/  their tests against a real Redis (`redis_tests.rs`,
+//!    │                      `cluster_tests.rs`), as edge's http/ and store's commit/, scripts/
 //!    ▼
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
 //!    │       detect.rs      a cluster node or not: INFO cluster (+info)
@@ -62,6 +64,9 @@
 //!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
 //!            register.rs)  shutdown.rs  clock.rs  ids.rs (entry ids, compact)  no Redis here
+//!
+//!  beside the floors: testing.rs (what the unit tests start: redis-server, a cluster),
+//!                     hot_path.rs (what `benches/hot_path.rs` times; `bench` feature)
 //! ```
 //!
 //! - [`model`], the pure floor: the hit and its wire forms ([`model::event`]),
@@ -107,10 +112,40 @@
 //!   operators' benchmark and its synthetic names. The test kit and the
 //!   project's measurement harness live apart, in the `hitcount-lab`
 //!   package (`lab/`), which drives the binary as a process.
+//!
+//! # The library
+//!
+//! What a Rust program needs is public; everything else is the crate's own
+//! (`pub(crate)`), so that the compiler reports what nothing uses.
+//! - Send hits: [`service::producer::Producer`] (the wire forms, to write
+//!   them yourself: [`model::event`]).
+//! - Name the keys: [`model::keys::Keys`], from the settings of
+//!   [`model::config`].
+//! - Read counters and statistics: [`store::connect::client`] opens a
+//!   [`store::connect::Conn`]; then [`store::counters`] and
+//!   [`store::stats_query`] (values: [`model::stats`], [`model::stats_hash`]).
+//! - Run a worker in-process: [`service::shards::run`] with
+//!   [`service::worker::Settings`], a [`service::health::Health`] and a
+//!   [`model::shutdown`] signal; [`edge::http`] serves its probes and
+//!   metrics.
+//! - Place stream shards on a cluster's masters: [`model::slots`].
 
 #![warn(missing_docs, unreachable_pub)]
+// Without the `cli` feature the leader's duties, the sampler and the rest
+// that only the binary's `worker` runs are built but unused; the default
+// build is the one in which the compiler reports dead code.
+#![cfg_attr(not(feature = "cli"), allow(dead_code))]
 
 pub mod edge;
+#[cfg(feature = "bench")]
+#[doc(hidden)]
+pub mod hot_path;
 pub mod model;
 pub mod service;
 pub mod store;
+// A real Redis comes from the test kit, built with the `cli` feature.
+#[cfg(all(test, feature = "cli"))]
+mod testing;
+// The test files shared with the integration tests name the crate so.
+#[cfg(test)]
+extern crate self as hitcount;

@@ -94,3 +94,6 @@ const TEXT: &str = "text/plain; charset=utf-8";
 fn text(status: StatusCode, body: String) -> Resp {
     server::respond(status, TEXT, body)
 }
+
+#[cfg(test)]
+mod loopback_tests;

@@ -41,11 +41,11 @@ use crate::model::stats::{HistBucket, Summary};
 /// memory while applying (its summary, record and script arguments). With
 /// 3, such a backlog drains in windows that keep the worker near 48 MiB
 /// (117 MiB when statistics cells weighed nothing).
-pub const STAT_CELL_WINDOW_WEIGHT: usize = 3;
+pub(crate) const STAT_CELL_WINDOW_WEIGHT: usize = 3;
 /// Histogram entries that weigh one cell against `--window-cells`: an
 /// entry shares its histogram's allocation and is two short script
 /// arguments.
-pub const HIST_ENTRIES_PER_CELL: usize = 4;
+pub(crate) const HIST_ENTRIES_PER_CELL: usize = 4;
 /// "No cell" link in the bucket lists.
 const NONE: usize = usize::MAX;
 /// Scratch marker for "skipped at this precision"; no real bucket is this low
@@ -55,7 +55,7 @@ const SKIP: i64 = i64::MIN;
 /// One counter increment: add `delta` to field `bucket` of HASH
 /// `count:{precision}:{name}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Cell<'a> {
+pub(crate) struct Cell<'a> {
     /// Precision in seconds (e.g. 60).
     pub precision: u32,
     /// Counter name, as in the hits.
@@ -69,7 +69,7 @@ pub struct Cell<'a> {
 /// The statistics of one cell: what field prefix `bucket` of HASH
 /// `stats:{precision}:{name}` gets (see [`crate::model::stats`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StatCell<'a> {
+pub(crate) struct StatCell<'a> {
     /// Precision in seconds.
     pub precision: u32,
     /// Counter name.
@@ -94,11 +94,12 @@ struct Slot {
 ///
 /// Reuse one `Window` per worker: [`Window::clear`] keeps its allocations.
 #[derive(Debug, Clone)]
-pub struct Window {
+pub(crate) struct Window {
     /// Distinct precisions in seconds, in the order given.
     precisions: Vec<u32>,
     /// `samples * precision` per precision, seconds (the cleaner's horizon).
     spans: Vec<i64>,
+    #[cfg(test)]
     samples: u32,
     /// Name → dense id; the only per-name allocation.
     names: HashMap<Box<str>, usize>,
@@ -129,7 +130,7 @@ impl Window {
     ///
     /// # Panics
     /// If a precision is 0: buckets are undefined for it (a config error).
-    pub fn new(precisions: &[u32], samples: u32) -> Self {
+    pub(crate) fn new(precisions: &[u32], samples: u32) -> Self {
         assert!(
             precisions.iter().all(|&p| p > 0),
             "precisions must be positive: {precisions:?}"
@@ -150,6 +151,7 @@ impl Window {
             quantiles: vec![false; distinct.len()],
             precisions: distinct,
             spans,
+            #[cfg(test)]
             samples,
             names: HashMap::new(),
             heads: Vec::new(),
@@ -163,7 +165,7 @@ impl Window {
 
     /// Keeps a quantile histogram in the statistics of these precisions
     /// (`HITCOUNT_QUANTILE_PRECISIONS`; others of the list are ignored).
-    pub fn with_quantiles(mut self, precisions: &[u32]) -> Self {
+    pub(crate) fn with_quantiles(mut self, precisions: &[u32]) -> Self {
         for (q, p) in self.quantiles.iter_mut().zip(&self.precisions) {
             *q = precisions.contains(p);
         }
@@ -171,12 +173,13 @@ impl Window {
     }
 
     /// The distinct precisions (seconds) this window counts at.
-    pub fn precisions(&self) -> &[u32] {
+    pub(crate) fn precisions(&self) -> &[u32] {
         &self.precisions
     }
 
     /// Buckets kept per counter, as given to [`Window::new`].
-    pub fn samples(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn samples(&self) -> u32 {
         self.samples
     }
 
@@ -189,7 +192,7 @@ impl Window {
     /// horizon holds it. A hit skipped at every precision does not intern
     /// its name but still counts in [`Window::hits`] and
     /// [`Window::count_sum`].
-    pub fn add(&mut self, hit: &Hit<'_>, now_ms: i64) {
+    pub(crate) fn add(&mut self, hit: &Hit<'_>, now_ms: i64) {
         self.hits += 1;
         self.count_sum = self.count_sum.saturating_add(hit.count);
         let now_s = now_ms.div_euclid(1000);
@@ -291,7 +294,7 @@ impl Window {
     /// A cell of a precision this window does not count at is ignored.
     /// Cells grouped by name (as [`Window::cells`] lists them) look each
     /// name up once.
-    pub fn merge(&mut self, cells: &[Cell<'_>]) {
+    pub(crate) fn merge(&mut self, cells: &[Cell<'_>]) {
         let mut last: Option<(&str, usize)> = None;
         for cell in cells {
             let Some(p) = self.precisions.iter().position(|&x| x == cell.precision) else {
@@ -308,34 +311,36 @@ impl Window {
 
     /// Hits (events) added since [`Window::new`] or [`Window::clear`],
     /// skipped ones included.
-    pub fn hits(&self) -> u64 {
+    pub(crate) fn hits(&self) -> u64 {
         self.hits
     }
 
     /// Sum of the counts of the hits added (saturating), skipped ones included.
-    pub fn count_sum(&self) -> i64 {
+    #[cfg(test)]
+    pub(crate) fn count_sum(&self) -> i64 {
         self.count_sum
     }
 
     /// Distinct (precision, name, bucket) cells, i.e. `HINCRBY`s to send.
-    pub fn cells_len(&self) -> usize {
+    pub(crate) fn cells_len(&self) -> usize {
         self.slots.len()
     }
 
     /// Distinct names with at least one cell.
-    pub fn names_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn names_len(&self) -> usize {
         self.names.len()
     }
 
     /// Every distinct cell with its summed delta, in no particular order
     /// (grouped by name, then precision, newest bucket first).
-    pub fn cells(&self) -> impl Iterator<Item = Cell<'_>> {
+    pub(crate) fn cells(&self) -> impl Iterator<Item = Cell<'_>> {
         self.walk().map(|(_, c)| c)
     }
 
     /// Cells with statistics (from hits with a value), in the order of
     /// [`Window::cells`]: grouped by name, then precision.
-    pub fn stat_cells(&self) -> impl Iterator<Item = StatCell<'_>> {
+    pub(crate) fn stat_cells(&self) -> impl Iterator<Item = StatCell<'_>> {
         self.walk().filter_map(|(slot, c)| {
             self.stats.get(&slot).map(|summary| StatCell {
                 precision: c.precision,
@@ -347,7 +352,8 @@ impl Window {
     }
 
     /// Distinct cells with statistics.
-    pub fn stat_cells_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn stat_cells_len(&self) -> usize {
         self.stats.len()
     }
 
@@ -355,7 +361,7 @@ impl Window {
     /// statistics cell [`STAT_CELL_WINDOW_WEIGHT`] plus one per
     /// [`HIST_ENTRIES_PER_CELL`] histogram entries (about what each costs in
     /// worker memory).
-    pub fn weight(&self) -> usize {
+    pub(crate) fn weight(&self) -> usize {
         self.slots.len() + self.stats_weight / HIST_ENTRIES_PER_CELL
     }
 
@@ -386,7 +392,7 @@ impl Window {
 
     /// `(precision, hits skipped as too old)` for every precision, zeros
     /// included, in precision order.
-    pub fn skipped(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+    pub(crate) fn skipped(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.precisions
             .iter()
             .copied()
@@ -395,7 +401,7 @@ impl Window {
 
     /// Empties the window, keeping its allocations (except the interned
     /// names, which are freed) for the next batch.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.names.clear();
         self.heads.clear();
         self.slots.clear();
@@ -409,7 +415,8 @@ impl Window {
     /// True when no hit was added since [`Window::new`] or [`Window::clear`].
     /// A window whose hits were all skipped is not empty: its skips still
     /// need reporting.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.hits == 0
     }
 }

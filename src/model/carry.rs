@@ -51,7 +51,7 @@ pub(crate) const HOLD_FRACTION: u32 = 1;
 
 /// The count cells of windows recorded but not applied, summed.
 #[derive(Debug)]
-pub struct Carry {
+pub(crate) struct Carry {
     cells: Window,
     opened: Option<Instant>,
     entries: usize,
@@ -71,7 +71,7 @@ enum Hold {
 
 impl Carry {
     /// An empty carry for the layout's precisions.
-    pub fn new(precisions: &[u32], samples: u32) -> Carry {
+    pub(crate) fn new(precisions: &[u32], samples: u32) -> Carry {
         Carry {
             cells: Window::new(precisions, samples),
             opened: None,
@@ -81,26 +81,26 @@ impl Carry {
     }
 
     /// Adds a window's waiting cells; `entries` is its entry count.
-    pub fn add(&mut self, cells: &[Cell<'_>], entries: usize) {
+    pub(crate) fn add(&mut self, cells: &[Cell<'_>], entries: usize) {
         self.opened.get_or_insert_with(Instant::now);
         self.entries += entries;
         self.cells.merge(cells);
     }
 
     /// Distinct cells it holds.
-    pub fn cells_len(&self) -> usize {
+    pub(crate) fn cells_len(&self) -> usize {
         self.cells.cells_len()
     }
 
     /// Whether no window waits.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.opened.is_none()
     }
 
     /// Whether to apply it now: its first window waited `age` (and the
     /// hold, if it was given one), or it holds `max_cells` cells or
     /// [`MAX_ENTRIES`] entries.
-    pub fn is_due(&self, age: Duration, max_cells: usize) -> bool {
+    pub(crate) fn is_due(&self, age: Duration, max_cells: usize) -> bool {
         let held = matches!(self.hold, Hold::Until(t) if Instant::now() < t);
         (self.is_of_age(age) && !held) || self.is_full(max_cells)
     }
@@ -108,7 +108,7 @@ impl Carry {
     /// Whether it is of age, not full, and not yet asked whether to wait
     /// for the head: the worker then looks how far the head is and calls
     /// [`Carry::hold`].
-    pub fn asks_hold(&self, age: Duration, max_cells: usize) -> bool {
+    pub(crate) fn asks_hold(&self, age: Duration, max_cells: usize) -> bool {
         self.hold == Hold::Open && self.is_of_age(age) && !self.is_full(max_cells)
     }
 
@@ -117,7 +117,7 @@ impl Carry {
     /// worker at most `age / HOLD_FRACTION` at the rate it read this carry's
     /// entries; it then waits at most that much more. Returns
     /// whether it waits.
-    pub fn hold(&mut self, lag: Option<u64>, age: Duration) -> bool {
+    pub(crate) fn hold(&mut self, lag: Option<u64>, age: Duration) -> bool {
         let Some(opened) = self.opened else {
             return false;
         };
@@ -141,12 +141,12 @@ impl Carry {
     }
 
     /// The summed cells, grouped by counter.
-    pub fn cells(&self) -> impl Iterator<Item = Cell<'_>> {
+    pub(crate) fn cells(&self) -> impl Iterator<Item = Cell<'_>> {
         self.cells.cells()
     }
 
     /// Empties it, keeping its allocations.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.cells.clear();
         self.opened = None;
         self.entries = 0;

@@ -10,7 +10,7 @@
 
 /// Entry ids (`MS-SEQ`), in the order they were added.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct IdList {
+pub(crate) struct IdList {
     bytes: Vec<u8>,
     len: usize,
     last: (u64, u64),
@@ -19,7 +19,7 @@ pub struct IdList {
 impl IdList {
     /// The ids of a space-separated list, or `None` if one is not `MS-SEQ`
     /// with two unsigned 64-bit numbers (Redis never gives such an id).
-    pub fn parse(spaced: &str) -> Option<IdList> {
+    pub(crate) fn parse(spaced: &str) -> Option<IdList> {
         let mut list = IdList::default();
         for id in spaced.split(' ').filter(|s| !s.is_empty()) {
             let (ms, seq) = id.split_once('-')?;
@@ -30,7 +30,7 @@ impl IdList {
     }
 
     /// Adds the id `ms-seq`.
-    pub fn push(&mut self, ms: u64, seq: u64) {
+    pub(crate) fn push(&mut self, ms: u64, seq: u64) {
         let (last_ms, last_seq) = self.last;
         put(&mut self.bytes, zigzag(ms.wrapping_sub(last_ms)));
         let seq_delta = if ms == last_ms {
@@ -44,17 +44,19 @@ impl IdList {
     }
 
     /// How many ids it holds.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The ids as Redis writes them, in the order they were added.
-    pub fn iter(&self) -> Ids<'_> {
+    pub(crate) fn iter(&self) -> Ids<'_> {
         Ids {
             bytes: &self.bytes,
             at: 0,
@@ -65,7 +67,7 @@ impl IdList {
 
 /// The ids of an [`IdList`], as `MS-SEQ` text.
 #[derive(Debug, Clone)]
-pub struct Ids<'a> {
+pub(crate) struct Ids<'a> {
     bytes: &'a [u8],
     at: usize,
     last: (u64, u64),

@@ -18,7 +18,7 @@ use crate::model::slots::{slot, tag_for_slot};
 /// the longest a worker restarted under its own name waits for its old one
 /// to lapse. Written here, beside the key, because the commit fence and the
 /// registration both set it.
-pub const REGISTRATION_LIFETIME_MS: u64 = 15_000;
+pub(crate) const REGISTRATION_LIFETIME_MS: u64 = 15_000;
 
 /// Key names for one stream shard of a deployment (prefix, stream, group).
 #[derive(Debug, Clone)]
@@ -364,7 +364,7 @@ impl Family {
 
 /// A name that hashes to the same Cluster slot as `key`: `key` itself when it
 /// already has a hash tag, else `{key}`.
-pub fn slot_tagged(key: &str) -> String {
+pub(crate) fn slot_tagged(key: &str) -> String {
     if has_hash_tag(key) {
         key.to_string()
     } else {

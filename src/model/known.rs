@@ -48,11 +48,11 @@ use crate::model::aggregate::Cell;
 /// Allowed difference between the Redis clock and any leader's clock, in
 /// seconds: a member is not trusted to be in `known:` within this time of
 /// its cleaner horizon.
-pub const CLOCK_MARGIN_SECS: i64 = 60;
+pub(crate) const CLOCK_MARGIN_SECS: i64 = 60;
 /// Names per generation: 7/8 of a power of two, the most a hash table of
 /// 2^17 slots holds without growing. Two generations cover a Zipf workload
 /// over 100,000 names without forgetting any.
-pub const GENERATION: usize = 114_688;
+pub(crate) const GENERATION: usize = 114_688;
 /// "No bucket written with a ZADD" at this precision (bucket 0, the first
 /// second of 1970, is never trusted: a ZADD more, nothing less).
 const NONE: u32 = 0;
@@ -97,7 +97,7 @@ impl Generation {
 /// Per name, the newest bucket written together with a ZADD of its member,
 /// per precision.
 #[derive(Debug, Clone)]
-pub struct KnownCache {
+pub(crate) struct KnownCache {
     precisions: Vec<u32>,
     /// `SAMPLES × P - CLOCK_MARGIN_SECS`, per precision.
     trust: Vec<i64>,
@@ -108,7 +108,7 @@ pub struct KnownCache {
 
 impl KnownCache {
     /// An empty cache for this layout.
-    pub fn new(precisions: &[u32], samples: u32) -> KnownCache {
+    pub(crate) fn new(precisions: &[u32], samples: u32) -> KnownCache {
         KnownCache {
             precisions: precisions.to_vec(),
             trust: precisions
@@ -137,7 +137,7 @@ impl KnownCache {
 
     /// Until when (unix seconds, exclusive) `P:name` is surely in `known:`,
     /// or `None` when a ZADD is needed at `now_s` (unix seconds).
-    pub fn trusted_until(&self, precision: u32, name: &str, now_s: i64) -> Option<i64> {
+    pub(crate) fn trusted_until(&self, precision: u32, name: &str, now_s: i64) -> Option<i64> {
         let p = self.precisions.iter().position(|&x| x == precision)?;
         let b = self.buckets(self.fingerprint(name))?[p];
         if b == NONE {
@@ -148,7 +148,7 @@ impl KnownCache {
     }
 
     /// Records that a script ran `HINCRBY` of `bucket` and `ZADD P:name`.
-    pub fn wrote(&mut self, precision: u32, name: &str, bucket: i64) {
+    pub(crate) fn wrote(&mut self, precision: u32, name: &str, bucket: i64) {
         let Some(p) = self.precisions.iter().position(|&x| x == precision) else {
             return;
         };
@@ -177,18 +177,20 @@ impl KnownCache {
     }
 
     /// Forgets everything (after a resync, or a script found it stale).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.newer = Generation::default();
         self.older = Generation::default();
     }
 
     /// Names remembered (one in both generations counts twice).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.newer.index.len() + self.older.index.len()
     }
 
     /// True when nothing is remembered.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -206,7 +208,7 @@ impl KnownCache {
 /// [`crate::model::aggregate::Window::cells`] lists them: a name's cells
 /// together), so a carry of 500,000 cells over 100,000 names sorts 100,000
 /// runs, not 500,000 cells; any order is sorted right, just slower.
-pub fn sort_by_member(cells: &mut Vec<Cell<'_>>) {
+pub(crate) fn sort_by_member(cells: &mut Vec<Cell<'_>>) {
     // "P:" strings of the precisions present, ranked byte-wise: two
     // members of different precisions differ at or before the shorter
     // one's ':', so the rank decides; within one the name does.

@@ -4,15 +4,15 @@
 //! signal and the clock. Everything above builds on these; nothing here
 //! names a Redis type (a test checks it).
 
-pub mod aggregate;
+pub(crate) mod aggregate;
 pub(crate) mod carry;
-pub mod clock;
+pub(crate) mod clock;
 pub mod config;
 pub mod event;
 pub(crate) mod ids;
 pub mod keys;
-pub mod known;
-pub mod metrics;
+pub(crate) mod known;
+pub(crate) mod metrics;
 pub mod shutdown;
 pub mod slots;
 pub mod stats;

@@ -58,7 +58,8 @@ impl Trigger {
     }
 
     /// A new [`Shutdown`] tied to this trigger.
-    pub fn subscribe(&self) -> Shutdown {
+    #[cfg(test)]
+    pub(crate) fn subscribe(&self) -> Shutdown {
         Shutdown {
             rx: self.tx.subscribe(),
             tx: self.tx.clone(),
@@ -68,14 +69,14 @@ impl Trigger {
     }
 
     /// The first fatal error reported by any task, if one was.
-    pub fn fatal(&self) -> Option<String> {
+    pub(crate) fn fatal(&self) -> Option<String> {
         self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
 impl Shutdown {
     /// A shutdown that never triggers (for one-shot commands).
-    pub fn never() -> Shutdown {
+    pub(crate) fn never() -> Shutdown {
         let (trigger, shutdown) = channel();
         std::mem::forget(trigger);
         shutdown
@@ -83,7 +84,7 @@ impl Shutdown {
 
     /// Reports an error no retry can fix and shuts everything down; the
     /// first cause reported is the one the process exits with.
-    pub fn fail(&self, cause: String) {
+    pub(crate) fn fail(&self, cause: String) {
         let mut fatal = self.fatal.lock().unwrap_or_else(|p| p.into_inner());
         if fatal.is_none() {
             tracing::error!(cause = %cause, "stopping: this needs an operator");
@@ -99,7 +100,7 @@ impl Shutdown {
     /// A shutdown for a part of what this one stops (one shard's worker):
     /// asked for by its own trigger or with this one; a fatal failure of
     /// the part stops the whole (they share the cause).
-    pub fn child(&self) -> (Trigger, Shutdown) {
+    pub(crate) fn child(&self) -> (Trigger, Shutdown) {
         let (tx, rx) = watch::channel(false);
         let tx = Arc::new(tx);
         (
@@ -117,7 +118,7 @@ impl Shutdown {
     }
 
     /// Whether a fatal error was reported.
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         self.fatal
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -125,7 +126,7 @@ impl Shutdown {
     }
 
     /// Whether shutdown was asked for.
-    pub fn is_triggered(&self) -> bool {
+    pub(crate) fn is_triggered(&self) -> bool {
         *self.rx.borrow() || self.parent.as_ref().is_some_and(|p| p.is_triggered())
     }
 

@@ -35,7 +35,7 @@ fn crc16(data: &[u8]) -> u16 {
 
 /// The part of `key` Redis Cluster hashes: the bytes between the first `{`
 /// and the next `}` when there are any, else the whole key.
-pub fn hash_tag(key: &[u8]) -> &[u8] {
+pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
     if let Some(open) = key.iter().position(|&b| b == b'{') {
         if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
             if len > 0 {
@@ -53,7 +53,7 @@ pub fn slot(key: &[u8]) -> u16 {
 
 /// A short string (at most 4 characters of `[0-9a-z]`) whose slot is `slot`:
 /// `{T}` in a key puts that key in `slot`. Built once (a few ms).
-pub fn tag_for_slot(slot: u16) -> &'static str {
+pub(crate) fn tag_for_slot(slot: u16) -> &'static str {
     static TABLE: OnceLock<Vec<String>> = OnceLock::new();
     let table = TABLE.get_or_init(|| {
         const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
@@ -85,7 +85,7 @@ pub fn tag_for_slot(slot: u16) -> &'static str {
 }
 
 /// The slot of stream shard `k` (`STREAM:{k}`, hashed by its tag alone).
-pub fn shard_slot(k: u32) -> u16 {
+pub(crate) fn shard_slot(k: u32) -> u16 {
     slot(format!("{{{k}}}").as_bytes())
 }
 

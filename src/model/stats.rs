@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 
 /// Histogram buckets per doubling of the value (schema 4).
-pub const PER_DOUBLING: f64 = 16.0;
+pub(crate) const PER_DOUBLING: f64 = 16.0;
 /// Largest relative error of a quantile read from the histogram:
 /// `(γ - 1) / (γ + 1)` with `γ = 2^(1/16)`.
 pub const RELATIVE_ACCURACY: f64 = 0.0217;
@@ -29,7 +29,7 @@ pub const DEFAULT_QUANTILE_PRECISIONS: [u32; 3] = [60, 3600, 86400];
 /// What a statistics cell weighs against the cells of a window or an apply
 /// script, before its histogram entries (one each): its HINCRBY,
 /// 2 HINCRBYFLOAT, the reads and writes of min and max, and its arguments.
-pub const STAT_CELL_WEIGHT: usize = 7;
+pub(crate) const STAT_CELL_WEIGHT: usize = 7;
 /// The quantiles `get --stats` and the API report.
 pub const REPORTED_QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
 
@@ -100,7 +100,7 @@ impl HistBucket {
     }
 
     /// The value a quantile in this bucket is reported as.
-    pub fn representative(self) -> f64 {
+    pub(crate) fn representative(self) -> f64 {
         let mid = |i: i32| 2.0 * upper(i) / (1.0 + upper(1));
         match self {
             HistBucket::Positive(i) => mid(i),
@@ -152,7 +152,7 @@ impl Summary {
     /// [`Summary::observe`] with the value's histogram bucket already
     /// found (`None`: no histogram), so that a hit counted at several
     /// precisions takes one logarithm. Counts saturate.
-    pub fn observe_in(&mut self, value: f64, count: i64, bucket: Option<HistBucket>) {
+    pub(crate) fn observe_in(&mut self, value: f64, count: i64, bucket: Option<HistBucket>) {
         if self.count == 0 {
             self.min = value;
             self.max = value;

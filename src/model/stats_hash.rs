@@ -11,7 +11,7 @@ use crate::model::stats::{HistBucket, Summary, REPORTED_QUANTILES};
 
 /// The bucket start `B` of a field `B:…` of a statistics hash; `None` for a
 /// field of another shape, which the cleaner never touches.
-pub fn bucket_of_field(field: &[u8]) -> Option<i64> {
+pub(crate) fn bucket_of_field(field: &[u8]) -> Option<i64> {
     let text = std::str::from_utf8(field).ok()?;
     text.split_once(':')?.0.parse().ok()
 }
@@ -105,7 +105,7 @@ fn integer(value: &str) -> Option<i64> {
 }
 
 /// Parses every field of a statistics hash.
-pub fn parse(fields: impl IntoIterator<Item = (String, String)>) -> StatsHash {
+pub(crate) fn parse(fields: impl IntoIterator<Item = (String, String)>) -> StatsHash {
     let mut out = StatsHash::default();
     let skip = |out: &mut StatsHash, field: String, value: String| {
         out.skipped += 1;
@@ -145,7 +145,7 @@ pub fn parse(fields: impl IntoIterator<Item = (String, String)>) -> StatsHash {
 /// A bucket's observations and mean from its `count` and `sum` fields (as
 /// `HMGET` returns them), or `None` when either is missing or malformed or
 /// the count is not positive.
-pub fn mean_of(count: Option<&str>, sum: Option<&str>) -> Option<(i64, f64)> {
+pub(crate) fn mean_of(count: Option<&str>, sum: Option<&str>) -> Option<(i64, f64)> {
     let count = integer(count?).filter(|&c| c > 0)?;
     let sum = decimal(sum?)?;
     Some((count, sum / count as f64))
@@ -154,7 +154,7 @@ pub fn mean_of(count: Option<&str>, sum: Option<&str>) -> Option<(i64, f64)> {
 /// The numbers reported for one bucket (`get --stats`, the API): `null`
 /// where there is nothing to report (a quantile without a histogram).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     /// The bucket start, unix seconds.
     pub t: i64,
     /// Observations in the bucket.
@@ -177,7 +177,7 @@ pub struct Row {
 
 impl Row {
     /// The row of bucket `t`.
-    pub fn of(t: i64, s: &Summary) -> Row {
+    pub(crate) fn of(t: i64, s: &Summary) -> Row {
         let [p50, p90, p99] = REPORTED_QUANTILES.map(|q| s.quantile(q));
         Row {
             t,

@@ -57,7 +57,7 @@ use crate::service::leader::Lease;
 use crate::service::purge::{self, Plan};
 use crate::store::connect::StoreError;
 
-pub use crate::service::pass_report::PassReport;
+pub(crate) use crate::service::pass_report::PassReport;
 
 /// Counters read from `known:` per round trip.
 const PAGE: usize = 500;
@@ -79,7 +79,7 @@ const PASS_SECONDS: u32 = 60;
 
 /// Why a pass stopped early.
 #[derive(Debug, thiserror::Error)]
-pub enum CleanError {
+pub(crate) enum CleanError {
     /// Redis failed (transient: the next pass starts over; or fatal).
     #[error("{0}")]
     Store(#[from] StoreError),
@@ -96,7 +96,7 @@ impl From<RedisError> for CleanError {
 }
 
 /// The cleaner of one leader: counts its passes.
-pub struct Cleaner {
+pub(crate) struct Cleaner {
     keys: Keys,
     samples: i64,
     lease: Arc<Lease>,
@@ -105,7 +105,7 @@ pub struct Cleaner {
 
 impl Cleaner {
     /// A cleaner writing under `lease`.
-    pub fn new(keys: Keys, layout: &LayoutArgs, lease: Arc<Lease>) -> Cleaner {
+    pub(crate) fn new(keys: Keys, layout: &LayoutArgs, lease: Arc<Lease>) -> Cleaner {
         Cleaner {
             keys,
             samples: i64::from(layout.samples),
@@ -115,13 +115,17 @@ impl Cleaner {
     }
 
     /// Whether a counter of precision `prec` is cleaned on pass `pass`.
-    pub fn due(prec: u32, pass: u64) -> bool {
+    pub(crate) fn due(prec: u32, pass: u64) -> bool {
         let every = u64::from((prec / PASS_SECONDS).max(1));
         pass.is_multiple_of(every)
     }
 
     /// One pass over every counter at wall-clock time `now` (unix seconds).
-    pub async fn pass(&mut self, conn: &mut Conn, now: i64) -> Result<PassReport, CleanError> {
+    pub(crate) async fn pass(
+        &mut self,
+        conn: &mut Conn,
+        now: i64,
+    ) -> Result<PassReport, CleanError> {
         let started = Instant::now();
         let mut report = PassReport {
             pass: self.passes,
@@ -397,7 +401,7 @@ fn split_old<'a>(
 
 /// The pause after a pass that took `took`, for passes every `interval`
 /// (the seeds': the rest of the interval, at least 1 s).
-pub fn pause_after(took: Duration, interval: Duration) -> Duration {
+pub(crate) fn pause_after(took: Duration, interval: Duration) -> Duration {
     interval.saturating_sub(took).max(Duration::from_secs(1))
 }
 
@@ -471,3 +475,9 @@ mod tests {
         );
     }
 }
+
+// A real Redis comes from the test kit, built with the `cli` feature.
+#[cfg(all(test, feature = "cli"))]
+mod cluster_tests;
+#[cfg(all(test, feature = "cli"))]
+mod redis_tests;

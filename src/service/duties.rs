@@ -31,7 +31,7 @@ const IDLE_CHECK: Duration = Duration::from_millis(500);
 
 /// One run of the duties: the pass and the trim, as recorded in Redis.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct LastPass {
+pub(crate) struct LastPass {
     /// When the pass ended, unix ms.
     pub at_ms: i64,
     /// The token of the leader that ran it.
@@ -58,7 +58,7 @@ fn trimmed_as_recorded<S: serde::Serializer>(t: &Trimmed, ser: S) -> Result<S::O
 /// Cleans and trims once at `now` (unix seconds) and records it. `shards`
 /// are the keys of every stream shard ([`Keys::all_shards`]). Fails with
 /// [`CleanError::LostLease`] as soon as `lease` is no longer held.
-pub async fn once(
+pub(crate) async fn once(
     cleaner: &mut Cleaner,
     conn: &mut Conn,
     shards: &[Keys],
@@ -120,7 +120,7 @@ fn record(keys: &Keys, last: &LastPass) -> redis::Cmd {
 /// Runs the duties until shutdown, whenever `lease` is held, over every
 /// shard of `stream` (named as on the server the connection finds: one
 /// Redis or a cluster).
-pub async fn run(
+pub(crate) async fn run(
     client: Client,
     layout: LayoutArgs,
     stream: StreamArgs,

@@ -35,7 +35,7 @@ use crate::store::scripts::EPOCH;
 
 /// How one pass of the leader's duties proves its right to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fence {
+pub(crate) enum Fence {
     /// One Redis: the lease key and the leader's token.
     Token {
         /// The lease key.
@@ -51,7 +51,11 @@ impl Fence {
     /// The fence for a pass starting now, or `None` when `lease` is not
     /// held (then nothing may be written). On a cluster this asks Redis for
     /// a new epoch (one round trip).
-    pub async fn take(conn: &mut Conn, keys: &Keys, lease: &Lease) -> StoreResult<Option<Fence>> {
+    pub(crate) async fn take(
+        conn: &mut Conn,
+        keys: &Keys,
+        lease: &Lease,
+    ) -> StoreResult<Option<Fence>> {
         if !lease.held() {
             return Ok(None);
         }
@@ -74,7 +78,7 @@ impl Fence {
     /// The fence's key for a script that writes `key` (and only keys of its
     /// hash slot): the lease itself on one Redis, else the fence key of
     /// `key`'s slot.
-    pub fn key(&self, keys: &Keys, key: &str) -> String {
+    pub(crate) fn key(&self, keys: &Keys, key: &str) -> String {
         match self {
             Fence::Token { lease, .. } => lease.clone(),
             Fence::Epoch(_) => keys.fence(key),
@@ -83,7 +87,7 @@ impl Fence {
 
     /// The fence's argument (a script's `ARGV[1]`): the token, or
     /// `epoch:N`.
-    pub fn arg(&self) -> String {
+    pub(crate) fn arg(&self) -> String {
         match self {
             Fence::Token { token, .. } => token.clone(),
             Fence::Epoch(n) => format!("epoch:{n}"),
@@ -91,7 +95,7 @@ impl Fence {
     }
 
     /// Whether this is a cluster's epoch fence.
-    pub fn is_epoch(&self) -> bool {
+    pub(crate) fn is_epoch(&self) -> bool {
         matches!(self, Fence::Epoch(_))
     }
 }

@@ -44,14 +44,14 @@ use crate::store::stream::bytes;
 
 /// Members per `forget.lua` call, per `ZADD` and per `SREM` (each about a
 /// microsecond): well under a millisecond of work.
-pub const MEMBERS: usize = 200;
+pub(crate) const MEMBERS: usize = 200;
 /// SSCAN COUNT when reading the journal.
 const SCAN_COUNT: usize = 100;
 
 /// Removes `members` (whose hashes were seen empty) from `family`'s ZSET
 /// (`known:`, `stats:known:`), then re-checks them. Returns how many stay
 /// removed, or `None` when fenced out (the lease was lost).
-pub async fn forget(
+pub(crate) async fn forget(
     conn: &mut Conn,
     keys: &Keys,
     family: Family,
@@ -102,7 +102,7 @@ async fn remove(
 /// Step 3 for members removed from `family`'s ZSET: those whose hash
 /// exists again go back, then all leave the journal. Returns how many went
 /// back.
-pub async fn recheck(
+pub(crate) async fn recheck(
     conn: &mut Conn,
     keys: &Keys,
     family: Family,
@@ -151,7 +151,7 @@ pub async fn recheck(
 /// member the journal still holds (left by a leader that died between
 /// removal and re-check). Returns how many members went back, or `None`
 /// when fenced out.
-pub async fn recover(
+pub(crate) async fn recover(
     conn: &mut Conn,
     keys: &Keys,
     family: Family,

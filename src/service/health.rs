@@ -86,7 +86,7 @@ impl Health {
     /// The view of shard `k`'s worker: its turns, connection and fatal
     /// errors count for the process; its joining or leaving the group
     /// counts for its shard alone.
-    pub fn for_shard(self: &Arc<Health>, k: u32) -> Arc<Health> {
+    pub(crate) fn for_shard(self: &Arc<Health>, k: u32) -> Arc<Health> {
         Arc::new(Health::fresh(self.stuck_after, Some((self.clone(), k))))
     }
 
@@ -108,7 +108,7 @@ impl Health {
 
     /// Records a turn of the worker loop; call once per iteration. Also sets
     /// `hitcount_worker_loop_last_turn_timestamp_seconds`.
-    pub fn turned(&self) {
+    pub(crate) fn turned(&self) {
         let nanos = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.last_turn_nanos.store(nanos, Ordering::Relaxed);
         metrics().loop_last_turn.set(metrics::unix_now_seconds());
@@ -118,7 +118,7 @@ impl Health {
     }
 
     /// Records whether the Redis connection is currently usable.
-    pub fn set_redis_connected(&self, up: bool) {
+    pub(crate) fn set_redis_connected(&self, up: bool) {
         self.redis_connected.store(up, Ordering::Relaxed);
         if let Some((p, _)) = &self.parent {
             p.set_redis_connected(up);
@@ -126,7 +126,7 @@ impl Health {
     }
 
     /// Records an error no retry can fix: neither live nor ready from now on.
-    pub fn set_fatal(&self) {
+    pub(crate) fn set_fatal(&self) {
         self.fatal.store(true, Ordering::Relaxed);
         self.set_stopping();
         if let Some((p, _)) = &self.parent {
@@ -135,18 +135,18 @@ impl Health {
     }
 
     /// Records that the worker is stopping: not ready from now on.
-    pub fn set_stopping(&self) {
+    pub(crate) fn set_stopping(&self) {
         self.stopping.store(true, Ordering::Relaxed);
     }
 
     /// Whether the worker is stopping.
-    pub fn is_stopping(&self) -> bool {
+    pub(crate) fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Relaxed)
     }
 
     /// Records whether this worker has joined the consumer group (on a
     /// shard's view: on its shard).
-    pub fn set_in_group(&self, joined: bool) {
+    pub(crate) fn set_in_group(&self, joined: bool) {
         self.in_group.store(joined, Ordering::Relaxed);
         if let Some((p, k)) = &self.parent {
             p.joined.set(*k, joined);
@@ -168,14 +168,14 @@ impl Health {
     /// Records which of the stream's `shards` shards this process reads
     /// (with one shard, every worker reads it), for `/readyz` and the
     /// `hitcount_shard_owned` / `hitcount_shards_owned` gauges.
-    pub fn set_reading(&self, shards: u32, owned: &[u32]) {
+    pub(crate) fn set_reading(&self, shards: u32, owned: &[u32]) {
         self.reading.replace(owned);
         self.shards.store(shards, Ordering::Relaxed);
         metrics().set_owned(shards, owned);
     }
 
     /// The shards this process reads, in order.
-    pub fn reading(&self) -> Vec<u32> {
+    pub(crate) fn reading(&self) -> Vec<u32> {
         let shards = self.shards.load(Ordering::Relaxed).min(MAX_SHARDS);
         (0..shards).filter(|&k| self.reading.contains(k)).collect()
     }
@@ -183,7 +183,7 @@ impl Health {
     /// What `/readyz` says about the shards: which this process reads, or
     /// that it waits to take one over (which is ready: it stands by). `None`
     /// for one stream, read by every worker.
-    pub fn shard_detail(&self) -> Option<String> {
+    pub(crate) fn shard_detail(&self) -> Option<String> {
         let shards = self.shards.load(Ordering::Relaxed);
         if shards <= 1 {
             return None;
@@ -209,12 +209,14 @@ impl Health {
     }
 
     /// True while the loop has turned within `stuck_after`.
-    pub fn is_live(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_live(&self) -> bool {
         !self.fatal.load(Ordering::Relaxed) && self.since_last_turn() <= self.stuck_after
     }
 
     /// True when connected to Redis, in the consumer group, and live.
-    pub fn is_ready(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_ready(&self) -> bool {
         self.redis_connected.load(Ordering::Relaxed)
             && self.is_in_group()
             && !self.is_stopping()
@@ -222,7 +224,7 @@ impl Health {
     }
 
     /// Why the worker is not live, if it is not.
-    pub fn liveness_problem(&self) -> Option<String> {
+    pub(crate) fn liveness_problem(&self) -> Option<String> {
         if self.fatal.load(Ordering::Relaxed) {
             return Some("stopping on a fatal error".to_string());
         }
@@ -237,7 +239,7 @@ impl Health {
     }
 
     /// Every readiness condition that fails, empty when ready.
-    pub fn readiness_problems(&self) -> Vec<String> {
+    pub(crate) fn readiness_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if self.is_stopping() {
             problems.push("shutting down".to_string());

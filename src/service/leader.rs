@@ -39,7 +39,7 @@ const MARGIN_DIVISOR: u32 = 5;
 
 /// One worker's claim on the leadership.
 #[derive(Debug)]
-pub struct Lease {
+pub(crate) struct Lease {
     key: String,
     token: String,
     ttl: Duration,
@@ -52,7 +52,7 @@ pub struct Lease {
 impl Lease {
     /// A lease for this worker (`owner`, shown in `hitcount status`): not
     /// held until [`Lease::try_acquire`] succeeds.
-    pub fn new(keys: &Keys, settings: &LeaderArgs, owner: &str) -> Lease {
+    pub(crate) fn new(keys: &Keys, settings: &LeaderArgs, owner: &str) -> Lease {
         Lease {
             key: keys.leader(&settings.leader_key),
             token: format!("{owner}/{:016x}", rand::random::<u64>()),
@@ -64,7 +64,7 @@ impl Lease {
 
     /// The lease of one stream shard (see [`crate::service::shards`]),
     /// taken and renewed like the leader's.
-    pub fn shard(keys: &Keys, owner: &str, ttl: Duration) -> Lease {
+    pub(crate) fn shard(keys: &Keys, owner: &str, ttl: Duration) -> Lease {
         Lease {
             key: keys.shard_lease(),
             token: format!("{owner}/{:016x}", rand::random::<u64>()),
@@ -75,29 +75,29 @@ impl Lease {
     }
 
     /// The lease key.
-    pub fn key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         &self.key
     }
 
     /// This worker's token: `owner/random`, unique per process.
-    pub fn token(&self) -> &str {
+    pub(crate) fn token(&self) -> &str {
         &self.token
     }
 
     /// How often the lease is renewed (and, by non-leaders, tried): a third
     /// of it, so one lost renewal does not lose the leadership.
-    pub fn renew_every(&self) -> Duration {
+    pub(crate) fn renew_every(&self) -> Duration {
         self.ttl / 3
     }
 
     /// Until when this worker may act as leader (monotonic), if it may now.
-    pub fn held_until(&self) -> Option<Instant> {
+    pub(crate) fn held_until(&self) -> Option<Instant> {
         let until = *self.until.lock().unwrap_or_else(|p| p.into_inner());
         until.filter(|t| *t > Instant::now())
     }
 
     /// Whether this worker may act as leader now.
-    pub fn held(&self) -> bool {
+    pub(crate) fn held(&self) -> bool {
         self.held_until().is_some()
     }
 
@@ -114,7 +114,7 @@ impl Lease {
 
     /// Takes the lease if nobody holds it (`SET NX PX`). Returns whether this
     /// worker is leader now.
-    pub async fn try_acquire(&self, conn: &mut Conn) -> RedisResult<bool> {
+    pub(crate) async fn try_acquire(&self, conn: &mut Conn) -> RedisResult<bool> {
         let sent = Instant::now();
         let ok: Option<String> = redis::cmd("SET")
             .arg(&self.key)
@@ -133,7 +133,7 @@ impl Lease {
 
     /// Extends the lease if it still holds this worker's token. Returns
     /// whether this worker is still leader; when not, it stops at once.
-    pub async fn renew(&self, conn: &mut Conn) -> RedisResult<bool> {
+    pub(crate) async fn renew(&self, conn: &mut Conn) -> RedisResult<bool> {
         let sent = Instant::now();
         let renewed: i64 = RENEW
             .evalsha(1)
@@ -148,7 +148,7 @@ impl Lease {
 
     /// Stops acting as leader and deletes the lease if it is still this
     /// worker's, so another can take over at once.
-    pub async fn release(&self, conn: &mut Conn) -> RedisResult<bool> {
+    pub(crate) async fn release(&self, conn: &mut Conn) -> RedisResult<bool> {
         self.set(None);
         crate::store::scripts::release_if_held(conn, &self.key, &self.token).await
     }
@@ -157,13 +157,13 @@ impl Lease {
     /// take the lease otherwise, every [`Lease::renew_every`]; then releases.
     /// Redis errors are retried on the same schedule (the deadline runs out
     /// on its own meanwhile).
-    pub async fn keep(self: Arc<Self>, client: Client, shutdown: Shutdown) {
+    pub(crate) async fn keep(self: Arc<Self>, client: Client, shutdown: Shutdown) {
         self.keep_until(client, shutdown.clone(), shutdown).await
     }
 
     /// [`Lease::keep`] until `done` (after the worker finished its window),
     /// reporting fatal errors on `shutdown`.
-    pub async fn keep_until(
+    pub(crate) async fn keep_until(
         self: Arc<Self>,
         client: Client,
         shutdown: Shutdown,
@@ -224,25 +224,10 @@ impl Lease {
         }
         Ok(())
     }
-
-    /// Takes the lease for a one-off job, waiting up to `wait` while another
-    /// worker holds it. Returns whether it was taken.
-    pub async fn acquire_within(&self, conn: &mut Conn, wait: Duration) -> RedisResult<bool> {
-        let give_up = Instant::now() + wait;
-        loop {
-            if self.try_acquire(conn).await? {
-                return Ok(true);
-            }
-            if Instant::now() >= give_up {
-                return Ok(false);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
 }
 
 /// The current leader as Redis sees it: its token and the lease left.
-pub async fn current(conn: &mut Conn, key: &str) -> RedisResult<Option<(String, Duration)>> {
+pub(crate) async fn current(conn: &mut Conn, key: &str) -> RedisResult<Option<(String, Duration)>> {
     let (token, pttl): (Option<String>, i64) = redis::pipe()
         .cmd("GET")
         .arg(key)

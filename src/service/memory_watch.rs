@@ -13,13 +13,13 @@ use crate::store::memory;
 
 /// How often the policy is read again: an operator may change it at any
 /// time (`CONFIG SET`), and one `INFO memory` a minute costs nothing.
-pub const CHECK_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(60);
 
 /// Checks the policy until `shutdown`. A user not allowed `INFO` (an ACL
 /// line older than `+info`) is told once, and the check stops; so it does
 /// on a fatal error, which the process' other tasks report. Either way the
 /// task itself ends only at shutdown.
-pub async fn run(client: Client, mut shutdown: Shutdown) {
+pub(crate) async fn run(client: Client, mut shutdown: Shutdown) {
     let mut link =
         Reconnecting::new(client, "memory policy check", connect::RESPONSE_TIMEOUT).reading();
     loop {

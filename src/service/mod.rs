@@ -9,13 +9,13 @@
 //! fire-and-forget [`producer`], and the query API's cached bucket
 //! [`ranking`]s.
 
-pub mod cleaner;
-pub mod duties;
-pub mod fence;
-pub mod forget;
+pub(crate) mod cleaner;
+pub(crate) mod duties;
+pub(crate) mod fence;
+pub(crate) mod forget;
 pub mod health;
-pub mod leader;
-pub mod memory_watch;
+pub(crate) mod leader;
+pub(crate) mod memory_watch;
 pub(crate) mod pass_report;
 pub mod producer;
 pub(crate) mod purge;
@@ -23,12 +23,12 @@ pub(crate) mod purge;
 pub(crate) mod ranking;
 pub(crate) mod recovery;
 pub(crate) mod registration;
-pub mod sampler;
+pub(crate) mod sampler;
 #[cfg(feature = "cli")]
 pub(crate) mod shard_spread;
 pub mod shards;
 #[cfg(feature = "cli")]
 pub(crate) mod status;
-pub mod supervisor;
-pub mod trim;
+pub(crate) mod supervisor;
+pub(crate) mod trim;
 pub mod worker;

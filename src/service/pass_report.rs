@@ -6,7 +6,7 @@ use crate::model::keys::Family;
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PassReport {
+pub(crate) struct PassReport {
     /// The pass number of this leader (0 cleans every counter).
     pub pass: u64,
     /// Counters due this pass and looked at.

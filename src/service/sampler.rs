@@ -38,11 +38,11 @@ use crate::store::group::{self, GroupInfo};
 
 /// Time between samples: often enough for a 15 s scrape interval to see
 /// every change, rare enough to cost Redis nothing.
-pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
 /// One reading of the group's state.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// Entries not yet delivered to the group, when Redis knows it.
     pub lag: Option<i64>,
     /// Entries delivered to the group and not acknowledged.
@@ -51,15 +51,13 @@ pub struct Sample {
     pub backlog_age: f64,
 }
 
-/// Reads the group's lag, pending count and backlog age on one stream (or
-/// shard). `None` when the stream or the group does not exist yet.
-pub async fn sample(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<Sample>> {
-    let mut all = sample_all(conn, std::slice::from_ref(keys)).await?;
-    Ok(all.pop().flatten())
-}
-
-/// [`sample`] of every shard, in shard order.
-pub async fn sample_all(conn: &mut Conn, shards: &[Keys]) -> RedisResult<Vec<Option<Sample>>> {
+/// Reads the group's lag, pending count and backlog age on every shard
+/// (stream), in shard order: `None` for one whose stream or group does not
+/// exist yet.
+pub(crate) async fn sample_all(
+    conn: &mut Conn,
+    shards: &[Keys],
+) -> RedisResult<Vec<Option<Sample>>> {
     let now_ms = crate::model::clock::unix_ms();
     let groups = group::own_groups(conn, shards, now_ms).await?;
     Ok(groups
@@ -71,7 +69,7 @@ pub async fn sample_all(conn: &mut Conn, shards: &[Keys]) -> RedisResult<Vec<Opt
 /// The whole group over its shards, pure: lag and pending summed (the lag
 /// unknown when any shard's is), the oldest backlog; `None` when no shard
 /// has the group yet.
-pub fn total(samples: &[Option<Sample>]) -> Option<Sample> {
+pub(crate) fn total(samples: &[Option<Sample>]) -> Option<Sample> {
     let known: Vec<&Sample> = samples.iter().flatten().collect();
     if known.is_empty() {
         return None;
@@ -84,7 +82,7 @@ pub fn total(samples: &[Option<Sample>]) -> Option<Sample> {
 }
 
 /// A sample from the group's state and its backlog age, pure.
-pub fn sample_of(g: &GroupInfo, backlog_age: Option<f64>) -> Sample {
+pub(crate) fn sample_of(g: &GroupInfo, backlog_age: Option<f64>) -> Sample {
     Sample {
         lag: g.lag.map(|l| l as i64),
         pending: g.pending as i64,
@@ -114,7 +112,12 @@ fn export(shards: &[Keys], samples: &[Option<Sample>]) {
 /// Samples every shard every [`SAMPLE_EVERY`] until `shutdown`,
 /// reconnecting after errors (logged once per outage, counted in
 /// `hitcount_redis_errors_total`).
-pub async fn run(client: Client, layout: LayoutArgs, stream: StreamArgs, mut shutdown: Shutdown) {
+pub(crate) async fn run(
+    client: Client,
+    layout: LayoutArgs,
+    stream: StreamArgs,
+    mut shutdown: Shutdown,
+) {
     let mut link = Reconnecting::new(client, "group sampler", connect::RESPONSE_TIMEOUT);
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -188,3 +191,7 @@ mod tests {
         assert_eq!(total(&unknown).unwrap().lag, None, "one unknown lag");
     }
 }
+
+// A real Redis comes from the test kit, built with the `cli` feature.
+#[cfg(all(test, feature = "cli"))]
+mod redis_tests;

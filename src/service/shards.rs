@@ -39,7 +39,7 @@ use crate::store::shard_count::{self, Recorded};
 
 /// How long a shard's lease lives without renewal: the longest a dead
 /// process' shards wait for another reader.
-pub const SHARD_LEASE: Duration = Duration::from_secs(10);
+pub(crate) const SHARD_LEASE: Duration = Duration::from_secs(10);
 
 /// How often leases are renewed, live workers counted and shards balanced.
 const TICK: Duration = Duration::from_secs(1);

@@ -8,13 +8,13 @@ use std::time::Duration;
 /// Background tasks that must live as long as the worker: one that ends
 /// early (a panic) is a fatal error, not a silent loss.
 #[derive(Default)]
-pub struct Supervised {
+pub(crate) struct Supervised {
     tasks: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
 }
 
 impl Supervised {
     /// Starts `task`, known by `name` in error messages.
-    pub fn spawn(
+    pub(crate) fn spawn(
         &mut self,
         name: &'static str,
         task: impl std::future::Future<Output = ()> + Send + 'static,
@@ -24,7 +24,7 @@ impl Supervised {
 
     /// Until shutdown, checks that no task ended; one that did stops the
     /// process through `shutdown` with its name and cause.
-    pub async fn watch(mut self, shutdown: crate::model::shutdown::Shutdown) -> Supervised {
+    pub(crate) async fn watch(mut self, shutdown: crate::model::shutdown::Shutdown) -> Supervised {
         let mut stop = shutdown.clone();
         while !shutdown.is_triggered() {
             let ended = self.tasks.iter().position(|(_, t)| t.is_finished());
@@ -50,7 +50,7 @@ impl Supervised {
     }
 
     /// Waits for every task to end (after shutdown).
-    pub async fn join(self) {
+    pub(crate) async fn join(self) {
         for (_, task) in self.tasks {
             let _ = task.await;
         }

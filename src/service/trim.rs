@@ -26,13 +26,13 @@ use crate::store::stream::bytes;
 
 /// Most entries evicted by one call: 100 stream nodes at the default
 /// `stream-node-max-entries` of 100.
-pub const STEP: u64 = 10_000;
+pub(crate) const STEP: u64 = 10_000;
 /// Most calls per pass (a million entries); the next pass goes on.
 const MAX_STEPS: u32 = 100;
 
 /// What one trim did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Trimmed {
+pub(crate) struct Trimmed {
     /// Entries evicted.
     pub entries: u64,
     /// The oldest id every group still needs (empty when no group exists).
@@ -41,7 +41,7 @@ pub struct Trimmed {
 
 /// Trims every shard's stream as the holder of `lease`: the entries
 /// evicted in all, and the oldest id any shard's groups still need.
-pub async fn trim_all(
+pub(crate) async fn trim_all(
     conn: &mut Conn,
     shards: &[Keys],
     lease: &Lease,
@@ -64,7 +64,12 @@ pub async fn trim_all(
 }
 
 /// Trims `keys.stream` as the holder of `lease`.
-pub async fn trim(conn: &mut Conn, keys: &Keys, lease: &Lease) -> Result<Trimmed, CleanError> {
+#[cfg(test)]
+pub(crate) async fn trim(
+    conn: &mut Conn,
+    keys: &Keys,
+    lease: &Lease,
+) -> Result<Trimmed, CleanError> {
     let fence = Fence::take(conn, keys, lease)
         .await?
         .ok_or(CleanError::LostLease)?;
@@ -209,3 +214,7 @@ mod tests {
         );
     }
 }
+
+// A real Redis comes from the test kit, built with the `cli` feature.
+#[cfg(all(test, feature = "cli"))]
+mod redis_tests;

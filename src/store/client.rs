@@ -129,7 +129,7 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
 
 impl Client {
     /// The nodes, passwords hidden, for messages.
-    pub fn describe(&self) -> &str {
+    pub(crate) fn describe(&self) -> &str {
         &self.shown
     }
 
@@ -287,7 +287,7 @@ impl Conn {
     /// The fewest replicas attached to any master (`connected_slaves` in
     /// `INFO replication` of every master; on one node, its own): whether
     /// a WAIT that came back short may still be confirmed by waiting on.
-    pub async fn fewest_replicas(&mut self) -> RedisResult<u32> {
+    pub(crate) async fn fewest_replicas(&mut self) -> RedisResult<u32> {
         let replies = self.info_of_masters("replication").await?;
         let fewest = replies
             .iter()
@@ -303,7 +303,7 @@ impl Conn {
 
     /// `INFO section` of every master (on one node, its own), one text
     /// each.
-    pub async fn info_of_masters(&mut self, section: &str) -> RedisResult<Vec<String>> {
+    pub(crate) async fn info_of_masters(&mut self, section: &str) -> RedisResult<Vec<String>> {
         let mut cmd = redis::cmd("INFO");
         cmd.arg(section);
         let reply: Value = match self {

@@ -14,16 +14,14 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::model::metrics::metrics;
-pub use crate::store::error::{
-    classify, describe, fatal_hint, first_cause, joined, record, ErrorClass, StoreError,
-    StoreResult,
-};
+pub(crate) use crate::store::error::{classify, describe, fatal_hint, first_cause, joined};
+pub use crate::store::error::{ErrorClass, StoreError, StoreResult};
 
 /// Time allowed for a reply to a non-blocking command. Never "none": a call
 /// was seen to hang forever during a failover.
-pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest time to open a connection and load the scripts.
-pub const OPEN_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const OPEN_DEADLINE: Duration = Duration::from_secs(10);
 /// A connection unused for this long is asked a `PING` before it is handed
 /// out again: one Redis closed (a restart, a proxy's idle timeout) is
 /// replaced at once instead of failing the task's next call, which would
@@ -42,7 +40,7 @@ pub use crate::store::client::{client, Client, Conn};
 /// (worker, lease, registration, duties, sampler, producer) goes through.
 /// Failures are counted and logged once per outage; a fatal one stops the
 /// process through the shutdown.
-pub struct Reconnecting {
+pub(crate) struct Reconnecting {
     client: Client,
     what: &'static str,
     timeout: Duration,
@@ -65,7 +63,7 @@ pub struct Reconnecting {
 impl Reconnecting {
     /// A connection for the task `what` (named in logs), whose replies may
     /// take up to `timeout`.
-    pub fn new(client: Client, what: &'static str, timeout: Duration) -> Reconnecting {
+    pub(crate) fn new(client: Client, what: &'static str, timeout: Duration) -> Reconnecting {
         Reconnecting {
             client,
             what,
@@ -83,13 +81,13 @@ impl Reconnecting {
 
     /// The same without loading the scripts: for a task that only reads
     /// (as a read-only user may, without `+script|load`).
-    pub fn reading(mut self) -> Reconnecting {
+    pub(crate) fn reading(mut self) -> Reconnecting {
         self.scripts = false;
         self
     }
 
     /// The connection, opened now (scripts loaded) if there is none.
-    pub async fn get(&mut self) -> StoreResult<&mut Conn> {
+    pub(crate) async fn get(&mut self) -> StoreResult<&mut Conn> {
         let idle = self.used.is_some_and(|t| t.elapsed() >= IDLE_CHECK);
         self.used = Some(std::time::Instant::now());
         if idle {
@@ -129,18 +127,18 @@ impl Reconnecting {
     }
 
     /// The connection if one is open.
-    pub fn current(&mut self) -> Option<&mut Conn> {
+    pub(crate) fn current(&mut self) -> Option<&mut Conn> {
         self.conn.as_mut()
     }
 
     /// How many connections were opened so far: a change tells a caller
     /// that keeps state next to the connection (the worker) to resync.
-    pub fn opened(&self) -> u64 {
+    pub(crate) fn opened(&self) -> u64 {
         self.opened
     }
 
     /// Records a success: ends an outage, resets the backoff.
-    pub fn succeeded(&mut self) {
+    pub(crate) fn succeeded(&mut self) {
         self.proven = true;
         if std::mem::take(&mut self.refused_for_memory) {
             crate::store::memory::set_out_of_memory(false);
@@ -155,7 +153,7 @@ impl Reconnecting {
     /// shutdown, as for the producer, which never stops its caller, it is
     /// logged once per outage and retried). Returns its class and the pause
     /// before the next try.
-    pub fn failed(
+    pub(crate) fn failed(
         &mut self,
         err: &StoreError,
         shutdown: Option<&crate::model::shutdown::Shutdown>,
@@ -199,14 +197,14 @@ impl Reconnecting {
     }
 
     /// The client, for tasks that open more connections of their own.
-    pub fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Client {
         &self.client
     }
 }
 
 /// Capped exponential backoff with full jitter.
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     next: Duration,
 }
 
@@ -219,7 +217,7 @@ impl Default for Backoff {
 impl Backoff {
     /// The pause before the next try: uniform in [next/2, next], then next
     /// doubles up to the cap.
-    pub fn pause(&mut self) -> Duration {
+    pub(crate) fn pause(&mut self) -> Duration {
         let cap = self.next;
         self.next = (self.next * 2).min(BACKOFF_MAX);
         let ms = cap.as_millis() as u64;
@@ -227,7 +225,7 @@ impl Backoff {
     }
 
     /// Back to the shortest pause after a success.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.next = BACKOFF_MIN;
     }
 }
@@ -263,7 +261,7 @@ async fn still_open(conn: &mut Conn) -> bool {
 /// process, however many tasks notice) also logs its end, with the time it
 /// saw Redis unavailable; other tasks only count their reconnection.
 #[derive(Debug, Default)]
-pub struct Outage {
+pub(crate) struct Outage {
     since: Option<std::time::Instant>,
     tries: u64,
     /// Whether this task logged the start of the outage.
@@ -292,14 +290,14 @@ static OUTAGES: std::sync::Mutex<Outages> = std::sync::Mutex::new(Outages {
 impl Outage {
     /// Records a failure that is not logged (a broken connection replaced
     /// at once): the outage, if it goes on, started here.
-    pub fn noticed(&mut self) {
+    pub(crate) fn noticed(&mut self) {
         self.tries += 1;
         self.since.get_or_insert_with(std::time::Instant::now);
     }
 
     /// Records a failed try; logs only the first of an outage in this
     /// process, naming a full Redis (`oom`) as such.
-    pub fn failed(&mut self, what: &str, err: &dyn std::fmt::Display, oom: bool) {
+    pub(crate) fn failed(&mut self, what: &str, err: &dyn std::fmt::Display, oom: bool) {
         self.tries += 1;
         tracing::debug!(error = %err, tries = self.tries, "{what}: Redis call failed");
         let now = std::time::Instant::now();
@@ -322,7 +320,7 @@ impl Outage {
 
     /// Records a success; the task that logged the outage's start logs its
     /// end, with how long it saw Redis unavailable.
-    pub fn recovered(&mut self, what: &str) {
+    pub(crate) fn recovered(&mut self, what: &str) {
         if let Some(since) = self.since.take() {
             metrics().redis_reconnects.inc();
             if std::mem::take(&mut self.logged) {

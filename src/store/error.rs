@@ -24,7 +24,7 @@ pub enum ErrorClass {
 
 /// Whether `err` is Redis refusing a write for its `maxmemory` (alone,
 /// within a script, or the first refusal of a pipeline).
-pub fn is_oom(err: &RedisError) -> bool {
+pub(crate) fn is_oom(err: &RedisError) -> bool {
     err.code() == Some("OOM")
         || err
             .clone()
@@ -34,7 +34,7 @@ pub fn is_oom(err: &RedisError) -> bool {
 }
 
 /// Sorts an error into its class and a bounded metric label.
-pub fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
+pub(crate) fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
     if fatal_hint(err).is_some() {
         return (ErrorClass::Fatal, "fatal");
     }
@@ -58,7 +58,7 @@ pub fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
 }
 
 /// For an error no retry can fix, what an operator should change.
-pub fn fatal_hint(err: &RedisError) -> Option<&'static str> {
+pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
     let text = err.to_string();
     let detail = err.detail().unwrap_or("");
     if err.kind() == redis::ErrorKind::AuthenticationFailed
@@ -111,7 +111,7 @@ pub fn fatal_hint(err: &RedisError) -> Option<&'static str> {
 /// What answered at the URL is not Redis (an HTTP server, say): a fatal
 /// error whose detail is the one line to print, naming the URL `shown`
 /// (password hidden).
-pub fn not_redis(shown: &str) -> RedisError {
+pub(crate) fn not_redis(shown: &str) -> RedisError {
     RedisError::from((
         redis::ErrorKind::InvalidClientConfig,
         NOT_REDIS,
@@ -125,13 +125,13 @@ pub fn not_redis(shown: &str) -> RedisError {
 const NOT_REDIS: &str = "not a Redis server";
 
 /// Whether `err` is [`not_redis`]'s: its detail says it all.
-pub fn is_not_redis(err: &RedisError) -> bool {
+pub(crate) fn is_not_redis(err: &RedisError) -> bool {
     err.kind() == redis::ErrorKind::InvalidClientConfig
         && err.detail().is_some_and(|d| d.starts_with(NOT_REDIS))
 }
 
 /// Counts an error in `hitcount_redis_errors_total` and returns its class.
-pub fn record(err: &RedisError) -> ErrorClass {
+pub(crate) fn record(err: &RedisError) -> ErrorClass {
     let (class, kind) = classify(err);
     metrics().redis_errors.with_label_values(&[kind]).inc();
     class
@@ -139,7 +139,7 @@ pub fn record(err: &RedisError) -> ErrorClass {
 
 /// A Redis error as one line that keeps Redis' own error code in front
 /// (`NOPERM this user has no permissions to run the 'xreadgroup' command`).
-pub fn describe(err: &RedisError) -> String {
+pub(crate) fn describe(err: &RedisError) -> String {
     match (err.code(), err.detail()) {
         (Some(code), Some(detail)) => format!("{code} {detail}"),
         // A setting hitcount refuses says all in its detail.
@@ -153,7 +153,7 @@ pub fn describe(err: &RedisError) -> String {
 /// [`describe`] of the first error Redis answered (a pipeline's first
 /// failed command), without the script location Redis appends to an error
 /// raised inside a script (` script: SHA, on @user_script:N.`).
-pub fn first_cause(err: &RedisError) -> String {
+pub(crate) fn first_cause(err: &RedisError) -> String {
     let first = err
         .clone()
         .into_server_errors()
@@ -232,7 +232,7 @@ impl StoreError {
     }
 
     /// Counts it in `hitcount_redis_errors_total` and returns its class.
-    pub fn record(&self) -> ErrorClass {
+    pub(crate) fn record(&self) -> ErrorClass {
         match self {
             StoreError::Redis(e) => record(e),
             StoreError::Unexpected { .. } => {
@@ -247,7 +247,7 @@ impl StoreError {
     }
 
     /// Whether the connection must be rebuilt (and the worker resync).
-    pub fn needs_resync(&self) -> bool {
+    pub(crate) fn needs_resync(&self) -> bool {
         match self {
             StoreError::Redis(e) => {
                 e.is_io_error() || e.is_connection_dropped() || e.code() == Some("NOSCRIPT")
@@ -257,7 +257,7 @@ impl StoreError {
     }
 
     /// Shortens a reply for an error message.
-    pub fn unexpected(what: &'static str, reply: &redis::Value) -> StoreError {
+    pub(crate) fn unexpected(what: &'static str, reply: &redis::Value) -> StoreError {
         let mut text = format!("{reply:?}");
         if text.len() > 200 {
             let mut cut = 200;
@@ -276,7 +276,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 /// The outcome of a task that talks to Redis on its own; one that panicked
 /// or was cancelled is `what` ending unexpectedly.
-pub async fn joined<T, E>(
+pub(crate) async fn joined<T, E>(
     task: tokio::task::JoinHandle<Result<T, E>>,
     what: &'static str,
 ) -> StoreResult<T>

@@ -13,7 +13,7 @@ use crate::store::stream::{bytes, entry_list};
 
 /// The stream, as `XINFO STREAM` reports it (the fields hitcount uses).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StreamInfo {
+pub(crate) struct StreamInfo {
     /// Entries in the stream.
     pub length: u64,
     /// The id of the last entry ever added.
@@ -26,7 +26,7 @@ pub struct StreamInfo {
 
 /// One consumer group, as `XINFO GROUPS` reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GroupInfo {
+pub(crate) struct GroupInfo {
     /// Its name.
     pub name: String,
     /// Entries delivered and not yet acknowledged.
@@ -40,7 +40,7 @@ pub struct GroupInfo {
 
 /// One consumer of a group, as `XINFO CONSUMERS` reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ConsumerInfo {
+pub(crate) struct ConsumerInfo {
     /// Its name.
     pub name: String,
     /// Entries it holds unacknowledged.
@@ -51,7 +51,7 @@ pub struct ConsumerInfo {
 
 impl StreamInfo {
     /// Parses an `XINFO STREAM` reply.
-    pub fn parse(reply: &Value) -> StreamInfo {
+    pub(crate) fn parse(reply: &Value) -> StreamInfo {
         let f = fields(reply);
         StreamInfo {
             length: number(&f, "length").unwrap_or(0),
@@ -71,7 +71,7 @@ impl StreamInfo {
 
 impl GroupInfo {
     /// Parses an `XINFO GROUPS` reply: every group.
-    pub fn parse_all(reply: &Value) -> Vec<GroupInfo> {
+    pub(crate) fn parse_all(reply: &Value) -> Vec<GroupInfo> {
         list(reply)
             .iter()
             .map(|g| {
@@ -90,7 +90,7 @@ impl GroupInfo {
 
 impl ConsumerInfo {
     /// Parses an `XINFO CONSUMERS` reply: every consumer.
-    pub fn parse_all(reply: &Value) -> Vec<ConsumerInfo> {
+    pub(crate) fn parse_all(reply: &Value) -> Vec<ConsumerInfo> {
         list(reply)
             .iter()
             .map(|c| {
@@ -107,7 +107,7 @@ impl ConsumerInfo {
 
 /// The stream and its groups, in one round trip; `None` when the stream
 /// does not exist.
-pub async fn stream_and_groups(
+pub(crate) async fn stream_and_groups(
     conn: &mut Conn,
     keys: &Keys,
 ) -> RedisResult<Option<(StreamInfo, Vec<GroupInfo>)>> {
@@ -135,7 +135,7 @@ pub async fn stream_and_groups(
 
 /// This deployment's group (`keys.group`), `None` when the stream or the
 /// group does not exist yet.
-pub async fn own_group(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<GroupInfo>> {
+pub(crate) async fn own_group(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<GroupInfo>> {
     let reply: RedisResult<Value> = redis::cmd("XINFO")
         .arg("GROUPS")
         .arg(&keys.stream)
@@ -156,7 +156,7 @@ pub async fn own_group(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<Group
 
 /// A group's consumers and the age in seconds of its oldest undelivered
 /// entry (`None` when there is none), in one round trip.
-pub async fn consumers_and_backlog(
+pub(crate) async fn consumers_and_backlog(
     conn: &mut Conn,
     keys: &Keys,
     group: &GroupInfo,
@@ -175,20 +175,6 @@ pub async fn consumers_and_backlog(
     ))
 }
 
-/// The age in seconds of the group's oldest undelivered entry (`None` when
-/// there is none).
-pub async fn backlog_age(
-    conn: &mut Conn,
-    keys: &Keys,
-    group: &GroupInfo,
-    now_ms: i64,
-) -> RedisResult<Option<f64>> {
-    let mut pipe = redis::pipe();
-    next_undelivered_into(&mut pipe, keys, &group.last_delivered_id);
-    let (next,): (Value,) = pipe.query_async(conn).await?;
-    Ok(backlog_age_secs(&next, now_ms))
-}
-
 /// The group's lag as far as the stream's positions allow, from Redis'
 /// `lag` (`reported`), the stream's `length` and whether an entry after the
 /// group's last-delivered id exists (`undelivered`): 0 when none does,
@@ -199,7 +185,7 @@ pub async fn backlog_age(
 /// every entry there is); `None` when Redis cannot tell and entries wait.
 /// Autoscaling acts on the lag, so a lag the positions contradict is never
 /// passed on.
-pub fn consistent_lag(reported: Option<u64>, length: u64, undelivered: bool) -> Option<u64> {
+pub(crate) fn consistent_lag(reported: Option<u64>, length: u64, undelivered: bool) -> Option<u64> {
     if !undelivered {
         return Some(0);
     }
@@ -210,7 +196,7 @@ pub fn consistent_lag(reported: Option<u64>, length: u64, undelivered: bool) -> 
 /// nothing pending and its last-delivered id is the stream's last id. (The
 /// `lag` field is an estimate that can stay wrong after a restart, so it is
 /// not used.)
-pub async fn drained(conn: &mut Conn, keys: &Keys) -> RedisResult<bool> {
+pub(crate) async fn drained(conn: &mut Conn, keys: &Keys) -> RedisResult<bool> {
     let Some((stream, groups)) = stream_and_groups(conn, keys).await? else {
         return Ok(false);
     };
@@ -221,7 +207,7 @@ pub async fn drained(conn: &mut Conn, keys: &Keys) -> RedisResult<bool> {
 }
 
 /// The rule of [`drained`], pure.
-pub fn is_drained(stream: &StreamInfo, group: &GroupInfo) -> bool {
+pub(crate) fn is_drained(stream: &StreamInfo, group: &GroupInfo) -> bool {
     group.pending == 0 && stream.last_generated_id.as_deref() == Some(&group.last_delivered_id)
 }
 
@@ -231,7 +217,7 @@ pub fn is_drained(stream: &StreamInfo, group: &GroupInfo) -> bool {
 /// stream or group does not exist yet. Three round trips however many
 /// shards: each command names one shard's stream and goes to its slot
 /// ([`Conn::query_each`]), never in a pipeline across slots.
-pub async fn own_groups(
+pub(crate) async fn own_groups(
     conn: &mut Conn,
     shards: &[Keys],
     now_ms: i64,
@@ -308,7 +294,7 @@ fn next_undelivered_into(pipe: &mut redis::Pipeline, keys: &Keys, last_delivered
 /// How long, in seconds, the entry of a [`next_undelivered_into`] reply has
 /// waited (its id carries the ms it was appended); `None` when there is
 /// none. Sturdier than XINFO's lag estimate, and closer to what users feel.
-pub fn backlog_age_secs(next: &Value, now_ms: i64) -> Option<f64> {
+pub(crate) fn backlog_age_secs(next: &Value, now_ms: i64) -> Option<f64> {
     let entries = entry_list(next);
     let first = entries.first()?;
     let ms = crate::model::event::entry_id_ms(first.id).unwrap_or(now_ms);

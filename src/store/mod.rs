@@ -8,19 +8,19 @@
 //! ([`time`]) and Redis' memory: writes refused for `maxmemory`, an
 //! evicting policy ([`memory`]). Uses the model floor only.
 
-pub mod client;
-pub mod commit;
+pub(crate) mod client;
+pub(crate) mod commit;
 pub mod connect;
 pub mod counters;
 pub(crate) mod detect;
-pub mod error;
-pub mod group;
+pub(crate) mod error;
+pub(crate) mod group;
 pub(crate) mod memory;
-pub mod query;
-pub mod scan;
+pub(crate) mod query;
+pub(crate) mod scan;
 pub mod scripts;
 pub(crate) mod shard_count;
 pub mod stats_query;
-pub mod stream;
+pub(crate) mod stream;
 pub(crate) mod time;
-pub mod topology;
+pub(crate) mod topology;

@@ -20,7 +20,7 @@ use crate::store::counters::{self, Sample};
 
 /// One counter name and the precisions it has in `known:`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listed {
+pub(crate) struct Listed {
     /// The counter's name.
     pub name: String,
     /// Its precisions, ascending.
@@ -29,7 +29,7 @@ pub struct Listed {
 
 /// One page of names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Page {
+pub(crate) struct Page {
     /// Up to `limit` names, ascending (byte order).
     pub counters: Vec<Listed>,
     /// The `after` of the next page; `None` on the last page.
@@ -42,7 +42,7 @@ pub struct Page {
 /// LIMIT 0 limit+1` per precision, so at most `precisions × (limit + 1)`
 /// members. Members that are not UTF-8 (not written by hitcount) are listed
 /// with replacement characters.
-pub async fn list<C: ConnectionLike>(
+pub(crate) async fn list<C: ConnectionLike>(
     conn: &mut C,
     keys: &Keys,
     family: Family,
@@ -132,7 +132,7 @@ fn merge(precisions: &[u32], lists: Vec<Vec<Vec<u8>>>, limit: usize) -> Page {
 /// first; `None` when there is no such counter (no hash and no `known:`
 /// member). Cost: one HGETALL (the hash holds about `samples` fields), and
 /// one ZSCORE when the hash is empty.
-pub async fn samples<C: ConnectionLike>(
+pub(crate) async fn samples<C: ConnectionLike>(
     conn: &mut C,
     keys: &Keys,
     precision: u32,
@@ -159,7 +159,7 @@ pub async fn samples<C: ConnectionLike>(
 /// Whether `name` at `precision` is a member of `family`'s ZSET (one
 /// ZSCORE): a hash the cleaner has just emptied still exists for readers
 /// until its member goes.
-pub async fn is_listed<C: ConnectionLike>(
+pub(crate) async fn is_listed<C: ConnectionLike>(
     conn: &mut C,
     keys: &Keys,
     family: Family,
@@ -175,17 +175,17 @@ pub async fn is_listed<C: ConnectionLike>(
 }
 
 /// Whether bucket `t` is within `from ≤ t ≤ until` (each bound optional).
-pub fn within(t: i64, from: Option<i64>, until: Option<i64>) -> bool {
+pub(crate) fn within(t: i64, from: Option<i64>, until: Option<i64>) -> bool {
     from.is_none_or(|f| f <= t) && until.is_none_or(|u| t <= u)
 }
 
 /// Names read per ZRANGEBYLEX page and replies per pipeline when ranking
 /// a bucket.
-pub const RANK_PAGE: usize = 1000;
+pub(crate) const RANK_PAGE: usize = 1000;
 
 /// What a ranking orders names by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum By {
+pub(crate) enum By {
     /// The bucket's count (`count:PREC:NAME`), highest first.
     #[default]
     Count,
@@ -208,7 +208,7 @@ impl std::str::FromStr for By {
 
 impl By {
     /// The family of hashes this ranking reads.
-    pub fn family(self) -> Family {
+    pub(crate) fn family(self) -> Family {
         match self {
             By::Count => Family::Counts,
             By::Mean => Family::Stats,
@@ -263,7 +263,7 @@ impl By {
 
 /// One name in a ranking.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Ranked {
+pub(crate) struct Ranked {
     /// The counter's name.
     pub name: String,
     /// Hits (by count), or observations (by mean) in the bucket.
@@ -280,7 +280,7 @@ pub struct Ranked {
 /// slots, those go one by one, all in flight at once on the multiplexed
 /// connection. A name without that bucket, or whose fields are malformed,
 /// is left out.
-pub async fn rank(
+pub(crate) async fn rank(
     conn: &mut Conn,
     keys: &Keys,
     by: By,

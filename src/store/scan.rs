@@ -11,7 +11,11 @@ const PAGE: usize = 1000;
 
 /// Every key matching `pattern`, a page at a time, passed to `each` (which
 /// may write: `SCAN` tolerates changes between pages).
-pub async fn each_page<F, Fut>(conn: &mut Conn, pattern: &str, mut each: F) -> RedisResult<()>
+pub(crate) async fn each_page<F, Fut>(
+    conn: &mut Conn,
+    pattern: &str,
+    mut each: F,
+) -> RedisResult<()>
 where
     F: FnMut(Conn, Vec<String>) -> Fut,
     Fut: std::future::Future<Output = RedisResult<()>>,

@@ -15,11 +15,11 @@ use crate::model::keys::Keys;
 /// are small, so this keeps a worker's reads within a few times this
 /// however large the entries are. Hits take a few dozen bytes: a full
 /// `--read-count` of them is far below it.
-pub const READ_BYTES: usize = 16 << 20;
+pub(crate) const READ_BYTES: usize = 16 << 20;
 
 /// One stream entry inside a reply, borrowed from it.
 #[derive(Debug, Clone, Copy)]
-pub struct EntryRef<'a> {
+pub(crate) struct EntryRef<'a> {
     /// The entry ID, `<ms>-<seq>`.
     pub id: &'a [u8],
     /// Field/value pairs, flattened; `None` when the entry was deleted from
@@ -30,7 +30,7 @@ pub struct EntryRef<'a> {
 impl<'a> EntryRef<'a> {
     /// The entry's field/value pairs (empty for a deleted entry); values that
     /// are not strings are skipped.
-    pub fn pairs(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
         self.fields
             .unwrap_or(&[])
             .chunks_exact(2)
@@ -38,13 +38,13 @@ impl<'a> EntryRef<'a> {
     }
 
     /// The ID as text.
-    pub fn id_str(&self) -> &'a str {
+    pub(crate) fn id_str(&self) -> &'a str {
         std::str::from_utf8(self.id).unwrap_or("")
     }
 }
 
 /// The bytes of a string reply.
-pub fn bytes(v: &Value) -> Option<&[u8]> {
+pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
     match v {
         Value::BulkString(b) => Some(b),
         Value::SimpleString(s) => Some(s.as_bytes()),
@@ -53,7 +53,7 @@ pub fn bytes(v: &Value) -> Option<&[u8]> {
 }
 
 /// Entries of an XREADGROUP reply (`[[stream, [entry...]]...]`, or nil).
-pub fn read_reply_entries(reply: &Value) -> Vec<EntryRef<'_>> {
+pub(crate) fn read_reply_entries(reply: &Value) -> Vec<EntryRef<'_>> {
     let mut out = Vec::new();
     let streams: &[Value] = match reply {
         Value::Array(s) => s,
@@ -76,7 +76,7 @@ pub fn read_reply_entries(reply: &Value) -> Vec<EntryRef<'_>> {
 }
 
 /// Entries of a `[[id, [field, value, ...]] ...]` list (XRANGE, XCLAIM).
-pub fn entry_list(list: &Value) -> Vec<EntryRef<'_>> {
+pub(crate) fn entry_list(list: &Value) -> Vec<EntryRef<'_>> {
     let Value::Array(items) = list else {
         return Vec::new();
     };
@@ -96,7 +96,7 @@ pub fn entry_list(list: &Value) -> Vec<EntryRef<'_>> {
 
 /// Creates the stream and the group when absent. The group starts at the
 /// beginning of the stream: hits sent before the first worker ran count too.
-pub async fn ensure_group(conn: &mut Conn, keys: &Keys) -> RedisResult<()> {
+pub(crate) async fn ensure_group(conn: &mut Conn, keys: &Keys) -> RedisResult<()> {
     let created: RedisResult<()> = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg(&keys.stream)
@@ -115,7 +115,7 @@ pub async fn ensure_group(conn: &mut Conn, keys: &Keys) -> RedisResult<()> {
 /// to `block_ms` for some. (With an id instead of `>`, XREADGROUP re-reads
 /// the consumer's pending entries but counts a delivery for each: use
 /// [`read_own_pending`] for that.)
-pub async fn read(
+pub(crate) async fn read(
     conn: &mut Conn,
     keys: &Keys,
     consumer: &str,
@@ -141,7 +141,7 @@ pub async fn read(
 /// those read take `max_bytes` (ids and fields; the first entry is always
 /// read): a restart re-reads large entries a few at a time. The reply is an
 /// entry list (see [`entry_list`]).
-pub async fn read_own_pending(
+pub(crate) async fn read_own_pending(
     conn: &mut Conn,
     keys: &Keys,
     consumer: &str,
@@ -163,7 +163,7 @@ pub async fn read_own_pending(
 
 /// Acknowledges ids (space separated) in commands of at most `per_command`
 /// ids, added to `pipe`. XACK costs Redis about 0.4 µs per id.
-pub fn ack_into(pipe: &mut redis::Pipeline, keys: &Keys, ids: &str, per_command: usize) {
+pub(crate) fn ack_into(pipe: &mut redis::Pipeline, keys: &Keys, ids: &str, per_command: usize) {
     ack_each_into(
         pipe,
         keys,
@@ -174,7 +174,7 @@ pub fn ack_into(pipe: &mut redis::Pipeline, keys: &Keys, ids: &str, per_command:
 
 /// Acknowledges `ids` in commands of at most `per_command` ids, added to
 /// `pipe`.
-pub fn ack_each_into<S: AsRef<str>>(
+pub(crate) fn ack_each_into<S: AsRef<str>>(
     pipe: &mut redis::Pipeline,
     keys: &Keys,
     ids: impl IntoIterator<Item = S>,

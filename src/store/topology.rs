@@ -9,7 +9,7 @@ use crate::store::connect::Conn;
 
 /// One master of a cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Master {
+pub(crate) struct Master {
     /// Its address as the cluster announces it (empty for a node that does
     /// not know its own: a cluster of one node, never introduced to
     /// another; the node asked is meant).
@@ -24,7 +24,7 @@ pub struct Master {
 
 impl Master {
     /// `host:port` (`[host]:port` for an IPv6 address).
-    pub fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
@@ -33,24 +33,24 @@ impl Master {
     }
 
     /// Whether it serves `slot`.
-    pub fn serves(&self, slot: u16) -> bool {
+    pub(crate) fn serves(&self, slot: u16) -> bool {
         self.ranges.iter().any(|&(a, b)| (a..=b).contains(&slot))
     }
 
     /// Its lowest slot: a command routed there reaches this master.
-    pub fn first_slot(&self) -> u16 {
+    pub(crate) fn first_slot(&self) -> u16 {
         self.ranges.first().map_or(0, |r| r.0)
     }
 }
 
 /// The masters the cluster `conn` reaches, in the order of their lowest slot.
-pub async fn masters(conn: &mut Conn) -> RedisResult<Vec<Master>> {
+pub(crate) async fn masters(conn: &mut Conn) -> RedisResult<Vec<Master>> {
     let reply: Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
     Ok(parse(&reply))
 }
 
 /// The masters in a `CLUSTER SLOTS` reply, in the order of their lowest slot.
-pub fn parse(reply: &Value) -> Vec<Master> {
+pub(crate) fn parse(reply: &Value) -> Vec<Master> {
     let mut masters: Vec<Master> = Vec::new();
     for range in items(reply) {
         let r = items(range);

@@ -79,7 +79,7 @@ async fn wait_all_drained(c: &mut Conn, shards: &[Keys], workers: &mut [bin::Chi
         }
         let mut all = true;
         for k in shards {
-            all &= hitcount::store::group::drained(c, k).await.unwrap_or(false);
+            all &= crate::common::plain::drained(c, k).await.unwrap_or(false);
         }
         if all {
             return;
@@ -176,7 +176,7 @@ async fn dead_count(c: &mut Conn, stream: &str) -> usize {
         .query_async(c)
         .await
         .unwrap();
-    hitcount::store::stream::entry_list(&v).len()
+    crate::common::plain::entry_list(&v).len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -717,7 +717,7 @@ async fn workers_killed_while_carrying_on_a_cluster_count_every_hit_once() {
         async |c| {
             let mut drained = true;
             for k in &shards {
-                drained &= hitcount::store::group::drained(c, k).await.unwrap();
+                drained &= crate::common::plain::drained(c, k).await.unwrap();
             }
             drained
         },
@@ -857,10 +857,21 @@ async fn shards_at_their_heads_count_at_once_and_within_the_bound_while_one_is_b
         pipe.query_async::<()>(&mut c).await.unwrap();
     }
     let unread = async |c: &mut Conn| {
-        hitcount::store::group::own_group(c, &shards[0])
+        use crate::common::plain::{info_fields, info_number, info_text};
+        let groups: redis::Value = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&shards[0].stream)
+            .query_async(c)
             .await
-            .unwrap()
-            .and_then(|g| g.lag)
+            .unwrap();
+        let redis::Value::Array(groups) = groups else {
+            return 0;
+        };
+        groups
+            .iter()
+            .map(info_fields)
+            .find(|g| info_text(g, "name").as_deref() == Some(shards[0].group.as_str()))
+            .and_then(|g| info_number(&g, "lag"))
             .unwrap_or(0)
     };
     let listen = bin::free_addr();

@@ -11,7 +11,6 @@ mod bench_cluster;
 mod cluster;
 mod cluster_balance;
 mod cluster_clean;
-mod cluster_group;
 mod cluster_harness;
 mod cluster_one_node;
 mod cluster_worker;

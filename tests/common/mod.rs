@@ -4,44 +4,26 @@
 
 pub mod bin;
 pub mod cluster;
+pub mod counts;
+pub mod plain;
+pub mod slowlog;
 pub mod stats;
+pub mod workers;
+
+#[allow(unused_imports)]
+pub use counts::*;
+#[allow(unused_imports)]
+pub use slowlog::*;
+#[allow(unused_imports)]
+pub use workers::*;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hitcount::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
-use hitcount::model::keys::Keys;
-use hitcount::model::shutdown::{self, Trigger};
-use hitcount::service::worker::Settings;
+use hitcount::model::config::{RedisArgs, StreamArgs};
 use hitcount::store::connect::Conn;
 use hitcount_lab::kit::{RedisServer, ServerOptions};
-
-/// A cleaner holding the leader lease (10 minutes) on `c`, scripts loaded.
-pub async fn cleaning_leader(
-    c: &mut Conn,
-    keys: &Keys,
-) -> (
-    hitcount::service::cleaner::Cleaner,
-    Arc<hitcount::service::leader::Lease>,
-) {
-    hitcount::store::scripts::load_all(c).await.unwrap();
-    let lease = Arc::new(hitcount::service::leader::Lease::new(
-        keys,
-        &hitcount::model::config::LeaderArgs {
-            lease_ms: 600_000,
-            ..Default::default()
-        },
-        "test",
-    ));
-    assert!(lease.try_acquire(c).await.unwrap());
-    let cleaner = hitcount::service::cleaner::Cleaner::new(
-        keys.clone(),
-        &LayoutArgs::default(),
-        lease.clone(),
-    );
-    (cleaner, lease)
-}
 
 /// A throwaway server with the SLOWLOG armed at 10 ms.
 pub fn server() -> RedisServer {
@@ -53,17 +35,11 @@ pub fn server_with(mut opts: ServerOptions) -> RedisServer {
     RedisServer::start(opts).expect("starting redis-server")
 }
 
-/// A server for SLOWLOG checks: its command thread runs at a higher CPU
-/// priority than the test's own (debug-built) workers and producer, which
-/// share this machine's two cores with it. SLOWLOG counts wall time, so
-/// without this a Redis merely waiting for a core behind the test's client
-/// would show time that is not the command's. Needs root (as CI runs);
-/// elsewhere the server keeps the default priority and says so.
+/// A server for SLOWLOG checks: its command thread at a higher CPU
+/// priority than the test's own (see [`note_priority`]).
 pub fn slowlog_server_with(opts: ServerOptions) -> RedisServer {
     let srv = server_with(opts);
-    if !srv.raise_priority(-10) {
-        eprintln!("note: could not raise redis-server's priority (not root); SLOWLOG may show CPU contention");
-    }
+    note_priority(srv.raise_priority(-10));
     srv
 }
 
@@ -71,170 +47,6 @@ pub fn slowlog_server_with(opts: ServerOptions) -> RedisServer {
 pub fn slowlog_server() -> RedisServer {
     slowlog_server_with(ServerOptions::default())
 }
-
-/// A connection as hitcount opens them (one node, or a cluster when the
-/// server is one).
-pub async fn conn(url: &str) -> Conn {
-    let client = hitcount::store::connect::client(&RedisArgs::from_url(url)).unwrap();
-    client.open(Duration::from_secs(10)).await.unwrap()
-}
-
-/// Settings for a worker on `url` with fast claims for tests.
-pub fn settings(url: &str, consumer: &str) -> Settings {
-    Settings {
-        redis: RedisArgs::from_url(url),
-        layout: LayoutArgs::default(),
-        stream: StreamArgs::default(),
-        worker: WorkerArgs {
-            consumer: Some(consumer.into()),
-            block_ms: 200,
-            ..WorkerArgs::default()
-        },
-    }
-}
-
-pub fn keys(s: &Settings) -> Keys {
-    Keys::new(&s.layout, &s.stream)
-}
-
-/// In-process workers that stop when dropped.
-pub struct Workers {
-    trigger: Trigger,
-    handles: Vec<tokio::task::JoinHandle<Result<(), hitcount::model::config::ConfigError>>>,
-}
-
-impl Workers {
-    pub fn start(all: Vec<Settings>) -> Workers {
-        let (trigger, shutdown) = shutdown::channel();
-        let handles = all
-            .into_iter()
-            .map(|s| {
-                let health = hitcount::service::health::Health::new(Duration::from_secs(60));
-                tokio::spawn(hitcount::service::shards::run(s, health, shutdown.clone()))
-            })
-            .collect();
-        Workers { trigger, handles }
-    }
-
-    pub async fn stop(self) {
-        self.trigger.trigger();
-        for h in self.handles {
-            h.await.unwrap().unwrap();
-        }
-    }
-}
-
-/// Waits until the group has read and acknowledged the whole stream.
-pub async fn wait_drained(conn: &mut Conn, keys: &Keys) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !hitcount::store::group::drained(conn, keys).await.unwrap() {
-        assert!(Instant::now() < deadline, "stream not drained within 60 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The seeds' update_counter, as increments: (precision, name) -> bucket -> count.
-pub type Counts = BTreeMap<(u32, String), BTreeMap<i64, i64>>;
-
-pub fn reference(hits: &[(String, i64, i64)], precisions: &[u32]) -> Counts {
-    let mut out = Counts::new();
-    for (name, count, ts) in hits {
-        for &p in precisions {
-            let bucket = ts.div_euclid(p as i64) * p as i64;
-            *out.entry((p, name.clone()))
-                .or_default()
-                .entry(bucket)
-                .or_default() += count;
-        }
-    }
-    out
-}
-
-/// Every member of a ZSET, in order (`known:`, the window records' list).
-pub async fn zset_members(conn: &mut Conn, key: &str) -> Vec<String> {
-    redis::cmd("ZRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .query_async(conn)
-        .await
-        .unwrap()
-}
-
-/// Every counter in Redis under the layout, read as the seeds read them.
-pub async fn read_all(conn: &mut Conn, keys: &Keys) -> Counts {
-    let members = zset_members(conn, &keys.known()).await;
-    let mut out = Counts::new();
-    for m in members {
-        let (p, name) = m.split_once(':').unwrap();
-        let p: u32 = p.parse().unwrap();
-        let samples = hitcount::store::counters::read(conn, keys, p, name)
-            .await
-            .unwrap();
-        out.insert(
-            (p, name.to_string()),
-            samples.iter().map(|s| (s.time, s.count)).collect(),
-        );
-    }
-    out
-}
-
-/// Empties the SLOWLOG.
-pub async fn slowlog_reset(conn: &mut Conn) {
-    redis::cmd("SLOWLOG")
-        .arg("RESET")
-        .query_async::<()>(conn)
-        .await
-        .unwrap();
-}
-
-/// SLOWLOG entries (commands over the 10 ms threshold armed by [`server`]),
-/// each as its duration in µs and the command's first five words.
-pub async fn slowlog(conn: &mut Conn) -> Vec<String> {
-    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(128)
-        .query_async(conn)
-        .await
-        .unwrap();
-    entries
-        .iter()
-        .map(|e| match e {
-            redis::Value::Array(e) if e.len() > 3 => match &e[3] {
-                redis::Value::Array(cmd) => {
-                    format!("{:?} µs {:?}", e[2], &cmd[..cmd.len().min(5)])
-                }
-                other => format!("{e:?} {other:?}"),
-            },
-            other => format!("{other:?}"),
-        })
-        .collect()
-}
-
-/// The SLOWLOG policy of every test that checks it. This VM stalls now and
-/// then for up to ~25 ms by itself (`redis-cli --intrinsic-latency` on an
-/// idle machine), and SLOWLOG times wall clock, so a stall can land in any
-/// single command. A command too big is slow on every run, a stall is not:
-/// `scenario` runs up to `attempts` times, each on a fresh server it starts
-/// itself, returning that server's [`slowlog`], and must come out empty
-/// once. Every failed attempt's entries are printed.
-pub async fn slowlog_clean_in_one_of<F, Fut>(attempts: usize, mut scenario: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Vec<String>>,
-{
-    for attempt in 1..=attempts {
-        let slow = scenario().await;
-        if slow.is_empty() {
-            return;
-        }
-        eprintln!("SLOWLOG attempt {attempt} of {attempts}: commands over 10 ms: {slow:#?}");
-    }
-    panic!("the SLOWLOG was not empty in any of {attempts} runs (entries above)");
-}
-
-/// How many fresh runs a SLOWLOG check gets (see [`slowlog_clean_in_one_of`]).
-pub const SLOWLOG_ATTEMPTS: usize = 3;
 
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now()
@@ -256,10 +68,13 @@ pub async fn consumers(conn: &mut Conn) -> Vec<String> {
         .query_async(conn)
         .await
         .unwrap();
-    hitcount::store::group::ConsumerInfo::parse_all(&v)
-        .into_iter()
-        .map(|c| c.name)
-        .collect()
+    match v {
+        redis::Value::Array(cs) => cs
+            .iter()
+            .filter_map(|c| plain::info_text(&plain::info_fields(c), "name"))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// Entries pending in the group (XPENDING summary count).
@@ -311,7 +126,7 @@ pub async fn dead_letters(conn: &mut Conn) -> Vec<BTreeMap<String, String>> {
         .query_async(conn)
         .await
         .unwrap();
-    hitcount::store::stream::entry_list(&v)
+    plain::entry_list(&v)
         .iter()
         .map(|e| {
             e.pairs()
@@ -324,22 +139,6 @@ pub async fn dead_letters(conn: &mut Conn) -> Vec<BTreeMap<String, String>> {
                 .collect()
         })
         .collect()
-}
-
-/// Appends `n` hits of `name` at `ts` in the MessagePack form; returns them
-/// for the reference.
-pub async fn xadd_hits(c: &mut Conn, name: &str, n: usize, ts: i64) -> Vec<(String, i64, i64)> {
-    let mut pipe = redis::pipe();
-    for _ in 0..n {
-        pipe.cmd("XADD")
-            .arg("hits")
-            .arg("*")
-            .arg("hit")
-            .arg(hitcount::model::event::encode(name, 1, Some(ts as f64)))
-            .ignore();
-    }
-    pipe.query_async::<()>(c).await.unwrap();
-    vec![(name.to_string(), 1, ts); n]
 }
 
 /// Reads up to `count` new entries of `hits` as `consumer` of `group`,
@@ -357,7 +156,7 @@ pub async fn read_new(c: &mut Conn, group: &str, consumer: &str, count: usize) -
         .query_async(c)
         .await
         .unwrap();
-    hitcount::store::stream::read_reply_entries(&reply)
+    plain::read_reply_entries(&reply)
         .iter()
         .map(|e| e.id_str().to_string())
         .collect()
@@ -376,19 +175,6 @@ pub async fn pending_of(c: &mut Conn, consumer: &str) -> usize {
         .await
         .unwrap_or_default();
     v.len()
-}
-
-/// Held by the tests that measure wall time (SLOWLOG, visibility and
-/// failover bounds) or load the machine (chaos, millions of entries): the
-/// tests of a binary run side by side, two at a time on two cores, and no two
-/// of these may overlap, or one would measure the other. The others run
-/// beside them, as they ran beside each other when each file was a binary.
-pub static EXCLUSIVE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Waits for [`EXCLUSIVE`] and holds it until the guard drops: first thing
-/// in such a test, `let _alone = exclusive().await;`.
-pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
-    EXCLUSIVE.lock().await
 }
 
 /// The exit code of a worker asked to stop, waiting at most 25 s.

@@ -141,7 +141,7 @@ async fn everything_runs_as_the_least_privileged_user() {
         .unwrap();
     assert!(leader.starts_with("acl-w2/"), "{leader}");
     // Let the binary's sampler take a sample as the user.
-    tokio::time::sleep(hitcount::service::sampler::SAMPLE_EVERY + Duration::from_secs(1)).await;
+    tokio::time::sleep(crate::common::plain::SAMPLE_EVERY + Duration::from_secs(1)).await;
     let (status, metrics) = http_get(&listen, "/metrics").unwrap();
     assert_eq!(status, 200);
     assert!(

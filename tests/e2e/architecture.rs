@@ -394,32 +394,3 @@ fn no_file_has_two_jobs() {
         "files over {MAX_CODE_LINES} lines of code: {big:?}"
     );
 }
-
-/// The deployment checks' list of exported metrics (which the Grafana
-/// dashboard and the alert rules may use) is exactly what the binary
-/// exports: a metric added or renamed in the code fails here, not in a
-/// dashboard.
-#[test]
-fn the_deploy_checks_know_every_exported_metric() {
-    let script =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/check-deploy"))
-            .unwrap();
-    let start = script.find("METRICS=\"").expect("a METRICS list") + "METRICS=\"".len();
-    let end = start + script[start..].find('"').unwrap();
-    let listed: BTreeSet<&str> = script[start..end].split_whitespace().collect();
-    // Every family, including labelled ones that have no sample yet.
-    hitcount::model::metrics::metrics().init_precisions([60]);
-    hitcount::model::metrics::metrics().init_shards(1);
-    let exported: BTreeSet<String> = hitcount::model::metrics::render()
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with("hitcount_"))
-        .map(str::to_string)
-        .collect();
-    let exported: BTreeSet<&str> = exported.iter().map(String::as_str).collect();
-    assert_eq!(
-        listed, exported,
-        "scripts/check-deploy METRICS vs the binary"
-    );
-}

@@ -87,7 +87,7 @@ async fn every_precision_trails_what_was_read_by_a_bounded_time() {
     let mut samples: Vec<(Instant, i64, [i64; 2])> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let drained = hitcount::store::group::drained(&mut c, &k).await.unwrap();
+        let drained = crate::common::plain::drained(&mut c, &k).await.unwrap();
         let t = Instant::now();
         let read = (entries_read(&mut c).await + 4) / 5;
         let f = total(&mut c, &fine).await;
@@ -238,7 +238,7 @@ async fn workers_killed_while_carrying_count_every_hit_once() {
     ];
     let killed_after_a_carry = kill_after_carries(
         &mut c,
-        async |c| hitcount::store::group::drained(c, &k).await.unwrap(),
+        async |c| crate::common::plain::drained(c, &k).await.unwrap(),
         async |c| carries(c).await,
         |round| start_worker(&url, &format!("killed-{round}"), &free_addr(), &args),
     )
@@ -330,7 +330,7 @@ async fn members_a_carry_added_are_not_added_again() {
             redis::Value::Array(f) => match f.get(3) {
                 Some(redis::Value::Array(a)) => a
                     .iter()
-                    .filter_map(hitcount::store::stream::bytes)
+                    .filter_map(crate::common::plain::bytes)
                     .map(|b| String::from_utf8_lossy(b).into_owned())
                     .collect(),
                 _ => Vec::new(),
@@ -361,106 +361,5 @@ async fn members_a_carry_added_are_not_added_again() {
     assert_eq!(
         read_all(&mut c, &keys).await,
         reference(&hits, &hitcount::model::config::DEFAULT_PRECISIONS)
-    );
-}
-
-/// carry.lua and take.lua themselves: a carry marks each of its windows
-/// carried (whoever finishes one then applies none of its cells); it
-/// refuses, writing nothing, a window that a worker finishing it took
-/// first; and a carried window is not taken.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_carry_marks_its_windows_carried_and_refuses_one_taken() {
-    use hitcount::store::scripts::{CARRY, TAKE};
-    let srv = server();
-    let mut c = conn(&srv.url()).await;
-    hitcount::store::scripts::load_all(&mut c).await.unwrap();
-    let run = |carry: &'static str, windows: &[&'static str]| {
-        let mut cmd = CARRY.evalsha(3 + windows.len());
-        cmd.arg("windows").arg(carry).arg("registration");
-        for w in windows {
-            cmd.arg(format!("record:{w}"));
-        }
-        cmd.arg("me")
-            .arg("token")
-            .arg(15_000)
-            .arg(carry)
-            .arg(500)
-            .arg(1)
-            .arg(windows.len())
-            .arg("");
-        for w in windows {
-            cmd.arg(*w);
-        }
-        cmd
-    };
-    let take = |w: &str| TAKE.evalsha(1).arg(format!("record:{w}")).clone();
-    for w in ["w1", "w2", "w3", "w4"] {
-        redis::cmd("HSET")
-            .arg(format!("record:{w}"))
-            .arg("owner")
-            .arg("me")
-            .query_async::<()>(&mut c)
-            .await
-            .unwrap();
-    }
-    for carry in ["carry1", "carry2"] {
-        redis::cmd("HSET")
-            .arg(carry)
-            .arg("pieces")
-            .arg(0)
-            .query_async::<()>(&mut c)
-            .await
-            .unwrap();
-    }
-
-    let ok: Vec<String> = run("carry1", &["w1", "w2"])
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(ok, ["ok", "carry1"]);
-    for w in ["w1", "w2"] {
-        let carried: Option<String> = redis::cmd("HGET")
-            .arg(format!("record:{w}"))
-            .arg("carried")
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        assert_eq!(carried.as_deref(), Some("carry1"), "{w} is carried");
-        let taken: Vec<String> = take(w).query_async(&mut c).await.unwrap();
-        assert_eq!(
-            taken,
-            ["carried", "carry1"],
-            "a carried window is not taken"
-        );
-    }
-    assert_eq!(zset_members(&mut c, "windows").await, ["carry1"]);
-
-    // w4 was taken by a worker finishing it: the carry of w3 and w4 is
-    // refused, and neither window is marked.
-    let taken: Vec<String> = take("w4").query_async(&mut c).await.unwrap();
-    assert_eq!(taken, ["ok", ""]);
-    let gone: Vec<String> = run("carry2", &["w3", "w4"])
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(gone, ["gone", "w4"]);
-    let left: (bool, Option<String>, Option<String>, usize) = redis::pipe()
-        .cmd("EXISTS")
-        .arg("carry2")
-        .cmd("HGET")
-        .arg("record:w3")
-        .arg("carried")
-        .cmd("HGET")
-        .arg("record:w4")
-        .arg("carried")
-        .cmd("ZCARD")
-        .arg("windows")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(
-        left,
-        (false, None, None, 1),
-        "a refused carry writes nothing"
     );
 }

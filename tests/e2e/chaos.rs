@@ -167,7 +167,7 @@ async fn chaos_every_hit_counts_exactly_once() {
             if Instant::now() >= until {
                 println!(
                     "{} cont {}",
-                    hitcount::model::clock::unix_ms(),
+                    crate::common::plain::unix_ms(),
                     pool.slots[slot].name()
                 );
                 pool.slots[slot].signal(libc::SIGCONT);
@@ -177,9 +177,9 @@ async fn chaos_every_hit_counts_exactly_once() {
         if step == restart_at {
             // Flush first: whatever the producer has in flight when Redis
             // goes down is retried after, deduplicated by its batch number.
-            println!("{} restart", hitcount::model::clock::unix_ms());
+            println!("{} restart", crate::common::plain::unix_ms());
             srv.restart().expect("restarting redis");
-            println!("{} restarted", hitcount::model::clock::unix_ms());
+            println!("{} restarted", crate::common::plain::unix_ms());
             restarts += 1;
             c = conn(&url).await;
         } else {
@@ -191,7 +191,7 @@ async fn chaos_every_hit_counts_exactly_once() {
                     }
                     println!(
                         "{} kill {}",
-                        hitcount::model::clock::unix_ms(),
+                        crate::common::plain::unix_ms(),
                         pool.slots[slot].name()
                     );
                     pool.slots[slot].kill();
@@ -202,7 +202,7 @@ async fn chaos_every_hit_counts_exactly_once() {
                     let slot = rng.random_range(0..pool.slots.len());
                     println!(
                         "{} stop {}",
-                        hitcount::model::clock::unix_ms(),
+                        crate::common::plain::unix_ms(),
                         pool.slots[slot].name()
                     );
                     pool.slots[slot].signal(libc::SIGSTOP);
@@ -211,7 +211,7 @@ async fn chaos_every_hit_counts_exactly_once() {
                     stops += 1;
                 }
                 3 | 4 => {
-                    println!("{} client kill", hitcount::model::clock::unix_ms());
+                    println!("{} client kill", crate::common::plain::unix_ms());
                     // Kills every normal client but this one (SKIPME yes).
                     kill_clients(&mut c).await;
                     conn_kills += 1;
@@ -236,10 +236,7 @@ async fn chaos_every_hit_counts_exactly_once() {
     producer.shutdown(Duration::from_secs(5)).await;
     let keys = keys(&settings(&url, "check"));
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !hitcount::store::group::drained(&mut c, &keys)
-        .await
-        .unwrap()
-    {
+    while !crate::common::plain::drained(&mut c, &keys).await.unwrap() {
         assert!(
             Instant::now() < deadline,
             "not drained within 120 s (seed {seed}); logs:\n{}",
@@ -272,9 +269,9 @@ async fn chaos_every_hit_counts_exactly_once() {
         .query_async(&mut c)
         .await
         .unwrap();
-    let added = hitcount::store::group::StreamInfo::parse(&info)
-        .entries_added
-        .expect("entries-added") as usize;
+    let info = crate::common::plain::info_fields(&info);
+    let added =
+        crate::common::plain::info_number(&info, "entries-added").expect("entries-added") as usize;
     assert_eq!(added, total + bad_ids.len(), "each hit appended once");
     let dead_ids: BTreeSet<String> = dead.iter().filter_map(|d| d.get("id").cloned()).collect();
     println!(

@@ -11,7 +11,6 @@ use std::time::Duration;
 use common::*;
 use hitcount::model::config::{RedisArgs, StreamArgs};
 use hitcount::service::producer::{Producer, ProducerOptions};
-use hitcount::store::commit::{Committer, Outcome, Sealed};
 
 const PRECISIONS: [u32; 7] = hitcount::model::config::DEFAULT_PRECISIONS;
 
@@ -44,7 +43,7 @@ async fn xadd_plain(c: &mut hitcount::store::connect::Conn, fields: &[(&str, Str
 }
 
 fn id_secs(id: &str) -> f64 {
-    hitcount::model::event::entry_id_ms(id.as_bytes()).unwrap() as f64 / 1000.0
+    crate::common::plain::id_ms(id) as f64 / 1000.0
 }
 
 fn rust_reference(hits: &Hits) -> Counts {
@@ -257,7 +256,7 @@ async fn bad_entries_are_dead_lettered_and_good_ones_in_the_batch_count() {
         .query_async(&mut c)
         .await
         .unwrap();
-    let dead = hitcount::store::stream::entry_list(&dead);
+    let dead = crate::common::plain::entry_list(&dead);
     assert_eq!(dead.len(), bad.len() + 1);
     for (entry, (id, reason)) in dead.iter().zip(&bad_ids) {
         let pairs: Vec<(String, String)> = entry
@@ -327,7 +326,7 @@ async fn the_dead_letter_stream_stays_at_its_cap_and_keeps_the_newest() {
     let workers = Workers::start(vec![s.clone()]);
     // Watched all along, not only at the end.
     let mut longest = 0;
-    while !hitcount::store::group::drained(&mut c, &k).await.unwrap() {
+    while !crate::common::plain::drained(&mut c, &k).await.unwrap() {
         let len: u64 = redis::cmd("XLEN")
             .arg("hits:dead")
             .query_async(&mut c)
@@ -384,141 +383,6 @@ async fn two_workers_share_the_group_and_totals_are_exact() {
     };
     assert_eq!(list.len(), 2, "both workers joined the group");
     assert_eq!(read_all(&mut c, &keys(&a)).await, rust_reference(&hits));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_workers_window_is_fenced_after_its_entries_are_claimed() {
-    let srv = server();
-    let mut c = conn(&srv.url()).await;
-    let now = unix_now() as f64;
-    for _ in 0..10 {
-        xadd_msgpack(&mut c, "race", 1, Some(now)).await;
-    }
-    let mut stalled = settings(&srv.url(), "stalled");
-    stalled.worker.claim_idle_ms = 1000;
-    let k = keys(&stalled);
-    hitcount::store::scripts::load_all(&mut c).await.unwrap();
-    hitcount::store::stream::ensure_group(&mut c, &k)
-        .await
-        .unwrap();
-    // The stalled worker: reads its epoch and the entries, then stops.
-    let committer = Committer::new(k.clone(), "stalled".into(), 1000);
-    let epoch = committer.epoch(&mut c).await.unwrap();
-    let reply = hitcount::store::stream::read(&mut c, &k, "stalled", 100, None, ">")
-        .await
-        .unwrap();
-    let entries = hitcount::store::stream::read_reply_entries(&reply);
-    assert_eq!(entries.len(), 10);
-    let ids: Vec<&str> = entries.iter().map(|e| e.id_str()).collect();
-    let ids = ids.join(" ");
-
-    // A live worker claims them once idle and counts them.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let mut live = settings(&srv.url(), "live");
-    live.worker.claim_idle_ms = 1000;
-    let workers = Workers::start(vec![live]);
-    wait_drained(&mut c, &k).await;
-    workers.stop().await;
-
-    // The stalled worker wakes up and tries to commit its window.
-    let mut window = hitcount::model::aggregate::Window::new(&PRECISIONS, 120);
-    for e in &entries {
-        window.add(
-            &hitcount::model::event::decode(e.id, e.pairs()).unwrap(),
-            now as i64 * 1000,
-        );
-    }
-    let cells: Vec<_> = window.cells().collect();
-    let sealed = Sealed {
-        window: "stale-1",
-        ids: &ids,
-        cells: &cells,
-        stats: &[],
-        rejected: &[],
-        chunk: hitcount::store::commit::CHUNK_CELLS,
-        chunks: cells.len().div_ceil(hitcount::store::commit::CHUNK_CELLS),
-    };
-    let outcome = committer
-        .commit(&mut c, &epoch, None, Some(&sealed))
-        .await
-        .unwrap();
-    assert!(matches!(outcome, Outcome::Fenced(_)), "{outcome:?}");
-    let got = read_all(&mut c, &k).await;
-    assert_eq!(
-        got[&(60, "race".to_string())].values().sum::<i64>(),
-        10,
-        "counted once"
-    );
-    // The fields written ahead of the refused commit do not stay behind.
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(k.window("stale-1"))
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(left, 0, "a refused window leaves no record");
-}
-
-/// A commit resent after a lost reply writes the window's fields again,
-/// with the TTL of fields not yet a record: the record stays a record (no
-/// TTL, its owner, listed) and the resend is a duplicate.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resent_commit_keeps_its_record_for_good() {
-    let srv = server();
-    let mut c = conn(&srv.url()).await;
-    let s = settings(&srv.url(), "w");
-    let k = keys(&s);
-    hitcount::store::scripts::load_all(&mut c).await.unwrap();
-    let committer = Committer::new(k.clone(), "w".into(), 1000);
-    let epoch = committer.epoch(&mut c).await.unwrap();
-    let mut window = hitcount::model::aggregate::Window::new(&PRECISIONS, 120);
-    let now = unix_now();
-    window.add(
-        &hitcount::model::event::Hit {
-            name: "resent",
-            count: 3,
-            ts_ms: now * 1000,
-            value: None,
-        },
-        now * 1000,
-    );
-    let cells: Vec<_> = window.cells().collect();
-    let sealed = Sealed {
-        window: "w-1",
-        ids: "1-0",
-        cells: &cells,
-        stats: &[],
-        rejected: &[],
-        chunk: hitcount::store::commit::CHUNK_CELLS,
-        chunks: 1,
-    };
-    for expected in [Outcome::Committed, Outcome::Duplicate] {
-        let outcome = committer
-            .commit(&mut c, &epoch, None, Some(&sealed))
-            .await
-            .unwrap();
-        assert_eq!(outcome, expected);
-        let record = k.window("w-1");
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(&record)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        assert_eq!(ttl, -1, "a record has no TTL");
-        let (owner, ids, chunks): (Option<String>, Option<String>, Option<String>) =
-            redis::cmd("HMGET")
-                .arg(&record)
-                .arg("owner")
-                .arg("ids")
-                .arg("chunks")
-                .query_async(&mut c)
-                .await
-                .unwrap();
-        assert_eq!(
-            (owner.as_deref(), ids.as_deref(), chunks.as_deref()),
-            (Some("w"), Some("1-0"), Some("1"))
-        );
-        assert_eq!(zset_members(&mut c, &k.windows()).await, ["w-1"]);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -613,7 +477,7 @@ async fn a_counter_refusing_its_increment_is_dead_lettered_in_a_later_window_too
         .query_async(&mut c)
         .await
         .unwrap();
-    let dead = hitcount::store::stream::entry_list(&dead);
+    let dead = crate::common::plain::entry_list(&dead);
     assert_eq!(dead.len(), 1, "one failed cell, dead-lettered once");
     let pairs: std::collections::HashMap<String, String> = dead[0]
         .pairs()

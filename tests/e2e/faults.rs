@@ -39,16 +39,13 @@ async fn a_dead_workers_pending_entries_are_claimed_and_gone_consumers_leave() {
     s.worker.claim_idle_ms = 1000;
     s.worker.consumer_idle_ms = 2000;
     let k = keys(&s);
-    hitcount::store::stream::ensure_group(&mut c, &k)
+    crate::common::plain::ensure_group(&mut c, &k)
         .await
         .unwrap();
-    let reply = hitcount::store::stream::read(&mut c, &k, "dead-pod", 1000, None, ">")
+    let reply = crate::common::plain::read_new_entries(&mut c, &k, "dead-pod", 1000)
         .await
         .unwrap();
-    assert_eq!(
-        hitcount::store::stream::read_reply_entries(&reply).len(),
-        100
-    );
+    assert_eq!(crate::common::plain::read_reply_entries(&reply).len(), 100);
 
     let workers = Workers::start(vec![s.clone()]);
     wait_drained(&mut c, &k).await;
@@ -73,13 +70,13 @@ async fn an_entry_delivered_too_often_is_dead_lettered_with_its_count_and_error(
     let k = keys(&s);
     let poison = xadd_hits(&mut c, "poison", 1, unix_now()).await;
     assert_eq!(poison.len(), 1);
-    hitcount::store::stream::ensure_group(&mut c, &k)
+    crate::common::plain::ensure_group(&mut c, &k)
         .await
         .unwrap();
-    let reply = hitcount::store::stream::read(&mut c, &k, "crashy", 10, None, ">")
+    let reply = crate::common::plain::read_new_entries(&mut c, &k, "crashy", 10)
         .await
         .unwrap();
-    let id = hitcount::store::stream::read_reply_entries(&reply)[0]
+    let id = crate::common::plain::read_reply_entries(&reply)[0]
         .id_str()
         .to_string();
     // Four more deliveries to a worker that crashes on it every time.

@@ -253,7 +253,9 @@ async fn a_leader_stopped_past_its_lease_does_nothing_after_it_resumes() {
     let seen = monitor.stdout();
 
     // The resumed worker tried to renew, was told no, and stood down.
-    let renew_sha = hitcount::store::scripts::RENEW.hash();
+    // EVALSHA names the lease renewal by its script's SHA1.
+    let renew = redis::Script::new(include_str!("../../src/store/scripts/renew.lua"));
+    let renew_sha = renew.get_hash();
     let stale_cmds: Vec<&str> = seen
         .lines()
         .filter(|l| l.contains(&stale_token) && !l.contains("[0 lua]"))

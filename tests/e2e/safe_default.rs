@@ -161,14 +161,13 @@ async fn a_corrupt_window_record_is_quarantined_while_counting_stays_exact() {
     // decode, and died; a record with fields missing; and one whose cells
     // decode but whose entry ids are missing (read only once it is taken
     // for recovery): its cells must not be counted.
-    hitcount::store::scripts::load_all(&mut c).await.unwrap();
-    hitcount::store::stream::ensure_group(&mut c, &k)
+    crate::common::plain::ensure_group(&mut c, &k)
         .await
         .unwrap();
-    let reply = hitcount::store::stream::read(&mut c, &k, "ghost", 300, None, ">")
+    let reply = crate::common::plain::read_new_entries(&mut c, &k, "ghost", 300)
         .await
         .unwrap();
-    let ids: Vec<String> = hitcount::store::stream::read_reply_entries(&reply)
+    let ids: Vec<String> = crate::common::plain::read_reply_entries(&reply)
         .iter()
         .map(|e| e.id_str().to_string())
         .collect();
@@ -429,67 +428,6 @@ fn bad_settings_are_refused_before_anything_starts() {
             "{args:?}: nothing started before the check: {err}"
         );
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_after_a_failed_one_is_refused_so_no_retry_is_lost() {
-    let srv = server();
-    let mut c = conn(&srv.url()).await;
-    hitcount::store::scripts::load_all(&mut c).await.unwrap();
-    let k = keys(&settings(&srv.url(), "any"));
-    let dedup = k.producer("p1");
-    let event = hitcount::model::event::encode("x", 1, None);
-    let produce = |no: u64, confirmed: u64| {
-        let mut cmd = hitcount::store::scripts::PRODUCE.evalsha(2);
-        cmd.arg(&k.stream)
-            .arg(&dedup)
-            .arg(no)
-            .arg(60)
-            .arg(confirmed)
-            .arg(&event);
-        cmd
-    };
-    // Batch 1 of a trip failed (NOSCRIPT before the scripts were loaded):
-    // batch 2 must not go through, or the retry of 1 would look like a
-    // duplicate and be dropped.
-    let refused: redis::RedisResult<i64> = produce(2, 0).query_async(&mut c).await;
-    assert!(refused.is_err(), "{refused:?}");
-    assert_eq!(produce(1, 0).query_async::<i64>(&mut c).await.unwrap(), 1);
-    assert_eq!(produce(2, 0).query_async::<i64>(&mut c).await.unwrap(), 1);
-    assert_eq!(
-        produce(2, 0).query_async::<i64>(&mut c).await.unwrap(),
-        0,
-        "a retry"
-    );
-    // After the number expired, the producer's own record decides.
-    let _: () = redis::cmd("DEL")
-        .arg(&dedup)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert!(produce(4, 2).query_async::<i64>(&mut c).await.is_err());
-    assert_eq!(produce(3, 2).query_async::<i64>(&mut c).await.unwrap(), 1);
-    let len: i64 = redis::cmd("XLEN")
-        .arg(&k.stream)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(len, 3);
-
-    // End to end on a Redis that never saw the scripts: all arrive.
-    let fresh = server();
-    let producer = producer(&fresh.url());
-    for _ in 0..20_000 {
-        producer.hit("fresh");
-    }
-    producer.flush().await;
-    let mut f = conn(&fresh.url()).await;
-    let len: i64 = redis::cmd("XLEN")
-        .arg("hits")
-        .query_async(&mut f)
-        .await
-        .unwrap();
-    assert_eq!(len, 20_000);
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Watching a sharded stream, on one Redis and on a real local Redis
-//! Cluster: the sampler reads every shard (`hitcount_shard_*{shard}` and
-//! the summed group gauges), each worker's owner gauges and `/readyz` name
+//! Cluster (the sampler's reading of every shard is tested beside it, in
+//! `service::sampler`): each worker's owner gauges and `/readyz` name
 //! the shards it reads (or that it waits to take one over), and
 //! `hitcount status` shows every shard with its reader, as a table and as
 //! JSON.
@@ -14,8 +14,6 @@ use common::bin::{self, http_get, metric_value, wait_for};
 use common::cluster::Cluster;
 use hitcount::model::config::{LayoutArgs, StreamArgs};
 use hitcount::model::keys::Keys;
-use hitcount::service::sampler::{sample_all, total, Sample};
-use hitcount::store::connect::Conn;
 
 const SHARDS: u32 = 4;
 
@@ -25,71 +23,6 @@ fn shard_keys(clustered: bool) -> Vec<Keys> {
         ..StreamArgs::default()
     };
     Keys::all_shards(&LayoutArgs::default(), &stream, clustered)
-}
-
-/// Shard k gets `entries[k]` entries stamped 10 s ago, and the group on
-/// every shard but the last; `delivered` of shard 0's are read unacked.
-async fn fill(c: &mut Conn, shards: &[Keys], entries: &[usize], delivered: usize) {
-    let at = hitcount::model::clock::unix_ms() - 10_000;
-    for (k, n) in shards.iter().zip(entries) {
-        for i in 0..*n {
-            let _: String = redis::cmd("XADD")
-                .arg(&k.stream)
-                .arg(format!("{at}-{i}"))
-                .arg("name")
-                .arg("a")
-                .query_async(c)
-                .await
-                .unwrap();
-        }
-    }
-    for k in &shards[..shards.len() - 1] {
-        hitcount::store::stream::ensure_group(c, k).await.unwrap();
-    }
-    let _: redis::Value = hitcount::store::stream::read(c, &shards[0], "c1", delivered, None, ">")
-        .await
-        .unwrap();
-}
-
-/// The sampler over four shards: each shard's own lag, pending and backlog
-/// age, and their total; a shard without the group is left out.
-async fn sampler_reads_every_shard(c: &mut Conn, clustered: bool) {
-    let shards = shard_keys(clustered);
-    let all = sample_all(c, &shards).await.unwrap();
-    assert_eq!(all, vec![None; SHARDS as usize], "no stream yet");
-    fill(c, &shards, &[3, 1, 0, 5], 2).await;
-    let all = sample_all(c, &shards).await.unwrap();
-    let lags: Vec<_> = all.iter().map(|s| s.as_ref().map(|s| s.lag)).collect();
-    assert_eq!(
-        lags,
-        vec![Some(Some(1)), Some(Some(1)), Some(Some(0)), None]
-    );
-    let s0 = all[0].as_ref().unwrap();
-    assert_eq!(s0.pending, 2);
-    assert!((9.0..60.0).contains(&s0.backlog_age), "{s0:?}");
-    assert_eq!(all[2].as_ref().unwrap().backlog_age, 0.0, "empty shard");
-    let Sample {
-        lag,
-        pending,
-        backlog_age,
-    } = total(&all).unwrap();
-    assert_eq!((lag, pending), (Some(2), 2));
-    assert!((9.0..60.0).contains(&backlog_age));
-}
-
-#[tokio::test]
-async fn the_sampler_reads_every_shard_on_one_redis() {
-    let server = common::server();
-    let mut c = common::conn(&server.url()).await;
-    sampler_reads_every_shard(&mut c, false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sampler_reads_every_shard_on_a_cluster() {
-    let cluster = Cluster::start();
-    let mut c = common::conn(&cluster.seed_url()).await;
-    assert!(c.is_cluster());
-    sampler_reads_every_shard(&mut c, true).await;
 }
 
 /// The shards a worker serving on `listen` reports as read, per its gauges.

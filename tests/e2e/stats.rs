@@ -7,14 +7,12 @@
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::stats::{self as st, kept, observations, Obs};
 use common::*;
-use hitcount::model::aggregate::Window;
 use hitcount::model::config::{LayoutArgs, DEFAULT_PRECISIONS};
 use hitcount::model::stats::DEFAULT_QUANTILE_PRECISIONS;
-use hitcount::store::commit::{self, Apply, Committer, Outcome, Sealed};
 use hitcount::store::connect::Conn;
 
 /// XADDs one entry with these fields to `hits`; returns its id.
@@ -269,110 +267,6 @@ async fn statistics_keys_and_fields_are_the_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replayed_or_recovered_window_adds_its_statistics_once() {
-    let srv = server();
-    let mut c = conn(&srv.url()).await;
-    let s = settings(&srv.url(), "gone");
-    let k = keys(&s);
-    hitcount::store::scripts::load_all(&mut c).await.unwrap();
-    let now = unix_now();
-    let obs = observations(500, 3, now, 3);
-    let mut window =
-        Window::new(&DEFAULT_PRECISIONS, 120).with_quantiles(&DEFAULT_QUANTILE_PRECISIONS);
-    for (name, count, ts, value) in &obs {
-        let hit = hitcount::model::event::Hit {
-            name,
-            count: *count,
-            ts_ms: ts * 1000,
-            value: Some(*value),
-        };
-        window.add(&hit, now * 1000);
-    }
-    let cells: Vec<_> = window.cells().collect();
-    let stats: Vec<_> = window.stat_cells().collect();
-    // A small chunk size: many chunks, the first with counts and
-    // statistics mixed.
-    let chunk = cells.len() + 30;
-    let step = Apply {
-        window: "w-1",
-        cells: &cells,
-        stats: &stats,
-        ids: "",
-        chunk,
-        by_slot: false,
-    };
-    let chunks = commit::plan(&k, &step);
-    assert!(
-        !chunks[0].stats.is_empty() && chunks.len() > 3,
-        "{chunks:?}"
-    );
-    let sealed = Sealed {
-        window: "w-1",
-        ids: "",
-        cells: &cells,
-        stats: &stats,
-        rejected: &[],
-        chunk,
-        chunks: chunks.len(),
-    };
-    let committer = Committer::new(k.clone(), "gone".into(), 1000);
-    let outcome = committer
-        .commit(&mut c, "0", None, Some(&sealed))
-        .await
-        .unwrap();
-    assert_eq!(outcome, Outcome::Committed);
-    // The worker applies it, the reply is lost, it applies it again.
-    for _ in 0..2 {
-        assert!(committer
-            .apply_and_ack(&mut c, &step, &[], None)
-            .await
-            .unwrap()
-            .is_empty());
-    }
-    // And a recovering worker finishes it from its record (statistics
-    // read back from it): the markers make it a replay.
-    let (records, corrupt, _) = committer.records(&mut c).await.unwrap();
-    assert!(corrupt.is_empty());
-    assert_eq!(records.len(), 1);
-    assert!(committer
-        .recover(&mut c, &records[0], Instant::now())
-        .await
-        .unwrap());
-    let (want, _) = st::reference(
-        &obs,
-        &DEFAULT_PRECISIONS,
-        &DEFAULT_QUANTILE_PRECISIONS,
-        kept(now),
-    );
-    st::assert_equal(&st::read(&mut c, &k).await, &want);
-
-    // A window recorded and never applied: recovery applies its statistics.
-    let sealed = Sealed {
-        window: "w-2",
-        ..sealed
-    };
-    let outcome = committer
-        .commit(&mut c, "0", None, Some(&sealed))
-        .await
-        .unwrap();
-    assert_eq!(outcome, Outcome::Committed);
-    let (records, _, _) = committer.records(&mut c).await.unwrap();
-    assert_eq!(records.len(), 1);
-    assert!(committer
-        .recover(&mut c, &records[0], Instant::now())
-        .await
-        .unwrap());
-    let doubled: Vec<Obs> = obs.iter().chain(&obs).cloned().collect();
-    let (want, _) = st::reference(
-        &doubled,
-        &DEFAULT_PRECISIONS,
-        &DEFAULT_QUANTILE_PRECISIONS,
-        kept(now),
-    );
-    st::assert_equal(&st::read(&mut c, &k).await, &want);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hit_and_load_send_values_from_the_command_line() {
     let srv = server();
     let url = srv.url();
@@ -468,9 +362,7 @@ async fn a_statistics_field_that_holds_no_number_fails_its_cell_whole() {
     let url = srv.url();
     let mut c = conn(&url).await;
     let id = xadd(&mut c, &[("name", b"y"), ("value", b"4")]).await;
-    let hour = (hitcount::model::event::entry_id_ms(id.as_bytes()).unwrap() / 1000)
-        .div_euclid(3600)
-        * 3600;
+    let hour = (crate::common::plain::id_ms(&id) / 1000).div_euclid(3600) * 3600;
     // A damaged hash: its sum of squares is text, the rest well-formed.
     let _: () = redis::cmd("HSET")
         .arg("stats:3600:y")

@@ -111,7 +111,7 @@ async fn raw_dead_letters(c: &mut Conn) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
         .query_async(c)
         .await
         .unwrap();
-    hitcount::store::stream::entry_list(&v)
+    crate::common::plain::entry_list(&v)
         .iter()
         .map(|e| e.pairs().map(|(f, v)| (f.to_vec(), v.to_vec())).collect())
         .collect()
@@ -174,10 +174,7 @@ async fn large_entries_are_dead_lettered_once_in_bounded_memory_across_a_kill() 
     let pid = second.pid();
     let keys = Keys::new(&LayoutArgs::default(), &Default::default());
     let deadline = Instant::now() + Duration::from_secs(300);
-    while !hitcount::store::group::drained(&mut c, &keys)
-        .await
-        .unwrap()
-    {
+    while !crate::common::plain::drained(&mut c, &keys).await.unwrap() {
         second.assert_running();
         assert!(
             Instant::now() < deadline,
@@ -306,10 +303,7 @@ async fn large_entries_left_pending_by_a_gone_consumer_are_claimed_in_bounded_me
     let mut live = Child::spawn("live", cmd);
     let keys = Keys::new(&LayoutArgs::default(), &Default::default());
     let deadline = Instant::now() + Duration::from_secs(300);
-    while !hitcount::store::group::drained(&mut c, &keys)
-        .await
-        .unwrap()
-    {
+    while !crate::common::plain::drained(&mut c, &keys).await.unwrap() {
         live.assert_running();
         assert!(
             Instant::now() < deadline,

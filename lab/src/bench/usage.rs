@@ -302,12 +302,14 @@ fn slowlog_summary(entries: &[Value]) -> Vec<String> {
                         _ => String::new(),
                     };
                     let cmd = arg(0).to_uppercase();
-                    // A script by the start of its SHA1 (`SCRIPT SHOW`
-                    // does not exist before Redis 8; the names are the
-                    // product's own).
+                    // A script by its file name when it is one of
+                    // hitcount's, else by the start of its SHA1.
                     match arg(1).get(..SHA_SHOWN) {
                         Some(sha) if cmd == "EVALSHA" && arg(1).len() == 40 => {
-                            format!("{cmd} {sha}")
+                            match hitcount::store::scripts::name_of(&arg(1)) {
+                                Some(name) => format!("{cmd} {name}"),
+                                None => format!("{cmd} {sha}"),
+                            }
                         }
                         _ => cmd,
                     }

@@ -9,7 +9,7 @@ use clap::Args;
 /// Default Redis URL when `REDIS_URL` is not set.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Default cluster mode: ask the server (`cluster_enabled:1` in `INFO`).
-pub const DEFAULT_CLUSTER: ClusterMode = ClusterMode::Auto;
+pub(crate) const DEFAULT_CLUSTER: ClusterMode = ClusterMode::Auto;
 
 /// Whether to talk to Redis as a cluster (`HITCOUNT_CLUSTER`): see
 /// [`RedisArgs::cluster`]. (The variants carry no doc comment, so that
@@ -102,7 +102,7 @@ impl RedisArgs {
 /// of `redis://`, `rediss://` (and valkey's) and the `pass=` (or
 /// `password=`) query field of `redis+unix://` and `unix://`. The one
 /// function every message, log line and child process goes through.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     let parts: Vec<&str> = url.split(',').collect();
     // A comma the URL failed to encode (in a password, say) is no list of
     // nodes: the whole is one URL, so no part of its password shows.

@@ -12,13 +12,14 @@ use crate::model::stats::DEFAULT_QUANTILE_PRECISIONS;
 pub const DEFAULT_PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
 /// [`DEFAULT_PRECISIONS`] as `--precisions` takes and `--help` shows them,
 /// `1,5,60,…`: written from the array, so the default is stated once.
-pub static DEFAULT_PRECISIONS_FLAG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    DEFAULT_PRECISIONS
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-});
+pub(crate) static DEFAULT_PRECISIONS_FLAG: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| {
+        DEFAULT_PRECISIONS
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    });
 /// Default key prefix (`--prefix`): none, so the counters keep the seeds' key
 /// names (`known:`, `count:*`); set one to share a Redis between apps.
 pub const DEFAULT_PREFIX: &str = "";
@@ -37,19 +38,19 @@ pub const DEFAULT_DEAD_STREAM: &str = "hits:dead";
 pub const DEFAULT_SHARDS: u32 = 1;
 /// Most stream shards: each is read by one worker at a time, and the shard
 /// label of the metrics stays bounded.
-pub const MAX_SHARDS: u32 = 256;
+pub(crate) const MAX_SHARDS: u32 = 256;
 /// Default approximate cap on the dead-letter stream's length, in entries
 /// (`--dead-maxlen`, XADD MAXLEN ~).
-pub const DEFAULT_DEAD_MAXLEN: u64 = 100_000;
+pub(crate) const DEFAULT_DEAD_MAXLEN: u64 = 100_000;
 /// Largest dead-letter cap (`--dead-maxlen`): far beyond any need, and the
 /// stream stays a bounded size.
-pub const MAX_DEAD_MAXLEN: u64 = 100_000_000;
+pub(crate) const MAX_DEAD_MAXLEN: u64 = 100_000_000;
 /// Largest precision, in seconds (`--precisions`): 365 days.
-pub const MAX_PRECISION: u32 = 31_536_000;
+pub(crate) const MAX_PRECISION: u32 = 31_536_000;
 /// Most samples kept per counter (`--samples`): 31 years of 1 s buckets, so
 /// "keep everything" is within range while a typo (a negative number, an
 /// overflow) is refused.
-pub const MAX_SAMPLES: u32 = 1_000_000_000;
+pub(crate) const MAX_SAMPLES: u32 = 1_000_000_000;
 
 /// The counter layout: where counters live and at which precisions.
 #[derive(Args, Debug, Clone)]
@@ -88,7 +89,7 @@ fn parse_precision_list(text: &str) -> Result<Vec<u32>, String> {
 }
 
 /// `--precisions`: [`parse_precision_list`], with at least one precision.
-pub fn parse_precisions(text: &str) -> Result<Vec<u32>, String> {
+pub(crate) fn parse_precisions(text: &str) -> Result<Vec<u32>, String> {
     let list = parse_precision_list(text)?;
     if list.is_empty() {
         return Err(format!(
@@ -151,7 +152,7 @@ impl LayoutArgs {
     /// The precisions whose statistics keep a quantile histogram: as set,
     /// or by default those of [`DEFAULT_QUANTILE_PRECISIONS`] among the
     /// precisions.
-    pub fn quantile_precisions(&self) -> Vec<u32> {
+    pub(crate) fn quantile_precisions(&self) -> Vec<u32> {
         match &self.quantile_precisions {
             Some(q) => q.clone(),
             None => DEFAULT_QUANTILE_PRECISIONS

@@ -10,13 +10,13 @@ use clap::Args;
 use super::{in_range, ranged, ConfigError};
 
 /// Default key of the leader lease (`--leader-key`), behind the key prefix.
-pub const DEFAULT_LEADER_KEY: &str = "hitcount:leader";
+pub(crate) const DEFAULT_LEADER_KEY: &str = "hitcount:leader";
 /// Default length of the leader lease, in ms (`--lease-ms`): renewed every
 /// third (5 s), so a dead leader is replaced within about 15 s.
-pub const DEFAULT_LEASE_MS: u64 = 15_000;
+pub(crate) const DEFAULT_LEASE_MS: u64 = 15_000;
 /// Default seconds between the starts of two cleaner passes
 /// (`--clean-interval`): the seeds clean once a minute.
-pub const DEFAULT_CLEAN_INTERVAL_SECS: u64 = 60;
+pub(crate) const DEFAULT_CLEAN_INTERVAL_SECS: u64 = 60;
 /// Accepted `--lease-ms`: from 300 ms, where a renewal (every third) still
 /// fits in a round trip with room to spare on a busy machine, to 10 minutes.
 const LEASE_MS_RANGE: RangeInclusive<i128> = 300..=600_000;
@@ -88,12 +88,12 @@ impl LeaderArgs {
     }
 
     /// The lease length.
-    pub fn lease(&self) -> Duration {
+    pub(crate) fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
     }
 
     /// The time between two cleaner passes.
-    pub fn clean_interval(&self) -> Duration {
+    pub(crate) fn clean_interval(&self) -> Duration {
         Duration::from_secs(self.clean_interval_secs)
     }
 }

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 /// and ranges (deployments and tests set them), but `-h` leaves them out and
 /// `--help` lists them under this heading, so the settings an operator meets
 /// first stay few.
-pub const ADVANCED: &str = "Advanced (tuning)";
+pub(crate) const ADVANCED: &str = "Advanced (tuning)";
 
 /// Test helper: parses an empty command line into `T`, with every
 /// environment variable of its arguments unset for the parse (tests run in
@@ -70,7 +70,7 @@ pub use worker::*;
 /// stated once, where the setting is. Spaces around the number are ignored.
 /// (A leading `-` reaches it as a value, not a flag: see
 /// `allow_negative_numbers` on the command line.)
-pub fn ranged<T>(
+pub(crate) fn ranged<T>(
     range: RangeInclusive<i128>,
 ) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
 where

@@ -10,22 +10,22 @@ use super::{in_range, ranged, ConfigError, ADVANCED};
 
 /// Default entries per XREADGROUP (`--read-count`, COUNT): Redis spends about
 /// 1.4 µs per entry read, so 1000 keeps every read near 1.5 ms.
-pub const DEFAULT_READ_COUNT: usize = 1000;
+pub(crate) const DEFAULT_READ_COUNT: usize = 1000;
 /// Default longest wait for new entries when idle, in ms (`--block-ms`,
 /// XREADGROUP BLOCK).
-pub const DEFAULT_BLOCK_MS: u64 = 2000;
+pub(crate) const DEFAULT_BLOCK_MS: u64 = 2000;
 /// Default entries that close a window (`--window-entries`): on 1,000 hot
 /// names a 100,000-entry window costs ~0.07 HINCRBY per hit, and holds about
 /// 2 MB of entry ids.
-pub const DEFAULT_WINDOW_ENTRIES: usize = 100_000;
+pub(crate) const DEFAULT_WINDOW_ENTRIES: usize = 100_000;
 /// Default distinct (precision, name, bucket) cells that close a window
 /// (`--window-cells`): at ~0.5 KiB per cell while applying, 40,000 keeps a
 /// worker near 40 MiB, and larger windows barely cut HINCRBYs per hit.
-pub const DEFAULT_WINDOW_CELLS: usize = 40_000;
+pub(crate) const DEFAULT_WINDOW_CELLS: usize = 40_000;
 /// Default age, in ms, at which a window is closed when the worker is at the
 /// stream's head (`--window-ms`): the bound on how late counters are, plus
 /// one apply.
-pub const DEFAULT_WINDOW_MS: u64 = 100;
+pub(crate) const DEFAULT_WINDOW_MS: u64 = 100;
 /// Default longest wait, in ms, of a window's count cells while the worker
 /// is behind (`--carry-ms`): summed with the next windows' for up to 2 s,
 /// they cost Redis far fewer HINCRBYs on skewed traffic (see
@@ -33,7 +33,7 @@ pub const DEFAULT_WINDOW_MS: u64 = 100;
 /// 1 M-entry Zipf backlog with a third less Redis CPU (one sum instead of
 /// two) but took a 5 M-entry backlog of hot names from 50 to 77 MiB of
 /// peak RSS.
-pub const DEFAULT_CARRY_MS: u64 = 2000;
+pub(crate) const DEFAULT_CARRY_MS: u64 = 2000;
 /// Default most distinct cells the carry sums before it is applied
 /// (`--carry-cells`): about 100 bytes each in the worker while they wait,
 /// and applied a few dozen chunks at a time. On a 1 M-entry Zipf backlog
@@ -41,27 +41,27 @@ pub const DEFAULT_CARRY_MS: u64 = 2000;
 /// the same peak RSS: the carry's entries went from text to 2 bytes an id
 /// ([`crate::model::ids`]), which let it hold enough of them to fill
 /// 1,000,000 cells (500,000 entries capped it before).
-pub const DEFAULT_CARRY_CELLS: usize = 1_000_000;
+pub(crate) const DEFAULT_CARRY_CELLS: usize = 1_000_000;
 /// Default time, in ms, an entry stays pending on another consumer before it
 /// is claimed (`--claim-idle-ms`); under 1 s is refused, as live workers
 /// would steal each other's entries.
-pub const DEFAULT_CLAIM_IDLE_MS: u64 = 30_000;
+pub(crate) const DEFAULT_CLAIM_IDLE_MS: u64 = 30_000;
 /// Default deliveries without being applied after which an entry is
 /// dead-lettered (`--max-deliveries`).
-pub const DEFAULT_MAX_DELIVERIES: u32 = 5;
+pub(crate) const DEFAULT_MAX_DELIVERIES: u32 = 5;
 /// Default idle time, in ms, after which a consumer that owns no pending
 /// entry leaves the group (`--consumer-idle-ms`): one hour.
-pub const DEFAULT_CONSUMER_IDLE_MS: u64 = 3_600_000;
+pub(crate) const DEFAULT_CONSUMER_IDLE_MS: u64 = 3_600_000;
 /// Default replicas that confirm each step of a window on a Redis Cluster
 /// (`--wait-replicas`, WAIT): one, so a master's failover loses no step
 /// whose next one ran.
-pub const DEFAULT_WAIT_REPLICAS: u32 = 1;
+pub(crate) const DEFAULT_WAIT_REPLICAS: u32 = 1;
 /// Longest wait for replicas' confirmation of one step, in ms: a master left
 /// without a replica slows each window by about this much, never stops it.
-pub const WAIT_TIMEOUT_MS: u64 = 100;
+pub(crate) const WAIT_TIMEOUT_MS: u64 = 100;
 /// Default seconds to finish the window in flight after SIGTERM
 /// (`--shutdown-timeout`): under Kubernetes' 30 s grace period.
-pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 20;
+pub(crate) const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 20;
 
 // The accepted values of each whole-number setting, read by its parser and
 // by [`WorkerArgs::validate`] (for settings given in code) alike.
@@ -247,7 +247,7 @@ impl WorkerArgs {
     /// quarter of `--claim-idle-ms` (other workers finish windows recorded
     /// longer ago than that, which would end the carry); `None` when off
     /// (`--carry-ms` or `--carry-cells` 0).
-    pub fn carry_age(&self) -> Option<Duration> {
+    pub(crate) fn carry_age(&self) -> Option<Duration> {
         let ms = self.carry_ms.min(self.claim_idle_ms / 4);
         (ms > 0 && self.carry_cells > 0).then(|| Duration::from_millis(ms))
     }
@@ -258,7 +258,7 @@ impl WorkerArgs {
     /// exactly-once fence is per consumer), so the default never repeats; a
     /// stable name is still better where there is one, since a restarted pod
     /// then resumes its own pending entries at once.
-    pub fn consumer_name(&self) -> String {
+    pub(crate) fn consumer_name(&self) -> String {
         if let Some(c) = self.consumer.as_ref().filter(|c| !c.is_empty()) {
             return c.clone();
         }
@@ -354,7 +354,7 @@ impl WorkerArgs {
 
     /// When `--carry-ms` is longer than [`Self::carry_age`] lets cells wait
     /// (a quarter of `--claim-idle-ms`), what to warn of at start.
-    pub fn carry_cut(&self) -> Option<String> {
+    pub(crate) fn carry_cut(&self) -> Option<String> {
         let quarter = self.claim_idle_ms / 4;
         (self.carry_cells > 0 && self.carry_ms > quarter).then(|| {
             format!(
@@ -367,7 +367,7 @@ impl WorkerArgs {
     }
 
     /// `shutdown_timeout_secs` as a duration.
-    pub fn shutdown_timeout(&self) -> Duration {
+    pub(crate) fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout_secs)
     }
 }

@@ -163,7 +163,8 @@ pub enum Reject {
 
 impl Reject {
     /// Every reason, in declaration order (e.g. to pre-register metric labels).
-    pub const ALL: [Reject; 12] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [Reject; 12] = [
         Reject::MissingName,
         Reject::EmptyName,
         Reject::NameTooLong,
@@ -200,7 +201,7 @@ impl Reject {
 
 /// The bytes an entry's fields take: every field name and value, added up
 /// (what [`MAX_ENTRY_BYTES`] bounds). Counts lengths only, nothing is read.
-pub fn entry_bytes<'a>(fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> usize {
+pub(crate) fn entry_bytes<'a>(fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> usize {
     fields
         .into_iter()
         .fold(0usize, |sum, (k, v)| sum.saturating_add(k.len() + v.len()))
@@ -208,7 +209,7 @@ pub fn entry_bytes<'a>(fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -
 
 /// [`Reject::TooLarge`] when fields of `bytes` (see [`entry_bytes`]) are
 /// over [`MAX_ENTRY_BYTES`].
-pub fn check_size(bytes: usize) -> Result<(), Reject> {
+pub(crate) fn check_size(bytes: usize) -> Result<(), Reject> {
     if bytes > MAX_ENTRY_BYTES {
         Err(Reject::TooLarge)
     } else {
@@ -219,7 +220,7 @@ pub fn check_size(bytes: usize) -> Result<(), Reject> {
 /// The millisecond part of a stream entry ID: `b"1700000000123-5"` →
 /// `Some(1700000000123)`. `None` unless the ID is `<digits>-<digits>` with the
 /// first part ≤ `i64::MAX` and the second ≤ `u64::MAX`.
-pub fn entry_id_ms(id: &[u8]) -> Option<i64> {
+pub(crate) fn entry_id_ms(id: &[u8]) -> Option<i64> {
     let dash = id.iter().position(|&b| b == b'-')?;
     let (ms, seq) = (&id[..dash], &id[dash + 1..]);
     parse_digits(seq).filter(|&s| s <= u64::MAX as u128)?;
@@ -228,7 +229,7 @@ pub fn entry_id_ms(id: &[u8]) -> Option<i64> {
 
 /// Where a decoded hit's time ([`Hit::ts_ms`]) came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HitTime {
+pub(crate) enum HitTime {
     /// The event's own `ts`.
     Stated,
     /// The entry ID's millisecond part: when Redis accepted it.
@@ -258,7 +259,11 @@ where
 /// ms): a `ts` more than [`MAX_FUTURE_MS`] ahead of it is rejected, and a
 /// hit without `ts` whose entry ID is that far ahead takes `clock_ms` as
 /// its time ([`HitTime::Clock`]). Also says where the hit's time came from.
-pub fn decode_at<'a, I>(id: &[u8], fields: I, clock_ms: i64) -> Result<(Hit<'a>, HitTime), Reject>
+pub(crate) fn decode_at<'a, I>(
+    id: &[u8],
+    fields: I,
+    clock_ms: i64,
+) -> Result<(Hit<'a>, HitTime), Reject>
 where
     I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
 {
@@ -639,3 +644,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod proptests;

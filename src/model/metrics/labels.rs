@@ -7,7 +7,7 @@ use super::Metrics;
 use crate::model::config::MAX_SHARDS;
 
 /// Every value of the `kind` label of `hitcount_redis_errors_total`.
-pub const REDIS_ERROR_KINDS: [&str; 8] = [
+pub(crate) const REDIS_ERROR_KINDS: [&str; 8] = [
     "io",
     "timeout",
     "script",
@@ -19,7 +19,7 @@ pub const REDIS_ERROR_KINDS: [&str; 8] = [
 ];
 
 /// Every value of the `reason` label of `hitcount_events_dead_lettered_total`.
-pub const DEAD_LETTER_REASONS: [&str; 14] = [
+pub(crate) const DEAD_LETTER_REASONS: [&str; 14] = [
     "missing_name",
     "empty_name",
     "name_too_long",
@@ -40,7 +40,7 @@ impl Metrics {
     /// Creates the `hitcount_hits_too_old_total` series of each configured
     /// precision (bucket length in seconds) at 0, so they exist before the
     /// first late hit. Call once at startup with the configured precisions.
-    pub fn init_precisions(&self, precisions: impl IntoIterator<Item = u64>) {
+    pub(crate) fn init_precisions(&self, precisions: impl IntoIterator<Item = u64>) {
         for p in precisions {
             self.hits_too_old.with_label_values(&[&p.to_string()]);
         }
@@ -50,7 +50,7 @@ impl Metrics {
     /// already set), so that a shard nobody reads shows as
     /// `hitcount_shard_owned 0` rather than as no series at all. Call once
     /// at startup with the configured number of shards.
-    pub fn init_shards(&self, shards: u32) {
+    pub(crate) fn init_shards(&self, shards: u32) {
         for k in 0..shards.min(MAX_SHARDS) {
             let label = [k.to_string()];
             self.shard_owned.with_label_values(&label);
@@ -63,7 +63,7 @@ impl Metrics {
     /// Records which of the `shards` shards this process reads:
     /// `hitcount_shard_owned{shard}` 1 for each of `owned`, 0 for the
     /// others, and their number in `hitcount_shards_owned`.
-    pub fn set_owned(&self, shards: u32, owned: &[u32]) {
+    pub(crate) fn set_owned(&self, shards: u32, owned: &[u32]) {
         let shards = shards.min(MAX_SHARDS);
         for k in 0..shards {
             self.shard_owned
@@ -76,7 +76,13 @@ impl Metrics {
 
     /// Records one shard's sample: its lag (left as it was when Redis does
     /// not know it), pending entries and backlog age in seconds.
-    pub fn shard_sample(&self, shard: u32, lag: Option<i64>, pending: i64, backlog_age: f64) {
+    pub(crate) fn shard_sample(
+        &self,
+        shard: u32,
+        lag: Option<i64>,
+        pending: i64,
+        backlog_age: f64,
+    ) {
         if shard >= MAX_SHARDS {
             return;
         }
@@ -93,7 +99,8 @@ impl Metrics {
     /// Records one failed Redis operation of `kind`, which should be one of
     /// [`REDIS_ERROR_KINDS`]; any other value is counted as "other" so the
     /// label stays bounded.
-    pub fn redis_error(&self, kind: &str) {
+    #[cfg(test)]
+    pub(crate) fn redis_error(&self, kind: &str) {
         let kind = if REDIS_ERROR_KINDS.contains(&kind) {
             kind
         } else {
@@ -105,7 +112,8 @@ impl Metrics {
     /// Records `n` dead-lettered events for `reason`, which should be one of
     /// [`DEAD_LETTER_REASONS`]; any other value is counted as "apply_error"
     /// so the label stays bounded.
-    pub fn dead_lettered(&self, reason: &str, n: u64) {
+    #[cfg(test)]
+    pub(crate) fn dead_lettered(&self, reason: &str, n: u64) {
         let reason = if DEAD_LETTER_REASONS.contains(&reason) {
             reason
         } else {

@@ -29,7 +29,7 @@ static FUTURE_IDS: Mutex<(Option<Instant>, u64)> = Mutex::new((None, 0));
 
 /// Entries read and not yet applied.
 #[derive(Debug)]
-pub struct Batch {
+pub(crate) struct Batch {
     window: Window,
     /// Entry ids, space separated: what the window acknowledges.
     ids: String,
@@ -44,7 +44,7 @@ pub struct Batch {
 
 impl Batch {
     /// An empty batch for the layout's precisions and samples.
-    pub fn new(precisions: &[u32], samples: u32) -> Batch {
+    pub(crate) fn new(precisions: &[u32], samples: u32) -> Batch {
         Batch {
             window: Window::new(precisions, samples),
             ids: String::new(),
@@ -57,7 +57,7 @@ impl Batch {
 
     /// Keeps quantile histograms in the statistics of these precisions
     /// (see [`Window::with_quantiles`]).
-    pub fn with_quantiles(mut self, precisions: &[u32]) -> Batch {
+    pub(crate) fn with_quantiles(mut self, precisions: &[u32]) -> Batch {
         self.window = self.window.with_quantiles(precisions);
         self
     }
@@ -66,7 +66,7 @@ impl Batch {
     /// the local clock (what is too old to keep), `clock_ms` Redis' clock
     /// (what is too far ahead, see [`event::decode_at`]). Entries deleted
     /// while pending are only acknowledged.
-    pub fn add(&mut self, entries: &[EntryRef<'_>], now_ms: i64, clock_ms: i64) {
+    pub(crate) fn add(&mut self, entries: &[EntryRef<'_>], now_ms: i64, clock_ms: i64) {
         if self.opened.is_none() {
             self.opened = Some(Instant::now());
         }
@@ -112,19 +112,19 @@ impl Batch {
     }
 
     /// Whether no entry was read into it.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }
 
     /// When its first entry was read.
-    pub fn opened(&self) -> Option<Instant> {
+    pub(crate) fn opened(&self) -> Option<Instant> {
         self.opened
     }
 
     /// Whether to apply it now: at its size limits, or once open
     /// `--window-ms` at the stream's head (`caught_up`), or ten times that
     /// while the worker is behind.
-    pub fn is_full(&self, w: &WorkerArgs, caught_up: bool) -> bool {
+    pub(crate) fn is_full(&self, w: &WorkerArgs, caught_up: bool) -> bool {
         self.window.hits() as usize >= w.window_entries
             || self.window.weight() >= w.window_cells
             || self.rejected.len() >= MAX_REJECTED_PER_WINDOW
@@ -136,23 +136,23 @@ impl Batch {
     }
 
     /// The aggregated hits.
-    pub fn window(&self) -> &Window {
+    pub(crate) fn window(&self) -> &Window {
         &self.window
     }
 
     /// Entry ids, space separated.
-    pub fn ids(&self) -> &str {
+    pub(crate) fn ids(&self) -> &str {
         &self.ids
     }
 
     /// Entries to dead-letter.
-    pub fn rejected(&self) -> &[Rejected] {
+    pub(crate) fn rejected(&self) -> &[Rejected] {
         &self.rejected
     }
 
     /// Counts an applied window in the metrics (once per window, never per
     /// event).
-    pub fn count_applied(&self, failures: &[Failure], started: Instant, now_ms: i64) {
+    pub(crate) fn count_applied(&self, failures: &[Failure], started: Instant, now_ms: i64) {
         let m = metrics();
         m.windows_applied.inc();
         m.window_size.observe(self.window.hits() as f64);
@@ -180,7 +180,7 @@ impl Batch {
     }
 
     /// Empties it, keeping its allocations.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.window.clear();
         self.ids.clear();
         self.rejected.clear();

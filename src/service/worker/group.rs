@@ -34,10 +34,10 @@ use crate::store::commit::{sort_for_cluster, Committer, Failure, Sum, CHUNK_CELL
 use crate::store::connect::{Conn, StoreError, StoreResult};
 
 /// How long the carries of a group are gathered at most after the first.
-pub const GATHER: Duration = Duration::from_millis(200);
+pub(crate) const GATHER: Duration = Duration::from_millis(200);
 
 /// A recorded carry handed in to be applied with its group.
-pub struct Submission {
+pub(crate) struct Submission {
     /// The carry's id.
     pub id: String,
     /// The group it was recorded in.
@@ -51,7 +51,7 @@ pub struct Submission {
 }
 
 /// What became of a submitted carry.
-pub struct Applied {
+pub(crate) struct Applied {
     /// The carry, given back for its allocations.
     pub carry: Carry,
     /// Its cells that failed to apply, or why the group could not be.
@@ -62,7 +62,7 @@ pub struct Applied {
 
 /// The markers of an applied group, shortened by the last of its carries
 /// to be finished.
-pub struct Finish {
+pub(crate) struct Finish {
     remaining: AtomicUsize,
     markers: Vec<String>,
 }
@@ -70,7 +70,7 @@ pub struct Finish {
 impl Finish {
     /// One carry of the group is finished: the group's markers, to expire
     /// now, when it was the last.
-    pub fn finished(&self) -> Vec<String> {
+    pub(crate) fn finished(&self) -> Vec<String> {
         if self.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.markers.clone()
         } else {
@@ -97,14 +97,14 @@ struct Shared {
 }
 
 /// The process' grouper, shared by its shard workers.
-pub struct Grouper {
+pub(crate) struct Grouper {
     tx: mpsc::UnboundedSender<(Submission, oneshot::Sender<Applied>)>,
     shared: Arc<Shared>,
 }
 
 /// A shard worker's place in the grouper: whether it holds a carry, and
 /// how many cells.
-pub struct Member {
+pub(crate) struct Member {
     grouper: Arc<Grouper>,
     holding: bool,
     cells: usize,
@@ -120,19 +120,19 @@ impl Drop for Member {
 
 impl Member {
     /// The grouper.
-    pub fn grouper(&self) -> &Arc<Grouper> {
+    pub(crate) fn grouper(&self) -> &Arc<Grouper> {
         &self.grouper
     }
 
     /// The worker's carry is empty (cleared, or applied alone).
-    pub fn emptied(&mut self) {
+    pub(crate) fn emptied(&mut self) {
         self.count(0);
         self.set_holding(false);
     }
 
     /// The worker's carry is now `carry`: a gathering waits for it unless
     /// it is empty.
-    pub fn holds(&mut self, carry: &Carry) {
+    pub(crate) fn holds(&mut self, carry: &Carry) {
         self.count(carry.cells_len());
         self.set_holding(!carry.is_empty());
     }
@@ -151,13 +151,13 @@ impl Member {
     /// The worker's carry went to be applied: the grouper counts it until
     /// its group closes (or [`Grouper::abandon`]); its cells are no longer
     /// held.
-    pub fn handed_in(&mut self) {
+    pub(crate) fn handed_in(&mut self) {
         self.count(0);
         self.holding = false;
     }
 
     /// Whether the worker is behind on its stream.
-    pub fn set_behind(&mut self, behind: bool) {
+    pub(crate) fn set_behind(&mut self, behind: bool) {
         if behind != self.behind {
             self.behind = behind;
             let shared = &self.grouper.shared.behind;
@@ -183,7 +183,7 @@ impl Member {
 impl Grouper {
     /// Starts the grouper's task (it ends once every handle is dropped).
     /// `known` remembers the `known:` members of the groups it applied.
-    pub fn start(known: KnownCache) -> Arc<Grouper> {
+    pub(crate) fn start(known: KnownCache) -> Arc<Grouper> {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             incarnation: format!("{:016x}", rand::random::<u64>()),
@@ -198,7 +198,7 @@ impl Grouper {
     }
 
     /// A shard worker's place.
-    pub fn join(self: &Arc<Self>) -> Member {
+    pub(crate) fn join(self: &Arc<Self>) -> Member {
         Member {
             grouper: self.clone(),
             holding: false,
@@ -215,35 +215,35 @@ impl Grouper {
     /// hash slot. It waits for the group like a worker behind does (its
     /// age, the cells held, or a gathering): within the stated bound while
     /// behind.
-    pub fn behind(&self) -> usize {
+    pub(crate) fn behind(&self) -> usize {
         self.shared.behind.load(Ordering::SeqCst)
     }
 
     /// Cells in the carries the process' shard workers hold between them.
-    pub fn cells(&self) -> usize {
+    pub(crate) fn cells(&self) -> usize {
         self.shared.cells.load(Ordering::SeqCst)
     }
 
     /// A carry counted as coming never will (its task ended before it was
     /// handed in: its recording failed, or a resync stopped it).
-    pub fn abandon(&self) {
+    pub(crate) fn abandon(&self) {
         self.shared.pending.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// The id of the group a carry recorded now belongs to.
-    pub fn open_group(&self) -> String {
+    pub(crate) fn open_group(&self) -> String {
         let n = self.shared.open.load(Ordering::SeqCst);
         format!("g{}-{n}", self.shared.incarnation)
     }
 
     /// Whether a group is being gathered: a shard worker with a carry
     /// should hand it in now.
-    pub fn gathering(&self) -> bool {
+    pub(crate) fn gathering(&self) -> bool {
         self.shared.gathering.load(Ordering::SeqCst)
     }
 
     /// Applies a recorded carry with its group; waits until it is.
-    pub async fn apply(&self, submission: Submission) -> StoreResult<Applied> {
+    pub(crate) async fn apply(&self, submission: Submission) -> StoreResult<Applied> {
         let gone = || StoreError::Unexpected {
             what: "the group of carries",
             reply: "the grouper stopped".into(),

@@ -14,9 +14,9 @@
 //! See [`crate::store::commit`] for why this counts every hit exactly once.
 
 mod apply;
-pub mod batch;
+pub(crate) mod batch;
 mod carry;
-pub mod group;
+pub(crate) mod group;
 mod read;
 mod sync;
 
@@ -83,7 +83,7 @@ enum Cursor {
 }
 
 /// One consumer of the group.
-pub struct Worker {
+pub(crate) struct Worker {
     settings: Settings,
     /// The connection, reopened after any error.
     link: Reconnecting,
@@ -144,7 +144,7 @@ impl Worker {
     /// The consumer of one stream shard (`keys`) with validated settings
     /// (see [`crate::service::shards`], which starts them); connects on its
     /// first turn.
-    pub fn new(
+    pub(crate) fn new(
         settings: Settings,
         keys: Keys,
         client: Client,
@@ -203,21 +203,16 @@ impl Worker {
 
     /// On a Redis Cluster, applies this shard's carries with those of the
     /// process' other shards (see `group.rs`).
-    pub fn with_grouper(mut self, grouper: &Arc<group::Grouper>) -> Worker {
+    pub(crate) fn with_grouper(mut self, grouper: &Arc<group::Grouper>) -> Worker {
         self.group = Some(grouper.join());
         self
-    }
-
-    /// This worker's consumer name.
-    pub fn consumer(&self) -> &str {
-        &self.consumer
     }
 
     /// Runs until shutdown, then drains: applies the window in flight and
     /// this consumer's pending entries, leaves the group and releases its
     /// consumer name, all within the shutdown deadline. An error no retry can
     /// fix is reported on the shutdown (see [`Shutdown::fail`]) and stops it.
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         tracing::info!(consumer = %self.consumer, stream = %self.keys.stream, group = %self.keys.group,
             redis = %crate::model::config::redact_url(&self.settings.redis.url), "worker starting");
         let (done_trigger, done) = crate::model::shutdown::channel();

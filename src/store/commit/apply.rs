@@ -16,9 +16,9 @@ use std::sync::Mutex;
 
 use redis::{Cmd, Value};
 
-pub use super::plan::Apply;
+pub(crate) use super::plan::Apply;
 use super::plan::{plan, Chunk};
-pub use super::replies::Failure;
+pub(crate) use super::replies::Failure;
 use super::replies::{chunk_statuses, group_statuses, InFlight, GROUP_CHUNKS};
 use super::{stats, Committer, ACK_IDS, MARKER_TTL_AFTER_FINISH, MARKER_TTL_SECS};
 use crate::model::aggregate::Cell;
@@ -126,9 +126,10 @@ pub(super) fn expire_markers(markers: &[String]) -> Vec<Cmd> {
 
 /// Builds the pipeline of steps 2 and 3 on one Redis without sending it:
 /// the EXPIREs of `finished`'s markers (replies ignored), one apply script
-/// per chunk, then XACKs of at most [`ACK_IDS`] ids. Pure, so that
-/// benchmarks and tests can build it without a connection.
-pub fn apply_pipeline(
+/// per chunk, then XACKs of at most [`ACK_IDS`] ids. Pure, so that the
+/// hot-path benchmark can build it without a connection.
+#[cfg(feature = "bench")]
+pub(crate) fn apply_pipeline(
     keys: &Keys,
     step: &Apply<'_>,
     finished: &[String],
@@ -169,7 +170,7 @@ impl Committer {
     /// of members it trusts are left out and the members added are
     /// remembered; a chunk that finds it stale clears it and the step runs
     /// again with every ZADD (chunks already applied only replay).
-    pub async fn apply_and_ack(
+    pub(crate) async fn apply_and_ack(
         &self,
         conn: &mut Conn,
         step: &Apply<'_>,
@@ -275,7 +276,7 @@ impl Committer {
 
     /// Acknowledges a window's `ids` (space separated), in commands of at
     /// most [`ACK_IDS`] ids, in one round trip.
-    pub async fn ack(&self, conn: &mut Conn, ids: &str) -> StoreResult<()> {
+    pub(crate) async fn ack(&self, conn: &mut Conn, ids: &str) -> StoreResult<()> {
         let mut acks = redis::pipe();
         stream::ack_into(&mut acks, &self.keys, ids, ACK_IDS);
         // None (a carry acknowledges nothing itself): an empty pipeline is
@@ -292,7 +293,7 @@ impl Committer {
     /// of MiB), the next round trip's commands built while the last one is
     /// in flight: building them costs the worker about what they cost
     /// Redis, and one after the other left Redis idle half the time.
-    pub async fn ack_lists(&self, conn: &mut Conn, lists: &[&IdList]) -> StoreResult<()> {
+    pub(crate) async fn ack_lists(&self, conn: &mut Conn, lists: &[&IdList]) -> StoreResult<()> {
         let mut ids = lists.iter().flat_map(|l| l.iter());
         let mut in_flight: Option<tokio::task::JoinHandle<redis::RedisResult<()>>> = None;
         loop {
@@ -355,7 +356,7 @@ impl Committer {
     }
 
     /// The marker keys of a window's apply step, to expire once finished.
-    pub fn markers_of(&self, step: &Apply<'_>) -> Vec<String> {
+    pub(crate) fn markers_of(&self, step: &Apply<'_>) -> Vec<String> {
         super::plan::markers(&plan(&self.keys, step))
     }
 }

@@ -35,7 +35,7 @@ use crate::store::scripts::{CARRY, TAKE};
 
 /// A window recorded, its chunks waiting in the carry, its entries pending.
 #[derive(Debug, Clone, Default)]
-pub struct Deferred {
+pub(crate) struct Deferred {
     /// The window id.
     pub window: String,
     /// Its entry ids, to acknowledge after the carry.
@@ -46,7 +46,7 @@ pub struct Deferred {
 
 /// What the carry script did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CarryOutcome {
+pub(crate) enum CarryOutcome {
     /// Recorded (now or by an earlier try): apply it.
     Recorded,
     /// A window is gone, not this consumer's or partly finished by another
@@ -60,7 +60,7 @@ impl Committer {
     /// Records `carry` (its `ids` empty: it acknowledges nothing itself) as
     /// the sum of the waiting cells of `windows`; on a cluster in `group`
     /// (see [`super::group`]), when it is applied with others.
-    pub async fn carry(
+    pub(crate) async fn carry(
         &self,
         conn: &mut Conn,
         carry: &Sealed<'_>,
@@ -130,7 +130,7 @@ impl Committer {
     /// this the carry never sums its cells. `Ok(None)` when it is finished
     /// already, `Ok(Some(true))` when the carry took its cells first (apply
     /// none of them), `Ok(Some(false))` when it is this caller's to apply.
-    pub async fn take(&self, conn: &mut Conn, window: &str) -> StoreResult<Option<bool>> {
+    pub(crate) async fn take(&self, conn: &mut Conn, window: &str) -> StoreResult<Option<bool>> {
         let reply: Value = TAKE
             .evalsha(1)
             .arg(self.keys.window(window))
@@ -150,14 +150,14 @@ impl Committer {
 
 /// Cells per piece of a carry's recorded cells (about 1 MB of MessagePack,
 /// under 1 ms for Redis to store or to send).
-pub const PIECE_CELLS: usize = 50_000;
+pub(crate) const PIECE_CELLS: usize = 50_000;
 /// The record field holding how many pieces its cells are in; absent in a
 /// window's record, whose cells are one piece.
-pub const PIECES_FIELD: &str = "pieces";
+pub(crate) const PIECES_FIELD: &str = "pieces";
 
 /// The record field of piece `i` of the cells: `cells`, then `cells:1`,
 /// `cells:2`...
-pub fn piece_field(i: usize) -> String {
+pub(crate) fn piece_field(i: usize) -> String {
     if i == 0 {
         "cells".to_string()
     } else {

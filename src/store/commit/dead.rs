@@ -7,11 +7,11 @@
 /// fields are cut, and the dead letter says so with `truncated` (`1`) and
 /// `original_bytes` (what the fields took). The dead-letter stream is capped
 /// by entry count (`--dead-maxlen`): this caps each entry too.
-pub const DEAD_LETTER_FIELD_BYTES: usize = 4096;
+pub(crate) const DEAD_LETTER_FIELD_BYTES: usize = 4096;
 
 /// An entry that could not be decoded, on its way to the dead-letter stream.
 #[derive(Debug, Clone)]
-pub struct Rejected {
+pub(crate) struct Rejected {
     /// The entry ID.
     pub id: String,
     /// Why (a stable snake_case reason, also the metric label).
@@ -26,7 +26,7 @@ impl Rejected {
     /// [`crate::model::event::entry_bytes`]): its fields copied once, and
     /// only the first [`DEAD_LETTER_FIELD_BYTES`] of them, however large
     /// the entry.
-    pub fn new<'a>(
+    pub(crate) fn new<'a>(
         id: &str,
         reason: &'static str,
         fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,

@@ -39,7 +39,7 @@ const SCRIPTS_AT_ONCE: usize = 64;
 
 /// A recorded carry, to apply with the others of its group.
 #[derive(Debug, Clone, Copy)]
-pub struct Sum<'a> {
+pub(crate) struct Sum<'a> {
     /// The carry's id (its window id).
     pub id: &'a str,
     /// The group it was recorded in (its marker keys' name).
@@ -219,7 +219,7 @@ impl Committer {
     /// `known`, ZADDs of members it trusts are left out and the members
     /// added are remembered; when a script finds it stale it is cleared
     /// and the step runs again (parts applied already only replay).
-    pub async fn apply_sums(
+    pub(crate) async fn apply_sums(
         &self,
         conn: &mut Conn,
         sums: &[Sum<'_>],
@@ -295,7 +295,7 @@ impl Committer {
     /// The marker keys of `sums` applied as a group, to expire once every
     /// one of them is finished (not before: a sum still recorded may be
     /// replayed against them).
-    pub fn group_markers(&self, sums: &[Sum<'_>]) -> Vec<String> {
+    pub(crate) fn group_markers(&self, sums: &[Sum<'_>]) -> Vec<String> {
         let mut m: Vec<String> = scripts(&self.keys, sums)
             .into_iter()
             .flat_map(|s| s.markers)

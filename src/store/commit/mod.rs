@@ -44,49 +44,48 @@ use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::scripts::COMMIT;
 use crate::store::stream;
 
-pub mod apply;
-pub mod carry;
-pub mod dead;
-pub mod group;
-pub mod plan;
-pub mod records;
-pub mod replies;
-pub mod stats;
+pub(crate) mod apply;
+pub(crate) mod carry;
+pub(crate) mod dead;
+pub(crate) mod group;
+pub(crate) mod plan;
+pub(crate) mod records;
+pub(crate) mod replies;
+pub(crate) mod stats;
 
-pub use apply::{apply_pipeline, Apply, Failure};
-pub use carry::{CarryOutcome, Deferred};
-pub use dead::{Rejected, DEAD_LETTER_FIELD_BYTES};
-pub use group::Sum;
-pub use plan::{markers, plan, sort_for_cluster, Chunk};
-pub use records::{Corrupt, Record};
-pub use stats::sort_stats_for_cluster;
+pub(crate) use apply::{Apply, Failure};
+pub(crate) use carry::{CarryOutcome, Deferred};
+pub(crate) use dead::{Rejected, DEAD_LETTER_FIELD_BYTES};
+pub(crate) use group::Sum;
+pub(crate) use plan::{markers, plan, sort_for_cluster};
+pub(crate) use stats::sort_stats_for_cluster;
 
 /// Cells per apply script. Measured inside scripts on 100,000-name
 /// workloads: ~2.6 µs per HINCRBY creating a hash, ~1 µs per ZADD member into
 /// a `known:` of ~700k members, a few µs of Lua: 500 cells keep a chunk near
 /// 3 ms in that worst case, leaving room under the 10 ms SLOWLOG bound on a
 /// busy machine. Recorded with each window: recovery chunks alike.
-pub const CHUNK_CELLS: usize = 500;
+pub(crate) const CHUNK_CELLS: usize = 500;
 /// Ids per XACK command (~0.4 µs each: about 1 ms).
-pub const ACK_IDS: usize = 2500;
+pub(crate) const ACK_IDS: usize = 2500;
 /// Longest a step waits for a replica that is attached but has not yet
 /// confirmed it (it lags behind); a master with no replica attached is
 /// waited for [`WAIT_TIMEOUT_MS`] only.
-pub const LAGGING_REPLICA_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const LAGGING_REPLICA_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Lifetime of an applied-chunk marker while its window is unfinished: a
 /// safety net for windows nobody finishes (their owner died and no worker ran
 /// for a day), not a bound on normal operation.
-pub const MARKER_TTL_SECS: u64 = 86_400;
+pub(crate) const MARKER_TTL_SECS: u64 = 86_400;
 /// Lifetime of a marker once its window is finished, in seconds.
-pub const MARKER_TTL_AFTER_FINISH: u64 = 600;
+pub(crate) const MARKER_TTL_AFTER_FINISH: u64 = 600;
 /// A worker applies a window's chunks only within this time of having seen
 /// its record exist (at commit or when loading it for recovery).
-pub const APPLY_GUARD: std::time::Duration =
+pub(crate) const APPLY_GUARD: std::time::Duration =
     std::time::Duration::from_secs(MARKER_TTL_AFTER_FINISH / 2);
 
 /// A window applied and acknowledged, waiting for its record to be deleted.
 #[derive(Debug, Clone, Default)]
-pub struct Finished {
+pub(crate) struct Finished {
     /// The window id.
     pub window: String,
     /// Cells that failed to apply, to dead-letter.
@@ -97,7 +96,7 @@ pub struct Finished {
 
 /// A window ready to commit, borrowed from the worker's buffers.
 #[derive(Debug)]
-pub struct Sealed<'a> {
+pub(crate) struct Sealed<'a> {
     /// Unique window id.
     pub window: &'a str,
     /// Entry ids, space separated.
@@ -117,7 +116,7 @@ pub struct Sealed<'a> {
 
 /// What a commit did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The window is recorded: apply and acknowledge it.
     Committed,
     /// The window was already recorded (a replay after a lost reply).
@@ -138,12 +137,12 @@ static UNCONFIRMED: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mu
 
 /// How long an unconfirmed step is shown on `/readyz` (and how often it is
 /// logged at most).
-pub const UNCONFIRMED_SHOWN: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const UNCONFIRMED_SHOWN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long ago a step of a window was last left unconfirmed by replicas,
 /// if within [`UNCONFIRMED_SHOWN`]: a master without a replica (for
 /// `/readyz`'s detail).
-pub fn unconfirmed_recently() -> Option<std::time::Duration> {
+pub(crate) fn unconfirmed_recently() -> Option<std::time::Duration> {
     let last = *UNCONFIRMED.lock().unwrap_or_else(|p| p.into_inner());
     last.map(|t| t.elapsed())
         .filter(|ago| *ago < UNCONFIRMED_SHOWN)
@@ -151,7 +150,7 @@ pub fn unconfirmed_recently() -> Option<std::time::Duration> {
 
 /// Runs the commit protocol for one consumer.
 #[derive(Debug, Clone)]
-pub struct Committer {
+pub(crate) struct Committer {
     keys: Keys,
     consumer: String,
     dead_maxlen: u64,
@@ -166,7 +165,7 @@ pub struct Committer {
 impl Committer {
     /// A committer for `consumer`, with a registration token of its own
     /// (see [`Committer::with_registration`]).
-    pub fn new(keys: Keys, consumer: String, dead_maxlen: u64) -> Self {
+    pub(crate) fn new(keys: Keys, consumer: String, dead_maxlen: u64) -> Self {
         Committer {
             keys,
             consumer,
@@ -184,7 +183,7 @@ impl Committer {
     /// [`LAGGING_REPLICA_WAIT`]: a failover of any master then loses no
     /// step a later step relied on. A step no replica confirmed in time is
     /// counted and logged, and counting goes on.
-    pub fn with_wait(mut self, replicas: u32) -> Self {
+    pub(crate) fn with_wait(mut self, replicas: u32) -> Self {
         self.wait = (replicas > 0).then_some((replicas, WAIT_TIMEOUT_MS));
         self
     }
@@ -237,19 +236,19 @@ impl Committer {
 
     /// Commits under this registration token: a commit is refused once
     /// another live worker holds the consumer name.
-    pub fn with_registration(mut self, token: &str, lifetime_ms: u64) -> Self {
+    pub(crate) fn with_registration(mut self, token: &str, lifetime_ms: u64) -> Self {
         self.token = token.to_string();
         self.lifetime_ms = lifetime_ms;
         self
     }
 
     /// The keys in use.
-    pub fn keys(&self) -> &Keys {
+    pub(crate) fn keys(&self) -> &Keys {
         &self.keys
     }
 
     /// This consumer's current epoch ("0" before any claim).
-    pub async fn epoch(&self, conn: &mut Conn) -> StoreResult<String> {
+    pub(crate) async fn epoch(&self, conn: &mut Conn) -> StoreResult<String> {
         let e: Option<String> = redis::cmd("HGET")
             .arg(self.keys.epochs())
             .arg(&self.consumer)
@@ -259,7 +258,7 @@ impl Committer {
     }
 
     /// Step 1 (and 4 of the previous window): one script, one round trip.
-    pub async fn commit(
+    pub(crate) async fn commit(
         &self,
         conn: &mut Conn,
         epoch: &str,
@@ -348,7 +347,7 @@ impl Committer {
     }
 
     /// Finishes a window alone (when no next window comes to carry it).
-    pub async fn finish(&self, conn: &mut Conn, finished: &Finished) -> StoreResult<()> {
+    pub(crate) async fn finish(&self, conn: &mut Conn, finished: &Finished) -> StoreResult<()> {
         self.commit(conn, "", Some(finished), None).await?;
         conn.query_each(apply::expire_markers(&finished.markers))
             .await?;
@@ -455,3 +454,7 @@ mod tests {
         assert_eq!(back, want);
     }
 }
+
+// A real Redis comes from the test kit, built with the `cli` feature.
+#[cfg(all(test, feature = "cli"))]
+mod redis_tests;

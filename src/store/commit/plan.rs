@@ -13,7 +13,7 @@ use crate::model::slots::{slot, tag_for_slot};
 
 /// One window's apply step: what the apply scripts and XACKs need.
 #[derive(Debug, Clone, Copy)]
-pub struct Apply<'a> {
+pub(crate) struct Apply<'a> {
     /// The window id.
     pub window: &'a str,
     /// Its cells, in the order recorded (see [`plan`] for the chunks).
@@ -30,7 +30,7 @@ pub struct Apply<'a> {
 
 /// One apply script's share of a window.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunk {
+pub(crate) struct Chunk {
     /// Its cells, as indices into the window's.
     pub cells: Range<usize>,
     /// Its statistics cells, as indices into the window's.
@@ -41,7 +41,7 @@ pub struct Chunk {
 
 /// Sorts a window's cells for a cluster: by the hash slot of their counter,
 /// keeping each counter's cells together and in order (stable).
-pub fn sort_for_cluster(keys: &Keys, cells: &mut [Cell<'_>]) {
+pub(crate) fn sort_for_cluster(keys: &Keys, cells: &mut [Cell<'_>]) {
     cells.sort_by_cached_key(|c| slot(keys.count(c.precision, c.name).as_bytes()));
 }
 
@@ -50,7 +50,7 @@ pub fn sort_for_cluster(keys: &Keys, cells: &mut [Cell<'_>]) {
 /// [`stats::weight`]; one heavier than that goes alone), also cut where the
 /// key's slot changes when `step.by_slot`. A function of the recorded cells
 /// alone, so that a recovering worker chunks alike.
-pub fn plan(keys: &Keys, step: &Apply<'_>) -> Vec<Chunk> {
+pub(crate) fn plan(keys: &Keys, step: &Apply<'_>) -> Vec<Chunk> {
     let size = step.chunk.max(1);
     let n = step.cells.len();
     let marker = (!step.by_slot).then(|| keys.applied_marker(step.window));
@@ -92,7 +92,7 @@ pub fn plan(keys: &Keys, step: &Apply<'_>) -> Vec<Chunk> {
 }
 
 /// The distinct marker keys of a plan, to expire once the window is done.
-pub fn markers(chunks: &[Chunk]) -> Vec<String> {
+pub(crate) fn markers(chunks: &[Chunk]) -> Vec<String> {
     let mut m: Vec<String> = chunks.iter().map(|c| c.marker.clone()).collect();
     m.sort_unstable();
     m.dedup();

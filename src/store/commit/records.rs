@@ -13,7 +13,7 @@ use crate::store::scripts::QUARANTINE;
 
 /// A recorded window as read back for recovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     /// The window id.
     pub window: String,
     /// The consumer that committed it.
@@ -29,7 +29,7 @@ pub struct Record {
 
 /// A window record that cannot be read back, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Corrupt {
+pub(crate) struct Corrupt {
     /// The window id.
     pub window: String,
     /// What is wrong with it.
@@ -39,7 +39,10 @@ pub struct Corrupt {
 impl Committer {
     /// Windows recorded and not yet finished, oldest first; those that
     /// cannot be read back; and the Redis clock's current time in ms.
-    pub async fn records(&self, conn: &mut Conn) -> StoreResult<(Vec<Record>, Vec<Corrupt>, i64)> {
+    pub(crate) async fn records(
+        &self,
+        conn: &mut Conn,
+    ) -> StoreResult<(Vec<Record>, Vec<Corrupt>, i64)> {
         let (ids, (secs, micros)): (Vec<String>, (i64, i64)) = redis::pipe()
             .cmd("ZRANGE")
             .arg(self.keys.windows())
@@ -77,7 +80,7 @@ impl Committer {
     /// Moves a record that cannot be read back to the dead-letter stream
     /// (see `quarantine.lua` for what becomes of its entries), logs it once
     /// and counts it. Returns whether this call moved it.
-    pub async fn quarantine(&self, conn: &mut Conn, bad: &Corrupt) -> StoreResult<bool> {
+    pub(crate) async fn quarantine(&self, conn: &mut Conn, bad: &Corrupt) -> StoreResult<bool> {
         let applied: i64 = if conn.is_cluster() {
             // The cells that would name the slots do not decode: look in
             // every slot (rare; one EXISTS per slot, all in flight).
@@ -132,7 +135,7 @@ impl Committer {
     /// record. Returns false when the record was already gone.
     /// `seen` is when the record was loaded: past [`APPLY_GUARD`] it is left
     /// to a later pass.
-    pub async fn recover(
+    pub(crate) async fn recover(
         &self,
         conn: &mut Conn,
         record: &Record,

@@ -17,7 +17,7 @@ pub(super) const GROUP_CHUNKS: usize = 64;
 
 /// A cell that Redis refused to increment (wrong type, overflow).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// Redis' error text.
     pub error: String,
     /// The cell.

@@ -22,7 +22,7 @@ use crate::model::stats::{HistBucket, Summary};
 /// one statistics cell takes before its histogram: `HINCRBY` of the count,
 /// two `HINCRBYFLOAT`s (each about twice an `HINCRBY`: long double
 /// formatting) and the min/max compare-and-set (a read, maybe a HSET).
-pub use crate::model::stats::STAT_CELL_WEIGHT;
+pub(crate) use crate::model::stats::STAT_CELL_WEIGHT;
 
 /// A statistics cell as recorded with its window (MessagePack tuple):
 /// precision, name, bucket, count, sum, sum of squares, min, max, and the
@@ -32,11 +32,11 @@ type Recorded<S> = (u32, S, i64, i64, f64, f64, f64, f64, Vec<(String, i64)>);
 /// A window's statistics cells read back from its record, owning what the
 /// [`StatCell`]s borrow.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct OwnedStats(pub Vec<(u32, String, i64, Summary)>);
+pub(crate) struct OwnedStats(pub Vec<(u32, String, i64, Summary)>);
 
 impl OwnedStats {
     /// The cells, borrowing from this.
-    pub fn cells(&self) -> Vec<StatCell<'_>> {
+    pub(crate) fn cells(&self) -> Vec<StatCell<'_>> {
         self.0
             .iter()
             .map(|(precision, name, bucket, summary)| StatCell {
@@ -51,19 +51,19 @@ impl OwnedStats {
 
 /// How much of an apply script's budget a statistics cell takes: one
 /// `HINCRBY` per histogram field on top of [`STAT_CELL_WEIGHT`].
-pub fn weight(cell: &StatCell<'_>) -> usize {
+pub(crate) fn weight(cell: &StatCell<'_>) -> usize {
     STAT_CELL_WEIGHT + cell.summary.histogram.len()
 }
 
 /// Sorts a window's statistics cells for a cluster: by the hash slot of
 /// their `stats:` key, each key's cells together and in order (stable).
-pub fn sort_stats_for_cluster(keys: &Keys, stats: &mut [StatCell<'_>]) {
+pub(crate) fn sort_stats_for_cluster(keys: &Keys, stats: &mut [StatCell<'_>]) {
     stats.sort_by_cached_key(|s| slot(keys.stats(s.precision, s.name).as_bytes()));
 }
 
 /// The record's `stats` field: empty when the window has none (a window
 /// of plain hits records nothing more than before).
-pub fn encode(stats: &[StatCell<'_>]) -> Result<Vec<u8>, String> {
+pub(crate) fn encode(stats: &[StatCell<'_>]) -> Result<Vec<u8>, String> {
     if stats.is_empty() {
         return Ok(Vec::new());
     }
@@ -81,7 +81,7 @@ pub fn encode(stats: &[StatCell<'_>]) -> Result<Vec<u8>, String> {
 
 /// A record's `stats` field read back (missing or empty: none), or why it
 /// does not decode.
-pub fn decode(blob: Option<&[u8]>) -> Result<OwnedStats, String> {
+pub(crate) fn decode(blob: Option<&[u8]>) -> Result<OwnedStats, String> {
     let Some(blob) = blob.filter(|b| !b.is_empty()) else {
         return Ok(OwnedStats::default());
     };
@@ -110,7 +110,7 @@ pub fn decode(blob: Option<&[u8]>) -> Result<OwnedStats, String> {
 
 /// Appends the `apply.lua` arguments of `stats` (see the script): per cell
 /// bucket, count, sum, sumsq, min, max, H, then H (suffix, count) pairs.
-pub fn push_args(cmd: &mut Cmd, stats: &[StatCell<'_>]) {
+pub(crate) fn push_args(cmd: &mut Cmd, stats: &[StatCell<'_>]) {
     for s in stats {
         let m = s.summary;
         cmd.arg(s.bucket)
@@ -130,13 +130,13 @@ pub fn push_args(cmd: &mut Cmd, stats: &[StatCell<'_>]) {
 const STATS_ERROR: &str = "statistics: ";
 
 /// Whether a failure is a statistics cell's.
-pub fn is_stats(f: &Failure) -> bool {
+pub(crate) fn is_stats(f: &Failure) -> bool {
     f.error.starts_with(STATS_ERROR)
 }
 
 /// A failure line `s<number>` of a chunk's statistics cells, as a
 /// [`Failure`] to dead-letter (its `delta` is the observation count).
-pub fn failure(stats: &[StatCell<'_>], number: &str, error: &str) -> Option<Failure> {
+pub(crate) fn failure(stats: &[StatCell<'_>], number: &str, error: &str) -> Option<Failure> {
     let s = stats.get(number.parse::<usize>().ok()?.checked_sub(1)?)?;
     Some(Failure {
         error: format!("{STATS_ERROR}{error}"),
@@ -149,7 +149,7 @@ pub fn failure(stats: &[StatCell<'_>], number: &str, error: &str) -> Option<Fail
 
 /// On a cluster, the `stats:known:` members of a chunk's statistics cells
 /// (each key once, those that failed left out), for ZADDs sent after it.
-pub fn members(stats: &[StatCell<'_>], failures: &[Failure], out: &mut Vec<String>) {
+pub(crate) fn members(stats: &[StatCell<'_>], failures: &[Failure], out: &mut Vec<String>) {
     let mut prev: Option<(u32, &str)> = None;
     for s in stats {
         if prev == Some((s.precision, s.name)) {

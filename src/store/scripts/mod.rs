@@ -15,7 +15,7 @@ use crate::store::client::Conn;
 use redis::{Cmd, RedisResult, Script};
 
 /// A script: its file name, its source and its SHA1.
-pub struct Lua {
+pub(crate) struct Lua {
     name: &'static str,
     source: &'static str,
     script: Script,
@@ -32,14 +32,14 @@ impl Lua {
 
     /// An EVALSHA command for this script with `nkeys` keys; the caller adds
     /// the keys, then the arguments.
-    pub fn evalsha(&self, nkeys: usize) -> Cmd {
+    pub(crate) fn evalsha(&self, nkeys: usize) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.script.get_hash()).arg(nkeys);
         cmd
     }
 
     /// The script's SHA1, as Redis names it.
-    pub fn hash(&self) -> &str {
+    pub(crate) fn hash(&self) -> &str {
         self.script.get_hash()
     }
 }
@@ -57,7 +57,7 @@ pub fn name_of(sha: &str) -> Option<&'static str> {
 /// `b.lua`: `fence.lua` puts the leader's fence in front of a duty's body).
 macro_rules! scripts {
     ($($(#[$doc:meta])* $name:ident = $first:literal $(+ $more:literal)*;)*) => {
-        $($(#[$doc])* pub static $name: LazyLock<Lua> =
+        $($(#[$doc])* pub(crate) static $name: LazyLock<Lua> =
             LazyLock::new(|| Lua::new(concat!($first $(, "+", $more)*), concat!(include_str!($first) $(, include_str!($more))*)));)*
         /// Every script, for loading.
         fn all() -> Vec<&'static Lua> { vec![$(&*$name),*] }
@@ -109,7 +109,7 @@ scripts! {
 /// slots (a pipeline would go to one node only). Replicas are left out: a
 /// dead one must not stop the load, and a replica promoted later answers
 /// NOSCRIPT once, which makes the caller reconnect and load again.
-pub async fn load_all(conn: &mut Conn) -> RedisResult<()> {
+pub(crate) async fn load_all(conn: &mut Conn) -> RedisResult<()> {
     if let Conn::Cluster(cluster, deadline) = conn {
         use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
         for lua in all() {
@@ -143,7 +143,7 @@ pub async fn load_all(conn: &mut Conn) -> RedisResult<()> {
 /// Deletes `key` if it still holds `token` (`release.lua`): how the leader
 /// lease and a consumer name registration are given up. Returns whether it
 /// was released.
-pub async fn release_if_held<C: ConnectionLike>(
+pub(crate) async fn release_if_held<C: ConnectionLike>(
     conn: &mut C,
     key: &str,
     token: &str,
@@ -171,3 +171,7 @@ mod tests {
         assert_eq!(name_of("0000000000000000000000000000000000000000"), None);
     }
 }
+
+// A real Redis comes from the test kit, built with the `cli` feature.
+#[cfg(all(test, feature = "cli"))]
+mod redis_tests;

@@ -1,0 +1,59 @@
+//! The worker's hot path without Redis, as `benches/hot_path.rs` times it:
+//! hits aggregated into a window, and a window's apply step built. Built
+//! with the `bench` feature only; no part of the library's API.
+
+use crate::model::aggregate::{Cell, Window};
+use crate::model::config::DEFAULT_PRECISIONS;
+use crate::model::event::Hit;
+use crate::model::keys::Keys;
+use crate::store::commit::apply::apply_pipeline;
+use crate::store::commit::{Apply, CHUNK_CELLS};
+
+/// Samples kept per counter, the default.
+const SAMPLES: u32 = 120;
+
+/// A window at the default precisions.
+pub struct Aggregation(Window);
+
+impl Default for Aggregation {
+    fn default() -> Self {
+        Aggregation(Window::new(&DEFAULT_PRECISIONS, SAMPLES))
+    }
+}
+
+impl Aggregation {
+    /// Adds one hit, judged old or not against `now_ms`.
+    pub fn add(&mut self, hit: &Hit<'_>, now_ms: i64) {
+        self.0.add(hit, now_ms);
+    }
+
+    /// How many count cells the window holds.
+    pub fn cells_len(&self) -> usize {
+        self.0.cells_len()
+    }
+
+    /// The window's count cells, as the apply step takes them.
+    pub fn cells(&self) -> Cells<'_> {
+        Cells(self.0.cells().collect())
+    }
+}
+
+/// A window's count cells.
+pub struct Cells<'a>(Vec<Cell<'a>>);
+
+/// Builds the apply step of window `w-1` (`cells`, entries `ids`, the
+/// previous window `w-0` finished) as the worker sends it; returns the
+/// packed pipeline's length in bytes.
+pub fn apply_step_len(keys: &Keys, cells: &Cells<'_>, ids: &str) -> usize {
+    let step = Apply {
+        window: "w-1",
+        cells: &cells.0,
+        stats: &[],
+        ids,
+        chunk: CHUNK_CELLS,
+        by_slot: false,
+    };
+    let done = [keys.applied_marker("w-0")];
+    let (pipe, _) = apply_pipeline(keys, &step, &done, None);
+    pipe.get_packed_pipeline().len()
+}

@@ -1,0 +1,385 @@
+//! The exactly-once commit against a real redis-server and a real Redis
+//! Cluster: a stalled worker's window is fenced once its entries are
+//! claimed, a resent commit keeps its record, a replayed or recovered
+//! window adds its statistics once, and sums applied together on a cluster
+//! (`apply_group.lua`: one script per hash slot carries chunks of sums
+//! recorded in different groups, each under its own group's marker) count
+//! nothing twice on any replay.
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::model::aggregate::{Cell, Window};
+    use crate::model::config::{LayoutArgs, StreamArgs, DEFAULT_PRECISIONS};
+    use crate::model::keys::Keys;
+    use crate::model::slots::{slot, tag_for_slot};
+    use crate::model::stats::DEFAULT_QUANTILE_PRECISIONS;
+    use crate::store::commit::{
+        self, sort_for_cluster, Apply, Committer, Outcome, Sealed, Sum, CHUNK_CELLS,
+    };
+    use crate::store::connect::Conn;
+    use crate::testing::stats::{self as st, kept, observations, Obs};
+    use crate::testing::*;
+
+    const PRECISIONS: [u32; 7] = DEFAULT_PRECISIONS;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_workers_window_is_fenced_after_its_entries_are_claimed() {
+        let srv = server();
+        let mut c = conn(&srv.url()).await;
+        let now = unix_now();
+        xadd_hits(&mut c, "race", 10, now).await;
+        let mut stalled = settings(&srv.url(), "stalled");
+        stalled.worker.claim_idle_ms = 1000;
+        let k = keys(&stalled);
+        crate::store::scripts::load_all(&mut c).await.unwrap();
+        crate::store::stream::ensure_group(&mut c, &k)
+            .await
+            .unwrap();
+        // The stalled worker: reads its epoch and the entries, then stops.
+        let committer = Committer::new(k.clone(), "stalled".into(), 1000);
+        let epoch = committer.epoch(&mut c).await.unwrap();
+        let reply = crate::store::stream::read(&mut c, &k, "stalled", 100, None, ">")
+            .await
+            .unwrap();
+        let entries = crate::store::stream::read_reply_entries(&reply);
+        assert_eq!(entries.len(), 10);
+        let ids: Vec<&str> = entries.iter().map(|e| e.id_str()).collect();
+        let ids = ids.join(" ");
+
+        // A live worker claims them once idle and counts them.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let mut live = settings(&srv.url(), "live");
+        live.worker.claim_idle_ms = 1000;
+        let workers = Workers::start(vec![live]);
+        wait_drained(&mut c, &k).await;
+        workers.stop().await;
+
+        // The stalled worker wakes up and tries to commit its window.
+        let mut window = Window::new(&PRECISIONS, 120);
+        for e in &entries {
+            window.add(
+                &crate::model::event::decode(e.id, e.pairs()).unwrap(),
+                now * 1000,
+            );
+        }
+        let cells: Vec<_> = window.cells().collect();
+        let sealed = Sealed {
+            window: "stale-1",
+            ids: &ids,
+            cells: &cells,
+            stats: &[],
+            rejected: &[],
+            chunk: CHUNK_CELLS,
+            chunks: cells.len().div_ceil(CHUNK_CELLS),
+        };
+        let outcome = committer
+            .commit(&mut c, &epoch, None, Some(&sealed))
+            .await
+            .unwrap();
+        assert!(matches!(outcome, Outcome::Fenced(_)), "{outcome:?}");
+        let got = read_all(&mut c, &k).await;
+        assert_eq!(
+            got[&(60, "race".to_string())].values().sum::<i64>(),
+            10,
+            "counted once"
+        );
+        // The fields written ahead of the refused commit do not stay behind.
+        let left: i64 = redis::cmd("EXISTS")
+            .arg(k.window("stale-1"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(left, 0, "a refused window leaves no record");
+    }
+
+    /// A commit resent after a lost reply writes the window's fields again,
+    /// with the TTL of fields not yet a record: the record stays a record (no
+    /// TTL, its owner, listed) and the resend is a duplicate.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_resent_commit_keeps_its_record_for_good() {
+        let srv = server();
+        let mut c = conn(&srv.url()).await;
+        let s = settings(&srv.url(), "w");
+        let k = keys(&s);
+        crate::store::scripts::load_all(&mut c).await.unwrap();
+        let committer = Committer::new(k.clone(), "w".into(), 1000);
+        let epoch = committer.epoch(&mut c).await.unwrap();
+        let mut window = Window::new(&PRECISIONS, 120);
+        let now = unix_now();
+        window.add(
+            &crate::model::event::Hit {
+                name: "resent",
+                count: 3,
+                ts_ms: now * 1000,
+                value: None,
+            },
+            now * 1000,
+        );
+        let cells: Vec<_> = window.cells().collect();
+        let sealed = Sealed {
+            window: "w-1",
+            ids: "1-0",
+            cells: &cells,
+            stats: &[],
+            rejected: &[],
+            chunk: CHUNK_CELLS,
+            chunks: 1,
+        };
+        for expected in [Outcome::Committed, Outcome::Duplicate] {
+            let outcome = committer
+                .commit(&mut c, &epoch, None, Some(&sealed))
+                .await
+                .unwrap();
+            assert_eq!(outcome, expected);
+            let record = k.window("w-1");
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&record)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(ttl, -1, "a record has no TTL");
+            let (owner, ids, chunks): (Option<String>, Option<String>, Option<String>) =
+                redis::cmd("HMGET")
+                    .arg(&record)
+                    .arg("owner")
+                    .arg("ids")
+                    .arg("chunks")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+            assert_eq!(
+                (owner.as_deref(), ids.as_deref(), chunks.as_deref()),
+                (Some("w"), Some("1-0"), Some("1"))
+            );
+            assert_eq!(zset_members(&mut c, &k.windows()).await, ["w-1"]);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replayed_or_recovered_window_adds_its_statistics_once() {
+        let srv = server();
+        let mut c = conn(&srv.url()).await;
+        let s = settings(&srv.url(), "gone");
+        let k = keys(&s);
+        crate::store::scripts::load_all(&mut c).await.unwrap();
+        let now = unix_now();
+        let obs = observations(500, 3, now, 3);
+        let mut window =
+            Window::new(&DEFAULT_PRECISIONS, 120).with_quantiles(&DEFAULT_QUANTILE_PRECISIONS);
+        for (name, count, ts, value) in &obs {
+            let hit = crate::model::event::Hit {
+                name,
+                count: *count,
+                ts_ms: ts * 1000,
+                value: Some(*value),
+            };
+            window.add(&hit, now * 1000);
+        }
+        let cells: Vec<_> = window.cells().collect();
+        let stats: Vec<_> = window.stat_cells().collect();
+        // A small chunk size: many chunks, the first with counts and
+        // statistics mixed.
+        let chunk = cells.len() + 30;
+        let step = Apply {
+            window: "w-1",
+            cells: &cells,
+            stats: &stats,
+            ids: "",
+            chunk,
+            by_slot: false,
+        };
+        let chunks = commit::plan(&k, &step);
+        assert!(
+            !chunks[0].stats.is_empty() && chunks.len() > 3,
+            "{chunks:?}"
+        );
+        let sealed = Sealed {
+            window: "w-1",
+            ids: "",
+            cells: &cells,
+            stats: &stats,
+            rejected: &[],
+            chunk,
+            chunks: chunks.len(),
+        };
+        let committer = Committer::new(k.clone(), "gone".into(), 1000);
+        let outcome = committer
+            .commit(&mut c, "0", None, Some(&sealed))
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::Committed);
+        // The worker applies it, the reply is lost, it applies it again.
+        for _ in 0..2 {
+            assert!(committer
+                .apply_and_ack(&mut c, &step, &[], None)
+                .await
+                .unwrap()
+                .is_empty());
+        }
+        // And a recovering worker finishes it from its record (statistics
+        // read back from it): the markers make it a replay.
+        let (records, corrupt, _) = committer.records(&mut c).await.unwrap();
+        assert!(corrupt.is_empty());
+        assert_eq!(records.len(), 1);
+        assert!(committer
+            .recover(&mut c, &records[0], Instant::now())
+            .await
+            .unwrap());
+        let (want, _) = st::reference(
+            &obs,
+            &DEFAULT_PRECISIONS,
+            &DEFAULT_QUANTILE_PRECISIONS,
+            kept(now),
+        );
+        st::assert_equal(&st::read(&mut c, &k).await, &want);
+
+        // A window recorded and never applied: recovery applies its statistics.
+        let sealed = Sealed {
+            window: "w-2",
+            ..sealed
+        };
+        let outcome = committer
+            .commit(&mut c, "0", None, Some(&sealed))
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::Committed);
+        let (records, _, _) = committer.records(&mut c).await.unwrap();
+        assert_eq!(records.len(), 1);
+        assert!(committer
+            .recover(&mut c, &records[0], Instant::now())
+            .await
+            .unwrap());
+        let doubled: Vec<Obs> = obs.iter().chain(&obs).cloned().collect();
+        let (want, _) = st::reference(
+            &doubled,
+            &DEFAULT_PRECISIONS,
+            &DEFAULT_QUANTILE_PRECISIONS,
+            kept(now),
+        );
+        st::assert_equal(&st::read(&mut c, &k).await, &want);
+    }
+
+    const BUCKET: i64 = 1_700_000_040;
+
+    fn cells<'a>(keys: &Keys, names: &'a [String], delta: i64) -> Vec<Cell<'a>> {
+        let mut v: Vec<Cell<'a>> = names
+            .iter()
+            .flat_map(|n| {
+                [60u32, 300].map(|p| Cell {
+                    precision: p,
+                    name: n.as_str(),
+                    bucket: BUCKET - BUCKET % i64::from(p),
+                    delta,
+                })
+            })
+            .collect();
+        sort_for_cluster(keys, &mut v);
+        v
+    }
+
+    /// Each name's count at both precisions, summed.
+    async fn totals(c: &mut Conn, keys: &Keys, names: &[String]) -> Vec<i64> {
+        let mut out = Vec::new();
+        for n in names {
+            let mut t = 0;
+            for p in [60u32, 300] {
+                let v: Option<i64> = redis::cmd("HGET")
+                    .arg(keys.count(p, n))
+                    .arg(BUCKET - BUCKET % i64::from(p))
+                    .query_async(c)
+                    .await
+                    .unwrap();
+                t += v.unwrap_or(0);
+            }
+            out.push(t);
+        }
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sums_of_two_groups_share_scripts_and_every_replay_counts_once() {
+        let cluster = cluster(3, 0);
+        let mut c = conn(&cluster.url()).await;
+        crate::store::scripts::load_all(&mut c).await.unwrap();
+        let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
+        let committer = Committer::new(keys.clone(), "grouptest".into(), 1000);
+        let names = |p: &str| -> Vec<String> { (0..400).map(|i| format!("{p}{i}")).collect() };
+        let (a, b, d) = (names("a"), names("b"), names("d"));
+        let (ca, cb, cd) = (
+            cells(&keys, &a, 1),
+            cells(&keys, &b, 2),
+            cells(&keys, &d, 5),
+        );
+        let sum = |id, group, cells| Sum {
+            id,
+            group,
+            cells,
+            chunk: CHUNK_CELLS,
+        };
+        let a1 = sum("sa", "g1", &ca);
+        let b2 = sum("sb", "g2", &cb);
+        let d1 = sum("sd", "g1", &cd);
+
+        // Together: a sum recorded in g1, one in g2.
+        let failed = committer.apply_sums(&mut c, &[a1, b2], None).await.unwrap();
+        assert!(failed.iter().all(Vec::is_empty), "{failed:?}");
+        let want = |names: &[String], per: i64| vec![2 * per; names.len()];
+        assert_eq!(totals(&mut c, &keys, &a).await, want(&a, 1));
+        assert_eq!(totals(&mut c, &keys, &b).await, want(&b, 2));
+
+        // In a slot holding cells of both, each group's marks are in its own
+        // marker there.
+        let slots = |cells: &[Cell<'_>]| -> std::collections::BTreeSet<u16> {
+            cells
+                .iter()
+                .map(|c| slot(keys.count(c.precision, c.name).as_bytes()))
+                .collect()
+        };
+        let both = slots(&ca)
+            .intersection(&slots(&cb))
+            .copied()
+            .collect::<Vec<_>>();
+        assert!(
+            !both.is_empty(),
+            "800 cells each over 16,384 slots share some"
+        );
+        for at in both {
+            for (group, id) in [("g1", "sa"), ("g2", "sb")] {
+                let marker = keys.applied_marker_tagged(group, tag_for_slot(at));
+                let fields: Vec<String> = redis::cmd("HKEYS")
+                    .arg(&marker)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                assert!(
+                    !fields.is_empty() && fields.iter().all(|f| f.starts_with(&format!("{id}:"))),
+                    "{marker}: {fields:?}"
+                );
+            }
+        }
+
+        // Replays: together again, each alone, and one with a new sum.
+        committer.apply_sums(&mut c, &[a1, b2], None).await.unwrap();
+        committer.apply_sums(&mut c, &[b2], None).await.unwrap();
+        committer.apply_sums(&mut c, &[a1], None).await.unwrap();
+        committer.apply_sums(&mut c, &[b2, d1], None).await.unwrap();
+        assert_eq!(totals(&mut c, &keys, &a).await, want(&a, 1));
+        assert_eq!(totals(&mut c, &keys, &b).await, want(&b, 2));
+        assert_eq!(totals(&mut c, &keys, &d).await, want(&d, 5));
+
+        // Every marker the group leaves is one the worker expires once its
+        // sums are finished.
+        let mut markers = committer.group_markers(&[a1, b2]);
+        markers.extend(committer.group_markers(&[b2, d1]));
+        for m in &markers {
+            let exists: i64 = redis::cmd("EXISTS")
+                .arg(m)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(exists, 1, "{m}");
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! The seeds' reference for counters, every counter read back as the
+//! seeds read them, and hits appended for both; shared by the integration
+//! tests and the crate's own (`src/testing.rs` includes this file).
+
+use std::collections::BTreeMap;
+
+use hitcount::model::keys::Keys;
+use hitcount::store::connect::Conn;
+
+/// The seeds' update_counter, as increments: (precision, name) -> bucket -> count.
+pub type Counts = BTreeMap<(u32, String), BTreeMap<i64, i64>>;
+
+pub fn reference(hits: &[(String, i64, i64)], precisions: &[u32]) -> Counts {
+    let mut out = Counts::new();
+    for (name, count, ts) in hits {
+        for &p in precisions {
+            let bucket = ts.div_euclid(p as i64) * p as i64;
+            *out.entry((p, name.clone()))
+                .or_default()
+                .entry(bucket)
+                .or_default() += count;
+        }
+    }
+    out
+}
+
+/// Every member of a ZSET, in order (`known:`, the window records' list).
+pub async fn zset_members(conn: &mut Conn, key: &str) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// Every counter in Redis under the layout, read as the seeds read them.
+pub async fn read_all(conn: &mut Conn, keys: &Keys) -> Counts {
+    let members = zset_members(conn, &keys.known()).await;
+    let mut out = Counts::new();
+    for m in members {
+        let (p, name) = m.split_once(':').unwrap();
+        let p: u32 = p.parse().unwrap();
+        let samples = hitcount::store::counters::read(conn, keys, p, name)
+            .await
+            .unwrap();
+        out.insert(
+            (p, name.to_string()),
+            samples.iter().map(|s| (s.time, s.count)).collect(),
+        );
+    }
+    out
+}
+
+/// Appends `n` hits of `name` at `ts` in the MessagePack form; returns them
+/// for the reference.
+pub async fn xadd_hits(c: &mut Conn, name: &str, n: usize, ts: i64) -> Vec<(String, i64, i64)> {
+    let mut pipe = redis::pipe();
+    for _ in 0..n {
+        pipe.cmd("XADD")
+            .arg("hits")
+            .arg("*")
+            .arg("hit")
+            .arg(hitcount::model::event::encode(name, 1, Some(ts as f64)))
+            .ignore();
+    }
+    pipe.query_async::<()>(c).await.unwrap();
+    vec![(name.to_string(), 1, ts); n]
+}

@@ -112,21 +112,24 @@ const REDIS_NICE: i32 = -10;
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let server = match &args.redis_url {
         Some(url) => {
-            super::connect_single(&RedisArgs::from_url(url), "hitcount bench")
-                .await
-                .map_err(cluster_is_the_labs)?;
+            // A cluster was measured here once; the lab measures it now,
+            // and the refusal says so.
+            if super::connect(&RedisArgs::from_url(url))
+                .await?
+                .is_cluster()
+            {
+                anyhow::bail!(
+                    "hitcount bench measures one Redis, and REDIS_URL names a cluster: the \
+                     project's lab measures clusters: in a clone of hitcount, `cargo build \
+                     --release --workspace && target/release/hitcount-lab bench` with this \
+                     REDIS_URL"
+                );
+            }
             None
         }
-        None => Some(
-            ThrowawayRedis::start(&["slowlog-log-slower-than 10000"])
-                .context("starting a throwaway redis-server")?,
-        ),
+        None => Some(ThrowawayRedis::start().context("starting a throwaway redis-server")?),
     };
-    let url = match (&args.redis_url, &server) {
-        (Some(url), _) => url.clone(),
-        (None, Some(server)) => server.url(),
-        (None, None) => anyhow::bail!("no Redis to measure"),
-    };
+    let url = (args.redis_url.clone()).unwrap_or_else(|| server.as_ref().expect("started").url());
     let opts = Options {
         redis: RedisArgs::from_url(&url),
         entries: args.entries,
@@ -146,26 +149,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     }
     drop(server);
     Ok(())
-}
-
-/// A cluster was measured here once; the lab measures it now, and the
-/// refusal says so.
-fn cluster_is_the_labs(e: anyhow::Error) -> anyhow::Error {
-    let on_cluster = e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<crate::store::connect::StoreError>(),
-            Some(crate::store::connect::StoreError::NotOnCluster(_))
-        )
-    });
-    if on_cluster {
-        anyhow::anyhow!(
-            "hitcount bench measures one Redis, and REDIS_URL names a cluster: the project's lab \
-             measures clusters: in a clone of hitcount, `cargo build --release --workspace && \
-             target/release/hitcount-lab bench` with this REDIS_URL"
-        )
-    } else {
-        e
-    }
 }
 
 /// Sets the nice value of process `pid` with renice(1) (allowed to root

@@ -38,25 +38,6 @@ const MAX_NAMES: u64 = 100_000;
 /// live next to the stream (`{demo:hits}:hc:producer:*`).
 const KEY_PATTERNS: [&str; 2] = ["demo:*", "{demo:hits}:*"];
 
-/// Deletes what an earlier demo left on this Redis (every master of a
-/// cluster), a page of SCAN at a time (UNLINK frees the memory in the
-/// background); returns how many keys.
-async fn clear(conn: &mut crate::store::connect::Conn) -> redis::RedisResult<u64> {
-    let deleted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    for pattern in KEY_PATTERNS {
-        crate::store::scan::each_page(conn, pattern, |mut c, keys| {
-            let deleted = deleted.clone();
-            async move {
-                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut c).await?;
-                deleted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                Ok(())
-            }
-        })
-        .await?;
-    }
-    Ok(deleted.load(std::sync::atomic::Ordering::Relaxed))
-}
-
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     /// Redis to use instead of a throwaway one. Its keys `demo:*` (and the
@@ -86,7 +67,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let listener = listen(&args.dashboard).await?;
     let server = match &args.redis_url {
         Some(_) => None,
-        None => Some(ThrowawayRedis::start(&[]).context("starting a throwaway redis-server")?),
+        None => Some(ThrowawayRedis::start().context("starting a throwaway redis-server")?),
     };
     let url = args
         .redis_url
@@ -100,7 +81,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         ..StreamArgs::default()
     };
     let mut conn = super::connect(&redis).await?;
-    let cleared = clear(&mut conn).await?;
+    let mut cleared = 0;
+    for pattern in KEY_PATTERNS {
+        cleared += crate::edge::bench::delete_matching(&mut conn, pattern).await?;
+    }
     if cleared > 0 {
         outln!(
             "deleted {} left by an earlier demo",

@@ -31,9 +31,7 @@ mod worker;
 
 pub(crate) use settings::{Pick, Uses};
 
-pub(crate) use reach::{
-    check_stream, checked_producer, connect, connect_single, one_line, refused,
-};
+pub(crate) use reach::{check_stream, checked_producer, connect, one_line, refused};
 
 /// Count hits at scale on Redis: a stream of hit events in, multi-precision
 /// counters (the Redis in Action §5.2 layout) out.

@@ -88,7 +88,9 @@ pub(crate) async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
     let failed = |e: RedisError| {
         if crate::store::error::is_not_redis(&e) {
             anyhow!(cause(&e))
-        } else if permanent(&e) {
+        } else if crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
+            // No retry can help (the classes every command shares with the
+            // worker).
             anyhow!("Redis at {url} refused the connection: {}", cause(&e))
         } else {
             anyhow!("cannot connect to Redis at {url}: {}", cause(&e))
@@ -103,25 +105,6 @@ pub(crate) async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
         .await
         .map_err(failed)?;
     Ok(conn)
-}
-
-/// [`connect`] for a command that runs on one Redis node only (for now): a
-/// cluster is refused with one line saying so.
-pub(crate) async fn connect_single(
-    redis: &RedisArgs,
-    what: &'static str,
-) -> anyhow::Result<crate::store::connect::Conn> {
-    let conn = connect(redis).await?;
-    if conn.is_cluster() {
-        return Err(crate::store::connect::StoreError::NotOnCluster(what).into());
-    }
-    Ok(conn)
-}
-
-/// Whether retrying cannot help (the classes every command shares with the
-/// worker, see [`crate::store::connect::classify`]).
-fn permanent(err: &RedisError) -> bool {
-    crate::store::connect::classify(err).0 == ErrorClass::Fatal
 }
 
 /// Checks, before a producer starts (it retries every error in the

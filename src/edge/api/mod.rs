@@ -27,7 +27,7 @@
 pub(crate) mod assets;
 pub(crate) mod params;
 pub(crate) mod stats;
-mod top;
+pub(crate) mod top;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -41,7 +41,6 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::edge::server::{self, Limits, Resp};
-use crate::model::config::DEFAULT_SAMPLES;
 use crate::model::keys::{Family, Keys};
 use crate::service::ranking::{RankError, Rankings, KEEP};
 use crate::store::connect::{Client, Conn, ErrorClass};
@@ -71,25 +70,18 @@ pub(crate) struct Api {
 
 impl Api {
     /// The API over the counters named by `keys` at `precisions` (sorted),
-    /// read through `client` (connected on first use, again after a
-    /// connection error).
-    pub(crate) fn new(client: Client, keys: Keys, precisions: Vec<u32>) -> Api {
+    /// which keep `samples` buckets (`--samples`: older buckets are not
+    /// ranked), read through `client` (connected on first use, again after
+    /// a connection error).
+    pub(crate) fn new(client: Client, keys: Keys, precisions: Vec<u32>, samples: u32) -> Api {
         Api {
             client,
             conn: tokio::sync::Mutex::new(None),
             rankings: Rankings::new(keys.clone()),
             keys,
             precisions,
-            samples: DEFAULT_SAMPLES,
+            samples: samples.max(1),
         }
-    }
-
-    /// The same API, for counters that keep `samples` buckets
-    /// (`--samples`, [`DEFAULT_SAMPLES`] unless set): older buckets are not
-    /// ranked.
-    pub(crate) fn keeping(mut self, samples: u32) -> Api {
-        self.samples = samples.max(1);
-        self
     }
 
     async fn conn(&self) -> Result<Conn, Failure> {
@@ -143,29 +135,6 @@ pub(crate) async fn serve(
         async move { handle(&api, &req).await }
     })
     .await
-}
-
-/// The API served in a background task of this process, with the default
-/// limits (the demo's dashboard, the serve benchmark).
-pub(crate) struct Background {
-    trigger: crate::model::shutdown::Trigger,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl Background {
-    /// Starts serving `api` on `listener`.
-    pub(crate) fn start(listener: TcpListener, api: Api) -> Background {
-        let (trigger, mut stop) = crate::model::shutdown::channel();
-        let shutdown = async move { stop.wait().await };
-        let task = tokio::spawn(serve(listener, api, shutdown, Limits::default()));
-        Background { trigger, task }
-    }
-
-    /// Stops serving (open requests get the shutdown grace) and returns.
-    pub(crate) async fn stop(self) -> std::io::Result<()> {
-        self.trigger.trigger();
-        self.task.await.map_err(std::io::Error::other)?
-    }
 }
 
 /// Why a request got no answer.

@@ -135,7 +135,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         &names,
         None,
         true,
-        true,
         &crate::model::shutdown::Shutdown::never(),
     )
     .await;
@@ -306,8 +305,12 @@ async fn dashboard(
         crate::store::connect::client(redis)?,
         Keys::new(layout, &StreamArgs::default()),
         layout.precisions.clone(),
+        layout.samples,
     );
-    let serving = api::Background::start(listener, api);
+    let (trigger, mut stop) = crate::model::shutdown::channel();
+    let shutdown = async move { stop.wait().await };
+    let limits = crate::edge::server::Limits::default();
+    let serving = tokio::spawn(api::serve(listener, api, shutdown, limits));
     outln!("\nDashboard: http://{bound}/?name=page:0&precision=60");
     if keep {
         outln!("serving it until Ctrl-C");
@@ -315,6 +318,8 @@ async fn dashboard(
     } else {
         outln!("(stdout is not a terminal, so the demo stops here; --keep-serving keeps it open)");
     }
-    serving.stop().await?;
+    // Open requests get the shutdown grace.
+    trigger.trigger();
+    serving.await??;
     Ok(())
 }

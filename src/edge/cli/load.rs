@@ -79,7 +79,6 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         &Names::new(args.names, dist),
         args.rate,
         args.values,
-        true,
         &stop,
     )
     .await;
@@ -136,14 +135,9 @@ pub(crate) async fn send(
     names: &Names,
     rate: Option<u64>,
     values: bool,
-    progress: bool,
     stop: &Shutdown,
 ) -> Sent {
-    let bar = if progress {
-        ProgressBar::new(hits)
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = ProgressBar::new(hits);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} hits {per_sec} eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),

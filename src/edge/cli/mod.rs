@@ -5,7 +5,7 @@ use std::io::Write as _;
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 
-use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
+use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs};
 
 /// Writes one line to stdout, like `println!`, but a closed stdout (the
 /// reader quit: `hitcount get NAME | head -1`) returns [`StdoutClosed`] from
@@ -305,24 +305,31 @@ pub(crate) fn parse_zipf(text: &str) -> Result<f64, String> {
 /// A counter's name to read (`get`): 1..=4096 bytes, as no other can
 /// have been counted.
 pub(crate) fn parse_counter_name(text: &str) -> Result<String, String> {
-    match text.len() {
-        0 => Err("a counter's name cannot be empty (no hit with an empty name is counted)".into()),
-        n if n > crate::model::event::MAX_NAME_BYTES => Err(format!(
-            "{n} bytes is longer than the {} bytes a counted name may have",
-            crate::model::event::MAX_NAME_BYTES
-        )),
-        _ => Ok(text.to_string()),
-    }
+    name_of_at_most(
+        text,
+        "a counter's name cannot be empty (no hit with an empty name is counted)",
+        "a counted name may have",
+    )
 }
 
 /// A hit's name as the worker accepts it: 1..=4096 bytes (longer or empty
 /// names are dead-lettered).
 pub(crate) fn parse_hit_name(text: &str) -> Result<String, String> {
+    name_of_at_most(
+        text,
+        "a hit's name cannot be empty (the worker would dead-letter it)",
+        "a name may have (the worker would dead-letter it)",
+    )
+}
+
+/// `text` if it is 1..=[`crate::model::event::MAX_NAME_BYTES`] bytes long,
+/// else `empty`, or that its length is longer than the bytes `a_name_may_have`.
+fn name_of_at_most(text: &str, empty: &str, a_name_may_have: &str) -> Result<String, String> {
+    let max = crate::model::event::MAX_NAME_BYTES;
     match text.len() {
-        0 => Err("a hit's name cannot be empty (the worker would dead-letter it)".into()),
-        n if n > crate::model::event::MAX_NAME_BYTES => Err(format!(
-            "{n} bytes is longer than the {} bytes a name may have (the worker would dead-letter it)",
-            crate::model::event::MAX_NAME_BYTES
+        0 => Err(empty.into()),
+        n if n > max => Err(format!(
+            "{n} bytes is longer than the {max} bytes {a_name_may_have}"
         )),
         _ => Ok(text.to_string()),
     }
@@ -383,19 +390,6 @@ pub(crate) fn number(v: Option<f64>) -> String {
             }
         }
         Some(v) => format!("{v:.3e}"),
-    }
-}
-
-/// Worker settings from the command line groups.
-pub(crate) fn worker_settings(
-    common: &Common,
-    worker: &WorkerArgs,
-) -> crate::service::worker::Settings {
-    crate::service::worker::Settings {
-        redis: common.redis.clone(),
-        layout: common.layout.clone(),
-        stream: common.stream.clone(),
-        worker: worker.clone(),
     }
 }
 

@@ -30,8 +30,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {} (HITCOUNT_SERVE_LISTEN)", args.listen))?;
     let keys = Keys::new(&args.layout, &StreamArgs::default());
-    let api =
-        Api::new(client.clone(), keys, args.layout.precisions.clone()).keeping(args.layout.samples);
+    let (precisions, samples) = (args.layout.precisions.clone(), args.layout.samples);
+    let api = Api::new(client.clone(), keys, precisions, samples);
     // Redis as this user, once, before serving: a wrong password, a URL
     // that is no Redis or a permission the ACL lacks (INFO, a key pattern)
     // stops serve here with one line, as every command does. A Redis that

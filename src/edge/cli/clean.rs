@@ -47,7 +47,6 @@ pub(super) struct Uses;
 
 impl super::Uses for Uses {
     const SHOWN: &'static [&'static str] = &super::SHARED;
-    const HIDDEN: &'static [&'static str] = &[];
 }
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {

@@ -43,10 +43,7 @@ pub(crate) struct Args {
 pub(super) struct Uses;
 
 impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] =
-        &["url", "cluster", "ca", "cert", "key", "stream", "shards"];
-    const HIDDEN: &'static [&'static str] =
-        &["prefix", "precisions", "samples", "group", "dead_stream"];
+    const SHOWN: &'static [&'static str] = &["stream", "shards"];
 }
 
 /// What a load run sent.

@@ -29,7 +29,7 @@ mod status;
 mod top;
 mod worker;
 
-pub(crate) use settings::{Pick, Uses};
+pub(crate) use settings::{Group, Pick, Uses};
 
 pub(crate) use reach::{check_stream, checked_producer, connect, one_line, refused};
 
@@ -135,9 +135,9 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
 
 /// Settings shared by the commands that read or write counters. The worker
 /// takes them all; every other command takes them as a [`Pick`] that
-/// shows in its help those it uses, accepts the rest of the deployment's
-/// layout and stream settings ([`SHARED`]) unshown, and leaves out the
-/// worker's own (`--quantile-precisions`, `--dead-maxlen`).
+/// shows in its help how to reach Redis and those it uses, accepts the rest
+/// of the deployment's layout and stream settings ([`SHARED`]) unshown, and
+/// leaves out the worker's own (`--quantile-precisions`, `--dead-maxlen`).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub(crate) struct Common {
     /// How to reach Redis.
@@ -168,6 +168,11 @@ pub(crate) const SHARED: [&str; 12] = [
     "dead_stream",
     "shards",
 ];
+
+impl Group for Common {
+    const ALWAYS: &'static [&'static str] = &["url", "cluster", "ca", "cert", "key"];
+    const ACCEPTED: &'static [&'static str] = &SHARED;
+}
 
 impl Common {
     /// Checks the layout and the stream names (sorting the precisions).
@@ -424,22 +429,21 @@ mod tests {
     /// (shown or not) and no other: one deployment's settings fit them all.
     #[test]
     fn every_command_accepts_the_shared_settings() {
-        fn accepted<S: Uses>() -> Vec<&'static str> {
-            let mut all: Vec<_> = S::SHOWN.iter().chain(S::HIDDEN).copied().collect();
-            all.sort_unstable();
-            all
-        }
+        let cli = Cli::command();
+        let common = <Common as clap::Args>::augment_args(clap::Command::new("common"));
+        let of_common: Vec<_> = common.get_arguments().map(|a| a.get_id()).collect();
         let mut shared = SHARED.to_vec();
         shared.sort_unstable();
-        for (name, uses) in [
-            ("hit", accepted::<hit::Uses>()),
-            ("load", accepted::<load::Uses>()),
-            ("get", accepted::<get::Uses>()),
-            ("top", accepted::<top::Uses>()),
-            ("clean", accepted::<clean::Uses>()),
-            ("status", accepted::<status::Uses>()),
-        ] {
-            assert_eq!(uses, shared, "{name}");
+        for name in ["hit", "load", "get", "top", "clean", "status"] {
+            let sub = cli.find_subcommand(name).unwrap();
+            let mut accepted: Vec<&str> = sub
+                .get_arguments()
+                .map(|a| a.get_id())
+                .filter(|id| of_common.contains(id))
+                .map(|id| id.as_str())
+                .collect();
+            accepted.sort_unstable();
+            assert_eq!(accepted, shared, "{name}");
         }
     }
 

@@ -35,19 +35,7 @@ impl super::Uses for LeaderUses {
 pub(super) struct Uses;
 
 impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] = &[
-        "url",
-        "cluster",
-        "ca",
-        "cert",
-        "key",
-        "prefix",
-        "stream",
-        "group",
-        "dead_stream",
-        "shards",
-    ];
-    const HIDDEN: &'static [&'static str] = &["precisions", "samples"];
+    const SHOWN: &'static [&'static str] = &["prefix", "stream", "group", "dead_stream", "shards"];
 }
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {

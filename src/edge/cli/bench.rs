@@ -78,31 +78,17 @@ struct Moved {
     serve_secs: Option<u64>,
 }
 
-impl Args {
-    /// The line refusing a flag that moved to the lab, if one was given.
-    pub(super) fn moved(&self) -> Option<String> {
-        let m = &self.moved;
-        let given = [
-            ("--seeds-sample", m.seeds_sample.is_some()),
-            ("--latency-secs", m.latency_secs.is_some()),
-            ("--rss-backlog", m.rss_backlog.is_some()),
-            ("--cluster", m.cluster.is_some()),
-            ("--cluster-replicas", m.cluster_replicas.is_some()),
-            ("--shards", m.shards.is_some()),
-            ("--balance-shards", m.balance_shards),
-            ("--warm", m.warm),
-            ("--rounds", m.rounds.is_some()),
-            ("--serve", m.serve),
-            ("--serve-counters", m.serve_counters.is_some()),
-            ("--serve-pages", m.serve_pages.is_some()),
-            ("--serve-refresh-secs", m.serve_refresh_secs.is_some()),
-            ("--serve-secs", m.serve_secs.is_some()),
-        ];
-        let (flag, _) = given.iter().find(|(_, on)| *on)?;
-        Some(format!(
-            "`hitcount bench {flag}` moved to the project's lab: in a clone of hitcount, run `cargo build --release --workspace && target/release/hitcount-lab bench {flag} …`"
-        ))
-    }
+/// The line refusing the first flag given (in `matches` of `bench`) that
+/// moved to the lab, if any.
+pub(super) fn moved(matches: &clap::ArgMatches) -> Option<String> {
+    let moved = <Moved as clap::Args>::augment_args(clap::Command::new("moved"));
+    let flag = moved.get_arguments().find(|a| {
+        matches.value_source(a.get_id().as_str()) == Some(clap::parser::ValueSource::CommandLine)
+    })?;
+    let flag = format!("--{}", flag.get_long()?);
+    Some(format!(
+        "`hitcount bench {flag}` moved to the project's lab: in a clone of hitcount, run `cargo build --release --workspace && target/release/hitcount-lab bench {flag} …`"
+    ))
 }
 
 /// The nice value of the throwaway Redis, so that its command thread goes

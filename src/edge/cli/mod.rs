@@ -122,15 +122,14 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
                 Err(e) => Refused::Usage(e),
             }
         })?;
-    let cli = Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))?;
     // A bench flag that moved to the lab is named, never ignored.
-    if let Command::Bench(a) = &cli.command {
-        if let Some(line) = a.moved() {
+    if let Some(("bench", bench)) = matches.subcommand() {
+        if let Some(line) = bench::moved(bench) {
             let kind = clap::error::ErrorKind::ArgumentConflict;
             return Err(Refused::Usage(clap::Error::raw(kind, format!("{line}\n"))));
         }
     }
-    Ok(cli)
+    Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))
 }
 
 /// Settings shared by the commands that read or write counters. The worker

@@ -38,7 +38,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     // is only down is waited for: each request tries again.
     if let Err(e) = api.check().await {
         if crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
-            return Err(super::reach::redis_error(&args.redis.url, &e));
+            // Said in one line naming the URL, as every command's.
+            return Err(e.into());
         }
         tracing::warn!(error = %e, "Redis unavailable at start: serving anyway, each request tries again");
     }

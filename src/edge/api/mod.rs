@@ -84,16 +84,12 @@ impl Api {
         }
     }
 
-    async fn conn(&self) -> Result<Conn, Failure> {
+    async fn conn(&self) -> Result<Conn, RedisError> {
         let mut slot = self.conn.lock().await;
         if let Some(c) = slot.as_ref() {
             return Ok(c.clone());
         }
-        let c = self
-            .client
-            .open(REDIS_TIMEOUT)
-            .await
-            .map_err(Failure::Redis)?;
+        let c = self.client.open(REDIS_TIMEOUT).await?;
         Ok(slot.insert(c).clone())
     }
 
@@ -102,11 +98,7 @@ impl Api {
     /// password, a URL that is no Redis or a permission the user lacks
     /// stops `serve` with one line instead of failing every request.
     pub(crate) async fn check(&self) -> Result<(), RedisError> {
-        let mut conn = match self.conn().await {
-            Ok(c) => c,
-            Err(Failure::Redis(e)) => return Err(e),
-            Err(_) => unreachable!("connecting fails only with a Redis error"),
-        };
+        let mut conn = self.conn().await?;
         for family in [Family::Counts, Family::Stats] {
             query::list(&mut conn, &self.keys, family, &self.precisions, "", None, 1).await?;
         }
@@ -152,6 +144,12 @@ impl From<RankError> for Failure {
             RankError::Busy(wait) => Failure::Busy(wait),
             RankError::Redis(e) => Failure::Redis(e),
         }
+    }
+}
+
+impl From<RedisError> for Failure {
+    fn from(e: RedisError) -> Failure {
+        Failure::Redis(e)
     }
 }
 
@@ -262,8 +260,7 @@ async fn list(api: &Api, family: Family, q: &Query) -> Result<String, Failure> {
         q.get("after"),
         limit,
     )
-    .await
-    .map_err(Failure::Redis)?;
+    .await?;
     let counters = page
         .counters
         .into_iter()
@@ -325,12 +322,10 @@ async fn counter(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
     let s = Series::parse(api, raw, q, "counter")?;
     let mut conn = api.conn().await?;
     let samples = query::samples(&mut conn, &api.keys, s.precision, &s.name, s.from, s.until)
-        .await
-        .map_err(Failure::Redis)?
+        .await?
         .ok_or_else(|| s.not_found("counter"))?;
-    let stats = crate::store::stats_query::exists(&mut conn, &api.keys, s.precision, &s.name)
-        .await
-        .map_err(Failure::Redis)?;
+    let stats =
+        crate::store::stats_query::exists(&mut conn, &api.keys, s.precision, &s.name).await?;
     to_json(&CounterBody {
         name: &s.name,
         precision: s.precision,

@@ -10,7 +10,7 @@ use super::Common;
 use crate::model::config::LeaderArgs;
 use crate::model::keys::Keys;
 use crate::service::shard_spread::{MasterShards, ShardMove};
-use crate::service::status::{Shard, Status};
+use crate::service::status::{Leader, Shard, Status};
 use crate::store::counters::format_utc;
 
 #[derive(clap::Args, Debug)]
@@ -127,19 +127,7 @@ fn render(s: &Status, now_ms: i64) -> String {
         render_shards(&mut out, &s.shards);
     }
     render_masters(&mut out, &s.masters, &s.evening_moves);
-    match &s.leader {
-        Some(l) => {
-            let _ = writeln!(
-                out,
-                "leader: {} (lease left {:.1} s)",
-                l.token,
-                l.lease_left_ms as f64 / 1000.0
-            );
-        }
-        None => {
-            let _ = writeln!(out, "leader: none");
-        }
-    }
+    let _ = writeln!(out, "leader: {}", holder(s.leader.as_ref()));
     let _ = writeln!(out, "known counters: {}", s.known_counters);
     if s.known_stats > 0 {
         let _ = writeln!(out, "known statistics: {}", s.known_stats);
@@ -178,13 +166,7 @@ fn render_shards(out: &mut String, shards: &[Shard]) {
     );
     for sh in shards {
         let lag = sh.lag.map_or("?".to_string(), |l| l.to_string());
-        let owner = sh.owner.as_ref().map_or("none".to_string(), |o| {
-            format!(
-                "{} (lease left {:.1} s)",
-                o.token,
-                o.lease_left_ms as f64 / 1000.0
-            )
-        });
+        let owner = holder(sh.owner.as_ref());
         let _ = writeln!(
             out,
             "{:>5}  {:<12} {:>9} {:>9} {:>9} {:>9.1} s {:>9}  {owner}",
@@ -197,6 +179,14 @@ fn render_shards(out: &mut String, shards: &[Shard]) {
             sh.consumers.len()
         );
     }
+}
+
+/// Who holds a lease (the leader's, a shard's) and for how long yet.
+fn holder(lease: Option<&Leader>) -> String {
+    lease.map_or("none".to_string(), |l| {
+        let left = l.lease_left_ms as f64 / 1000.0;
+        format!("{} (lease left {left:.1} s)", l.token)
+    })
 }
 
 /// Which master serves which shards and their traffic, and how to balance
@@ -242,7 +232,7 @@ fn render_masters(out: &mut String, masters: &[MasterShards], moves: &[ShardMove
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::status::{over_shards, test_shard as shard, Leader};
+    use crate::service::status::{over_shards, test_shard as shard};
 
     #[test]
     fn the_table_has_a_line_per_shard_with_its_owner() {

@@ -221,11 +221,8 @@ fn read_them(url: &str, throwaway: bool, cluster: bool) -> String {
     let shown = crate::model::config::redact_url(url);
     let at = format!("--prefix demo: --redis-url {shown}");
     let seed = shown.split(',').next().unwrap_or_default();
-    let cli = if cluster {
-        format!("redis-cli -c -u {seed}")
-    } else {
-        format!("redis-cli -u {seed}")
-    };
+    let follow = if cluster { "-c " } else { "" };
+    let cli = format!("redis-cli {follow}-u {seed}");
     let name = Names::name(0);
     let until = if throwaway {
         " (until the demo stops: its Redis goes with it)"
@@ -240,9 +237,7 @@ fn read_them(url: &str, throwaway: bool, cluster: bool) -> String {
         format!("{cli} HGETALL demo:count:60:{name}"),
         format!("{cli} ZRANGE demo:known: 0 -1"),
     ] {
-        out.push_str("  ");
-        out.push_str(&cmd);
-        out.push('\n');
+        out.push_str(&format!("  {cmd}\n"));
     }
     out
 }

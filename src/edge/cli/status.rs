@@ -48,23 +48,22 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let mut status = crate::service::status::gather(&mut conn, &shards, &leader_key).await?;
     let (layout, stream) = (&args.common.layout, &args.common.stream);
     status.unread = crate::store::shard_count::stranded(&mut conn, layout, stream).await?;
-    if !status.unread.is_empty() {
+    let count = stream.shards.max(1);
+    let unread =
+        (!status.unread.is_empty()).then(|| crate::store::shard_count::describe(&status.unread));
+    if let Some(unread) = &unread {
         tracing::warn!(
-            "{} are not read with HITCOUNT_SHARDS={}: they were sent with another shard \
-             count; run workers with that count until they drain, or delete them",
-            crate::store::shard_count::describe(&status.unread),
-            stream.shards.max(1)
+            "{unread} are not read with HITCOUNT_SHARDS={count}: they were sent with another \
+             shard count; run workers with that count until they drain, or delete them"
         );
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&status)?);
     } else {
         let mut text = render(&status, crate::model::clock::unix_ms());
-        if !status.unread.is_empty() {
+        if let Some(unread) = unread {
             text.push_str(&format!(
-                "unread: {} are not read with {} shard(s): sent with another shard count\n",
-                crate::store::shard_count::describe(&status.unread),
-                stream.shards.max(1)
+                "unread: {unread} are not read with {count} shard(s): sent with another shard count\n"
             ));
         }
         super::out(&text)?;

@@ -36,14 +36,7 @@ pub(crate) struct Args {
     #[arg(long)]
     values: bool,
     #[command(flatten)]
-    pub(super) common: super::Pick<Common, Uses>,
-}
-
-/// The settings of [`Common`] `load` shows: it checks its stream against the workers' with the others.
-pub(super) struct Uses;
-
-impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] = &["stream", "shards"];
+    pub(super) common: super::Pick<Common, super::Sends>,
 }
 
 /// What a load run sent.

@@ -168,6 +168,14 @@ pub(crate) const SHARED: [&str; 12] = [
     "shards",
 ];
 
+/// The settings of [`Common`] a command that sends hits (`hit`, `load`)
+/// shows: it checks its stream against the workers' with the others.
+pub(crate) struct Sends;
+
+impl Uses for Sends {
+    const SHOWN: &'static [&'static str] = &["stream", "shards"];
+}
+
 impl Group for Common {
     const ALWAYS: &'static [&'static str] = &["url", "cluster", "ca", "cert", "key"];
     const ACCEPTED: &'static [&'static str] = &SHARED;

@@ -23,16 +23,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of our output has gone (`| head`): nothing to report.
         Err(e) if e.is::<hitcount::edge::cli::StdoutClosed>() => ExitCode::SUCCESS,
-        Err(e) => {
-            // In JSON mode the last word is a JSON line too, for the shipper.
-            match format {
-                LogFormat::Json => {
-                    tracing::error!(error = format!("{e:#}"), "hitcount failed")
-                }
-                LogFormat::Text => eprintln!("hitcount: {e:#}"),
-            }
-            ExitCode::FAILURE
-        }
+        Err(e) => failed(format == LogFormat::Json, &format!("{e:#}")),
     }
 }
 
@@ -61,8 +52,17 @@ fn usage_error(e: clap::Error) -> ExitCode {
 /// Reports a setting refused while parsing in one line, as every other
 /// configuration error is reported (exit 1).
 fn setting_error(line: &str) -> ExitCode {
-    if json_requested() {
+    let json = json_requested();
+    if json {
         hitcount::edge::cli::init_tracing(LogFormat::Json, "warn");
+    }
+    failed(json, line)
+}
+
+/// Reports the error `line` that ends the run (exit 1): on stderr, or in
+/// JSON mode as a JSON line too, for the shipper.
+fn failed(json: bool, line: &str) -> ExitCode {
+    if json {
         tracing::error!(error = line, "hitcount failed");
     } else {
         eprintln!("hitcount: {line}");

@@ -32,9 +32,8 @@ pub(crate) struct ThrowawayRedis {
 }
 
 impl ThrowawayRedis {
-    /// Starts `redis-server` with `extra` configuration lines (e.g.
-    /// `slowlog-log-slower-than 10000`) and waits until it answers PING.
-    pub(crate) fn start(extra: &[&str]) -> anyhow::Result<ThrowawayRedis> {
+    /// Starts `redis-server` and waits until it answers PING.
+    pub(crate) fn start() -> anyhow::Result<ThrowawayRedis> {
         let binary = find_redis_server().ok_or_else(|| {
             anyhow::anyhow!(
                 "redis-server not found on PATH, in /usr/sbin or in /usr/bin: install it \
@@ -52,7 +51,7 @@ impl ThrowawayRedis {
         std::fs::create_dir(&dir)?;
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            match launch(&binary, &dir, extra) {
+            match launch(&binary, &dir) {
                 Ok((child, port)) => return Ok(ThrowawayRedis { child, port, dir }),
                 Err(e) => last = Some(e),
             }
@@ -81,18 +80,14 @@ impl Drop for ThrowawayRedis {
 }
 
 /// One try on a fresh port: the child and its port once it answers.
-fn launch(binary: &PathBuf, dir: &PathBuf, extra: &[&str]) -> anyhow::Result<(Child, u16)> {
+fn launch(binary: &PathBuf, dir: &PathBuf) -> anyhow::Result<(Child, u16)> {
     let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
         .local_addr()?
         .port();
-    let mut conf = format!(
+    let conf = format!(
         "port {port}\nbind 127.0.0.1\ndir \"{}\"\nsave \"\"\nappendonly no\n",
         dir.display()
     );
-    for line in extra {
-        conf.push_str(line);
-        conf.push('\n');
-    }
     let path = dir.join("redis.conf");
     std::fs::write(&path, conf)?;
     let mut child = Command::new(binary)
@@ -150,7 +145,7 @@ mod tests {
 
     #[test]
     fn a_throwaway_server_answers_and_leaves_nothing_behind() {
-        let server = ThrowawayRedis::start(&["slowlog-log-slower-than 10000"]).unwrap();
+        let server = ThrowawayRedis::start().unwrap();
         let dir = server.dir.clone();
         let pid = server.pid();
         assert!(answers(server.port));

@@ -27,7 +27,7 @@
 pub(crate) mod assets;
 pub(crate) mod params;
 pub(crate) mod stats;
-mod top;
+pub(crate) mod top;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -41,7 +41,6 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::edge::server::{self, Limits, Resp};
-use crate::model::config::DEFAULT_SAMPLES;
 use crate::model::keys::{Family, Keys};
 use crate::service::ranking::{RankError, Rankings, KEEP};
 use crate::store::connect::{Client, Conn, ErrorClass};
@@ -71,37 +70,26 @@ pub(crate) struct Api {
 
 impl Api {
     /// The API over the counters named by `keys` at `precisions` (sorted),
-    /// read through `client` (connected on first use, again after a
-    /// connection error).
-    pub(crate) fn new(client: Client, keys: Keys, precisions: Vec<u32>) -> Api {
+    /// which keep `samples` buckets (`--samples`: older buckets are not
+    /// ranked), read through `client` (connected on first use, again after
+    /// a connection error).
+    pub(crate) fn new(client: Client, keys: Keys, precisions: Vec<u32>, samples: u32) -> Api {
         Api {
             client,
             conn: tokio::sync::Mutex::new(None),
             rankings: Rankings::new(keys.clone()),
             keys,
             precisions,
-            samples: DEFAULT_SAMPLES,
+            samples: samples.max(1),
         }
     }
 
-    /// The same API, for counters that keep `samples` buckets
-    /// (`--samples`, [`DEFAULT_SAMPLES`] unless set): older buckets are not
-    /// ranked.
-    pub(crate) fn keeping(mut self, samples: u32) -> Api {
-        self.samples = samples.max(1);
-        self
-    }
-
-    async fn conn(&self) -> Result<Conn, Failure> {
+    async fn conn(&self) -> Result<Conn, RedisError> {
         let mut slot = self.conn.lock().await;
         if let Some(c) = slot.as_ref() {
             return Ok(c.clone());
         }
-        let c = self
-            .client
-            .open(REDIS_TIMEOUT)
-            .await
-            .map_err(Failure::Redis)?;
+        let c = self.client.open(REDIS_TIMEOUT).await?;
         Ok(slot.insert(c).clone())
     }
 
@@ -110,11 +98,7 @@ impl Api {
     /// password, a URL that is no Redis or a permission the user lacks
     /// stops `serve` with one line instead of failing every request.
     pub(crate) async fn check(&self) -> Result<(), RedisError> {
-        let mut conn = match self.conn().await {
-            Ok(c) => c,
-            Err(Failure::Redis(e)) => return Err(e),
-            Err(_) => unreachable!("connecting fails only with a Redis error"),
-        };
+        let mut conn = self.conn().await?;
         for family in [Family::Counts, Family::Stats] {
             query::list(&mut conn, &self.keys, family, &self.precisions, "", None, 1).await?;
         }
@@ -145,29 +129,6 @@ pub(crate) async fn serve(
     .await
 }
 
-/// The API served in a background task of this process, with the default
-/// limits (the demo's dashboard, the serve benchmark).
-pub(crate) struct Background {
-    trigger: crate::model::shutdown::Trigger,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl Background {
-    /// Starts serving `api` on `listener`.
-    pub(crate) fn start(listener: TcpListener, api: Api) -> Background {
-        let (trigger, mut stop) = crate::model::shutdown::channel();
-        let shutdown = async move { stop.wait().await };
-        let task = tokio::spawn(serve(listener, api, shutdown, Limits::default()));
-        Background { trigger, task }
-    }
-
-    /// Stops serving (open requests get the shutdown grace) and returns.
-    pub(crate) async fn stop(self) -> std::io::Result<()> {
-        self.trigger.trigger();
-        self.task.await.map_err(std::io::Error::other)?
-    }
-}
-
 /// Why a request got no answer.
 enum Failure {
     BadRequest(String),
@@ -183,6 +144,12 @@ impl From<RankError> for Failure {
             RankError::Busy(wait) => Failure::Busy(wait),
             RankError::Redis(e) => Failure::Redis(e),
         }
+    }
+}
+
+impl From<RedisError> for Failure {
+    fn from(e: RedisError) -> Failure {
+        Failure::Redis(e)
     }
 }
 
@@ -293,8 +260,7 @@ async fn list(api: &Api, family: Family, q: &Query) -> Result<String, Failure> {
         q.get("after"),
         limit,
     )
-    .await
-    .map_err(Failure::Redis)?;
+    .await?;
     let counters = page
         .counters
         .into_iter()
@@ -356,12 +322,10 @@ async fn counter(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
     let s = Series::parse(api, raw, q, "counter")?;
     let mut conn = api.conn().await?;
     let samples = query::samples(&mut conn, &api.keys, s.precision, &s.name, s.from, s.until)
-        .await
-        .map_err(Failure::Redis)?
+        .await?
         .ok_or_else(|| s.not_found("counter"))?;
-    let stats = crate::store::stats_query::exists(&mut conn, &api.keys, s.precision, &s.name)
-        .await
-        .map_err(Failure::Redis)?;
+    let stats =
+        crate::store::stats_query::exists(&mut conn, &api.keys, s.precision, &s.name).await?;
     to_json(&CounterBody {
         name: &s.name,
         precision: s.precision,

@@ -28,8 +28,7 @@ pub(super) async fn stats(api: &Api, raw: &str, q: &Query) -> Result<String, Fai
     } = Series::parse(api, raw, q, "statistics")?;
     let mut conn = api.conn().await?;
     let stats = stats_query::read(&mut conn, &api.keys, precision, &name, from, until)
-        .await
-        .map_err(Failure::Redis)?
+        .await?
         .ok_or_else(|| {
             Failure::NotFound(format!(
                 "no statistics for {name:?} at precision {precision}"

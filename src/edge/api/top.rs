@@ -8,16 +8,41 @@ use serde::Serialize;
 
 use super::params::top_bucket;
 use super::{to_json, Api, Failure, Query, DEFAULT_LIMIT, MAX_LIMIT, TOP_DEFAULT_PRECISION};
-use crate::store::query::By;
+use crate::store::query::{By, Ranked};
 
+/// The answer to `/api/v1/top`, and `hitcount top --json` (which always
+/// names `by`).
 #[derive(Serialize)]
-struct TopBody<'a> {
+pub(crate) struct TopBody<'a> {
     precision: u32,
     bucket: i64,
     /// Only with `by=mean`, so the answer by count stays as it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     by: Option<&'static str>,
     counters: Vec<TopEntry<'a>>,
+}
+
+impl<'a> TopBody<'a> {
+    /// The first `limit` names of `ranking`.
+    pub(crate) fn new(
+        precision: u32,
+        bucket: i64,
+        by: Option<&'static str>,
+        ranking: &'a [Ranked],
+        limit: usize,
+    ) -> TopBody<'a> {
+        let entry = |r: &'a Ranked| TopEntry {
+            name: &r.name,
+            mean: r.mean,
+            count: r.count,
+        };
+        TopBody {
+            precision,
+            bucket,
+            by,
+            counters: ranking.iter().take(limit).map(entry).collect(),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -42,18 +67,6 @@ pub(super) async fn top(api: &Api, q: &Query) -> Result<String, Failure> {
         .rankings
         .get(&mut conn, by, precision, bucket, now)
         .await?;
-    to_json(&TopBody {
-        precision,
-        bucket,
-        by: (by == By::Mean).then_some("mean"),
-        counters: ranking
-            .iter()
-            .take(limit)
-            .map(|r| TopEntry {
-                name: &r.name,
-                mean: r.mean,
-                count: r.count,
-            })
-            .collect(),
-    })
+    let by = (by == By::Mean).then_some("mean");
+    to_json(&TopBody::new(precision, bucket, by, &ranking, limit))
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::store::connect::{Client, Conn};
 
-use super::{keys, read_count, BenchError};
+use super::{keys, BenchError};
 use crate::store::stream;
 
 /// The ceiling's group for `consumers` consumers.
@@ -61,6 +61,8 @@ pub(crate) async fn run(
     expected: u64,
 ) -> Result<Drained, BenchError> {
     let k = keys(stream_key, &group(consumers), "");
+    // The worker's read size.
+    let read_count = crate::model::config::WorkerArgs::default().read_count;
     let mut probe = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
     let mut conns = Vec::new();
     for _ in 0..consumers {
@@ -79,7 +81,7 @@ pub(crate) async fn run(
                 let mut ids = String::new();
                 loop {
                     let reply =
-                        stream::read(&mut conn, &k, &consumer, read_count(), None, ">").await?;
+                        stream::read(&mut conn, &k, &consumer, read_count, None, ">").await?;
                     let entries = stream::read_reply_entries(&reply);
                     if entries.is_empty() {
                         return Ok::<u64, redis::RedisError>(n);

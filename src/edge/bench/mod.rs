@@ -18,6 +18,8 @@ pub(crate) mod ceiling;
 pub(crate) mod report;
 pub(crate) mod workers;
 
+use std::collections::HashMap;
+
 use redis::RedisError;
 
 use crate::edge::workload::{synthetic_value, Names, Workload};
@@ -62,18 +64,19 @@ pub(crate) struct Options {
     pub worker_args: Vec<String>,
 }
 
-/// Read size of the ceiling's consumer, the same as the worker's default.
-pub(crate) fn read_count() -> usize {
-    crate::model::config::WorkerArgs::default().read_count
-}
-
 /// Runs every workload and worker count, then the one-worker hot run with
 /// a value on every hit (the cost of statistics), and returns the figures.
 pub(crate) async fn run(opts: &Options) -> Result<Report, BenchError> {
     let client = crate::store::connect::client(&opts.redis)?;
     let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
     delete_matching(&mut conn, "bench:*").await?;
-    let mut report = Report::new(opts);
+    let mut report = Report {
+        entries: opts.entries,
+        worker_args: opts.worker_args.clone(),
+        runs: Vec::new(),
+        values: None,
+        redis_nice: None,
+    };
     for &workload in &opts.workloads {
         let stream = format!("bench:{workload:?}:hits").to_lowercase();
         let sent = prefill(&mut conn, &stream, workload, opts.entries, false).await?;
@@ -84,9 +87,13 @@ pub(crate) async fn run(opts: &Options) -> Result<Report, BenchError> {
         }
         for &w in &opts.workers {
             let ceiling = ceiling::run(&client, &stream, w, opts.entries).await?;
-            let target = workers::Target::new(&opts.redis, &stream, w, &opts.worker_args);
-            let run = workers::run(&mut conn, &target, &sent).await?;
-            report.add_run(workload, w, ceiling, run);
+            let hitcount = workers::run(&mut conn, opts, &stream, w, &sent).await?;
+            report.runs.push(report::Run {
+                workload,
+                workers: w,
+                ceiling,
+                hitcount,
+            });
         }
         delete_matching(&mut conn, "bench:*").await?;
     }
@@ -94,8 +101,7 @@ pub(crate) async fn run(opts: &Options) -> Result<Report, BenchError> {
         let stream = "bench:values:hits";
         let sent = prefill(&mut conn, stream, Workload::Hot, opts.entries, true).await?;
         create_group(&mut conn, stream, &workers::group(1)).await?;
-        let target = workers::Target::new(&opts.redis, stream, 1, &opts.worker_args);
-        report.values = Some(workers::run(&mut conn, &target, &sent).await?);
+        report.values = Some(workers::run(&mut conn, opts, stream, 1, &sent).await?);
         delete_matching(&mut conn, "bench:*").await?;
     }
     Ok(report)
@@ -171,49 +177,37 @@ pub(crate) fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
     Keys::new(&layout, &stream)
 }
 
-/// Deletes every key matching `pattern` (SCAN + UNLINK, one key per UNLINK).
-async fn delete_matching(conn: &mut Conn, pattern: &str) -> Result<(), BenchError> {
-    crate::store::scan::each_page(conn, pattern, |mut c, found| async move {
-        if found.is_empty() {
-            return Ok(());
+/// Deletes every key matching `pattern` on this Redis (every master of a
+/// cluster), a page of SCAN at a time (UNLINK frees the memory in the
+/// background); returns how many keys.
+pub(crate) async fn delete_matching(conn: &mut Conn, pattern: &str) -> redis::RedisResult<u64> {
+    let deleted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    crate::store::scan::each_page(conn, pattern, |mut c, keys| {
+        let deleted = deleted.clone();
+        async move {
+            let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut c).await?;
+            deleted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
         }
-        let mut pipe = redis::pipe();
-        for key in &found {
-            pipe.cmd("UNLINK").arg(key).ignore();
-        }
-        pipe.query_async::<()>(&mut c).await
     })
     .await?;
-    Ok(())
+    Ok(deleted.load(std::sync::atomic::Ordering::Relaxed))
 }
 
-/// Calls of every command since the last `CONFIG RESETSTAT`, scripts' own
-/// commands included, minus the RESETSTAT itself.
-pub(crate) async fn command_calls(conn: &mut Conn) -> Result<u64, BenchError> {
+/// Calls per command (lower case, e.g. `hincrby`) since the last
+/// `CONFIG RESETSTAT`, scripts' own commands included, the RESETSTAT
+/// itself left out.
+pub(crate) async fn command_calls(conn: &mut Conn) -> Result<HashMap<String, u64>, BenchError> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
         .await?;
     Ok(info
         .lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_"))
-        .filter(|l| !l.starts_with("config|resetstat:"))
         .filter_map(|l| {
-            l.split_once(":calls=")?
-                .1
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            Some((name.to_string(), rest.split(',').next()?.parse().ok()?))
         })
-        .sum())
-}
-
-/// Resets the command statistics.
-pub(crate) async fn reset_stats(conn: &mut Conn) -> Result<(), BenchError> {
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(conn)
-        .await?;
-    Ok(())
+        .filter(|(name, _)| name != "config|resetstat")
+        .collect())
 }

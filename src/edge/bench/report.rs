@@ -5,7 +5,6 @@ use std::fmt::Write;
 
 use super::ceiling::Drained;
 use super::workers::WorkerRun;
-use super::Options;
 use crate::edge::workload::Workload;
 
 /// One workload and worker count.
@@ -38,33 +37,6 @@ pub(crate) struct Report {
 }
 
 impl Report {
-    /// An empty report.
-    pub(crate) fn new(opts: &Options) -> Report {
-        Report {
-            entries: opts.entries,
-            worker_args: opts.worker_args.clone(),
-            runs: Vec::new(),
-            values: None,
-            redis_nice: None,
-        }
-    }
-
-    /// Adds a run.
-    pub(crate) fn add_run(
-        &mut self,
-        workload: Workload,
-        workers: usize,
-        ceiling: Drained,
-        hitcount: WorkerRun,
-    ) {
-        self.runs.push(Run {
-            workload,
-            workers,
-            ceiling,
-            hitcount,
-        });
-    }
-
     /// The Markdown table and the lines under it.
     pub(crate) fn table(&self) -> String {
         let mut out = format!("{} entries per workload", self.entries);

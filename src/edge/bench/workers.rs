@@ -9,7 +9,7 @@ use crate::store::connect::Conn;
 use tokio::process::{Child, Command};
 
 use super::ceiling::{redis_cpu_secs, Drained};
-use super::{command_calls, keys, reset_stats, BenchError, Sent};
+use super::{command_calls, keys, BenchError, Options, Sent};
 use crate::edge::workload::Names;
 use crate::model::config::RedisArgs;
 use crate::model::keys::Keys;
@@ -25,70 +25,48 @@ pub(crate) fn group(workers: usize) -> String {
     format!("bench-hitcount-{workers}")
 }
 
-/// How to start the workers of one run.
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    redis: RedisArgs,
+/// Starts `workers` worker processes with the keys `k` on `redis` (each
+/// with the `extra` flags), logging to files in the temp directory.
+fn spawn(
+    redis: &RedisArgs,
+    k: &Keys,
     workers: usize,
-    extra: Vec<String>,
-    keys: Keys,
-}
-
-impl Target {
-    /// `workers` workers on `stream`, counters under `<stream>:w<workers>:`
-    /// (less the stream's `:hits`).
-    pub(crate) fn new(redis: &RedisArgs, stream: &str, workers: usize, extra: &[String]) -> Target {
-        let prefix = format!("{}:w{workers}:", stream.trim_end_matches(":hits"));
-        Target {
-            redis: redis.clone(),
-            workers,
-            extra: extra.to_vec(),
-            keys: keys(stream, &group(workers), &prefix),
-        }
-    }
-
-    /// The keys the workers use.
-    pub(crate) fn keys(&self) -> &Keys {
-        &self.keys
-    }
-
-    /// Starts the worker processes, logging to files in the temp directory.
-    pub(crate) fn spawn(&self) -> Result<Vec<Child>, BenchError> {
-        let exe = std::env::current_exe()?;
-        let mut children = Vec::new();
-        for i in 0..self.workers {
-            let log = std::env::temp_dir().join(format!("hitcount-bench-worker-{i}.log"));
-            let mut cmd = Command::new(&exe);
-            // The URL (password included) goes in the environment, which
-            // other local users cannot read, never on the command line,
-            // which `ps` shows them.
-            cmd.arg("worker")
-                .env("REDIS_URL", &self.redis.url)
-                .args(["--stream", &self.keys.stream])
-                .args(["--group", &self.keys.group])
-                .args(["--dead-stream", &self.keys.dead])
-                .args(["--prefix", self.keys.prefix()])
-                .args(["--consumer", &format!("bench-{i}")])
-                .args(["--listen", "127.0.0.1:0"])
-                .args(&self.extra)
-                .env("RUST_LOG", "warn")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(log)?)
-                .kill_on_drop(true);
-            for (flag, file) in [
-                ("--redis-ca", &self.redis.ca),
-                ("--redis-cert", &self.redis.cert),
-                ("--redis-key", &self.redis.key),
-            ] {
-                if let Some(f) = file {
-                    cmd.arg(flag).arg(f);
-                }
+    extra: &[String],
+) -> Result<Vec<Child>, BenchError> {
+    let exe = std::env::current_exe()?;
+    let mut children = Vec::new();
+    for i in 0..workers {
+        let log = std::env::temp_dir().join(format!("hitcount-bench-worker-{i}.log"));
+        let mut cmd = Command::new(&exe);
+        // The URL (password included) goes in the environment, which
+        // other local users cannot read, never on the command line,
+        // which `ps` shows them.
+        cmd.arg("worker")
+            .env("REDIS_URL", &redis.url)
+            .args(["--stream", &k.stream])
+            .args(["--group", &k.group])
+            .args(["--dead-stream", &k.dead])
+            .args(["--prefix", k.prefix()])
+            .args(["--consumer", &format!("bench-{i}")])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log)?)
+            .kill_on_drop(true);
+        for (flag, file) in [
+            ("--redis-ca", &redis.ca),
+            ("--redis-cert", &redis.cert),
+            ("--redis-key", &redis.key),
+        ] {
+            if let Some(f) = file {
+                cmd.arg(flag).arg(f);
             }
-            children.push(cmd.spawn()?);
         }
-        Ok(children)
+        children.push(cmd.spawn()?);
     }
+    Ok(children)
 }
 
 /// One run of the real workers.
@@ -106,22 +84,30 @@ pub(crate) struct WorkerRun {
     pub counted: i64,
 }
 
-/// Drains the prefilled stream with the target's workers and checks the
-/// counters against `sent`.
+/// Drains the prefilled `stream` with `workers` workers and checks the
+/// counters (under `<stream>:w<workers>:`, less the stream's `:hits`)
+/// against `sent`.
 pub(crate) async fn run(
     conn: &mut Conn,
-    target: &Target,
+    opts: &Options,
+    stream: &str,
+    workers: usize,
     sent: &Sent,
 ) -> Result<WorkerRun, BenchError> {
-    let k = target.keys();
-    reset_stats(conn).await?;
-    let mut children = target.spawn()?;
+    let prefix = format!("{}:w{workers}:", stream.trim_end_matches(":hits"));
+    let k = &keys(stream, &group(workers), &prefix);
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(conn)
+        .await?;
+    let mut children = spawn(&opts.redis, k, workers, &opts.worker_args)?;
     let deadline = Instant::now() + Duration::from_secs(120 + sent.hits / 5000);
     let mut own_calls = 0u64;
     // The clock starts at the group's first read, not at process start-up.
     loop {
         own_calls += 1;
-        if last_delivered(conn, k).await?.is_some_and(|id| id != "0-0") {
+        let group = group::own_group(conn, k).await?;
+        if group.is_some_and(|g| g.last_delivered_id != "0-0") {
             break;
         }
         check_alive(&mut children, deadline)?;
@@ -140,8 +126,9 @@ pub(crate) async fn run(
     let secs = started.elapsed().as_secs_f64();
     let redis_cpu_secs = redis_cpu_secs(conn).await? - cpu;
     own_calls += 2;
-    let calls = command_calls(conn).await?.saturating_sub(own_calls);
-    let cells = calls_of(conn, "hincrby").await?;
+    let stats = command_calls(conn).await?;
+    let calls = stats.values().sum::<u64>().saturating_sub(own_calls);
+    let cells = stats.get("hincrby").copied().unwrap_or(0);
     let peak_rss_mib = children
         .iter()
         .filter_map(|c| c.id().and_then(peak_rss_kib))
@@ -152,7 +139,7 @@ pub(crate) async fn run(
         return Err(BenchError::Check(format!(
             "{} with {} worker(s): counted {counted} hits at the 86400 s precision, sent {}",
             sent.workload.label(),
-            target.workers,
+            workers,
             sent.hits
         )));
     }
@@ -208,32 +195,11 @@ async fn stop(children: Vec<Child>) {
     }
 }
 
-/// Calls of one command (lower case, e.g. `hincrby`) since the last
-/// `CONFIG RESETSTAT`, scripts' own calls included.
-async fn calls_of(conn: &mut Conn, command: &str) -> Result<u64, BenchError> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await?;
-    let prefix = format!("cmdstat_{command}:calls=");
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
-        .unwrap_or(0))
-}
-
 /// VmHWM of a process, KiB.
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The group's last-delivered-id, if the group exists.
-async fn last_delivered(conn: &mut Conn, k: &Keys) -> Result<Option<String>, BenchError> {
-    Ok(group::own_group(conn, k)
-        .await?
-        .map(|g| g.last_delivered_id))
 }
 
 /// The sum of every day counter of the names that were sent.

@@ -78,31 +78,17 @@ struct Moved {
     serve_secs: Option<u64>,
 }
 
-impl Args {
-    /// The line refusing a flag that moved to the lab, if one was given.
-    pub(super) fn moved(&self) -> Option<String> {
-        let m = &self.moved;
-        let given = [
-            ("--seeds-sample", m.seeds_sample.is_some()),
-            ("--latency-secs", m.latency_secs.is_some()),
-            ("--rss-backlog", m.rss_backlog.is_some()),
-            ("--cluster", m.cluster.is_some()),
-            ("--cluster-replicas", m.cluster_replicas.is_some()),
-            ("--shards", m.shards.is_some()),
-            ("--balance-shards", m.balance_shards),
-            ("--warm", m.warm),
-            ("--rounds", m.rounds.is_some()),
-            ("--serve", m.serve),
-            ("--serve-counters", m.serve_counters.is_some()),
-            ("--serve-pages", m.serve_pages.is_some()),
-            ("--serve-refresh-secs", m.serve_refresh_secs.is_some()),
-            ("--serve-secs", m.serve_secs.is_some()),
-        ];
-        let (flag, _) = given.iter().find(|(_, on)| *on)?;
-        Some(format!(
-            "`hitcount bench {flag}` moved to the project's lab: in a clone of hitcount, run `cargo build --release --workspace && target/release/hitcount-lab bench {flag} …`"
-        ))
-    }
+/// The line refusing the first flag given (in `matches` of `bench`) that
+/// moved to the lab, if any.
+pub(super) fn moved(matches: &clap::ArgMatches) -> Option<String> {
+    let moved = <Moved as clap::Args>::augment_args(clap::Command::new("moved"));
+    let flag = moved.get_arguments().find(|a| {
+        matches.value_source(a.get_id().as_str()) == Some(clap::parser::ValueSource::CommandLine)
+    })?;
+    let flag = format!("--{}", flag.get_long()?);
+    Some(format!(
+        "`hitcount bench {flag}` moved to the project's lab: in a clone of hitcount, run `cargo build --release --workspace && target/release/hitcount-lab bench {flag} …`"
+    ))
 }
 
 /// The nice value of the throwaway Redis, so that its command thread goes
@@ -112,21 +98,24 @@ const REDIS_NICE: i32 = -10;
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let server = match &args.redis_url {
         Some(url) => {
-            super::connect_single(&RedisArgs::from_url(url), "hitcount bench")
-                .await
-                .map_err(cluster_is_the_labs)?;
+            // A cluster was measured here once; the lab measures it now,
+            // and the refusal says so.
+            if super::connect(&RedisArgs::from_url(url))
+                .await?
+                .is_cluster()
+            {
+                anyhow::bail!(
+                    "hitcount bench measures one Redis, and REDIS_URL names a cluster: the \
+                     project's lab measures clusters: in a clone of hitcount, `cargo build \
+                     --release --workspace && target/release/hitcount-lab bench` with this \
+                     REDIS_URL"
+                );
+            }
             None
         }
-        None => Some(
-            ThrowawayRedis::start(&["slowlog-log-slower-than 10000"])
-                .context("starting a throwaway redis-server")?,
-        ),
+        None => Some(ThrowawayRedis::start().context("starting a throwaway redis-server")?),
     };
-    let url = match (&args.redis_url, &server) {
-        (Some(url), _) => url.clone(),
-        (None, Some(server)) => server.url(),
-        (None, None) => anyhow::bail!("no Redis to measure"),
-    };
+    let url = (args.redis_url.clone()).unwrap_or_else(|| server.as_ref().expect("started").url());
     let opts = Options {
         redis: RedisArgs::from_url(&url),
         entries: args.entries,
@@ -146,26 +135,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     }
     drop(server);
     Ok(())
-}
-
-/// A cluster was measured here once; the lab measures it now, and the
-/// refusal says so.
-fn cluster_is_the_labs(e: anyhow::Error) -> anyhow::Error {
-    let on_cluster = e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<crate::store::connect::StoreError>(),
-            Some(crate::store::connect::StoreError::NotOnCluster(_))
-        )
-    });
-    if on_cluster {
-        anyhow::anyhow!(
-            "hitcount bench measures one Redis, and REDIS_URL names a cluster: the project's lab \
-             measures clusters: in a clone of hitcount, `cargo build --release --workspace && \
-             target/release/hitcount-lab bench` with this REDIS_URL"
-        )
-    } else {
-        e
-    }
 }
 
 /// Sets the nice value of process `pid` with renice(1) (allowed to root

@@ -47,7 +47,6 @@ pub(super) struct Uses;
 
 impl super::Uses for Uses {
     const SHOWN: &'static [&'static str] = &super::SHARED;
-    const HIDDEN: &'static [&'static str] = &[];
 }
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
@@ -106,9 +105,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let last = match result {
         Ok(last) => last,
         Err(CleanError::LostLease) => bail!("the leader lease was lost during the pass"),
-        Err(CleanError::Store(crate::store::connect::StoreError::Redis(e))) => {
-            return Err(e).context("cleaner pass failed")
-        }
+        // A Redis error stays the cause, for the one-line report naming the URL.
         Err(CleanError::Store(e)) => return Err(e).context("cleaner pass failed"),
     };
     if args.json {

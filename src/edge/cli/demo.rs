@@ -38,25 +38,6 @@ const MAX_NAMES: u64 = 100_000;
 /// live next to the stream (`{demo:hits}:hc:producer:*`).
 const KEY_PATTERNS: [&str; 2] = ["demo:*", "{demo:hits}:*"];
 
-/// Deletes what an earlier demo left on this Redis (every master of a
-/// cluster), a page of SCAN at a time (UNLINK frees the memory in the
-/// background); returns how many keys.
-async fn clear(conn: &mut crate::store::connect::Conn) -> redis::RedisResult<u64> {
-    let deleted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    for pattern in KEY_PATTERNS {
-        crate::store::scan::each_page(conn, pattern, |mut c, keys| {
-            let deleted = deleted.clone();
-            async move {
-                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut c).await?;
-                deleted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                Ok(())
-            }
-        })
-        .await?;
-    }
-    Ok(deleted.load(std::sync::atomic::Ordering::Relaxed))
-}
-
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     /// Redis to use instead of a throwaway one. Its keys `demo:*` (and the
@@ -86,7 +67,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let listener = listen(&args.dashboard).await?;
     let server = match &args.redis_url {
         Some(_) => None,
-        None => Some(ThrowawayRedis::start(&[]).context("starting a throwaway redis-server")?),
+        None => Some(ThrowawayRedis::start().context("starting a throwaway redis-server")?),
     };
     let url = args
         .redis_url
@@ -100,7 +81,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         ..StreamArgs::default()
     };
     let mut conn = super::connect(&redis).await?;
-    let cleared = clear(&mut conn).await?;
+    let mut cleared = 0;
+    for pattern in KEY_PATTERNS {
+        cleared += crate::edge::bench::delete_matching(&mut conn, pattern).await?;
+    }
     if cleared > 0 {
         outln!(
             "deleted {} left by an earlier demo",
@@ -150,7 +134,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         args.hits,
         &names,
         None,
-        true,
         true,
         &crate::model::shutdown::Shutdown::never(),
     )
@@ -238,11 +221,8 @@ fn read_them(url: &str, throwaway: bool, cluster: bool) -> String {
     let shown = crate::model::config::redact_url(url);
     let at = format!("--prefix demo: --redis-url {shown}");
     let seed = shown.split(',').next().unwrap_or_default();
-    let cli = if cluster {
-        format!("redis-cli -c -u {seed}")
-    } else {
-        format!("redis-cli -u {seed}")
-    };
+    let follow = if cluster { "-c " } else { "" };
+    let cli = format!("redis-cli {follow}-u {seed}");
     let name = Names::name(0);
     let until = if throwaway {
         " (until the demo stops: its Redis goes with it)"
@@ -257,9 +237,7 @@ fn read_them(url: &str, throwaway: bool, cluster: bool) -> String {
         format!("{cli} HGETALL demo:count:60:{name}"),
         format!("{cli} ZRANGE demo:known: 0 -1"),
     ] {
-        out.push_str("  ");
-        out.push_str(&cmd);
-        out.push('\n');
+        out.push_str(&format!("  {cmd}\n"));
     }
     out
 }
@@ -322,8 +300,12 @@ async fn dashboard(
         crate::store::connect::client(redis)?,
         Keys::new(layout, &StreamArgs::default()),
         layout.precisions.clone(),
+        layout.samples,
     );
-    let serving = api::Background::start(listener, api);
+    let (trigger, mut stop) = crate::model::shutdown::channel();
+    let shutdown = async move { stop.wait().await };
+    let limits = crate::edge::server::Limits::default();
+    let serving = tokio::spawn(api::serve(listener, api, shutdown, limits));
     outln!("\nDashboard: http://{bound}/?name=page:0&precision=60");
     if keep {
         outln!("serving it until Ctrl-C");
@@ -331,6 +313,8 @@ async fn dashboard(
     } else {
         outln!("(stdout is not a terminal, so the demo stops here; --keep-serving keeps it open)");
     }
-    serving.stop().await?;
+    // Open requests get the shutdown grace.
+    trigger.trigger();
+    serving.await??;
     Ok(())
 }

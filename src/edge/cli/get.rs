@@ -33,17 +33,7 @@ pub(crate) struct Args {
 pub(super) struct Uses;
 
 impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] = &[
-        "url",
-        "cluster",
-        "ca",
-        "cert",
-        "key",
-        "prefix",
-        "precisions",
-    ];
-    const HIDDEN: &'static [&'static str] =
-        &["samples", "stream", "group", "dead_stream", "shards"];
+    const SHOWN: &'static [&'static str] = &["prefix", "precisions"];
 }
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {

@@ -27,17 +27,8 @@ pub(crate) struct Args {
     #[arg(long, value_parser = parse_value, allow_negative_numbers = true)]
     value: Option<f64>,
     #[command(flatten)]
-    pub(super) common: super::Pick<Common, Uses>,
-}
-
-/// The settings of [`Common`] `hit` shows: it checks `--at` against the workers' layout and its stream against theirs with the others.
-pub(super) struct Uses;
-
-impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] =
-        &["url", "cluster", "ca", "cert", "key", "stream", "shards"];
-    const HIDDEN: &'static [&'static str] =
-        &["prefix", "precisions", "samples", "group", "dead_stream"];
+    // It checks `--at` against the workers' layout too.
+    pub(super) common: super::Pick<Common, super::Sends>,
 }
 
 /// A `--value` as the worker accepts it (see [`crate::model::event`]).

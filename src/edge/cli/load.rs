@@ -36,17 +36,7 @@ pub(crate) struct Args {
     #[arg(long)]
     values: bool,
     #[command(flatten)]
-    pub(super) common: super::Pick<Common, Uses>,
-}
-
-/// The settings of [`Common`] `load` shows: it checks its stream against the workers' with the others.
-pub(super) struct Uses;
-
-impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] =
-        &["url", "cluster", "ca", "cert", "key", "stream", "shards"];
-    const HIDDEN: &'static [&'static str] =
-        &["prefix", "precisions", "samples", "group", "dead_stream"];
+    pub(super) common: super::Pick<Common, super::Sends>,
 }
 
 /// What a load run sent.
@@ -79,7 +69,6 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         &Names::new(args.names, dist),
         args.rate,
         args.values,
-        true,
         &stop,
     )
     .await;
@@ -136,14 +125,9 @@ pub(crate) async fn send(
     names: &Names,
     rate: Option<u64>,
     values: bool,
-    progress: bool,
     stop: &Shutdown,
 ) -> Sent {
-    let bar = if progress {
-        ProgressBar::new(hits)
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = ProgressBar::new(hits);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} hits {per_sec} eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),

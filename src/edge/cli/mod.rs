@@ -5,7 +5,7 @@ use std::io::Write as _;
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 
-use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
+use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs};
 
 /// Writes one line to stdout, like `println!`, but a closed stdout (the
 /// reader quit: `hitcount get NAME | head -1`) returns [`StdoutClosed`] from
@@ -29,11 +29,9 @@ mod status;
 mod top;
 mod worker;
 
-pub(crate) use settings::{Pick, Uses};
+pub(crate) use settings::{Group, Pick, Uses};
 
-pub(crate) use reach::{
-    check_stream, checked_producer, connect, connect_single, one_line, refused,
-};
+pub(crate) use reach::{check_stream, checked_producer, connect, one_line, refused};
 
 /// Count hits at scale on Redis: a stream of hit events in, multi-precision
 /// counters (the Redis in Action §5.2 layout) out.
@@ -124,22 +122,21 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
                 Err(e) => Refused::Usage(e),
             }
         })?;
-    let cli = Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))?;
     // A bench flag that moved to the lab is named, never ignored.
-    if let Command::Bench(a) = &cli.command {
-        if let Some(line) = a.moved() {
+    if let Some(("bench", bench)) = matches.subcommand() {
+        if let Some(line) = bench::moved(bench) {
             let kind = clap::error::ErrorKind::ArgumentConflict;
             return Err(Refused::Usage(clap::Error::raw(kind, format!("{line}\n"))));
         }
     }
-    Ok(cli)
+    Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))
 }
 
 /// Settings shared by the commands that read or write counters. The worker
 /// takes them all; every other command takes them as a [`Pick`] that
-/// shows in its help those it uses, accepts the rest of the deployment's
-/// layout and stream settings ([`SHARED`]) unshown, and leaves out the
-/// worker's own (`--quantile-precisions`, `--dead-maxlen`).
+/// shows in its help how to reach Redis and those it uses, accepts the rest
+/// of the deployment's layout and stream settings ([`SHARED`]) unshown, and
+/// leaves out the worker's own (`--quantile-precisions`, `--dead-maxlen`).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub(crate) struct Common {
     /// How to reach Redis.
@@ -170,6 +167,19 @@ pub(crate) const SHARED: [&str; 12] = [
     "dead_stream",
     "shards",
 ];
+
+/// The settings of [`Common`] a command that sends hits (`hit`, `load`)
+/// shows: it checks its stream against the workers' with the others.
+pub(crate) struct Sends;
+
+impl Uses for Sends {
+    const SHOWN: &'static [&'static str] = &["stream", "shards"];
+}
+
+impl Group for Common {
+    const ALWAYS: &'static [&'static str] = &["url", "cluster", "ca", "cert", "key"];
+    const ACCEPTED: &'static [&'static str] = &SHARED;
+}
 
 impl Common {
     /// Checks the layout and the stream names (sorting the precisions).
@@ -307,24 +317,31 @@ pub(crate) fn parse_zipf(text: &str) -> Result<f64, String> {
 /// A counter's name to read (`get`): 1..=4096 bytes, as no other can
 /// have been counted.
 pub(crate) fn parse_counter_name(text: &str) -> Result<String, String> {
-    match text.len() {
-        0 => Err("a counter's name cannot be empty (no hit with an empty name is counted)".into()),
-        n if n > crate::model::event::MAX_NAME_BYTES => Err(format!(
-            "{n} bytes is longer than the {} bytes a counted name may have",
-            crate::model::event::MAX_NAME_BYTES
-        )),
-        _ => Ok(text.to_string()),
-    }
+    name_of_at_most(
+        text,
+        "a counter's name cannot be empty (no hit with an empty name is counted)",
+        "a counted name may have",
+    )
 }
 
 /// A hit's name as the worker accepts it: 1..=4096 bytes (longer or empty
 /// names are dead-lettered).
 pub(crate) fn parse_hit_name(text: &str) -> Result<String, String> {
+    name_of_at_most(
+        text,
+        "a hit's name cannot be empty (the worker would dead-letter it)",
+        "a name may have (the worker would dead-letter it)",
+    )
+}
+
+/// `text` if it is 1..=[`crate::model::event::MAX_NAME_BYTES`] bytes long,
+/// else `empty`, or that its length is longer than the bytes `a_name_may_have`.
+fn name_of_at_most(text: &str, empty: &str, a_name_may_have: &str) -> Result<String, String> {
+    let max = crate::model::event::MAX_NAME_BYTES;
     match text.len() {
-        0 => Err("a hit's name cannot be empty (the worker would dead-letter it)".into()),
-        n if n > crate::model::event::MAX_NAME_BYTES => Err(format!(
-            "{n} bytes is longer than the {} bytes a name may have (the worker would dead-letter it)",
-            crate::model::event::MAX_NAME_BYTES
+        0 => Err(empty.into()),
+        n if n > max => Err(format!(
+            "{n} bytes is longer than the {max} bytes {a_name_may_have}"
         )),
         _ => Ok(text.to_string()),
     }
@@ -388,19 +405,6 @@ pub(crate) fn number(v: Option<f64>) -> String {
     }
 }
 
-/// Worker settings from the command line groups.
-pub(crate) fn worker_settings(
-    common: &Common,
-    worker: &WorkerArgs,
-) -> crate::service::worker::Settings {
-    crate::service::worker::Settings {
-        redis: common.redis.clone(),
-        layout: common.layout.clone(),
-        stream: common.stream.clone(),
-        worker: worker.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,22 +436,21 @@ mod tests {
     /// (shown or not) and no other: one deployment's settings fit them all.
     #[test]
     fn every_command_accepts_the_shared_settings() {
-        fn accepted<S: Uses>() -> Vec<&'static str> {
-            let mut all: Vec<_> = S::SHOWN.iter().chain(S::HIDDEN).copied().collect();
-            all.sort_unstable();
-            all
-        }
+        let cli = Cli::command();
+        let common = <Common as clap::Args>::augment_args(clap::Command::new("common"));
+        let of_common: Vec<_> = common.get_arguments().map(|a| a.get_id()).collect();
         let mut shared = SHARED.to_vec();
         shared.sort_unstable();
-        for (name, uses) in [
-            ("hit", accepted::<hit::Uses>()),
-            ("load", accepted::<load::Uses>()),
-            ("get", accepted::<get::Uses>()),
-            ("top", accepted::<top::Uses>()),
-            ("clean", accepted::<clean::Uses>()),
-            ("status", accepted::<status::Uses>()),
-        ] {
-            assert_eq!(uses, shared, "{name}");
+        for name in ["hit", "load", "get", "top", "clean", "status"] {
+            let sub = cli.find_subcommand(name).unwrap();
+            let mut accepted: Vec<&str> = sub
+                .get_arguments()
+                .map(|a| a.get_id())
+                .filter(|id| of_common.contains(id))
+                .map(|id| id.as_str())
+                .collect();
+            accepted.sort_unstable();
+            assert_eq!(accepted, shared, "{name}");
         }
     }
 

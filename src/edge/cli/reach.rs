@@ -48,17 +48,9 @@ pub(crate) fn cause(err: &RedisError) -> String {
     line
 }
 
-/// A Redis error as one line naming the Redis URL (password hidden).
-pub(crate) fn redis_error(url: &str, err: &RedisError) -> anyhow::Error {
-    if crate::store::error::is_not_redis(err) {
-        // Names the URL already.
-        return anyhow!(cause(err));
-    }
-    anyhow!("Redis at {}: {}", redact_url(url), cause(err))
-}
-
 /// Rewrites an error whose cause is a [`RedisError`] as one line: the
-/// contexts above it, then [`redis_error`]. Other errors pass unchanged.
+/// contexts above it, then the Redis URL (password hidden) and the
+/// [`cause`]. Other errors pass unchanged.
 pub(crate) fn one_line(err: anyhow::Error, url: Option<&str>) -> anyhow::Error {
     let Some(redis) = err.chain().find_map(|e| e.downcast_ref::<RedisError>()) else {
         return err;
@@ -71,9 +63,12 @@ pub(crate) fn one_line(err: anyhow::Error, url: Option<&str>) -> anyhow::Error {
         // A wrapper that only repeats the Redis error adds nothing.
         .filter(|m| !m.ends_with(&raw))
         .collect();
+    let cause = cause(redis);
     parts.push(match url {
-        Some(url) => redis_error(url, redis).to_string(),
-        None => format!("Redis: {}", cause(redis)),
+        // A failure that is not Redis' names the URL already.
+        Some(_) if crate::store::error::is_not_redis(redis) => cause,
+        Some(url) => format!("Redis at {}: {cause}", redact_url(url)),
+        None => format!("Redis: {cause}"),
     });
     anyhow!(parts.join(": "))
 }
@@ -88,7 +83,9 @@ pub(crate) async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
     let failed = |e: RedisError| {
         if crate::store::error::is_not_redis(&e) {
             anyhow!(cause(&e))
-        } else if permanent(&e) {
+        } else if crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
+            // No retry can help (the classes every command shares with the
+            // worker).
             anyhow!("Redis at {url} refused the connection: {}", cause(&e))
         } else {
             anyhow!("cannot connect to Redis at {url}: {}", cause(&e))
@@ -103,25 +100,6 @@ pub(crate) async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
         .await
         .map_err(failed)?;
     Ok(conn)
-}
-
-/// [`connect`] for a command that runs on one Redis node only (for now): a
-/// cluster is refused with one line saying so.
-pub(crate) async fn connect_single(
-    redis: &RedisArgs,
-    what: &'static str,
-) -> anyhow::Result<crate::store::connect::Conn> {
-    let conn = connect(redis).await?;
-    if conn.is_cluster() {
-        return Err(crate::store::connect::StoreError::NotOnCluster(what).into());
-    }
-    Ok(conn)
-}
-
-/// Whether retrying cannot help (the classes every command shares with the
-/// worker, see [`crate::store::connect::classify`]).
-fn permanent(err: &RedisError) -> bool {
-    crate::store::connect::classify(err).0 == ErrorClass::Fatal
 }
 
 /// Checks, before a producer starts (it retries every error in the
@@ -173,13 +151,23 @@ pub(crate) async fn check_stream(redis: &RedisArgs, stream: &str) -> anyhow::Res
     }
 }
 
-/// The shard count this stream's workers recorded (see `service::shards`)
-/// and the key it is in, when it is not `common`'s; `None` when they agree
-/// or no worker ran yet.
-pub(crate) async fn other_recorded_shards(
+/// The shard counts that disagree, in the words every command uses.
+fn mismatch(wanted: u32, recorded: u32, key: &str) -> String {
+    format!(
+        "HITCOUNT_SHARDS is {}, but this stream's workers read it as {recorded} shard(s) \
+         (recorded in {key})",
+        wanted.max(1)
+    )
+}
+
+/// For a command that reads or tidies the stream (`status`, `clean`): when
+/// the workers recorded another shard count than `common`'s (see
+/// `service::shards`), it is used instead, with a warning naming both (the
+/// command would otherwise look at streams no worker reads).
+pub(crate) async fn adopt_recorded_shards(
     conn: &mut Conn,
-    common: &Common,
-) -> anyhow::Result<Option<(u32, String)>> {
+    common: &mut Common,
+) -> anyhow::Result<()> {
     let base = StreamArgs {
         shards: 1,
         ..common.stream.clone()
@@ -191,30 +179,8 @@ pub(crate) async fn other_recorded_shards(
         .await
         .map_err(|e| anyhow!("cannot read {key}: {}", cause(&e)))?;
     let wanted = common.stream.shards.max(1);
-    Ok(recorded
-        .and_then(|r| r.parse::<u32>().ok())
-        .filter(|&r| r != wanted && r >= 1)
-        .map(|r| (r, key)))
-}
-
-/// The shard counts that disagree, in the words every command uses.
-fn mismatch(wanted: u32, recorded: u32, key: &str) -> String {
-    format!(
-        "HITCOUNT_SHARDS is {}, but this stream's workers read it as {recorded} shard(s) \
-         (recorded in {key})",
-        wanted.max(1)
-    )
-}
-
-/// For a command that reads or tidies the stream (`status`, `clean`): when
-/// the workers recorded another shard count than `common`'s, it is used
-/// instead, with a warning naming both (the command would otherwise look
-/// at streams no worker reads).
-pub(crate) async fn adopt_recorded_shards(
-    conn: &mut Conn,
-    common: &mut Common,
-) -> anyhow::Result<()> {
-    if let Some((recorded, key)) = other_recorded_shards(conn, common).await? {
+    let other = recorded.and_then(|r| r.parse::<u32>().ok());
+    if let Some(recorded) = other.filter(|&r| r != wanted && r >= 1) {
         tracing::warn!(
             "{}: using {recorded}",
             mismatch(common.stream.shards, recorded, &key)

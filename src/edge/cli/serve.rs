@@ -30,15 +30,16 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {} (HITCOUNT_SERVE_LISTEN)", args.listen))?;
     let keys = Keys::new(&args.layout, &StreamArgs::default());
-    let api =
-        Api::new(client.clone(), keys, args.layout.precisions.clone()).keeping(args.layout.samples);
+    let (precisions, samples) = (args.layout.precisions.clone(), args.layout.samples);
+    let api = Api::new(client.clone(), keys, precisions, samples);
     // Redis as this user, once, before serving: a wrong password, a URL
     // that is no Redis or a permission the ACL lacks (INFO, a key pattern)
     // stops serve here with one line, as every command does. A Redis that
     // is only down is waited for: each request tries again.
     if let Err(e) = api.check().await {
         if crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
-            return Err(super::reach::redis_error(&args.redis.url, &e));
+            // Said in one line naming the URL, as every command's.
+            return Err(e.into());
         }
         tracing::warn!(error = %e, "Redis unavailable at start: serving anyway, each request tries again");
     }

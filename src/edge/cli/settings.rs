@@ -12,19 +12,30 @@ use std::ops::{Deref, DerefMut};
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{ArgGroup, Args, Command, FromArgMatches};
 
-/// Which settings of a group a command uses, by field name (clap's id).
+/// Which settings of a group a command uses and shows in its help, by
+/// field name (clap's id), beyond the group's [`Group::ALWAYS`].
 pub(crate) trait Uses {
     /// Shown in the command's help.
     const SHOWN: &'static [&'static str];
-    /// Read (flag and environment variable) but left out of the help: the
-    /// deployment's settings a command only checks its work against, such
-    /// as the workers' key prefix and group for `hit`.
-    const HIDDEN: &'static [&'static str] = &[];
 }
 
-/// The settings group `T` as one command takes it: only the fields `S`
-/// names are defined on the command line; the others keep `T`'s defaults,
-/// and their flags and environment variables are not read at all.
+/// What every command that picks from a settings group takes of it.
+pub(crate) trait Group {
+    /// Shown in every such command's help.
+    const ALWAYS: &'static [&'static str] = &[];
+    /// Read (flag and environment variable) by every such command, but left
+    /// out of the help unless it shows them: the deployment's settings a
+    /// command only checks its work against, such as the workers' key
+    /// prefix and group for `hit`.
+    const ACCEPTED: &'static [&'static str] = &[];
+}
+
+impl Group for crate::model::config::LeaderArgs {}
+
+/// The settings group `T` as one command takes it: the fields `S` names
+/// (and `T`'s [`Group::ALWAYS`]) are shown, `T`'s other
+/// [`Group::ACCEPTED`] ones are read unshown; the rest keep `T`'s
+/// defaults, and their flags and environment variables are not read at all.
 pub(crate) struct Pick<T, S> {
     value: T,
     uses: PhantomData<fn() -> S>,
@@ -33,15 +44,6 @@ pub(crate) struct Pick<T, S> {
 impl<T: std::fmt::Debug, S> std::fmt::Debug for Pick<T, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.value.fmt(f)
-    }
-}
-
-impl<T: Clone, S> Clone for Pick<T, S> {
-    fn clone(&self) -> Self {
-        Pick {
-            value: self.value.clone(),
-            uses: PhantomData,
-        }
     }
 }
 
@@ -58,16 +60,16 @@ impl<T, S> DerefMut for Pick<T, S> {
     }
 }
 
-impl<T: Args + Default, S: Uses> Args for Pick<T, S> {
+impl<T: Args + Default + Group, S: Uses> Args for Pick<T, S> {
     fn augment_args(mut cmd: Command) -> Command {
         let all = T::augment_args(Command::new("all"));
         for arg in all.get_arguments() {
             let id = arg.get_id().as_str();
             // Listed in the order the command adds them, after its own.
             let arg = arg.clone().display_order(None);
-            if S::SHOWN.contains(&id) {
+            if S::SHOWN.contains(&id) || T::ALWAYS.contains(&id) {
                 cmd = cmd.arg(arg);
-            } else if S::HIDDEN.contains(&id) {
+            } else if T::ACCEPTED.contains(&id) {
                 cmd = cmd.arg(arg.hide(true));
             } else {
                 // `T`'s derived update asks the matches whether each of its
@@ -80,7 +82,8 @@ impl<T: Args + Default, S: Uses> Args for Pick<T, S> {
         debug_assert!(
             S::SHOWN
                 .iter()
-                .chain(S::HIDDEN)
+                .chain(T::ALWAYS)
+                .chain(T::ACCEPTED)
                 .all(|id| all.get_arguments().any(|a| a.get_id() == id)),
             "a used setting that is not a field of the group"
         );

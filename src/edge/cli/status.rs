@@ -10,7 +10,7 @@ use super::Common;
 use crate::model::config::LeaderArgs;
 use crate::model::keys::Keys;
 use crate::service::shard_spread::{MasterShards, ShardMove};
-use crate::service::status::{Shard, Status};
+use crate::service::status::{Leader, Shard, Status};
 use crate::store::counters::format_utc;
 
 #[derive(clap::Args, Debug)]
@@ -35,19 +35,7 @@ impl super::Uses for LeaderUses {
 pub(super) struct Uses;
 
 impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] = &[
-        "url",
-        "cluster",
-        "ca",
-        "cert",
-        "key",
-        "prefix",
-        "stream",
-        "group",
-        "dead_stream",
-        "shards",
-    ];
-    const HIDDEN: &'static [&'static str] = &["precisions", "samples"];
+    const SHOWN: &'static [&'static str] = &["prefix", "stream", "group", "dead_stream", "shards"];
 }
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
@@ -60,23 +48,22 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let mut status = crate::service::status::gather(&mut conn, &shards, &leader_key).await?;
     let (layout, stream) = (&args.common.layout, &args.common.stream);
     status.unread = crate::store::shard_count::stranded(&mut conn, layout, stream).await?;
-    if !status.unread.is_empty() {
+    let count = stream.shards.max(1);
+    let unread =
+        (!status.unread.is_empty()).then(|| crate::store::shard_count::describe(&status.unread));
+    if let Some(unread) = &unread {
         tracing::warn!(
-            "{} are not read with HITCOUNT_SHARDS={}: they were sent with another shard \
-             count; run workers with that count until they drain, or delete them",
-            crate::store::shard_count::describe(&status.unread),
-            stream.shards.max(1)
+            "{unread} are not read with HITCOUNT_SHARDS={count}: they were sent with another \
+             shard count; run workers with that count until they drain, or delete them"
         );
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&status)?);
     } else {
         let mut text = render(&status, crate::model::clock::unix_ms());
-        if !status.unread.is_empty() {
+        if let Some(unread) = unread {
             text.push_str(&format!(
-                "unread: {} are not read with {} shard(s): sent with another shard count\n",
-                crate::store::shard_count::describe(&status.unread),
-                stream.shards.max(1)
+                "unread: {unread} are not read with {count} shard(s): sent with another shard count\n"
             ));
         }
         super::out(&text)?;
@@ -139,19 +126,7 @@ fn render(s: &Status, now_ms: i64) -> String {
         render_shards(&mut out, &s.shards);
     }
     render_masters(&mut out, &s.masters, &s.evening_moves);
-    match &s.leader {
-        Some(l) => {
-            let _ = writeln!(
-                out,
-                "leader: {} (lease left {:.1} s)",
-                l.token,
-                l.lease_left_ms as f64 / 1000.0
-            );
-        }
-        None => {
-            let _ = writeln!(out, "leader: none");
-        }
-    }
+    let _ = writeln!(out, "leader: {}", holder(s.leader.as_ref()));
     let _ = writeln!(out, "known counters: {}", s.known_counters);
     if s.known_stats > 0 {
         let _ = writeln!(out, "known statistics: {}", s.known_stats);
@@ -190,13 +165,7 @@ fn render_shards(out: &mut String, shards: &[Shard]) {
     );
     for sh in shards {
         let lag = sh.lag.map_or("?".to_string(), |l| l.to_string());
-        let owner = sh.owner.as_ref().map_or("none".to_string(), |o| {
-            format!(
-                "{} (lease left {:.1} s)",
-                o.token,
-                o.lease_left_ms as f64 / 1000.0
-            )
-        });
+        let owner = holder(sh.owner.as_ref());
         let _ = writeln!(
             out,
             "{:>5}  {:<12} {:>9} {:>9} {:>9} {:>9.1} s {:>9}  {owner}",
@@ -209,6 +178,14 @@ fn render_shards(out: &mut String, shards: &[Shard]) {
             sh.consumers.len()
         );
     }
+}
+
+/// Who holds a lease (the leader's, a shard's) and for how long yet.
+fn holder(lease: Option<&Leader>) -> String {
+    lease.map_or("none".to_string(), |l| {
+        let left = l.lease_left_ms as f64 / 1000.0;
+        format!("{} (lease left {left:.1} s)", l.token)
+    })
 }
 
 /// Which master serves which shards and their traffic, and how to balance
@@ -254,7 +231,7 @@ fn render_masters(out: &mut String, masters: &[MasterShards], moves: &[ShardMove
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::status::{over_shards, test_shard as shard, Leader};
+    use crate::service::status::{over_shards, test_shard as shard};
 
     #[test]
     fn the_table_has_a_line_per_shard_with_its_owner() {

@@ -6,6 +6,7 @@
 
 use super::{number, Common};
 use crate::edge::api::params::top_bucket;
+use crate::edge::api::top::TopBody;
 use crate::model::keys::Keys;
 use crate::store::counters::format_utc;
 use crate::store::query::{self, By};
@@ -17,7 +18,7 @@ const MAX_LIMIT: u64 = 1000;
 pub(crate) struct Args {
     /// What to rank by: `count` (hits in the bucket) or `mean` (the mean
     /// value sent with them, highest first).
-    #[arg(long, default_value = "count", value_parser = parse_by)]
+    #[arg(long, default_value = "count", value_parser = str::parse::<By>)]
     by: By,
     /// Precision in seconds (one of the configured precisions).
     #[arg(long, short, default_value_t = 3600)]
@@ -43,38 +44,7 @@ pub(crate) struct Args {
 pub(super) struct Uses;
 
 impl super::Uses for Uses {
-    const SHOWN: &'static [&'static str] = &[
-        "url",
-        "cluster",
-        "ca",
-        "cert",
-        "key",
-        "prefix",
-        "precisions",
-        "samples",
-    ];
-    const HIDDEN: &'static [&'static str] = &["stream", "group", "dead_stream", "shards"];
-}
-
-/// `--json`: the fields of `/api/v1/top`'s answer, in its order, with `by`.
-#[derive(serde::Serialize)]
-struct Body<'a> {
-    precision: u32,
-    bucket: i64,
-    by: &'static str,
-    counters: Vec<Entry<'a>>,
-}
-
-#[derive(serde::Serialize)]
-struct Entry<'a> {
-    name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    mean: Option<f64>,
-    count: i64,
-}
-
-fn parse_by(text: &str) -> Result<By, String> {
-    text.parse()
+    const SHOWN: &'static [&'static str] = &["prefix", "precisions", "samples"];
 }
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
@@ -99,20 +69,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         By::Mean => "mean",
     };
     if args.json {
-        let counters = ranking
-            .iter()
-            .map(|r| Entry {
-                name: &r.name,
-                mean: r.mean,
-                count: r.count,
-            })
-            .collect();
-        let body = Body {
-            precision,
-            bucket,
-            by,
-            counters,
-        };
+        // The fields of `/api/v1/top`'s answer, in its order, with `by`.
+        let body = TopBody::new(precision, bucket, Some(by), &ranking, ranking.len());
         outln!("{}", serde_json::to_string(&body)?);
         return Ok(());
     }

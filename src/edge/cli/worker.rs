@@ -65,7 +65,12 @@ impl Args {
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     // Every setting is checked before anything starts.
     let stuck_after = args.stuck_after()?;
-    let mut settings = super::worker_settings(&args.common, &args.worker);
+    let mut settings = crate::service::worker::Settings {
+        redis: args.common.redis.clone(),
+        layout: args.common.layout.clone(),
+        stream: args.common.stream.clone(),
+        worker: args.worker.clone(),
+    };
     settings.layout.validate()?;
     settings.stream.validate()?;
     settings.worker.validate()?;

@@ -87,21 +87,44 @@ where
     }
 }
 
-/// A whole-number setting given in code rather than on the command line (a
-/// library user's struct, which [`ranged`] never saw), checked against the
-/// same range and refused in the same words.
-pub(crate) fn in_range(
-    value: i128,
-    range: RangeInclusive<i128>,
+/// A whole-number setting: its flag and environment variable and the
+/// values it accepts, stated once for its clap parser ([`Whole::parser`])
+/// and for the check of a struct built in code ([`Whole::check`], a library
+/// user's struct, which the parser never saw), refused in the same words.
+pub(crate) struct Whole {
+    /// The flag and environment variable, e.g. `--read-count / HITCOUNT_READ_COUNT`.
     setting: &'static str,
-) -> Result<(), ConfigError> {
-    if range.contains(&value) {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid {
+    /// The accepted values.
+    range: RangeInclusive<i128>,
+}
+
+impl Whole {
+    pub(crate) const fn new(setting: &'static str, min: i128, max: i128) -> Self {
+        Whole {
             setting,
-            reason: not_in(value, &range),
-        })
+            range: RangeInclusive::new(min, max),
+        }
+    }
+
+    /// The clap `value_parser` of the setting: see [`ranged`].
+    pub(crate) fn parser<T>(&self) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync
+    where
+        T: TryFrom<i128> + Clone + Send + Sync + 'static,
+    {
+        ranged(self.range.clone())
+    }
+
+    /// Checks a value given in code against the parser's range.
+    pub(crate) fn check(&self, value: impl TryInto<i128>) -> Result<(), ConfigError> {
+        let value = value.try_into().unwrap_or(i128::MAX);
+        if self.range.contains(&value) {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                setting: self.setting,
+                reason: not_in(value, &self.range),
+            })
+        }
     }
 }
 

@@ -173,20 +173,12 @@ pub struct StreamArgs {
     #[arg(long, env = "HITCOUNT_GROUP", default_value = DEFAULT_GROUP)]
     pub group: String,
     /// Stream that receives entries that cannot be counted, with the reason.
-    #[arg(
-        long = "dead-stream",
-        env = "HITCOUNT_DEAD_STREAM",
-        default_value = DEFAULT_DEAD_STREAM
-    )]
+    #[arg(long, env = "HITCOUNT_DEAD_STREAM", default_value = DEFAULT_DEAD_STREAM)]
     pub dead_stream: String,
     /// Approximate cap on the dead-letter stream's length (XADD MAXLEN ~),
     /// in entries, 1..=100000000.
-    #[arg(
-        long = "dead-maxlen",
-        env = "HITCOUNT_DEAD_MAXLEN",
-        default_value_t = DEFAULT_DEAD_MAXLEN,
-        value_parser = ranged::<u64>(1..=MAX_DEAD_MAXLEN.into())
-    )]
+    #[arg(long, env = "HITCOUNT_DEAD_MAXLEN", default_value_t = DEFAULT_DEAD_MAXLEN,
+          value_parser = ranged::<u64>(1..=MAX_DEAD_MAXLEN.into()))]
     pub dead_maxlen: u64,
     /// Stream shards, 1..=256: with more than one, shard k of the stream is
     /// `STREAM:{k}` (its dead letters `DEAD_STREAM:{k}`), each with the

@@ -28,27 +28,20 @@ const CLEAN_INTERVAL: Whole = Whole::new("--clean-interval / HITCOUNT_CLEAN_INTE
 pub struct LeaderArgs {
     /// Key of the leader lease. The key prefix (HITCOUNT_PREFIX) is put in
     /// front of it, as for every other key: `app1:hitcount:leader`.
-    #[arg(
-        long = "leader-key",
-        env = "HITCOUNT_LEADER_KEY",
-        default_value = DEFAULT_LEADER_KEY
-    )]
+    #[arg(long, env = "HITCOUNT_LEADER_KEY", default_value = DEFAULT_LEADER_KEY)]
     pub leader_key: String,
     /// Length of the lease in ms, 300..=600000. The leader renews it every
     /// third of this; if the leader dies, another worker takes over within
     /// about this long.
-    #[arg(long = "lease-ms", env = "HITCOUNT_LEASE_MS", default_value_t = DEFAULT_LEASE_MS,
+    #[arg(long, env = "HITCOUNT_LEASE_MS", default_value_t = DEFAULT_LEASE_MS,
           value_parser = LEASE_MS.parser::<u64>())]
     pub lease_ms: u64,
     /// Seconds between the starts of two cleaner passes, 1..=86400 (the
     /// seeds clean once a minute); a pass longer than this is followed by a
     /// 1 s pause.
-    #[arg(
-        long = "clean-interval",
-        env = "HITCOUNT_CLEAN_INTERVAL",
-        default_value_t = DEFAULT_CLEAN_INTERVAL_SECS,
-        value_parser = CLEAN_INTERVAL.parser::<u64>()
-    )]
+    #[arg(long = "clean-interval", env = "HITCOUNT_CLEAN_INTERVAL",
+          default_value_t = DEFAULT_CLEAN_INTERVAL_SECS,
+          value_parser = CLEAN_INTERVAL.parser::<u64>())]
     pub clean_interval_secs: u64,
 }
 

@@ -106,17 +106,13 @@ pub struct WorkerArgs {
     pub consumer: Option<String>,
     /// Entries per XREADGROUP (COUNT), 1..=5000. Redis spends about 1.4 µs
     /// per entry read, so 1000 keeps every read near 1.5 ms.
-    #[arg(
-        long = "read-count",
-        env = "HITCOUNT_READ_COUNT", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_READ_COUNT,
-        value_parser = READ_COUNT.parser::<usize>()
-    )]
+    #[arg(long, env = "HITCOUNT_READ_COUNT", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_READ_COUNT, value_parser = READ_COUNT.parser::<usize>())]
     pub read_count: usize,
     /// Longest wait for new entries when idle (XREADGROUP BLOCK), in ms,
     /// 1..=300000 (Redis reads 0 as "for ever").
-    #[arg(long = "block-ms", env = "HITCOUNT_BLOCK_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_BLOCK_MS,
-          value_parser = BLOCK_MS.parser::<u64>())]
+    #[arg(long, env = "HITCOUNT_BLOCK_MS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_BLOCK_MS, value_parser = BLOCK_MS.parser::<u64>())]
     pub block_ms: u64,
     /// A window is applied once it holds this many entries (1..=10000000). Each window
     /// costs one HINCRBY per (precision, name, bucket) it touches, so on
@@ -125,12 +121,9 @@ pub struct WorkerArgs {
     /// while the worker is behind (reads come back full of entries older
     /// than `--window-ms`); at the stream's head `--window-ms` closes them
     /// first. About 2 MB of entry ids per window.
-    #[arg(
-        long = "window-entries",
-        env = "HITCOUNT_WINDOW_ENTRIES", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_WINDOW_ENTRIES,
-        value_parser = WINDOW_ENTRIES.parser::<usize>()
-    )]
+    #[arg(long, env = "HITCOUNT_WINDOW_ENTRIES", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_WINDOW_ENTRIES,
+          value_parser = WINDOW_ENTRIES.parser::<usize>())]
     pub window_entries: usize,
     /// ...or this many distinct (precision, name, bucket) cells (1..=10000000): many names
     /// (Zipf over 100,000) make cells, not entries, the bound. Larger cell
@@ -138,20 +131,16 @@ pub struct WorkerArgs {
     /// appear once per window anyway) and cost ~0.5 KiB of worker memory per
     /// cell while applying, so 40,000 keeps a worker near 40 MiB. A cell of
     /// statistics (hits with a value) counts 3, plus 1 per 4 histogram entries.
-    #[arg(
-        long = "window-cells",
-        env = "HITCOUNT_WINDOW_CELLS", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_WINDOW_CELLS,
-        value_parser = WINDOW_CELLS.parser::<usize>()
-    )]
+    #[arg(long, env = "HITCOUNT_WINDOW_CELLS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_WINDOW_CELLS, value_parser = WINDOW_CELLS.parser::<usize>())]
     pub window_cells: usize,
     /// ...or once its oldest entry was read this many ms ago, when the
     /// worker is at the stream's head (its last read came back short, or
     /// its entries are younger than this): the bound on how late counters
     /// are, plus one apply. While the worker is behind the window may grow
     /// to ten times this age. 1..=60000.
-    #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_WINDOW_MS,
-          value_parser = WINDOW_MS.parser::<u64>())]
+    #[arg(long, env = "HITCOUNT_WINDOW_MS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_WINDOW_MS, value_parser = WINDOW_MS.parser::<u64>())]
     pub window_ms: u64,
     /// While behind, a window's count cells wait this long (ms), summed
     /// with the next windows', before they are applied (fewer HINCRBYs); a
@@ -160,8 +149,8 @@ pub struct WorkerArgs {
     /// the stream's head and at shutdown they are applied at once.
     /// 0..=3600000; 0 applies every window whole. A wait longer than a quarter of
     /// --claim-idle-ms is cut to that quarter, with a warning at start.
-    #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_CARRY_MS,
-          value_parser = CARRY_MS.parser::<u64>())]
+    #[arg(long, env = "HITCOUNT_CARRY_MS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_CARRY_MS, value_parser = CARRY_MS.parser::<u64>())]
     pub carry_ms: u64,
     /// The carry is applied once it sums this many distinct cells (more
     /// cells: fewer HINCRBYs on many names, more worker memory),
@@ -169,62 +158,40 @@ pub struct WorkerArgs {
     /// own: on one Redis each gets an even share; on a Redis Cluster a
     /// process' shards go in together once they hold this many between
     /// them.
-    #[arg(
-        long = "carry-cells",
-        env = "HITCOUNT_CARRY_CELLS", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_CARRY_CELLS,
-        value_parser = CARRY_CELLS.parser::<usize>()
-    )]
+    #[arg(long, env = "HITCOUNT_CARRY_CELLS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_CARRY_CELLS, value_parser = CARRY_CELLS.parser::<usize>())]
     pub carry_cells: usize,
     /// Entries pending longer than this (ms) on another consumer are
     /// claimed, 1000..=86400000 (under 1 s live workers would steal each
     /// other's entries).
-    #[arg(
-        long = "claim-idle-ms",
-        env = "HITCOUNT_CLAIM_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_CLAIM_IDLE_MS,
-        value_parser = CLAIM_IDLE_MS.parser::<u64>()
-    )]
+    #[arg(long, env = "HITCOUNT_CLAIM_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_CLAIM_IDLE_MS, value_parser = CLAIM_IDLE_MS.parser::<u64>())]
     pub claim_idle_ms: u64,
     /// An entry delivered more than this many times without being applied is
     /// dead-lettered, 1..=1000.
-    #[arg(
-        long = "max-deliveries",
-        env = "HITCOUNT_MAX_DELIVERIES", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_MAX_DELIVERIES,
-        value_parser = MAX_DELIVERIES.parser::<u32>()
-    )]
+    #[arg(long, env = "HITCOUNT_MAX_DELIVERIES", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_MAX_DELIVERIES, value_parser = MAX_DELIVERIES.parser::<u32>())]
     pub max_deliveries: u32,
     /// Consumers idle this long (ms) that own no pending entry leave the
     /// group, 1000..=2592000000 (30 days).
-    #[arg(
-        long = "consumer-idle-ms",
-        env = "HITCOUNT_CONSUMER_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_CONSUMER_IDLE_MS,
-        value_parser = CONSUMER_IDLE_MS.parser::<u64>()
-    )]
+    #[arg(long, env = "HITCOUNT_CONSUMER_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_CONSUMER_IDLE_MS,
+          value_parser = CONSUMER_IDLE_MS.parser::<u64>())]
     pub consumer_idle_ms: u64,
     /// Seconds to finish the window in flight after SIGTERM before exiting
     /// anyway (Kubernetes' grace period is 30 s), 0..=3600; 0 exits at once,
     /// leaving the window's entries pending for another worker to claim.
-    #[arg(
-        long = "shutdown-timeout",
-        env = "HITCOUNT_SHUTDOWN_TIMEOUT",
-        default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS,
-        value_parser = SHUTDOWN_TIMEOUT.parser::<u64>()
-    )]
+    #[arg(long = "shutdown-timeout", env = "HITCOUNT_SHUTDOWN_TIMEOUT",
+          default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS,
+          value_parser = SHUTDOWN_TIMEOUT.parser::<u64>())]
     pub shutdown_timeout_secs: u64,
     /// On a Redis Cluster, replicas that must confirm each step of a window
     /// (its commit, each apply) before the next runs (WAIT 100 ms, repeated
     /// up to 2 s while an attached replica is behind; a master with none
     /// attached is not waited for longer), 0..=16; 0 does not wait.
     /// Unused on one Redis.
-    #[arg(
-        long = "wait-replicas",
-        env = "HITCOUNT_WAIT_REPLICAS", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_WAIT_REPLICAS,
-        value_parser = WAIT_REPLICAS.parser::<u32>()
-    )]
+    #[arg(long, env = "HITCOUNT_WAIT_REPLICAS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_WAIT_REPLICAS, value_parser = WAIT_REPLICAS.parser::<u32>())]
     pub wait_replicas: u32,
 }
 

@@ -34,21 +34,25 @@ type Fatal = Arc<Mutex<Option<String>>>;
 
 /// A new trigger and the shutdown it controls.
 pub fn channel() -> (Trigger, Shutdown) {
+    pair(Fatal::default(), None)
+}
+
+/// A trigger and the shutdown it controls, reporting fatal errors to
+/// `fatal`, a part of `parent` if there is one.
+fn pair(fatal: Fatal, parent: Option<Box<Shutdown>>) -> (Trigger, Shutdown) {
     let (tx, rx) = watch::channel(false);
     let tx = Arc::new(tx);
-    let fatal = Fatal::default();
-    (
-        Trigger {
-            tx: tx.clone(),
-            fatal: fatal.clone(),
-        },
-        Shutdown {
-            rx,
-            tx,
-            fatal,
-            parent: None,
-        },
-    )
+    let trigger = Trigger {
+        tx: tx.clone(),
+        fatal: fatal.clone(),
+    };
+    let shutdown = Shutdown {
+        rx,
+        tx,
+        fatal,
+        parent,
+    };
+    (trigger, shutdown)
 }
 
 impl Trigger {
@@ -101,20 +105,7 @@ impl Shutdown {
     /// asked for by its own trigger or with this one; a fatal failure of
     /// the part stops the whole (they share the cause).
     pub(crate) fn child(&self) -> (Trigger, Shutdown) {
-        let (tx, rx) = watch::channel(false);
-        let tx = Arc::new(tx);
-        (
-            Trigger {
-                tx: tx.clone(),
-                fatal: self.fatal.clone(),
-            },
-            Shutdown {
-                rx,
-                tx,
-                fatal: self.fatal.clone(),
-                parent: Some(Box::new(self.clone())),
-            },
-        )
+        pair(self.fatal.clone(), Some(Box::new(self.clone())))
     }
 
     /// Whether a fatal error was reported.

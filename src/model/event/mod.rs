@@ -221,10 +221,16 @@ pub(crate) fn check_size(bytes: usize) -> Result<(), Reject> {
 /// `Some(1700000000123)`. `None` unless the ID is `<digits>-<digits>` with the
 /// first part ≤ `i64::MAX` and the second ≤ `u64::MAX`.
 pub(crate) fn entry_id_ms(id: &[u8]) -> Option<i64> {
+    entry_id_digits(id).and_then(|m| i64::try_from(m).ok())
+}
+
+/// The millisecond part of an ID `<digits>-<digits>` whose second part is
+/// ≤ `u64::MAX`, however large the first.
+fn entry_id_digits(id: &[u8]) -> Option<u128> {
     let dash = id.iter().position(|&b| b == b'-')?;
     let (ms, seq) = (&id[..dash], &id[dash + 1..]);
     parse_digits(seq).filter(|&s| s <= u64::MAX as u128)?;
-    parse_digits(ms).and_then(|m| i64::try_from(m).ok())
+    parse_digits(ms)
 }
 
 /// Where a decoded hit's time ([`Hit::ts_ms`]) came from.
@@ -268,13 +274,8 @@ where
     I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
 {
     // Redis' IDs go up to u64::MAX ms: one past i64::MAX is far ahead too.
-    let id_ms = entry_id_ms(id)
-        .or_else(|| {
-            let dash = id.iter().position(|&b| b == b'-')?;
-            parse_digits(&id[..dash])?;
-            parse_digits(&id[dash + 1..]).filter(|&s| s <= u64::MAX as u128)?;
-            Some(i64::MAX)
-        })
+    let id_ms = entry_id_digits(id)
+        .map(clamp_ms)
         .ok_or(Reject::BadEntryId)?;
     let (mut hit, mut name, mut count, mut ts, mut value) = (None, None, None, None, None);
     for (key, v) in fields {

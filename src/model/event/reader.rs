@@ -84,18 +84,9 @@ impl<'a> Reader<'a> {
             Marker::F32 => Scalar::Float(f64::from(f32::from_be_bytes(self.be()?))),
             Marker::F64 => Scalar::Float(f64::from_be_bytes(self.be()?)),
             Marker::FixStr(n) => Scalar::Str(self.take(usize::from(n))?),
-            Marker::Str8 => Scalar::Str({
-                let n = self.len8()?;
-                self.take(n)?
-            }),
-            Marker::Str16 => Scalar::Str({
-                let n = self.len16()?;
-                self.take(n)?
-            }),
-            Marker::Str32 => Scalar::Str({
-                let n = self.len32()?;
-                self.take(n)?
-            }),
+            Marker::Str8 => Scalar::Str(self.len8().and_then(|n| self.take(n))?),
+            Marker::Str16 => Scalar::Str(self.len16().and_then(|n| self.take(n))?),
+            Marker::Str32 => Scalar::Str(self.len32().and_then(|n| self.take(n))?),
             Marker::Null | Marker::True | Marker::False => Scalar::Other,
             Marker::Bin8 => self.len8().and_then(|n| self.skip_bytes(n, 0))?,
             Marker::Bin16 => self.len16().and_then(|n| self.skip_bytes(n, 0))?,

@@ -29,6 +29,18 @@ pub(super) enum Head<'a> {
     Map(u64),
 }
 
+impl Head<'_> {
+    /// How many values follow this head as its contents: an array's
+    /// elements, a map's keys and values, none for a scalar.
+    pub(super) fn contents(&self) -> u64 {
+        match self {
+            Head::Scalar(_) => 0,
+            Head::Array(n) => *n,
+            Head::Map(n) => 2 * n,
+        }
+    }
+}
+
 /// Bounds-checked cursor over MessagePack bytes.
 pub(super) struct Reader<'a> {
     pub(super) buf: &'a [u8],
@@ -118,12 +130,7 @@ impl<'a> Reader<'a> {
             if pending > self.buf.len() as u64 {
                 return Err(Malformed);
             }
-            pending -= 1;
-            match self.head()? {
-                Head::Scalar(_) => {}
-                Head::Array(n) => pending += n,
-                Head::Map(n) => pending += 2 * n,
-            }
+            pending = pending - 1 + self.head()?.contents();
         }
         Ok(())
     }
@@ -132,8 +139,7 @@ impl<'a> Reader<'a> {
     pub(super) fn value(&mut self) -> Result<Scalar<'a>, Malformed> {
         match self.head()? {
             Head::Scalar(s) => Ok(s),
-            Head::Array(n) => self.skip(n).map(|_| Scalar::Other),
-            Head::Map(n) => self.skip(2 * n).map(|_| Scalar::Other),
+            container => self.skip(container.contents()).map(|_| Scalar::Other),
         }
     }
 }

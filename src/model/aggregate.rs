@@ -177,12 +177,6 @@ impl Window {
         &self.precisions
     }
 
-    /// Buckets kept per counter, as given to [`Window::new`].
-    #[cfg(test)]
-    pub(crate) fn samples(&self) -> u32 {
-        self.samples
-    }
-
     /// Adds one hit. `now_ms` = wall clock, unix ms.
     ///
     /// At precision `P` the hit's bucket is skipped (not counted, and counted
@@ -349,12 +343,6 @@ impl Window {
                 summary,
             })
         })
-    }
-
-    /// Distinct cells with statistics.
-    #[cfg(test)]
-    pub(crate) fn stat_cells_len(&self) -> usize {
-        self.stats.len()
     }
 
     /// What the window weighs against `--window-cells`: a cell 1, a
@@ -651,7 +639,7 @@ mod tests {
         // Counts take every hit; statistics only the valued ones.
         let counts = cells(&w);
         assert_eq!(counts[&(60, "a".into(), 1_699_999_980)], 8);
-        assert_eq!(w.stat_cells_len(), 3);
+        assert_eq!(w.stats.len(), 3);
         // 5 counter cells, 3 statistics cells, 2 histogram entries (at 60 s).
         assert_eq!(w.cells_len(), 5);
         // The two entries weigh half a cell, rounded down.
@@ -678,7 +666,7 @@ mod tests {
         assert!(stats.keys().all(|k| counts.contains_key(k)));
         assert!(w.stat_cells().all(|s| s.name == "a"));
         w.clear();
-        assert_eq!((w.stat_cells_len(), w.stat_cells().count()), (0, 0));
+        assert_eq!((w.stats.len(), w.stat_cells().count()), (0, 0));
         assert_eq!(w.weight(), 0);
     }
 
@@ -696,7 +684,7 @@ mod tests {
     fn precisions_deduped() {
         let w = Window::new(&[60, 1, 60], 5);
         assert_eq!(w.precisions(), [60, 1]);
-        assert_eq!(w.samples(), 5);
+        assert_eq!(w.samples, 5);
     }
 
     #[test]

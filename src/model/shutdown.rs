@@ -61,17 +61,6 @@ impl Trigger {
         self.tx.send_replace(true);
     }
 
-    /// A new [`Shutdown`] tied to this trigger.
-    #[cfg(test)]
-    pub(crate) fn subscribe(&self) -> Shutdown {
-        Shutdown {
-            rx: self.tx.subscribe(),
-            tx: self.tx.clone(),
-            fatal: self.fatal.clone(),
-            parent: None,
-        }
-    }
-
     /// The first fatal error reported by any task, if one was.
     pub(crate) fn fatal(&self) -> Option<String> {
         self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -168,11 +157,21 @@ pub async fn signals() {
 mod tests {
     use super::*;
 
+    /// A new [`Shutdown`] tied to `trigger`.
+    fn subscribe(trigger: &Trigger) -> Shutdown {
+        Shutdown {
+            rx: trigger.tx.subscribe(),
+            tx: trigger.tx.clone(),
+            fatal: trigger.fatal.clone(),
+            parent: None,
+        }
+    }
+
     #[tokio::test]
     async fn trigger_reaches_every_clone() {
         let (trigger, shutdown) = channel();
         let mut a = shutdown.clone();
-        let mut b = trigger.subscribe();
+        let mut b = subscribe(&trigger);
         assert!(!a.is_triggered());
         trigger.trigger();
         a.wait().await;
@@ -202,7 +201,7 @@ mod tests {
     #[tokio::test]
     async fn the_first_fatal_cause_is_kept_and_stops_everyone() {
         let (trigger, shutdown) = channel();
-        let mut other = trigger.subscribe();
+        let mut other = subscribe(&trigger);
         shutdown.fail("first".into());
         shutdown.fail("second".into());
         other.wait().await;

@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        crate::model::config::assert_clap_defaults::<RedisArgs>();
+        crate::model::config::tests::assert_clap_defaults::<RedisArgs>();
     }
 
     #[test]

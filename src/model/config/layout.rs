@@ -256,8 +256,8 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        crate::model::config::assert_clap_defaults::<LayoutArgs>();
-        crate::model::config::assert_clap_defaults::<StreamArgs>();
+        crate::model::config::tests::assert_clap_defaults::<LayoutArgs>();
+        crate::model::config::tests::assert_clap_defaults::<StreamArgs>();
     }
 
     #[test]

@@ -88,6 +88,6 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        crate::model::config::assert_clap_defaults::<LeaderArgs>();
+        crate::model::config::tests::assert_clap_defaults::<LeaderArgs>();
     }
 }

@@ -28,30 +28,6 @@ use std::path::PathBuf;
 /// first stay few.
 pub(crate) const ADVANCED: &str = "Advanced (tuning)";
 
-/// Test helper: parses an empty command line into `T`, with every
-/// environment variable of its arguments unset for the parse (tests run in
-/// parallel and the variables of the test environment are left alone), and
-/// asserts that the result equals `T::default()` field by field (through
-/// `Debug`, which names every field), so the clap defaults and the
-/// `Default` impl cannot drift apart and a new field needs no list.
-#[cfg(test)]
-fn assert_clap_defaults<T>()
-where
-    T: clap::Args + clap::FromArgMatches + Default + std::fmt::Debug,
-{
-    let cmd = T::augment_args(clap::Command::new("t")).mut_args(|arg| arg.env(None));
-    let matches = cmd
-        .try_get_matches_from(["t"])
-        .expect("an empty command line parses");
-    let parsed = T::from_arg_matches(&matches).expect("defaults convert");
-    assert_eq!(
-        format!("{parsed:#?}"),
-        format!("{:#?}", T::default()),
-        "the clap defaults of {} are its Default",
-        std::any::type_name::<T>()
-    );
-}
-
 mod connection;
 mod layout;
 mod leader;
@@ -158,6 +134,29 @@ pub enum ConfigError {
 #[cfg(test)]
 mod tests {
     use super::ranged;
+
+    /// Test helper: parses an empty command line into `T`, with every
+    /// environment variable of its arguments unset for the parse (tests run in
+    /// parallel and the variables of the test environment are left alone), and
+    /// asserts that the result equals `T::default()` field by field (through
+    /// `Debug`, which names every field), so the clap defaults and the
+    /// `Default` impl cannot drift apart and a new field needs no list.
+    pub(super) fn assert_clap_defaults<T>()
+    where
+        T: clap::Args + clap::FromArgMatches + Default + std::fmt::Debug,
+    {
+        let cmd = T::augment_args(clap::Command::new("t")).mut_args(|arg| arg.env(None));
+        let matches = cmd
+            .try_get_matches_from(["t"])
+            .expect("an empty command line parses");
+        let parsed = T::from_arg_matches(&matches).expect("defaults convert");
+        assert_eq!(
+            format!("{parsed:#?}"),
+            format!("{:#?}", T::default()),
+            "the clap defaults of {} are its Default",
+            std::any::type_name::<T>()
+        );
+    }
 
     #[test]
     fn ranged_values_name_their_range() {

@@ -313,7 +313,7 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        crate::model::config::assert_clap_defaults::<WorkerArgs>();
+        crate::model::config::tests::assert_clap_defaults::<WorkerArgs>();
     }
 
     #[test]

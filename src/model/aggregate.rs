@@ -208,36 +208,30 @@ impl Window {
         }
         let np = self.precisions.len();
         let id = self.intern(hit.name);
-        let Some(value) = hit.value else {
-            for p in 0..np {
-                let bucket = self.scratch[p];
-                if bucket != SKIP {
-                    self.bump(id * np + p, bucket, hit.count);
-                }
-            }
-            return;
-        };
-        // One logarithm per hit, whatever the number of precisions.
-        let hist = if self.quantiles.contains(&true) {
-            HistBucket::of(value)
-        } else {
-            None
-        };
+        // One logarithm per hit with a value, whatever the number of precisions.
+        let hist = hit
+            .value
+            .filter(|_| self.quantiles.contains(&true))
+            .and_then(HistBucket::of);
         for p in 0..np {
             let bucket = self.scratch[p];
-            if bucket != SKIP {
-                let slot = self.bump(id * np + p, bucket, hit.count);
-                let b = hist.filter(|_| self.quantiles[p]);
-                let mut added = 0;
-                let summary = self.stats.entry(slot).or_insert_with(|| {
-                    added = STAT_CELL_WINDOW_WEIGHT * HIST_ENTRIES_PER_CELL;
-                    Summary::default()
-                });
-                let entries = summary.histogram.len();
-                summary.observe_in(value, hit.count, b);
-                added += summary.histogram.len() - entries;
-                self.stats_weight += added;
+            if bucket == SKIP {
+                continue;
             }
+            let slot = self.bump(id * np + p, bucket, hit.count);
+            let Some(value) = hit.value else {
+                continue;
+            };
+            let b = hist.filter(|_| self.quantiles[p]);
+            let mut added = 0;
+            let summary = self.stats.entry(slot).or_insert_with(|| {
+                added = STAT_CELL_WINDOW_WEIGHT * HIST_ENTRIES_PER_CELL;
+                Summary::default()
+            });
+            let entries = summary.histogram.len();
+            summary.observe_in(value, hit.count, b);
+            added += summary.histogram.len() - entries;
+            self.stats_weight += added;
         }
     }
 

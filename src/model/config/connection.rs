@@ -83,9 +83,7 @@ impl RedisArgs {
             key: None,
         }
     }
-}
 
-impl RedisArgs {
     /// The node URLs: `url` split at its commas (a comma in a password is
     /// written `%2C`, as in any URL).
     pub fn urls(&self) -> Vec<&str> {

@@ -32,8 +32,8 @@ mod register;
 pub(crate) use labels::{DEAD_LETTER_REASONS, REDIS_ERROR_KINDS};
 
 use register::{
-    counter, counter_vec, gauge, gauge_vec, histogram, int_gauge, int_gauge_vec,
-    window_size_buckets, APPLY_BUCKETS, CLEANER_BUCKETS, DELAY_BUCKETS,
+    counter, counter_vec, gauge, gauge_vec, histogram, window_size_buckets, APPLY_BUCKETS,
+    CLEANER_BUCKETS, DELAY_BUCKETS,
 };
 
 /// Content type of [`render()`]'s output (Prometheus text format 0.0.4).
@@ -175,17 +175,17 @@ families! {
         "hitcount_redis_reconnects_total", "Reconnections to Redis."
     );
     /// `hitcount_redis_oom`: 1 while Redis refuses writes for its maxmemory.
-    redis_oom: IntGauge = int_gauge("hitcount_redis_oom", "1 while Redis refuses writes (OOM).");
+    redis_oom: IntGauge = gauge("hitcount_redis_oom", "1 while Redis refuses writes (OOM).");
     /// `hitcount_redis_maxmemory_policy_evicts`: 1 unless it is noeviction.
-    redis_policy_evicts: IntGauge = int_gauge("hitcount_redis_maxmemory_policy_evicts", EVICTS);
+    redis_policy_evicts: IntGauge = gauge("hitcount_redis_maxmemory_policy_evicts", EVICTS);
     /// `hitcount_group_lag_entries`: entries in the stream not yet delivered
     /// to the consumer group; with shards, the sum over every shard.
-    group_lag: IntGauge = int_gauge(
+    group_lag: IntGauge = gauge(
         "hitcount_group_lag_entries", "Stream entries not yet delivered to the consumer group."
     );
     /// `hitcount_group_pending_entries`: entries delivered to the group but
     /// not yet acknowledged; with shards, the sum over every shard.
-    group_pending: IntGauge = int_gauge(
+    group_pending: IntGauge = gauge(
         "hitcount_group_pending_entries",
         "Entries delivered to the consumer group but not acknowledged."
     );
@@ -196,13 +196,13 @@ families! {
     );
     /// `hitcount_shard_lag_entries{shard}`: one shard's entries not yet
     /// delivered to the group; `shard` is `0..HITCOUNT_SHARDS` (≤ 256).
-    shard_lag: IntGaugeVec = int_gauge_vec(
+    shard_lag: IntGaugeVec = gauge_vec(
         "hitcount_shard_lag_entries",
         "Entries of a stream shard not yet delivered to the consumer group, by shard.", "shard"
     );
     /// `hitcount_shard_pending_entries{shard}`: one shard's entries
     /// delivered to the group and not yet acknowledged.
-    shard_pending: IntGaugeVec = int_gauge_vec(
+    shard_pending: IntGaugeVec = gauge_vec(
         "hitcount_shard_pending_entries",
         "Entries of a stream shard delivered to the group but not acknowledged, by shard.", "shard"
     );
@@ -214,16 +214,16 @@ families! {
     );
     /// `hitcount_shard_owned{shard}`: 1 while this process reads the shard
     /// (holds its lease; with one shard, every worker reads it), else 0.
-    shard_owned: IntGaugeVec = int_gauge_vec(
+    shard_owned: IntGaugeVec = gauge_vec(
         "hitcount_shard_owned", "1 while this process reads the stream shard, by shard.", "shard"
     );
     /// `hitcount_shards_owned`: how many shards this process reads.
-    shards_owned: IntGauge = int_gauge(
+    shards_owned: IntGauge = gauge(
         "hitcount_shards_owned", "Stream shards this process reads."
     );
     /// `hitcount_is_leader`: 1 while this worker holds the cleaner
     /// leadership, else 0.
-    is_leader: IntGauge = int_gauge(
+    is_leader: IntGauge = gauge(
         "hitcount_is_leader", "1 while this worker is the cleaner leader."
     );
     /// `hitcount_cleaner_passes_total`: completed cleaner passes.
@@ -277,7 +277,7 @@ families! {
     );
     /// `hitcount_producer_buffered_events`: events waiting in the producer's
     /// buffer.
-    producer_buffered: IntGauge = int_gauge(
+    producer_buffered: IntGauge = gauge(
         "hitcount_producer_buffered_events", "Events waiting in the producer's buffer."
     );
     /// `hitcount_producer_dropped_events_total`: events the producer dropped

@@ -13,13 +13,7 @@ pub const DEFAULT_PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
 /// [`DEFAULT_PRECISIONS`] as `--precisions` takes and `--help` shows them,
 /// `1,5,60,…`: written from the array, so the default is stated once.
 pub(crate) static DEFAULT_PRECISIONS_FLAG: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| {
-        DEFAULT_PRECISIONS
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    });
+    std::sync::LazyLock::new(|| comma_list(&DEFAULT_PRECISIONS));
 /// Default key prefix (`--prefix`): none, so the counters keep the seeds' key
 /// names (`known:`, `count:*`); set one to share a Redis between apps.
 pub const DEFAULT_PREFIX: &str = "";
@@ -88,6 +82,12 @@ fn parse_precision_list(text: &str) -> Result<Vec<u32>, String> {
         .collect()
 }
 
+/// Precisions as `--precisions` takes them: `1,5,60`.
+fn comma_list(precisions: &[u32]) -> String {
+    let texts: Vec<String> = precisions.iter().map(u32::to_string).collect();
+    texts.join(",")
+}
+
 /// `--precisions`: [`parse_precision_list`], with at least one precision.
 pub(crate) fn parse_precisions(text: &str) -> Result<Vec<u32>, String> {
     let list = parse_precision_list(text)?;
@@ -137,11 +137,7 @@ impl LayoutArgs {
                     setting: "--quantile-precisions / HITCOUNT_QUANTILE_PRECISIONS",
                     reason: format!(
                         "{p} is not one of the precisions ({})",
-                        self.precisions
-                            .iter()
-                            .map(u32::to_string)
-                            .collect::<Vec<_>>()
-                            .join(",")
+                        comma_list(&self.precisions)
                     ),
                 });
             }

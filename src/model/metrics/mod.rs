@@ -198,24 +198,28 @@ families! {
     /// delivered to the group; `shard` is `0..HITCOUNT_SHARDS` (≤ 256).
     shard_lag: IntGaugeVec = gauge_vec(
         "hitcount_shard_lag_entries",
-        "Entries of a stream shard not yet delivered to the consumer group, by shard.", "shard"
+        "Entries of a stream shard not yet delivered to the consumer group, by shard.",
+        &["shard"]
     );
     /// `hitcount_shard_pending_entries{shard}`: one shard's entries
     /// delivered to the group and not yet acknowledged.
     shard_pending: IntGaugeVec = gauge_vec(
         "hitcount_shard_pending_entries",
-        "Entries of a stream shard delivered to the group but not acknowledged, by shard.", "shard"
+        "Entries of a stream shard delivered to the group but not acknowledged, by shard.",
+        &["shard"]
     );
     /// `hitcount_shard_backlog_age_seconds{shard}`: age of one shard's
     /// oldest undelivered entry (0 when there is none).
     shard_backlog_age: GaugeVec = gauge_vec(
         "hitcount_shard_backlog_age_seconds",
-        "Age of a stream shard's oldest undelivered entry, by shard.", "shard"
+        "Age of a stream shard's oldest undelivered entry, by shard.",
+        &["shard"]
     );
     /// `hitcount_shard_owned{shard}`: 1 while this process reads the shard
     /// (holds its lease; with one shard, every worker reads it), else 0.
     shard_owned: IntGaugeVec = gauge_vec(
-        "hitcount_shard_owned", "1 while this process reads the stream shard, by shard.", "shard"
+        "hitcount_shard_owned", "1 while this process reads the stream shard, by shard.",
+        &["shard"]
     );
     /// `hitcount_shards_owned`: how many shards this process reads.
     shards_owned: IntGauge = gauge(

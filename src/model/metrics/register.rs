@@ -66,17 +66,17 @@ pub(super) fn gauge<P: Atomic + 'static>(r: &Registry, name: &str, help: &str) -
     reg(r, GenericGauge::new(name, help).expect("valid gauge"))
 }
 
-/// A gauge with one label, whole-number or not.
+/// A gauge with labels, whole-number or not.
 pub(super) fn gauge_vec<P: Atomic + 'static>(
     r: &Registry,
     name: &str,
     help: &str,
-    label: &str,
+    labels: &[&str],
 ) -> GenericGaugeVec<P> {
     let opts = Opts::new(name, help);
     reg(
         r,
-        GenericGaugeVec::new(opts, &[label]).expect("valid gauge vec"),
+        GenericGaugeVec::new(opts, labels).expect("valid gauge vec"),
     )
 }
 
@@ -92,16 +92,11 @@ pub(super) fn revision() -> &'static str {
 
 /// `hitcount_build_info{version, revision}`, registered and set to 1.
 pub(super) fn build_info(r: &Registry) -> IntGauge {
-    let info = reg(
+    let info: IntGaugeVec = gauge_vec(
         r,
-        IntGaugeVec::new(
-            Opts::new(
-                "hitcount_build_info",
-                "Build information; always 1, labelled with version and git revision.",
-            ),
-            &["version", "revision"],
-        )
-        .expect("valid gauge vec"),
+        "hitcount_build_info",
+        "Build information; always 1, labelled with version and git revision.",
+        &["version", "revision"],
     );
     let gauge = info.with_label_values(&[env!("CARGO_PKG_VERSION"), revision()]);
     gauge.set(1);

@@ -101,12 +101,7 @@ pub(crate) fn parse_precisions(text: &str) -> Result<Vec<u32>, String> {
 
 impl Default for LayoutArgs {
     fn default() -> Self {
-        LayoutArgs {
-            prefix: DEFAULT_PREFIX.into(),
-            precisions: DEFAULT_PRECISIONS.to_vec(),
-            samples: DEFAULT_SAMPLES,
-            quantile_precisions: None,
-        }
+        super::parsed_defaults()
     }
 }
 
@@ -188,13 +183,7 @@ pub struct StreamArgs {
 
 impl Default for StreamArgs {
     fn default() -> Self {
-        StreamArgs {
-            stream: DEFAULT_STREAM.into(),
-            group: DEFAULT_GROUP.into(),
-            dead_stream: DEFAULT_DEAD_STREAM.into(),
-            dead_maxlen: DEFAULT_DEAD_MAXLEN,
-            shards: DEFAULT_SHARDS,
-        }
+        super::parsed_defaults()
     }
 }
 

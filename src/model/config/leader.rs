@@ -47,11 +47,7 @@ pub struct LeaderArgs {
 
 impl Default for LeaderArgs {
     fn default() -> Self {
-        LeaderArgs {
-            leader_key: DEFAULT_LEADER_KEY.into(),
-            lease_ms: DEFAULT_LEASE_MS,
-            clean_interval_secs: DEFAULT_CLEAN_INTERVAL_SECS,
-        }
+        super::parsed_defaults()
     }
 }
 

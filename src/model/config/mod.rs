@@ -13,9 +13,10 @@
 //! item is re-exported here, so `crate::model::config::X` names it.
 //!
 //! Each default is written once, as a `DEFAULT_*` constant next to its
-//! struct: the clap attribute (`default_value` / `default_value_t`) and the
-//! struct's `Default` impl both name it, and a test per struct parses an
-//! empty command line and checks it equals `Default::default()`.
+//! struct, named once, by the clap attribute (`default_value` /
+//! `default_value_t`); the struct's `Default` is what an empty command line
+//! parses to ([`parsed_defaults`]), and a test per struct checks that it
+//! parses.
 
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
@@ -27,6 +28,17 @@ use std::path::PathBuf;
 /// `--help` lists them under this heading, so the settings an operator meets
 /// first stay few.
 pub(crate) const ADVANCED: &str = "Advanced (tuning)";
+
+/// The defaults of a group of settings, for its `Default`: what an empty
+/// command line parses to, with no environment variable read, so a default
+/// is named only by its clap attribute.
+fn parsed_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+    let cmd = T::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None));
+    let matches = cmd
+        .try_get_matches_from(["defaults"])
+        .expect("an empty command line parses");
+    T::from_arg_matches(&matches).expect("defaults convert")
+}
 
 mod connection;
 mod layout;

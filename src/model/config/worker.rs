@@ -197,21 +197,7 @@ pub struct WorkerArgs {
 
 impl Default for WorkerArgs {
     fn default() -> Self {
-        WorkerArgs {
-            consumer: None,
-            read_count: DEFAULT_READ_COUNT,
-            block_ms: DEFAULT_BLOCK_MS,
-            window_entries: DEFAULT_WINDOW_ENTRIES,
-            window_cells: DEFAULT_WINDOW_CELLS,
-            window_ms: DEFAULT_WINDOW_MS,
-            carry_ms: DEFAULT_CARRY_MS,
-            carry_cells: DEFAULT_CARRY_CELLS,
-            claim_idle_ms: DEFAULT_CLAIM_IDLE_MS,
-            max_deliveries: DEFAULT_MAX_DELIVERIES,
-            consumer_idle_ms: DEFAULT_CONSUMER_IDLE_MS,
-            shutdown_timeout_secs: DEFAULT_SHUTDOWN_TIMEOUT_SECS,
-            wait_replicas: DEFAULT_WAIT_REPLICAS,
-        }
+        super::parsed_defaults()
     }
 }
 

@@ -79,32 +79,32 @@ macro_rules! families {
 families! {
     /// `hitcount_events_read_total`: stream entries read by this worker
     /// (new and claimed), in entries.
-    events_read: IntCounter = counter(
-        "hitcount_events_read_total", "Stream entries read by this worker."
-    );
+    events_read: IntCounter =
+        counter("hitcount_events_read_total", "Stream entries read by this worker.");
     /// `hitcount_events_applied_total`: events whose hits were written to
     /// counters and acknowledged, in events.
-    events_applied: IntCounter = counter(
-        "hitcount_events_applied_total", "Events written to counters and acknowledged."
-    );
+    events_applied: IntCounter =
+        counter("hitcount_events_applied_total", "Events written to counters and acknowledged.");
     /// `hitcount_events_dead_lettered_total{reason}`: events set aside as
     /// unprocessable, by reason (one of [`DEAD_LETTER_REASONS`]).
     events_dead_lettered: IntCounterVec = counter_vec(
-        "hitcount_events_dead_lettered_total", "Events set aside as unprocessable, by reason.",
-        "reason", &DEAD_LETTER_REASONS
+        "hitcount_events_dead_lettered_total",
+        "Events set aside as unprocessable, by reason.",
+        "reason",
+        &DEAD_LETTER_REASONS,
     );
     /// `hitcount_events_claimed_total`: pending entries claimed from other
     /// (dead or slow) consumers, in entries.
-    events_claimed: IntCounter = counter(
-        "hitcount_events_claimed_total", "Pending entries claimed from other consumers."
-    );
+    events_claimed: IntCounter =
+        counter("hitcount_events_claimed_total", "Pending entries claimed from other consumers.");
     /// `hitcount_hits_too_old_total{precision}`: hits not written at a
     /// precision because they are older than its retention; `precision` is
     /// the bucket length in seconds, e.g. "60".
     hits_too_old: IntCounterVec = counter_vec(
         "hitcount_hits_too_old_total",
         "Hits not written at a precision because older than its retention, by precision in seconds.",
-        "precision", &[]
+        "precision",
+        &[],
     );
     /// `hitcount_hits_future_id_total`: hits without `ts` whose entry ID was
     /// more than a day ahead of Redis' clock (an `XADD` with an explicit ID
@@ -112,68 +112,73 @@ families! {
     /// the worker read them instead.
     hits_future_id: IntCounter = counter(
         "hitcount_hits_future_id_total",
-        "Hits without ts whose entry ID was more than a day ahead of Redis' clock, counted at Redis' clock instead."
+        "Hits without ts whose entry ID was more than a day ahead of Redis' clock, counted at Redis' clock instead.",
     );
     /// `hitcount_windows_applied_total`: aggregated windows written to Redis.
-    windows_applied: IntCounter = counter(
-        "hitcount_windows_applied_total", "Windows of hits written to Redis."
-    );
+    windows_applied: IntCounter =
+        counter("hitcount_windows_applied_total", "Windows of hits written to Redis.");
     /// `hitcount_windows_fenced_total`: windows dropped unapplied because
     /// another consumer claimed some of their entries.
     windows_fenced: IntCounter = counter(
         "hitcount_windows_fenced_total",
-        "Windows dropped because another consumer claimed their entries."
+        "Windows dropped because another consumer claimed their entries.",
     );
     /// `hitcount_carry_cells_total`: summed cells applied through the
     /// carry (each stands for that cell in several windows).
     carry_cells: IntCounter = counter(
-        "hitcount_carry_cells_total", "Summed cells applied through the carry, while behind."
+        "hitcount_carry_cells_total",
+        "Summed cells applied through the carry, while behind.",
     );
     /// `hitcount_carry_groups_total`: groups of shard carries applied
     /// together on a Redis Cluster (each pays a script per hash slot it
     /// touches: the more cells per group, the cheaper per hit).
     carry_groups: IntCounter = counter(
         "hitcount_carry_groups_total",
-        "Groups of shard carries applied together on a Redis Cluster."
+        "Groups of shard carries applied together on a Redis Cluster.",
     );
     /// `hitcount_replication_unconfirmed_total`: writes of a window on a
     /// Redis Cluster that no replica confirmed within the wait (a master
     /// without a replica): counting goes on, less safe against a failover.
     replication_unconfirmed: IntCounter = counter(
         "hitcount_replication_unconfirmed_total",
-        "Writes of a window on a Redis Cluster that no replica confirmed in time."
+        "Writes of a window on a Redis Cluster that no replica confirmed in time.",
     );
     /// `hitcount_records_quarantined_total`: bookkeeping records that could
     /// not be read back, moved to the dead-letter stream.
     records_quarantined: IntCounter = counter(
         "hitcount_records_quarantined_total",
-        "Bookkeeping records that could not be read back, moved to the dead-letter stream."
+        "Bookkeeping records that could not be read back, moved to the dead-letter stream.",
     );
     /// `hitcount_window_size_events`: events per applied window.
     window_size: Histogram = histogram(
-        "hitcount_window_size_events", "Events per applied window.", window_size_buckets()
+        "hitcount_window_size_events",
+        "Events per applied window.",
+        window_size_buckets(),
     );
     /// `hitcount_apply_duration_seconds`: time to write one window to Redis.
     apply_duration: Histogram = histogram(
-        "hitcount_apply_duration_seconds", "Time to write one window to Redis.",
-        APPLY_BUCKETS.to_vec()
+        "hitcount_apply_duration_seconds",
+        "Time to write one window to Redis.",
+        APPLY_BUCKETS.to_vec(),
     );
     /// `hitcount_end_to_end_delay_seconds`: from an event's timestamp to the
     /// moment its window was applied.
     end_to_end_delay: Histogram = histogram(
         "hitcount_end_to_end_delay_seconds",
-        "Delay from an event's timestamp to its window being applied.", DELAY_BUCKETS.to_vec()
+        "Delay from an event's timestamp to its window being applied.",
+        DELAY_BUCKETS.to_vec(),
     );
     /// `hitcount_redis_errors_total{kind}`: failed Redis operations, by kind
     /// (one of [`REDIS_ERROR_KINDS`]).
     redis_errors: IntCounterVec = counter_vec(
-        "hitcount_redis_errors_total", "Failed Redis operations, by kind.", "kind",
-        &REDIS_ERROR_KINDS
+        "hitcount_redis_errors_total",
+        "Failed Redis operations, by kind.",
+        "kind",
+        &REDIS_ERROR_KINDS,
     );
     /// `hitcount_redis_reconnects_total`: reconnections to Redis.
-    redis_reconnects: IntCounter = counter(
-        "hitcount_redis_reconnects_total", "Reconnections to Redis."
-    );
+    redis_reconnects: IntCounter =
+        counter("hitcount_redis_reconnects_total", "Reconnections to Redis.");
     /// `hitcount_redis_oom`: 1 while Redis refuses writes for its maxmemory.
     redis_oom: IntGauge = gauge("hitcount_redis_oom", "1 while Redis refuses writes (OOM).");
     /// `hitcount_redis_maxmemory_policy_evicts`: 1 unless it is noeviction.
@@ -181,124 +186,121 @@ families! {
     /// `hitcount_group_lag_entries`: entries in the stream not yet delivered
     /// to the consumer group; with shards, the sum over every shard.
     group_lag: IntGauge = gauge(
-        "hitcount_group_lag_entries", "Stream entries not yet delivered to the consumer group."
+        "hitcount_group_lag_entries",
+        "Stream entries not yet delivered to the consumer group.",
     );
     /// `hitcount_group_pending_entries`: entries delivered to the group but
     /// not yet acknowledged; with shards, the sum over every shard.
     group_pending: IntGauge = gauge(
         "hitcount_group_pending_entries",
-        "Entries delivered to the consumer group but not acknowledged."
+        "Entries delivered to the consumer group but not acknowledged.",
     );
     /// `hitcount_group_backlog_age_seconds`: age of the oldest undelivered
     /// entry (0 when there is none); with shards, the oldest of any shard.
-    group_backlog_age: Gauge = gauge(
-        "hitcount_group_backlog_age_seconds", "Age of the oldest undelivered stream entry."
-    );
+    group_backlog_age: Gauge =
+        gauge("hitcount_group_backlog_age_seconds", "Age of the oldest undelivered stream entry.");
     /// `hitcount_shard_lag_entries{shard}`: one shard's entries not yet
     /// delivered to the group; `shard` is `0..HITCOUNT_SHARDS` (≤ 256).
     shard_lag: IntGaugeVec = gauge_vec(
         "hitcount_shard_lag_entries",
         "Entries of a stream shard not yet delivered to the consumer group, by shard.",
-        &["shard"]
+        &["shard"],
     );
     /// `hitcount_shard_pending_entries{shard}`: one shard's entries
     /// delivered to the group and not yet acknowledged.
     shard_pending: IntGaugeVec = gauge_vec(
         "hitcount_shard_pending_entries",
         "Entries of a stream shard delivered to the group but not acknowledged, by shard.",
-        &["shard"]
+        &["shard"],
     );
     /// `hitcount_shard_backlog_age_seconds{shard}`: age of one shard's
     /// oldest undelivered entry (0 when there is none).
     shard_backlog_age: GaugeVec = gauge_vec(
         "hitcount_shard_backlog_age_seconds",
         "Age of a stream shard's oldest undelivered entry, by shard.",
-        &["shard"]
+        &["shard"],
     );
     /// `hitcount_shard_owned{shard}`: 1 while this process reads the shard
     /// (holds its lease; with one shard, every worker reads it), else 0.
     shard_owned: IntGaugeVec = gauge_vec(
-        "hitcount_shard_owned", "1 while this process reads the stream shard, by shard.",
-        &["shard"]
+        "hitcount_shard_owned",
+        "1 while this process reads the stream shard, by shard.",
+        &["shard"],
     );
     /// `hitcount_shards_owned`: how many shards this process reads.
-    shards_owned: IntGauge = gauge(
-        "hitcount_shards_owned", "Stream shards this process reads."
-    );
+    shards_owned: IntGauge = gauge("hitcount_shards_owned", "Stream shards this process reads.");
     /// `hitcount_is_leader`: 1 while this worker holds the cleaner
     /// leadership, else 0.
-    is_leader: IntGauge = gauge(
-        "hitcount_is_leader", "1 while this worker is the cleaner leader."
-    );
+    is_leader: IntGauge = gauge("hitcount_is_leader", "1 while this worker is the cleaner leader.");
     /// `hitcount_cleaner_passes_total`: completed cleaner passes.
-    cleaner_passes: IntCounter = counter(
-        "hitcount_cleaner_passes_total", "Completed cleaner passes."
-    );
+    cleaner_passes: IntCounter =
+        counter("hitcount_cleaner_passes_total", "Completed cleaner passes.");
     /// `hitcount_cleaner_pass_duration_seconds`: duration of a cleaner pass.
     cleaner_pass_duration: Histogram = histogram(
-        "hitcount_cleaner_pass_duration_seconds", "Duration of a cleaner pass.",
-        CLEANER_BUCKETS.to_vec()
+        "hitcount_cleaner_pass_duration_seconds",
+        "Duration of a cleaner pass.",
+        CLEANER_BUCKETS.to_vec(),
     );
     /// `hitcount_cleaner_samples_removed_total`: old samples deleted from
     /// counters by the cleaner.
     cleaner_samples_removed: IntCounter = counter(
         "hitcount_cleaner_samples_removed_total",
-        "Old samples removed from counters by the cleaner."
+        "Old samples removed from counters by the cleaner.",
     );
     /// `hitcount_cleaner_counters_removed_total`: counters deleted entirely
     /// (and unregistered) by the cleaner because they emptied.
     cleaner_counters_removed: IntCounter = counter(
-        "hitcount_cleaner_counters_removed_total", "Empty counters removed by the cleaner."
+        "hitcount_cleaner_counters_removed_total",
+        "Empty counters removed by the cleaner.",
     );
     /// `hitcount_cleaner_stats_fields_removed_total`: fields of old
     /// statistics buckets deleted by the cleaner.
     cleaner_stats_fields_removed: IntCounter = counter(
         "hitcount_cleaner_stats_fields_removed_total",
-        "Fields of old statistics buckets removed by the cleaner."
+        "Fields of old statistics buckets removed by the cleaner.",
     );
     /// `hitcount_cleaner_stats_removed_total`: statistics hashes that
     /// emptied and left `stats:known:`.
     cleaner_stats_removed: IntCounter = counter(
-        "hitcount_cleaner_stats_removed_total", "Empty statistics hashes removed by the cleaner."
+        "hitcount_cleaner_stats_removed_total",
+        "Empty statistics hashes removed by the cleaner.",
     );
     /// `hitcount_cleaner_members_readded_total`: `known:` or `stats:known:`
     /// members a cluster's cleaner removed and put back because their hash
     /// had been written again meanwhile (the race its re-check closes).
     cleaner_members_readded: IntCounter = counter(
         "hitcount_cleaner_members_readded_total",
-        "known: or stats:known: members put back by a cluster cleaner's re-check."
+        "known: or stats:known: members put back by a cluster cleaner's re-check.",
     );
     /// `hitcount_cleaner_last_pass_timestamp_seconds`: Unix time at which the
     /// last cleaner pass completed.
     cleaner_last_pass: Gauge = gauge(
         "hitcount_cleaner_last_pass_timestamp_seconds",
-        "Unix time of the last completed cleaner pass."
+        "Unix time of the last completed cleaner pass.",
     );
     /// `hitcount_stream_trimmed_entries_total`: entries trimmed from the
     /// stream.
-    stream_trimmed: IntCounter = counter(
-        "hitcount_stream_trimmed_entries_total", "Entries trimmed from the stream."
-    );
+    stream_trimmed: IntCounter =
+        counter("hitcount_stream_trimmed_entries_total", "Entries trimmed from the stream.");
     /// `hitcount_producer_buffered_events`: events waiting in the producer's
     /// buffer.
-    producer_buffered: IntGauge = gauge(
-        "hitcount_producer_buffered_events", "Events waiting in the producer's buffer."
-    );
+    producer_buffered: IntGauge =
+        gauge("hitcount_producer_buffered_events", "Events waiting in the producer's buffer.");
     /// `hitcount_producer_dropped_events_total`: events the producer dropped
     /// (buffer full or send failed).
-    producer_dropped: IntCounter = counter(
-        "hitcount_producer_dropped_events_total", "Events the producer dropped."
-    );
+    producer_dropped: IntCounter =
+        counter("hitcount_producer_dropped_events_total", "Events the producer dropped.");
     /// `hitcount_producer_sent_events_total`: events the producer appended to
     /// the stream.
     producer_sent: IntCounter = counter(
-        "hitcount_producer_sent_events_total", "Events the producer appended to the stream."
+        "hitcount_producer_sent_events_total",
+        "Events the producer appended to the stream.",
     );
     /// `hitcount_worker_loop_last_turn_timestamp_seconds`: Unix time of the
     /// worker loop's last turn.
     loop_last_turn: Gauge = gauge(
         "hitcount_worker_loop_last_turn_timestamp_seconds",
-        "Unix time of the worker loop's last turn."
+        "Unix time of the worker loop's last turn.",
     );
 }
 

@@ -162,23 +162,6 @@ pub enum Reject {
 }
 
 impl Reject {
-    /// Every reason, in declaration order (e.g. to pre-register metric labels).
-    #[cfg(test)]
-    pub(crate) const ALL: [Reject; 12] = [
-        Reject::MissingName,
-        Reject::EmptyName,
-        Reject::NameTooLong,
-        Reject::NameNotUtf8,
-        Reject::BadCount,
-        Reject::BadTimestamp,
-        Reject::FutureTimestamp,
-        Reject::BadMessagePack,
-        Reject::BadEntryId,
-        Reject::BadValue,
-        Reject::MixedForms,
-        Reject::TooLarge,
-    ];
-
     /// Stable snake_case label, e.g. `"name_too_long"`; part of the metrics
     /// contract, never renamed.
     pub fn reason(self) -> &'static str {
@@ -372,6 +355,22 @@ fn clamp_ms(ms: u128) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every reason, in declaration order.
+    pub(super) const ALL: [Reject; 12] = [
+        Reject::MissingName,
+        Reject::EmptyName,
+        Reject::NameTooLong,
+        Reject::NameNotUtf8,
+        Reject::BadCount,
+        Reject::BadTimestamp,
+        Reject::FutureTimestamp,
+        Reject::BadMessagePack,
+        Reject::BadEntryId,
+        Reject::BadValue,
+        Reject::MixedForms,
+        Reject::TooLarge,
+    ];
 
     pub(super) const ID: &[u8] = b"1700000000123-5";
     pub(super) const ID_MS: i64 = 1_700_000_000_123;
@@ -616,7 +615,7 @@ mod tests {
 
     #[test]
     fn reasons() {
-        let labels: Vec<_> = Reject::ALL.iter().map(|r| r.reason()).collect();
+        let labels: Vec<_> = ALL.iter().map(|r| r.reason()).collect();
         assert_eq!(
             labels,
             [
@@ -640,8 +639,17 @@ mod tests {
         );
         assert!(Reject::BadCount.to_string().contains("1000000000"));
         assert!(Reject::FutureTimestamp.to_string().contains("86400000"));
-        for r in Reject::ALL {
+        for r in ALL {
             assert!(!r.to_string().is_empty());
+        }
+    }
+    #[test]
+    fn every_decoder_reject_has_its_dead_letter_label() {
+        // The label list repeats the decoder's reasons (a metric contract);
+        // a new Reject must be added here, not folded into "apply_error".
+        for r in ALL {
+            let labels = crate::model::metrics::DEAD_LETTER_REASONS;
+            assert!(labels.contains(&r.reason()), "{}", r.reason());
         }
     }
 }

@@ -15,13 +15,11 @@ pub(crate) const DEFAULT_CLUSTER: ClusterMode = ClusterMode::Auto;
 /// [`RedisArgs::cluster`]. (The variants carry no doc comment, so that
 /// `--help` lists them on one line after the flag's own text.)
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[allow(missing_docs)]
 pub enum ClusterMode {
-    #[allow(missing_docs)]
     #[default]
     Auto,
-    #[allow(missing_docs)]
     On,
-    #[allow(missing_docs)]
     Off,
 }
 

@@ -177,12 +177,6 @@ impl Window {
         &self.precisions
     }
 
-    /// Buckets kept per counter, as given to [`Window::new`].
-    #[cfg(test)]
-    pub(crate) fn samples(&self) -> u32 {
-        self.samples
-    }
-
     /// Adds one hit. `now_ms` = wall clock, unix ms.
     ///
     /// At precision `P` the hit's bucket is skipped (not counted, and counted
@@ -214,36 +208,30 @@ impl Window {
         }
         let np = self.precisions.len();
         let id = self.intern(hit.name);
-        let Some(value) = hit.value else {
-            for p in 0..np {
-                let bucket = self.scratch[p];
-                if bucket != SKIP {
-                    self.bump(id * np + p, bucket, hit.count);
-                }
-            }
-            return;
-        };
-        // One logarithm per hit, whatever the number of precisions.
-        let hist = if self.quantiles.contains(&true) {
-            HistBucket::of(value)
-        } else {
-            None
-        };
+        // One logarithm per hit with a value, whatever the number of precisions.
+        let hist = hit
+            .value
+            .filter(|_| self.quantiles.contains(&true))
+            .and_then(HistBucket::of);
         for p in 0..np {
             let bucket = self.scratch[p];
-            if bucket != SKIP {
-                let slot = self.bump(id * np + p, bucket, hit.count);
-                let b = hist.filter(|_| self.quantiles[p]);
-                let mut added = 0;
-                let summary = self.stats.entry(slot).or_insert_with(|| {
-                    added = STAT_CELL_WINDOW_WEIGHT * HIST_ENTRIES_PER_CELL;
-                    Summary::default()
-                });
-                let entries = summary.histogram.len();
-                summary.observe_in(value, hit.count, b);
-                added += summary.histogram.len() - entries;
-                self.stats_weight += added;
+            if bucket == SKIP {
+                continue;
             }
+            let slot = self.bump(id * np + p, bucket, hit.count);
+            let Some(value) = hit.value else {
+                continue;
+            };
+            let b = hist.filter(|_| self.quantiles[p]);
+            let mut added = 0;
+            let summary = self.stats.entry(slot).or_insert_with(|| {
+                added = STAT_CELL_WINDOW_WEIGHT * HIST_ENTRIES_PER_CELL;
+                Summary::default()
+            });
+            let entries = summary.histogram.len();
+            summary.observe_in(value, hit.count, b);
+            added += summary.histogram.len() - entries;
+            self.stats_weight += added;
         }
     }
 
@@ -349,12 +337,6 @@ impl Window {
                 summary,
             })
         })
-    }
-
-    /// Distinct cells with statistics.
-    #[cfg(test)]
-    pub(crate) fn stat_cells_len(&self) -> usize {
-        self.stats.len()
     }
 
     /// What the window weighs against `--window-cells`: a cell 1, a
@@ -651,7 +633,7 @@ mod tests {
         // Counts take every hit; statistics only the valued ones.
         let counts = cells(&w);
         assert_eq!(counts[&(60, "a".into(), 1_699_999_980)], 8);
-        assert_eq!(w.stat_cells_len(), 3);
+        assert_eq!(w.stats.len(), 3);
         // 5 counter cells, 3 statistics cells, 2 histogram entries (at 60 s).
         assert_eq!(w.cells_len(), 5);
         // The two entries weigh half a cell, rounded down.
@@ -678,7 +660,7 @@ mod tests {
         assert!(stats.keys().all(|k| counts.contains_key(k)));
         assert!(w.stat_cells().all(|s| s.name == "a"));
         w.clear();
-        assert_eq!((w.stat_cells_len(), w.stat_cells().count()), (0, 0));
+        assert_eq!((w.stats.len(), w.stat_cells().count()), (0, 0));
         assert_eq!(w.weight(), 0);
     }
 
@@ -696,7 +678,7 @@ mod tests {
     fn precisions_deduped() {
         let w = Window::new(&[60, 1, 60], 5);
         assert_eq!(w.precisions(), [60, 1]);
-        assert_eq!(w.samples(), 5);
+        assert_eq!(w.samples, 5);
     }
 
     #[test]

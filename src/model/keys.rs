@@ -12,7 +12,7 @@
 //!   share state.
 
 use crate::model::config::{LayoutArgs, StreamArgs, MAX_SHARDS};
-use crate::model::slots::{slot, tag_for_slot};
+use crate::model::slots::{hash_tag, slot, tag_for_slot};
 
 /// How long a consumer name's registration lives without renewal, in ms:
 /// the longest a worker restarted under its own name waits for its old one
@@ -217,11 +217,7 @@ impl Keys {
     pub fn forgetting_of(&self, family: Family) -> String {
         match family {
             Family::Counts => self.forgetting(),
-            Family::Stats => format!(
-                "{}hc:stats-forgetting:{{{}}}",
-                self.prefix,
-                tag_for_slot(slot(self.stats_known().as_bytes()))
-            ),
+            Family::Stats => self.in_slot_of("stats-forgetting", &self.stats_known()),
         }
     }
 
@@ -307,32 +303,27 @@ impl Keys {
     /// the hash slot of the lease key `lease` (so one script can check the
     /// lease and issue the next epoch).
     pub fn leader_epoch(&self, lease: &str) -> String {
-        format!(
-            "{}hc:leader-epoch:{{{}}}",
-            self.prefix,
-            tag_for_slot(slot(lease.as_bytes()))
-        )
+        self.in_slot_of("leader-epoch", lease)
     }
 
     /// STRING: on a cluster, the fence of the hash slot of `key`: the
     /// largest leader epoch that wrote there (see `fence.lua`). Expires a
     /// day after its last change.
     pub fn fence(&self, key: &str) -> String {
-        format!(
-            "{}hc:fence:{{{}}}",
-            self.prefix,
-            tag_for_slot(slot(key.as_bytes()))
-        )
+        self.in_slot_of("fence", key)
     }
 
     /// SET: on a cluster, the `known:` members the cleaner removed and has
     /// not yet re-checked, in `known:`'s hash slot (see `forget.lua`).
     pub fn forgetting(&self) -> String {
-        format!(
-            "{}hc:forgetting:{{{}}}",
-            self.prefix,
-            tag_for_slot(slot(self.known().as_bytes()))
-        )
+        self.in_slot_of("forgetting", &self.known())
+    }
+
+    /// `PREFIXhc:WHAT:{TAG}`: a bookkeeping key in the hash slot of `key`
+    /// (see [`tag_for_slot`]).
+    fn in_slot_of(&self, what: &str, key: &str) -> String {
+        let tag = tag_for_slot(slot(key.as_bytes()));
+        format!("{}hc:{what}:{{{tag}}}", self.prefix)
     }
 }
 
@@ -365,18 +356,10 @@ impl Family {
 /// A name that hashes to the same Cluster slot as `key`: `key` itself when it
 /// already has a hash tag, else `{key}`.
 pub(crate) fn slot_tagged(key: &str) -> String {
-    if has_hash_tag(key) {
+    if hash_tag(key.as_bytes()).is_some() {
         key.to_string()
     } else {
         format!("{{{key}}}")
-    }
-}
-
-/// Whether Redis Cluster would hash `key` by a `{tag}` inside it.
-fn has_hash_tag(key: &str) -> bool {
-    match key.find('{') {
-        Some(open) => key[open + 1..].find('}').is_some_and(|len| len > 0),
-        None => false,
     }
 }
 

@@ -181,18 +181,6 @@ impl KnownCache {
         self.newer = Generation::default();
         self.older = Generation::default();
     }
-
-    /// Names remembered (one in both generations counts twice).
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.newer.index.len() + self.older.index.len()
-    }
-
-    /// True when nothing is remembered.
-    #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// Sorts cells in the byte order of their `known:` members (`PREC:NAME`),
@@ -261,6 +249,11 @@ pub(crate) fn sort_by_member(cells: &mut Vec<Cell<'_>>) {
 mod tests {
     use super::*;
 
+    /// Names remembered (one in both generations counts twice).
+    fn remembered(c: &KnownCache) -> usize {
+        c.newer.index.len() + c.older.index.len()
+    }
+
     #[test]
     fn trusts_a_member_until_its_bucket_nears_the_cleaner_horizon() {
         let mut c = KnownCache::new(&[1, 60], 120);
@@ -283,7 +276,7 @@ mod tests {
         assert_eq!(c.trusted_until(60, "a", now), Some(b + 7200 - 60));
         c.clear();
         assert_eq!(c.trusted_until(1, "a", now), None);
-        assert!(c.is_empty());
+        assert_eq!(remembered(&c), 0);
     }
 
     #[test]
@@ -293,7 +286,7 @@ mod tests {
         assert_eq!(c.trusted_until(1, "a", 99), Some(100));
         assert_eq!(c.trusted_until(1, "a", 100), None);
         c.wrote(7, "a", 100); // unknown precision: ignored
-        assert_eq!(c.len(), 1);
+        assert_eq!(remembered(&c), 1);
     }
 
     #[test]
@@ -313,7 +306,7 @@ mod tests {
         }
         assert_eq!(c.trusted_until(1, "hot", 500), Some(561));
         assert_eq!(c.trusted_until(1, "0", 500), None, "aged out");
-        assert!(c.len() <= 2 * GENERATION);
+        assert!(remembered(&c) <= 2 * GENERATION);
         c.wrote(1, "old", -5);
         assert_eq!(
             c.trusted_until(1, "old", 0),

@@ -34,38 +34,31 @@ type Fatal = Arc<Mutex<Option<String>>>;
 
 /// A new trigger and the shutdown it controls.
 pub fn channel() -> (Trigger, Shutdown) {
+    pair(Fatal::default(), None)
+}
+
+/// A trigger and the shutdown it controls, reporting fatal errors to
+/// `fatal`, a part of `parent` if there is one.
+fn pair(fatal: Fatal, parent: Option<Box<Shutdown>>) -> (Trigger, Shutdown) {
     let (tx, rx) = watch::channel(false);
     let tx = Arc::new(tx);
-    let fatal = Fatal::default();
-    (
-        Trigger {
-            tx: tx.clone(),
-            fatal: fatal.clone(),
-        },
-        Shutdown {
-            rx,
-            tx,
-            fatal,
-            parent: None,
-        },
-    )
+    let trigger = Trigger {
+        tx: tx.clone(),
+        fatal: fatal.clone(),
+    };
+    let shutdown = Shutdown {
+        rx,
+        tx,
+        fatal,
+        parent,
+    };
+    (trigger, shutdown)
 }
 
 impl Trigger {
     /// Asks every holder of the matching [`Shutdown`] to stop.
     pub fn trigger(&self) {
         self.tx.send_replace(true);
-    }
-
-    /// A new [`Shutdown`] tied to this trigger.
-    #[cfg(test)]
-    pub(crate) fn subscribe(&self) -> Shutdown {
-        Shutdown {
-            rx: self.tx.subscribe(),
-            tx: self.tx.clone(),
-            fatal: self.fatal.clone(),
-            parent: None,
-        }
     }
 
     /// The first fatal error reported by any task, if one was.
@@ -101,20 +94,7 @@ impl Shutdown {
     /// asked for by its own trigger or with this one; a fatal failure of
     /// the part stops the whole (they share the cause).
     pub(crate) fn child(&self) -> (Trigger, Shutdown) {
-        let (tx, rx) = watch::channel(false);
-        let tx = Arc::new(tx);
-        (
-            Trigger {
-                tx: tx.clone(),
-                fatal: self.fatal.clone(),
-            },
-            Shutdown {
-                rx,
-                tx,
-                fatal: self.fatal.clone(),
-                parent: Some(Box::new(self.clone())),
-            },
-        )
+        pair(self.fatal.clone(), Some(Box::new(self.clone())))
     }
 
     /// Whether a fatal error was reported.
@@ -177,11 +157,21 @@ pub async fn signals() {
 mod tests {
     use super::*;
 
+    /// A new [`Shutdown`] tied to `trigger`.
+    fn subscribe(trigger: &Trigger) -> Shutdown {
+        Shutdown {
+            rx: trigger.tx.subscribe(),
+            tx: trigger.tx.clone(),
+            fatal: trigger.fatal.clone(),
+            parent: None,
+        }
+    }
+
     #[tokio::test]
     async fn trigger_reaches_every_clone() {
         let (trigger, shutdown) = channel();
         let mut a = shutdown.clone();
-        let mut b = trigger.subscribe();
+        let mut b = subscribe(&trigger);
         assert!(!a.is_triggered());
         trigger.trigger();
         a.wait().await;
@@ -211,7 +201,7 @@ mod tests {
     #[tokio::test]
     async fn the_first_fatal_cause_is_kept_and_stops_everyone() {
         let (trigger, shutdown) = channel();
-        let mut other = trigger.subscribe();
+        let mut other = subscribe(&trigger);
         shutdown.fail("first".into());
         shutdown.fail("second".into());
         other.wait().await;

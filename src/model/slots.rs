@@ -33,22 +33,17 @@ fn crc16(data: &[u8]) -> u16 {
     crc
 }
 
-/// The part of `key` Redis Cluster hashes: the bytes between the first `{`
-/// and the next `}` when there are any, else the whole key.
-pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
-    if let Some(open) = key.iter().position(|&b| b == b'{') {
-        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
-            if len > 0 {
-                return &key[open + 1..open + 1 + len];
-            }
-        }
-    }
-    key
+/// The `{tag}` Redis Cluster hashes `key` by: the bytes between the first
+/// `{` and the next `}`, when there are any (else it hashes the whole key).
+pub(crate) fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let len = key[open + 1..].iter().position(|&b| b == b'}')?;
+    (len > 0).then(|| &key[open + 1..open + 1 + len])
 }
 
 /// The hash slot of `key`.
 pub fn slot(key: &[u8]) -> u16 {
-    crc16(hash_tag(key)) % SLOTS
+    crc16(hash_tag(key).unwrap_or(key)) % SLOTS
 }
 
 /// A short string (at most 4 characters of `[0-9a-z]`) whose slot is `slot`:

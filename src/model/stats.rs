@@ -141,11 +141,7 @@ impl Summary {
     /// Adds `count` observations of `value` (finite), with the histogram
     /// when `quantiles` is true.
     pub fn observe(&mut self, value: f64, count: i64, quantiles: bool) {
-        let bucket = if quantiles {
-            HistBucket::of(value)
-        } else {
-            None
-        };
+        let bucket = quantiles.then(|| HistBucket::of(value)).flatten();
         self.observe_in(value, count, bucket);
     }
 

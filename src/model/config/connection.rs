@@ -15,13 +15,11 @@ pub(crate) const DEFAULT_CLUSTER: ClusterMode = ClusterMode::Auto;
 /// [`RedisArgs::cluster`]. (The variants carry no doc comment, so that
 /// `--help` lists them on one line after the flag's own text.)
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[allow(missing_docs)]
 pub enum ClusterMode {
-    #[allow(missing_docs)]
     #[default]
     Auto,
-    #[allow(missing_docs)]
     On,
-    #[allow(missing_docs)]
     Off,
 }
 
@@ -83,9 +81,7 @@ impl RedisArgs {
             key: None,
         }
     }
-}
 
-impl RedisArgs {
     /// The node URLs: `url` split at its commas (a comma in a password is
     /// written `%2C`, as in any URL).
     pub fn urls(&self) -> Vec<&str> {
@@ -168,7 +164,7 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        crate::model::config::assert_clap_defaults::<RedisArgs>();
+        crate::model::config::tests::assert_clap_defaults::<RedisArgs>();
     }
 
     #[test]

@@ -13,13 +13,7 @@ pub const DEFAULT_PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
 /// [`DEFAULT_PRECISIONS`] as `--precisions` takes and `--help` shows them,
 /// `1,5,60,…`: written from the array, so the default is stated once.
 pub(crate) static DEFAULT_PRECISIONS_FLAG: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| {
-        DEFAULT_PRECISIONS
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    });
+    std::sync::LazyLock::new(|| comma_list(&DEFAULT_PRECISIONS));
 /// Default key prefix (`--prefix`): none, so the counters keep the seeds' key
 /// names (`known:`, `count:*`); set one to share a Redis between apps.
 pub const DEFAULT_PREFIX: &str = "";
@@ -88,6 +82,12 @@ fn parse_precision_list(text: &str) -> Result<Vec<u32>, String> {
         .collect()
 }
 
+/// Precisions as `--precisions` takes them: `1,5,60`.
+fn comma_list(precisions: &[u32]) -> String {
+    let texts: Vec<String> = precisions.iter().map(u32::to_string).collect();
+    texts.join(",")
+}
+
 /// `--precisions`: [`parse_precision_list`], with at least one precision.
 pub(crate) fn parse_precisions(text: &str) -> Result<Vec<u32>, String> {
     let list = parse_precision_list(text)?;
@@ -101,12 +101,7 @@ pub(crate) fn parse_precisions(text: &str) -> Result<Vec<u32>, String> {
 
 impl Default for LayoutArgs {
     fn default() -> Self {
-        LayoutArgs {
-            prefix: DEFAULT_PREFIX.into(),
-            precisions: DEFAULT_PRECISIONS.to_vec(),
-            samples: DEFAULT_SAMPLES,
-            quantile_precisions: None,
-        }
+        super::parsed_defaults()
     }
 }
 
@@ -137,11 +132,7 @@ impl LayoutArgs {
                     setting: "--quantile-precisions / HITCOUNT_QUANTILE_PRECISIONS",
                     reason: format!(
                         "{p} is not one of the precisions ({})",
-                        self.precisions
-                            .iter()
-                            .map(u32::to_string)
-                            .collect::<Vec<_>>()
-                            .join(",")
+                        comma_list(&self.precisions)
                     ),
                 });
             }
@@ -173,20 +164,12 @@ pub struct StreamArgs {
     #[arg(long, env = "HITCOUNT_GROUP", default_value = DEFAULT_GROUP)]
     pub group: String,
     /// Stream that receives entries that cannot be counted, with the reason.
-    #[arg(
-        long = "dead-stream",
-        env = "HITCOUNT_DEAD_STREAM",
-        default_value = DEFAULT_DEAD_STREAM
-    )]
+    #[arg(long, env = "HITCOUNT_DEAD_STREAM", default_value = DEFAULT_DEAD_STREAM)]
     pub dead_stream: String,
     /// Approximate cap on the dead-letter stream's length (XADD MAXLEN ~),
     /// in entries, 1..=100000000.
-    #[arg(
-        long = "dead-maxlen",
-        env = "HITCOUNT_DEAD_MAXLEN",
-        default_value_t = DEFAULT_DEAD_MAXLEN,
-        value_parser = ranged::<u64>(1..=MAX_DEAD_MAXLEN.into())
-    )]
+    #[arg(long, env = "HITCOUNT_DEAD_MAXLEN", default_value_t = DEFAULT_DEAD_MAXLEN,
+          value_parser = ranged::<u64>(1..=MAX_DEAD_MAXLEN.into()))]
     pub dead_maxlen: u64,
     /// Stream shards, 1..=256: with more than one, shard k of the stream is
     /// `STREAM:{k}` (its dead letters `DEAD_STREAM:{k}`), each with the
@@ -200,13 +183,7 @@ pub struct StreamArgs {
 
 impl Default for StreamArgs {
     fn default() -> Self {
-        StreamArgs {
-            stream: DEFAULT_STREAM.into(),
-            group: DEFAULT_GROUP.into(),
-            dead_stream: DEFAULT_DEAD_STREAM.into(),
-            dead_maxlen: DEFAULT_DEAD_MAXLEN,
-            shards: DEFAULT_SHARDS,
-        }
+        super::parsed_defaults()
     }
 }
 
@@ -264,8 +241,8 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        crate::model::config::assert_clap_defaults::<LayoutArgs>();
-        crate::model::config::assert_clap_defaults::<StreamArgs>();
+        crate::model::config::tests::assert_clap_defaults::<LayoutArgs>();
+        crate::model::config::tests::assert_clap_defaults::<StreamArgs>();
     }
 
     #[test]

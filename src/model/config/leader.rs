@@ -2,12 +2,11 @@
 //! and length and the cleaner's interval, shared by `worker`, `clean` and
 //! `status`.
 
-use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use clap::Args;
 
-use super::{in_range, ranged, ConfigError};
+use super::{ConfigError, Whole};
 
 /// Default key of the leader lease (`--leader-key`), behind the key prefix.
 pub(crate) const DEFAULT_LEADER_KEY: &str = "hitcount:leader";
@@ -19,9 +18,9 @@ pub(crate) const DEFAULT_LEASE_MS: u64 = 15_000;
 pub(crate) const DEFAULT_CLEAN_INTERVAL_SECS: u64 = 60;
 /// Accepted `--lease-ms`: from 300 ms, where a renewal (every third) still
 /// fits in a round trip with room to spare on a busy machine, to 10 minutes.
-const LEASE_MS_RANGE: RangeInclusive<i128> = 300..=600_000;
+const LEASE_MS: Whole = Whole::new("--lease-ms / HITCOUNT_LEASE_MS", 300, 600_000);
 /// Accepted `--clean-interval`, in seconds: up to a day.
-const CLEAN_INTERVAL_RANGE: RangeInclusive<i128> = 1..=86_400;
+const CLEAN_INTERVAL: Whole = Whole::new("--clean-interval / HITCOUNT_CLEAN_INTERVAL", 1, 86_400);
 
 /// The leader lease and the leader's duties (cleaning counters, trimming the
 /// stream).
@@ -29,37 +28,26 @@ const CLEAN_INTERVAL_RANGE: RangeInclusive<i128> = 1..=86_400;
 pub struct LeaderArgs {
     /// Key of the leader lease. The key prefix (HITCOUNT_PREFIX) is put in
     /// front of it, as for every other key: `app1:hitcount:leader`.
-    #[arg(
-        long = "leader-key",
-        env = "HITCOUNT_LEADER_KEY",
-        default_value = DEFAULT_LEADER_KEY
-    )]
+    #[arg(long, env = "HITCOUNT_LEADER_KEY", default_value = DEFAULT_LEADER_KEY)]
     pub leader_key: String,
     /// Length of the lease in ms, 300..=600000. The leader renews it every
     /// third of this; if the leader dies, another worker takes over within
     /// about this long.
-    #[arg(long = "lease-ms", env = "HITCOUNT_LEASE_MS", default_value_t = DEFAULT_LEASE_MS,
-          value_parser = ranged::<u64>(LEASE_MS_RANGE))]
+    #[arg(long, env = "HITCOUNT_LEASE_MS", default_value_t = DEFAULT_LEASE_MS,
+          value_parser = LEASE_MS.parser::<u64>())]
     pub lease_ms: u64,
     /// Seconds between the starts of two cleaner passes, 1..=86400 (the
     /// seeds clean once a minute); a pass longer than this is followed by a
     /// 1 s pause.
-    #[arg(
-        long = "clean-interval",
-        env = "HITCOUNT_CLEAN_INTERVAL",
-        default_value_t = DEFAULT_CLEAN_INTERVAL_SECS,
-        value_parser = ranged::<u64>(CLEAN_INTERVAL_RANGE)
-    )]
+    #[arg(long = "clean-interval", env = "HITCOUNT_CLEAN_INTERVAL",
+          default_value_t = DEFAULT_CLEAN_INTERVAL_SECS,
+          value_parser = CLEAN_INTERVAL.parser::<u64>())]
     pub clean_interval_secs: u64,
 }
 
 impl Default for LeaderArgs {
     fn default() -> Self {
-        LeaderArgs {
-            leader_key: DEFAULT_LEADER_KEY.into(),
-            lease_ms: DEFAULT_LEASE_MS,
-            clean_interval_secs: DEFAULT_CLEAN_INTERVAL_SECS,
-        }
+        super::parsed_defaults()
     }
 }
 
@@ -68,16 +56,8 @@ impl LeaderArgs {
     /// line's parser refuses the rest already; a struct built in code has
     /// not met it) and the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        in_range(
-            self.lease_ms.into(),
-            LEASE_MS_RANGE,
-            "--lease-ms / HITCOUNT_LEASE_MS",
-        )?;
-        in_range(
-            self.clean_interval_secs.into(),
-            CLEAN_INTERVAL_RANGE,
-            "--clean-interval / HITCOUNT_CLEAN_INTERVAL",
-        )?;
+        LEASE_MS.check(self.lease_ms)?;
+        CLEAN_INTERVAL.check(self.clean_interval_secs)?;
         if self.leader_key.is_empty() {
             return Err(ConfigError::Invalid {
                 setting: "--leader-key / HITCOUNT_LEADER_KEY",
@@ -104,6 +84,6 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        crate::model::config::assert_clap_defaults::<LeaderArgs>();
+        crate::model::config::tests::assert_clap_defaults::<LeaderArgs>();
     }
 }

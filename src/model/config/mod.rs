@@ -13,9 +13,10 @@
 //! item is re-exported here, so `crate::model::config::X` names it.
 //!
 //! Each default is written once, as a `DEFAULT_*` constant next to its
-//! struct: the clap attribute (`default_value` / `default_value_t`) and the
-//! struct's `Default` impl both name it, and a test per struct parses an
-//! empty command line and checks it equals `Default::default()`.
+//! struct, named once, by the clap attribute (`default_value` /
+//! `default_value_t`); the struct's `Default` is what an empty command line
+//! parses to ([`parsed_defaults`]), and a test per struct checks that it
+//! parses.
 
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
@@ -28,28 +29,15 @@ use std::path::PathBuf;
 /// first stay few.
 pub(crate) const ADVANCED: &str = "Advanced (tuning)";
 
-/// Test helper: parses an empty command line into `T`, with every
-/// environment variable of its arguments unset for the parse (tests run in
-/// parallel and the variables of the test environment are left alone), and
-/// asserts that the result equals `T::default()` field by field (through
-/// `Debug`, which names every field), so the clap defaults and the
-/// `Default` impl cannot drift apart and a new field needs no list.
-#[cfg(test)]
-fn assert_clap_defaults<T>()
-where
-    T: clap::Args + clap::FromArgMatches + Default + std::fmt::Debug,
-{
-    let cmd = T::augment_args(clap::Command::new("t")).mut_args(|arg| arg.env(None));
+/// The defaults of a group of settings, for its `Default`: what an empty
+/// command line parses to, with no environment variable read, so a default
+/// is named only by its clap attribute.
+fn parsed_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+    let cmd = T::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None));
     let matches = cmd
-        .try_get_matches_from(["t"])
+        .try_get_matches_from(["defaults"])
         .expect("an empty command line parses");
-    let parsed = T::from_arg_matches(&matches).expect("defaults convert");
-    assert_eq!(
-        format!("{parsed:#?}"),
-        format!("{:#?}", T::default()),
-        "the clap defaults of {} are its Default",
-        std::any::type_name::<T>()
-    );
+    T::from_arg_matches(&matches).expect("defaults convert")
 }
 
 mod connection;
@@ -87,21 +75,44 @@ where
     }
 }
 
-/// A whole-number setting given in code rather than on the command line (a
-/// library user's struct, which [`ranged`] never saw), checked against the
-/// same range and refused in the same words.
-pub(crate) fn in_range(
-    value: i128,
-    range: RangeInclusive<i128>,
+/// A whole-number setting: its flag and environment variable and the
+/// values it accepts, stated once for its clap parser ([`Whole::parser`])
+/// and for the check of a struct built in code ([`Whole::check`], a library
+/// user's struct, which the parser never saw), refused in the same words.
+pub(crate) struct Whole {
+    /// The flag and environment variable, e.g. `--read-count / HITCOUNT_READ_COUNT`.
     setting: &'static str,
-) -> Result<(), ConfigError> {
-    if range.contains(&value) {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid {
+    /// The accepted values.
+    range: RangeInclusive<i128>,
+}
+
+impl Whole {
+    pub(crate) const fn new(setting: &'static str, min: i128, max: i128) -> Self {
+        Whole {
             setting,
-            reason: not_in(value, &range),
-        })
+            range: RangeInclusive::new(min, max),
+        }
+    }
+
+    /// The clap `value_parser` of the setting: see [`ranged`].
+    pub(crate) fn parser<T>(&self) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync
+    where
+        T: TryFrom<i128> + Clone + Send + Sync + 'static,
+    {
+        ranged(self.range.clone())
+    }
+
+    /// Checks a value given in code against the parser's range.
+    pub(crate) fn check(&self, value: impl TryInto<i128>) -> Result<(), ConfigError> {
+        let value = value.try_into().unwrap_or(i128::MAX);
+        if self.range.contains(&value) {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                setting: self.setting,
+                reason: not_in(value, &self.range),
+            })
+        }
     }
 }
 
@@ -135,6 +146,29 @@ pub enum ConfigError {
 #[cfg(test)]
 mod tests {
     use super::ranged;
+
+    /// Test helper: parses an empty command line into `T`, with every
+    /// environment variable of its arguments unset for the parse (tests run in
+    /// parallel and the variables of the test environment are left alone), and
+    /// asserts that the result equals `T::default()` field by field (through
+    /// `Debug`, which names every field), so the clap defaults and the
+    /// `Default` impl cannot drift apart and a new field needs no list.
+    pub(super) fn assert_clap_defaults<T>()
+    where
+        T: clap::Args + clap::FromArgMatches + Default + std::fmt::Debug,
+    {
+        let cmd = T::augment_args(clap::Command::new("t")).mut_args(|arg| arg.env(None));
+        let matches = cmd
+            .try_get_matches_from(["t"])
+            .expect("an empty command line parses");
+        let parsed = T::from_arg_matches(&matches).expect("defaults convert");
+        assert_eq!(
+            format!("{parsed:#?}"),
+            format!("{:#?}", T::default()),
+            "the clap defaults of {} are its Default",
+            std::any::type_name::<T>()
+        );
+    }
 
     #[test]
     fn ranged_values_name_their_range() {

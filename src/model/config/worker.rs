@@ -1,12 +1,11 @@
 //! How a worker reads, windows, recovers and stops ([`WorkerArgs`]), and
 //! its consumer name.
 
-use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use clap::Args;
 
-use super::{in_range, ranged, ConfigError, ADVANCED};
+use super::{ConfigError, Whole, ADVANCED};
 
 /// Default entries per XREADGROUP (`--read-count`, COUNT): Redis spends about
 /// 1.4 µs per entry read, so 1000 keeps every read near 1.5 ms.
@@ -63,32 +62,39 @@ pub(crate) const WAIT_TIMEOUT_MS: u64 = 100;
 /// (`--shutdown-timeout`): under Kubernetes' 30 s grace period.
 pub(crate) const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 20;
 
-// The accepted values of each whole-number setting, read by its parser and
+// Each whole-number setting and its accepted values, read by its parser and
 // by [`WorkerArgs::validate`] (for settings given in code) alike.
 /// Accepted `--read-count`: bigger reads hold Redis over 10 ms.
-const READ_COUNT_RANGE: RangeInclusive<i128> = 1..=5000;
+const READ_COUNT: Whole = Whole::new("--read-count / HITCOUNT_READ_COUNT", 1, 5000);
 /// Accepted `--block-ms`: Redis reads a BLOCK of 0 as "for ever".
-const BLOCK_MS_RANGE: RangeInclusive<i128> = 1..=300_000;
+const BLOCK_MS: Whole = Whole::new("--block-ms / HITCOUNT_BLOCK_MS", 1, 300_000);
 /// Accepted `--window-entries`.
-const WINDOW_ENTRIES_RANGE: RangeInclusive<i128> = 1..=10_000_000;
+const WINDOW_ENTRIES: Whole =
+    Whole::new("--window-entries / HITCOUNT_WINDOW_ENTRIES", 1, 10_000_000);
 /// Accepted `--window-cells`.
-const WINDOW_CELLS_RANGE: RangeInclusive<i128> = 1..=10_000_000;
+const WINDOW_CELLS: Whole = Whole::new("--window-cells / HITCOUNT_WINDOW_CELLS", 1, 10_000_000);
 /// Accepted `--window-ms`.
-const WINDOW_MS_RANGE: RangeInclusive<i128> = 1..=60_000;
+const WINDOW_MS: Whole = Whole::new("--window-ms / HITCOUNT_WINDOW_MS", 1, 60_000);
 /// Accepted `--carry-ms`; 0 turns the carry off.
-const CARRY_MS_RANGE: RangeInclusive<i128> = 0..=3_600_000;
+const CARRY_MS: Whole = Whole::new("--carry-ms / HITCOUNT_CARRY_MS", 0, 3_600_000);
 /// Accepted `--carry-cells`; 0 turns the carry off.
-const CARRY_CELLS_RANGE: RangeInclusive<i128> = 0..=100_000_000;
+const CARRY_CELLS: Whole = Whole::new("--carry-cells / HITCOUNT_CARRY_CELLS", 0, 100_000_000);
 /// Accepted `--claim-idle-ms`: under 1 s, live workers would steal each other's entries.
-const CLAIM_IDLE_MS_RANGE: RangeInclusive<i128> = 1000..=86_400_000;
+const CLAIM_IDLE_MS: Whole =
+    Whole::new("--claim-idle-ms / HITCOUNT_CLAIM_IDLE_MS", 1000, 86_400_000);
 /// Accepted `--max-deliveries`.
-const MAX_DELIVERIES_RANGE: RangeInclusive<i128> = 1..=1000;
+const MAX_DELIVERIES: Whole = Whole::new("--max-deliveries / HITCOUNT_MAX_DELIVERIES", 1, 1000);
 /// Accepted `--consumer-idle-ms`: up to 30 days.
-const CONSUMER_IDLE_MS_RANGE: RangeInclusive<i128> = 1000..=2_592_000_000;
+const CONSUMER_IDLE_MS: Whole = Whole::new(
+    "--consumer-idle-ms / HITCOUNT_CONSUMER_IDLE_MS",
+    1000,
+    2_592_000_000,
+);
 /// Accepted `--shutdown-timeout`, in seconds.
-const SHUTDOWN_TIMEOUT_RANGE: RangeInclusive<i128> = 0..=3600;
+const SHUTDOWN_TIMEOUT: Whole =
+    Whole::new("--shutdown-timeout / HITCOUNT_SHUTDOWN_TIMEOUT", 0, 3600);
 /// Accepted `--wait-replicas`.
-const WAIT_REPLICAS_RANGE: RangeInclusive<i128> = 0..=16;
+const WAIT_REPLICAS: Whole = Whole::new("--wait-replicas / HITCOUNT_WAIT_REPLICAS", 0, 16);
 
 /// How a worker reads, windows, recovers and stops.
 #[derive(Args, Debug, Clone)]
@@ -100,17 +106,13 @@ pub struct WorkerArgs {
     pub consumer: Option<String>,
     /// Entries per XREADGROUP (COUNT), 1..=5000. Redis spends about 1.4 µs
     /// per entry read, so 1000 keeps every read near 1.5 ms.
-    #[arg(
-        long = "read-count",
-        env = "HITCOUNT_READ_COUNT", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_READ_COUNT,
-        value_parser = ranged::<usize>(READ_COUNT_RANGE)
-    )]
+    #[arg(long, env = "HITCOUNT_READ_COUNT", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_READ_COUNT, value_parser = READ_COUNT.parser::<usize>())]
     pub read_count: usize,
     /// Longest wait for new entries when idle (XREADGROUP BLOCK), in ms,
     /// 1..=300000 (Redis reads 0 as "for ever").
-    #[arg(long = "block-ms", env = "HITCOUNT_BLOCK_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_BLOCK_MS,
-          value_parser = ranged::<u64>(BLOCK_MS_RANGE))]
+    #[arg(long, env = "HITCOUNT_BLOCK_MS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_BLOCK_MS, value_parser = BLOCK_MS.parser::<u64>())]
     pub block_ms: u64,
     /// A window is applied once it holds this many entries (1..=10000000). Each window
     /// costs one HINCRBY per (precision, name, bucket) it touches, so on
@@ -119,12 +121,9 @@ pub struct WorkerArgs {
     /// while the worker is behind (reads come back full of entries older
     /// than `--window-ms`); at the stream's head `--window-ms` closes them
     /// first. About 2 MB of entry ids per window.
-    #[arg(
-        long = "window-entries",
-        env = "HITCOUNT_WINDOW_ENTRIES", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_WINDOW_ENTRIES,
-        value_parser = ranged::<usize>(WINDOW_ENTRIES_RANGE)
-    )]
+    #[arg(long, env = "HITCOUNT_WINDOW_ENTRIES", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_WINDOW_ENTRIES,
+          value_parser = WINDOW_ENTRIES.parser::<usize>())]
     pub window_entries: usize,
     /// ...or this many distinct (precision, name, bucket) cells (1..=10000000): many names
     /// (Zipf over 100,000) make cells, not entries, the bound. Larger cell
@@ -132,20 +131,16 @@ pub struct WorkerArgs {
     /// appear once per window anyway) and cost ~0.5 KiB of worker memory per
     /// cell while applying, so 40,000 keeps a worker near 40 MiB. A cell of
     /// statistics (hits with a value) counts 3, plus 1 per 4 histogram entries.
-    #[arg(
-        long = "window-cells",
-        env = "HITCOUNT_WINDOW_CELLS", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_WINDOW_CELLS,
-        value_parser = ranged::<usize>(WINDOW_CELLS_RANGE)
-    )]
+    #[arg(long, env = "HITCOUNT_WINDOW_CELLS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_WINDOW_CELLS, value_parser = WINDOW_CELLS.parser::<usize>())]
     pub window_cells: usize,
     /// ...or once its oldest entry was read this many ms ago, when the
     /// worker is at the stream's head (its last read came back short, or
     /// its entries are younger than this): the bound on how late counters
     /// are, plus one apply. While the worker is behind the window may grow
     /// to ten times this age. 1..=60000.
-    #[arg(long = "window-ms", env = "HITCOUNT_WINDOW_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_WINDOW_MS,
-          value_parser = ranged::<u64>(WINDOW_MS_RANGE))]
+    #[arg(long, env = "HITCOUNT_WINDOW_MS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_WINDOW_MS, value_parser = WINDOW_MS.parser::<u64>())]
     pub window_ms: u64,
     /// While behind, a window's count cells wait this long (ms), summed
     /// with the next windows', before they are applied (fewer HINCRBYs); a
@@ -154,8 +149,8 @@ pub struct WorkerArgs {
     /// the stream's head and at shutdown they are applied at once.
     /// 0..=3600000; 0 applies every window whole. A wait longer than a quarter of
     /// --claim-idle-ms is cut to that quarter, with a warning at start.
-    #[arg(long = "carry-ms", env = "HITCOUNT_CARRY_MS", help_heading = ADVANCED, hide_short_help = true, default_value_t = DEFAULT_CARRY_MS,
-          value_parser = ranged::<u64>(CARRY_MS_RANGE))]
+    #[arg(long, env = "HITCOUNT_CARRY_MS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_CARRY_MS, value_parser = CARRY_MS.parser::<u64>())]
     pub carry_ms: u64,
     /// The carry is applied once it sums this many distinct cells (more
     /// cells: fewer HINCRBYs on many names, more worker memory),
@@ -163,82 +158,46 @@ pub struct WorkerArgs {
     /// own: on one Redis each gets an even share; on a Redis Cluster a
     /// process' shards go in together once they hold this many between
     /// them.
-    #[arg(
-        long = "carry-cells",
-        env = "HITCOUNT_CARRY_CELLS", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_CARRY_CELLS,
-        value_parser = ranged::<usize>(CARRY_CELLS_RANGE)
-    )]
+    #[arg(long, env = "HITCOUNT_CARRY_CELLS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_CARRY_CELLS, value_parser = CARRY_CELLS.parser::<usize>())]
     pub carry_cells: usize,
     /// Entries pending longer than this (ms) on another consumer are
     /// claimed, 1000..=86400000 (under 1 s live workers would steal each
     /// other's entries).
-    #[arg(
-        long = "claim-idle-ms",
-        env = "HITCOUNT_CLAIM_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_CLAIM_IDLE_MS,
-        value_parser = ranged::<u64>(CLAIM_IDLE_MS_RANGE)
-    )]
+    #[arg(long, env = "HITCOUNT_CLAIM_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_CLAIM_IDLE_MS, value_parser = CLAIM_IDLE_MS.parser::<u64>())]
     pub claim_idle_ms: u64,
     /// An entry delivered more than this many times without being applied is
     /// dead-lettered, 1..=1000.
-    #[arg(
-        long = "max-deliveries",
-        env = "HITCOUNT_MAX_DELIVERIES", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_MAX_DELIVERIES,
-        value_parser = ranged::<u32>(MAX_DELIVERIES_RANGE)
-    )]
+    #[arg(long, env = "HITCOUNT_MAX_DELIVERIES", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_MAX_DELIVERIES, value_parser = MAX_DELIVERIES.parser::<u32>())]
     pub max_deliveries: u32,
     /// Consumers idle this long (ms) that own no pending entry leave the
     /// group, 1000..=2592000000 (30 days).
-    #[arg(
-        long = "consumer-idle-ms",
-        env = "HITCOUNT_CONSUMER_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_CONSUMER_IDLE_MS,
-        value_parser = ranged::<u64>(CONSUMER_IDLE_MS_RANGE)
-    )]
+    #[arg(long, env = "HITCOUNT_CONSUMER_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_CONSUMER_IDLE_MS,
+          value_parser = CONSUMER_IDLE_MS.parser::<u64>())]
     pub consumer_idle_ms: u64,
     /// Seconds to finish the window in flight after SIGTERM before exiting
     /// anyway (Kubernetes' grace period is 30 s), 0..=3600; 0 exits at once,
     /// leaving the window's entries pending for another worker to claim.
-    #[arg(
-        long = "shutdown-timeout",
-        env = "HITCOUNT_SHUTDOWN_TIMEOUT",
-        default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS,
-        value_parser = ranged::<u64>(SHUTDOWN_TIMEOUT_RANGE)
-    )]
+    #[arg(long = "shutdown-timeout", env = "HITCOUNT_SHUTDOWN_TIMEOUT",
+          default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS,
+          value_parser = SHUTDOWN_TIMEOUT.parser::<u64>())]
     pub shutdown_timeout_secs: u64,
     /// On a Redis Cluster, replicas that must confirm each step of a window
     /// (its commit, each apply) before the next runs (WAIT 100 ms, repeated
     /// up to 2 s while an attached replica is behind; a master with none
     /// attached is not waited for longer), 0..=16; 0 does not wait.
     /// Unused on one Redis.
-    #[arg(
-        long = "wait-replicas",
-        env = "HITCOUNT_WAIT_REPLICAS", help_heading = ADVANCED, hide_short_help = true,
-        default_value_t = DEFAULT_WAIT_REPLICAS,
-        value_parser = ranged::<u32>(WAIT_REPLICAS_RANGE)
-    )]
+    #[arg(long, env = "HITCOUNT_WAIT_REPLICAS", help_heading = ADVANCED, hide_short_help = true,
+          default_value_t = DEFAULT_WAIT_REPLICAS, value_parser = WAIT_REPLICAS.parser::<u32>())]
     pub wait_replicas: u32,
 }
 
 impl Default for WorkerArgs {
     fn default() -> Self {
-        WorkerArgs {
-            consumer: None,
-            read_count: DEFAULT_READ_COUNT,
-            block_ms: DEFAULT_BLOCK_MS,
-            window_entries: DEFAULT_WINDOW_ENTRIES,
-            window_cells: DEFAULT_WINDOW_CELLS,
-            window_ms: DEFAULT_WINDOW_MS,
-            carry_ms: DEFAULT_CARRY_MS,
-            carry_cells: DEFAULT_CARRY_CELLS,
-            claim_idle_ms: DEFAULT_CLAIM_IDLE_MS,
-            max_deliveries: DEFAULT_MAX_DELIVERIES,
-            consumer_idle_ms: DEFAULT_CONSUMER_IDLE_MS,
-            shutdown_timeout_secs: DEFAULT_SHUTDOWN_TIMEOUT_SECS,
-            wait_replicas: DEFAULT_WAIT_REPLICAS,
-        }
+        super::parsed_defaults()
     }
 }
 
@@ -274,71 +233,18 @@ impl WorkerArgs {
     /// line's parser refuses the rest already; a struct built in code has
     /// not met it) and the consumer name.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let whole_numbers = [
-            (
-                self.read_count as i128,
-                READ_COUNT_RANGE,
-                "--read-count / HITCOUNT_READ_COUNT",
-            ),
-            (
-                self.block_ms.into(),
-                BLOCK_MS_RANGE,
-                "--block-ms / HITCOUNT_BLOCK_MS",
-            ),
-            (
-                self.window_entries as i128,
-                WINDOW_ENTRIES_RANGE,
-                "--window-entries / HITCOUNT_WINDOW_ENTRIES",
-            ),
-            (
-                self.window_cells as i128,
-                WINDOW_CELLS_RANGE,
-                "--window-cells / HITCOUNT_WINDOW_CELLS",
-            ),
-            (
-                self.window_ms.into(),
-                WINDOW_MS_RANGE,
-                "--window-ms / HITCOUNT_WINDOW_MS",
-            ),
-            (
-                self.carry_ms.into(),
-                CARRY_MS_RANGE,
-                "--carry-ms / HITCOUNT_CARRY_MS",
-            ),
-            (
-                self.carry_cells as i128,
-                CARRY_CELLS_RANGE,
-                "--carry-cells / HITCOUNT_CARRY_CELLS",
-            ),
-            (
-                self.claim_idle_ms.into(),
-                CLAIM_IDLE_MS_RANGE,
-                "--claim-idle-ms / HITCOUNT_CLAIM_IDLE_MS",
-            ),
-            (
-                self.max_deliveries.into(),
-                MAX_DELIVERIES_RANGE,
-                "--max-deliveries / HITCOUNT_MAX_DELIVERIES",
-            ),
-            (
-                self.consumer_idle_ms.into(),
-                CONSUMER_IDLE_MS_RANGE,
-                "--consumer-idle-ms / HITCOUNT_CONSUMER_IDLE_MS",
-            ),
-            (
-                self.shutdown_timeout_secs.into(),
-                SHUTDOWN_TIMEOUT_RANGE,
-                "--shutdown-timeout / HITCOUNT_SHUTDOWN_TIMEOUT",
-            ),
-            (
-                self.wait_replicas.into(),
-                WAIT_REPLICAS_RANGE,
-                "--wait-replicas / HITCOUNT_WAIT_REPLICAS",
-            ),
-        ];
-        for (value, range, setting) in whole_numbers {
-            in_range(value, range, setting)?;
-        }
+        READ_COUNT.check(self.read_count)?;
+        BLOCK_MS.check(self.block_ms)?;
+        WINDOW_ENTRIES.check(self.window_entries)?;
+        WINDOW_CELLS.check(self.window_cells)?;
+        WINDOW_MS.check(self.window_ms)?;
+        CARRY_MS.check(self.carry_ms)?;
+        CARRY_CELLS.check(self.carry_cells)?;
+        CLAIM_IDLE_MS.check(self.claim_idle_ms)?;
+        MAX_DELIVERIES.check(self.max_deliveries)?;
+        CONSUMER_IDLE_MS.check(self.consumer_idle_ms)?;
+        SHUTDOWN_TIMEOUT.check(self.shutdown_timeout_secs)?;
+        WAIT_REPLICAS.check(self.wait_replicas)?;
         if self
             .consumer
             .as_ref()
@@ -393,7 +299,7 @@ mod tests {
 
     #[test]
     fn clap_defaults_match_default() {
-        crate::model::config::assert_clap_defaults::<WorkerArgs>();
+        crate::model::config::tests::assert_clap_defaults::<WorkerArgs>();
     }
 
     #[test]

@@ -162,23 +162,6 @@ pub enum Reject {
 }
 
 impl Reject {
-    /// Every reason, in declaration order (e.g. to pre-register metric labels).
-    #[cfg(test)]
-    pub(crate) const ALL: [Reject; 12] = [
-        Reject::MissingName,
-        Reject::EmptyName,
-        Reject::NameTooLong,
-        Reject::NameNotUtf8,
-        Reject::BadCount,
-        Reject::BadTimestamp,
-        Reject::FutureTimestamp,
-        Reject::BadMessagePack,
-        Reject::BadEntryId,
-        Reject::BadValue,
-        Reject::MixedForms,
-        Reject::TooLarge,
-    ];
-
     /// Stable snake_case label, e.g. `"name_too_long"`; part of the metrics
     /// contract, never renamed.
     pub fn reason(self) -> &'static str {
@@ -221,10 +204,16 @@ pub(crate) fn check_size(bytes: usize) -> Result<(), Reject> {
 /// `Some(1700000000123)`. `None` unless the ID is `<digits>-<digits>` with the
 /// first part ≤ `i64::MAX` and the second ≤ `u64::MAX`.
 pub(crate) fn entry_id_ms(id: &[u8]) -> Option<i64> {
+    entry_id_digits(id).and_then(|m| i64::try_from(m).ok())
+}
+
+/// The millisecond part of an ID `<digits>-<digits>` whose second part is
+/// ≤ `u64::MAX`, however large the first.
+fn entry_id_digits(id: &[u8]) -> Option<u128> {
     let dash = id.iter().position(|&b| b == b'-')?;
     let (ms, seq) = (&id[..dash], &id[dash + 1..]);
     parse_digits(seq).filter(|&s| s <= u64::MAX as u128)?;
-    parse_digits(ms).and_then(|m| i64::try_from(m).ok())
+    parse_digits(ms)
 }
 
 /// Where a decoded hit's time ([`Hit::ts_ms`]) came from.
@@ -268,13 +257,8 @@ where
     I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
 {
     // Redis' IDs go up to u64::MAX ms: one past i64::MAX is far ahead too.
-    let id_ms = entry_id_ms(id)
-        .or_else(|| {
-            let dash = id.iter().position(|&b| b == b'-')?;
-            parse_digits(&id[..dash])?;
-            parse_digits(&id[dash + 1..]).filter(|&s| s <= u64::MAX as u128)?;
-            Some(i64::MAX)
-        })
+    let id_ms = entry_id_digits(id)
+        .map(clamp_ms)
         .ok_or(Reject::BadEntryId)?;
     let (mut hit, mut name, mut count, mut ts, mut value) = (None, None, None, None, None);
     for (key, v) in fields {
@@ -371,6 +355,22 @@ fn clamp_ms(ms: u128) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every reason, in declaration order.
+    pub(super) const ALL: [Reject; 12] = [
+        Reject::MissingName,
+        Reject::EmptyName,
+        Reject::NameTooLong,
+        Reject::NameNotUtf8,
+        Reject::BadCount,
+        Reject::BadTimestamp,
+        Reject::FutureTimestamp,
+        Reject::BadMessagePack,
+        Reject::BadEntryId,
+        Reject::BadValue,
+        Reject::MixedForms,
+        Reject::TooLarge,
+    ];
 
     pub(super) const ID: &[u8] = b"1700000000123-5";
     pub(super) const ID_MS: i64 = 1_700_000_000_123;
@@ -615,7 +615,7 @@ mod tests {
 
     #[test]
     fn reasons() {
-        let labels: Vec<_> = Reject::ALL.iter().map(|r| r.reason()).collect();
+        let labels: Vec<_> = ALL.iter().map(|r| r.reason()).collect();
         assert_eq!(
             labels,
             [
@@ -639,8 +639,17 @@ mod tests {
         );
         assert!(Reject::BadCount.to_string().contains("1000000000"));
         assert!(Reject::FutureTimestamp.to_string().contains("86400000"));
-        for r in Reject::ALL {
+        for r in ALL {
             assert!(!r.to_string().is_empty());
+        }
+    }
+    #[test]
+    fn every_decoder_reject_has_its_dead_letter_label() {
+        // The label list repeats the decoder's reasons (a metric contract);
+        // a new Reject must be added here, not folded into "apply_error".
+        for r in ALL {
+            let labels = crate::model::metrics::DEAD_LETTER_REASONS;
+            assert!(labels.contains(&r.reason()), "{}", r.reason());
         }
     }
 }

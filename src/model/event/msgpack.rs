@@ -73,17 +73,9 @@ pub(super) fn decode_msgpack(packed: &[u8]) -> Result<Decoded<'_>, Reject> {
             Head::Scalar(Scalar::Str(b"count")) => &mut count,
             Head::Scalar(Scalar::Str(b"ts")) => &mut ts,
             Head::Scalar(Scalar::Str(b"value")) => &mut value,
-            Head::Scalar(_) => {
-                rd.skip(1).map_err(bad)?;
-                continue;
-            }
-            // A container key: skip its contents, then the value.
-            Head::Array(n) => {
-                rd.skip(n + 1).map_err(bad)?;
-                continue;
-            }
-            Head::Map(n) => {
-                rd.skip(2 * n + 1).map_err(bad)?;
+            // Another key: skip its contents if a container, then the value.
+            key => {
+                rd.skip(key.contents() + 1).map_err(bad)?;
                 continue;
             }
         };

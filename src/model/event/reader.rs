@@ -29,6 +29,18 @@ pub(super) enum Head<'a> {
     Map(u64),
 }
 
+impl Head<'_> {
+    /// How many values follow this head as its contents: an array's
+    /// elements, a map's keys and values, none for a scalar.
+    pub(super) fn contents(&self) -> u64 {
+        match self {
+            Head::Scalar(_) => 0,
+            Head::Array(n) => *n,
+            Head::Map(n) => 2 * n,
+        }
+    }
+}
+
 /// Bounds-checked cursor over MessagePack bytes.
 pub(super) struct Reader<'a> {
     pub(super) buf: &'a [u8],
@@ -84,18 +96,9 @@ impl<'a> Reader<'a> {
             Marker::F32 => Scalar::Float(f64::from(f32::from_be_bytes(self.be()?))),
             Marker::F64 => Scalar::Float(f64::from_be_bytes(self.be()?)),
             Marker::FixStr(n) => Scalar::Str(self.take(usize::from(n))?),
-            Marker::Str8 => Scalar::Str({
-                let n = self.len8()?;
-                self.take(n)?
-            }),
-            Marker::Str16 => Scalar::Str({
-                let n = self.len16()?;
-                self.take(n)?
-            }),
-            Marker::Str32 => Scalar::Str({
-                let n = self.len32()?;
-                self.take(n)?
-            }),
+            Marker::Str8 => Scalar::Str(self.len8().and_then(|n| self.take(n))?),
+            Marker::Str16 => Scalar::Str(self.len16().and_then(|n| self.take(n))?),
+            Marker::Str32 => Scalar::Str(self.len32().and_then(|n| self.take(n))?),
             Marker::Null | Marker::True | Marker::False => Scalar::Other,
             Marker::Bin8 => self.len8().and_then(|n| self.skip_bytes(n, 0))?,
             Marker::Bin16 => self.len16().and_then(|n| self.skip_bytes(n, 0))?,
@@ -127,12 +130,7 @@ impl<'a> Reader<'a> {
             if pending > self.buf.len() as u64 {
                 return Err(Malformed);
             }
-            pending -= 1;
-            match self.head()? {
-                Head::Scalar(_) => {}
-                Head::Array(n) => pending += n,
-                Head::Map(n) => pending += 2 * n,
-            }
+            pending = pending - 1 + self.head()?.contents();
         }
         Ok(())
     }
@@ -141,8 +139,7 @@ impl<'a> Reader<'a> {
     pub(super) fn value(&mut self) -> Result<Scalar<'a>, Malformed> {
         match self.head()? {
             Head::Scalar(s) => Ok(s),
-            Head::Array(n) => self.skip(n).map(|_| Scalar::Other),
-            Head::Map(n) => self.skip(2 * n).map(|_| Scalar::Other),
+            container => self.skip(container.contents()).map(|_| Scalar::Other),
         }
     }
 }

@@ -32,8 +32,8 @@ mod register;
 pub(crate) use labels::{DEAD_LETTER_REASONS, REDIS_ERROR_KINDS};
 
 use register::{
-    counter, counter_vec, gauge, gauge_vec, histogram, int_gauge, int_gauge_vec,
-    window_size_buckets, APPLY_BUCKETS, CLEANER_BUCKETS, DELAY_BUCKETS,
+    counter, counter_vec, gauge, gauge_vec, histogram, window_size_buckets, APPLY_BUCKETS,
+    CLEANER_BUCKETS, DELAY_BUCKETS,
 };
 
 /// Content type of [`render()`]'s output (Prometheus text format 0.0.4).
@@ -42,131 +42,266 @@ pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8"
 /// Help of `hitcount_redis_maxmemory_policy_evicts`.
 const EVICTS: &str = "1 when Redis' maxmemory-policy is not noeviction: it may drop counters.";
 
-/// All of hitcount's metric handles. Obtain it with [`metrics()`].
-///
-/// Cloning a handle out of it is cheap and records into the same series.
-pub(crate) struct Metrics {
-    registry: Registry,
+/// Declares [`Metrics`] and its constructor from one table: each family's
+/// field, type, and the `register` call that creates and registers it, so a
+/// family is written once.
+macro_rules! families {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty = $make:ident($($arg:expr),* $(,)?);)*) => {
+        /// All of hitcount's metric handles. Obtain it with [`metrics()`].
+        ///
+        /// Cloning a handle out of it is cheap and records into the same series.
+        pub(crate) struct Metrics {
+            registry: Registry,
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        impl Metrics {
+            fn new() -> Metrics {
+                let r = Registry::new();
+                #[cfg(target_os = "linux")]
+                r.register(Box::new(
+                    prometheus::process_collector::ProcessCollector::for_self(),
+                ))
+                .expect("registering the process collector");
+
+                // Set once, never changed: the registry keeps it.
+                register::build_info(&r);
+
+                Metrics {
+                    $($field: $make(&r, $($arg),*),)*
+                    registry: r,
+                }
+            }
+        }
+    };
+}
+
+families! {
     /// `hitcount_events_read_total`: stream entries read by this worker
     /// (new and claimed), in entries.
-    pub events_read: IntCounter,
+    events_read: IntCounter =
+        counter("hitcount_events_read_total", "Stream entries read by this worker.");
     /// `hitcount_events_applied_total`: events whose hits were written to
     /// counters and acknowledged, in events.
-    pub events_applied: IntCounter,
+    events_applied: IntCounter =
+        counter("hitcount_events_applied_total", "Events written to counters and acknowledged.");
     /// `hitcount_events_dead_lettered_total{reason}`: events set aside as
     /// unprocessable, by reason (one of [`DEAD_LETTER_REASONS`]).
-    pub events_dead_lettered: IntCounterVec,
+    events_dead_lettered: IntCounterVec = counter_vec(
+        "hitcount_events_dead_lettered_total",
+        "Events set aside as unprocessable, by reason.",
+        "reason",
+        &DEAD_LETTER_REASONS,
+    );
     /// `hitcount_events_claimed_total`: pending entries claimed from other
     /// (dead or slow) consumers, in entries.
-    pub events_claimed: IntCounter,
+    events_claimed: IntCounter =
+        counter("hitcount_events_claimed_total", "Pending entries claimed from other consumers.");
     /// `hitcount_hits_too_old_total{precision}`: hits not written at a
     /// precision because they are older than its retention; `precision` is
     /// the bucket length in seconds, e.g. "60".
-    pub hits_too_old: IntCounterVec,
+    hits_too_old: IntCounterVec = counter_vec(
+        "hitcount_hits_too_old_total",
+        "Hits not written at a precision because older than its retention, by precision in seconds.",
+        "precision",
+        &[],
+    );
     /// `hitcount_hits_future_id_total`: hits without `ts` whose entry ID was
     /// more than a day ahead of Redis' clock (an `XADD` with an explicit ID
     /// far ahead moves every later ID there), counted at Redis' clock when
     /// the worker read them instead.
-    pub hits_future_id: IntCounter,
+    hits_future_id: IntCounter = counter(
+        "hitcount_hits_future_id_total",
+        "Hits without ts whose entry ID was more than a day ahead of Redis' clock, counted at Redis' clock instead.",
+    );
     /// `hitcount_windows_applied_total`: aggregated windows written to Redis.
-    pub windows_applied: IntCounter,
+    windows_applied: IntCounter =
+        counter("hitcount_windows_applied_total", "Windows of hits written to Redis.");
     /// `hitcount_windows_fenced_total`: windows dropped unapplied because
     /// another consumer claimed some of their entries.
-    pub windows_fenced: IntCounter,
+    windows_fenced: IntCounter = counter(
+        "hitcount_windows_fenced_total",
+        "Windows dropped because another consumer claimed their entries.",
+    );
     /// `hitcount_carry_cells_total`: summed cells applied through the
     /// carry (each stands for that cell in several windows).
-    pub carry_cells: IntCounter,
+    carry_cells: IntCounter = counter(
+        "hitcount_carry_cells_total",
+        "Summed cells applied through the carry, while behind.",
+    );
     /// `hitcount_carry_groups_total`: groups of shard carries applied
     /// together on a Redis Cluster (each pays a script per hash slot it
     /// touches: the more cells per group, the cheaper per hit).
-    pub carry_groups: IntCounter,
+    carry_groups: IntCounter = counter(
+        "hitcount_carry_groups_total",
+        "Groups of shard carries applied together on a Redis Cluster.",
+    );
     /// `hitcount_replication_unconfirmed_total`: writes of a window on a
     /// Redis Cluster that no replica confirmed within the wait (a master
     /// without a replica): counting goes on, less safe against a failover.
-    pub replication_unconfirmed: IntCounter,
+    replication_unconfirmed: IntCounter = counter(
+        "hitcount_replication_unconfirmed_total",
+        "Writes of a window on a Redis Cluster that no replica confirmed in time.",
+    );
     /// `hitcount_records_quarantined_total`: bookkeeping records that could
     /// not be read back, moved to the dead-letter stream.
-    pub records_quarantined: IntCounter,
+    records_quarantined: IntCounter = counter(
+        "hitcount_records_quarantined_total",
+        "Bookkeeping records that could not be read back, moved to the dead-letter stream.",
+    );
     /// `hitcount_window_size_events`: events per applied window.
-    pub window_size: Histogram,
+    window_size: Histogram = histogram(
+        "hitcount_window_size_events",
+        "Events per applied window.",
+        window_size_buckets(),
+    );
     /// `hitcount_apply_duration_seconds`: time to write one window to Redis.
-    pub apply_duration: Histogram,
+    apply_duration: Histogram = histogram(
+        "hitcount_apply_duration_seconds",
+        "Time to write one window to Redis.",
+        APPLY_BUCKETS.to_vec(),
+    );
     /// `hitcount_end_to_end_delay_seconds`: from an event's timestamp to the
     /// moment its window was applied.
-    pub end_to_end_delay: Histogram,
+    end_to_end_delay: Histogram = histogram(
+        "hitcount_end_to_end_delay_seconds",
+        "Delay from an event's timestamp to its window being applied.",
+        DELAY_BUCKETS.to_vec(),
+    );
     /// `hitcount_redis_errors_total{kind}`: failed Redis operations, by kind
     /// (one of [`REDIS_ERROR_KINDS`]).
-    pub redis_errors: IntCounterVec,
+    redis_errors: IntCounterVec = counter_vec(
+        "hitcount_redis_errors_total",
+        "Failed Redis operations, by kind.",
+        "kind",
+        &REDIS_ERROR_KINDS,
+    );
     /// `hitcount_redis_reconnects_total`: reconnections to Redis.
-    pub redis_reconnects: IntCounter,
+    redis_reconnects: IntCounter =
+        counter("hitcount_redis_reconnects_total", "Reconnections to Redis.");
     /// `hitcount_redis_oom`: 1 while Redis refuses writes for its maxmemory.
-    pub redis_oom: IntGauge,
+    redis_oom: IntGauge = gauge("hitcount_redis_oom", "1 while Redis refuses writes (OOM).");
     /// `hitcount_redis_maxmemory_policy_evicts`: 1 unless it is noeviction.
-    pub redis_policy_evicts: IntGauge,
+    redis_policy_evicts: IntGauge = gauge("hitcount_redis_maxmemory_policy_evicts", EVICTS);
     /// `hitcount_group_lag_entries`: entries in the stream not yet delivered
     /// to the consumer group; with shards, the sum over every shard.
-    pub group_lag: IntGauge,
+    group_lag: IntGauge = gauge(
+        "hitcount_group_lag_entries",
+        "Stream entries not yet delivered to the consumer group.",
+    );
     /// `hitcount_group_pending_entries`: entries delivered to the group but
     /// not yet acknowledged; with shards, the sum over every shard.
-    pub group_pending: IntGauge,
+    group_pending: IntGauge = gauge(
+        "hitcount_group_pending_entries",
+        "Entries delivered to the consumer group but not acknowledged.",
+    );
     /// `hitcount_group_backlog_age_seconds`: age of the oldest undelivered
     /// entry (0 when there is none); with shards, the oldest of any shard.
-    pub group_backlog_age: Gauge,
+    group_backlog_age: Gauge =
+        gauge("hitcount_group_backlog_age_seconds", "Age of the oldest undelivered stream entry.");
     /// `hitcount_shard_lag_entries{shard}`: one shard's entries not yet
     /// delivered to the group; `shard` is `0..HITCOUNT_SHARDS` (≤ 256).
-    pub shard_lag: IntGaugeVec,
+    shard_lag: IntGaugeVec = gauge_vec(
+        "hitcount_shard_lag_entries",
+        "Entries of a stream shard not yet delivered to the consumer group, by shard.",
+        &["shard"],
+    );
     /// `hitcount_shard_pending_entries{shard}`: one shard's entries
     /// delivered to the group and not yet acknowledged.
-    pub shard_pending: IntGaugeVec,
+    shard_pending: IntGaugeVec = gauge_vec(
+        "hitcount_shard_pending_entries",
+        "Entries of a stream shard delivered to the group but not acknowledged, by shard.",
+        &["shard"],
+    );
     /// `hitcount_shard_backlog_age_seconds{shard}`: age of one shard's
     /// oldest undelivered entry (0 when there is none).
-    pub shard_backlog_age: GaugeVec,
+    shard_backlog_age: GaugeVec = gauge_vec(
+        "hitcount_shard_backlog_age_seconds",
+        "Age of a stream shard's oldest undelivered entry, by shard.",
+        &["shard"],
+    );
     /// `hitcount_shard_owned{shard}`: 1 while this process reads the shard
     /// (holds its lease; with one shard, every worker reads it), else 0.
-    pub shard_owned: IntGaugeVec,
+    shard_owned: IntGaugeVec = gauge_vec(
+        "hitcount_shard_owned",
+        "1 while this process reads the stream shard, by shard.",
+        &["shard"],
+    );
     /// `hitcount_shards_owned`: how many shards this process reads.
-    pub shards_owned: IntGauge,
+    shards_owned: IntGauge = gauge("hitcount_shards_owned", "Stream shards this process reads.");
     /// `hitcount_is_leader`: 1 while this worker holds the cleaner
     /// leadership, else 0.
-    pub is_leader: IntGauge,
+    is_leader: IntGauge = gauge("hitcount_is_leader", "1 while this worker is the cleaner leader.");
     /// `hitcount_cleaner_passes_total`: completed cleaner passes.
-    pub cleaner_passes: IntCounter,
+    cleaner_passes: IntCounter =
+        counter("hitcount_cleaner_passes_total", "Completed cleaner passes.");
     /// `hitcount_cleaner_pass_duration_seconds`: duration of a cleaner pass.
-    pub cleaner_pass_duration: Histogram,
+    cleaner_pass_duration: Histogram = histogram(
+        "hitcount_cleaner_pass_duration_seconds",
+        "Duration of a cleaner pass.",
+        CLEANER_BUCKETS.to_vec(),
+    );
     /// `hitcount_cleaner_samples_removed_total`: old samples deleted from
     /// counters by the cleaner.
-    pub cleaner_samples_removed: IntCounter,
+    cleaner_samples_removed: IntCounter = counter(
+        "hitcount_cleaner_samples_removed_total",
+        "Old samples removed from counters by the cleaner.",
+    );
     /// `hitcount_cleaner_counters_removed_total`: counters deleted entirely
     /// (and unregistered) by the cleaner because they emptied.
-    pub cleaner_counters_removed: IntCounter,
+    cleaner_counters_removed: IntCounter = counter(
+        "hitcount_cleaner_counters_removed_total",
+        "Empty counters removed by the cleaner.",
+    );
     /// `hitcount_cleaner_stats_fields_removed_total`: fields of old
     /// statistics buckets deleted by the cleaner.
-    pub cleaner_stats_fields_removed: IntCounter,
+    cleaner_stats_fields_removed: IntCounter = counter(
+        "hitcount_cleaner_stats_fields_removed_total",
+        "Fields of old statistics buckets removed by the cleaner.",
+    );
     /// `hitcount_cleaner_stats_removed_total`: statistics hashes that
     /// emptied and left `stats:known:`.
-    pub cleaner_stats_removed: IntCounter,
+    cleaner_stats_removed: IntCounter = counter(
+        "hitcount_cleaner_stats_removed_total",
+        "Empty statistics hashes removed by the cleaner.",
+    );
     /// `hitcount_cleaner_members_readded_total`: `known:` or `stats:known:`
     /// members a cluster's cleaner removed and put back because their hash
     /// had been written again meanwhile (the race its re-check closes).
-    pub cleaner_members_readded: IntCounter,
+    cleaner_members_readded: IntCounter = counter(
+        "hitcount_cleaner_members_readded_total",
+        "known: or stats:known: members put back by a cluster cleaner's re-check.",
+    );
     /// `hitcount_cleaner_last_pass_timestamp_seconds`: Unix time at which the
     /// last cleaner pass completed.
-    pub cleaner_last_pass: Gauge,
+    cleaner_last_pass: Gauge = gauge(
+        "hitcount_cleaner_last_pass_timestamp_seconds",
+        "Unix time of the last completed cleaner pass.",
+    );
     /// `hitcount_stream_trimmed_entries_total`: entries trimmed from the
     /// stream.
-    pub stream_trimmed: IntCounter,
+    stream_trimmed: IntCounter =
+        counter("hitcount_stream_trimmed_entries_total", "Entries trimmed from the stream.");
     /// `hitcount_producer_buffered_events`: events waiting in the producer's
     /// buffer.
-    pub producer_buffered: IntGauge,
+    producer_buffered: IntGauge =
+        gauge("hitcount_producer_buffered_events", "Events waiting in the producer's buffer.");
     /// `hitcount_producer_dropped_events_total`: events the producer dropped
     /// (buffer full or send failed).
-    pub producer_dropped: IntCounter,
+    producer_dropped: IntCounter =
+        counter("hitcount_producer_dropped_events_total", "Events the producer dropped.");
     /// `hitcount_producer_sent_events_total`: events the producer appended to
     /// the stream.
-    pub producer_sent: IntCounter,
+    producer_sent: IntCounter = counter(
+        "hitcount_producer_sent_events_total",
+        "Events the producer appended to the stream.",
+    );
     /// `hitcount_worker_loop_last_turn_timestamp_seconds`: Unix time of the
     /// worker loop's last turn.
-    pub loop_last_turn: Gauge,
+    loop_last_turn: Gauge = gauge(
+        "hitcount_worker_loop_last_turn_timestamp_seconds",
+        "Unix time of the worker loop's last turn.",
+    );
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -195,215 +330,6 @@ pub(crate) fn unix_now_seconds() -> f64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
-}
-
-impl Metrics {
-    fn new() -> Metrics {
-        let r = Registry::new();
-        #[cfg(target_os = "linux")]
-        r.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ))
-        .expect("registering the process collector");
-
-        // Set once, never changed: the registry keeps it.
-        register::build_info(&r);
-
-        Metrics {
-            events_read: counter(&r, "hitcount_events_read_total", "Stream entries read by this worker."),
-            events_applied: counter(
-                &r,
-                "hitcount_events_applied_total",
-                "Events written to counters and acknowledged.",
-            ),
-            events_dead_lettered: counter_vec(
-                &r,
-                "hitcount_events_dead_lettered_total",
-                "Events set aside as unprocessable, by reason.",
-                "reason",
-                &DEAD_LETTER_REASONS,
-            ),
-            events_claimed: counter(
-                &r,
-                "hitcount_events_claimed_total",
-                "Pending entries claimed from other consumers.",
-            ),
-            hits_too_old: counter_vec(
-                &r,
-                "hitcount_hits_too_old_total",
-                "Hits not written at a precision because older than its retention, by precision in seconds.",
-                "precision",
-                &[],
-            ),
-            hits_future_id: counter(
-                &r,
-                "hitcount_hits_future_id_total",
-                "Hits without ts whose entry ID was more than a day ahead of Redis' clock, counted at Redis' clock instead.",
-            ),
-            windows_applied: counter(&r, "hitcount_windows_applied_total", "Windows of hits written to Redis."),
-            records_quarantined: counter(
-                &r,
-                "hitcount_records_quarantined_total",
-                "Bookkeeping records that could not be read back, moved to the dead-letter stream.",
-            ),
-            replication_unconfirmed: counter(
-                &r,
-                "hitcount_replication_unconfirmed_total",
-                "Writes of a window on a Redis Cluster that no replica confirmed in time.",
-            ),
-            windows_fenced: counter(
-                &r,
-                "hitcount_windows_fenced_total",
-                "Windows dropped because another consumer claimed their entries.",
-            ),
-            carry_cells: counter(
-                &r,
-                "hitcount_carry_cells_total",
-                "Summed cells applied through the carry, while behind.",
-            ),
-            carry_groups: counter(
-                &r,
-                "hitcount_carry_groups_total",
-                "Groups of shard carries applied together on a Redis Cluster.",
-            ),
-            window_size: histogram(
-                &r,
-                "hitcount_window_size_events",
-                "Events per applied window.",
-                window_size_buckets(),
-            ),
-            apply_duration: histogram(
-                &r,
-                "hitcount_apply_duration_seconds",
-                "Time to write one window to Redis.",
-                APPLY_BUCKETS.to_vec(),
-            ),
-            end_to_end_delay: histogram(
-                &r,
-                "hitcount_end_to_end_delay_seconds",
-                "Delay from an event's timestamp to its window being applied.",
-                DELAY_BUCKETS.to_vec(),
-            ),
-            redis_errors: counter_vec(
-                &r,
-                "hitcount_redis_errors_total",
-                "Failed Redis operations, by kind.",
-                "kind",
-                &REDIS_ERROR_KINDS,
-            ),
-            redis_reconnects: counter(&r, "hitcount_redis_reconnects_total", "Reconnections to Redis."),
-            redis_oom: int_gauge(&r, "hitcount_redis_oom", "1 while Redis refuses writes (OOM)."),
-            redis_policy_evicts: int_gauge(&r, "hitcount_redis_maxmemory_policy_evicts", EVICTS),
-            group_lag: int_gauge(
-                &r,
-                "hitcount_group_lag_entries",
-                "Stream entries not yet delivered to the consumer group.",
-            ),
-            group_pending: int_gauge(
-                &r,
-                "hitcount_group_pending_entries",
-                "Entries delivered to the consumer group but not acknowledged.",
-            ),
-            group_backlog_age: gauge(
-                &r,
-                "hitcount_group_backlog_age_seconds",
-                "Age of the oldest undelivered stream entry.",
-            ),
-            shard_lag: int_gauge_vec(
-                &r,
-                "hitcount_shard_lag_entries",
-                "Entries of a stream shard not yet delivered to the consumer group, by shard.",
-                "shard",
-            ),
-            shard_pending: int_gauge_vec(
-                &r,
-                "hitcount_shard_pending_entries",
-                "Entries of a stream shard delivered to the group but not acknowledged, by shard.",
-                "shard",
-            ),
-            shard_backlog_age: gauge_vec(
-                &r,
-                "hitcount_shard_backlog_age_seconds",
-                "Age of a stream shard's oldest undelivered entry, by shard.",
-                "shard",
-            ),
-            shard_owned: int_gauge_vec(
-                &r,
-                "hitcount_shard_owned",
-                "1 while this process reads the stream shard, by shard.",
-                "shard",
-            ),
-            shards_owned: int_gauge(
-                &r,
-                "hitcount_shards_owned",
-                "Stream shards this process reads.",
-            ),
-            is_leader: int_gauge(&r, "hitcount_is_leader", "1 while this worker is the cleaner leader."),
-            cleaner_passes: counter(&r, "hitcount_cleaner_passes_total", "Completed cleaner passes."),
-            cleaner_pass_duration: histogram(
-                &r,
-                "hitcount_cleaner_pass_duration_seconds",
-                "Duration of a cleaner pass.",
-                CLEANER_BUCKETS.to_vec(),
-            ),
-            cleaner_samples_removed: counter(
-                &r,
-                "hitcount_cleaner_samples_removed_total",
-                "Old samples removed from counters by the cleaner.",
-            ),
-            cleaner_counters_removed: counter(
-                &r,
-                "hitcount_cleaner_counters_removed_total",
-                "Empty counters removed by the cleaner.",
-            ),
-            cleaner_stats_fields_removed: counter(
-                &r,
-                "hitcount_cleaner_stats_fields_removed_total",
-                "Fields of old statistics buckets removed by the cleaner.",
-            ),
-            cleaner_stats_removed: counter(
-                &r,
-                "hitcount_cleaner_stats_removed_total",
-                "Empty statistics hashes removed by the cleaner.",
-            ),
-            cleaner_members_readded: counter(
-                &r,
-                "hitcount_cleaner_members_readded_total",
-                "known: or stats:known: members put back by a cluster cleaner's re-check.",
-            ),
-            cleaner_last_pass: gauge(
-                &r,
-                "hitcount_cleaner_last_pass_timestamp_seconds",
-                "Unix time of the last completed cleaner pass.",
-            ),
-            stream_trimmed: counter(
-                &r,
-                "hitcount_stream_trimmed_entries_total",
-                "Entries trimmed from the stream.",
-            ),
-            producer_buffered: int_gauge(
-                &r,
-                "hitcount_producer_buffered_events",
-                "Events waiting in the producer's buffer.",
-            ),
-            producer_dropped: counter(
-                &r,
-                "hitcount_producer_dropped_events_total",
-                "Events the producer dropped.",
-            ),
-            producer_sent: counter(
-                &r,
-                "hitcount_producer_sent_events_total",
-                "Events the producer appended to the stream.",
-            ),
-            loop_last_turn: gauge(
-                &r,
-                "hitcount_worker_loop_last_turn_timestamp_seconds",
-                "Unix time of the worker loop's last turn.",
-            ),
-            registry: r,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -2,9 +2,9 @@
 //! it (names are fixed, so a failure is a programming error), and the
 //! histograms' bucket layouts.
 
+use prometheus::core::{Atomic, GenericGauge, GenericGaugeVec};
 use prometheus::{
-    Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry,
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 /// Durations from 0.5 ms to 10 s for Redis round trips.
@@ -61,26 +61,23 @@ pub(super) fn counter_vec(
     v
 }
 
-pub(super) fn int_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
-    reg(r, IntGauge::new(name, help).expect("valid gauge"))
+/// A gauge: whole-number (`IntGauge`) or not (`Gauge`), as its field says.
+pub(super) fn gauge<P: Atomic + 'static>(r: &Registry, name: &str, help: &str) -> GenericGauge<P> {
+    reg(r, GenericGauge::new(name, help).expect("valid gauge"))
 }
 
-pub(super) fn int_gauge_vec(r: &Registry, name: &str, help: &str, label: &str) -> IntGaugeVec {
+/// A gauge with labels, whole-number or not.
+pub(super) fn gauge_vec<P: Atomic + 'static>(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> GenericGaugeVec<P> {
+    let opts = Opts::new(name, help);
     reg(
         r,
-        IntGaugeVec::new(Opts::new(name, help), &[label]).expect("valid gauge vec"),
+        GenericGaugeVec::new(opts, labels).expect("valid gauge vec"),
     )
-}
-
-pub(super) fn gauge_vec(r: &Registry, name: &str, help: &str, label: &str) -> GaugeVec {
-    reg(
-        r,
-        GaugeVec::new(Opts::new(name, help), &[label]).expect("valid gauge vec"),
-    )
-}
-
-pub(super) fn gauge(r: &Registry, name: &str, help: &str) -> Gauge {
-    reg(r, Gauge::new(name, help).expect("valid gauge"))
 }
 
 pub(super) fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -95,16 +92,11 @@ pub(super) fn revision() -> &'static str {
 
 /// `hitcount_build_info{version, revision}`, registered and set to 1.
 pub(super) fn build_info(r: &Registry) -> IntGauge {
-    let info = reg(
+    let info: IntGaugeVec = gauge_vec(
         r,
-        IntGaugeVec::new(
-            Opts::new(
-                "hitcount_build_info",
-                "Build information; always 1, labelled with version and git revision.",
-            ),
-            &["version", "revision"],
-        )
-        .expect("valid gauge vec"),
+        "hitcount_build_info",
+        "Build information; always 1, labelled with version and git revision.",
+        &["version", "revision"],
     );
     let gauge = info.with_label_values(&[env!("CARGO_PKG_VERSION"), revision()]);
     gauge.set(1);

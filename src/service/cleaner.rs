@@ -347,18 +347,8 @@ async fn each<'a, T: redis::FromRedisValue>(
     command: &str,
     keys: impl Iterator<Item = &'a String>,
 ) -> Result<Vec<T>, CleanError> {
-    let cmds: Vec<redis::Cmd> = keys
-        .map(|k| {
-            let mut c = redis::cmd(command);
-            c.arg(k);
-            c
-        })
-        .collect();
-    let replies = conn.query_each(cmds).await?;
-    replies
-        .into_iter()
-        .map(|v| redis::from_redis_value(v).map_err(|e| CleanError::from(RedisError::from(e))))
-        .collect()
+    let replies = conn.each_key(command, keys).await?;
+    Ok(redis::from_redis_value(Value::Array(replies)).map_err(RedisError::from)?)
 }
 
 /// `hashes` (indexes into `lens`, their lengths) in runs whose lengths add

@@ -15,8 +15,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::store::connect::Client;
-
 use crate::model::config::{LayoutArgs, LeaderArgs, StreamArgs};
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
@@ -24,7 +22,7 @@ use crate::model::shutdown::Shutdown;
 use crate::service::cleaner::{self, CleanError, Cleaner, PassReport};
 use crate::service::leader::Lease;
 use crate::service::trim::{self, Trimmed};
-use crate::store::connect::{self, Conn, Reconnecting};
+use crate::store::connect::{self, Client, Conn, Reconnecting};
 
 /// How often a worker that is not leader looks whether it became one.
 const IDLE_CHECK: Duration = Duration::from_millis(500);
@@ -132,10 +130,7 @@ pub(crate) async fn run(
     let mut link = Reconnecting::new(client, "cleaner", connect::RESPONSE_TIMEOUT);
     while !shutdown.is_triggered() {
         if !lease.held() {
-            tokio::select! {
-                _ = tokio::time::sleep(IDLE_CHECK) => {}
-                _ = shutdown.wait() => {}
-            }
+            connect::sleep(IDLE_CHECK, &mut shutdown).await;
             continue;
         }
         let started = Instant::now();
@@ -173,10 +168,7 @@ pub(crate) async fn run(
         }
         let pause = retry
             .unwrap_or_else(|| cleaner::pause_after(started.elapsed(), settings.clean_interval()));
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = shutdown.wait() => {}
-        }
+        connect::sleep(pause, &mut shutdown).await;
     }
 }
 

@@ -22,14 +22,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::store::connect::Client;
 use redis::RedisResult;
 
 use crate::model::config::LeaderArgs;
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
-use crate::store::connect::{self, Conn, Reconnecting, StoreResult};
+use crate::store::connect::{self, Client, Conn, Reconnecting, StoreResult};
 use crate::store::scripts::RENEW;
 
 /// Part of the lease given up as a safety margin: a leader considers its
@@ -185,10 +184,7 @@ impl Lease {
             if self.leader {
                 metrics().is_leader.set(i64::from(self.held()));
             }
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = done.wait() => {}
-            }
+            connect::sleep(pause, &mut done).await;
         }
         let was_leader = self.held_until().is_some();
         if let Some(c) = link.current() {

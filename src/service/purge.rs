@@ -153,12 +153,9 @@ fn tally(replies: &[Value]) -> (Outcome, Vec<String>) {
             Value::Array(v) if v.len() == 2 => {
                 out.removed += as_u64(&v[0]);
                 match &v[1] {
-                    Value::Array(members) => emptied.extend(
-                        members
-                            .iter()
-                            .filter_map(crate::store::stream::bytes)
-                            .map(|b| String::from_utf8_lossy(b).into_owned()),
-                    ),
+                    Value::Array(members) => {
+                        emptied.extend(members.iter().filter_map(crate::store::stream::text))
+                    }
                     n => out.forgotten += as_u64(n),
                 }
             }

@@ -125,10 +125,7 @@ async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown
             }
             Err(e) => {
                 let (_, pause) = link.failed(&e, Some(shutdown));
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => {}
-                    _ = stop.wait() => {}
-                }
+                connect::sleep(pause, &mut stop).await;
             }
         }
     }
@@ -259,10 +256,7 @@ impl Balancer {
                 }
             }
             self.report();
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = stop.wait() => {}
-            }
+            connect::sleep(pause, &mut stop).await;
         }
         // Every shard's worker stops with the process: wait for them, then
         // let the shards go at once.

@@ -202,6 +202,15 @@ impl Reconnecting {
     }
 }
 
+/// Waits `pause`, or until `stop` is triggered if that comes first: the
+/// wait between two tries or rounds of every long-running task.
+pub(crate) async fn sleep(pause: Duration, stop: &mut crate::model::shutdown::Shutdown) {
+    tokio::select! {
+        _ = tokio::time::sleep(pause) => {}
+        _ = stop.wait() => {}
+    }
+}
+
 /// Capped exponential backoff with full jitter.
 #[derive(Debug)]
 pub(crate) struct Backoff {

@@ -128,16 +128,7 @@ pub(crate) async fn stranded(
 ) -> RedisResult<Vec<Stranded>> {
     let candidates = Keys::unread_streams(layout, stream);
     let exists = conn
-        .query_each(
-            candidates
-                .iter()
-                .map(|k| {
-                    let mut c = redis::cmd("EXISTS");
-                    c.arg(&k.stream);
-                    c
-                })
-                .collect(),
-        )
+        .each_key("EXISTS", candidates.iter().map(|k| &k.stream))
         .await?;
     let mut streams = Vec::new();
     let mut lengths = Vec::new();

@@ -52,6 +52,12 @@ pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
     }
 }
 
+/// A bulk or simple string reply as text (bytes that are not UTF-8 get
+/// replacement characters).
+pub(crate) fn text(v: &Value) -> Option<String> {
+    bytes(v).map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
 /// Entries of an XREADGROUP reply (`[[stream, [entry...]]...]`, or nil).
 pub(crate) fn read_reply_entries(reply: &Value) -> Vec<EntryRef<'_>> {
     let mut out = Vec::new();

@@ -61,10 +61,8 @@ pub(crate) fn parse(reply: &Value) -> Vec<Master> {
         let Some(node) = r.get(2).map(items) else {
             continue;
         };
-        let host = match node.first() {
-            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-            Some(Value::SimpleString(s)) => s.clone(),
-            _ => continue,
+        let Some(host) = node.first().and_then(crate::store::stream::text) else {
+            continue;
         };
         let (Some(first), Some(last), Some(port)) =
             (int(r.first()), int(r.get(1)), int(node.get(1)))

@@ -206,11 +206,7 @@ impl Cleaner {
     }
 
     fn check(&self) -> Result<(), CleanError> {
-        if self.lease.held() {
-            Ok(())
-        } else {
-            Err(CleanError::LostLease)
-        }
+        self.lease.held().then_some(()).ok_or(CleanError::LostLease)
     }
 
     /// Reads one page of due hashes (lengths, then the fields of the small
@@ -277,38 +273,37 @@ impl Cleaner {
         cutoff: i64,
         report: &mut PassReport,
     ) -> Result<(), CleanError> {
-        let mut scan = redis::cmd("HSCAN");
-        scan.arg(key).arg(0).arg("COUNT").arg(SCAN_COUNT);
-        let (mut cursor, mut pairs): (u64, Vec<Vec<u8>>) = scan.query_async(conn).await?;
+        let hscan = |cursor: u64| {
+            let mut scan = redis::cmd("HSCAN");
+            scan.arg(key).arg(cursor).arg("COUNT").arg(SCAN_COUNT);
+            scan
+        };
+        let (mut cursor, mut pairs): (u64, Vec<Vec<u8>>) = hscan(0).query_async(conn).await?;
         let mut kept_any = false;
         loop {
             let fields = pairs.iter().step_by(2).map(Vec::as_slice);
             let (old, kept) = split_old(family, fields, cutoff);
             kept_any |= kept;
-            let plan = Plan {
-                member: member.to_string(),
-                key: key.to_string(),
-                old,
-                forget: cursor == 0 && !kept_any,
+            let forget = cursor == 0 && !kept_any;
+            let plans = match (old.is_empty(), forget) {
+                (true, false) => Vec::new(),
+                _ => vec![Plan {
+                    member: member.to_string(),
+                    key: key.to_string(),
+                    old,
+                    forget,
+                }],
             };
-            let plans = if plan.old.is_empty() && !plan.forget {
-                Vec::new()
-            } else {
-                vec![plan]
-            };
-            if cursor == 0 {
-                return self
-                    .apply(conn, fence, family, &plans, None, report)
-                    .await
-                    .map(|_| ());
-            }
-            let mut scan = redis::cmd("HSCAN");
-            scan.arg(key).arg(cursor).arg("COUNT").arg(SCAN_COUNT);
+            // The next page is read in the deletions' round trip.
+            let next = (cursor != 0).then(|| hscan(cursor));
             let reply = self
-                .apply(conn, fence, family, &plans, Some(scan), report)
+                .apply(conn, fence, family, &plans, next, report)
                 .await?;
-            (cursor, pairs) = redis::from_redis_value(reply.unwrap_or(Value::Nil))
-                .map_err(|e| CleanError::from(RedisError::from(e)))?;
+            if cursor == 0 {
+                return Ok(());
+            }
+            (cursor, pairs) =
+                redis::from_redis_value(reply.unwrap_or(Value::Nil)).map_err(RedisError::from)?;
         }
     }
 
@@ -378,15 +373,12 @@ fn split_old<'a>(
     fields: impl Iterator<Item = &'a [u8]>,
     cutoff: i64,
 ) -> (Vec<Vec<u8>>, bool) {
-    let mut old = Vec::new();
-    let mut kept = false;
-    for f in fields {
-        match family.bucket_of(f) {
-            Some(t) if t <= cutoff => old.push(f.to_vec()),
-            _ => kept = true,
-        }
-    }
-    (old, kept)
+    let (old, kept): (Vec<&[u8]>, Vec<&[u8]>) =
+        fields.partition(|f| family.bucket_of(f).is_some_and(|t| t <= cutoff));
+    (
+        old.into_iter().map(<[u8]>::to_vec).collect(),
+        !kept.is_empty(),
+    )
 }
 
 /// The pause after a pass that took `took`, for passes every `interval`

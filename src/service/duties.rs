@@ -86,32 +86,22 @@ pub(crate) async fn once(
 /// names of its JSON form (what `hitcount status` reads back).
 fn record(keys: &Keys, last: &LastPass) -> redis::Cmd {
     let p = &last.pass;
+    let fields = [
+        ("at_ms", last.at_ms.to_string()),
+        ("leader", last.leader.clone()),
+        ("pass", p.pass.to_string()),
+        ("duration_ms", p.duration_ms.to_string()),
+        ("counters_scanned", p.counters_scanned.to_string()),
+        ("samples_removed", p.samples_removed.to_string()),
+        ("counters_removed", p.counters_removed.to_string()),
+        ("stats_scanned", p.stats_scanned.to_string()),
+        ("stats_fields_removed", p.stats_fields_removed.to_string()),
+        ("stats_removed", p.stats_removed.to_string()),
+        ("trimmed", last.trimmed.entries.to_string()),
+        ("min_id", last.trimmed.min_id.clone()),
+    ];
     let mut cmd = redis::cmd("HSET");
-    cmd.arg(keys.cleaner_status())
-        .arg("at_ms")
-        .arg(last.at_ms)
-        .arg("leader")
-        .arg(&last.leader)
-        .arg("pass")
-        .arg(p.pass)
-        .arg("duration_ms")
-        .arg(p.duration_ms)
-        .arg("counters_scanned")
-        .arg(p.counters_scanned)
-        .arg("samples_removed")
-        .arg(p.samples_removed)
-        .arg("counters_removed")
-        .arg(p.counters_removed)
-        .arg("stats_scanned")
-        .arg(p.stats_scanned)
-        .arg("stats_fields_removed")
-        .arg(p.stats_fields_removed)
-        .arg("stats_removed")
-        .arg(p.stats_removed)
-        .arg("trimmed")
-        .arg(last.trimmed.entries)
-        .arg("min_id")
-        .arg(&last.trimmed.min_id);
+    cmd.arg(keys.cleaner_status()).arg(&fields[..]);
     cmd
 }
 

@@ -38,8 +38,9 @@ pub(crate) struct GroupInfo {
     pub lag: Option<u64>,
 }
 
-/// One consumer of a group, as `XINFO CONSUMERS` reports it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// One consumer of a group, as `XINFO CONSUMERS` reports it (and as
+/// `hitcount status` shows it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct ConsumerInfo {
     /// Its name.
     pub name: String,

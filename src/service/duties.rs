@@ -125,13 +125,12 @@ pub(crate) async fn run(
         }
         let started = Instant::now();
         let now = crate::model::clock::unix_ms() / 1000;
-        let result = match link.get().await {
-            Ok(c) => {
+        let result = link
+            .call(async |c| {
                 let shards = Keys::all_shards(&layout, &stream, c.is_cluster());
                 once(&mut cleaner, c, &shards, &lease, now).await
-            }
-            Err(e) => Err(e.into()),
-        };
+            })
+            .await;
         let mut retry = None;
         match result {
             Ok(last) => {

@@ -309,10 +309,9 @@ impl Shard {
         self.batch_no += self.events.len().div_ceil(BATCH) as u64;
         let mut refused = None;
         loop {
-            let result = match link.get().await {
-                Ok(c) => self.send(c, id, first).await.map_err(StoreError::from),
-                Err(e) => Err(e),
-            };
+            let result = link
+                .call(async |c| Ok::<_, StoreError>(self.send(c, id, first).await?))
+                .await;
             match result {
                 Ok(()) => {
                     self.confirmed = self.batch_no;

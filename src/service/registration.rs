@@ -131,10 +131,7 @@ impl Registration {
         }
         let mut link = Reconnecting::new(client, "consumer registration", LIFETIME / 3);
         while !done.is_triggered() {
-            let result = match link.get().await {
-                Ok(c) => self.step(c).await,
-                Err(e) => Err(e),
-            };
+            let result = link.call(async |c| self.step(c).await).await;
             let mut pause = RENEW_EVERY;
             match result {
                 Ok(None) => link.succeeded(),

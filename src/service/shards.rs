@@ -108,15 +108,9 @@ async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown
         if shutdown.is_triggered() {
             return None;
         }
-        let checked = match link.get().await {
-            Ok(conn) => {
-                let clustered = conn.is_cluster();
-                record_shards(conn, settings)
-                    .await
-                    .map(|refusal| (clustered, refusal))
-            }
-            Err(e) => Err(e),
-        };
+        let checked = link
+            .call(async |conn| Ok((conn.is_cluster(), record_shards(conn, settings).await?)))
+            .await;
         match checked {
             Ok((clustered, None)) => return Some(clustered),
             Ok((_, Some(refusal))) => {

@@ -103,20 +103,13 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
         None => redis::Client::open(first_url.as_str()),
     }
     .map_err(|e| invalid(format!("{e}")))?;
-    let detected = Arc::new(OnceLock::new());
-    match args.cluster {
-        ClusterMode::On => {
-            let _ = detected.set(true);
-        }
-        ClusterMode::Off => {
-            let _ = detected.set(false);
-        }
+    let known = match args.cluster {
+        ClusterMode::On => Some(true),
+        ClusterMode::Off => Some(false),
         // Several nodes given: a cluster, whatever the first one says.
-        ClusterMode::Auto if nodes.len() > 1 => {
-            let _ = detected.set(true);
-        }
-        ClusterMode::Auto => {}
-    }
+        ClusterMode::Auto => (nodes.len() > 1).then_some(true),
+    };
+    let detected = Arc::new(known.map_or_else(OnceLock::new, OnceLock::from));
     Ok(Client {
         first,
         shown: redact_url(&args.url),

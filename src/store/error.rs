@@ -44,7 +44,7 @@ pub(crate) fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
     if err.is_timeout() {
         return (ErrorClass::Transient, "timeout");
     }
-    if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
+    if is_broken_link(err) {
         return (ErrorClass::Transient, "io");
     }
     match err.code() {
@@ -55,6 +55,11 @@ pub(crate) fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
         ) => (ErrorClass::Transient, "other"),
         _ => (ErrorClass::Transient, "response"),
     }
+}
+
+/// Whether an error says the connection itself broke (not Redis' answer).
+pub(crate) fn is_broken_link(err: &RedisError) -> bool {
+    err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
 }
 
 /// For an error no retry can fix, what an operator should change.
@@ -260,11 +265,7 @@ impl StoreError {
     pub(crate) fn unexpected(what: &'static str, reply: &redis::Value) -> StoreError {
         let mut text = format!("{reply:?}");
         if text.len() > 200 {
-            let mut cut = 200;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
+            text.truncate((0..=200).rfind(|&i| text.is_char_boundary(i)).unwrap_or(0));
             text.push('…');
         }
         StoreError::Unexpected { what, reply: text }

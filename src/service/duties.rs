@@ -39,18 +39,8 @@ pub(crate) struct LastPass {
     pub pass: PassReport,
     /// The trim. Serialized as the pass is recorded in Redis (and shown by
     /// `hitcount status --json`): `"trimmed": entries, "min_id": id`.
-    #[serde(flatten, serialize_with = "trimmed_as_recorded")]
+    #[serde(flatten)]
     pub trimmed: Trimmed,
-}
-
-/// `Trimmed` as two fields, `trimmed` (entries) and `min_id`, the names of
-/// the recorded pass, so `clean --json` and `status --json` agree.
-fn trimmed_as_recorded<S: serde::Serializer>(t: &Trimmed, ser: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap;
-    let mut map = ser.serialize_map(Some(2))?;
-    map.serialize_entry("trimmed", &t.entries)?;
-    map.serialize_entry("min_id", &t.min_id)?;
-    map.end()
 }
 
 /// Cleans and trims once at `now` (unix seconds) and records it. `shards`

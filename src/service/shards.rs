@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::model::config::{ConfigError, StreamArgs};
+use crate::model::config::ConfigError;
 use crate::model::keys::Keys;
 use crate::model::known::KnownCache;
 use crate::model::shutdown::{Shutdown, Trigger};
@@ -199,11 +199,8 @@ impl Balancer {
         shutdown: Shutdown,
         clustered: bool,
     ) -> Balancer {
-        let base = StreamArgs {
-            shards: 1,
-            ..settings.stream.clone()
-        };
-        let members = Keys::shard(&settings.layout, &base, 0, clustered).members();
+        let members =
+            shard_count::unsharded(&settings.layout, &settings.stream, clustered).members();
         // The grouper's memory of `known:` members, for the layout's
         // distinct precisions (as each worker's own).
         let layout = &settings.layout;

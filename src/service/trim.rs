@@ -33,7 +33,8 @@ const MAX_STEPS: u32 = 100;
 /// What one trim did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Trimmed {
-    /// Entries evicted.
+    /// Entries evicted (`trimmed` in the recorded pass and its JSON).
+    #[serde(rename = "trimmed")]
     pub entries: u64,
     /// The oldest id every group still needs (empty when no group exists).
     pub min_id: String,

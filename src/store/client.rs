@@ -304,10 +304,8 @@ impl Conn {
         let fewest = replies
             .iter()
             .map(|text| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix("connected_slaves:"))
-                    .and_then(|n| n.trim().parse().ok())
-                    .unwrap_or(0)
+                let replicas = crate::store::detect::info_field(text, "connected_slaves");
+                replicas.and_then(|n| n.parse().ok()).unwrap_or(0)
             })
             .min();
         Ok(fewest.unwrap_or(0))

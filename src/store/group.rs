@@ -9,7 +9,7 @@ use redis::{RedisResult, Value};
 
 use crate::model::keys::Keys;
 use crate::store::connect::Conn;
-use crate::store::stream::{entry_list, text as string};
+use crate::store::stream::{entry_list, items, text as string};
 
 /// The stream, as `XINFO STREAM` reports it (the fields hitcount uses).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,14 +58,8 @@ impl StreamInfo {
             length: number(&f, "length").unwrap_or(0),
             last_generated_id: text(&f, "last-generated-id"),
             entries_added: number(&f, "entries-added"),
-            first_entry_id: f
-                .iter()
-                .find(|(k, _)| k == "first-entry")
-                .and_then(|(_, v)| {
-                    entry_list(&Value::Array(vec![(*v).clone()]))
-                        .first()
-                        .map(|e| e.id_str().to_string())
-                }),
+            // `[id, [field, value, …]]`.
+            first_entry_id: field(&f, "first-entry").and_then(|e| string(items(e).first()?)),
         }
     }
 }
@@ -73,7 +67,7 @@ impl StreamInfo {
 impl GroupInfo {
     /// Parses an `XINFO GROUPS` reply: every group.
     pub(crate) fn parse_all(reply: &Value) -> Vec<GroupInfo> {
-        list(reply)
+        items(reply)
             .iter()
             .map(|g| {
                 let f = fields(g);
@@ -92,7 +86,7 @@ impl GroupInfo {
 impl ConsumerInfo {
     /// Parses an `XINFO CONSUMERS` reply: every consumer.
     pub(crate) fn parse_all(reply: &Value) -> Vec<ConsumerInfo> {
-        list(reply)
+        items(reply)
             .iter()
             .map(|c| {
                 let f = fields(c);
@@ -292,14 +286,6 @@ pub(crate) fn backlog_age_secs(next: &Value, now_ms: i64) -> Option<f64> {
     Some((now_ms - ms).max(0) as f64 / 1000.0)
 }
 
-/// The items of an array reply (empty for anything else).
-fn list(v: &Value) -> &[Value] {
-    match v {
-        Value::Array(items) => items,
-        _ => &[],
-    }
-}
-
 /// A flat `[key, value, key, value…]` (or map) reply as pairs.
 fn fields(v: &Value) -> Vec<(String, &Value)> {
     match v {
@@ -317,13 +303,15 @@ fn fields(v: &Value) -> Vec<(String, &Value)> {
 
 /// A field as text (numbers written out).
 fn text(fields: &[(String, &Value)], key: &str) -> Option<String> {
-    fields
-        .iter()
-        .find(|(k, _)| k == key)
-        .and_then(|(_, v)| match v {
-            Value::Int(i) => Some(i.to_string()),
-            other => string(other),
-        })
+    match field(fields, key)? {
+        Value::Int(i) => Some(i.to_string()),
+        other => string(other),
+    }
+}
+
+/// A field's value.
+fn field<'a>(fields: &[(String, &'a Value)], key: &str) -> Option<&'a Value> {
+    fields.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
 }
 
 /// A field as a non-negative number.

@@ -6,6 +6,7 @@
 use redis::{RedisResult, Value};
 
 use crate::store::connect::Conn;
+use crate::store::stream::items;
 
 /// One master of a cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,13 +92,6 @@ pub(crate) fn parse(reply: &Value) -> Vec<Master> {
     }
     masters.sort_by_key(Master::first_slot);
     masters
-}
-
-fn items(v: &Value) -> &[Value] {
-    match v {
-        Value::Array(a) => a,
-        _ => &[],
-    }
 }
 
 #[cfg(test)]

@@ -170,16 +170,12 @@ impl Cleaner {
                 );
             }
         }
-        let mut after: Option<Vec<u8>> = None;
+        let mut min = b"-".to_vec();
         loop {
             self.check()?;
-            let mut cmd = redis::cmd("ZRANGEBYLEX");
-            cmd.arg(self.keys.known_of(family));
-            match &after {
-                None => cmd.arg("-"),
-                Some(last) => cmd.arg([b"(".as_slice(), last].concat()),
-            };
-            let members: Vec<Vec<u8>> = cmd
+            let members: Vec<Vec<u8>> = redis::cmd("ZRANGEBYLEX")
+                .arg(self.keys.known_of(family))
+                .arg(&min)
                 .arg("+")
                 .arg("LIMIT")
                 .arg(0)
@@ -187,7 +183,7 @@ impl Cleaner {
                 .query_async(conn)
                 .await?;
             let Some(last) = members.last() else { break };
-            after = Some(last.clone());
+            min = [b"(".as_slice(), last].concat();
             let due: Vec<(String, i64)> = members
                 .iter()
                 .filter_map(|m| {

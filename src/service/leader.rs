@@ -190,7 +190,7 @@ impl Lease {
             }
             connect::sleep(pause, &mut done).await;
         }
-        let was_leader = self.held_until().is_some();
+        let was_leader = self.held();
         if let Some(c) = link.current() {
             match self.release(c).await {
                 Ok(true) => tracing::info!(token = %self.token, "released the leader lease"),

@@ -170,16 +170,12 @@ impl Cleaner {
                 );
             }
         }
-        let mut after: Option<Vec<u8>> = None;
+        let mut min = b"-".to_vec();
         loop {
             self.check()?;
-            let mut cmd = redis::cmd("ZRANGEBYLEX");
-            cmd.arg(self.keys.known_of(family));
-            match &after {
-                None => cmd.arg("-"),
-                Some(last) => cmd.arg([b"(".as_slice(), last].concat()),
-            };
-            let members: Vec<Vec<u8>> = cmd
+            let members: Vec<Vec<u8>> = redis::cmd("ZRANGEBYLEX")
+                .arg(self.keys.known_of(family))
+                .arg(&min)
                 .arg("+")
                 .arg("LIMIT")
                 .arg(0)
@@ -187,7 +183,7 @@ impl Cleaner {
                 .query_async(conn)
                 .await?;
             let Some(last) = members.last() else { break };
-            after = Some(last.clone());
+            min = [b"(".as_slice(), last].concat();
             let due: Vec<(String, i64)> = members
                 .iter()
                 .filter_map(|m| {
@@ -206,11 +202,7 @@ impl Cleaner {
     }
 
     fn check(&self) -> Result<(), CleanError> {
-        if self.lease.held() {
-            Ok(())
-        } else {
-            Err(CleanError::LostLease)
-        }
+        self.lease.held().then_some(()).ok_or(CleanError::LostLease)
     }
 
     /// Reads one page of due hashes (lengths, then the fields of the small
@@ -277,38 +269,37 @@ impl Cleaner {
         cutoff: i64,
         report: &mut PassReport,
     ) -> Result<(), CleanError> {
-        let mut scan = redis::cmd("HSCAN");
-        scan.arg(key).arg(0).arg("COUNT").arg(SCAN_COUNT);
-        let (mut cursor, mut pairs): (u64, Vec<Vec<u8>>) = scan.query_async(conn).await?;
+        let hscan = |cursor: u64| {
+            let mut scan = redis::cmd("HSCAN");
+            scan.arg(key).arg(cursor).arg("COUNT").arg(SCAN_COUNT);
+            scan
+        };
+        let (mut cursor, mut pairs): (u64, Vec<Vec<u8>>) = hscan(0).query_async(conn).await?;
         let mut kept_any = false;
         loop {
             let fields = pairs.iter().step_by(2).map(Vec::as_slice);
             let (old, kept) = split_old(family, fields, cutoff);
             kept_any |= kept;
-            let plan = Plan {
-                member: member.to_string(),
-                key: key.to_string(),
-                old,
-                forget: cursor == 0 && !kept_any,
+            let forget = cursor == 0 && !kept_any;
+            let plans = match (old.is_empty(), forget) {
+                (true, false) => Vec::new(),
+                _ => vec![Plan {
+                    member: member.to_string(),
+                    key: key.to_string(),
+                    old,
+                    forget,
+                }],
             };
-            let plans = if plan.old.is_empty() && !plan.forget {
-                Vec::new()
-            } else {
-                vec![plan]
-            };
-            if cursor == 0 {
-                return self
-                    .apply(conn, fence, family, &plans, None, report)
-                    .await
-                    .map(|_| ());
-            }
-            let mut scan = redis::cmd("HSCAN");
-            scan.arg(key).arg(cursor).arg("COUNT").arg(SCAN_COUNT);
+            // The next page is read in the deletions' round trip.
+            let next = (cursor != 0).then(|| hscan(cursor));
             let reply = self
-                .apply(conn, fence, family, &plans, Some(scan), report)
+                .apply(conn, fence, family, &plans, next, report)
                 .await?;
-            (cursor, pairs) = redis::from_redis_value(reply.unwrap_or(Value::Nil))
-                .map_err(|e| CleanError::from(RedisError::from(e)))?;
+            if cursor == 0 {
+                return Ok(());
+            }
+            (cursor, pairs) =
+                redis::from_redis_value(reply.unwrap_or(Value::Nil)).map_err(RedisError::from)?;
         }
     }
 
@@ -347,18 +338,8 @@ async fn each<'a, T: redis::FromRedisValue>(
     command: &str,
     keys: impl Iterator<Item = &'a String>,
 ) -> Result<Vec<T>, CleanError> {
-    let cmds: Vec<redis::Cmd> = keys
-        .map(|k| {
-            let mut c = redis::cmd(command);
-            c.arg(k);
-            c
-        })
-        .collect();
-    let replies = conn.query_each(cmds).await?;
-    replies
-        .into_iter()
-        .map(|v| redis::from_redis_value(v).map_err(|e| CleanError::from(RedisError::from(e))))
-        .collect()
+    let replies = conn.each_key(command, keys).await?;
+    Ok(redis::from_redis_value(Value::Array(replies)).map_err(RedisError::from)?)
 }
 
 /// `hashes` (indexes into `lens`, their lengths) in runs whose lengths add
@@ -388,15 +369,12 @@ fn split_old<'a>(
     fields: impl Iterator<Item = &'a [u8]>,
     cutoff: i64,
 ) -> (Vec<Vec<u8>>, bool) {
-    let mut old = Vec::new();
-    let mut kept = false;
-    for f in fields {
-        match family.bucket_of(f) {
-            Some(t) if t <= cutoff => old.push(f.to_vec()),
-            _ => kept = true,
-        }
-    }
-    (old, kept)
+    let (old, kept): (Vec<&[u8]>, Vec<&[u8]>) =
+        fields.partition(|f| family.bucket_of(f).is_some_and(|t| t <= cutoff));
+    (
+        old.into_iter().map(<[u8]>::to_vec).collect(),
+        !kept.is_empty(),
+    )
 }
 
 /// The pause after a pass that took `took`, for passes every `interval`

@@ -15,8 +15,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::store::connect::Client;
-
 use crate::model::config::{LayoutArgs, LeaderArgs, StreamArgs};
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
@@ -24,7 +22,7 @@ use crate::model::shutdown::Shutdown;
 use crate::service::cleaner::{self, CleanError, Cleaner, PassReport};
 use crate::service::leader::Lease;
 use crate::service::trim::{self, Trimmed};
-use crate::store::connect::{self, Conn, Reconnecting};
+use crate::store::connect::{self, Client, Conn, Reconnecting};
 
 /// How often a worker that is not leader looks whether it became one.
 const IDLE_CHECK: Duration = Duration::from_millis(500);
@@ -41,18 +39,8 @@ pub(crate) struct LastPass {
     pub pass: PassReport,
     /// The trim. Serialized as the pass is recorded in Redis (and shown by
     /// `hitcount status --json`): `"trimmed": entries, "min_id": id`.
-    #[serde(flatten, serialize_with = "trimmed_as_recorded")]
+    #[serde(flatten)]
     pub trimmed: Trimmed,
-}
-
-/// `Trimmed` as two fields, `trimmed` (entries) and `min_id`, the names of
-/// the recorded pass, so `clean --json` and `status --json` agree.
-fn trimmed_as_recorded<S: serde::Serializer>(t: &Trimmed, ser: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap;
-    let mut map = ser.serialize_map(Some(2))?;
-    map.serialize_entry("trimmed", &t.entries)?;
-    map.serialize_entry("min_id", &t.min_id)?;
-    map.end()
 }
 
 /// Cleans and trims once at `now` (unix seconds) and records it. `shards`
@@ -88,32 +76,22 @@ pub(crate) async fn once(
 /// names of its JSON form (what `hitcount status` reads back).
 fn record(keys: &Keys, last: &LastPass) -> redis::Cmd {
     let p = &last.pass;
+    let fields = [
+        ("at_ms", last.at_ms.to_string()),
+        ("leader", last.leader.clone()),
+        ("pass", p.pass.to_string()),
+        ("duration_ms", p.duration_ms.to_string()),
+        ("counters_scanned", p.counters_scanned.to_string()),
+        ("samples_removed", p.samples_removed.to_string()),
+        ("counters_removed", p.counters_removed.to_string()),
+        ("stats_scanned", p.stats_scanned.to_string()),
+        ("stats_fields_removed", p.stats_fields_removed.to_string()),
+        ("stats_removed", p.stats_removed.to_string()),
+        ("trimmed", last.trimmed.entries.to_string()),
+        ("min_id", last.trimmed.min_id.clone()),
+    ];
     let mut cmd = redis::cmd("HSET");
-    cmd.arg(keys.cleaner_status())
-        .arg("at_ms")
-        .arg(last.at_ms)
-        .arg("leader")
-        .arg(&last.leader)
-        .arg("pass")
-        .arg(p.pass)
-        .arg("duration_ms")
-        .arg(p.duration_ms)
-        .arg("counters_scanned")
-        .arg(p.counters_scanned)
-        .arg("samples_removed")
-        .arg(p.samples_removed)
-        .arg("counters_removed")
-        .arg(p.counters_removed)
-        .arg("stats_scanned")
-        .arg(p.stats_scanned)
-        .arg("stats_fields_removed")
-        .arg(p.stats_fields_removed)
-        .arg("stats_removed")
-        .arg(p.stats_removed)
-        .arg("trimmed")
-        .arg(last.trimmed.entries)
-        .arg("min_id")
-        .arg(&last.trimmed.min_id);
+    cmd.arg(keys.cleaner_status()).arg(&fields[..]);
     cmd
 }
 
@@ -132,21 +110,17 @@ pub(crate) async fn run(
     let mut link = Reconnecting::new(client, "cleaner", connect::RESPONSE_TIMEOUT);
     while !shutdown.is_triggered() {
         if !lease.held() {
-            tokio::select! {
-                _ = tokio::time::sleep(IDLE_CHECK) => {}
-                _ = shutdown.wait() => {}
-            }
+            connect::sleep(IDLE_CHECK, &mut shutdown).await;
             continue;
         }
         let started = Instant::now();
         let now = crate::model::clock::unix_ms() / 1000;
-        let result = match link.get().await {
-            Ok(c) => {
+        let result = link
+            .call(async |c| {
                 let shards = Keys::all_shards(&layout, &stream, c.is_cluster());
                 once(&mut cleaner, c, &shards, &lease, now).await
-            }
-            Err(e) => Err(e.into()),
-        };
+            })
+            .await;
         let mut retry = None;
         match result {
             Ok(last) => {
@@ -173,10 +147,7 @@ pub(crate) async fn run(
         }
         let pause = retry
             .unwrap_or_else(|| cleaner::pause_after(started.elapsed(), settings.clean_interval()));
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = shutdown.wait() => {}
-        }
+        connect::sleep(pause, &mut shutdown).await;
     }
 }
 

@@ -40,7 +40,7 @@ use crate::model::keys::{Family, Keys};
 use crate::service::fence::Fence;
 use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::scripts::FORGET;
-use crate::store::stream::bytes;
+use crate::store::stream::text;
 
 /// Members per `forget.lua` call, per `ZADD` and per `SREM` (each about a
 /// microsecond): well under a millisecond of work.
@@ -88,12 +88,7 @@ async fn remove(
     }
     let reply: Value = cmd.query_async(conn).await?;
     match reply {
-        Value::Array(v) => Ok(Some(
-            v.iter()
-                .filter_map(bytes)
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .collect(),
-        )),
+        Value::Array(v) => Ok(Some(v.iter().filter_map(text).collect())),
         Value::Int(-1) => Ok(None),
         other => Err(StoreError::unexpected("forget.lua", &other)),
     }
@@ -111,18 +106,8 @@ pub(crate) async fn recheck(
     if members.is_empty() {
         return Ok(0);
     }
-    let exists = conn
-        .query_each(
-            members
-                .iter()
-                .map(|m| {
-                    let mut c = redis::cmd("EXISTS");
-                    c.arg(keys.hash_of_member(family, m));
-                    c
-                })
-                .collect(),
-        )
-        .await?;
+    let hashes = members.iter().map(|m| keys.hash_of_member(family, m));
+    let exists = conn.each_key("EXISTS", hashes).await?;
     let back: Vec<&String> = members
         .iter()
         .zip(&exists)

@@ -211,16 +211,13 @@ impl Health {
     /// True while the loop has turned within `stuck_after`.
     #[cfg(test)]
     pub(crate) fn is_live(&self) -> bool {
-        !self.fatal.load(Ordering::Relaxed) && self.since_last_turn() <= self.stuck_after
+        self.liveness_problem().is_none()
     }
 
     /// True when connected to Redis, in the consumer group, and live.
     #[cfg(test)]
     pub(crate) fn is_ready(&self) -> bool {
-        self.redis_connected.load(Ordering::Relaxed)
-            && self.is_in_group()
-            && !self.is_stopping()
-            && self.is_live()
+        self.readiness_problems().is_empty()
     }
 
     /// Why the worker is not live, if it is not.

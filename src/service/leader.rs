@@ -22,14 +22,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::store::connect::Client;
 use redis::RedisResult;
 
 use crate::model::config::LeaderArgs;
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
-use crate::store::connect::{self, Conn, Reconnecting, StoreResult};
+use crate::store::connect::{self, Client, Conn, Reconnecting, StoreResult};
 use crate::store::scripts::RENEW;
 
 /// Part of the lease given up as a safety margin: a leader considers its
@@ -53,24 +52,29 @@ impl Lease {
     /// A lease for this worker (`owner`, shown in `hitcount status`): not
     /// held until [`Lease::try_acquire`] succeeds.
     pub(crate) fn new(keys: &Keys, settings: &LeaderArgs, owner: &str) -> Lease {
-        Lease {
-            key: keys.leader(&settings.leader_key),
-            token: format!("{owner}/{:016x}", rand::random::<u64>()),
-            ttl: settings.lease(),
-            until: Mutex::new(None),
-            leader: true,
-        }
+        Lease::of(
+            keys.leader(&settings.leader_key),
+            owner,
+            settings.lease(),
+            true,
+        )
     }
 
     /// The lease of one stream shard (see [`crate::service::shards`]),
     /// taken and renewed like the leader's.
     pub(crate) fn shard(keys: &Keys, owner: &str, ttl: Duration) -> Lease {
+        Lease::of(keys.shard_lease(), owner, ttl, false)
+    }
+
+    fn of(key: String, owner: &str, ttl: Duration, leader: bool) -> Lease {
+        let token = format!("{owner}/{:016x}", rand::random::<u64>());
+        let until = Mutex::new(None);
         Lease {
-            key: keys.shard_lease(),
-            token: format!("{owner}/{:016x}", rand::random::<u64>()),
+            key,
+            token,
             ttl,
-            until: Mutex::new(None),
-            leader: false,
+            until,
+            leader,
         }
     }
 
@@ -92,8 +96,12 @@ impl Lease {
 
     /// Until when this worker may act as leader (monotonic), if it may now.
     pub(crate) fn held_until(&self) -> Option<Instant> {
-        let until = *self.until.lock().unwrap_or_else(|p| p.into_inner());
-        until.filter(|t| *t > Instant::now())
+        self.until().filter(|t| *t > Instant::now())
+    }
+
+    /// The deadline last set, passed or not.
+    fn until(&self) -> Option<Instant> {
+        *self.until.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether this worker may act as leader now.
@@ -153,16 +161,11 @@ impl Lease {
         crate::store::scripts::release_if_held(conn, &self.key, &self.token).await
     }
 
-    /// Keeps trying to lead until shutdown: renews while leader, tries to
-    /// take the lease otherwise, every [`Lease::renew_every`]; then releases.
+    /// Keeps trying to lead until `done` (after the worker finished its
+    /// window; or the shutdown itself): renews while leader, tries to take
+    /// the lease otherwise, every [`Lease::renew_every`]; then releases.
     /// Redis errors are retried on the same schedule (the deadline runs out
-    /// on its own meanwhile).
-    pub(crate) async fn keep(self: Arc<Self>, client: Client, shutdown: Shutdown) {
-        self.keep_until(client, shutdown.clone(), shutdown).await
-    }
-
-    /// [`Lease::keep`] until `done` (after the worker finished its window),
-    /// reporting fatal errors on `shutdown`.
+    /// on its own meanwhile); fatal ones are reported on `shutdown`.
     pub(crate) async fn keep_until(
         self: Arc<Self>,
         client: Client,
@@ -185,12 +188,9 @@ impl Lease {
             if self.leader {
                 metrics().is_leader.set(i64::from(self.held()));
             }
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = done.wait() => {}
-            }
+            connect::sleep(pause, &mut done).await;
         }
-        let was_leader = self.held_until().is_some();
+        let was_leader = self.held();
         if let Some(c) = link.current() {
             match self.release(c).await {
                 Ok(true) => tracing::info!(token = %self.token, "released the leader lease"),
@@ -210,12 +210,7 @@ impl Lease {
         let c = link.get().await?;
         // Renew while this worker thinks it leads, even past its deadline
         // (after a pause): the script says whether the lease is still ours.
-        let leading = self
-            .until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some();
-        if leading {
+        if self.until().is_some() {
             if !self.renew(c).await? {
                 tracing::warn!(token = %self.token, "lost the leader lease: no longer leader");
             }

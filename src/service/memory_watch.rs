@@ -23,10 +23,9 @@ pub(crate) async fn run(client: Client, mut shutdown: Shutdown) {
     let mut link =
         Reconnecting::new(client, "memory policy check", connect::RESPONSE_TIMEOUT).reading();
     loop {
-        let found = match link.get().await {
-            Ok(c) => memory::policies(c).await.map_err(StoreError::from),
-            Err(e) => Err(e),
-        };
+        let found = link
+            .call(async |c| Ok::<_, StoreError>(memory::policies(c).await?))
+            .await;
         let pause = match found {
             Ok(policies) => {
                 link.succeeded();

@@ -162,10 +162,7 @@ impl Producer {
     fn send(&self, name: &str, count: i64, ts: Option<f64>, value: Option<f64>) {
         let buffered = self.stats.buffered.fetch_add(1, Ordering::Relaxed);
         if buffered >= self.max_buffered {
-            self.stats.buffered.fetch_sub(1, Ordering::Relaxed);
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            metrics().producer_dropped.inc();
-            return;
+            return self.dropped_one();
         }
         metrics().producer_buffered.inc();
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
@@ -178,11 +175,16 @@ impl Producer {
             .is_err()
         {
             // The task is gone (after shutdown): the event cannot be sent.
-            self.stats.buffered.fetch_sub(1, Ordering::Relaxed);
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             metrics().producer_buffered.dec();
-            metrics().producer_dropped.inc();
+            self.dropped_one();
         }
+    }
+
+    /// Counts an event that was let in the buffer's count and is dropped.
+    fn dropped_one(&self) {
+        self.stats.buffered.fetch_sub(1, Ordering::Relaxed);
+        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        metrics().producer_dropped.inc();
     }
 
     /// What the producer did so far.
@@ -263,13 +265,8 @@ impl Sender {
             let (mut n, mut dropped) = (0, 0);
             for shard in &mut self.shards {
                 let len = shard.events.len() as u64;
-                let refusal = if self.give_up_when_refused {
-                    shard.send_or_refuse(&self.id, &mut link).await
-                } else {
-                    shard.send_all(&self.id, &mut link).await;
-                    None
-                };
-                match refusal {
+                let give_up = self.give_up_when_refused;
+                match shard.send_retrying(&self.id, &mut link, give_up).await {
                     None => n += len,
                     Some(why) => {
                         dropped += len;
@@ -293,22 +290,11 @@ impl Sender {
 }
 
 impl Shard {
-    /// Appends every waiting event, retrying until it is in Redis (never
-    /// stops: the caller is fire-and-forget; a refused password is logged
-    /// once and retried like an outage).
-    async fn send_all(&mut self, id: &str, link: &mut Reconnecting) {
-        let _ = self.send_retrying(id, link, false).await;
-    }
-
-    /// [`Shard::send_all`], but events Redis refuses for a reason no retry
-    /// can fix are dropped: returns why, in one line.
-    async fn send_or_refuse(&mut self, id: &str, link: &mut Reconnecting) -> Option<String> {
-        self.send_retrying(id, link, true).await
-    }
-
-    /// Appends every waiting event, retrying transient failures; a refusal
-    /// no retry can fix ends it when `give_up` (the events are let go of
-    /// and the cause returned).
+    /// Appends every waiting event, retrying until it is in Redis: without
+    /// `give_up` it never stops (the caller is fire-and-forget; a refused
+    /// password is logged once and retried like an outage); with it, events
+    /// Redis refuses for a reason no retry can fix are let go of and the
+    /// cause returned, in one line.
     async fn send_retrying(
         &mut self,
         id: &str,
@@ -323,10 +309,9 @@ impl Shard {
         self.batch_no += self.events.len().div_ceil(BATCH) as u64;
         let mut refused = None;
         loop {
-            let result = match link.get().await {
-                Ok(c) => self.send(c, id, first).await.map_err(StoreError::from),
-                Err(e) => Err(e),
-            };
+            let result = link
+                .call(async |c| Ok::<_, StoreError>(self.send(c, id, first).await?))
+                .await;
             match result {
                 Ok(()) => {
                     self.confirmed = self.batch_no;

@@ -65,19 +65,11 @@ pub(crate) async fn run(
 ) -> StoreResult<Outcome> {
     if !fence.is_epoch() {
         let known = keys.known_of(family);
-        let cmds = batches(plans.iter(), fence.key(keys, &known), known, fence.arg());
+        let mut cmds = batches(plans.iter(), fence.key(keys, &known), known, fence.arg());
         let calls = cmds.len();
-        let mut pipe = redis::pipe();
-        for c in cmds {
-            pipe.add_command(c);
-        }
-        if let Some(cmd) = then {
-            pipe.add_command(cmd);
-        }
-        if pipe.cmd_iter().count() == 0 {
-            return Ok(Outcome::default());
-        }
-        let mut replies: Vec<Value> = pipe.query_async(conn).await?;
+        cmds.extend(then);
+        // One node: one pipeline.
+        let mut replies = conn.query_each(cmds).await?;
         let then = (replies.len() > calls).then(|| replies.pop()).flatten();
         let mut out = tally(&replies).0;
         out.then = then;
@@ -153,12 +145,9 @@ fn tally(replies: &[Value]) -> (Outcome, Vec<String>) {
             Value::Array(v) if v.len() == 2 => {
                 out.removed += as_u64(&v[0]);
                 match &v[1] {
-                    Value::Array(members) => emptied.extend(
-                        members
-                            .iter()
-                            .filter_map(crate::store::stream::bytes)
-                            .map(|b| String::from_utf8_lossy(b).into_owned()),
-                    ),
+                    Value::Array(members) => {
+                        emptied.extend(members.iter().filter_map(crate::store::stream::text))
+                    }
                     n => out.forgotten += as_u64(n),
                 }
             }

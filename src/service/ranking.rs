@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::RedisError;
-use tokio::sync::{OnceCell, Semaphore};
+use tokio::sync::OnceCell;
 
 use crate::model::keys::Keys;
 use crate::store::connect::Conn;
@@ -42,9 +42,6 @@ pub(crate) const FRESH_FOR: Duration = Duration::from_secs(5);
 pub(crate) const STALE_LIMIT: Duration = Duration::from_secs(30);
 /// Most names a ranking keeps (the largest `limit` a request may ask).
 pub(crate) const KEEP: usize = 1000;
-/// Ranking scans running at once, whatever the keys: one, so a burst of
-/// distinct buckets queues no work on Redis.
-pub(crate) const SCANS: usize = 1;
 /// Scans that may start back to back (the token bucket's depth): a page
 /// opening asks the current bucket and, when it is empty, the one before.
 pub(crate) const SCAN_BURST: u32 = 3;
@@ -85,7 +82,9 @@ struct Entry {
 struct Inner {
     keys: Keys,
     entries: Mutex<HashMap<Which, Entry>>,
-    scans: Arc<Semaphore>,
+    /// Held by the one scan that runs at a time, whatever the keys, so a
+    /// burst of distinct buckets queues no work on Redis.
+    scans: tokio::sync::Mutex<()>,
     budget: Mutex<Budget>,
 }
 
@@ -129,7 +128,7 @@ impl Rankings {
         Rankings(Arc::new(Inner {
             keys,
             entries: Mutex::new(HashMap::new()),
-            scans: Arc::new(Semaphore::new(SCANS)),
+            scans: tokio::sync::Mutex::new(()),
             budget: Mutex::new(Budget::full()),
         }))
     }
@@ -214,7 +213,7 @@ impl Rankings {
 
     /// One ranking scan, if one may start now (see the module).
     async fn scan(&self, mut conn: Conn, which: Which) -> Result<(Instant, Ranking), RankError> {
-        let Ok(_scan) = self.0.scans.clone().try_acquire_owned() else {
+        let Ok(_scan) = self.0.scans.try_lock() else {
             return Err(RankError::Busy(Duration::from_secs(1)));
         };
         let taken = self

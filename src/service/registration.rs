@@ -12,12 +12,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::store::connect::Client;
 use redis::Value;
 
 use crate::model::keys::Keys;
 use crate::model::shutdown::Shutdown;
-use crate::store::connect::{Conn, ErrorClass, Reconnecting, StoreError, StoreResult};
+use crate::store::connect::{
+    self, Client, Conn, ErrorClass, Reconnecting, StoreError, StoreResult,
+};
 use crate::store::scripts::REGISTER;
 
 /// How long a registration lives without renewal: the longest a restarted
@@ -130,10 +131,7 @@ impl Registration {
         }
         let mut link = Reconnecting::new(client, "consumer registration", LIFETIME / 3);
         while !done.is_triggered() {
-            let result = match link.get().await {
-                Ok(c) => self.step(c).await,
-                Err(e) => Err(e),
-            };
+            let result = link.call(async |c| self.step(c).await).await;
             let mut pause = RENEW_EVERY;
             match result {
                 Ok(None) => link.succeeded(),
@@ -158,10 +156,7 @@ impl Registration {
                     pause = backoff.min(RENEW_EVERY);
                 }
             }
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = done.wait() => {}
-            }
+            connect::sleep(pause, &mut done).await;
         }
     }
 
@@ -177,10 +172,7 @@ fn register_reply(reply: &Value) -> Option<Option<String>> {
     let Value::Array(v) = reply else { return None };
     match v.as_slice() {
         [Value::Int(1), _] => Some(None),
-        [Value::Int(0), holder] => {
-            let holder = crate::store::stream::bytes(holder)?;
-            Some(Some(String::from_utf8_lossy(holder).into_owned()))
-        }
+        [Value::Int(0), holder] => Some(Some(crate::store::stream::text(holder)?)),
         _ => None,
     }
 }

@@ -135,17 +135,14 @@ pub(crate) async fn run(
                 _ = shutdown.wait() => return,
             },
         }
-        let result = match link.get().await {
-            Ok(c) => {
+        let result = link
+            .call(async |c| {
                 // Only the streams' names matter here, the same on a cluster.
                 let shards = Keys::all_shards(&layout, &stream, c.is_cluster());
-                sample_all(c, &shards)
-                    .await
-                    .map(|s| (shards, s))
-                    .map_err(StoreError::from)
-            }
-            Err(e) => Err(e),
-        };
+                let samples = sample_all(c, &shards).await?;
+                Ok::<_, StoreError>((shards, samples))
+            })
+            .await;
         match result {
             Ok((shards, samples)) => {
                 link.succeeded();

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::model::config::{ConfigError, StreamArgs};
+use crate::model::config::ConfigError;
 use crate::model::keys::Keys;
 use crate::model::known::KnownCache;
 use crate::model::shutdown::{Shutdown, Trigger};
@@ -108,15 +108,9 @@ async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown
         if shutdown.is_triggered() {
             return None;
         }
-        let checked = match link.get().await {
-            Ok(conn) => {
-                let clustered = conn.is_cluster();
-                record_shards(conn, settings)
-                    .await
-                    .map(|refusal| (clustered, refusal))
-            }
-            Err(e) => Err(e),
-        };
+        let checked = link
+            .call(async |conn| Ok((conn.is_cluster(), record_shards(conn, settings).await?)))
+            .await;
         match checked {
             Ok((clustered, None)) => return Some(clustered),
             Ok((_, Some(refusal))) => {
@@ -125,10 +119,7 @@ async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown
             }
             Err(e) => {
                 let (_, pause) = link.failed(&e, Some(shutdown));
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => {}
-                    _ = stop.wait() => {}
-                }
+                connect::sleep(pause, &mut stop).await;
             }
         }
     }
@@ -208,11 +199,8 @@ impl Balancer {
         shutdown: Shutdown,
         clustered: bool,
     ) -> Balancer {
-        let base = StreamArgs {
-            shards: 1,
-            ..settings.stream.clone()
-        };
-        let members = Keys::shard(&settings.layout, &base, 0, clustered).members();
+        let members =
+            shard_count::unsharded(&settings.layout, &settings.stream, clustered).members();
         // The grouper's memory of `known:` members, for the layout's
         // distinct precisions (as each worker's own).
         let layout = &settings.layout;
@@ -259,10 +247,7 @@ impl Balancer {
                 }
             }
             self.report();
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = stop.wait() => {}
-            }
+            connect::sleep(pause, &mut stop).await;
         }
         // Every shard's worker stops with the process: wait for them, then
         // let the shards go at once.

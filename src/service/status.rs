@@ -20,7 +20,7 @@ use redis::RedisResult;
 use crate::model::keys::Keys;
 use crate::service::shard_spread::{spread, MasterShards, ShardMove};
 use crate::store::connect::Conn;
-use crate::store::group;
+use crate::store::group::{self, ConsumerInfo as Consumer};
 use crate::store::shard_count::Stranded;
 
 /// Everything `hitcount status` shows.
@@ -126,17 +126,6 @@ pub(crate) struct Group {
     pub consumers: Vec<Consumer>,
 }
 
-/// One consumer of a group.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub(crate) struct Consumer {
-    /// Its name.
-    pub name: String,
-    /// Entries it holds unacknowledged.
-    pub pending: u64,
-    /// Time since it last read, in ms.
-    pub idle_ms: u64,
-}
-
 /// The holder of the leader lease.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub(crate) struct Leader {
@@ -214,7 +203,7 @@ pub(crate) async fn gather(
             backlog_age_secs: age.unwrap_or(0.0),
             pending: g.pending,
             last_delivered_id: g.last_delivered_id,
-            consumers: consumers.into_iter().map(Consumer::from).collect(),
+            consumers,
             name: g.name,
         });
     }
@@ -252,7 +241,7 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, Option<u64>)> {
         out.lag = group::consistent_lag(g.lag, info.length, age.is_some());
         out.pending = g.pending;
         out.backlog_age_secs = age.unwrap_or(0.0);
-        out.consumers = consumers.into_iter().map(Consumer::from).collect();
+        out.consumers = consumers;
     }
     Ok((out, Some(info.entries_added.unwrap_or(0))))
 }
@@ -288,16 +277,6 @@ pub(crate) fn over_shards(name: &str, shards: &[Shard]) -> Group {
         pending: shards.iter().map(|s| s.pending).sum(),
         last_delivered_id: String::new(),
         consumers: consumers.into_values().collect(),
-    }
-}
-
-impl From<group::ConsumerInfo> for Consumer {
-    fn from(c: group::ConsumerInfo) -> Consumer {
-        Consumer {
-            name: c.name,
-            pending: c.pending,
-            idle_ms: c.idle_ms,
-        }
     }
 }
 

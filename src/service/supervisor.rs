@@ -41,10 +41,7 @@ impl Supervised {
                 shutdown.fail(cause);
                 return self;
             }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                _ = stop.wait() => {}
-            }
+            crate::store::connect::sleep(Duration::from_millis(200), &mut stop).await;
         }
         self
     }

@@ -22,7 +22,7 @@ use crate::service::cleaner::CleanError;
 use crate::service::fence::Fence;
 use crate::service::leader::Lease;
 use crate::store::scripts::TRIM;
-use crate::store::stream::bytes;
+use crate::store::stream::text;
 
 /// Most entries evicted by one call: 100 stream nodes at the default
 /// `stream-node-max-entries` of 100.
@@ -33,7 +33,8 @@ const MAX_STEPS: u32 = 100;
 /// What one trim did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Trimmed {
-    /// Entries evicted.
+    /// Entries evicted (`trimmed` in the recorded pass and its JSON).
+    #[serde(rename = "trimmed")]
     pub entries: u64,
     /// The oldest id every group still needs (empty when no group exists).
     pub min_id: String,
@@ -132,11 +133,7 @@ fn step_reply(reply: &Value) -> Result<(u64, String), CleanError> {
         Some(Value::Int(n)) => (*n).max(0) as u64,
         _ => 0,
     };
-    let min_id = v
-        .get(1)
-        .and_then(bytes)
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-        .unwrap_or_default();
+    let min_id = v.get(1).and_then(text).unwrap_or_default();
     Ok((evicted, min_id))
 }
 

@@ -103,20 +103,13 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
         None => redis::Client::open(first_url.as_str()),
     }
     .map_err(|e| invalid(format!("{e}")))?;
-    let detected = Arc::new(OnceLock::new());
-    match args.cluster {
-        ClusterMode::On => {
-            let _ = detected.set(true);
-        }
-        ClusterMode::Off => {
-            let _ = detected.set(false);
-        }
+    let known = match args.cluster {
+        ClusterMode::On => Some(true),
+        ClusterMode::Off => Some(false),
         // Several nodes given: a cluster, whatever the first one says.
-        ClusterMode::Auto if nodes.len() > 1 => {
-            let _ = detected.set(true);
-        }
-        ClusterMode::Auto => {}
-    }
+        ClusterMode::Auto => (nodes.len() > 1).then_some(true),
+    };
+    let detected = Arc::new(known.map_or_else(OnceLock::new, OnceLock::from));
     Ok(Client {
         first,
         shown: redact_url(&args.url),
@@ -208,13 +201,20 @@ impl Client {
     }
 }
 
-/// The error of a cluster call past its deadline (an I/O timeout, so it is
+/// `call` bounded by `deadline`: past it, an I/O timeout error (so it is
 /// retried on a fresh connection like any other).
-fn timed_out(deadline: Duration) -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("no reply from the cluster within {deadline:?}"),
-    ))
+pub(crate) async fn within<T>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    tokio::time::timeout(deadline, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no reply from the cluster within {deadline:?}"),
+            )))
+        })
 }
 
 /// Makes ring rustls' process-wide crypto provider unless one is set already.
@@ -284,6 +284,18 @@ impl Conn {
         }
         Ok(replies)
     }
+
+    /// `name key` for each of `keys`, sent as [`Conn::query_each`] sends
+    /// commands.
+    pub(crate) async fn each_key<K: redis::ToRedisArgs>(
+        &mut self,
+        name: &str,
+        keys: impl IntoIterator<Item = K>,
+    ) -> RedisResult<Vec<Value>> {
+        let cmds = keys.into_iter().map(|k| redis::cmd(name).arg(k).clone());
+        self.query_each(cmds.collect()).await
+    }
+
     /// The fewest replicas attached to any master (`connected_slaves` in
     /// `INFO replication` of every master; on one node, its own): whether
     /// a WAIT that came back short may still be confirmed by waiting on.
@@ -292,10 +304,8 @@ impl Conn {
         let fewest = replies
             .iter()
             .map(|text| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix("connected_slaves:"))
-                    .and_then(|n| n.trim().parse().ok())
-                    .unwrap_or(0)
+                let replicas = crate::store::detect::info_field(text, "connected_slaves");
+                replicas.and_then(|n| n.parse().ok()).unwrap_or(0)
             })
             .min();
         Ok(fewest.unwrap_or(0))
@@ -311,10 +321,7 @@ impl Conn {
             Conn::Cluster(c, deadline) => {
                 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
                 let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                let deadline = *deadline;
-                tokio::time::timeout(deadline, c.route_command(cmd, all))
-                    .await
-                    .unwrap_or_else(|_| Err(timed_out(deadline)))?
+                within(*deadline, c.route_command(cmd, all)).await?
             }
         };
         let replies = match reply {
@@ -332,14 +339,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c, deadline) => {
-                let deadline = *deadline;
-                Box::pin(async move {
-                    tokio::time::timeout(deadline, c.req_packed_command(cmd))
-                        .await
-                        .unwrap_or_else(|_| Err(timed_out(deadline)))
-                })
-            }
+            Conn::Cluster(c, deadline) => Box::pin(within(*deadline, c.req_packed_command(cmd))),
         }
     }
 
@@ -351,14 +351,10 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c, deadline) => {
-                let deadline = *deadline;
-                Box::pin(async move {
-                    tokio::time::timeout(deadline, c.req_packed_commands(pipeline, offset, count))
-                        .await
-                        .unwrap_or_else(|_| Err(timed_out(deadline)))
-                })
-            }
+            Conn::Cluster(c, deadline) => Box::pin(within(
+                *deadline,
+                c.req_packed_commands(pipeline, offset, count),
+            )),
         }
     }
 

@@ -126,6 +126,15 @@ impl Reconnecting {
         Ok(self.conn.insert(conn))
     }
 
+    /// `call` on the connection, opened first (scripts loaded) if there is
+    /// none: its outcome, or the failure to open.
+    pub(crate) async fn call<T, E: From<StoreError>>(
+        &mut self,
+        call: impl AsyncFnOnce(&mut Conn) -> Result<T, E>,
+    ) -> Result<T, E> {
+        call(self.get().await?).await
+    }
+
     /// The connection if one is open.
     pub(crate) fn current(&mut self) -> Option<&mut Conn> {
         self.conn.as_mut()
@@ -163,7 +172,8 @@ impl Reconnecting {
         // A connection that served calls and then broke (Redis restarted,
         // a proxy closed it) is replaced at once: only if the new one fails
         // too is Redis unavailable.
-        let broken = std::mem::take(&mut self.proven) && broken_link(err);
+        let broken = std::mem::take(&mut self.proven)
+            && matches!(err, StoreError::Redis(e) if crate::store::error::is_broken_link(e));
         let oom = matches!(err, StoreError::Redis(e) if crate::store::memory::is_oom(e));
         self.refused_for_memory = oom;
         if oom {
@@ -199,6 +209,15 @@ impl Reconnecting {
     /// The client, for tasks that open more connections of their own.
     pub(crate) fn client(&self) -> &Client {
         &self.client
+    }
+}
+
+/// Waits `pause`, or until `stop` is triggered if that comes first: the
+/// wait between two tries or rounds of every long-running task.
+pub(crate) async fn sleep(pause: Duration, stop: &mut crate::model::shutdown::Shutdown) {
+    tokio::select! {
+        _ = tokio::time::sleep(pause) => {}
+        _ = stop.wait() => {}
     }
 }
 
@@ -240,19 +259,13 @@ impl Drop for Outage {
     }
 }
 
-/// Whether an error says the connection itself broke (not Redis' answer).
-fn broken_link(err: &StoreError) -> bool {
-    matches!(err, StoreError::Redis(e)
-        if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error())
-}
-
 /// Whether a connection left idle still answers (`PING`; a refusal of the
 /// command itself, as by an ACL without `+ping`, is an answer too).
 async fn still_open(conn: &mut Conn) -> bool {
     let pong: redis::RedisResult<redis::Value> = redis::cmd("PING").query_async(conn).await;
     match pong {
         Ok(_) => true,
-        Err(e) => e.code().is_some() && !broken_link(&StoreError::Redis(e)),
+        Err(e) => e.code().is_some() && !crate::store::error::is_broken_link(&e),
     }
 }
 

@@ -31,9 +31,15 @@ pub(crate) async fn is_cluster_node(single: &mut MultiplexedConnection) -> Redis
 
 /// Whether an `INFO cluster` reply says cluster support is on.
 fn cluster_enabled(info: &str) -> bool {
+    info_field(info, "cluster_enabled") == Some("1")
+}
+
+/// The value of the field `name` in an `INFO` (or `CLUSTER INFO`) text of
+/// `name:value` lines.
+pub(crate) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
     info.lines()
-        .find_map(|l| l.trim().strip_prefix("cluster_enabled:"))
-        .is_some_and(|v| v.trim() == "1")
+        .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
 }
 
 /// Whether a refused `CLUSTER INFO` says the server is no cluster node.
@@ -69,9 +75,7 @@ pub(crate) async fn refuse_several_masters(single: &mut MultiplexedConnection) -
 
 /// The masters serving slots, from a `CLUSTER INFO` reply.
 fn masters_serving(info: &str) -> Option<u64> {
-    info.lines()
-        .find_map(|l| l.trim().strip_prefix("cluster_size:"))
-        .and_then(|v| v.parse().ok())
+    info_field(info, "cluster_size")?.parse().ok()
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ pub(crate) fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
     if err.is_timeout() {
         return (ErrorClass::Transient, "timeout");
     }
-    if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
+    if is_broken_link(err) {
         return (ErrorClass::Transient, "io");
     }
     match err.code() {
@@ -55,6 +55,11 @@ pub(crate) fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
         ) => (ErrorClass::Transient, "other"),
         _ => (ErrorClass::Transient, "response"),
     }
+}
+
+/// Whether an error says the connection itself broke (not Redis' answer).
+pub(crate) fn is_broken_link(err: &RedisError) -> bool {
+    err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
 }
 
 /// For an error no retry can fix, what an operator should change.
@@ -130,13 +135,6 @@ pub(crate) fn is_not_redis(err: &RedisError) -> bool {
         && err.detail().is_some_and(|d| d.starts_with(NOT_REDIS))
 }
 
-/// Counts an error in `hitcount_redis_errors_total` and returns its class.
-pub(crate) fn record(err: &RedisError) -> ErrorClass {
-    let (class, kind) = classify(err);
-    metrics().redis_errors.with_label_values(&[kind]).inc();
-    class
-}
-
 /// A Redis error as one line that keeps Redis' own error code in front
 /// (`NOPERM this user has no permissions to run the 'xreadgroup' command`).
 pub(crate) fn describe(err: &RedisError) -> String {
@@ -159,16 +157,15 @@ pub(crate) fn first_cause(err: &RedisError) -> String {
         .into_server_errors()
         .and_then(|errors| errors.first().cloned());
     let line = match first {
-        Some((_, e)) => match e.details() {
-            Some(detail) => format!("{} {detail}", e.code()),
-            None => e.code().to_string(),
-        },
+        Some((_, e)) => e
+            .details()
+            .map_or(e.code().to_string(), |d| format!("{} {d}", e.code())),
         None => describe(err),
     };
-    match line.find(" script: ") {
-        Some(at) => line[..at].to_string(),
-        None => line,
-    }
+    line.split(" script: ")
+        .next()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// An error of the Redis access layer: Redis' own, or a reply the code does
@@ -233,17 +230,13 @@ impl StoreError {
 
     /// Counts it in `hitcount_redis_errors_total` and returns its class.
     pub(crate) fn record(&self) -> ErrorClass {
-        match self {
-            StoreError::Redis(e) => record(e),
-            StoreError::Unexpected { .. } => {
-                metrics()
-                    .redis_errors
-                    .with_label_values(&["unexpected"])
-                    .inc();
-                ErrorClass::Transient
-            }
-            other => other.class(),
-        }
+        let (class, kind) = match self {
+            StoreError::Redis(e) => classify(e),
+            StoreError::Unexpected { .. } => (ErrorClass::Transient, "unexpected"),
+            other => return other.class(),
+        };
+        metrics().redis_errors.with_label_values(&[kind]).inc();
+        class
     }
 
     /// Whether the connection must be rebuilt (and the worker resync).
@@ -260,11 +253,7 @@ impl StoreError {
     pub(crate) fn unexpected(what: &'static str, reply: &redis::Value) -> StoreError {
         let mut text = format!("{reply:?}");
         if text.len() > 200 {
-            let mut cut = 200;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
+            text.truncate((0..=200).rfind(|&i| text.is_char_boundary(i)).unwrap_or(0));
             text.push('…');
         }
         StoreError::Unexpected { what, reply: text }

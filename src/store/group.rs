@@ -9,7 +9,7 @@ use redis::{RedisResult, Value};
 
 use crate::model::keys::Keys;
 use crate::store::connect::Conn;
-use crate::store::stream::{bytes, entry_list};
+use crate::store::stream::{entry_list, items, text as string};
 
 /// The stream, as `XINFO STREAM` reports it (the fields hitcount uses).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,8 +38,9 @@ pub(crate) struct GroupInfo {
     pub lag: Option<u64>,
 }
 
-/// One consumer of a group, as `XINFO CONSUMERS` reports it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// One consumer of a group, as `XINFO CONSUMERS` reports it (and as
+/// `hitcount status` shows it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct ConsumerInfo {
     /// Its name.
     pub name: String,
@@ -57,14 +58,8 @@ impl StreamInfo {
             length: number(&f, "length").unwrap_or(0),
             last_generated_id: text(&f, "last-generated-id"),
             entries_added: number(&f, "entries-added"),
-            first_entry_id: f
-                .iter()
-                .find(|(k, _)| k == "first-entry")
-                .and_then(|(_, v)| {
-                    entry_list(&Value::Array(vec![(*v).clone()]))
-                        .first()
-                        .map(|e| e.id_str().to_string())
-                }),
+            // `[id, [field, value, …]]`.
+            first_entry_id: field(&f, "first-entry").and_then(|e| string(items(e).first()?)),
         }
     }
 }
@@ -72,7 +67,7 @@ impl StreamInfo {
 impl GroupInfo {
     /// Parses an `XINFO GROUPS` reply: every group.
     pub(crate) fn parse_all(reply: &Value) -> Vec<GroupInfo> {
-        list(reply)
+        items(reply)
             .iter()
             .map(|g| {
                 let f = fields(g);
@@ -91,7 +86,7 @@ impl GroupInfo {
 impl ConsumerInfo {
     /// Parses an `XINFO CONSUMERS` reply: every consumer.
     pub(crate) fn parse_all(reply: &Value) -> Vec<ConsumerInfo> {
-        list(reply)
+        items(reply)
             .iter()
             .map(|c| {
                 let f = fields(c);
@@ -167,7 +162,7 @@ pub(crate) async fn consumers_and_backlog(
         .arg("CONSUMERS")
         .arg(&keys.stream)
         .arg(&group.name);
-    next_undelivered_into(&mut pipe, keys, &group.last_delivered_id);
+    pipe.add_command(next_undelivered(keys, &group.last_delivered_id));
     let (consumers, next): (Value, Value) = pipe.query_async(conn).await?;
     Ok((
         ConsumerInfo::parse_all(&consumers),
@@ -223,7 +218,7 @@ pub(crate) async fn own_groups(
     now_ms: i64,
 ) -> RedisResult<Vec<Option<(GroupInfo, Option<f64>)>>> {
     let exists = conn
-        .query_each(shards.iter().map(|k| one("EXISTS", k)).collect())
+        .each_key("EXISTS", shards.iter().map(|k| &k.stream))
         .await?;
     let present: Vec<usize> = (0..shards.len())
         .filter(|&i| matches!(exists.get(i), Some(Value::Int(n)) if *n > 0))
@@ -233,9 +228,11 @@ pub(crate) async fn own_groups(
     let xinfo = present
         .iter()
         .flat_map(|&i| {
-            let mut c = redis::cmd("XINFO");
-            c.arg("GROUPS").arg(&shards[i].stream);
-            [c, one("XLEN", &shards[i])]
+            let stream = &shards[i].stream;
+            [
+                redis::cmd("XINFO").arg("GROUPS").arg(stream).clone(),
+                redis::cmd("XLEN").arg(stream).clone(),
+            ]
         })
         .collect();
     let replies = conn.query_each(xinfo).await?;
@@ -267,13 +264,6 @@ pub(crate) async fn own_groups(
     Ok(out)
 }
 
-/// A command of one key: `NAME stream`.
-fn one(name: &str, keys: &Keys) -> redis::Cmd {
-    let mut c = redis::cmd(name);
-    c.arg(&keys.stream);
-    c
-}
-
 /// The read of the first entry after a group's last-delivered id: the
 /// oldest entry the group has not yet received.
 fn next_undelivered(keys: &Keys, last_delivered: &str) -> redis::Cmd {
@@ -286,12 +276,7 @@ fn next_undelivered(keys: &Keys, last_delivered: &str) -> redis::Cmd {
     c
 }
 
-/// Adds [`next_undelivered`] to `pipe`.
-fn next_undelivered_into(pipe: &mut redis::Pipeline, keys: &Keys, last_delivered: &str) {
-    pipe.add_command(next_undelivered(keys, last_delivered));
-}
-
-/// How long, in seconds, the entry of a [`next_undelivered_into`] reply has
+/// How long, in seconds, the entry of a [`next_undelivered`] reply has
 /// waited (its id carries the ms it was appended); `None` when there is
 /// none. Sturdier than XINFO's lag estimate, and closer to what users feel.
 pub(crate) fn backlog_age_secs(next: &Value, now_ms: i64) -> Option<f64> {
@@ -301,24 +286,16 @@ pub(crate) fn backlog_age_secs(next: &Value, now_ms: i64) -> Option<f64> {
     Some((now_ms - ms).max(0) as f64 / 1000.0)
 }
 
-/// The items of an array reply (empty for anything else).
-fn list(v: &Value) -> &[Value] {
-    match v {
-        Value::Array(items) => items,
-        _ => &[],
-    }
-}
-
 /// A flat `[key, value, key, value…]` (or map) reply as pairs.
 fn fields(v: &Value) -> Vec<(String, &Value)> {
     match v {
         Value::Array(items) => items
             .chunks_exact(2)
-            .filter_map(|kv| Some((String::from_utf8_lossy(bytes(&kv[0])?).into_owned(), &kv[1])))
+            .filter_map(|kv| Some((string(&kv[0])?, &kv[1])))
             .collect(),
         Value::Map(m) => m
             .iter()
-            .filter_map(|(k, v)| Some((String::from_utf8_lossy(bytes(k)?).into_owned(), v)))
+            .filter_map(|(k, v)| Some((string(k)?, v)))
             .collect(),
         _ => Vec::new(),
     }
@@ -326,13 +303,15 @@ fn fields(v: &Value) -> Vec<(String, &Value)> {
 
 /// A field as text (numbers written out).
 fn text(fields: &[(String, &Value)], key: &str) -> Option<String> {
-    fields
-        .iter()
-        .find(|(k, _)| k == key)
-        .and_then(|(_, v)| match v {
-            Value::Int(i) => Some(i.to_string()),
-            other => bytes(other).map(|b| String::from_utf8_lossy(b).into_owned()),
-        })
+    match field(fields, key)? {
+        Value::Int(i) => Some(i.to_string()),
+        other => string(other),
+    }
+}
+
+/// A field's value.
+fn field<'a>(fields: &[(String, &'a Value)], key: &str) -> Option<&'a Value> {
+    fields.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
 }
 
 /// A field as a non-negative number.

@@ -46,11 +46,8 @@ pub(crate) async fn policies(conn: &mut Conn) -> RedisResult<Vec<String>> {
     let replies = conn.info_of_masters("memory").await?;
     Ok(replies
         .iter()
-        .filter_map(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("maxmemory_policy:"))
-                .map(|p| p.trim().to_string())
-        })
+        .filter_map(|text| crate::store::detect::info_field(text, "maxmemory_policy"))
+        .map(str::to_string)
         .collect())
 }
 

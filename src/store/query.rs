@@ -72,15 +72,11 @@ fn bounds(p: u32, prefix: &str, after: Option<&str>) -> (Vec<u8>, Vec<u8>) {
     let from = Keys::member(p, prefix).into_bytes();
     let min = match after {
         Some(a) if a.as_bytes() >= prefix.as_bytes() => {
-            let mut min = b"(".to_vec();
-            min.extend_from_slice(Keys::member(p, a).as_bytes());
-            min
+            [b"(".as_slice(), Keys::member(p, a).as_bytes()].concat()
         }
         _ => [b"[".as_slice(), &from].concat(),
     };
-    let mut max = b"(".to_vec();
-    max.extend_from_slice(&successor(&from));
-    (min, max)
+    (min, [b"(".as_slice(), &successor(&from)].concat())
 }
 
 /// The least byte string greater than every string starting with `bytes`
@@ -120,11 +116,7 @@ fn merge(precisions: &[u32], lists: Vec<Vec<Vec<u8>>>, limit: usize) -> Page {
             Listed { name, precisions }
         })
         .collect();
-    let next = if more {
-        counters.last().map(|c| c.name.clone())
-    } else {
-        None
-    };
+    let next = counters.last().filter(|_| more).map(|c| c.name.clone());
     Page { counters, next }
 }
 
@@ -219,45 +211,34 @@ impl By {
     /// B:count B:sum`.
     fn read(self, keys: &Keys, precision: u32, bucket: i64, name: &str) -> redis::Cmd {
         match self {
-            By::Count => {
-                let mut c = redis::cmd("HGET");
-                c.arg(keys.count(precision, name)).arg(bucket);
-                c
-            }
-            By::Mean => {
-                let mut c = redis::cmd("HMGET");
-                c.arg(keys.stats(precision, name))
-                    .arg(format!("{bucket}:count"))
-                    .arg(format!("{bucket}:sum"));
-                c
-            }
+            By::Count => redis::cmd("HGET")
+                .arg(keys.count(precision, name))
+                .arg(bucket)
+                .clone(),
+            By::Mean => redis::cmd("HMGET")
+                .arg(keys.stats(precision, name))
+                .arg(format!("{bucket}:count"))
+                .arg(format!("{bucket}:sum"))
+                .clone(),
         }
     }
 
     /// `name`'s place from the reply of [`By::read`]; `None` when it has no
     /// such bucket or its fields are malformed.
     fn ranked(self, name: String, reply: redis::Value) -> Option<Ranked> {
-        match self {
+        let (count, mean) = match self {
             By::Count => {
                 let count: Option<String> = redis::from_redis_value(reply).ok()?;
-                let count = count?.parse().ok()?;
-                Some(Ranked {
-                    name,
-                    count,
-                    mean: None,
-                })
+                (count?.parse().ok()?, None)
             }
             By::Mean => {
                 let fields: Vec<Option<String>> = redis::from_redis_value(reply).ok()?;
                 let (count, mean) =
                     stats_hash::mean_of(fields.first()?.as_deref(), fields.get(1)?.as_deref())?;
-                Some(Ranked {
-                    name,
-                    count,
-                    mean: Some(mean),
-                })
+                (count, Some(mean))
             }
-        }
+        };
+        Some(Ranked { name, count, mean })
     }
 }
 

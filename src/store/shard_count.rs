@@ -54,11 +54,17 @@ pub(crate) enum Recorded {
 /// The key the shard count of `stream` is recorded in: one for every
 /// shard, in the unsharded stream name's hash slot, scoped by group.
 pub(crate) fn key(layout: &LayoutArgs, stream: &StreamArgs, clustered: bool) -> String {
+    unsharded(layout, stream, clustered).shard_count()
+}
+
+/// The keys of `stream` as if unsharded: the keys every shard shares live
+/// in its stream name's hash slot.
+pub(crate) fn unsharded(layout: &LayoutArgs, stream: &StreamArgs, clustered: bool) -> Keys {
     let base = StreamArgs {
         shards: 1,
         ..stream.clone()
     };
-    Keys::shard(layout, &base, 0, clustered).shard_count()
+    Keys::shard(layout, &base, 0, clustered)
 }
 
 /// The recorded shard count, if any (a value that is not a count in
@@ -128,16 +134,7 @@ pub(crate) async fn stranded(
 ) -> RedisResult<Vec<Stranded>> {
     let candidates = Keys::unread_streams(layout, stream);
     let exists = conn
-        .query_each(
-            candidates
-                .iter()
-                .map(|k| {
-                    let mut c = redis::cmd("EXISTS");
-                    c.arg(&k.stream);
-                    c
-                })
-                .collect(),
-        )
+        .each_key("EXISTS", candidates.iter().map(|k| &k.stream))
         .await?;
     let mut streams = Vec::new();
     let mut lengths = Vec::new();

@@ -49,9 +49,7 @@ pub async fn read<C: ConnectionLike>(
     }
     // Bytes that are not UTF-8 get replacement characters, then fail to
     // parse and are skipped.
-    let text = |b: Vec<u8>| {
-        String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-    };
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
     let mut stats = stats_hash::parse(raw.into_iter().map(|(f, v)| (text(f), text(v))));
     stats.buckets.retain(|&t, _| query::within(t, from, until));
     Ok(Some(stats))

@@ -52,38 +52,39 @@ pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
     }
 }
 
-/// Entries of an XREADGROUP reply (`[[stream, [entry...]]...]`, or nil).
-pub(crate) fn read_reply_entries(reply: &Value) -> Vec<EntryRef<'_>> {
-    let mut out = Vec::new();
-    let streams: &[Value] = match reply {
-        Value::Array(s) => s,
-        Value::Map(m) => {
-            for (_, entries) in m {
-                out.extend(entry_list(entries));
-            }
-            return out;
-        }
-        _ => return out,
-    };
-    for s in streams {
-        if let Value::Array(pair) = s {
-            if let Some(entries) = pair.get(1) {
-                out.extend(entry_list(entries));
-            }
-        }
+/// A bulk or simple string reply as text (bytes that are not UTF-8 get
+/// replacement characters).
+pub(crate) fn text(v: &Value) -> Option<String> {
+    bytes(v).map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// The items of an array reply (none for anything else).
+pub(crate) fn items(v: &Value) -> &[Value] {
+    match v {
+        Value::Array(items) => items,
+        _ => &[],
     }
-    out
+}
+
+/// Entries of an XREADGROUP reply (`[[stream, [entry...]]...]`, a map of
+/// stream to entries in RESP3, or nil).
+pub(crate) fn read_reply_entries(reply: &Value) -> Vec<EntryRef<'_>> {
+    let lists: Vec<&Value> = match reply {
+        Value::Map(m) => m.iter().map(|(_, entries)| entries).collect(),
+        _ => items(reply)
+            .iter()
+            .filter_map(|s| items(s).get(1))
+            .collect(),
+    };
+    lists.into_iter().flat_map(entry_list).collect()
 }
 
 /// Entries of a `[[id, [field, value, ...]] ...]` list (XRANGE, XCLAIM).
 pub(crate) fn entry_list(list: &Value) -> Vec<EntryRef<'_>> {
-    let Value::Array(items) = list else {
-        return Vec::new();
-    };
-    items
+    items(list)
         .iter()
         .filter_map(|item| {
-            let Value::Array(e) = item else { return None };
+            let e = items(item);
             let id = bytes(e.first()?)?;
             let fields = match e.get(1) {
                 Some(Value::Array(f)) => Some(f.as_slice()),

@@ -6,6 +6,7 @@
 use redis::{RedisResult, Value};
 
 use crate::store::connect::Conn;
+use crate::store::stream::items;
 
 /// One master of a cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,10 +62,8 @@ pub(crate) fn parse(reply: &Value) -> Vec<Master> {
         let Some(node) = r.get(2).map(items) else {
             continue;
         };
-        let host = match node.first() {
-            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-            Some(Value::SimpleString(s)) => s.clone(),
-            _ => continue,
+        let Some(host) = node.first().and_then(crate::store::stream::text) else {
+            continue;
         };
         let (Some(first), Some(last), Some(port)) =
             (int(r.first()), int(r.get(1)), int(node.get(1)))
@@ -93,13 +92,6 @@ pub(crate) fn parse(reply: &Value) -> Vec<Master> {
     }
     masters.sort_by_key(Master::first_slot);
     masters
-}
-
-fn items(v: &Value) -> &[Value] {
-    match v {
-        Value::Array(a) => a,
-        _ => &[],
-    }
 }
 
 #[cfg(test)]

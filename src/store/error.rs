@@ -196,12 +196,6 @@ pub enum StoreError {
     /// A read ahead task ended without a reply.
     #[error("the read ahead task failed: {0}")]
     ReadAhead(String),
-    /// A part of hitcount that does not run on Redis Cluster yet met one.
-    #[error(
-        "{0} does not run on Redis Cluster yet (its scripts touch keys of several hash slots); \
-         run it against one Redis node, or use worker, hit, load, get, status, serve and clean, which work on a cluster"
-    )]
-    NotOnCluster(&'static str),
     /// Another live worker holds this consumer name.
     #[error(
         "consumer name {name:?} is in use by another live worker ({holder}); give each worker \
@@ -220,7 +214,7 @@ impl StoreError {
     pub fn class(&self) -> ErrorClass {
         match self {
             StoreError::Redis(e) => classify(e).0,
-            StoreError::NameTaken { .. } | StoreError::NotOnCluster(_) => ErrorClass::Fatal,
+            StoreError::NameTaken { .. } => ErrorClass::Fatal,
             StoreError::Unexpected { .. }
             | StoreError::Guard(_)
             | StoreError::ReadAhead(_)

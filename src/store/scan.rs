@@ -1,5 +1,7 @@
 //! `SCAN` over the whole keyspace: one node's, or every master's on a Redis
-//! Cluster (a cluster client sends a plain `SCAN` to one node only).
+//! Cluster (a cluster client sends a plain `SCAN` to one node only), and
+//! deleting every key a pattern matches that way (the demo and the bench
+//! clear their own keys with it).
 
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisResult, Value};
@@ -59,4 +61,21 @@ async fn nodes(conn: &mut Conn) -> RedisResult<Vec<Option<u16>>> {
     }
     let masters = crate::store::topology::masters(conn).await?;
     Ok(masters.iter().map(|m| Some(m.first_slot())).collect())
+}
+
+/// Deletes every key matching `pattern` on this Redis (every master of a
+/// cluster), a page of SCAN at a time (UNLINK frees the memory in the
+/// background); returns how many keys.
+pub(crate) async fn delete_matching(conn: &mut Conn, pattern: &str) -> RedisResult<u64> {
+    let deleted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    each_page(conn, pattern, |mut c, keys| {
+        let deleted = deleted.clone();
+        async move {
+            let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut c).await?;
+            deleted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(deleted.load(std::sync::atomic::Ordering::Relaxed))
 }

@@ -26,6 +26,7 @@ use crate::edge::workload::{synthetic_value, Names, Workload};
 use crate::model::config::{ConfigError, LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
 use crate::store::connect::Conn;
+use crate::store::scan::delete_matching;
 
 pub(crate) use report::Report;
 
@@ -175,23 +176,6 @@ pub(crate) fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
         ..StreamArgs::default()
     };
     Keys::new(&layout, &stream)
-}
-
-/// Deletes every key matching `pattern` on this Redis (every master of a
-/// cluster), a page of SCAN at a time (UNLINK frees the memory in the
-/// background); returns how many keys.
-pub(crate) async fn delete_matching(conn: &mut Conn, pattern: &str) -> redis::RedisResult<u64> {
-    let deleted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    crate::store::scan::each_page(conn, pattern, |mut c, keys| {
-        let deleted = deleted.clone();
-        async move {
-            let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut c).await?;
-            deleted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-            Ok(())
-        }
-    })
-    .await?;
-    Ok(deleted.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// Calls per command (lower case, e.g. `hincrby`) since the last

@@ -83,7 +83,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let mut conn = super::connect(&redis).await?;
     let mut cleared = 0;
     for pattern in KEY_PATTERNS {
-        cleared += crate::edge::bench::delete_matching(&mut conn, pattern).await?;
+        cleared += crate::store::scan::delete_matching(&mut conn, pattern).await?;
     }
     if cleared > 0 {
         outln!(

@@ -63,15 +63,42 @@ pub const SLOWLOG_ATTEMPTS: usize = 3;
 
 /// Held by the tests that measure wall time (SLOWLOG, visibility and
 /// failover bounds) or load the machine (chaos, millions of entries): the
-/// tests of a binary run side by side, two at a time on two cores, and no two
-/// of these may overlap, or one would measure the other. The others run
-/// beside them, as they ran beside each other when each file was a binary.
-pub static EXCLUSIVE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// tests of a binary run side by side, two at a time on two cores, and the
+/// test binaries run side by side too (`scripts/run-tests`), so no two of
+/// these may overlap, in one binary or across binaries, or one would
+/// measure the other. The others run beside them.
+static EXCLUSIVE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Waits for [`EXCLUSIVE`] and holds it until the guard drops: first thing
-/// in such a test, `let _alone = exclusive().await;`.
-pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
-    EXCLUSIVE.lock().await
+/// What [`exclusive`] holds: this binary's turn and the machine's (an
+/// exclusive lock on a file every test binary opens).
+pub struct Alone {
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+    _file: std::fs::File,
+}
+
+/// Waits until no other such test runs, in this binary or another, and
+/// holds that until the guard drops: first thing in such a test,
+/// `let _alone = exclusive().await;`.
+pub async fn exclusive() -> Alone {
+    let turn = EXCLUSIVE.lock().await;
+    let path = std::env::temp_dir().join("hitcount-tests-alone.lock");
+    let file = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+        file.lock()
+            .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+        file
+    })
+    .await
+    .expect("waiting for the machine's turn");
+    Alone {
+        _turn: turn,
+        _file: file,
+    }
 }
 
 /// Says so when a server's command thread could not be given a higher CPU

@@ -22,7 +22,7 @@ const LEASE_MS: u64 = 1500;
 const RENEW: Duration = Duration::from_millis(LEASE_MS / 3);
 const LEASE_KEY: &str = "hitcount:leader";
 
-use common::EXCLUSIVE as SERIAL;
+use common::exclusive;
 
 /// A worker process and the address of its /metrics.
 struct Worker {
@@ -104,7 +104,7 @@ async fn wait_leader(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_among_three_across_renewals() {
-    let _serial = SERIAL.lock().await;
+    let _serial = exclusive().await;
     let srv = server();
     let mut c = conn(&srv.url()).await;
     let workers = three_workers(&srv.url());
@@ -143,7 +143,7 @@ async fn one_leader_among_three_across_renewals() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_worker_takes_over_within_a_lease_and_a_renewal_of_a_kill() {
-    let _serial = SERIAL.lock().await;
+    let _serial = exclusive().await;
     let srv = server();
     let mut c = conn(&srv.url()).await;
     let mut workers = three_workers(&srv.url());
@@ -182,7 +182,7 @@ async fn another_worker_takes_over_within_a_lease_and_a_renewal_of_a_kill() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_stopped_past_its_lease_does_nothing_after_it_resumes() {
-    let _serial = SERIAL.lock().await;
+    let _serial = exclusive().await;
     let srv = server();
     let url = srv.url();
     let mut c = conn(&url).await;

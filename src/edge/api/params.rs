@@ -81,19 +81,15 @@ impl Query {
     }
 
     /// `precision`, one of `configured`; `default` when absent (an error
-    /// then if `default` is `None`, or not configured).
-    pub(crate) fn precision_or(
-        &self,
-        default: Option<u32>,
-        configured: &[u32],
-    ) -> Result<u32, String> {
-        match (self.get("precision"), default) {
-            (None, Some(d)) if configured.contains(&d) => Ok(d),
-            (None, Some(d)) => Err(format!(
-                "precision is required here: the default {d} is not configured; one of {}",
+    /// then if `default` is not configured).
+    pub(crate) fn precision_or(&self, default: u32, configured: &[u32]) -> Result<u32, String> {
+        match self.get("precision") {
+            None if configured.contains(&default) => Ok(default),
+            None => Err(format!(
+                "precision is required here: the default {default} is not configured; one of {}",
                 join(configured)
             )),
-            _ => self.precision(configured),
+            Some(_) => self.precision(configured),
         }
     }
 
@@ -244,10 +240,10 @@ mod tests {
     #[test]
     fn a_default_precision_must_be_configured() {
         let none = Query::parse(None).unwrap();
-        assert_eq!(none.precision_or(Some(3600), &[60, 3600]), Ok(3600));
-        assert!(none.precision_or(Some(3600), &[60]).is_err());
-        assert!(none.precision_or(None, &[60]).is_err());
+        assert_eq!(none.precision_or(3600, &[60, 3600]), Ok(3600));
+        assert!(none.precision_or(3600, &[60]).is_err());
+        assert!(none.precision(&[60]).is_err());
         let q = Query::parse(Some("precision=60")).unwrap();
-        assert_eq!(q.precision_or(Some(3600), &[60, 3600]), Ok(60));
+        assert_eq!(q.precision_or(3600, &[60, 3600]), Ok(60));
     }
 }

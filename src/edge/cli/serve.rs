@@ -55,6 +55,5 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     .await;
     watch_stop.trigger();
     let _ = watch.await;
-    served?;
-    Ok(())
+    Ok(served?)
 }

@@ -91,14 +91,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {} (HITCOUNT_LISTEN)", args.listen))?;
     tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
-    let (http_trigger, http_stop) = crate::model::shutdown::channel();
+    let (http_trigger, mut http_stop) = crate::model::shutdown::channel();
     let http = tokio::spawn(crate::edge::http::serve(
         listener,
         health.clone(),
-        async move {
-            let mut stop = http_stop;
-            stop.wait().await
-        },
+        async move { http_stop.wait().await },
     ));
     metrics().init_precisions(args.common.layout.precisions.iter().map(|&p| u64::from(p)));
     let mut tasks = crate::service::supervisor::Supervised::default();

@@ -2,6 +2,8 @@
 //! query string, and each parameter's range. Every refusal is a sentence
 //! for a 400 answer. Pure.
 
+use crate::model::config::comma_list;
+
 /// Decodes `%XX` escapes (and `+` as a space when `plus_is_space`, as in a
 /// query string); the result must be UTF-8.
 pub(crate) fn decode(text: &str, plus_is_space: bool) -> Result<String, String> {
@@ -87,7 +89,7 @@ impl Query {
             None if configured.contains(&default) => Ok(default),
             None => Err(format!(
                 "precision is required here: the default {default} is not configured; one of {}",
-                join(configured)
+                comma_list(configured)
             )),
             Some(_) => self.precision(configured),
         }
@@ -95,7 +97,7 @@ impl Query {
 
     /// `precision`, required, one of `configured`.
     pub(crate) fn precision(&self, configured: &[u32]) -> Result<u32, String> {
-        let list = || join(configured);
+        let list = || comma_list(configured);
         let Some(v) = self.get("precision") else {
             return Err(format!("precision is required: one of {}", list()));
         };
@@ -104,14 +106,6 @@ impl Query {
             _ => Err(format!("precision must be one of {}, not `{v}`", list())),
         }
     }
-}
-
-fn join(precisions: &[u32]) -> String {
-    precisions
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// The start of the bucket of `precision` holding `t`; `None` when it is

@@ -83,7 +83,7 @@ fn parse_precision_list(text: &str) -> Result<Vec<u32>, String> {
 }
 
 /// Precisions as `--precisions` takes them: `1,5,60`.
-fn comma_list(precisions: &[u32]) -> String {
+pub(crate) fn comma_list(precisions: &[u32]) -> String {
     let texts: Vec<String> = precisions.iter().map(u32::to_string).collect();
     texts.join(",")
 }

@@ -163,22 +163,10 @@ pub enum Reject {
 
 impl Reject {
     /// Stable snake_case label, e.g. `"name_too_long"`; part of the metrics
-    /// contract, never renamed.
+    /// contract, never renamed. The metrics' list of dead-letter reasons
+    /// names the variants first, in their order.
     pub fn reason(self) -> &'static str {
-        match self {
-            Reject::MissingName => "missing_name",
-            Reject::EmptyName => "empty_name",
-            Reject::NameTooLong => "name_too_long",
-            Reject::NameNotUtf8 => "name_not_utf8",
-            Reject::BadCount => "bad_count",
-            Reject::BadTimestamp => "bad_timestamp",
-            Reject::FutureTimestamp => "future_timestamp",
-            Reject::BadMessagePack => "bad_msgpack",
-            Reject::BadEntryId => "bad_entry_id",
-            Reject::BadValue => "bad_value",
-            Reject::MixedForms => "mixed_forms",
-            Reject::TooLarge => "too_large",
-        }
+        crate::model::metrics::DEAD_LETTER_REASONS[self as usize]
     }
 }
 

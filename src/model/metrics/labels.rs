@@ -18,7 +18,9 @@ pub(crate) const REDIS_ERROR_KINDS: [&str; 8] = [
     "unexpected",
 ];
 
-/// Every value of the `reason` label of `hitcount_events_dead_lettered_total`.
+/// Every value of the `reason` label of `hitcount_events_dead_lettered_total`:
+/// first the labels of [`crate::model::event::Reject`]'s variants, in their
+/// order (its `reason()` reads them here), then the worker's own two.
 pub(crate) const DEAD_LETTER_REASONS: [&str; 14] = [
     "missing_name",
     "empty_name",

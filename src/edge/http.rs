@@ -19,19 +19,11 @@ use crate::edge::server::{self, Resp};
 use crate::model::metrics;
 use crate::service::health::Health;
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` with the default
-/// [`Limits`] until `shutdown` completes, then stops accepting and returns
-/// (open connections get a short grace period).
+/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` within
+/// `limits` (the worker's are [`Limits::default`]) until `shutdown`
+/// completes, then stops accepting and returns (open connections get a
+/// short grace period).
 pub async fn serve(
-    listener: TcpListener,
-    health: Arc<Health>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    serve_with(listener, health, shutdown, Limits::default()).await
-}
-
-/// [`serve`] with explicit [`Limits`].
-pub async fn serve_with(
     listener: TcpListener,
     health: Arc<Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,

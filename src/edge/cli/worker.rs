@@ -96,6 +96,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         listener,
         health.clone(),
         async move { http_stop.wait().await },
+        crate::edge::http::Limits::default(),
     ));
     metrics().init_precisions(args.common.layout.precisions.iter().map(|&p| u64::from(p)));
     let mut tasks = crate::service::supervisor::Supervised::default();

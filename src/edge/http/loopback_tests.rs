@@ -7,7 +7,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use crate::edge::http::{serve, serve_with, Limits};
+    use crate::edge::http::{serve, Limits};
     use crate::model::metrics::metrics;
     use crate::service::health::Health;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,10 +30,8 @@ mod tests {
             let shutdown = async move {
                 let _ = rx.await;
             };
-            let task = match limits {
-                None => tokio::spawn(serve(listener, health, shutdown)),
-                Some(l) => tokio::spawn(serve_with(listener, health, shutdown, l)),
-            };
+            let limits = limits.unwrap_or_default();
+            let task = tokio::spawn(serve(listener, health, shutdown, limits));
             Server {
                 addr,
                 stop: Some(tx),

@@ -20,32 +20,23 @@ struct StatsBody<'a> {
 
 /// The answer to `/api/v1/stats/{raw}`.
 pub(super) async fn stats(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
-    let Series {
-        name,
-        precision,
-        from,
-        until,
-    } = Series::parse(api, raw, q, "statistics")?;
+    let s = Series::parse(api, raw, q, "statistics")?;
     let mut conn = api.conn().await?;
-    let stats = stats_query::read(&mut conn, &api.keys, precision, &name, from, until)
+    let stats = stats_query::read(&mut conn, &api.keys, s.precision, &s.name, s.from, s.until)
         .await?
-        .ok_or_else(|| {
-            Failure::NotFound(format!(
-                "no statistics for {name:?} at precision {precision}"
-            ))
-        })?;
+        .ok_or_else(|| s.not_found("statistics for"))?;
     if let Some((field, value)) = &stats.skipped_example {
         tracing::debug!(
-            name,
-            precision,
+            name = s.name,
+            precision = s.precision,
             skipped = stats.skipped,
             example = format!("{field:?} = {value:?}"),
             "malformed statistics fields left out"
         );
     }
     to_json(&StatsBody {
-        name: &name,
-        precision,
-        buckets: stats.buckets.iter().map(|(&t, s)| Row::of(t, s)).collect(),
+        name: &s.name,
+        precision: s.precision,
+        buckets: stats.buckets.iter().map(|(&t, b)| Row::of(t, b)).collect(),
     })
 }

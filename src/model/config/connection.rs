@@ -66,7 +66,7 @@ impl std::fmt::Debug for RedisArgs {
 
 impl Default for RedisArgs {
     fn default() -> Self {
-        RedisArgs::from_url(DEFAULT_REDIS_URL)
+        super::parsed_defaults()
     }
 }
 
@@ -75,10 +75,7 @@ impl RedisArgs {
     pub fn from_url(url: &str) -> Self {
         RedisArgs {
             url: url.to_string(),
-            cluster: DEFAULT_CLUSTER,
-            ca: None,
-            cert: None,
-            key: None,
+            ..RedisArgs::default()
         }
     }
 

@@ -67,13 +67,11 @@ impl Lease {
     }
 
     fn of(key: String, owner: &str, ttl: Duration, leader: bool) -> Lease {
-        let token = format!("{owner}/{:016x}", rand::random::<u64>());
-        let until = Mutex::new(None);
         Lease {
             key,
-            token,
+            token: format!("{owner}/{:016x}", rand::random::<u64>()),
             ttl,
-            until,
+            until: Mutex::new(None),
             leader,
         }
     }

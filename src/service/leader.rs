@@ -132,9 +132,8 @@ impl Lease {
             .await?;
         if ok.is_some() {
             self.set(Some(self.valid_from(sent)));
-            return Ok(true);
         }
-        Ok(false)
+        Ok(ok.is_some())
     }
 
     /// Extends the lease if it still holds this worker's token. Returns

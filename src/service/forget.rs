@@ -82,10 +82,8 @@ async fn remove(
     cmd.arg(fence.key(keys, &known))
         .arg(&known)
         .arg(keys.forgetting_of(family))
-        .arg(fence.arg());
-    for m in members {
-        cmd.arg(m);
-    }
+        .arg(fence.arg())
+        .arg(members);
     let reply: Value = cmd.query_async(conn).await?;
     match reply {
         Value::Array(v) => Ok(Some(v.iter().filter_map(text).collect())),

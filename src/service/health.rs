@@ -193,12 +193,8 @@ impl Health {
             format!("reading no shard: waiting to take one over ({shards} shards)")
         } else {
             let list: Vec<String> = reading.iter().map(u32::to_string).collect();
-            let word = if reading.len() == 1 {
-                "shard"
-            } else {
-                "shards"
-            };
-            format!("reading {word} {} of {shards}", list.join(", "))
+            let s = if reading.len() == 1 { "" } else { "s" };
+            format!("reading shard{s} {} of {shards}", list.join(", "))
         })
     }
 

@@ -67,13 +67,11 @@ impl Lease {
     }
 
     fn of(key: String, owner: &str, ttl: Duration, leader: bool) -> Lease {
-        let token = format!("{owner}/{:016x}", rand::random::<u64>());
-        let until = Mutex::new(None);
         Lease {
             key,
-            token,
+            token: format!("{owner}/{:016x}", rand::random::<u64>()),
             ttl,
-            until,
+            until: Mutex::new(None),
             leader,
         }
     }
@@ -134,9 +132,8 @@ impl Lease {
             .await?;
         if ok.is_some() {
             self.set(Some(self.valid_from(sent)));
-            return Ok(true);
         }
-        Ok(false)
+        Ok(ok.is_some())
     }
 
     /// Extends the lease if it still holds this worker's token. Returns

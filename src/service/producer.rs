@@ -347,10 +347,8 @@ impl Shard {
                 .arg(self.keys.producer(id))
                 .arg(first + i as u64)
                 .arg(DEDUP_TTL_SECS)
-                .arg(self.confirmed);
-            for e in events {
-                cmd.arg(e);
-            }
+                .arg(self.confirmed)
+                .arg(events);
             pipe.add_command(cmd).ignore();
         }
         // An error of any batch (NOSCRIPT after a Redis restart, say) fails

@@ -188,14 +188,11 @@ impl Batch {
             return;
         }
         let mut cmd = CLEAN.evalsha(2 + self.hashes.len());
-        cmd.arg(&self.head[0]).arg(&self.head[1]);
-        for h in self.hashes.drain(..) {
-            cmd.arg(h);
-        }
-        cmd.arg(&self.fence);
-        for a in self.args.drain(..) {
-            cmd.arg(a);
-        }
+        cmd.arg(&self.head[0])
+            .arg(&self.head[1])
+            .arg(std::mem::take(&mut self.hashes))
+            .arg(&self.fence)
+            .arg(std::mem::take(&mut self.args));
         self.out.push(cmd);
         self.fields = 0;
     }

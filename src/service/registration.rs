@@ -99,10 +99,7 @@ impl Registration {
                 .as_ref()
                 .is_some_and(|(h, prev)| *h != holder || pttl > *prev + 50);
             if renewed || Instant::now() >= give_up {
-                return Err(StoreError::NameTaken {
-                    name: self.name.clone(),
-                    holder,
-                });
+                return Err(self.taken(holder));
             }
             if last.is_none() {
                 tracing::info!(consumer = %self.name, holder = %holder, ttl_ms = pttl,
@@ -110,6 +107,14 @@ impl Registration {
             }
             last = Some((holder, pttl));
             tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The error that says `holder` has this consumer name.
+    fn taken(&self, holder: String) -> StoreError {
+        StoreError::NameTaken {
+            name: self.name.clone(),
+            holder,
         }
     }
 
@@ -138,13 +143,7 @@ impl Registration {
                 // Another worker took the name (this one was paused past the
                 // lifetime): stop at once, the commit fence refuses us anyway.
                 Ok(Some(holder)) => {
-                    shutdown.fail(
-                        StoreError::NameTaken {
-                            name: self.name.clone(),
-                            holder,
-                        }
-                        .to_string(),
-                    );
+                    shutdown.fail(self.taken(holder).to_string());
                     return;
                 }
                 Err(e) => {

@@ -260,7 +260,7 @@ impl Balancer {
         }
         self.report();
         if let Some(c) = link.current() {
-            let _ = self.live(c, false).await;
+            let _ = self.live(c, Duration::ZERO).await;
         }
     }
 
@@ -276,12 +276,12 @@ impl Balancer {
     /// under it.
     async fn step(&mut self, link: &mut Reconnecting) -> StoreResult<()> {
         let conn = link.get().await?;
-        let mut live = self.live(conn, true).await?;
+        let mut live = self.live(conn, SHARD_LEASE).await?;
         if !self.announced {
             // Processes started together (a rollout) see each other
             // before taking shards, and share them from the start.
             tokio::time::sleep(SETTLE).await;
-            live = self.live(conn, true).await?;
+            live = self.live(conn, SHARD_LEASE).await?;
             self.announced = true;
         }
         let live = live.max(1);
@@ -334,18 +334,14 @@ impl Balancer {
         Ok(())
     }
 
-    /// Marks this process live (or leaving) and returns how many are live.
-    async fn live(&self, conn: &mut Conn, staying: bool) -> StoreResult<i64> {
-        let lifetime = if staying {
-            SHARD_LEASE.as_millis() as u64
-        } else {
-            0
-        };
+    /// Marks this process live for `lifetime` (zero: leaving) and returns
+    /// how many are live.
+    async fn live(&self, conn: &mut Conn, lifetime: Duration) -> StoreResult<i64> {
         Ok(MEMBERS
             .evalsha(1)
             .arg(&self.members)
             .arg(&self.consumer)
-            .arg(lifetime)
+            .arg(lifetime.as_millis() as u64)
             .query_async(conn)
             .await?)
     }

@@ -195,10 +195,10 @@ pub(crate) async fn gather(
     status.last_generated_id = info.last_generated_id;
     status.first_entry_id = info.first_entry_id;
     for g in groups {
-        let now_ms = crate::model::clock::unix_ms();
-        let (consumers, age) = group::consumers_and_backlog(conn, keys, &g, now_ms).await?;
+        let (consumers, lag, age) =
+            group::consumers_and_backlog(conn, keys, &g, info.length).await?;
         status.groups.push(Group {
-            lag: group::consistent_lag(g.lag, info.length, age.is_some()),
+            lag,
             behind: age.is_some(),
             backlog_age_secs: age.unwrap_or(0.0),
             pending: g.pending,
@@ -236,9 +236,8 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, Option<u64>)> {
     };
     out.length = info.length;
     if let Some(g) = groups.into_iter().find(|g| g.name == k.group) {
-        let now_ms = crate::model::clock::unix_ms();
-        let (consumers, age) = group::consumers_and_backlog(conn, k, &g, now_ms).await?;
-        out.lag = group::consistent_lag(g.lag, info.length, age.is_some());
+        let (consumers, lag, age) = group::consumers_and_backlog(conn, k, &g, info.length).await?;
+        out.lag = lag;
         out.pending = g.pending;
         out.backlog_age_secs = age.unwrap_or(0.0);
         out.consumers = consumers;

@@ -67,36 +67,23 @@ impl StreamInfo {
 impl GroupInfo {
     /// Parses an `XINFO GROUPS` reply: every group.
     pub(crate) fn parse_all(reply: &Value) -> Vec<GroupInfo> {
-        items(reply)
-            .iter()
-            .map(|g| {
-                let f = fields(g);
-                GroupInfo {
-                    name: text(&f, "name").unwrap_or_default(),
-                    pending: number(&f, "pending").unwrap_or(0),
-                    last_delivered_id: text(&f, "last-delivered-id")
-                        .unwrap_or_else(|| "0-0".into()),
-                    lag: number(&f, "lag"),
-                }
-            })
-            .collect()
+        each_entry(reply, |f| GroupInfo {
+            name: text(f, "name").unwrap_or_default(),
+            pending: number(f, "pending").unwrap_or(0),
+            last_delivered_id: text(f, "last-delivered-id").unwrap_or_else(|| "0-0".into()),
+            lag: number(f, "lag"),
+        })
     }
 }
 
 impl ConsumerInfo {
     /// Parses an `XINFO CONSUMERS` reply: every consumer.
     pub(crate) fn parse_all(reply: &Value) -> Vec<ConsumerInfo> {
-        items(reply)
-            .iter()
-            .map(|c| {
-                let f = fields(c);
-                ConsumerInfo {
-                    name: text(&f, "name").unwrap_or_default(),
-                    pending: number(&f, "pending").unwrap_or(0),
-                    idle_ms: number(&f, "idle").unwrap_or(0),
-                }
-            })
-            .collect()
+        each_entry(reply, |f| ConsumerInfo {
+            name: text(f, "name").unwrap_or_default(),
+            pending: number(f, "pending").unwrap_or(0),
+            idle_ms: number(f, "idle").unwrap_or(0),
+        })
     }
 }
 
@@ -149,14 +136,15 @@ pub(crate) async fn own_group(conn: &mut Conn, keys: &Keys) -> RedisResult<Optio
         .find(|g| g.name == keys.group))
 }
 
-/// A group's consumers and the age in seconds of its oldest undelivered
+/// A group's consumers, its lag made consistent with the stream's `length`
+/// ([`consistent_lag`]) and the age in seconds of its oldest undelivered
 /// entry (`None` when there is none), in one round trip.
 pub(crate) async fn consumers_and_backlog(
     conn: &mut Conn,
     keys: &Keys,
     group: &GroupInfo,
-    now_ms: i64,
-) -> RedisResult<(Vec<ConsumerInfo>, Option<f64>)> {
+    length: u64,
+) -> RedisResult<(Vec<ConsumerInfo>, Option<u64>, Option<f64>)> {
     let mut pipe = redis::pipe();
     pipe.cmd("XINFO")
         .arg("CONSUMERS")
@@ -164,10 +152,9 @@ pub(crate) async fn consumers_and_backlog(
         .arg(&group.name);
     pipe.add_command(next_undelivered(keys, &group.last_delivered_id));
     let (consumers, next): (Value, Value) = pipe.query_async(conn).await?;
-    Ok((
-        ConsumerInfo::parse_all(&consumers),
-        backlog_age_secs(&next, now_ms),
-    ))
+    let age = backlog_age_secs(&next, crate::model::clock::unix_ms());
+    let lag = consistent_lag(group.lag, length, age.is_some());
+    Ok((ConsumerInfo::parse_all(&consumers), lag, age))
 }
 
 /// The group's lag as far as the stream's positions allow, from Redis'
@@ -284,6 +271,12 @@ pub(crate) fn backlog_age_secs(next: &Value, now_ms: i64) -> Option<f64> {
     let first = entries.first()?;
     let ms = crate::model::event::entry_id_ms(first.id).unwrap_or(now_ms);
     Some((now_ms - ms).max(0) as f64 / 1000.0)
+}
+
+/// Each entry of an array reply (one per group or consumer), read from its
+/// fields by `read`.
+fn each_entry<T>(reply: &Value, read: impl Fn(&[(String, &Value)]) -> T) -> Vec<T> {
+    items(reply).iter().map(|e| read(&fields(e))).collect()
 }
 
 /// A flat `[key, value, key, value…]` (or map) reply as pairs.

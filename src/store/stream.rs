@@ -181,24 +181,13 @@ pub(crate) fn ack_each_into<S: AsRef<str>>(
     ids: impl IntoIterator<Item = S>,
     per_command: usize,
 ) {
-    let mut cmd: Option<redis::Cmd> = None;
-    let mut n = 0;
-    for id in ids {
-        let id = id.as_ref();
-        let c = cmd.get_or_insert_with(|| {
-            let mut c = redis::cmd("XACK");
-            c.arg(&keys.stream).arg(&keys.group);
-            c
-        });
-        c.arg(id);
-        n += 1;
-        if n == per_command {
-            pipe.add_command(cmd.take().expect("just filled"));
-            n = 0;
-        }
-    }
-    if let Some(c) = cmd {
-        pipe.add_command(c);
+    let ids: Vec<S> = ids.into_iter().collect();
+    for part in ids.chunks(per_command) {
+        let part: Vec<&str> = part.iter().map(AsRef::as_ref).collect();
+        pipe.cmd("XACK")
+            .arg(&keys.stream)
+            .arg(&keys.group)
+            .arg(part);
     }
 }
 

@@ -229,16 +229,22 @@ impl Window {
                 continue;
             };
             let b = hist.filter(|_| self.quantiles[p]);
-            let mut added = 0;
-            let summary = self.stats.entry(slot).or_insert_with(|| {
-                added = STAT_CELL_WINDOW_WEIGHT * HIST_ENTRIES_PER_CELL;
-                Summary::default()
-            });
-            let entries = summary.histogram.len();
-            summary.observe_in(value, hit.count, b);
-            added += summary.histogram.len() - entries;
-            self.stats_weight += added;
+            self.observe_at(slot, |summary| summary.observe_in(value, hit.count, b));
         }
+    }
+
+    /// Updates the statistics of the cell in `slot` with `f`, keeping
+    /// their weight.
+    fn observe_at(&mut self, slot: usize, f: impl FnOnce(&mut Summary)) {
+        let mut added = 0;
+        let summary = self.stats.entry(slot).or_insert_with(|| {
+            added = STAT_CELL_WINDOW_WEIGHT * HIST_ENTRIES_PER_CELL;
+            Summary::default()
+        });
+        let entries = summary.histogram.len();
+        f(summary);
+        added += summary.histogram.len() - entries;
+        self.stats_weight += added;
     }
 
     /// Dense id of `name`, allocating it only the first time.
@@ -289,18 +295,43 @@ impl Window {
     /// Cells grouped by name (as [`Window::cells`] lists them) look each
     /// name up once.
     pub(crate) fn merge(&mut self, cells: &[Cell<'_>]) {
-        let mut last: Option<(&str, usize)> = None;
+        let mut last = None;
         for cell in cells {
-            let Some(p) = self.precisions.iter().position(|&x| x == cell.precision) else {
-                continue;
-            };
-            let id = match last {
-                Some((name, id)) if name == cell.name => id,
-                _ => self.intern(cell.name),
-            };
-            last = Some((cell.name, id));
-            self.bump(id * self.precisions.len() + p, cell.bucket, cell.delta);
+            if let Some(list) = self.list_of(cell.precision, cell.name, &mut last) {
+                self.bump(list, cell.bucket, cell.delta);
+            }
         }
+    }
+
+    /// Adds statistics cells aggregated elsewhere, as [`Window::merge`]
+    /// adds count cells (merge the same window's counts first: a
+    /// statistics cell belongs to the count cell of the same hits).
+    pub(crate) fn merge_stats(&mut self, stats: &[StatCell<'_>]) {
+        let mut last = None;
+        for cell in stats {
+            if let Some(list) = self.list_of(cell.precision, cell.name, &mut last) {
+                let slot = self.bump(list, cell.bucket, 0);
+                self.observe_at(slot, |summary| summary.merge(cell.summary));
+            }
+        }
+    }
+
+    /// The list of (`name`, `precision`), `None` for a precision this
+    /// window does not count at; `last` remembers the name looked up last,
+    /// so cells grouped by name look each name up once.
+    fn list_of<'n>(
+        &mut self,
+        precision: u32,
+        name: &'n str,
+        last: &mut Option<(&'n str, usize)>,
+    ) -> Option<usize> {
+        let p = self.precisions.iter().position(|&x| x == precision)?;
+        let id = match *last {
+            Some((n, id)) if n == name => id,
+            _ => self.intern(name),
+        };
+        *last = Some((name, id));
+        Some(id * self.precisions.len() + p)
     }
 
     /// Hits (events) added since [`Window::new`] or [`Window::clear`],
@@ -671,6 +702,49 @@ mod tests {
         w.clear();
         assert_eq!((w.stats.len(), w.stat_cells().count()), (0, 0));
         assert_eq!(w.weight(), 0);
+    }
+
+    #[test]
+    fn merged_statistics_equal_those_of_one_window_of_all_the_hits() {
+        let qs = [60];
+        let (mut a, mut b) = (
+            Window::new(&[1, 60], 120).with_quantiles(&qs),
+            Window::new(&[1, 60], 120).with_quantiles(&qs),
+        );
+        let mut whole = Window::new(&[1, 60], 120).with_quantiles(&qs);
+        let hits = [
+            valued("a", 2, NOW_MS, 10.0),
+            valued("a", 1, NOW_MS + 1000, -4.5),
+            hit("a", 5, NOW_MS),
+            valued("b", 1, NOW_MS, 0.25),
+            valued("a", 3, NOW_MS, 1000.0),
+            valued("b", 1, NOW_MS - 61_000, 7.0),
+        ];
+        for (i, h) in hits.iter().enumerate() {
+            let w = if i % 2 == 0 { &mut a } else { &mut b };
+            w.add(h, NOW_MS);
+            whole.add(h, NOW_MS);
+        }
+        // The carry's way: each window's counts, then its statistics.
+        let mut carry = Window::new(&[1, 60], 120);
+        for w in [&a, &b] {
+            carry.merge(&w.cells().collect::<Vec<_>>());
+            carry.merge_stats(&w.stat_cells().collect::<Vec<_>>());
+        }
+        let summaries = |w: &Window| -> BTreeMap<(u32, String, i64), Summary> {
+            w.stat_cells()
+                .map(|s| {
+                    (
+                        (s.precision, s.name.to_owned(), s.bucket),
+                        s.summary.clone(),
+                    )
+                })
+                .collect()
+        };
+        // Exactly: these sums are exact in binary.
+        assert_eq!(summaries(&carry), summaries(&whole));
+        assert_eq!(cells(&carry), cells(&whole));
+        assert_eq!(carry.weight(), whole.weight());
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! What a worker behind on the stream does with its windows' counts: it
-//! sums them in the *carry* and applies them together, at most
-//! `--carry-ms` later.
+//! What a worker behind on the stream does with its windows' counts and
+//! statistics: it sums them in the *carry* and applies them together, at
+//! most `--carry-ms` later.
 //!
 //! While a worker works through a backlog, its windows follow one another
 //! within a second, and a counter gets the same bucket in window after
@@ -10,9 +10,14 @@
 //! window touches most of those cells again, and each touch is a HINCRBY
 //! for Redis' one thread. Summing the count cells of several windows first
 //! ([`Carry`]) turns those HINCRBYs into one, and Redis applies the sum
-//! while the worker reads and sums the next windows.
+//! while the worker reads and sums the next windows. Statistics cells
+//! (hits with a value) are summed alike, histogram bins included: a hot
+//! name's `B:count`, `B:sum`, `B:sumsq`, `B:min`, `B:max` and each bin it
+//! saw are written once per carry, not once per window. (On a Redis
+//! Cluster with stream shards, whose carries are applied per hash slot
+//! with the other shards', a window with statistics is applied whole.)
 //!
-//! A window read while behind is recorded (the commit) and its count cells
+//! A window read while behind is recorded (the commit) and its cells
 //! wait; a window read at the stream's head is applied whole, as soon as
 //! it closes, so the head's latency is untouched (on a Redis Cluster with
 //! stream shards it goes through the carry at once instead, to be applied
@@ -34,7 +39,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::model::aggregate::{Cell, Window};
+use crate::model::aggregate::{Cell, StatCell, Window};
 
 /// Entries whose windows a carry holds at most: their ids stay in memory
 /// until the carry is applied and acknowledges them, about 2 bytes each
@@ -49,7 +54,8 @@ pub(crate) const MAX_ENTRIES: usize = 2_000_000;
 /// cells per hit against 0.63 with one sum (see docs/design.md, "The carry").
 pub(crate) const HOLD_FRACTION: u32 = 1;
 
-/// The count cells of windows recorded but not applied, summed.
+/// The count and statistics cells of windows recorded but not applied,
+/// summed.
 #[derive(Debug)]
 pub(crate) struct Carry {
     cells: Window,
@@ -80,11 +86,13 @@ impl Carry {
         }
     }
 
-    /// Adds a window's waiting cells; `entries` is its entry count.
-    pub(crate) fn add(&mut self, cells: &[Cell<'_>], entries: usize) {
+    /// Adds a window's waiting cells and statistics cells; `entries` is
+    /// its entry count.
+    pub(crate) fn add(&mut self, cells: &[Cell<'_>], stats: &[StatCell<'_>], entries: usize) {
         self.opened.get_or_insert_with(Instant::now);
         self.entries += entries;
         self.cells.merge(cells);
+        self.cells.merge_stats(stats);
     }
 
     /// Distinct cells it holds.
@@ -98,7 +106,8 @@ impl Carry {
     }
 
     /// Whether to apply it now: its first window waited `age` (and the
-    /// hold, if it was given one), or it holds `max_cells` cells or
+    /// hold, if it was given one), or it weighs `max_cells` cells (a
+    /// statistics cell weighs as several: [`Window::weight`]) or holds
     /// [`MAX_ENTRIES`] entries.
     pub(crate) fn is_due(&self, age: Duration, max_cells: usize) -> bool {
         let held = matches!(self.hold, Hold::Until(t) if Instant::now() < t);
@@ -137,12 +146,17 @@ impl Carry {
     }
 
     fn is_full(&self, max_cells: usize) -> bool {
-        self.cells.cells_len() >= max_cells || self.entries >= MAX_ENTRIES
+        self.cells.weight() >= max_cells || self.entries >= MAX_ENTRIES
     }
 
     /// The summed cells, grouped by counter.
     pub(crate) fn cells(&self) -> impl Iterator<Item = Cell<'_>> {
         self.cells.cells()
+    }
+
+    /// The summed statistics cells, grouped by counter.
+    pub(crate) fn stat_cells(&self) -> impl Iterator<Item = StatCell<'_>> {
+        self.cells.stat_cells()
     }
 
     /// Empties it, keeping its allocations.
@@ -178,12 +192,12 @@ mod tests {
     fn a_carry_is_due_at_its_age_or_when_full() {
         let mut c = Carry::new(&[60], 120);
         assert!(c.is_empty() && !c.is_due(Duration::ZERO, 10));
-        c.add(&[cell(60, "a"), cell(60, "a")], 2);
+        c.add(&[cell(60, "a"), cell(60, "a")], &[], 2);
         assert!(!c.is_empty());
         assert!(c.is_due(Duration::ZERO, 10));
         assert!(!c.is_due(Duration::from_secs(3600), 10));
         assert_eq!(c.cells().map(|x| x.delta).collect::<Vec<_>>(), [2]);
-        c.add(&[], MAX_ENTRIES);
+        c.add(&[], &[], MAX_ENTRIES);
         assert!(c.is_due(Duration::from_secs(3600), 10), "full of entries");
         c.clear();
         assert!(c.is_empty() && !c.is_due(Duration::ZERO, 10));
@@ -203,7 +217,7 @@ mod tests {
     fn a_carry_of_age_waits_for_a_near_head_once_and_at_most_its_age_again() {
         let age = Duration::from_millis(200);
         let mut c = Carry::new(&[60], 120);
-        c.add(&[cell(60, "a")], 1_000_000);
+        c.add(&[cell(60, "a")], &[], 1_000_000);
         assert!(!c.asks_hold(age, 10), "not of age yet");
         std::thread::sleep(age);
         assert!(c.is_due(age, 10) && c.asks_hold(age, 10));
@@ -211,13 +225,13 @@ mod tests {
         assert!(!c.hold(None, age));
         assert!(c.is_due(age, 10) && !c.asks_hold(age, 10), "asked once");
         c.clear();
-        c.add(&[cell(60, "a")], 1_000_000);
+        c.add(&[cell(60, "a")], &[], 1_000_000);
         std::thread::sleep(age);
         assert!(!c.hold(Some(100_000_000), age), "far");
         c.clear();
 
         // Near: not due until its age again, unless full.
-        c.add(&[cell(60, "a")], 1_000);
+        c.add(&[cell(60, "a")], &[], 1_000);
         std::thread::sleep(age);
         assert!(c.hold(Some(10), age));
         assert!(!c.is_due(age, 10) && !c.asks_hold(age, 10));

@@ -166,6 +166,29 @@ impl Summary {
         }
     }
 
+    /// Adds the observations of `other` (another window's of the same
+    /// cell): the same summary as observing them here, up to the rounding
+    /// of the float sums.
+    pub(crate) fn merge(&mut self, other: &Summary) {
+        if other.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            self.min = other.min;
+            self.max = other.max;
+        } else {
+            self.min = self.min.min(other.min);
+            self.max = self.max.max(other.max);
+        }
+        self.count = self.count.saturating_add(other.count);
+        self.sum += other.sum;
+        self.sumsq += other.sumsq;
+        for (b, n) in &other.histogram {
+            let here = self.histogram.entry(*b).or_insert(0);
+            *here = here.saturating_add(*n);
+        }
+    }
+
     /// The mean, or `None` without observations.
     pub fn mean(&self) -> Option<f64> {
         (self.count > 0).then(|| self.sum / self.count as f64)

@@ -663,21 +663,6 @@ async fn a_paused_worker_and_killed_connections_count_every_hit_once() {
     .await;
 }
 
-/// Carries recorded on the cluster so far: PERSIST runs only in carry.lua,
-/// on the master of the shard whose windows it sums.
-async fn carries(cluster: &Cluster) -> u64 {
-    let mut all = 0;
-    for port in cluster.masters() {
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut node_conn(port).await)
-            .await
-            .unwrap();
-        all += common::command_calls(&stats, "persist");
-    }
-    all
-}
-
 /// The carry on a cluster: workers behind on four shards sum their windows'
 /// cells per shard and apply the sums slot by slot. Workers SIGKILLed while
 /// windows wait in their carry, or while a sum is being applied, lose and
@@ -721,8 +706,11 @@ async fn workers_killed_while_carrying_on_a_cluster_count_every_hit_once() {
             }
             drained
         },
-        async |_| carries(&cluster).await,
-        |_| start_workers(&seeds, 1, &args).pop().unwrap(),
+        |round, listen| {
+            let mut cmd = bin::default_worker(&seeds, listen, &["--block-ms", "200"]);
+            cmd.args(args);
+            bin::Child::spawn(&format!("killed-{round}"), cmd)
+        },
     )
     .await;
     assert!(

@@ -192,6 +192,14 @@ pub fn metric_value(metrics: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// Cells the worker serving HTTP on `listen` applied through its carry so
+/// far (`hitcount_carry_cells_total`; 0 while it does not answer).
+pub fn carry_cells(listen: &str) -> u64 {
+    http_get(listen, "/metrics")
+        .and_then(|(_, body)| metric_value(&body, "hitcount_carry_cells_total"))
+        .map_or(0, |v| v as u64)
+}
+
 /// Percent-encodes every byte but the unreserved ones (RFC 3986), for a
 /// path segment or a query value.
 pub fn percent_encode(s: &str) -> String {

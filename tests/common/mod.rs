@@ -212,28 +212,28 @@ pub fn command_calls(commandstats: &str, command: &str) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
-/// Starts a worker (`start(round)`) up to three times while `drained` says
-/// the backlog is not, and SIGKILLs each some tens of ms after `carries`
-/// grew (a carry was recorded): the kill lands while the sum is applied or
-/// with the next windows waiting. Both look through `conn`. Returns how
-/// many were killed.
+/// Starts a worker (`start(round, listen)`, serving HTTP on `listen`) up
+/// to three times while `drained` (looking through `conn`) says the
+/// backlog is not, and SIGKILLs each some tens of ms after it applied its
+/// first carry (its `hitcount_carry_cells_total` grew): the kill lands
+/// while its next sum is recorded or applied, or with windows waiting.
+/// Returns how many were killed.
 pub async fn kill_after_carries<C>(
     conn: &mut C,
     mut drained: impl AsyncFnMut(&mut C) -> bool,
-    mut carries: impl AsyncFnMut(&mut C) -> u64,
-    mut start: impl FnMut(u64) -> bin::Child,
+    mut start: impl FnMut(u64, &str) -> bin::Child,
 ) -> usize {
     let mut killed = 0;
     for round in 0..3u64 {
         if drained(conn).await {
             break;
         }
-        let before = carries(conn).await;
-        let mut w = start(round);
+        let listen = bin::free_addr();
+        let mut w = start(round, &listen);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while carries(conn).await == before {
+        while bin::carry_cells(&listen) == 0 {
             w.assert_running();
-            assert!(Instant::now() < deadline, "no carry recorded in 60 s");
+            assert!(Instant::now() < deadline, "no carry applied in 60 s");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         tokio::time::sleep(Duration::from_millis(round * 40)).await;

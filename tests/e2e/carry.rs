@@ -1,5 +1,5 @@
-//! The carry: while a worker is behind, its windows' count cells wait,
-//! summed, before they are applied. These tests pin the bound on how
+//! The carry: while a worker is behind, its windows' cells (counts and
+//! statistics) wait, summed, before they are applied. These tests pin the bound on how
 //! long they wait (with a generous margin: that the bound exists and holds,
 //! not a speed), that a drained group still means visible counters at
 //! every precision, and that a clean stop leaves nothing unapplied.
@@ -8,6 +8,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use common::bin::{carry_cells, free_addr, start_worker};
 use common::*;
 use hitcount::store::connect::Conn;
 use hitcount_lab::kit::ServerOptions;
@@ -146,21 +147,49 @@ async fn every_precision_trails_what_was_read_by_a_bounded_time() {
     assert_eq!(pending(&mut c).await, 0);
 }
 
-/// `n` hits over `names` names, 30 s old, sent through the producer
-/// library, then left to age past `--window-ms` so that a worker starting
-/// now is behind from its first read; returns them for the reference.
-async fn backlog(url: &str, n: usize, names: usize) -> Vec<(String, i64, i64)> {
+/// What a backlog sent: every hit for the counts' reference, and those
+/// with a value for the statistics'.
+struct Backlog {
+    hits: Vec<(String, i64, i64)>,
+    observed: Vec<common::stats::Obs>,
+}
+
+impl Backlog {
+    /// Counters and statistics hold exactly what was sent.
+    async fn assert_counted(&self, c: &mut Conn, s: &hitcount::service::worker::Settings) {
+        let k = keys(s);
+        let precisions = &s.layout.precisions;
+        assert_eq!(read_all(c, &k).await, reference(&self.hits, precisions));
+        let quantiles = hitcount::model::stats::DEFAULT_QUANTILE_PRECISIONS;
+        let (want, raw) =
+            common::stats::reference(&self.observed, precisions, &quantiles, |_, _| true);
+        let got = common::stats::read(c, &k).await;
+        common::stats::assert_equal(&got, &want);
+        assert!(common::stats::assert_quantiles(&got, &raw) > 0);
+    }
+}
+
+/// `n` hits over `names` names, 30 s old, every third with a value, sent
+/// through the producer library, then left to age past `--window-ms` so
+/// that a worker starting now is behind from its first read.
+async fn backlog(url: &str, n: usize, names: usize) -> Backlog {
     let ts = unix_now() - 30;
     let producer = producer(url);
-    let mut hits = Vec::with_capacity(n);
+    let (mut hits, mut observed) = (Vec::with_capacity(n), Vec::new());
     for i in 0..n {
         let name = format!("n{}", (i * 7919) % names);
-        producer.hit_at(&name, 1, ts as f64);
+        if i % 3 == 0 {
+            let value = (i % 1000) as f64 * 0.25 + 0.5;
+            producer.observe_at(&name, 1, Some(ts as f64), value);
+            observed.push((name.clone(), 1, ts, value));
+        } else {
+            producer.hit_at(&name, 1, ts as f64);
+        }
         hits.push((name, 1, ts));
     }
     producer.flush().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    hits
+    Backlog { hits, observed }
 }
 
 /// The carry's commands are among those the least-privileged user of
@@ -177,36 +206,24 @@ async fn the_carry_runs_as_the_least_privileged_user() {
     let url = format!("redis://carrier:carry-pw@127.0.0.1:{}", srv.port());
     let mut admin = conn(&srv.url()).await;
     // A backlog over 2,000 names: windows whose cells wait.
-    let hits = backlog(&url, 20_000, 2000).await;
-    let mut s = settings(&url, "carrier");
-    s.worker.read_count = 200;
-    s.worker.window_entries = 2000;
+    let sent = backlog(&url, 20_000, 2000).await;
+    let s = settings(&url, "carrier");
     let k = keys(&s);
-    let workers = Workers::start(vec![s.clone()]);
+    let listen = free_addr();
+    let args = ["--read-count", "200", "--window-entries", "2000"];
+    let mut worker = start_worker(&url, "carrier", &listen, &args);
     wait_drained(&mut admin, &k).await;
-    workers.stop().await;
+    let carried = carry_cells(&listen);
+    worker.terminate(Duration::from_secs(30));
 
-    assert_eq!(
-        read_all(&mut admin, &k).await,
-        reference(&hits, &s.layout.precisions)
-    );
+    sent.assert_counted(&mut admin, &s).await;
     let log: Vec<redis::Value> = redis::cmd("ACL")
         .arg("LOG")
         .query_async(&mut admin)
         .await
         .unwrap();
     assert!(log.is_empty(), "refused as the user: {log:?}");
-    assert!(carries(&mut admin).await > 0, "no carry was recorded");
-}
-
-/// Carries recorded on `c`'s server so far (PERSIST runs only in carry.lua).
-async fn carries(c: &mut Conn) -> u64 {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(c)
-        .await
-        .unwrap();
-    command_calls(&stats, "persist")
+    assert!(carried > 0, "no carry was applied");
 }
 
 /// Workers SIGKILLed while windows wait in their carry, or while a sum is
@@ -215,7 +232,6 @@ async fn carries(c: &mut Conn) -> u64 {
 /// sum, never both) and claims their entries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_killed_while_carrying_count_every_hit_once() {
-    use common::bin::{free_addr, start_worker};
     let srv = server();
     let url = srv.url();
     let mut c = conn(&url).await;
@@ -224,8 +240,9 @@ async fn workers_killed_while_carrying_count_every_hit_once() {
     // worker reads them for longer than twice a carry's age (250 ms here),
     // so each round's first carry comes of age far from
     // the head and does not wait for it (`Carry::hold`): the kills land
-    // mid-drain.
-    let hits = backlog(&url, 300_000, 10_000).await;
+    // mid-drain. Every third hit has a value: the sums' statistics,
+    // recorded in pieces of their own, are read back too.
+    let sent = backlog(&url, 300_000, 10_000).await;
     let s = settings(&url, "any");
     let k = keys(&s);
     let args = [
@@ -239,8 +256,7 @@ async fn workers_killed_while_carrying_count_every_hit_once() {
     let killed_after_a_carry = kill_after_carries(
         &mut c,
         async |c| crate::common::plain::drained(c, &k).await.unwrap(),
-        async |c| carries(c).await,
-        |round| start_worker(&url, &format!("killed-{round}"), &free_addr(), &args),
+        |round, listen| start_worker(&url, &format!("killed-{round}"), listen, &args),
     )
     .await;
     assert!(
@@ -266,16 +282,70 @@ async fn workers_killed_while_carrying_count_every_hit_once() {
     }
     survivor.signal(libc::SIGTERM);
     assert!(survivor.wait(Duration::from_secs(30)).is_some());
-    assert_eq!(
-        read_all(&mut c, &k).await,
-        reference(&hits, &s.layout.precisions)
-    );
+    sent.assert_counted(&mut c, &s).await;
     let dead: u64 = redis::cmd("XLEN")
         .arg(&k.dead)
         .query_async(&mut c)
         .await
         .unwrap();
     assert_eq!(dead, 0, "nothing here is to be dead-lettered");
+}
+
+/// A backlog of hits with values goes in through the carry as one of
+/// plain hits does: each statistics cell (count, sum, sum of squares, min,
+/// max and histogram bins) is written once per sum, not once per window,
+/// and the statistics equal the reference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statistics_are_summed_in_the_carry_like_counts() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let s = settings(&url, "w");
+    // Windows of 2,000 entries: the backlog is fifteen of them, and each
+    // has values for nearly every one of the 100 names.
+    let sent = backlog(&url, 30_000, 100).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let listen = free_addr();
+    // Sums applied only at the head (or full): one or two for the drain
+    // however slow the machine.
+    let args = [
+        "--window-entries",
+        "2000",
+        "--carry-ms",
+        "60000",
+        "--claim-idle-ms",
+        "240000",
+    ];
+    let mut worker = start_worker(&url, "w", &listen, &args);
+    wait_drained(&mut c, &keys(&s)).await;
+    let carried = carry_cells(&listen);
+    worker.terminate(Duration::from_secs(30));
+    sent.assert_counted(&mut c, &s).await;
+
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let floats = command_calls(&info, "hincrbyfloat");
+    let quantiles = hitcount::model::stats::DEFAULT_QUANTILE_PRECISIONS;
+    let (want, _) =
+        common::stats::reference(&sent.observed, &s.layout.precisions, &quantiles, |_, _| {
+            true
+        });
+    let cells: u64 = want.values().map(|b| b.len() as u64).sum();
+    assert!(carried > 0, "the backlog went in without a carry");
+    // Two HINCRBYFLOATs (sum, sum of squares) per statistics cell and
+    // write: window by window, fifteen writes of every cell (30 times the
+    // cells); summed, one per sum.
+    assert!(
+        floats <= 2 * cells * 5,
+        "{floats} HINCRBYFLOATs for {cells} statistics cells: not summed across windows"
+    );
 }
 
 /// The members a carry added to `known:` are remembered like a window's:
@@ -286,9 +356,7 @@ async fn workers_killed_while_carrying_count_every_hit_once() {
 async fn members_a_carry_added_are_not_added_again() {
     let srv = server();
     let mut c = conn(&srv.url()).await;
-    let mut s = settings(&srv.url(), "w");
-    // Windows of 2,000 entries: the backlog below is ten of them.
-    s.worker.window_entries = 2000;
+    let s = settings(&srv.url(), "w");
     let keys = keys(&s);
     let now = unix_now();
     let mut hits = Vec::new();
@@ -298,10 +366,12 @@ async fn members_a_carry_added_are_not_added_again() {
         hits.extend(xadd_hits(&mut c, &format!("n{i}"), 200, now).await);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let workers = Workers::start(vec![s]);
+    // Windows of 2,000 entries: the backlog is ten of them.
+    let listen = free_addr();
+    let mut worker = start_worker(&srv.url(), "w", &listen, &["--window-entries", "2000"]);
     wait_drained(&mut c, &keys).await;
     assert!(
-        carries(&mut c).await > 0,
+        carry_cells(&listen) > 0,
         "the backlog went in without a carry"
     );
     // Every command from here on, scripts' own included, in the SLOWLOG.
@@ -357,7 +427,7 @@ async fn members_a_carry_added_are_not_added_again() {
         again.is_empty(),
         "members the carry added were added again: {again:?}"
     );
-    workers.stop().await;
+    worker.terminate(Duration::from_secs(30));
     assert_eq!(
         read_all(&mut c, &keys).await,
         reference(&hits, &hitcount::model::config::DEFAULT_PRECISIONS)

@@ -152,8 +152,9 @@ pub struct WorkerArgs {
     #[arg(long, env = "HITCOUNT_CARRY_MS", help_heading = ADVANCED, hide_short_help = true,
           default_value_t = DEFAULT_CARRY_MS, value_parser = CARRY_MS.parser::<u64>())]
     pub carry_ms: u64,
-    /// The carry is applied once it sums this many distinct cells (more
-    /// cells: fewer HINCRBYs on many names, more worker memory),
+    /// The carry is applied once it sums this many distinct cells, a
+    /// statistics cell weighing as several (more cells: fewer HINCRBYs on
+    /// many names, more worker memory),
     /// 0..=100000000; 0 applies every window whole. With stream shards each shard's worker sums its
     /// own: on one Redis each gets an even share; on a Redis Cluster a
     /// process' shards go in together once they hold this many between

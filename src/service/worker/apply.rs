@@ -28,9 +28,9 @@ impl Worker {
             sort_stats_for_cluster(self.committer.keys(), &mut stats);
         }
         // Its cells wait in the carry (recorded now, applied later, summed)?
-        // A window with statistics is applied whole: the carry sums counts
-        // only.
-        let waits = stats.is_empty() && self.may_defer();
+        // Its statistics too, except in a group of shards' carries, which
+        // sums counts only: a window with statistics is then applied whole.
+        let waits = (stats.is_empty() || self.group.is_none()) && self.may_defer();
         let plan = plan(
             self.committer.keys(),
             &Apply {
@@ -100,7 +100,7 @@ impl Worker {
             let step = Apply {
                 window: &window_id,
                 cells: if waits { &[] } else { &cells },
-                stats: &stats,
+                stats: if waits { &[] } else { &stats },
                 ids: if waits { "" } else { self.batch.ids() },
                 chunk: CHUNK_CELLS,
                 by_slot,
@@ -146,7 +146,8 @@ impl Worker {
                 })?,
                 failures,
             });
-            self.carry.add(&cells, self.batch.window().hits() as usize);
+            let entries = self.batch.window().hits() as usize;
+            self.carry.add(&cells, &stats, entries);
             if let Some(m) = &mut self.group {
                 m.holds(&self.carry);
             }
@@ -157,7 +158,7 @@ impl Worker {
                 markers: markers(&plan),
             });
         }
-        drop(cells);
+        drop((cells, stats));
         self.clear_window();
         // At the head or stopping, nothing is left to sum with: apply now.
         if !self.carry.is_empty()

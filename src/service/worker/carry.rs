@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use super::group::{Finish, Grouper, Submission};
 use super::Worker;
-use crate::model::aggregate::Cell;
+use crate::model::aggregate::{Cell, StatCell};
 use crate::model::carry::Carry;
 use crate::model::ids::IdList;
 use crate::model::known::KnownCache;
 use crate::store::commit::{
-    markers, plan, sort_for_cluster, Apply, CarryOutcome, Committer, Deferred, Failure, Finished,
-    Sealed, CHUNK_CELLS,
+    markers, plan, sort_for_cluster, sort_stats_for_cluster, Apply, CarryOutcome, Committer,
+    Deferred, Failure, Finished, Sealed, CHUNK_CELLS,
 };
 use crate::store::connect::{joined, Conn, StoreError, StoreResult};
 
@@ -205,8 +205,11 @@ impl Job {
         let coming = Coming(group.as_ref().map(|(g, _)| g.clone()));
         let (grouper, id) = {
             let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
+            // None in a group's carry (see `flush`).
+            let mut stats: Vec<StatCell<'_>> = self.carry.stat_cells().collect();
             if self.by_slot {
                 sort_for_cluster(self.committer.keys(), &mut cells);
+                sort_stats_for_cluster(self.committer.keys(), &mut stats);
             } else {
                 // Members new to `known:` then go in in its own order (cheaper).
                 crate::model::known::sort_by_member(&mut cells);
@@ -214,7 +217,7 @@ impl Job {
             let step = Apply {
                 window: &self.window,
                 cells: &cells,
-                stats: &[],
+                stats: &stats,
                 // The windows' entries are acknowledged after, window by window.
                 ids: "",
                 chunk: CHUNK_CELLS,
@@ -225,7 +228,7 @@ impl Job {
                 window: &self.window,
                 ids: "",
                 cells: &cells,
-                stats: &[],
+                stats: &stats,
                 rejected: &[],
                 chunk: CHUNK_CELLS,
                 chunks: plan.len(),

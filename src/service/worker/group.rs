@@ -371,7 +371,7 @@ mod tests {
                 delta: 1,
             })
             .collect();
-        c.add(&cells, names.len());
+        c.add(&cells, &[], names.len());
         c
     }
 

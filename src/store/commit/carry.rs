@@ -5,7 +5,8 @@
 //! as every window is, then *not* applied and not acknowledged: its record
 //! and its pending entries stay.
 //! Some windows later, one script (`carry.lua`) records the sum of their
-//! waiting cells as a window of its own, the carry, and in the same step
+//! waiting cells (counts and statistics) as a window of its own, the
+//! carry, and in the same step
 //! marks each window *carried*. Then the carry is applied like any window
 //! (chunks marked as they go), the windows' entries are acknowledged, and
 //! the carry and the windows are finished.
@@ -28,7 +29,7 @@
 use redis::Value;
 
 use super::{Committer, Failure, Sealed, MARKER_TTL_SECS};
-use crate::model::aggregate::Cell;
+use crate::model::aggregate::{Cell, StatCell};
 use crate::model::ids::IdList;
 use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::scripts::{CARRY, TAKE};
@@ -70,24 +71,39 @@ impl Committer {
         let k = &self.keys;
         // The cells first, alone, with a TTL (see carry.lua), in pieces of
         // at most PIECE_CELLS cells, one HSET each: a single field of
-        // hundreds of thousands of cells (12 MB) held Redis 9 ms.
+        // hundreds of thousands of cells (12 MB) held Redis 9 ms. The
+        // statistics cells likewise, in pieces of their own.
         let record = k.window(carry.window);
         // No cells are still one (empty) piece.
         let pieces: Vec<&[Cell<'_>]> = match carry.cells.len() {
             0 => vec![&[]],
             _ => carry.cells.chunks(PIECE_CELLS).collect(),
         };
+        let stats: Vec<&[StatCell<'_>]> = carry.stats.chunks(PIECE_STAT_CELLS).collect();
         let mut pipe = redis::pipe();
         pipe.cmd("HSET")
             .arg(&record)
             .arg(PIECES_FIELD)
             .arg(pieces.len())
+            .arg(STATS_PIECES_FIELD)
+            .arg(stats.len())
             .ignore();
         for (i, piece) in pieces.iter().enumerate() {
             pipe.cmd("HSET")
                 .arg(&record)
-                .arg(piece_field(i))
+                .arg(piece_field(CELLS, i))
                 .arg(super::encode_cells(piece)?)
+                .ignore();
+        }
+        for (i, piece) in stats.iter().enumerate() {
+            let blob = super::stats::encode(piece).map_err(|e| StoreError::Unexpected {
+                what: "encoding a carry's statistics",
+                reply: e,
+            })?;
+            pipe.cmd("HSET")
+                .arg(&record)
+                .arg(piece_field(STATS, i))
+                .arg(blob)
                 .ignore();
         }
         pipe.cmd("PEXPIRE")
@@ -151,17 +167,27 @@ impl Committer {
 /// Cells per piece of a carry's recorded cells (about 1 MB of MessagePack,
 /// under 1 ms for Redis to store or to send).
 pub(crate) const PIECE_CELLS: usize = 50_000;
+/// Statistics cells per piece: a statistics cell with a histogram of a
+/// few dozen bins takes about ten times a count cell.
+pub(crate) const PIECE_STAT_CELLS: usize = 5_000;
 /// The record field holding how many pieces its cells are in; absent in a
 /// window's record, whose cells are one piece.
 pub(crate) const PIECES_FIELD: &str = "pieces";
+/// The record field holding how many pieces its statistics cells are in
+/// (0: none); absent in a window's record, whose statistics are one field.
+pub(crate) const STATS_PIECES_FIELD: &str = "stats_pieces";
+/// The fields of the cells' pieces.
+pub(crate) const CELLS: &str = "cells";
+/// The fields of the statistics cells' pieces.
+pub(crate) const STATS: &str = "stats";
 
-/// The record field of piece `i` of the cells: `cells`, then `cells:1`,
-/// `cells:2`...
-pub(crate) fn piece_field(i: usize) -> String {
+/// The record field of piece `i` of `what` ([`CELLS`] or [`STATS`]):
+/// `cells`, then `cells:1`, `cells:2`...
+pub(crate) fn piece_field(what: &str, i: usize) -> String {
     if i == 0 {
-        "cells".to_string()
+        what.to_string()
     } else {
-        format!("cells:{i}")
+        format!("{what}:{i}")
     }
 }
 

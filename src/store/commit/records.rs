@@ -4,7 +4,7 @@
 
 use redis::Value;
 
-use super::carry::{piece_field, PIECES_FIELD};
+use super::carry::{piece_field, CELLS, PIECES_FIELD, STATS, STATS_PIECES_FIELD};
 use super::{stats, Apply, Committer, Finished, Sum, APPLY_GUARD};
 use crate::model::aggregate::Cell;
 use crate::model::metrics::metrics;
@@ -170,42 +170,50 @@ impl Committer {
             Some(false) => {}
         }
         let key = self.keys.window(&record.window);
-        type Fields = (
-            Option<Vec<u8>>,
-            Option<Vec<u8>>,
-            Option<usize>,
-            Option<String>,
-        );
-        let (blob, stats_blob, pieces, ids): Fields = redis::cmd("HMGET")
+        type Fields = (Option<String>, Option<usize>, Option<usize>);
+        let (ids, pieces, stats_pieces): Fields = redis::cmd("HMGET")
             .arg(&key)
-            .arg("cells")
-            .arg("stats")
-            .arg(PIECES_FIELD)
             .arg("ids")
+            .arg(PIECES_FIELD)
+            .arg(STATS_PIECES_FIELD)
             .query_async(conn)
             .await?;
-        let Some(blob) = blob else { return Ok(false) };
+        // A carry's cells come in pieces: one HGET each (a reply of ~1 MB);
+        // a window's are one piece, its statistics one field.
+        let mut fields = redis::pipe();
+        let pieces = pieces.unwrap_or(1);
+        for i in 0..pieces {
+            fields.cmd("HGET").arg(&key).arg(piece_field(CELLS, i));
+        }
+        for i in 0..stats_pieces.unwrap_or(1) {
+            fields.cmd("HGET").arg(&key).arg(piece_field(STATS, i));
+        }
+        let mut blobs: Vec<Option<Vec<u8>>> = fields.query_async(conn).await?;
+        let stats_blobs = blobs.split_off(pieces.min(blobs.len()));
+        if blobs.first().is_none_or(Option::is_none) {
+            return Ok(false);
+        }
         let Some(ids) = ids else {
             return self.ids_missing(conn, record).await;
         };
-        // A carry's cells come in pieces: one HGET each (a reply of ~1 MB).
-        let mut more = redis::pipe();
-        for i in 1..pieces.unwrap_or(1) {
-            more.cmd("HGET").arg(&key).arg(piece_field(i));
-        }
-        let rest: Vec<Option<Vec<u8>>> = if more.is_empty() {
-            Vec::new()
-        } else {
-            more.query_async(conn).await?
-        };
-        let decoded = std::iter::once(Some(blob))
-            .chain(rest)
+        let decoded = blobs
+            .into_iter()
             .try_fold(Vec::new(), |mut all, piece| {
                 let piece = piece.ok_or_else(|| "a piece of its cells is missing".to_string())?;
                 all.extend(decode_cells(&piece)?);
                 Ok::<_, String>(all)
             })
-            .and_then(|c| Ok((c, stats::decode(stats_blob.as_deref())?)));
+            .and_then(|c| {
+                let mut owned = stats::OwnedStats::default();
+                for piece in stats_blobs {
+                    // A window without statistics has no field at all.
+                    if piece.is_none() && stats_pieces.is_some() {
+                        return Err("a piece of its statistics is missing".to_string());
+                    }
+                    owned.0.extend(stats::decode(piece.as_deref())?.0);
+                }
+                Ok((c, owned))
+            });
         let (owned, owned_stats) = match decoded {
             Ok(both) => both,
             Err(reason) => {

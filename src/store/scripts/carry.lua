@@ -1,6 +1,6 @@
--- Record the summed count cells of several windows as a window of their
--- own (the carry), taking those cells out of the windows it sums, in one
--- atomic step next to the stream. Every key here shares the stream's slot.
+-- Record the summed cells (counts and statistics) of several windows as a
+-- window of their own (the carry), taking those cells out of the windows
+-- it sums, in one atomic step next to the stream. Every key here shares the stream's slot.
 --
 -- KEYS[1] windows (ZSET)   KEYS[2] record of the carry   KEYS[3] this
 --         consumer name's registration (see register.lua)
@@ -17,7 +17,8 @@
 -- argument costs a script milliseconds (6 ms for 5 MB, against 0.3 ms for
 -- a plain HSET). The worker writes them first into the record, alone and
 -- with a TTL (`pieces` = k and the cells in k fields `cells`, `cells:1`
--- ... `cells:k-1`, PEXPIRE: not yet a record, nothing lists it); this
+-- ... `cells:k-1`; `stats_pieces` = s and the statistics cells in s fields
+-- `stats`, `stats:1` ...; PEXPIRE: not yet a record, nothing lists it); this
 -- script makes that hash the record (owner, ids, chunks; no TTL) and lists
 -- it, or deletes it when a window is gone (another refusal leaves it to
 -- its TTL).
@@ -50,7 +51,8 @@ if redis.call('HGET', KEYS[2], 'owner') then
     return {'dup', ARGV[4]}
 end
 local pieces = tonumber(redis.call('HGET', KEYS[2], 'pieces'))
-if not pieces or redis.call('HLEN', KEYS[2]) ~= pieces + 1 then
+local stats = tonumber(redis.call('HGET', KEYS[2], 'stats_pieces'))
+if not pieces or not stats or redis.call('HLEN', KEYS[2]) ~= pieces + stats + 2 then
     return redis.error_reply('the carry ' .. ARGV[4] .. ' has no cells written')
 end
 

@@ -50,6 +50,8 @@ mod tests {
                 .arg(carry)
                 .arg("pieces")
                 .arg(0)
+                .arg("stats_pieces")
+                .arg(0)
                 .query_async::<()>(&mut c)
                 .await
                 .unwrap();

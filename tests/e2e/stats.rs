@@ -396,3 +396,62 @@ async fn a_statistics_field_that_holds_no_number_fails_its_cell_whole() {
     let minute = got[&(60, "y".to_string())].values().next().unwrap();
     assert_eq!((minute.count, minute.sum), (1, 4.0));
 }
+
+/// Integer fields are summed exactly however large: the script sums small
+/// ones itself (in Lua's doubles) and leaves those past 2^53 to HINCRBY,
+/// which also refuses to overflow 64 bits (the cell is dead-lettered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statistics_integers_stay_exact_past_two_to_the_53() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let id = xadd(&mut c, &[("name", b"z"), ("value", b"4")]).await;
+    let ms = crate::common::plain::id_ms(&id);
+    let (hour, minute) = (
+        (ms / 1000).div_euclid(3600) * 3600,
+        (ms / 1000).div_euclid(60) * 60,
+    );
+    let bin = hitcount::model::stats::HistBucket::of(4.0)
+        .unwrap()
+        .suffix();
+    let big = "9007199254740993"; // 2^53 + 1: not a double
+    let _: () = redis::cmd("HSET")
+        .arg("stats:3600:z")
+        .arg(format!("{hour}:count"))
+        .arg(big)
+        .arg(format!("{hour}:h:{bin}"))
+        .arg(big)
+        .arg(format!("{hour}:h:1"))
+        .arg(7)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("stats:60:z")
+        .arg(format!("{minute}:count"))
+        .arg(i64::MAX)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let s = settings(&url, "w1");
+    count_all(&mut c, &s).await;
+    let hour_fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("stats:3600:z")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(hour_fields[&format!("{hour}:count")], "9007199254740994");
+    assert_eq!(hour_fields[&format!("{hour}:h:{bin}")], "9007199254740994");
+    assert_eq!(
+        hour_fields[&format!("{hour}:h:1")],
+        "7",
+        "a bin it did not see"
+    );
+    assert_eq!(hour_fields[&format!("{hour}:min")], "4");
+    // The minute's count would overflow: its cell is dead-lettered.
+    let dead = dead_letters(&mut c).await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["reason"], "apply_error");
+    assert_eq!(dead[0]["precision"], "60");
+    assert!(dead[0]["error"].contains("overflow"), "{:?}", dead[0]);
+}

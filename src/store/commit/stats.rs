@@ -109,7 +109,9 @@ pub(crate) fn decode(blob: Option<&[u8]>) -> Result<OwnedStats, String> {
 }
 
 /// Appends the `apply.lua` arguments of `stats` (see the script): per cell
-/// bucket, count, sum, sumsq, min, max, H, then H (suffix, count) pairs.
+/// bucket, count, sum, sumsq, min, max, H, then H (field `B:h:SUFFIX`,
+/// count) pairs: the whole field name, which the script would otherwise
+/// build per bin.
 pub(crate) fn push_args(cmd: &mut Cmd, stats: &[StatCell<'_>]) {
     for s in stats {
         let m = s.summary;
@@ -121,7 +123,7 @@ pub(crate) fn push_args(cmd: &mut Cmd, stats: &[StatCell<'_>]) {
             .arg(m.max.to_string())
             .arg(m.histogram.len());
         for (b, n) in &m.histogram {
-            cmd.arg(b.suffix()).arg(*n);
+            cmd.arg(format!("{}:h:{}", s.bucket, b.suffix())).arg(*n);
         }
     }
 }
@@ -231,6 +233,11 @@ mod tests {
         }
         assert_eq!(args[5], "123456789.125");
         assert_eq!(args[6], s.histogram.len().to_string());
+        let (first, n) = s.histogram.iter().next().unwrap();
+        assert_eq!(
+            args[7..9],
+            [format!("0:h:{}", first.suffix()), n.to_string()]
+        );
         assert_eq!(args.len(), 7 + 2 * s.histogram.len());
     }
 

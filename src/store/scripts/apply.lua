@@ -19,9 +19,9 @@
 --         to known:, each member once
 -- then per statistics cell: bucket B, count, sum, sum of squares, min, max
 --         (decimal, as HINCRBYFLOAT takes them), H, then H pairs of a
---         histogram field suffix and its count: written as HINCRBY B:count,
---         HINCRBYFLOAT B:sum and B:sumsq, B:min and B:max replaced when lower
---         and higher, HINCRBY B:h:SUFFIX.
+--         histogram field (B:h:SUFFIX) and its count: written as HINCRBYFLOAT
+--         B:sum and B:sumsq, then one HSET of B:count and each B:h:SUFFIX
+--         (their sums) and of B:min and B:max when lower and higher.
 --
 -- The worker leaves out the ZADD of members it added recently enough that
 -- the cleaner cannot have removed them (see the Rust module `known`): a
@@ -96,7 +96,7 @@ local function observe(key, at)
     local h = tonumber(ARGV[at + 6])
     local fields = {b .. ':count', b .. ':sum', b .. ':sumsq', b .. ':min', b .. ':max'}
     for j = 1, h do
-        fields[5 + j] = b .. ':h:' .. ARGV[at + 5 + 2 * j]
+        fields[5 + j] = ARGV[at + 5 + 2 * j]
     end
     local cur = {}
     for from = 1, #fields, 1000 do
@@ -114,15 +114,36 @@ local function observe(key, at)
     end
     redis.call('HINCRBYFLOAT', key, fields[2], ARGV[at + 2])
     redis.call('HINCRBYFLOAT', key, fields[3], ARGV[at + 3])
-    redis.call('HINCRBY', key, fields[1], ARGV[at + 1])
+    -- The count, the new min and max and every histogram field in one
+    -- HSET: the fields were just read, so their sums are known (a command
+    -- per field cost several times the field). Lua's numbers are doubles:
+    -- a sum that is not surely exact (2^53 or more) goes by HINCRBY.
+    local set = {}
+    local function add(j, delta)
+        local v = (tonumber(cur[j]) or 0) + tonumber(delta)
+        if math.abs(v) < 9007199254740992 then
+            set[#set + 1] = fields[j]
+            -- A number argument goes to Redis as %.17g: an integer below
+            -- 2^53 in plain digits.
+            set[#set + 1] = v
+        else
+            redis.call('HINCRBY', key, fields[j], delta)
+        end
+    end
+    add(1, ARGV[at + 1])
     if not cur[4] or tonumber(ARGV[at + 4]) < tonumber(cur[4]) then
-        redis.call('HSET', key, fields[4], ARGV[at + 4])
+        set[#set + 1] = fields[4]
+        set[#set + 1] = ARGV[at + 4]
     end
     if not cur[5] or tonumber(ARGV[at + 5]) > tonumber(cur[5]) then
-        redis.call('HSET', key, fields[5], ARGV[at + 5])
+        set[#set + 1] = fields[5]
+        set[#set + 1] = ARGV[at + 5]
     end
     for j = 1, h do
-        redis.call('HINCRBY', key, fields[5 + j], ARGV[at + 6 + 2 * j])
+        add(5 + j, ARGV[at + 6 + 2 * j])
+    end
+    for from = 1, #set, 2000 do
+        redis.call('HSET', key, unpack(set, from, math.min(from + 1999, #set)))
     end
 end
 

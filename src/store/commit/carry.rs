@@ -88,29 +88,37 @@ impl Committer {
             .arg(STATS_PIECES_FIELD)
             .arg(stats.len())
             .ignore();
-        for (i, piece) in pieces.iter().enumerate() {
-            pipe.cmd("HSET")
-                .arg(&record)
-                .arg(piece_field(CELLS, i))
-                .arg(super::encode_cells(piece)?)
-                .ignore();
-        }
-        for (i, piece) in stats.iter().enumerate() {
-            let blob = super::stats::encode(piece).map_err(|e| StoreError::Unexpected {
-                what: "encoding a carry's statistics",
-                reply: e,
-            })?;
-            pipe.cmd("HSET")
-                .arg(&record)
-                .arg(piece_field(STATS, i))
-                .arg(blob)
-                .ignore();
-        }
+        // The TTL first: a worker that dies between the round trips below
+        // leaves nothing for ever.
         pipe.cmd("PEXPIRE")
             .arg(&record)
             .arg(MARKER_TTL_SECS * 1000)
             .ignore();
-        pipe.query_async::<()>(conn).await?;
+        // A few pieces a round trip: encoded all at once, a carry of a
+        // million cells held about twice its 25 MB in the worker.
+        let stats_piece = |(i, piece): (usize, &&[StatCell<'_>])| -> StoreResult<_> {
+            let blob = super::stats::encode(piece).map_err(|e| StoreError::Unexpected {
+                what: "encoding a carry's statistics",
+                reply: e,
+            })?;
+            Ok((piece_field(STATS, i), blob))
+        };
+        let fields = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, piece)| Ok((piece_field(CELLS, i), super::encode_cells(piece)?)))
+            .chain(stats.iter().enumerate().map(stats_piece));
+        for (n, field) in fields.enumerate() {
+            let (name, blob) = field?;
+            pipe.cmd("HSET").arg(&record).arg(name).arg(blob).ignore();
+            if (n + 1) % PIECES_AT_ONCE == 0 {
+                pipe.query_async::<()>(conn).await?;
+                pipe.clear();
+            }
+        }
+        if !pipe.is_empty() {
+            pipe.query_async::<()>(conn).await?;
+        }
         // The windows' records are marked carried; their applied markers
         // are not touched (see carry.lua).
         let mut cmd = CARRY.evalsha(3 + windows.len());
@@ -170,6 +178,8 @@ pub(crate) const PIECE_CELLS: usize = 50_000;
 /// Statistics cells per piece: a statistics cell with a histogram of a
 /// few dozen bins takes about ten times a count cell.
 pub(crate) const PIECE_STAT_CELLS: usize = 5_000;
+/// Pieces written per round trip (about 4 MB).
+const PIECES_AT_ONCE: usize = 4;
 /// The record field holding how many pieces its cells are in; absent in a
 /// window's record, whose cells are one piece.
 pub(crate) const PIECES_FIELD: &str = "pieces";

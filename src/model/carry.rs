@@ -13,9 +13,7 @@
 //! while the worker reads and sums the next windows. Statistics cells
 //! (hits with a value) are summed alike, histogram bins included: a hot
 //! name's `B:count`, `B:sum`, `B:sumsq`, `B:min`, `B:max` and each bin it
-//! saw are written once per carry, not once per window. (On a Redis
-//! Cluster with stream shards, whose carries are applied per hash slot
-//! with the other shards', a window with statistics is applied whole.)
+//! saw are written once per carry, not once per window.
 //!
 //! A window read while behind is recorded (the commit) and its cells
 //! wait; a window read at the stream's head is applied whole, as soon as

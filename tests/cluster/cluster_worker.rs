@@ -151,10 +151,10 @@ async fn assert_exact(c: &mut Conn, sent: &[(String, i64, i64)]) {
 }
 
 /// Appends observations to `hits`, half plain, half MessagePack.
-async fn send_values(c: &mut Conn, obs: &[common::stats::Obs]) {
+async fn send_values(c: &mut Conn, stream: &str, obs: &[common::stats::Obs]) {
     let mut pipe = redis::pipe();
     for (i, (name, count, ts, value)) in obs.iter().enumerate() {
-        pipe.cmd("XADD").arg("hits").arg("*");
+        pipe.cmd("XADD").arg(stream).arg("*");
         if i % 2 == 0 {
             let packed =
                 hitcount::model::event::encode_value(name, *count, Some(*ts as f64), Some(*value));
@@ -221,7 +221,7 @@ async fn values_give_exactly_the_reference_statistics_on_a_cluster() {
     let mut workers = start_workers(&seeds, 2, &[]);
     let now = common::unix_now();
     let obs = st::observations(4000, 40, now, 11);
-    send_values(&mut c, &obs).await;
+    send_values(&mut c, "hits", &obs).await;
     let shards = Keys::all_shards(&LayoutArgs::default(), &StreamArgs::default(), true);
     drain_and_stop(&mut c, &shards, &mut workers).await;
     let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
@@ -682,10 +682,17 @@ async fn workers_killed_while_carrying_on_a_cluster_count_every_hit_once() {
     let shards = Keys::all_shards(&LayoutArgs::default(), &stream, true);
     let names: Vec<String> = (0..3000).map(|i| format!("c{i}")).collect();
     let mut sent = Vec::new();
+    // Values too: each shard's carries record their statistics, applied
+    // after the group's counts, and recovered alike.
+    let now = common::unix_now();
+    let mut observed = Vec::new();
     for (i, k) in shards.iter().enumerate() {
         for part in 0..5 {
             sent.extend(send(&mut c, &k.stream, &names, 2000, (i * 100 + part) as u64).await);
         }
+        let obs = common::stats::observations(3000, 300, now, 40 + i as u64);
+        send_values(&mut c, &k.stream, &obs).await;
+        observed.extend(obs);
     }
     let args = [
         "--shards",
@@ -734,7 +741,23 @@ async fn workers_killed_while_carrying_on_a_cluster_count_every_hit_once() {
         records == 0
     });
     drain_and_stop(&mut c, &shards, &mut survivor).await;
+    // The valued hits' counts are checked with their statistics.
+    sent.extend(
+        observed
+            .iter()
+            .map(|(n, count, ts, _)| (n.clone(), *count, *ts)),
+    );
     assert_exact(&mut c, &sent).await;
+    let (want, raw) = common::stats::reference(
+        &observed,
+        &PRECISIONS,
+        &hitcount::model::stats::DEFAULT_QUANTILE_PRECISIONS,
+        common::stats::kept(now),
+    );
+    let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
+    let got = common::stats::read(&mut c, &keys).await;
+    common::stats::assert_equal(&got, &want);
+    assert!(common::stats::assert_quantiles(&got, &raw) > 0);
     for k in &shards {
         assert_eq!(dead_count(&mut c, &k.dead).await, 0, "{}", k.dead);
     }

@@ -27,10 +27,9 @@ impl Worker {
             sort_for_cluster(self.committer.keys(), &mut cells);
             sort_stats_for_cluster(self.committer.keys(), &mut stats);
         }
-        // Its cells wait in the carry (recorded now, applied later, summed)?
-        // Its statistics too, except in a group of shards' carries, which
-        // sums counts only: a window with statistics is then applied whole.
-        let waits = (stats.is_empty() || self.group.is_none()) && self.may_defer();
+        // Its cells and statistics wait in the carry (recorded now, applied
+        // later, summed)?
+        let waits = self.may_defer();
         let plan = plan(
             self.committer.keys(),
             &Apply {

@@ -182,7 +182,10 @@ impl Job {
         }
         let markers = match markers {
             Pending::Own(m) => m,
-            Pending::Group(finish) => finish.map(|f| f.finished()).unwrap_or_default(),
+            Pending::Group(finish, mut own) => {
+                own.extend(finish.map(|f| f.finished()).unwrap_or_default());
+                own
+            }
         };
         let done = Finished {
             window: self.window.clone(),
@@ -205,7 +208,8 @@ impl Job {
         let coming = Coming(group.as_ref().map(|(g, _)| g.clone()));
         let (grouper, id) = {
             let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
-            // None in a group's carry (see `flush`).
+            // A group applies only the counts of its carries, each
+            // carry its statistics alone after (`apply_stats_alone`).
             let mut stats: Vec<StatCell<'_>> = self.carry.stat_cells().collect();
             if self.by_slot {
                 sort_for_cluster(self.committer.keys(), &mut cells);
@@ -275,7 +279,35 @@ impl Job {
         let applied = grouper.apply(submission).await?;
         self.carry = applied.carry;
         // The group's markers go with the last of its carries finished.
-        Ok((applied.result?, Pending::Group(applied.finish)))
+        let mut failures = applied.result?;
+        let (failed, own) = self.apply_stats_alone().await?;
+        failures.extend(failed);
+        Ok((failures, Pending::Group(applied.finish, own)))
+    }
+
+    /// A group's carry, its counts applied with the group: its statistics
+    /// on their own, per slot, under markers of its own (as a window's),
+    /// in the order recorded (the carry's, sorted by slot), so recovery
+    /// plans the same chunks. Their failures and markers.
+    async fn apply_stats_alone(&mut self) -> StoreResult<(Vec<Failure>, Vec<String>)> {
+        let mut stats: Vec<StatCell<'_>> = self.carry.stat_cells().collect();
+        if stats.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        sort_stats_for_cluster(self.committer.keys(), &mut stats);
+        let step = Apply {
+            window: &self.window,
+            cells: &[],
+            stats: &stats,
+            ids: "",
+            chunk: CHUNK_CELLS,
+            by_slot: true,
+        };
+        let failed = self
+            .committer
+            .apply_and_ack(&mut self.conn, &step, &[], None)
+            .await?;
+        Ok((failed, self.committer.markers_of(&step)))
     }
 }
 
@@ -302,6 +334,7 @@ impl Drop for Coming {
 enum Pending {
     /// Its own.
     Own(Vec<String>),
-    /// Its group's, when it is the group's last carry finished.
-    Group(Option<Arc<Finish>>),
+    /// Its statistics' own, and its group's when it is the group's last
+    /// carry finished.
+    Group(Option<Arc<Finish>>, Vec<String>),
 }

@@ -239,20 +239,32 @@ impl Committer {
             return Ok(false);
         }
         if let Some(group) = &record.group {
-            // A carry of a group: alone now, under the group's markers
-            // (left to their TTL: other sums of the group may need them).
+            // A carry of a group: its counts alone now, under the group's
+            // markers (left to their TTL: other sums of the group may need
+            // them).
             let sum = Sum {
                 id: &record.window,
                 group,
                 cells: &cells,
                 chunk: record.chunk,
             };
-            let failures = self.apply_sums(conn, &[sum], None).await?.remove(0);
+            let mut failures = self.apply_sums(conn, &[sum], None).await?.remove(0);
+            // Its statistics alone, under its own markers, as its worker
+            // applies them after the group.
+            let stats_step = Apply {
+                window: &record.window,
+                cells: &[],
+                stats: &stat_cells,
+                ids: "",
+                chunk: record.chunk,
+                by_slot: true,
+            };
+            failures.extend(self.apply_and_ack(conn, &stats_step, &[], None).await?);
             self.ack(conn, &ids).await?;
             let done = Finished {
                 window: record.window.clone(),
                 failures,
-                markers: Vec::new(),
+                markers: self.markers_of(&stats_step),
             };
             self.finish(conn, &done).await?;
             tracing::info!(window = %record.window, owner = %record.owner, group = %group,

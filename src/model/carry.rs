@@ -93,9 +93,10 @@ impl Carry {
         self.cells.merge_stats(stats);
     }
 
-    /// Distinct cells it holds.
-    pub(crate) fn cells_len(&self) -> usize {
-        self.cells.cells_len()
+    /// What it weighs against `--carry-cells`: a cell 1, a statistics cell
+    /// several ([`Window::weight`]).
+    pub(crate) fn weight(&self) -> usize {
+        self.cells.weight()
     }
 
     /// Whether no window waits.
@@ -144,7 +145,7 @@ impl Carry {
     }
 
     fn is_full(&self, max_cells: usize) -> bool {
-        self.cells.weight() >= max_cells || self.entries >= MAX_ENTRIES
+        self.weight() >= max_cells || self.entries >= MAX_ENTRIES
     }
 
     /// The summed cells, grouped by counter.

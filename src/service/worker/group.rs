@@ -89,7 +89,8 @@ struct Shared {
     /// Carries that the shard workers hold or have handed in, not yet in a
     /// closed group: the gathering waits for these, not for idle shards.
     pending: AtomicIsize,
-    /// Cells in the carries the shard workers hold (not yet handed in).
+    /// Weight of the carries the shard workers hold (not yet handed in):
+    /// their cells, a statistics cell counting as several.
     cells: AtomicUsize,
     /// Shard workers behind on their stream: while one is, the others'
     /// carries wait to be applied with its (see [`Grouper::behind`]).
@@ -133,7 +134,7 @@ impl Member {
     /// The worker's carry is now `carry`: a gathering waits for it unless
     /// it is empty.
     pub(crate) fn holds(&mut self, carry: &Carry) {
-        self.count(carry.cells_len());
+        self.count(carry.weight());
         self.set_holding(!carry.is_empty());
     }
 
@@ -219,7 +220,8 @@ impl Grouper {
         self.shared.behind.load(Ordering::SeqCst)
     }
 
-    /// Cells in the carries the process' shard workers hold between them.
+    /// Weight of the carries the process' shard workers hold between
+    /// them (see [`Carry::weight`]).
     pub(crate) fn cells(&self) -> usize {
         self.shared.cells.load(Ordering::SeqCst)
     }

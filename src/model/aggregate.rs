@@ -347,6 +347,7 @@ impl Window {
     }
 
     /// Distinct (precision, name, bucket) cells, i.e. `HINCRBY`s to send.
+    #[cfg(any(test, feature = "bench"))]
     pub(crate) fn cells_len(&self) -> usize {
         self.slots.len()
     }

@@ -20,10 +20,8 @@ pub(crate) mod workers;
 
 use std::collections::HashMap;
 
-use redis::RedisError;
-
 use crate::edge::workload::{synthetic_value, Names, Workload};
-use crate::model::config::{ConfigError, LayoutArgs, RedisArgs, StreamArgs};
+use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
 use crate::store::connect::Conn;
 use crate::store::scan::delete_matching;
@@ -32,23 +30,6 @@ pub(crate) use report::Report;
 
 /// Entries per prefill pipeline.
 const PREFILL_BATCH: usize = 1000;
-
-/// What went wrong in a bench run.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum BenchError {
-    /// Redis failed or replied unexpectedly (transient or fatal: the run stops).
-    #[error("redis: {0}")]
-    Redis(#[from] RedisError),
-    /// Bad settings.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// A worker process could not be started or watched.
-    #[error("worker process: {0}")]
-    Process(#[from] std::io::Error),
-    /// A check failed: counters differ from the hits sent, or a run stalled.
-    #[error("check failed: {0}")]
-    Check(String),
-}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -67,7 +48,7 @@ pub(crate) struct Options {
 
 /// Runs every workload and worker count, then the one-worker hot run with
 /// a value on every hit (the cost of statistics), and returns the figures.
-pub(crate) async fn run(opts: &Options) -> Result<Report, BenchError> {
+pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
     let client = crate::store::connect::client(&opts.redis)?;
     let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
     delete_matching(&mut conn, "bench:*").await?;
@@ -127,7 +108,7 @@ async fn prefill(
     workload: Workload,
     n: u64,
     values: bool,
-) -> Result<Sent, BenchError> {
+) -> anyhow::Result<Sent> {
     let names = workload.names();
     let mut per_name = vec![0u64; names.len()];
     let mut rng = rand::rng();
@@ -157,7 +138,7 @@ async fn prefill(
     })
 }
 
-async fn create_group(conn: &mut Conn, stream: &str, group: &str) -> Result<(), BenchError> {
+async fn create_group(conn: &mut Conn, stream: &str, group: &str) -> anyhow::Result<()> {
     let keys = keys(stream, group, "");
     crate::store::stream::ensure_group(conn, &keys).await?;
     Ok(())
@@ -181,7 +162,7 @@ pub(crate) fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
 /// Calls per command (lower case, e.g. `hincrby`) since the last
 /// `CONFIG RESETSTAT`, scripts' own commands included, the RESETSTAT
 /// itself left out.
-pub(crate) async fn command_calls(conn: &mut Conn) -> Result<HashMap<String, u64>, BenchError> {
+pub(crate) async fn command_calls(conn: &mut Conn) -> anyhow::Result<HashMap<String, u64>> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)

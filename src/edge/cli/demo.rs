@@ -296,16 +296,10 @@ async fn dashboard(
     keep: bool,
 ) -> anyhow::Result<()> {
     let bound = listener.local_addr()?;
-    let api = Api::new(
-        crate::store::connect::client(redis)?,
-        Keys::new(layout, &StreamArgs::default()),
-        layout.precisions.clone(),
-        layout.samples,
-    );
+    let api = Api::new(crate::store::connect::client(redis)?, layout);
     let (trigger, mut stop) = crate::model::shutdown::channel();
     let shutdown = async move { stop.wait().await };
-    let limits = crate::edge::server::Limits::default();
-    let serving = tokio::spawn(api::serve(listener, api, shutdown, limits));
+    let serving = tokio::spawn(api::serve(listener, api, shutdown));
     outln!("\nDashboard: http://{bound}/?name=page:0&precision=60");
     if keep {
         outln!("serving it until Ctrl-C");

@@ -6,8 +6,7 @@
 //! and removes the directory. Std only: the tests' fuller launcher (TLS,
 //! passwords, restarts, clusters) is the lab's, not the product's.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -116,15 +115,13 @@ fn launch(binary: &PathBuf, dir: &PathBuf) -> anyhow::Result<(Child, u16)> {
 
 /// Whether a Redis on `port` answers PING with PONG.
 fn answers(port: u16) -> bool {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
-        return false;
+    let ping = || -> redis::RedisResult<String> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        conn.set_read_timeout(Some(Duration::from_secs(1)))?;
+        redis::cmd("PING").query(&mut conn)
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-    let mut reply = [0u8; 7];
-    stream.write_all(b"PING\r\n").is_ok()
-        && stream.read_exact(&mut reply).is_ok()
-        && &reply == b"+PONG\r\n"
+    ping().is_ok_and(|reply| reply == "PONG")
 }
 
 /// `redis-server` on PATH, else in /usr/sbin or /usr/bin (Debian's).

@@ -25,6 +25,7 @@ use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
 use crate::store::connect::Conn;
 use crate::store::scan::delete_matching;
+use crate::store::stream::ensure_group;
 
 pub(crate) use report::Report;
 
@@ -64,7 +65,7 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
         let sent = prefill(&mut conn, &stream, workload, opts.entries, false).await?;
         for &w in &opts.workers {
             for group in [ceiling::group(w), workers::group(w)] {
-                create_group(&mut conn, &stream, &group).await?;
+                ensure_group(&mut conn, &keys(&stream, &group, "")).await?;
             }
         }
         for &w in &opts.workers {
@@ -82,7 +83,7 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
     if opts.workloads.contains(&Workload::Hot) && opts.workers.contains(&1) {
         let stream = "bench:values:hits";
         let sent = prefill(&mut conn, stream, Workload::Hot, opts.entries, true).await?;
-        create_group(&mut conn, stream, &workers::group(1)).await?;
+        ensure_group(&mut conn, &keys(stream, &workers::group(1), "")).await?;
         report.values = Some(workers::run(&mut conn, opts, stream, 1, &sent).await?);
         delete_matching(&mut conn, "bench:*").await?;
     }
@@ -136,12 +137,6 @@ async fn prefill(
         per_name,
         hits: n,
     })
-}
-
-async fn create_group(conn: &mut Conn, stream: &str, group: &str) -> anyhow::Result<()> {
-    let keys = keys(stream, group, "");
-    crate::store::stream::ensure_group(conn, &keys).await?;
-    Ok(())
 }
 
 /// The keys of a run: its stream and group, its counters under `prefix`.

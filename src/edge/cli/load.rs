@@ -139,10 +139,7 @@ pub(crate) async fn send(
     let mut sent = 0u64;
     let mut stop = stop.clone();
     // Events Redis refuses for good are dropped: stop there.
-    while sent < hits && producer.refused().is_none() {
-        if stop.is_triggered() {
-            break;
-        }
+    while sent < hits && producer.refused().is_none() && !stop.is_triggered() {
         let quota = match rate {
             Some(r) => {
                 let due = (start.elapsed().as_secs_f64() * r as f64) as u64;

@@ -32,18 +32,30 @@ pub(crate) use report::Report;
 /// Entries per prefill pipeline.
 const PREFILL_BATCH: usize = 1000;
 
-/// What to run.
-#[derive(Debug, Clone)]
+/// What to run: the flags of `hitcount bench` (their doc comments are its
+/// `--help`), and the Redis it measures.
+#[derive(clap::Args, Debug, Clone)]
 pub(crate) struct Options {
     /// The Redis to measure (its `bench:*` keys are written and deleted).
+    #[arg(skip)]
     pub redis: RedisArgs,
-    /// Entries prefilled per workload.
+    /// Entries prefilled per workload, at least 1.
+    #[arg(long, default_value_t = 100_000, value_parser = crate::edge::cli::parse_at_least_one)]
     pub entries: u64,
-    /// Worker counts to run, each against the ceiling with as many consumers.
+    /// Worker counts, comma separated, each 1 to 64; the ceiling runs as
+    /// many consumers.
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     pub workers: Vec<usize>,
-    /// Workloads to run.
-    pub workloads: Vec<Workload>,
-    /// Extra flags for every worker process (e.g. `--window-ms=200`).
+    /// Workloads, comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_enum,
+        default_value = "hot,zipf,uniform"
+    )]
+    pub workload: Vec<Workload>,
+    /// Extra flag for every worker, repeatable: `--worker-arg=--window-ms=200`.
+    #[arg(long = "worker-arg", allow_hyphen_values = true)]
     pub worker_args: Vec<String>,
 }
 
@@ -60,7 +72,7 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
         values: None,
         redis_nice: None,
     };
-    for &workload in &opts.workloads {
+    for &workload in &opts.workload {
         let stream = format!("bench:{workload:?}:hits").to_lowercase();
         let sent = prefill(&mut conn, &stream, workload, opts.entries, false).await?;
         for &w in &opts.workers {
@@ -80,7 +92,7 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
         }
         delete_matching(&mut conn, "bench:*").await?;
     }
-    if opts.workloads.contains(&Workload::Hot) && opts.workers.contains(&1) {
+    if opts.workload.contains(&Workload::Hot) && opts.workers.contains(&1) {
         let stream = "bench:values:hits";
         let sent = prefill(&mut conn, stream, Workload::Hot, opts.entries, true).await?;
         ensure_group(&mut conn, &keys(stream, &workers::group(1), "")).await?;

@@ -10,7 +10,6 @@ use anyhow::Context;
 
 use crate::edge::bench::Options;
 use crate::edge::throwaway::ThrowawayRedis;
-use crate::edge::workload::Workload;
 use crate::model::config::RedisArgs;
 
 #[derive(clap::Args, Debug)]
@@ -19,24 +18,8 @@ pub(crate) struct Args {
     /// Default: a throwaway redis-server.
     #[arg(long = "redis-url", env = "REDIS_URL", hide_env_values = true)]
     pub(super) redis_url: Option<String>,
-    /// Entries prefilled per workload, at least 1.
-    #[arg(long, default_value_t = 100_000, value_parser = super::parse_at_least_one)]
-    entries: u64,
-    /// Worker counts, comma separated, each 1 to 64; the ceiling runs as
-    /// many consumers.
-    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
-    workers: Vec<usize>,
-    /// Workloads, comma separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_enum,
-        default_value = "hot,zipf,uniform"
-    )]
-    workload: Vec<Workload>,
-    /// Extra flag for every worker, repeatable: `--worker-arg=--window-ms=200`.
-    #[arg(long = "worker-arg", allow_hyphen_values = true)]
-    worker_args: Vec<String>,
+    #[command(flatten)]
+    opts: Options,
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -95,7 +78,7 @@ pub(super) fn moved(matches: &clap::ArgMatches) -> Option<String> {
 /// ahead of the workers on a machine whose cores they share.
 const REDIS_NICE: i32 = -10;
 
-pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let server = match &args.redis_url {
         Some(url) => {
             // A cluster was measured here once; the lab measures it now,
@@ -116,17 +99,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         None => Some(ThrowawayRedis::start().context("starting a throwaway redis-server")?),
     };
     let url = (args.redis_url.clone()).unwrap_or_else(|| server.as_ref().expect("started").url());
-    let opts = Options {
-        redis: RedisArgs::from_url(&url),
-        entries: args.entries,
-        workers: args.workers,
-        workloads: args.workload,
-        worker_args: args.worker_args,
-    };
+    args.opts.redis = RedisArgs::from_url(&url);
     let nice = server
         .as_ref()
         .and_then(|s| renice(s.pid(), REDIS_NICE).then_some(REDIS_NICE));
-    let mut report = crate::edge::bench::run(&opts).await?;
+    let mut report = crate::edge::bench::run(&args.opts).await?;
     report.redis_nice = nice;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);

@@ -22,7 +22,7 @@ pub(crate) struct Args {
     #[arg(long, value_parser = super::parse_at_least_one)]
     hits: u64,
     /// Number of distinct names (page:0 .. page:N-1), 1 to 10,000,000.
-    #[arg(long, default_value_t = 1000, value_parser = super::names_parser())]
+    #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=super::MAX_NAMES))]
     names: usize,
     /// Zipf exponent for name popularity, 0 to 10 (default: uniform).
     #[arg(long, value_parser = super::parse_zipf, allow_negative_numbers = true)]

@@ -275,11 +275,6 @@ pub(crate) fn parse_at_least_one(text: &str) -> Result<u64, String> {
     }
 }
 
-/// `--names`: 1..=[`MAX_NAMES`].
-pub(crate) fn names_parser() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_NAMES)
-}
-
 /// `--zipf`: a finite exponent from 0 (uniform) to [`MAX_ZIPF`].
 pub(crate) fn parse_zipf(text: &str) -> Result<f64, String> {
     let s: f64 = text

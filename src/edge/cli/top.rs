@@ -11,9 +11,6 @@ use crate::model::keys::Keys;
 use crate::store::counters::format_utc;
 use crate::store::query::{self, By};
 
-/// Most names `--limit` may ask for (the API's largest `limit`).
-const MAX_LIMIT: u64 = 1000;
-
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     /// What to rank by: `count` (hits in the bucket) or `mean` (the mean
@@ -30,7 +27,7 @@ pub(crate) struct Args {
     bucket: Option<i64>,
     /// How many names to print, 1 to 1000.
     #[arg(long, default_value_t = 10,
-          value_parser = clap::value_parser!(u64).range(1..=MAX_LIMIT))]
+          value_parser = clap::value_parser!(u64).range(1..=crate::edge::api::MAX_LIMIT as u64))]
     limit: u64,
     /// Print JSON: {"precision", "bucket", "by", "counters": [{"name",
     /// "count"}, ...]} (each with "mean" too, by mean).

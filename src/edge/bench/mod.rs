@@ -68,9 +68,7 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
     let mut report = Report {
         entries: opts.entries,
         worker_args: opts.worker_args.clone(),
-        runs: Vec::new(),
-        values: None,
-        redis_nice: None,
+        ..Report::default()
     };
     for &workload in &opts.workload {
         let stream = format!("bench:{workload:?}:hits").to_lowercase();

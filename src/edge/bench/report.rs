@@ -21,7 +21,7 @@ pub(crate) struct Run {
 }
 
 /// Everything measured.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub(crate) struct Report {
     /// Entries per workload.
     pub entries: u64,

@@ -13,6 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use anyhow::Context as _;
+
 /// How long the server may take to answer PING.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -57,6 +59,19 @@ impl ThrowawayRedis {
         }
         let _ = std::fs::remove_dir_all(&dir);
         Err(last.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+    }
+
+    /// The Redis `url` names, or without one a throwaway server, started
+    /// (it runs while the returned server lives); and the URL to use.
+    pub(crate) fn unless_given(
+        url: Option<&String>,
+    ) -> anyhow::Result<(Option<ThrowawayRedis>, String)> {
+        if let Some(url) = url {
+            return Ok((None, url.clone()));
+        }
+        let server = ThrowawayRedis::start().context("starting a throwaway redis-server")?;
+        let url = server.url();
+        Ok((Some(server), url))
     }
 
     /// `redis://127.0.0.1:PORT`.

@@ -6,8 +6,6 @@
 //! are still accepted, unshown, and refused with one line naming the lab's
 //! command (exit 2), never ignored.
 
-use anyhow::Context;
-
 use crate::edge::bench::Options;
 use crate::edge::throwaway::ThrowawayRedis;
 use crate::model::config::RedisArgs;
@@ -79,27 +77,18 @@ pub(super) fn moved(matches: &clap::ArgMatches) -> Option<String> {
 const REDIS_NICE: i32 = -10;
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
-    let server = match &args.redis_url {
-        Some(url) => {
-            // A cluster was measured here once; the lab measures it now,
-            // and the refusal says so.
-            if super::connect(&RedisArgs::from_url(url))
-                .await?
-                .is_cluster()
-            {
-                anyhow::bail!(
-                    "hitcount bench measures one Redis, and REDIS_URL names a cluster: the \
-                     project's lab measures clusters: in a clone of hitcount, `cargo build \
-                     --release --workspace && target/release/hitcount-lab bench` with this \
-                     REDIS_URL"
-                );
-            }
-            None
-        }
-        None => Some(ThrowawayRedis::start().context("starting a throwaway redis-server")?),
-    };
-    let url = (args.redis_url.clone()).unwrap_or_else(|| server.as_ref().expect("started").url());
+    let (server, url) = ThrowawayRedis::unless_given(args.redis_url.as_ref())?;
     args.opts.redis = RedisArgs::from_url(&url);
+    // A cluster was measured here once; the lab measures it now, and the
+    // refusal says so.
+    if server.is_none() && super::connect(&args.opts.redis).await?.is_cluster() {
+        anyhow::bail!(
+            "hitcount bench measures one Redis, and REDIS_URL names a cluster: the \
+             project's lab measures clusters: in a clone of hitcount, `cargo build \
+             --release --workspace && target/release/hitcount-lab bench` with this \
+             REDIS_URL"
+        );
+    }
     let nice = server
         .as_ref()
         .and_then(|s| renice(s.pid(), REDIS_NICE).then_some(REDIS_NICE));

@@ -65,14 +65,7 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     // Taken first: a bad --dashboard fails before the demo runs.
     let listener = listen(&args.dashboard).await?;
-    let server = match &args.redis_url {
-        Some(_) => None,
-        None => Some(ThrowawayRedis::start().context("starting a throwaway redis-server")?),
-    };
-    let url = args
-        .redis_url
-        .clone()
-        .unwrap_or_else(|| server.as_ref().expect("started").url());
+    let (server, url) = ThrowawayRedis::unless_given(args.redis_url.as_ref())?;
     outln!("Redis: {}", crate::model::config::redact_url(&url));
     let redis = RedisArgs::from_url(&url);
     let stream = StreamArgs {

@@ -56,8 +56,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let client = crate::store::connect::client(&args.common.redis)?;
     let mut conn = super::connect(&args.common.redis).await?;
     crate::store::scripts::load_all(&mut conn).await?;
-    super::reach::adopt_recorded_shards(&mut conn, &mut args.common).await?;
-    let shards = Keys::all_shards(&args.common.layout, &args.common.stream, conn.is_cluster());
+    let shards = super::reach::shards_read(&mut conn, &mut args.common).await?;
     let keys = shards[0].clone();
     let owner = format!("clean-once@{}", std::process::id());
     let lease = Arc::new(Lease::new(&keys, &args.leader, &owner));

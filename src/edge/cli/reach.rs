@@ -160,14 +160,11 @@ fn mismatch(wanted: u32, recorded: u32, key: &str) -> String {
     )
 }
 
-/// For a command that reads or tidies the stream (`status`, `clean`): when
-/// the workers recorded another shard count than `common`'s (see
-/// `service::shards`), it is used instead, with a warning naming both (the
-/// command would otherwise look at streams no worker reads).
-pub(crate) async fn adopt_recorded_shards(
-    conn: &mut Conn,
-    common: &mut Common,
-) -> anyhow::Result<()> {
+/// The keys of every shard, for a command that reads or tidies the stream
+/// (`status`, `clean`): when the workers recorded another shard count than
+/// `common`'s (see `service::shards`), it is used instead, with a warning
+/// naming both (the command would otherwise look at streams no worker reads).
+pub(crate) async fn shards_read(conn: &mut Conn, common: &mut Common) -> anyhow::Result<Vec<Keys>> {
     let key = shard_count::key(&common.layout, &common.stream, conn.is_cluster());
     let recorded = shard_count::recorded(conn, &common.layout, &common.stream)
         .await
@@ -179,7 +176,11 @@ pub(crate) async fn adopt_recorded_shards(
         );
         common.stream.shards = recorded;
     }
-    Ok(())
+    Ok(Keys::all_shards(
+        &common.layout,
+        &common.stream,
+        conn.is_cluster(),
+    ))
 }
 
 /// Refuses to send hits no worker would count: on a Redis Cluster, with

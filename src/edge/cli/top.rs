@@ -61,9 +61,10 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         args.limit as usize,
     )
     .await?;
-    let by = match args.by {
-        By::Count => "count",
-        By::Mean => "mean",
+    // The ranking's name, and what it ranks.
+    let (by, what) = match args.by {
+        By::Count => ("count", "hits"),
+        By::Mean => ("mean", "statistics"),
     };
     if args.json {
         // The fields of `/api/v1/top`'s answer, in its order, with `by`.
@@ -73,11 +74,6 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     }
     let when = format!("the {precision} s bucket from {} UTC", format_utc(bucket));
     if ranking.is_empty() {
-        let what = if args.by == By::Mean {
-            "statistics"
-        } else {
-            "hits"
-        };
         outln!("no {what} in {when}");
         return Ok(());
     }

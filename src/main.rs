@@ -8,7 +8,8 @@ fn main() -> ExitCode {
     let cli = match hitcount::edge::cli::parse(std::env::args_os().collect()) {
         Ok(cli) => cli,
         Err(Refused::Usage(e)) => return usage_error(e),
-        Err(Refused::Setting(line)) => return setting_error(&line),
+        // One line, as every other configuration error is reported (exit 1).
+        Err(Refused::Setting(line)) => return failed(json_requested(), &line),
     };
     let format = cli.log_format;
     hitcount::edge::cli::init_tracing(format, cli.default_log_level());
@@ -49,20 +50,13 @@ fn usage_error(e: clap::Error) -> ExitCode {
     ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
 }
 
-/// Reports a setting refused while parsing in one line, as every other
-/// configuration error is reported (exit 1).
-fn setting_error(line: &str) -> ExitCode {
-    let json = json_requested();
-    if json {
-        hitcount::edge::cli::init_tracing(LogFormat::Json, "warn");
-    }
-    failed(json, line)
-}
-
 /// Reports the error `line` that ends the run (exit 1): on stderr, or in
 /// JSON mode as a JSON line too, for the shipper.
 fn failed(json: bool, line: &str) -> ExitCode {
     if json {
+        // Set up already when a command ran (this does nothing then), not
+        // when the command line was refused.
+        hitcount::edge::cli::init_tracing(LogFormat::Json, "warn");
         tracing::error!(error = line, "hitcount failed");
     } else {
         eprintln!("hitcount: {line}");

@@ -6,13 +6,14 @@
 //! and removes the directory. Std only: the tests' fuller launcher (TLS,
 //! passwords, restarts, clusters) is the lab's, not the product's.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
 
 /// How long the server may take to answer PING.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -58,6 +59,19 @@ impl ThrowawayRedis {
         }
         let _ = std::fs::remove_dir_all(&dir);
         Err(last.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+    }
+
+    /// The Redis `url` names, or without one a throwaway server, started
+    /// (it runs while the returned server lives); and the URL to use.
+    pub(crate) fn unless_given(
+        url: Option<&String>,
+    ) -> anyhow::Result<(Option<ThrowawayRedis>, String)> {
+        if let Some(url) = url {
+            return Ok((None, url.clone()));
+        }
+        let server = ThrowawayRedis::start().context("starting a throwaway redis-server")?;
+        let url = server.url();
+        Ok((Some(server), url))
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -116,15 +130,13 @@ fn launch(binary: &PathBuf, dir: &PathBuf) -> anyhow::Result<(Child, u16)> {
 
 /// Whether a Redis on `port` answers PING with PONG.
 fn answers(port: u16) -> bool {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
-        return false;
+    let ping = || -> redis::RedisResult<String> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        conn.set_read_timeout(Some(Duration::from_secs(1)))?;
+        redis::cmd("PING").query(&mut conn)
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-    let mut reply = [0u8; 7];
-    stream.write_all(b"PING\r\n").is_ok()
-        && stream.read_exact(&mut reply).is_ok()
-        && &reply == b"+PONG\r\n"
+    ping().is_ok_and(|reply| reply == "PONG")
 }
 
 /// `redis-server` on PATH, else in /usr/sbin or /usr/bin (Debian's).

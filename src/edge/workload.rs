@@ -104,23 +104,20 @@ impl Names {
         let Some(&total) = self.cdf.last() else {
             return vec![1.0 / self.n as f64; self.n];
         };
-        let mut prev = 0.0;
+        // Each cumulative weight less the one before it.
+        let before = std::iter::once(&0.0).chain(&self.cdf);
         self.cdf
             .iter()
-            .map(|&c| {
-                let p = (c - prev) / total;
-                prev = c;
-                p
-            })
+            .zip(before)
+            .map(|(c, b)| (c - b) / total)
             .collect()
     }
 
     /// A random rank.
     pub fn sample<R: Rng>(&self, rng: &mut R) -> usize {
-        if self.cdf.is_empty() {
+        let Some(&total) = self.cdf.last() else {
             return rng.random_range(0..self.n);
-        }
-        let total = *self.cdf.last().expect("n >= 1");
+        };
         let x = rng.random_range(0.0..total);
         self.cdf.partition_point(|&c| c <= x).min(self.n - 1)
     }

@@ -20,40 +20,24 @@ pub(crate) const PAGE_CSP: &str = "default-src 'self'; script-src 'self'; style-
      img-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
 
-/// How long a browser may keep a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Caching {
-    /// Asked again on every load: the page, its script and style change
-    /// with hitcount.
-    Revalidate,
-    /// Kept for a year: the path names the version (the vendored library).
-    Immutable,
-}
-
 /// One file served at one URL path.
 #[derive(Debug)]
 pub(crate) struct Asset {
     /// The URL path it answers.
     pub url: &'static str,
-    /// Its path under `assets/` (read by the test that every file there
-    /// is served).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Its path under `assets/`: its extension gives its `Content-Type`,
+    /// and the vendored files (`vendor/`, a versioned path) are kept for a
+    /// year, the others asked again on every load.
     pub file: &'static str,
-    /// Its `Content-Type`.
-    pub content_type: &'static str,
-    /// How long a browser may keep it.
-    pub caching: Caching,
     /// Its bytes, compiled in.
     pub body: &'static [u8],
 }
 
 macro_rules! asset {
-    ($url:literal, $file:literal, $type:literal, $caching:ident) => {
+    ($url:literal, $file:literal) => {
         Asset {
             url: $url,
             file: $file,
-            content_type: $type,
-            caching: Caching::$caching,
             body: include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/", $file)),
         }
     };
@@ -62,42 +46,39 @@ macro_rules! asset {
 /// Every file of `assets/` and its URL (a unit test checks that the table
 /// covers the folder: a file added there must be added here).
 pub(crate) const ASSETS: &[Asset] = &[
-    asset!("/", "index.html", "text/html; charset=utf-8", Revalidate),
-    asset!(
-        "/static/app.js",
-        "app.js",
-        "text/javascript; charset=utf-8",
-        Revalidate
-    ),
-    asset!(
-        "/static/style.css",
-        "style.css",
-        "text/css; charset=utf-8",
-        Revalidate
-    ),
-    asset!("/favicon.svg", "favicon.svg", "image/svg+xml", Revalidate),
+    asset!("/", "index.html"),
+    asset!("/static/app.js", "app.js"),
+    asset!("/static/style.css", "style.css"),
+    asset!("/favicon.svg", "favicon.svg"),
     // Asked by browsers that ignore the page's icon link.
-    asset!("/favicon.ico", "favicon.svg", "image/svg+xml", Revalidate),
-    asset!("/404", "404.html", "text/html; charset=utf-8", Revalidate),
+    asset!("/favicon.ico", "favicon.svg"),
+    asset!("/404", "404.html"),
     asset!(
         "/static/uplot-1.6.32/uPlot.iife.min.js",
-        "vendor/uplot-1.6.32/uPlot.iife.min.js",
-        "text/javascript; charset=utf-8",
-        Immutable
+        "vendor/uplot-1.6.32/uPlot.iife.min.js"
     ),
     asset!(
         "/static/uplot-1.6.32/uPlot.min.css",
-        "vendor/uplot-1.6.32/uPlot.min.css",
-        "text/css; charset=utf-8",
-        Immutable
+        "vendor/uplot-1.6.32/uPlot.min.css"
     ),
     asset!(
         "/static/uplot-1.6.32/LICENSE",
-        "vendor/uplot-1.6.32/LICENSE",
-        "text/plain; charset=utf-8",
-        Immutable
+        "vendor/uplot-1.6.32/LICENSE"
     ),
 ];
+
+impl Asset {
+    /// Its `Content-Type`, by its file's extension.
+    fn content_type(&self) -> &'static str {
+        match std::path::Path::new(self.file).extension() {
+            Some(ext) if ext == "html" => "text/html; charset=utf-8",
+            Some(ext) if ext == "js" => "text/javascript; charset=utf-8",
+            Some(ext) if ext == "css" => "text/css; charset=utf-8",
+            Some(ext) if ext == "svg" => "image/svg+xml",
+            _ => "text/plain; charset=utf-8",
+        }
+    }
+}
 
 /// The file at URL `path`, if any.
 pub(crate) fn find(path: &str) -> Option<&'static Asset> {
@@ -117,10 +98,12 @@ pub(crate) fn answer(method: &Method, path: &str) -> Resp {
         Some(a) if a.url != "/404" => (StatusCode::OK, a),
         _ => (StatusCode::NOT_FOUND, find("/404").expect("in the table")),
     };
-    let mut resp = server::respond(status, asset.content_type, asset.body);
-    let caching = match (status, asset.caching) {
-        (StatusCode::OK, Caching::Immutable) => "public, max-age=31536000, immutable",
-        (StatusCode::OK, Caching::Revalidate) => "no-cache",
+    let mut resp = server::respond(status, asset.content_type(), asset.body);
+    let caching = match status {
+        StatusCode::OK if asset.file.starts_with("vendor/") => {
+            "public, max-age=31536000, immutable"
+        }
+        StatusCode::OK => "no-cache",
         _ => "no-store",
     };
     resp.headers_mut()
@@ -172,6 +155,34 @@ mod tests {
             assert!(a.url.starts_with('/') && !a.url.contains(".."), "{}", a.url);
             assert!(!a.body.is_empty(), "{} is empty", a.file);
         }
+    }
+
+    #[test]
+    fn each_file_has_its_content_type() {
+        for (url, content_type) in [
+            ("/", "text/html; charset=utf-8"),
+            ("/404", "text/html; charset=utf-8"),
+            ("/static/app.js", "text/javascript; charset=utf-8"),
+            ("/static/style.css", "text/css; charset=utf-8"),
+            ("/favicon.svg", "image/svg+xml"),
+            ("/favicon.ico", "image/svg+xml"),
+            (
+                "/static/uplot-1.6.32/uPlot.iife.min.js",
+                "text/javascript; charset=utf-8",
+            ),
+            (
+                "/static/uplot-1.6.32/uPlot.min.css",
+                "text/css; charset=utf-8",
+            ),
+            ("/static/uplot-1.6.32/LICENSE", "text/plain; charset=utf-8"),
+        ] {
+            assert_eq!(find(url).unwrap().content_type(), content_type, "{url}");
+        }
+        let resp = answer(&Method::GET, "/static/uplot-1.6.32/LICENSE");
+        assert!(resp.headers()[CACHE_CONTROL]
+            .to_str()
+            .unwrap()
+            .contains("immutable"));
     }
 
     #[test]

@@ -41,6 +41,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::edge::server::{self, Limits, Resp};
+use crate::model::config::{LayoutArgs, StreamArgs};
 use crate::model::keys::{Family, Keys};
 use crate::service::ranking::{RankError, Rankings, KEEP};
 use crate::store::connect::{Client, Conn, ErrorClass};
@@ -69,18 +70,18 @@ pub(crate) struct Api {
 }
 
 impl Api {
-    /// The API over the counters named by `keys` at `precisions` (sorted),
-    /// which keep `samples` buckets (`--samples`: older buckets are not
-    /// ranked), read through `client` (connected on first use, again after
-    /// a connection error).
-    pub(crate) fn new(client: Client, keys: Keys, precisions: Vec<u32>, samples: u32) -> Api {
+    /// The API over the counters of `layout` (its precisions sorted; older
+    /// buckets than its `--samples` keep are not ranked), read through
+    /// `client` (connected on first use, again after a connection error).
+    pub(crate) fn new(client: Client, layout: &LayoutArgs) -> Api {
+        let keys = Keys::new(layout, &StreamArgs::default());
         Api {
             client,
             conn: tokio::sync::Mutex::new(None),
             rankings: Rankings::new(keys.clone()),
             keys,
-            precisions,
-            samples: samples.max(1),
+            precisions: layout.precisions.clone(),
+            samples: layout.samples.max(1),
         }
     }
 
@@ -114,15 +115,15 @@ impl Api {
     }
 }
 
-/// Serves the API on `listener` within `limits` until `shutdown`.
+/// Serves the API on `listener` within the default [`Limits`] until
+/// `shutdown`.
 pub(crate) async fn serve(
     listener: TcpListener,
     api: Api,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    limits: Limits,
 ) -> std::io::Result<()> {
     let api = Arc::new(api);
-    server::run(listener, limits, shutdown, move |req| {
+    server::run(listener, Limits::default(), shutdown, move |req| {
         let api = api.clone();
         async move { handle(&api, &req).await }
     })
@@ -296,7 +297,7 @@ struct Series {
 impl Series {
     fn parse(api: &Api, raw: &str, q: &Query, what: &str) -> Result<Series, Failure> {
         let name = decode(raw, false)?;
-        let precision = q.precision(&api.precisions)?;
+        let precision = q.precision(None, &api.precisions)?;
         let (from, until) = (q.int("from")?, q.int("until")?);
         if name.is_empty() {
             return Err(Failure::NotFound(format!("no such {what}")));

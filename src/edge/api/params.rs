@@ -7,31 +7,21 @@ use crate::model::config::comma_list;
 /// Decodes `%XX` escapes (and `+` as a space when `plus_is_space`, as in a
 /// query string); the result must be UTF-8.
 pub(crate) fn decode(text: &str, plus_is_space: bool) -> Result<String, String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
+    let mut out = Vec::with_capacity(text.len());
     let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
+    while let Some(&b) = text.as_bytes().get(i) {
+        i += 1;
+        out.push(match b {
             b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok());
-                let byte = hex
-                    .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+                let hex = text.get(i..i + 2);
+                i += 2;
+                hex.filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| format!("bad percent-encoding in `{text}`"))?;
-                out.push(byte);
-                i += 3;
+                    .ok_or_else(|| format!("bad percent-encoding in `{text}`"))?
             }
-            b'+' if plus_is_space => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
+            b'+' if plus_is_space => b' ',
+            b => b,
+        });
     }
     String::from_utf8(out).map_err(|_| format!("`{text}` does not decode to UTF-8"))
 }
@@ -83,27 +73,23 @@ impl Query {
     }
 
     /// `precision`, one of `configured`; `default` when absent (an error
-    /// then if `default` is not configured).
-    pub(crate) fn precision_or(&self, default: u32, configured: &[u32]) -> Result<u32, String> {
-        match self.get("precision") {
-            None if configured.contains(&default) => Ok(default),
-            None => Err(format!(
-                "precision is required here: the default {default} is not configured; one of {}",
-                comma_list(configured)
+    /// then if there is none, or it is not configured).
+    pub(crate) fn precision(
+        &self,
+        default: Option<u32>,
+        configured: &[u32],
+    ) -> Result<u32, String> {
+        let list = comma_list(configured);
+        match (self.get("precision"), default) {
+            (None, Some(d)) if configured.contains(&d) => Ok(d),
+            (None, Some(d)) => Err(format!(
+                "precision is required here: the default {d} is not configured; one of {list}"
             )),
-            Some(_) => self.precision(configured),
-        }
-    }
-
-    /// `precision`, required, one of `configured`.
-    pub(crate) fn precision(&self, configured: &[u32]) -> Result<u32, String> {
-        let list = || comma_list(configured);
-        let Some(v) = self.get("precision") else {
-            return Err(format!("precision is required: one of {}", list()));
-        };
-        match v.parse::<u32>() {
-            Ok(p) if configured.contains(&p) => Ok(p),
-            _ => Err(format!("precision must be one of {}, not `{v}`", list())),
+            (None, None) => Err(format!("precision is required: one of {list}")),
+            (Some(v), _) => match v.parse::<u32>() {
+                Ok(p) if configured.contains(&p) => Ok(p),
+                _ => Err(format!("precision must be one of {list}, not `{v}`")),
+            },
         }
     }
 }
@@ -181,13 +167,13 @@ mod tests {
     fn parameters_are_checked() {
         let q = Query::parse(Some("limit=0&precision=7&from=x&empty")).unwrap();
         assert!(q.limit(100, 1000).is_err());
-        assert!(q.precision(&[1, 60]).unwrap_err().contains("1,60"));
+        assert!(q.precision(None, &[1, 60]).unwrap_err().contains("1,60"));
         assert!(q.int("from").is_err());
         assert_eq!(q.int("until"), Ok(None));
         assert_eq!(q.get("empty"), Some(""));
         let q = Query::parse(Some("limit=1000&precision=60&prefix=a+b%2F")).unwrap();
         assert_eq!(q.limit(100, 1000), Ok(1000));
-        assert_eq!(q.precision(&[1, 60]), Ok(60));
+        assert_eq!(q.precision(None, &[1, 60]), Ok(60));
         assert_eq!(q.get("prefix"), Some("a b/"));
         assert!(Query::parse(Some("limit=1001"))
             .unwrap()
@@ -234,10 +220,10 @@ mod tests {
     #[test]
     fn a_default_precision_must_be_configured() {
         let none = Query::parse(None).unwrap();
-        assert_eq!(none.precision_or(3600, &[60, 3600]), Ok(3600));
-        assert!(none.precision_or(3600, &[60]).is_err());
-        assert!(none.precision(&[60]).is_err());
+        assert_eq!(none.precision(Some(3600), &[60, 3600]), Ok(3600));
+        assert!(none.precision(Some(3600), &[60]).is_err());
+        assert!(none.precision(None, &[60]).is_err());
         let q = Query::parse(Some("precision=60")).unwrap();
-        assert_eq!(q.precision_or(3600, &[60, 3600]), Ok(60));
+        assert_eq!(q.precision(Some(3600), &[60, 3600]), Ok(60));
     }
 }

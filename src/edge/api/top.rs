@@ -57,7 +57,7 @@ struct TopEntry<'a> {
 
 /// The answer to `/api/v1/top`.
 pub(super) async fn top(api: &Api, q: &Query) -> Result<String, Failure> {
-    let precision = q.precision_or(TOP_DEFAULT_PRECISION, &api.precisions)?;
+    let precision = q.precision(Some(TOP_DEFAULT_PRECISION), &api.precisions)?;
     let limit = q.limit(DEFAULT_LIMIT, MAX_LIMIT)?;
     let by: By = q.get("by").map(str::parse).transpose()?.unwrap_or_default();
     let now = crate::model::clock::unix_ms().div_euclid(1000);

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::store::connect::{Client, Conn};
 
-use super::{keys, BenchError};
+use super::keys;
 use crate::store::stream;
 
 /// The ceiling's group for `consumers` consumers.
@@ -38,18 +38,10 @@ impl Drained {
 }
 
 /// Redis' own CPU time so far, user + system, in seconds (`INFO cpu`).
-pub(crate) async fn redis_cpu_secs(conn: &mut Conn) -> Result<f64, BenchError> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    Ok(info
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            match k {
-                "used_cpu_sys" | "used_cpu_user" => v.trim().parse::<f64>().ok(),
-                _ => None,
-            }
-        })
-        .sum())
+pub(crate) async fn redis_cpu_secs(conn: &mut Conn) -> anyhow::Result<f64> {
+    let info: redis::InfoDict = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let secs = |field| info.get::<f64>(field).unwrap_or(0.0);
+    Ok(secs("used_cpu_sys") + secs("used_cpu_user"))
 }
 
 /// Drains `stream` through the ceiling's group with `consumers` consumers,
@@ -59,7 +51,7 @@ pub(crate) async fn run(
     stream_key: &str,
     consumers: usize,
     expected: u64,
-) -> Result<Drained, BenchError> {
+) -> anyhow::Result<Drained> {
     let k = keys(stream_key, &group(consumers), "");
     // The worker's read size.
     let read_count = crate::model::config::WorkerArgs::default().read_count;
@@ -103,15 +95,14 @@ pub(crate) async fn run(
     for t in tasks {
         entries += t
             .await
-            .map_err(|e| BenchError::Check(format!("ceiling consumer: {e}")))??;
+            .map_err(|e| anyhow::anyhow!("check failed: ceiling consumer: {e}"))??;
     }
     let secs = started.elapsed().as_secs_f64();
     let redis_cpu_secs = redis_cpu_secs(&mut probe).await? - cpu;
-    if entries != expected {
-        return Err(BenchError::Check(format!(
-            "the ceiling read {entries} entries, {expected} were prefilled"
-        )));
-    }
+    anyhow::ensure!(
+        entries == expected,
+        "check failed: the ceiling read {entries} entries, {expected} were prefilled"
+    );
     Ok(Drained {
         entries,
         secs,

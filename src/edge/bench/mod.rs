@@ -20,70 +20,62 @@ pub(crate) mod workers;
 
 use std::collections::HashMap;
 
-use redis::RedisError;
-
 use crate::edge::workload::{synthetic_value, Names, Workload};
-use crate::model::config::{ConfigError, LayoutArgs, RedisArgs, StreamArgs};
+use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
 use crate::store::connect::Conn;
 use crate::store::scan::delete_matching;
+use crate::store::stream::ensure_group;
 
 pub(crate) use report::Report;
 
 /// Entries per prefill pipeline.
 const PREFILL_BATCH: usize = 1000;
 
-/// What went wrong in a bench run.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum BenchError {
-    /// Redis failed or replied unexpectedly (transient or fatal: the run stops).
-    #[error("redis: {0}")]
-    Redis(#[from] RedisError),
-    /// Bad settings.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// A worker process could not be started or watched.
-    #[error("worker process: {0}")]
-    Process(#[from] std::io::Error),
-    /// A check failed: counters differ from the hits sent, or a run stalled.
-    #[error("check failed: {0}")]
-    Check(String),
-}
-
-/// What to run.
-#[derive(Debug, Clone)]
+/// What to run: the flags of `hitcount bench` (their doc comments are its
+/// `--help`), and the Redis it measures.
+#[derive(clap::Args, Debug, Clone)]
 pub(crate) struct Options {
     /// The Redis to measure (its `bench:*` keys are written and deleted).
+    #[arg(skip)]
     pub redis: RedisArgs,
-    /// Entries prefilled per workload.
+    /// Entries prefilled per workload, at least 1.
+    #[arg(long, default_value_t = 100_000, value_parser = crate::edge::cli::parse_at_least_one)]
     pub entries: u64,
-    /// Worker counts to run, each against the ceiling with as many consumers.
+    /// Worker counts, comma separated, each 1 to 64; the ceiling runs as
+    /// many consumers.
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     pub workers: Vec<usize>,
-    /// Workloads to run.
-    pub workloads: Vec<Workload>,
-    /// Extra flags for every worker process (e.g. `--window-ms=200`).
+    /// Workloads, comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_enum,
+        default_value = "hot,zipf,uniform"
+    )]
+    pub workload: Vec<Workload>,
+    /// Extra flag for every worker, repeatable: `--worker-arg=--window-ms=200`.
+    #[arg(long = "worker-arg", allow_hyphen_values = true)]
     pub worker_args: Vec<String>,
 }
 
 /// Runs every workload and worker count, then the one-worker hot run with
 /// a value on every hit (the cost of statistics), and returns the figures.
-pub(crate) async fn run(opts: &Options) -> Result<Report, BenchError> {
+pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
     let client = crate::store::connect::client(&opts.redis)?;
     let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
     delete_matching(&mut conn, "bench:*").await?;
     let mut report = Report {
         entries: opts.entries,
         worker_args: opts.worker_args.clone(),
-        runs: Vec::new(),
-        values: None,
-        redis_nice: None,
+        ..Report::default()
     };
-    for &workload in &opts.workloads {
+    for &workload in &opts.workload {
         let stream = format!("bench:{workload:?}:hits").to_lowercase();
         let sent = prefill(&mut conn, &stream, workload, opts.entries, false).await?;
         for &w in &opts.workers {
             for group in [ceiling::group(w), workers::group(w)] {
-                create_group(&mut conn, &stream, &group).await?;
+                ensure_group(&mut conn, &keys(&stream, &group, "")).await?;
             }
         }
         for &w in &opts.workers {
@@ -98,10 +90,10 @@ pub(crate) async fn run(opts: &Options) -> Result<Report, BenchError> {
         }
         delete_matching(&mut conn, "bench:*").await?;
     }
-    if opts.workloads.contains(&Workload::Hot) && opts.workers.contains(&1) {
+    if opts.workload.contains(&Workload::Hot) && opts.workers.contains(&1) {
         let stream = "bench:values:hits";
         let sent = prefill(&mut conn, stream, Workload::Hot, opts.entries, true).await?;
-        create_group(&mut conn, stream, &workers::group(1)).await?;
+        ensure_group(&mut conn, &keys(stream, &workers::group(1), "")).await?;
         report.values = Some(workers::run(&mut conn, opts, stream, 1, &sent).await?);
         delete_matching(&mut conn, "bench:*").await?;
     }
@@ -127,7 +119,7 @@ async fn prefill(
     workload: Workload,
     n: u64,
     values: bool,
-) -> Result<Sent, BenchError> {
+) -> anyhow::Result<Sent> {
     let names = workload.names();
     let mut per_name = vec![0u64; names.len()];
     let mut rng = rand::rng();
@@ -157,12 +149,6 @@ async fn prefill(
     })
 }
 
-async fn create_group(conn: &mut Conn, stream: &str, group: &str) -> Result<(), BenchError> {
-    let keys = keys(stream, group, "");
-    crate::store::stream::ensure_group(conn, &keys).await?;
-    Ok(())
-}
-
 /// The keys of a run: its stream and group, its counters under `prefix`.
 pub(crate) fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
     let layout = LayoutArgs {
@@ -181,7 +167,7 @@ pub(crate) fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
 /// Calls per command (lower case, e.g. `hincrby`) since the last
 /// `CONFIG RESETSTAT`, scripts' own commands included, the RESETSTAT
 /// itself left out.
-pub(crate) async fn command_calls(conn: &mut Conn) -> Result<HashMap<String, u64>, BenchError> {
+pub(crate) async fn command_calls(conn: &mut Conn) -> anyhow::Result<HashMap<String, u64>> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)

@@ -21,7 +21,7 @@ pub(crate) struct Run {
 }
 
 /// Everything measured.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub(crate) struct Report {
     /// Entries per workload.
     pub entries: u64,
@@ -83,20 +83,7 @@ impl Report {
 
 /// 123456.7 → "123,457".
 pub(crate) fn thousands(x: f64) -> String {
-    let n = x.round() as i64;
-    let s = n.abs().to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 {
-        format!("-{out}")
-    } else {
-        out
-    }
+    format!("{:.0}", indicatif::HumanFloatCount(x.round()))
 }
 
 #[cfg(test)]

@@ -3,13 +3,15 @@
 //! each process' peak RSS read from `/proc/<pid>/status`.
 
 use std::process::Stdio;
+
+use anyhow::Context as _;
 use std::time::{Duration, Instant};
 
 use crate::store::connect::Conn;
 use tokio::process::{Child, Command};
 
 use super::ceiling::{redis_cpu_secs, Drained};
-use super::{command_calls, keys, BenchError, Options, Sent};
+use super::{command_calls, keys, Options, Sent};
 use crate::edge::workload::Names;
 use crate::model::config::RedisArgs;
 use crate::model::keys::Keys;
@@ -32,7 +34,7 @@ fn spawn(
     k: &Keys,
     workers: usize,
     extra: &[String],
-) -> Result<Vec<Child>, BenchError> {
+) -> std::io::Result<Vec<Child>> {
     let exe = std::env::current_exe()?;
     let mut children = Vec::new();
     for i in 0..workers {
@@ -93,14 +95,15 @@ pub(crate) async fn run(
     stream: &str,
     workers: usize,
     sent: &Sent,
-) -> Result<WorkerRun, BenchError> {
+) -> anyhow::Result<WorkerRun> {
     let prefix = format!("{}:w{workers}:", stream.trim_end_matches(":hits"));
     let k = &keys(stream, &group(workers), &prefix);
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async(conn)
         .await?;
-    let mut children = spawn(&opts.redis, k, workers, &opts.worker_args)?;
+    let mut children =
+        spawn(&opts.redis, k, workers, &opts.worker_args).context("worker process")?;
     let deadline = Instant::now() + Duration::from_secs(120 + sent.hits / 5000);
     let mut own_calls = 0u64;
     // The clock starts at the group's first read, not at process start-up.
@@ -135,14 +138,13 @@ pub(crate) async fn run(
         .fold(0.0, |a: f64, kib| a.max(kib as f64 / 1024.0));
     stop(children).await;
     let counted = day_total(conn, k, &sent.per_name).await?;
-    if counted != sent.hits as i64 {
-        return Err(BenchError::Check(format!(
-            "{} with {} worker(s): counted {counted} hits at the 86400 s precision, sent {}",
-            sent.workload.label(),
-            workers,
-            sent.hits
-        )));
-    }
+    anyhow::ensure!(
+        counted == sent.hits as i64,
+        "check failed: {} with {workers} worker(s): counted {counted} hits at the 86400 s \
+         precision, sent {}",
+        sent.workload.label(),
+        sent.hits
+    );
     Ok(WorkerRun {
         drained: Drained {
             entries: sent.hits,
@@ -157,20 +159,19 @@ pub(crate) async fn run(
 }
 
 /// An error when a worker has exited or `deadline` has passed.
-fn check_alive(children: &mut [Child], deadline: Instant) -> Result<(), BenchError> {
+fn check_alive(children: &mut [Child], deadline: Instant) -> anyhow::Result<()> {
     for c in children.iter_mut() {
-        if let Some(status) = c.try_wait()? {
-            return Err(BenchError::Check(format!(
-                "a worker exited ({status}); see hitcount-bench-worker-*.log in {}",
+        if let Some(status) = c.try_wait().context("worker process")? {
+            anyhow::bail!(
+                "check failed: a worker exited ({status}); see hitcount-bench-worker-*.log in {}",
                 std::env::temp_dir().display()
-            )));
+            );
         }
     }
-    if Instant::now() > deadline {
-        return Err(BenchError::Check(
-            "the workers did not drain the stream in time".into(),
-        ));
-    }
+    anyhow::ensure!(
+        Instant::now() <= deadline,
+        "check failed: the workers did not drain the stream in time"
+    );
     Ok(())
 }
 
@@ -203,7 +204,7 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 }
 
 /// The sum of every day counter of the names that were sent.
-async fn day_total(conn: &mut Conn, k: &Keys, per_name: &[u64]) -> Result<i64, BenchError> {
+async fn day_total(conn: &mut Conn, k: &Keys, per_name: &[u64]) -> anyhow::Result<i64> {
     let ranks: Vec<usize> = (0..per_name.len()).filter(|&r| per_name[r] > 0).collect();
     let mut total = 0i64;
     for batch in ranks.chunks(CHECK_BATCH) {

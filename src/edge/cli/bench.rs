@@ -6,11 +6,8 @@
 //! are still accepted, unshown, and refused with one line naming the lab's
 //! command (exit 2), never ignored.
 
-use anyhow::Context;
-
 use crate::edge::bench::Options;
 use crate::edge::throwaway::ThrowawayRedis;
-use crate::edge::workload::Workload;
 use crate::model::config::RedisArgs;
 
 #[derive(clap::Args, Debug)]
@@ -19,24 +16,8 @@ pub(crate) struct Args {
     /// Default: a throwaway redis-server.
     #[arg(long = "redis-url", env = "REDIS_URL", hide_env_values = true)]
     pub(super) redis_url: Option<String>,
-    /// Entries prefilled per workload, at least 1.
-    #[arg(long, default_value_t = 100_000, value_parser = super::parse_at_least_one)]
-    entries: u64,
-    /// Worker counts, comma separated, each 1 to 64; the ceiling runs as
-    /// many consumers.
-    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
-    workers: Vec<usize>,
-    /// Workloads, comma separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_enum,
-        default_value = "hot,zipf,uniform"
-    )]
-    workload: Vec<Workload>,
-    /// Extra flag for every worker, repeatable: `--worker-arg=--window-ms=200`.
-    #[arg(long = "worker-arg", allow_hyphen_values = true)]
-    worker_args: Vec<String>,
+    #[command(flatten)]
+    opts: Options,
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -95,38 +76,23 @@ pub(super) fn moved(matches: &clap::ArgMatches) -> Option<String> {
 /// ahead of the workers on a machine whose cores they share.
 const REDIS_NICE: i32 = -10;
 
-pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
-    let server = match &args.redis_url {
-        Some(url) => {
-            // A cluster was measured here once; the lab measures it now,
-            // and the refusal says so.
-            if super::connect(&RedisArgs::from_url(url))
-                .await?
-                .is_cluster()
-            {
-                anyhow::bail!(
-                    "hitcount bench measures one Redis, and REDIS_URL names a cluster: the \
-                     project's lab measures clusters: in a clone of hitcount, `cargo build \
-                     --release --workspace && target/release/hitcount-lab bench` with this \
-                     REDIS_URL"
-                );
-            }
-            None
-        }
-        None => Some(ThrowawayRedis::start().context("starting a throwaway redis-server")?),
-    };
-    let url = (args.redis_url.clone()).unwrap_or_else(|| server.as_ref().expect("started").url());
-    let opts = Options {
-        redis: RedisArgs::from_url(&url),
-        entries: args.entries,
-        workers: args.workers,
-        workloads: args.workload,
-        worker_args: args.worker_args,
-    };
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
+    let (server, url) = ThrowawayRedis::unless_given(args.redis_url.as_ref())?;
+    args.opts.redis = RedisArgs::from_url(&url);
+    // A cluster was measured here once; the lab measures it now, and the
+    // refusal says so.
+    if server.is_none() && super::connect(&args.opts.redis).await?.is_cluster() {
+        anyhow::bail!(
+            "hitcount bench measures one Redis, and REDIS_URL names a cluster: the \
+             project's lab measures clusters: in a clone of hitcount, `cargo build \
+             --release --workspace && target/release/hitcount-lab bench` with this \
+             REDIS_URL"
+        );
+    }
     let nice = server
         .as_ref()
         .and_then(|s| renice(s.pid(), REDIS_NICE).then_some(REDIS_NICE));
-    let mut report = crate::edge::bench::run(&opts).await?;
+    let mut report = crate::edge::bench::run(&args.opts).await?;
     report.redis_nice = nice;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);

@@ -56,8 +56,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let client = crate::store::connect::client(&args.common.redis)?;
     let mut conn = super::connect(&args.common.redis).await?;
     crate::store::scripts::load_all(&mut conn).await?;
-    super::reach::adopt_recorded_shards(&mut conn, &mut args.common).await?;
-    let shards = Keys::all_shards(&args.common.layout, &args.common.stream, conn.is_cluster());
+    let shards = super::reach::shards_read(&mut conn, &mut args.common).await?;
     let keys = shards[0].clone();
     let owner = format!("clean-once@{}", std::process::id());
     let lease = Arc::new(Lease::new(&keys, &args.leader, &owner));
@@ -83,16 +82,13 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
             lease.key(),
             next_pass(&mut conn, &keys, &holder, args.leader.clean_interval()).await?
         ),
-        Acquired::TimedOut => {
-            let holder = crate::service::leader::current(&mut conn, lease.key()).await?;
-            bail!(
-                "the leader lease {} is held by {} and was not released within {} s; \
-                 the leader cleans on its own (see hitcount status), or try again with a longer --wait",
-                lease.key(),
-                holder.map_or("nobody".into(), |(t, _)| t),
-                args.wait
-            );
-        }
+        Acquired::TimedOut(holder) => bail!(
+            "the leader lease {} is held by {} and was not released within {} s; \
+             the leader cleans on its own (see hitcount status), or try again with a longer --wait",
+            lease.key(),
+            holder.as_deref().unwrap_or("nobody"),
+            args.wait
+        ),
     }
     // Keep the lease while the pass runs, renewing as a worker would.
     let (trigger, shutdown) = crate::model::shutdown::channel();
@@ -141,8 +137,8 @@ enum Acquired {
     /// Its holder (named) renewed it, or another took it, meanwhile: a live
     /// leader, which will not let go.
     Renewed(String),
-    /// Not taken within the wait (nor seen renewed).
-    TimedOut,
+    /// Not taken within the wait (nor seen renewed); its holder when last read.
+    TimedOut(Option<String>),
 }
 
 /// Takes the lease within `wait`, stopping as soon as its holder is seen
@@ -165,7 +161,7 @@ async fn acquire(
             }
         }
         if std::time::Instant::now() >= give_up {
-            return Ok(Acquired::TimedOut);
+            return Ok(Acquired::TimedOut(now.map(|(holder, _)| holder)));
         }
         seen = now;
         tokio::time::sleep(POLL).await;

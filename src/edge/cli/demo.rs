@@ -65,14 +65,7 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     // Taken first: a bad --dashboard fails before the demo runs.
     let listener = listen(&args.dashboard).await?;
-    let server = match &args.redis_url {
-        Some(_) => None,
-        None => Some(ThrowawayRedis::start().context("starting a throwaway redis-server")?),
-    };
-    let url = args
-        .redis_url
-        .clone()
-        .unwrap_or_else(|| server.as_ref().expect("started").url());
+    let (server, url) = ThrowawayRedis::unless_given(args.redis_url.as_ref())?;
     outln!("Redis: {}", crate::model::config::redact_url(&url));
     let redis = RedisArgs::from_url(&url);
     let stream = StreamArgs {
@@ -296,16 +289,10 @@ async fn dashboard(
     keep: bool,
 ) -> anyhow::Result<()> {
     let bound = listener.local_addr()?;
-    let api = Api::new(
-        crate::store::connect::client(redis)?,
-        Keys::new(layout, &StreamArgs::default()),
-        layout.precisions.clone(),
-        layout.samples,
-    );
+    let api = Api::new(crate::store::connect::client(redis)?, layout);
     let (trigger, mut stop) = crate::model::shutdown::channel();
     let shutdown = async move { stop.wait().await };
-    let limits = crate::edge::server::Limits::default();
-    let serving = tokio::spawn(api::serve(listener, api, shutdown, limits));
+    let serving = tokio::spawn(api::serve(listener, api, shutdown));
     outln!("\nDashboard: http://{bound}/?name=page:0&precision=60");
     if keep {
         outln!("serving it until Ctrl-C");

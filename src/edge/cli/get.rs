@@ -90,31 +90,28 @@ async fn stats(
     if rows.is_empty() {
         return nothing(args, "statistics");
     }
+    // The time, the count, then seven figures, each right-aligned.
+    let line = |time: &str, count: String, figures: [String; 7]| {
+        let figures = figures.map(|f| format!("{f:>12}")).join(" ");
+        format!("{time:<21} {count:>10} {figures}")
+    };
+    let heads = ["mean", "min", "max", "stddev", "p50", "p90", "p99"];
     outln!(
-        "{:<21} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-        "time (UTC)",
-        "count",
-        "mean",
-        "min",
-        "max",
-        "stddev",
-        "p50",
-        "p90",
-        "p99"
+        "{}",
+        line("time (UTC)", "count".into(), heads.map(String::from))
     );
     for r in &rows {
-        outln!(
-            "{:<21} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-            counters::format_utc(r.t),
-            r.count,
-            number(r.mean),
-            number(Some(r.min)),
-            number(Some(r.max)),
-            number(r.stddev),
-            number(r.p50),
-            number(r.p90),
-            number(r.p99)
-        );
+        let figures = [
+            r.mean,
+            Some(r.min),
+            Some(r.max),
+            r.stddev,
+            r.p50,
+            r.p90,
+            r.p99,
+        ];
+        let time = counters::format_utc(r.t);
+        outln!("{}", line(&time, r.count.to_string(), figures.map(number)));
     }
     Ok(())
 }

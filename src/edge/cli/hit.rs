@@ -74,16 +74,13 @@ fn refuse_at(ts: f64, now_ms: i64, precisions: &[u32], samples: u32) -> Option<S
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
-    if let Some(ts) = args.at {
-        let layout = &args.common.layout;
-        if let Some(why) = refuse_at(
-            ts,
-            crate::model::clock::unix_ms(),
-            &layout.precisions,
-            layout.samples,
-        ) {
-            anyhow::bail!(why);
-        }
+    let layout = &args.common.layout;
+    let now_ms = crate::model::clock::unix_ms();
+    let refused = args
+        .at
+        .and_then(|ts| refuse_at(ts, now_ms, &layout.precisions, layout.samples));
+    if let Some(why) = refused {
+        anyhow::bail!(why);
     }
     // A bad password, CA, certificate, missing permission or a key of
     // another type fails here at once, with Redis' or TLS' own words.

@@ -22,7 +22,7 @@ pub(crate) struct Args {
     #[arg(long, value_parser = super::parse_at_least_one)]
     hits: u64,
     /// Number of distinct names (page:0 .. page:N-1), 1 to 10,000,000.
-    #[arg(long, default_value_t = 1000, value_parser = super::names_parser())]
+    #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=super::MAX_NAMES))]
     names: usize,
     /// Zipf exponent for name popularity, 0 to 10 (default: uniform).
     #[arg(long, value_parser = super::parse_zipf, allow_negative_numbers = true)]
@@ -139,10 +139,7 @@ pub(crate) async fn send(
     let mut sent = 0u64;
     let mut stop = stop.clone();
     // Events Redis refuses for good are dropped: stop there.
-    while sent < hits && producer.refused().is_none() {
-        if stop.is_triggered() {
-            break;
-        }
+    while sent < hits && producer.refused().is_none() && !stop.is_triggered() {
         let quota = match rate {
             Some(r) => {
                 let due = (start.elapsed().as_secs_f64() * r as f64) as u64;

@@ -223,43 +223,21 @@ pub fn init_tracing(format: LogFormat, default_level: &str) {
 /// Runs the parsed command. An error that comes from Redis is reported in
 /// one line naming the Redis URL (see [`one_line`]).
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    // The worker logs and retries what Redis says; its errors stay as they are.
-    let worker = matches!(cli.command, Command::Worker(_));
-    let url = cli.command.redis_url();
-    let result = match cli.command {
-        Command::Worker(a) => worker::run(a).await,
-        Command::Hit(a) => hit::run(a).await,
-        Command::Load(a) => load::run(a).await,
-        Command::Get(a) => get::run(a).await,
-        Command::Top(a) => top::run(a).await,
-        Command::Demo(a) => demo::run(a).await,
-        Command::Clean(a) => clean::run(a).await,
-        Command::Status(a) => status::run(a).await,
-        Command::Serve(a) => serve::run(a).await,
-        Command::Bench(a) => bench::run(a).await,
+    // Each command with the Redis URL it talks to, when it names one.
+    let (url, result) = match cli.command {
+        // The worker logs and retries what Redis says; its errors stay as they are.
+        Command::Worker(a) => return worker::run(a).await,
+        Command::Hit(a) => (Some(a.common.redis.url.clone()), hit::run(a).await),
+        Command::Load(a) => (Some(a.common.redis.url.clone()), load::run(a).await),
+        Command::Get(a) => (Some(a.common.redis.url.clone()), get::run(a).await),
+        Command::Top(a) => (Some(a.common.redis.url.clone()), top::run(a).await),
+        Command::Clean(a) => (Some(a.common.redis.url.clone()), clean::run(a).await),
+        Command::Status(a) => (Some(a.common.redis.url.clone()), status::run(a).await),
+        Command::Serve(a) => (Some(a.redis.url.clone()), serve::run(a).await),
+        Command::Demo(a) => (a.redis_url.clone(), demo::run(a).await),
+        Command::Bench(a) => (a.redis_url.clone(), bench::run(a).await),
     };
-    match result {
-        Err(e) if !worker => Err(one_line(e, url.as_deref())),
-        other => other,
-    }
-}
-
-impl Command {
-    /// The Redis URL the command talks to, when it names one.
-    fn redis_url(&self) -> Option<String> {
-        match self {
-            Command::Worker(_) => None,
-            Command::Hit(a) => Some(a.common.redis.url.clone()),
-            Command::Load(a) => Some(a.common.redis.url.clone()),
-            Command::Get(a) => Some(a.common.redis.url.clone()),
-            Command::Top(a) => Some(a.common.redis.url.clone()),
-            Command::Clean(a) => Some(a.common.redis.url.clone()),
-            Command::Status(a) => Some(a.common.redis.url.clone()),
-            Command::Serve(a) => Some(a.redis.url.clone()),
-            Command::Demo(a) => a.redis_url.clone(),
-            Command::Bench(a) => a.redis_url.clone(),
-        }
-    }
+    result.map_err(|e| one_line(e, url.as_deref()))
 }
 
 /// Returned by [`out`] (and `outln!`) when stdout is closed: the command
@@ -295,11 +273,6 @@ pub(crate) fn parse_at_least_one(text: &str) -> Result<u64, String> {
         Ok(_) => Err("must be at least 1".into()),
         Err(_) => Err(format!("`{text}` is not a whole number from 1 up")),
     }
-}
-
-/// `--names`: 1..=[`MAX_NAMES`].
-pub(crate) fn names_parser() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_NAMES)
 }
 
 /// `--zipf`: a finite exponent from 0 (uniform) to [`MAX_ZIPF`].

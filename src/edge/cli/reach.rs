@@ -9,7 +9,7 @@ use super::Common;
 use crate::model::config::{redact_url, LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
 use crate::store::connect::{Conn, ErrorClass};
-use crate::store::shard_count::Recorded;
+use crate::store::shard_count::{self, Recorded};
 
 /// What went wrong, in one line: for a reply error (alone or the first of a
 /// pipeline) its code and message, plus a hint for the usual causes; else
@@ -160,34 +160,27 @@ fn mismatch(wanted: u32, recorded: u32, key: &str) -> String {
     )
 }
 
-/// For a command that reads or tidies the stream (`status`, `clean`): when
-/// the workers recorded another shard count than `common`'s (see
-/// `service::shards`), it is used instead, with a warning naming both (the
-/// command would otherwise look at streams no worker reads).
-pub(crate) async fn adopt_recorded_shards(
-    conn: &mut Conn,
-    common: &mut Common,
-) -> anyhow::Result<()> {
-    let base = StreamArgs {
-        shards: 1,
-        ..common.stream.clone()
-    };
-    let key = Keys::shard(&common.layout, &base, 0, conn.is_cluster()).shard_count();
-    let recorded: Option<String> = redis::cmd("GET")
-        .arg(&key)
-        .query_async(conn)
+/// The keys of every shard, for a command that reads or tidies the stream
+/// (`status`, `clean`): when the workers recorded another shard count than
+/// `common`'s (see `service::shards`), it is used instead, with a warning
+/// naming both (the command would otherwise look at streams no worker reads).
+pub(crate) async fn shards_read(conn: &mut Conn, common: &mut Common) -> anyhow::Result<Vec<Keys>> {
+    let key = shard_count::key(&common.layout, &common.stream, conn.is_cluster());
+    let recorded = shard_count::recorded(conn, &common.layout, &common.stream)
         .await
         .map_err(|e| anyhow!("cannot read {key}: {}", cause(&e)))?;
-    let wanted = common.stream.shards.max(1);
-    let other = recorded.and_then(|r| r.parse::<u32>().ok());
-    if let Some(recorded) = other.filter(|&r| r != wanted && r >= 1) {
+    if let Some(recorded) = recorded.filter(|&r| r != common.stream.shards.max(1)) {
         tracing::warn!(
             "{}: using {recorded}",
             mismatch(common.stream.shards, recorded, &key)
         );
         common.stream.shards = recorded;
     }
-    Ok(())
+    Ok(Keys::all_shards(
+        &common.layout,
+        &common.stream,
+        conn.is_cluster(),
+    ))
 }
 
 /// Refuses to send hits no worker would count: on a Redis Cluster, with
@@ -207,7 +200,7 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
             ));
         }
     }
-    let recorded = crate::store::shard_count::record(&mut conn, &common.layout, &common.stream)
+    let recorded = shard_count::record(&mut conn, &common.layout, &common.stream)
         .await
         .map_err(|e| anyhow!("cannot record the stream's shard count: {}", cause(&e)))?;
     match recorded {
@@ -222,7 +215,7 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
              {key} yet): give every worker and producer the count those hits were sent \
              with (--shards / HITCOUNT_SHARDS), or delete those streams",
             common.stream.shards.max(1),
-            crate::store::shard_count::describe(&stranded)
+            shard_count::describe(&stranded)
         )),
     }
 }

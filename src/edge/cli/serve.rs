@@ -5,8 +5,7 @@
 use anyhow::Context as _;
 
 use crate::edge::api::{self, Api};
-use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs};
-use crate::model::keys::Keys;
+use crate::model::config::{LayoutArgs, RedisArgs};
 use crate::store::connect::ErrorClass;
 
 /// Default address of the query API.
@@ -29,9 +28,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {} (HITCOUNT_SERVE_LISTEN)", args.listen))?;
-    let keys = Keys::new(&args.layout, &StreamArgs::default());
-    let (precisions, samples) = (args.layout.precisions.clone(), args.layout.samples);
-    let api = Api::new(client.clone(), keys, precisions, samples);
+    let api = Api::new(client.clone(), &args.layout);
     // Redis as this user, once, before serving: a wrong password, a URL
     // that is no Redis or a permission the ACL lacks (INFO, a key pattern)
     // stops serve here with one line, as every command does. A Redis that
@@ -46,13 +43,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     tracing::info!(address = %listener.local_addr()?, "serving the dashboard on / and the query API on /api/v1/");
     let (watch_stop, watch_shutdown) = crate::model::shutdown::channel();
     let watch = tokio::spawn(crate::service::memory_watch::run(client, watch_shutdown));
-    let served = api::serve(
-        listener,
-        api,
-        crate::model::shutdown::signals(),
-        crate::edge::server::Limits::default(),
-    )
-    .await;
+    let served = api::serve(listener, api, crate::model::shutdown::signals()).await;
     watch_stop.trigger();
     let _ = watch.await;
     Ok(served?)

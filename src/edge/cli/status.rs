@@ -8,7 +8,6 @@ use std::fmt::Write as _;
 
 use super::Common;
 use crate::model::config::LeaderArgs;
-use crate::model::keys::Keys;
 use crate::service::shard_spread::{MasterShards, ShardMove};
 use crate::service::status::{Leader, Shard, Status};
 use crate::store::counters::format_utc;
@@ -42,8 +41,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     args.leader.validate()?;
     let mut conn = super::connect(&args.common.redis).await?;
-    super::reach::adopt_recorded_shards(&mut conn, &mut args.common).await?;
-    let shards = Keys::all_shards(&args.common.layout, &args.common.stream, conn.is_cluster());
+    let shards = super::reach::shards_read(&mut conn, &mut args.common).await?;
     let leader_key = shards[0].leader(&args.leader.leader_key);
     let mut status = crate::service::status::gather(&mut conn, &shards, &leader_key).await?;
     let (layout, stream) = (&args.common.layout, &args.common.stream);

@@ -11,9 +11,6 @@ use crate::model::keys::Keys;
 use crate::store::counters::format_utc;
 use crate::store::query::{self, By};
 
-/// Most names `--limit` may ask for (the API's largest `limit`).
-const MAX_LIMIT: u64 = 1000;
-
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     /// What to rank by: `count` (hits in the bucket) or `mean` (the mean
@@ -30,7 +27,7 @@ pub(crate) struct Args {
     bucket: Option<i64>,
     /// How many names to print, 1 to 1000.
     #[arg(long, default_value_t = 10,
-          value_parser = clap::value_parser!(u64).range(1..=MAX_LIMIT))]
+          value_parser = clap::value_parser!(u64).range(1..=crate::edge::api::MAX_LIMIT as u64))]
     limit: u64,
     /// Print JSON: {"precision", "bucket", "by", "counters": [{"name",
     /// "count"}, ...]} (each with "mean" too, by mean).
@@ -64,9 +61,10 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         args.limit as usize,
     )
     .await?;
-    let by = match args.by {
-        By::Count => "count",
-        By::Mean => "mean",
+    // The ranking's name, and what it ranks.
+    let (by, what) = match args.by {
+        By::Count => ("count", "hits"),
+        By::Mean => ("mean", "statistics"),
     };
     if args.json {
         // The fields of `/api/v1/top`'s answer, in its order, with `by`.
@@ -76,11 +74,6 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     }
     let when = format!("the {precision} s bucket from {} UTC", format_utc(bucket));
     if ranking.is_empty() {
-        let what = if args.by == By::Mean {
-            "statistics"
-        } else {
-            "hits"
-        };
         outln!("no {what} in {when}");
         return Ok(());
     }

@@ -408,6 +408,53 @@ fn bench_quotes_the_seeds_python_figure_without_dividing_by_it() {
     assert!(line.contains("not measured in this run"), "{line}");
 }
 
+/// `hitcount bench` says where Redis' time went, command by command, for
+/// each run and the run with values (whose statistics need HINCRBYFLOAT),
+/// in the table's text and in `--json`.
+#[test]
+fn bench_says_where_redis_time_goes_by_command() {
+    let srv = server();
+    let args = [
+        "bench",
+        "--redis-url",
+        &srv.url(),
+        "--entries",
+        "3000",
+        "--workers",
+        "1",
+        "--workload",
+        "hot",
+    ];
+    let o = run_hitcount(&args);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    let line = |label: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("- {label}: ")))
+            .unwrap_or_else(|| panic!("no breakdown for {label}: {out}"))
+            .to_string()
+    };
+    let plain = line("1,000 hot names, 1 worker(s)");
+    assert!(
+        plain.contains("xreadgroup ") && plain.contains(" µs ("),
+        "{plain}"
+    );
+    assert!(line("every hit with a value").contains("evalsha "), "{out}");
+    let o = run_hitcount(&[&args[..], &["--json"]].concat());
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let by_command = json["values"]["by_command"].as_array().unwrap();
+    let float = by_command
+        .iter()
+        .find(|c| c["command"] == "hincrbyfloat")
+        .unwrap_or_else(|| panic!("{by_command:?}"));
+    assert!(float["calls_per_hit"].as_f64().unwrap() > 0.0, "{float}");
+    let time = |c: &serde_json::Value| c["usec_per_hit"].as_f64().unwrap();
+    assert!(
+        by_command.windows(2).all(|w| time(&w[0]) >= time(&w[1])),
+        "most time first: {by_command:?}"
+    );
+}
+
 /// The flags of `hitcount bench` that moved to the lab are still taken,
 /// unshown, and refused with one line naming the lab's command (exit 2):
 /// never ignored, never an unknown flag.

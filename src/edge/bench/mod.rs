@@ -164,20 +164,43 @@ pub(crate) fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
     Keys::new(&layout, &stream)
 }
 
-/// Calls per command (lower case, e.g. `hincrby`) since the last
-/// `CONFIG RESETSTAT`, scripts' own commands included, the RESETSTAT
-/// itself left out.
-pub(crate) async fn command_calls(conn: &mut Conn) -> anyhow::Result<HashMap<String, u64>> {
+/// Calls and microseconds per command (lower case, e.g. `hincrby`) since
+/// the last `CONFIG RESETSTAT`, scripts' own commands included (a script's
+/// time holds theirs), the RESETSTAT itself left out.
+pub(crate) async fn command_stats(conn: &mut Conn) -> anyhow::Result<HashMap<String, (u64, u64)>> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
         .await?;
-    Ok(info
-        .lines()
+    Ok(parse_commandstats(&info))
+}
+
+/// The `calls` and `usec` of each `cmdstat_NAME:` line of `INFO commandstats`.
+fn parse_commandstats(info: &str) -> HashMap<String, (u64, u64)> {
+    info.lines()
         .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
-            Some((name.to_string(), rest.split(',').next()?.parse().ok()?))
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |key: &str| {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+            };
+            Some((name.to_string(), (field("calls")?, field("usec")?)))
         })
         .filter(|(name, _)| name != "config|resetstat")
-        .collect())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn commandstats_give_calls_and_time_per_command() {
+        let info = "# Commandstats\r\n\
+            cmdstat_evalsha:calls=10,usec=300,usec_per_call=30.00,rejected_calls=0\r\n\
+            cmdstat_config|resetstat:calls=1,usec=5,usec_per_call=5.00\r\n\
+            cmdstat_hincrby:calls=40,usec=20,usec_per_call=0.50\r\n";
+        let got = super::parse_commandstats(info);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got["evalsha"], (10, 300));
+        assert_eq!(got["hincrby"], (40, 20));
+    }
 }

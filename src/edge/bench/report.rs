@@ -71,6 +71,32 @@ impl Report {
                 v.peak_rss_mib
             );
         }
+        out.push_str(
+            "\nRedis CPU per hit by command (a script's time holds the commands it runs, \
+             listed too), with calls per hit:\n",
+        );
+        let named = self.runs.iter().map(|r| {
+            let label = format!("{}, {} worker(s)", r.workload.label(), r.workers);
+            (label, &r.hitcount)
+        });
+        let valued = self
+            .values
+            .iter()
+            .map(|v| ("every hit with a value".into(), v));
+        for (label, run) in named.chain(valued) {
+            let top: Vec<String> = run
+                .by_command
+                .iter()
+                .take(TOP_COMMANDS)
+                .map(|c| {
+                    format!(
+                        "{} {:.2} µs ({:.3})",
+                        c.command, c.usec_per_hit, c.calls_per_hit
+                    )
+                })
+                .collect();
+            let _ = writeln!(out, "- {label}: {}", top.join(", "));
+        }
         if let Some(n) = self.redis_nice {
             let _ = writeln!(
                 out,
@@ -80,6 +106,9 @@ impl Report {
         out
     }
 }
+
+/// Commands listed per run in the breakdown under the table.
+const TOP_COMMANDS: usize = 6;
 
 /// 123456.7 → "123,457".
 pub(crate) fn thousands(x: f64) -> String {

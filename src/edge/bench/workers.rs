@@ -11,7 +11,7 @@ use crate::store::connect::Conn;
 use tokio::process::{Child, Command};
 
 use super::ceiling::{redis_cpu_secs, Drained};
-use super::{command_calls, keys, Options, Sent};
+use super::{command_stats, keys, Options, Sent};
 use crate::edge::workload::Names;
 use crate::model::config::RedisArgs;
 use crate::model::keys::Keys;
@@ -71,6 +71,19 @@ fn spawn(
     Ok(children)
 }
 
+/// One command's share of a run, as Redis counts it (`INFO
+/// commandstats`): a script's time holds the commands it runs, which are
+/// listed too.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct CommandCost {
+    /// The command, lower case (`evalsha`, `hincrby`, `xinfo|groups`).
+    pub command: String,
+    /// Calls per hit.
+    pub calls_per_hit: f64,
+    /// Microseconds of Redis CPU per hit.
+    pub usec_per_hit: f64,
+}
+
 /// One run of the real workers.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct WorkerRun {
@@ -80,6 +93,8 @@ pub(crate) struct WorkerRun {
     pub commands_per_hit: f64,
     /// Counter cells (HINCRBYs) per hit.
     pub cells_per_hit: f64,
+    /// Where Redis' time went: per command, most time first.
+    pub by_command: Vec<CommandCost>,
     /// The largest peak RSS of the worker processes, MiB.
     pub peak_rss_mib: f64,
     /// Hits counted at the 86400 s precision.
@@ -129,9 +144,23 @@ pub(crate) async fn run(
     let secs = started.elapsed().as_secs_f64();
     let redis_cpu_secs = redis_cpu_secs(conn).await? - cpu;
     own_calls += 2;
-    let stats = command_calls(conn).await?;
-    let calls = stats.values().sum::<u64>().saturating_sub(own_calls);
-    let cells = stats.get("hincrby").copied().unwrap_or(0);
+    let stats = command_stats(conn).await?;
+    let calls = stats
+        .values()
+        .map(|s| s.0)
+        .sum::<u64>()
+        .saturating_sub(own_calls);
+    let cells = stats.get("hincrby").map_or(0, |s| s.0);
+    let per_hit = |n: u64| n as f64 / sent.hits as f64;
+    let mut by_command: Vec<CommandCost> = stats
+        .into_iter()
+        .map(|(command, (calls, usec))| CommandCost {
+            command,
+            calls_per_hit: per_hit(calls),
+            usec_per_hit: per_hit(usec),
+        })
+        .collect();
+    by_command.sort_by(|a, b| b.usec_per_hit.total_cmp(&a.usec_per_hit));
     let peak_rss_mib = children
         .iter()
         .filter_map(|c| c.id().and_then(peak_rss_kib))
@@ -153,6 +182,7 @@ pub(crate) async fn run(
         },
         commands_per_hit: calls as f64 / sent.hits as f64,
         cells_per_hit: cells as f64 / sent.hits as f64,
+        by_command,
         peak_rss_mib,
         counted,
     })

@@ -112,27 +112,48 @@ fn batches<'a>(
     known: String,
     fence_arg: String,
 ) -> Vec<Cmd> {
-    let mut batch = Batch {
-        head: [fence_key, known],
-        fence: fence_arg,
-        hashes: Vec::new(),
-        args: Vec::new(),
-        fields: 0,
-        out: Vec::new(),
-    };
-    for plan in plans {
-        let mut parts = plan.old.chunks(CHUNK).peekable();
-        if parts.peek().is_none() {
-            batch.add(plan, &[], plan.forget);
+    // Each plan's fields in parts of at most CHUNK (one empty part when it
+    // has none), its forget flag on the last part only.
+    let parts = plans.flat_map(|plan| {
+        let mut parts: Vec<&[Vec<u8>]> = plan.old.chunks(CHUNK).collect();
+        if parts.is_empty() {
+            parts.push(&[]);
         }
-        while let Some(part) = parts.next() {
-            let last = parts.peek().is_none();
-            batch.add(plan, part, plan.forget && last);
+        let last = parts.len() - 1;
+        parts
+            .into_iter()
+            .enumerate()
+            .map(move |(i, part)| (plan, part, plan.forget && i == last))
+    });
+    let mut calls: Vec<Call> = Vec::new();
+    for (plan, part, forget) in parts {
+        match calls.last() {
+            Some((hashes, _, fields)) if fields + part.len() <= CHUNK && hashes.len() < CHUNK => {}
+            _ => calls.push(Default::default()),
         }
+        let (hashes, args, fields) = calls.last_mut().expect("a call is open");
+        hashes.push(&plan.key);
+        args.push(plan.member.clone().into_bytes());
+        args.push(if forget { b"1".to_vec() } else { b"0".to_vec() });
+        args.push(part.len().to_string().into_bytes());
+        args.extend(part.iter().cloned());
+        *fields += part.len().max(1);
     }
-    batch.flush();
-    batch.out
+    let calls = calls.into_iter().map(|(hashes, args, _)| {
+        let mut cmd = CLEAN.evalsha(2 + hashes.len());
+        cmd.arg(&fence_key)
+            .arg(&known)
+            .arg(hashes)
+            .arg(&fence_arg)
+            .arg(args);
+        cmd
+    });
+    calls.collect()
 }
+
+/// One `clean.lua` call being filled: its hashes, then per hash its
+/// arguments, and how many fields they hold.
+type Call<'a> = (Vec<&'a String>, Vec<Vec<u8>>, usize);
 
 /// Sums the replies of `clean.lua` calls: `{deleted, forgotten}` (one
 /// Redis) or `{deleted, {emptied members}}` (a cluster); anything else (-1)
@@ -155,47 +176,6 @@ fn tally(replies: &[Value]) -> (Outcome, Vec<String>) {
         }
     }
     (out, emptied)
-}
-
-/// One `clean.lua` call being filled: keys, then per key its arguments.
-struct Batch {
-    head: [String; 2],
-    fence: String,
-    hashes: Vec<String>,
-    args: Vec<Vec<u8>>,
-    fields: usize,
-    out: Vec<Cmd>,
-}
-
-impl Batch {
-    /// Adds `part` of a plan's fields (and the forget flag) to the call,
-    /// closing it first when it would grow past the bounds.
-    fn add(&mut self, plan: &Plan, part: &[Vec<u8>], forget: bool) {
-        if self.fields + part.len() > CHUNK || self.hashes.len() >= CHUNK {
-            self.flush();
-        }
-        self.hashes.push(plan.key.clone());
-        self.args.push(plan.member.clone().into_bytes());
-        self.args
-            .push(if forget { b"1".to_vec() } else { b"0".to_vec() });
-        self.args.push(part.len().to_string().into_bytes());
-        self.args.extend(part.iter().cloned());
-        self.fields += part.len().max(1);
-    }
-
-    fn flush(&mut self) {
-        if self.hashes.is_empty() {
-            return;
-        }
-        let mut cmd = CLEAN.evalsha(2 + self.hashes.len());
-        cmd.arg(&self.head[0])
-            .arg(&self.head[1])
-            .arg(std::mem::take(&mut self.hashes))
-            .arg(&self.fence)
-            .arg(std::mem::take(&mut self.args));
-        self.out.push(cmd);
-        self.fields = 0;
-    }
 }
 
 fn as_u64(v: &Value) -> u64 {

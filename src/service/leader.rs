@@ -92,11 +92,6 @@ impl Lease {
         self.ttl / 3
     }
 
-    /// Until when this worker may act as leader (monotonic), if it may now.
-    pub(crate) fn held_until(&self) -> Option<Instant> {
-        self.until().filter(|t| *t > Instant::now())
-    }
-
     /// The deadline last set, passed or not.
     fn until(&self) -> Option<Instant> {
         *self.until.lock().unwrap_or_else(|p| p.into_inner())
@@ -104,7 +99,7 @@ impl Lease {
 
     /// Whether this worker may act as leader now.
     pub(crate) fn held(&self) -> bool {
-        self.held_until().is_some()
+        self.until().is_some_and(|t| t > Instant::now())
     }
 
     fn set(&self, until: Option<Instant>) {

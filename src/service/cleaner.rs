@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::store::connect::Conn;
-use redis::{RedisError, Value};
+use redis::{AsyncCommands, RedisError, Value};
 
 use crate::model::config::LayoutArgs;
 use crate::model::keys::{Family, Keys};
@@ -196,15 +196,11 @@ impl Pass<'_> {
         let mut min = b"-".to_vec();
         loop {
             self.cleaner.check()?;
-            let members: Vec<Vec<u8>> = redis::cmd("ZRANGEBYLEX")
-                .arg(keys.known_of(family))
-                .arg(&min)
-                .arg("+")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(PAGE)
-                .query_async(self.conn)
-                .await?;
+            let known = keys.known_of(family);
+            let page = self
+                .conn
+                .zrangebylex_limit(known, &min, "+", 0, PAGE as isize);
+            let members: Vec<Vec<u8>> = page.await?;
             let Some(last) = members.last() else { break };
             min = [b"(".as_slice(), last].concat();
             let due: Vec<Due> = members

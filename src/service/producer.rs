@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::connect::Client;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::model::config::{ConfigError, RedisArgs, StreamArgs};
@@ -115,7 +114,7 @@ impl Producer {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(ProducerStats::default());
         let sender = Sender {
-            client,
+            link: Reconnecting::new(client, "producer", connect::RESPONSE_TIMEOUT),
             shards,
             id: format!("{:016x}", rand::random::<u64>()),
             stats: stats.clone(),
@@ -239,7 +238,7 @@ struct Shard {
 
 /// The background task's state.
 struct Sender {
-    client: Client,
+    link: Reconnecting,
     shards: Vec<Shard>,
     id: String,
     stats: Arc<ProducerStats>,
@@ -248,8 +247,6 @@ struct Sender {
 
 impl Sender {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
-        let mut link =
-            Reconnecting::new(self.client.clone(), "producer", connect::RESPONSE_TIMEOUT);
         let mut msgs = Vec::with_capacity(BATCH * BATCHES_PER_TRIP);
         let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
         loop {
@@ -266,7 +263,7 @@ impl Sender {
             for shard in &mut self.shards {
                 let len = shard.events.len() as u64;
                 let give_up = self.give_up_when_refused;
-                match shard.send_retrying(&self.id, &mut link, give_up).await {
+                match shard.send_retrying(&self.id, &mut self.link, give_up).await {
                     None => n += len,
                     Some(why) => {
                         dropped += len;

@@ -222,12 +222,9 @@ impl Rankings {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take(Instant::now());
-        if let Err(wait) = taken {
-            // Whole seconds, rounded up, for Retry-After.
-            return Err(RankError::Busy(Duration::from_secs(
-                wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
-            )));
-        }
+        // Whole seconds, rounded up, for Retry-After.
+        taken
+            .map_err(|wait| RankError::Busy(Duration::from_secs_f64(wait.as_secs_f64().ceil())))?;
         let (by, precision, bucket) = which;
         let ranking = query::rank(&mut conn, &self.0.keys, by, precision, bucket, KEEP).await?;
         Ok((Instant::now(), Arc::new(ranking)))

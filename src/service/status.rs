@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use redis::RedisResult;
+use redis::{AsyncCommands, RedisResult};
 
 use crate::model::keys::Keys;
 use crate::service::shard_spread::{spread, MasterShards, ShardMove};
@@ -147,25 +147,12 @@ pub(crate) async fn gather(
     };
     // Two commands, not one pipeline: on a cluster the keys may sit in two
     // hash slots, and a pipeline may not span them.
-    let known: u64 = redis::cmd("ZCARD")
-        .arg(keys.known())
-        .query_async(conn)
-        .await?;
-    let known_stats: u64 = redis::cmd("ZCARD")
-        .arg(keys.stats_known())
-        .query_async(conn)
-        .await?;
-    let last_pass: BTreeMap<String, String> = redis::cmd("HGETALL")
-        .arg(keys.cleaner_status())
-        .query_async(conn)
-        .await?;
-    let leader = lease(conn, leader_key).await?;
     let mut status = Status {
         stream: keys.stream.clone(),
-        leader,
-        known_counters: known,
-        known_stats,
-        last_pass,
+        known_counters: conn.zcard(keys.known()).await?,
+        known_stats: conn.zcard(keys.stats_known()).await?,
+        last_pass: conn.hgetall(keys.cleaner_status()).await?,
+        leader: lease(conn, leader_key).await?,
         ..Status::default()
     };
     let mut added = Vec::with_capacity(shards.len());

@@ -304,8 +304,7 @@ impl Shard {
         // Number the batches once: retries resend the same numbers.
         let first = self.batch_no + 1;
         self.batch_no += self.events.len().div_ceil(BATCH) as u64;
-        let mut refused = None;
-        loop {
+        let refused = loop {
             let result = link
                 .call(async |c| Ok::<_, StoreError>(self.send(c, id, first).await?))
                 .await;
@@ -313,7 +312,7 @@ impl Shard {
                 Ok(()) => {
                     self.confirmed = self.batch_no;
                     link.succeeded();
-                    break;
+                    break None;
                 }
                 Err(StoreError::Redis(e))
                     if give_up && connect::classify(&e).0 == ErrorClass::Fatal =>
@@ -324,12 +323,11 @@ impl Shard {
                     // follow the last one confirmed.
                     self.batch_no = self.confirmed;
                     let hint = connect::fatal_hint(&e).unwrap_or_default();
-                    refused = Some(format!("{}; {hint}", connect::first_cause(&e)));
-                    break;
+                    break Some(format!("{}; {hint}", connect::first_cause(&e)));
                 }
                 Err(e) => tokio::time::sleep(link.failed(&e, None).1).await,
             }
-        }
+        };
         self.events.clear();
         refused
     }

@@ -92,15 +92,11 @@ fn numbers_as_numbers<S: serde::Serializer>(
     map: &BTreeMap<String, String>,
     ser: S,
 ) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap;
-    let mut out = ser.serialize_map(Some(map.len()))?;
-    for (k, v) in map {
-        match v.parse::<i64>() {
-            Ok(n) => out.serialize_entry(k, &n)?,
-            Err(_) => out.serialize_entry(k, v)?,
-        }
-    }
-    out.end()
+    let value = |v: &str| {
+        v.parse::<i64>()
+            .map_or(serde_json::Value::from(v), Into::into)
+    };
+    ser.collect_map(map.iter().map(|(k, v)| (k, value(v))))
 }
 
 /// One consumer group.

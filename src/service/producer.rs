@@ -80,6 +80,17 @@ pub struct ProducerStats {
     refused: std::sync::Mutex<Option<String>>,
 }
 
+impl ProducerStats {
+    /// Counts `sent` and `dropped` events that leave the buffer.
+    fn settle(&self, sent: u64, dropped: u64) {
+        self.sent.fetch_add(sent, Ordering::Relaxed);
+        self.dropped.fetch_add(dropped, Ordering::Relaxed);
+        self.buffered.fetch_sub(sent + dropped, Ordering::Relaxed);
+        metrics().producer_sent.inc_by(sent);
+        metrics().producer_dropped.inc_by(dropped);
+    }
+}
+
 /// A handle to the producer; cheap to clone, usable from any task or thread.
 #[derive(Clone)]
 pub struct Producer {
@@ -161,7 +172,7 @@ impl Producer {
     fn send(&self, name: &str, count: i64, ts: Option<f64>, value: Option<f64>) {
         let buffered = self.stats.buffered.fetch_add(1, Ordering::Relaxed);
         if buffered >= self.max_buffered {
-            return self.dropped_one();
+            return self.stats.settle(0, 1);
         }
         metrics().producer_buffered.inc();
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
@@ -175,15 +186,8 @@ impl Producer {
         {
             // The task is gone (after shutdown): the event cannot be sent.
             metrics().producer_buffered.dec();
-            self.dropped_one();
+            self.stats.settle(0, 1);
         }
-    }
-
-    /// Counts an event that was let in the buffer's count and is dropped.
-    fn dropped_one(&self) {
-        self.stats.buffered.fetch_sub(1, Ordering::Relaxed);
-        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-        metrics().producer_dropped.inc();
     }
 
     /// What the producer did so far.
@@ -271,13 +275,7 @@ impl Sender {
                     }
                 }
             }
-            self.stats.sent.fetch_add(n, Ordering::Relaxed);
-            self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
-            self.stats
-                .buffered
-                .fetch_sub(n + dropped, Ordering::Relaxed);
-            metrics().producer_sent.inc_by(n);
-            metrics().producer_dropped.inc_by(dropped);
+            self.stats.settle(n, dropped);
             metrics().producer_buffered.sub((n + dropped) as i64);
             for f in flushes.drain(..) {
                 let _ = f.send(());

@@ -65,7 +65,7 @@ pub(crate) async fn run(
 ) -> StoreResult<Outcome> {
     if !fence.is_epoch() {
         let known = keys.known_of(family);
-        let mut cmds = batches(plans.iter(), fence.key(keys, &known), known, fence.arg());
+        let mut cmds = batches(plans.iter(), [fence.key(keys, &known), known], fence.arg());
         let calls = cmds.len();
         cmds.extend(then);
         // One node: one pipeline.
@@ -83,12 +83,8 @@ pub(crate) async fn run(
     let mut cmds = Vec::new();
     for group in by_slot.values() {
         let fence_key = fence.key(keys, &group[0].key);
-        cmds.extend(batches(
-            group.iter().copied(),
-            fence_key.clone(),
-            fence_key,
-            fence.arg(),
-        ));
+        let head = [fence_key.clone(), fence_key];
+        cmds.extend(batches(group.iter().copied(), head, fence.arg()));
     }
     let replies = conn.query_each(cmds).await?;
     let (mut out, emptied) = tally(&replies);
@@ -105,12 +101,12 @@ pub(crate) async fn run(
 }
 
 /// The `clean.lua` calls for `plans`, each within the [`CHUNK`] bounds, with
-/// `fence_key` and `known` as their first keys.
+/// `head` (the fence key, then `known:`) as their first keys and `fence` as
+/// their first argument.
 fn batches<'a>(
     plans: impl Iterator<Item = &'a Plan>,
-    fence_key: String,
-    known: String,
-    fence_arg: String,
+    head: [String; 2],
+    fence: String,
 ) -> Vec<Cmd> {
     // Each plan's fields in parts of at most CHUNK (one empty part when it
     // has none), its forget flag on the last part only.
@@ -141,11 +137,7 @@ fn batches<'a>(
     }
     let calls = calls.into_iter().map(|(hashes, args, _)| {
         let mut cmd = CLEAN.evalsha(2 + hashes.len());
-        cmd.arg(&fence_key)
-            .arg(&known)
-            .arg(hashes)
-            .arg(&fence_arg)
-            .arg(args);
+        cmd.arg(&head).arg(hashes).arg(&fence).arg(args);
         cmd
     });
     calls.collect()
@@ -205,7 +197,7 @@ mod tests {
             plan("count:1:b", 0, true),
             plan("count:1:c", 10, false),
         ];
-        let cmds = batches(plans.iter(), "lease".into(), "known:".into(), "t".into());
+        let cmds = batches(plans.iter(), ["lease".into(), "known:".into()], "t".into());
         // 450 fields: 200 + 200 + 50 (with b and c in the last call).
         assert_eq!(cmds.len(), 3);
         for c in &cmds {

@@ -22,7 +22,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::RedisResult;
+use redis::{AsyncCommands, ExistenceCheck, RedisResult, SetExpiry, SetOptions};
 
 use crate::model::config::LeaderArgs;
 use crate::model::keys::Keys;
@@ -117,13 +117,10 @@ impl Lease {
     /// worker is leader now.
     pub(crate) async fn try_acquire(&self, conn: &mut Conn) -> RedisResult<bool> {
         let sent = Instant::now();
-        let ok: Option<String> = redis::cmd("SET")
-            .arg(&self.key)
-            .arg(&self.token)
-            .arg("NX")
-            .arg("PX")
-            .arg(self.ttl.as_millis() as u64)
-            .query_async(conn)
+        let px = SetExpiry::PX(self.ttl.as_millis() as u64);
+        let nx = SetOptions::default().conditional_set(ExistenceCheck::NX);
+        let ok: Option<String> = conn
+            .set_options(&self.key, &self.token, nx.with_expiration(px))
             .await?;
         if ok.is_some() {
             self.set(Some(self.valid_from(sent)));
@@ -215,13 +212,8 @@ impl Lease {
 
 /// The current leader as Redis sees it: its token and the lease left.
 pub(crate) async fn current(conn: &mut Conn, key: &str) -> RedisResult<Option<(String, Duration)>> {
-    let (token, pttl): (Option<String>, i64) = redis::pipe()
-        .cmd("GET")
-        .arg(key)
-        .cmd("PTTL")
-        .arg(key)
-        .query_async(conn)
-        .await?;
+    let (token, pttl): (Option<String>, i64) =
+        redis::pipe().get(key).pttl(key).query_async(conn).await?;
     Ok(token.map(|t| (t, Duration::from_millis(pttl.max(0) as u64))))
 }
 

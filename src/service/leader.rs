@@ -179,7 +179,6 @@ impl Lease {
             }
             connect::sleep(pause, &mut done).await;
         }
-        let was_leader = self.held();
         if let Some(c) = link.current() {
             match self.release(c).await {
                 Ok(true) => tracing::info!(token = %self.token, "released the leader lease"),
@@ -188,7 +187,7 @@ impl Lease {
                     tracing::warn!(error = %e, "could not release the leader lease; it expires on its own")
                 }
             }
-        } else if was_leader {
+        } else if self.held() {
             self.set(None);
             tracing::warn!(lease_ms = self.ttl.as_millis() as u64,
                 "could not release the leader lease (no connection to Redis): it expires on its own");

@@ -170,7 +170,8 @@ fn tally(replies: &[Value]) -> (Outcome, Vec<String>) {
     (out, emptied)
 }
 
-fn as_u64(v: &Value) -> u64 {
+/// An integer reply as a count: 0 when negative or not an integer.
+pub(crate) fn as_u64(v: &Value) -> u64 {
     match v {
         Value::Int(i) => (*i).max(0) as u64,
         _ => 0,

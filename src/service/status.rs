@@ -158,12 +158,12 @@ pub(crate) async fn gather(
         status.shards.push(s);
         added.push(entries_added.unwrap_or(0));
     }
-    if shards.len() > 1 && conn.is_cluster() {
-        let masters = crate::store::topology::masters(conn).await?;
-        (status.masters, status.evening_moves) =
-            spread(&masters, &added, &keys.known(), status.known_counters);
-    }
     if shards.len() > 1 {
+        if conn.is_cluster() {
+            let masters = crate::store::topology::masters(conn).await?;
+            (status.masters, status.evening_moves) =
+                spread(&masters, &added, &keys.known(), status.known_counters);
+        }
         status.stream = base_stream(&keys.stream);
         status.length = status.shards.iter().map(|s| s.length).sum();
         if status.exists {

@@ -114,10 +114,7 @@ fn step_reply(reply: &Value) -> Result<(u64, String), CleanError> {
     let Value::Array(v) = reply else {
         return Err(CleanError::LostLease);
     };
-    let evicted = match v.first() {
-        Some(Value::Int(n)) => (*n).max(0) as u64,
-        _ => 0,
-    };
+    let evicted = v.first().map_or(0, crate::service::purge::as_u64);
     let min_id = v.get(1).and_then(text).unwrap_or_default();
     Ok((evicted, min_id))
 }

@@ -253,10 +253,8 @@ impl Sender {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
         let mut msgs = Vec::with_capacity(BATCH * BATCHES_PER_TRIP);
         let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
-        loop {
-            if rx.recv_many(&mut msgs, BATCH * BATCHES_PER_TRIP).await == 0 {
-                return; // every handle dropped
-            }
+        // Until every handle is dropped.
+        while rx.recv_many(&mut msgs, BATCH * BATCHES_PER_TRIP).await > 0 {
             for m in msgs.drain(..) {
                 match m {
                     Msg::Hit(k, e) => self.shards[k as usize].events.push(e),

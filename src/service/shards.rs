@@ -217,8 +217,7 @@ impl Balancer {
         );
         let mut stop = self.shutdown.clone();
         while !self.shutdown.is_triggered() {
-            let mut pause = TICK;
-            match self.step(&mut link).await {
+            let pause = match self.step(&mut link).await {
                 Ok(()) => {
                     link.succeeded();
                     // Holding no shard, this process only waits to take
@@ -228,11 +227,10 @@ impl Balancer {
                         self.health.set_redis_connected(true);
                         self.health.set_in_group(true);
                     }
+                    TICK
                 }
-                Err(e) => {
-                    pause = link.failed(&e, Some(&self.shutdown)).1.min(TICK);
-                }
-            }
+                Err(e) => link.failed(&e, Some(&self.shutdown)).1.min(TICK),
+            };
             self.report();
             connect::sleep(pause, &mut stop).await;
         }

@@ -120,10 +120,7 @@ pub async fn run(
 async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown) -> Option<bool> {
     let mut link = Reconnecting::new(client.clone(), "worker", connect::RESPONSE_TIMEOUT);
     let mut stop = shutdown.clone();
-    loop {
-        if shutdown.is_triggered() {
-            return None;
-        }
+    while !shutdown.is_triggered() {
         let checked = link
             .call(async |conn| Ok((conn.is_cluster(), record_shards(conn, settings).await?)))
             .await;
@@ -133,12 +130,10 @@ async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown
                 shutdown.fail(refusal);
                 return None;
             }
-            Err(e) => {
-                let (_, pause) = link.failed(&e, Some(shutdown));
-                connect::sleep(pause, &mut stop).await;
-            }
+            Err(e) => connect::sleep(link.failed(&e, Some(shutdown)).1, &mut stop).await,
         }
     }
+    None
 }
 
 /// Records the shard count the stream is read with (see

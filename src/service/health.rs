@@ -111,11 +111,6 @@ impl Health {
         self.stopping.store(true, Ordering::Relaxed);
     }
 
-    /// Whether the worker is stopping.
-    pub(crate) fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::Relaxed)
-    }
-
     /// Records whether this worker has joined the consumer group (on a
     /// shard's view: on its shard).
     pub(crate) fn set_in_group(&self, joined: bool) {
@@ -213,7 +208,7 @@ impl Health {
     /// Every readiness condition that fails, empty when ready.
     pub(crate) fn readiness_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.is_stopping() {
+        if self.stopping.load(Ordering::Relaxed) {
             problems.push("shutting down".to_string());
         }
         if !self.redis_connected.load(Ordering::Relaxed) {

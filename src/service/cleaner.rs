@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::store::connect::Conn;
-use redis::{RedisError, Value};
+use redis::{AsyncCommands, RedisError, Value};
 
 use crate::model::config::LayoutArgs;
 use crate::model::keys::{Family, Keys};
@@ -103,6 +103,23 @@ pub(crate) struct Cleaner {
     passes: u64,
 }
 
+/// A counter or statistics hash due this pass: its member, its key and
+/// the bucket at or before which its fields are old.
+struct Due {
+    member: String,
+    key: String,
+    cutoff: i64,
+}
+
+/// One pass under way: the connection, the fence it writes under and what
+/// it did so far.
+struct Pass<'a> {
+    cleaner: &'a Cleaner,
+    conn: &'a mut Conn,
+    fence: Fence,
+    report: PassReport,
+}
+
 impl Cleaner {
     /// A cleaner writing under `lease`.
     pub(crate) fn new(keys: Keys, layout: &LayoutArgs, lease: Arc<Lease>) -> Cleaner {
@@ -127,18 +144,24 @@ impl Cleaner {
         now: i64,
     ) -> Result<PassReport, CleanError> {
         let started = Instant::now();
-        let mut report = PassReport {
-            pass: self.passes,
-            ..PassReport::default()
-        };
+        let number = self.passes;
         self.passes += 1;
         let fence = Fence::take(conn, &self.keys, &self.lease)
             .await?
             .ok_or(CleanError::LostLease)?;
+        let mut pass = Pass {
+            cleaner: self,
+            conn,
+            fence,
+            report: PassReport {
+                pass: number,
+                ..PassReport::default()
+            },
+        };
         for family in Family::ALL {
-            self.clean_family(conn, &fence, family, now, &mut report)
-                .await?;
+            pass.clean_family(family, now).await?;
         }
+        let mut report = pass.report;
         report.duration_ms = started.elapsed().as_millis() as u64;
         let m = metrics();
         m.cleaner_passes.inc();
@@ -147,53 +170,52 @@ impl Cleaner {
         Ok(report)
     }
 
+    fn check(&self) -> Result<(), CleanError> {
+        self.lease.held().then_some(()).ok_or(CleanError::LostLease)
+    }
+}
+
+impl Pass<'_> {
     /// The pass over one family: its ZSET page by page, each page's due
     /// hashes cleaned.
-    async fn clean_family(
-        &self,
-        conn: &mut Conn,
-        fence: &Fence,
-        family: Family,
-        now: i64,
-        report: &mut PassReport,
-    ) -> Result<(), CleanError> {
-        if fence.is_epoch() {
+    async fn clean_family(&mut self, family: Family, now: i64) -> Result<(), CleanError> {
+        let keys = &self.cleaner.keys;
+        if self.fence.is_epoch() {
             // Members a dead leader removed without re-checking them.
-            let back = crate::service::forget::recover(conn, &self.keys, family, fence)
+            let back = crate::service::forget::recover(self.conn, keys, family, &self.fence)
                 .await?
                 .ok_or(CleanError::LostLease)?;
             if back > 0 {
                 tracing::info!(
                     members = back,
-                    zset = self.keys.known_of(family),
+                    zset = keys.known_of(family),
                     "re-added hashes a previous pass left out of their ZSET"
                 );
             }
         }
         let mut min = b"-".to_vec();
         loop {
-            self.check()?;
-            let members: Vec<Vec<u8>> = redis::cmd("ZRANGEBYLEX")
-                .arg(self.keys.known_of(family))
-                .arg(&min)
-                .arg("+")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(PAGE)
-                .query_async(conn)
-                .await?;
+            self.cleaner.check()?;
+            let known = keys.known_of(family);
+            let page = self
+                .conn
+                .zrangebylex_limit(known, &min, "+", 0, PAGE as isize);
+            let members: Vec<Vec<u8>> = page.await?;
             let Some(last) = members.last() else { break };
             min = [b"(".as_slice(), last].concat();
-            let due: Vec<(String, i64)> = members
+            let due: Vec<Due> = members
                 .iter()
                 .filter_map(|m| {
                     let m = std::str::from_utf8(m).ok()?;
                     let prec: u32 = m.split_once(':')?.0.parse().ok()?;
-                    (prec > 0 && Self::due(prec, report.pass))
-                        .then(|| (m.to_string(), now - self.samples * i64::from(prec)))
+                    (prec > 0 && Cleaner::due(prec, self.report.pass)).then(|| Due {
+                        member: m.to_string(),
+                        key: keys.hash_of_member(family, m),
+                        cutoff: now - self.cleaner.samples * i64::from(prec),
+                    })
                 })
                 .collect();
-            self.clean_page(conn, fence, family, &due, report).await?;
+            self.clean_page(family, &due).await?;
             if members.len() < PAGE {
                 return Ok(());
             }
@@ -201,30 +223,15 @@ impl Cleaner {
         Ok(())
     }
 
-    fn check(&self) -> Result<(), CleanError> {
-        self.lease.held().then_some(()).ok_or(CleanError::LostLease)
-    }
-
     /// Reads one page of due hashes (lengths, then the fields of the small
     /// ones: two round trips), deletes their old buckets in a third, then
     /// pages through the big ones.
-    async fn clean_page(
-        &self,
-        conn: &mut Conn,
-        fence: &Fence,
-        family: Family,
-        due: &[(String, i64)],
-        report: &mut PassReport,
-    ) -> Result<(), CleanError> {
+    async fn clean_page(&mut self, family: Family, due: &[Due]) -> Result<(), CleanError> {
         if due.is_empty() {
             return Ok(());
         }
-        report.add(family, due.len() as u64, 0, 0);
-        let keys: Vec<String> = due
-            .iter()
-            .map(|(m, _)| self.keys.hash_of_member(family, m))
-            .collect();
-        let lens: Vec<usize> = each(conn, "HLEN", keys.iter()).await?;
+        self.report.add(family, due.len() as u64, 0, 0);
+        let lens: Vec<usize> = each(self.conn, "HLEN", due.iter().map(|d| &d.key)).await?;
         let big = match family {
             Family::Counts => BIG_HASH,
             Family::Stats => BIG_STATS_HASH,
@@ -233,68 +240,38 @@ impl Cleaner {
         let mut plans = Vec::new();
         for part in within_budget(&small, &lens, READ_FIELDS) {
             let fields: Vec<Vec<Vec<u8>>> =
-                each(conn, "HKEYS", part.iter().map(|&i| &keys[i])).await?;
+                each(self.conn, "HKEYS", part.iter().map(|&i| &due[i].key)).await?;
             for (&i, fields) in part.iter().zip(fields) {
-                let (old, kept) = split_old(family, fields.iter().map(Vec::as_slice), due[i].1);
-                if !old.is_empty() || !kept {
-                    plans.push(Plan {
-                        member: due[i].0.clone(),
-                        key: keys[i].clone(),
-                        old,
-                        forget: !kept,
-                    });
-                }
+                let fields = fields.iter().map(Vec::as_slice);
+                let (old, kept) = split_old(family, fields, due[i].cutoff);
+                plans.extend(plan(&due[i], old, !kept));
             }
         }
-        self.apply(conn, fence, family, &plans, None, report)
-            .await?;
+        self.apply(family, &plans, None).await?;
         for i in (0..due.len()).filter(|&i| lens[i] > big) {
-            let (member, cutoff) = (&due[i].0, due[i].1);
-            self.clean_big(conn, fence, family, member, &keys[i], cutoff, report)
-                .await?;
+            self.clean_big(family, &due[i]).await?;
         }
         Ok(())
     }
 
     /// Pages through a big hash with HSCAN, deleting each page's old fields
     /// in the same round trip as reading the next page.
-    #[allow(clippy::too_many_arguments)]
-    async fn clean_big(
-        &self,
-        conn: &mut Conn,
-        fence: &Fence,
-        family: Family,
-        member: &str,
-        key: &str,
-        cutoff: i64,
-        report: &mut PassReport,
-    ) -> Result<(), CleanError> {
+    async fn clean_big(&mut self, family: Family, hash: &Due) -> Result<(), CleanError> {
         let hscan = |cursor: u64| {
             let mut scan = redis::cmd("HSCAN");
-            scan.arg(key).arg(cursor).arg("COUNT").arg(SCAN_COUNT);
+            scan.arg(&hash.key).arg(cursor).arg("COUNT").arg(SCAN_COUNT);
             scan
         };
-        let (mut cursor, mut pairs): (u64, Vec<Vec<u8>>) = hscan(0).query_async(conn).await?;
+        let (mut cursor, mut pairs): (u64, Vec<Vec<u8>>) = hscan(0).query_async(self.conn).await?;
         let mut kept_any = false;
         loop {
             let fields = pairs.iter().step_by(2).map(Vec::as_slice);
-            let (old, kept) = split_old(family, fields, cutoff);
+            let (old, kept) = split_old(family, fields, hash.cutoff);
             kept_any |= kept;
-            let forget = cursor == 0 && !kept_any;
-            let plans = match (old.is_empty(), forget) {
-                (true, false) => Vec::new(),
-                _ => vec![Plan {
-                    member: member.to_string(),
-                    key: key.to_string(),
-                    old,
-                    forget,
-                }],
-            };
+            let plan = plan(hash, old, cursor == 0 && !kept_any);
             // The next page is read in the deletions' round trip.
             let next = (cursor != 0).then(|| hscan(cursor));
-            let reply = self
-                .apply(conn, fence, family, &plans, next, report)
-                .await?;
+            let reply = self.apply(family, plan.as_slice(), next).await?;
             if cursor == 0 {
                 return Ok(());
             }
@@ -306,17 +283,15 @@ impl Cleaner {
     /// Runs the plans' fenced deletions (see [`crate::service::purge`]),
     /// followed by `then` (whose reply is returned), and counts them.
     async fn apply(
-        &self,
-        conn: &mut Conn,
-        fence: &Fence,
+        &mut self,
         family: Family,
         plans: &[Plan],
         then: Option<redis::Cmd>,
-        report: &mut PassReport,
     ) -> Result<Option<Value>, CleanError> {
-        self.check()?;
-        let out = purge::run(conn, &self.keys, family, fence, plans, then).await?;
-        report.add(family, 0, out.removed, out.forgotten);
+        self.cleaner.check()?;
+        let keys = &self.cleaner.keys;
+        let out = purge::run(self.conn, keys, family, &self.fence, plans, then).await?;
+        self.report.add(family, 0, out.removed, out.forgotten);
         let m = metrics();
         let (removed, forgotten) = match family {
             Family::Counts => (&m.cleaner_samples_removed, &m.cleaner_counters_removed),
@@ -358,6 +333,17 @@ fn within_budget<'a>(hashes: &'a [usize], lens: &[usize], budget: usize) -> Vec<
         runs.push(&hashes[start..]);
     }
     runs
+}
+
+/// The deletion of `hash`'s `old` fields, and of its member if `forget`
+/// (no other field is left); none when there is nothing to do.
+fn plan(hash: &Due, old: Vec<Vec<u8>>, forget: bool) -> Option<Plan> {
+    (!old.is_empty() || forget).then(|| Plan {
+        member: hash.member.clone(),
+        key: hash.key.clone(),
+        old,
+        forget,
+    })
 }
 
 /// Splits fields of a `family` hash into those whose bucket is at or before

@@ -121,8 +121,8 @@ pub(crate) async fn run(
                 once(&mut cleaner, c, &shards, &lease, now).await
             })
             .await;
-        let mut retry = None;
-        match result {
+        let next = cleaner::pause_after(started.elapsed(), settings.clean_interval());
+        let pause = match result {
             Ok(last) => {
                 link.succeeded();
                 let p = &last.pass;
@@ -135,18 +135,16 @@ pub(crate) async fn run(
                     trimmed = last.trimmed.entries,
                     "cleaner pass done"
                 );
+                next
             }
             Err(CleanError::LostLease) => {
                 tracing::warn!("leader lease lost during a cleaner pass: stopped cleaning");
+                next
             }
-            Err(CleanError::Store(e)) => {
-                // Tried again after the backoff, not a whole interval later:
-                // the pass is not skipped, and the outage ends when it does.
-                retry = Some(link.failed(&e, Some(&shutdown)).1);
-            }
-        }
-        let pause = retry
-            .unwrap_or_else(|| cleaner::pause_after(started.elapsed(), settings.clean_interval()));
+            // Tried again after the backoff, not a whole interval later: the
+            // pass is not skipped, and the outage ends when it does.
+            Err(CleanError::Store(e)) => link.failed(&e, Some(&shutdown)).1,
+        };
         connect::sleep(pause, &mut shutdown).await;
     }
 }

@@ -34,7 +34,7 @@
 //! bucket it wrote is younger than the cleaner's horizon, so the hash is
 //! not empty in step 1.
 
-use redis::Value;
+use redis::{AsyncCommands, Value};
 
 use crate::model::keys::{Family, Keys};
 use crate::service::fence::Fence;
@@ -113,19 +113,13 @@ pub(crate) async fn recheck(
         .map(|(m, _)| m)
         .collect();
     if !back.is_empty() {
-        let mut zadd = redis::cmd("ZADD");
-        zadd.arg(keys.known_of(family));
-        for m in &back {
-            zadd.arg(0).arg(*m);
-        }
-        let _: i64 = zadd.query_async(conn).await?;
+        let scored: Vec<(u8, &String)> = back.iter().map(|m| (0, *m)).collect();
+        let _: i64 = conn.zadd_multiple(keys.known_of(family), &scored).await?;
         crate::model::metrics::metrics()
             .cleaner_members_readded
             .inc_by(back.len() as u64);
     }
-    let mut srem = redis::cmd("SREM");
-    srem.arg(keys.forgetting_of(family)).arg(members);
-    let _: i64 = srem.query_async(conn).await?;
+    let _: i64 = conn.srem(keys.forgetting_of(family), members).await?;
     Ok(back.len())
 }
 

@@ -1,25 +1,24 @@
 //! The worker's health as the probes see it: whether its loop turns, is
 //! connected, is in the group, is stopping or has met a fatal error, and
 //! which stream shards it reads. The worker writes it, `edge::http` serves
-//! it; lock-free.
+//! it; what the loop writes on every turn is lock-free.
 //!
 //! With several shards, each shard's worker writes through its own view
 //! ([`Health::for_shard`]): the process is in the group when every shard it
 //! reads has joined (a shard's worker that stops or resyncs says so for its
 //! shard alone), and ready while it reads none, standing by.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::model::config::MAX_SHARDS;
 use crate::model::metrics::{self, metrics};
 
-/// Words of a [`ShardSet`]: one bit per shard, up to [`MAX_SHARDS`].
-const SHARD_WORDS: usize = MAX_SHARDS.div_ceil(64) as usize;
-
 /// Health state shared between the worker loop (writer) and the probes
-/// (readers). Lock-free: every field is an atomic.
+/// (readers). What the loop writes is an atomic; the shards read, which
+/// change only when a shard is taken or let go, sit behind a lock.
 #[derive(Debug)]
 pub struct Health {
     /// Reference point for `last_turn_nanos`.
@@ -33,46 +32,21 @@ pub struct Health {
     stopping: AtomicBool,
     /// Set on an error no retry can fix: never live again.
     fatal: AtomicBool,
-    /// How many shards the stream has; 0 until the worker knows.
-    shards: AtomicU32,
-    /// The shards this process reads.
-    reading: ShardSet,
-    /// The shards whose worker is in the group.
-    joined: ShardSet,
+    /// The stream's shards and which of them this process reads.
+    shards: Mutex<Shards>,
     /// Set on one shard's view: the process' health and the shard.
     parent: Option<(Arc<Health>, u32)>,
 }
 
-/// A set of shard numbers below [`MAX_SHARDS`], one bit each; lock-free.
+/// The shards of the stream as one process reads them.
 #[derive(Debug, Default)]
-struct ShardSet([AtomicU64; SHARD_WORDS]);
-
-impl ShardSet {
-    fn set(&self, k: u32, on: bool) {
-        if k >= MAX_SHARDS {
-            return;
-        }
-        let (word, bit) = (&self.0[(k / 64) as usize], 1u64 << (k % 64));
-        if on {
-            word.fetch_or(bit, Ordering::Relaxed);
-        } else {
-            word.fetch_and(!bit, Ordering::Relaxed);
-        }
-    }
-
-    fn contains(&self, k: u32) -> bool {
-        k < MAX_SHARDS && self.0[(k / 64) as usize].load(Ordering::Relaxed) & (1 << (k % 64)) != 0
-    }
-
-    fn replace(&self, with: &[u32]) {
-        let mut words = [0u64; SHARD_WORDS];
-        for &k in with.iter().filter(|&&k| k < MAX_SHARDS) {
-            words[(k / 64) as usize] |= 1 << (k % 64);
-        }
-        for (w, bits) in self.0.iter().zip(words) {
-            w.store(bits, Ordering::Relaxed);
-        }
-    }
+struct Shards {
+    /// How many the stream has; 0 until the worker knows.
+    count: u32,
+    /// The shards this process reads.
+    reading: BTreeSet<u32>,
+    /// The shards whose worker is in the group.
+    joined: BTreeSet<u32>,
 }
 
 impl Health {
@@ -99,9 +73,7 @@ impl Health {
             in_group: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             fatal: AtomicBool::new(false),
-            shards: AtomicU32::new(0),
-            reading: ShardSet::default(),
-            joined: ShardSet::default(),
+            shards: Mutex::default(),
             parent,
         }
     }
@@ -139,52 +111,59 @@ impl Health {
         self.stopping.store(true, Ordering::Relaxed);
     }
 
-    /// Whether the worker is stopping.
-    pub(crate) fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::Relaxed)
-    }
-
     /// Records whether this worker has joined the consumer group (on a
     /// shard's view: on its shard).
     pub(crate) fn set_in_group(&self, joined: bool) {
         self.in_group.store(joined, Ordering::Relaxed);
         if let Some((p, k)) = &self.parent {
-            p.joined.set(*k, joined);
+            let mut shards = p.shards();
+            if joined {
+                shards.joined.insert(*k);
+            } else {
+                shards.joined.remove(k);
+            }
         }
+    }
+
+    fn shards(&self) -> MutexGuard<'_, Shards> {
+        self.shards.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// In the group: with several shards, on every shard it reads (so also
     /// while it reads none); else as the worker last said.
     fn is_in_group(&self) -> bool {
-        let shards = self.shards.load(Ordering::Relaxed);
-        if shards <= 1 {
+        let shards = self.shards();
+        if shards.count <= 1 {
             return self.in_group.load(Ordering::Relaxed);
         }
-        (0..shards.min(MAX_SHARDS))
-            .filter(|&k| self.reading.contains(k))
-            .all(|k| self.joined.contains(k))
+        shards.reading.iter().all(|k| shards.joined.contains(k))
     }
 
     /// Records which of the stream's `shards` shards this process reads
     /// (with one shard, every worker reads it), for `/readyz` and the
     /// `hitcount_shard_owned` / `hitcount_shards_owned` gauges.
     pub(crate) fn set_reading(&self, shards: u32, owned: &[u32]) {
-        self.reading.replace(owned);
-        self.shards.store(shards, Ordering::Relaxed);
+        let mut set = self.shards();
+        set.count = shards;
+        set.reading = owned
+            .iter()
+            .copied()
+            .filter(|&k| k < shards.min(MAX_SHARDS))
+            .collect();
+        drop(set);
         metrics().set_owned(shards, owned);
     }
 
     /// The shards this process reads, in order.
-    pub(crate) fn reading(&self) -> Vec<u32> {
-        let shards = self.shards.load(Ordering::Relaxed).min(MAX_SHARDS);
-        (0..shards).filter(|&k| self.reading.contains(k)).collect()
+    fn reading(&self) -> Vec<u32> {
+        self.shards().reading.iter().copied().collect()
     }
 
     /// What `/readyz` says about the shards: which this process reads, or
     /// that it waits to take one over (which is ready: it stands by). `None`
     /// for one stream, read by every worker.
     pub(crate) fn shard_detail(&self) -> Option<String> {
-        let shards = self.shards.load(Ordering::Relaxed);
+        let shards = self.shards().count;
         if shards <= 1 {
             return None;
         }
@@ -196,12 +175,6 @@ impl Health {
             let s = if reading.len() == 1 { "" } else { "s" };
             format!("reading shard{s} {} of {shards}", list.join(", "))
         })
-    }
-
-    /// Time since the loop last turned.
-    fn since_last_turn(&self) -> Duration {
-        let last = Duration::from_nanos(self.last_turn_nanos.load(Ordering::Relaxed));
-        self.start.elapsed().saturating_sub(last)
     }
 
     /// True while the loop has turned within `stuck_after`.
@@ -221,7 +194,8 @@ impl Health {
         if self.fatal.load(Ordering::Relaxed) {
             return Some("stopping on a fatal error".to_string());
         }
-        let since = self.since_last_turn();
+        let last = Duration::from_nanos(self.last_turn_nanos.load(Ordering::Relaxed));
+        let since = self.start.elapsed().saturating_sub(last);
         (since > self.stuck_after).then(|| {
             format!(
                 "worker loop stuck: last turn {:.1}s ago (limit {:.1}s)",
@@ -234,7 +208,7 @@ impl Health {
     /// Every readiness condition that fails, empty when ready.
     pub(crate) fn readiness_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.is_stopping() {
+        if self.stopping.load(Ordering::Relaxed) {
             problems.push("shutting down".to_string());
         }
         if !self.redis_connected.load(Ordering::Relaxed) {

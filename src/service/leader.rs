@@ -22,7 +22,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::RedisResult;
+use redis::{AsyncCommands, ExistenceCheck, RedisResult, SetExpiry, SetOptions};
 
 use crate::model::config::LeaderArgs;
 use crate::model::keys::Keys;
@@ -92,11 +92,6 @@ impl Lease {
         self.ttl / 3
     }
 
-    /// Until when this worker may act as leader (monotonic), if it may now.
-    pub(crate) fn held_until(&self) -> Option<Instant> {
-        self.until().filter(|t| *t > Instant::now())
-    }
-
     /// The deadline last set, passed or not.
     fn until(&self) -> Option<Instant> {
         *self.until.lock().unwrap_or_else(|p| p.into_inner())
@@ -104,7 +99,7 @@ impl Lease {
 
     /// Whether this worker may act as leader now.
     pub(crate) fn held(&self) -> bool {
-        self.held_until().is_some()
+        self.until().is_some_and(|t| t > Instant::now())
     }
 
     fn set(&self, until: Option<Instant>) {
@@ -122,13 +117,10 @@ impl Lease {
     /// worker is leader now.
     pub(crate) async fn try_acquire(&self, conn: &mut Conn) -> RedisResult<bool> {
         let sent = Instant::now();
-        let ok: Option<String> = redis::cmd("SET")
-            .arg(&self.key)
-            .arg(&self.token)
-            .arg("NX")
-            .arg("PX")
-            .arg(self.ttl.as_millis() as u64)
-            .query_async(conn)
+        let px = SetExpiry::PX(self.ttl.as_millis() as u64);
+        let nx = SetOptions::default().conditional_set(ExistenceCheck::NX);
+        let ok: Option<String> = conn
+            .set_options(&self.key, &self.token, nx.with_expiration(px))
             .await?;
         if ok.is_some() {
             self.set(Some(self.valid_from(sent)));
@@ -187,7 +179,6 @@ impl Lease {
             }
             connect::sleep(pause, &mut done).await;
         }
-        let was_leader = self.held();
         if let Some(c) = link.current() {
             match self.release(c).await {
                 Ok(true) => tracing::info!(token = %self.token, "released the leader lease"),
@@ -196,7 +187,7 @@ impl Lease {
                     tracing::warn!(error = %e, "could not release the leader lease; it expires on its own")
                 }
             }
-        } else if was_leader {
+        } else if self.held() {
             self.set(None);
             tracing::warn!(lease_ms = self.ttl.as_millis() as u64,
                 "could not release the leader lease (no connection to Redis): it expires on its own");
@@ -220,13 +211,8 @@ impl Lease {
 
 /// The current leader as Redis sees it: its token and the lease left.
 pub(crate) async fn current(conn: &mut Conn, key: &str) -> RedisResult<Option<(String, Duration)>> {
-    let (token, pttl): (Option<String>, i64) = redis::pipe()
-        .cmd("GET")
-        .arg(key)
-        .cmd("PTTL")
-        .arg(key)
-        .query_async(conn)
-        .await?;
+    let (token, pttl): (Option<String>, i64) =
+        redis::pipe().get(key).pttl(key).query_async(conn).await?;
     Ok(token.map(|t| (t, Duration::from_millis(pttl.max(0) as u64))))
 }
 

@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::connect::Client;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::model::config::{ConfigError, RedisArgs, StreamArgs};
@@ -81,6 +80,17 @@ pub struct ProducerStats {
     refused: std::sync::Mutex<Option<String>>,
 }
 
+impl ProducerStats {
+    /// Counts `sent` and `dropped` events that leave the buffer.
+    fn settle(&self, sent: u64, dropped: u64) {
+        self.sent.fetch_add(sent, Ordering::Relaxed);
+        self.dropped.fetch_add(dropped, Ordering::Relaxed);
+        self.buffered.fetch_sub(sent + dropped, Ordering::Relaxed);
+        metrics().producer_sent.inc_by(sent);
+        metrics().producer_dropped.inc_by(dropped);
+    }
+}
+
 /// A handle to the producer; cheap to clone, usable from any task or thread.
 #[derive(Clone)]
 pub struct Producer {
@@ -115,7 +125,7 @@ impl Producer {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(ProducerStats::default());
         let sender = Sender {
-            client,
+            link: Reconnecting::new(client, "producer", connect::RESPONSE_TIMEOUT),
             shards,
             id: format!("{:016x}", rand::random::<u64>()),
             stats: stats.clone(),
@@ -162,7 +172,7 @@ impl Producer {
     fn send(&self, name: &str, count: i64, ts: Option<f64>, value: Option<f64>) {
         let buffered = self.stats.buffered.fetch_add(1, Ordering::Relaxed);
         if buffered >= self.max_buffered {
-            return self.dropped_one();
+            return self.stats.settle(0, 1);
         }
         metrics().producer_buffered.inc();
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
@@ -176,15 +186,8 @@ impl Producer {
         {
             // The task is gone (after shutdown): the event cannot be sent.
             metrics().producer_buffered.dec();
-            self.dropped_one();
+            self.stats.settle(0, 1);
         }
-    }
-
-    /// Counts an event that was let in the buffer's count and is dropped.
-    fn dropped_one(&self) {
-        self.stats.buffered.fetch_sub(1, Ordering::Relaxed);
-        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-        metrics().producer_dropped.inc();
     }
 
     /// What the producer did so far.
@@ -239,7 +242,7 @@ struct Shard {
 
 /// The background task's state.
 struct Sender {
-    client: Client,
+    link: Reconnecting,
     shards: Vec<Shard>,
     id: String,
     stats: Arc<ProducerStats>,
@@ -248,14 +251,10 @@ struct Sender {
 
 impl Sender {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
-        let mut link =
-            Reconnecting::new(self.client.clone(), "producer", connect::RESPONSE_TIMEOUT);
         let mut msgs = Vec::with_capacity(BATCH * BATCHES_PER_TRIP);
         let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
-        loop {
-            if rx.recv_many(&mut msgs, BATCH * BATCHES_PER_TRIP).await == 0 {
-                return; // every handle dropped
-            }
+        // Until every handle is dropped.
+        while rx.recv_many(&mut msgs, BATCH * BATCHES_PER_TRIP).await > 0 {
             for m in msgs.drain(..) {
                 match m {
                     Msg::Hit(k, e) => self.shards[k as usize].events.push(e),
@@ -266,7 +265,7 @@ impl Sender {
             for shard in &mut self.shards {
                 let len = shard.events.len() as u64;
                 let give_up = self.give_up_when_refused;
-                match shard.send_retrying(&self.id, &mut link, give_up).await {
+                match shard.send_retrying(&self.id, &mut self.link, give_up).await {
                     None => n += len,
                     Some(why) => {
                         dropped += len;
@@ -274,13 +273,7 @@ impl Sender {
                     }
                 }
             }
-            self.stats.sent.fetch_add(n, Ordering::Relaxed);
-            self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
-            self.stats
-                .buffered
-                .fetch_sub(n + dropped, Ordering::Relaxed);
-            metrics().producer_sent.inc_by(n);
-            metrics().producer_dropped.inc_by(dropped);
+            self.stats.settle(n, dropped);
             metrics().producer_buffered.sub((n + dropped) as i64);
             for f in flushes.drain(..) {
                 let _ = f.send(());
@@ -307,8 +300,7 @@ impl Shard {
         // Number the batches once: retries resend the same numbers.
         let first = self.batch_no + 1;
         self.batch_no += self.events.len().div_ceil(BATCH) as u64;
-        let mut refused = None;
-        loop {
+        let refused = loop {
             let result = link
                 .call(async |c| Ok::<_, StoreError>(self.send(c, id, first).await?))
                 .await;
@@ -316,7 +308,7 @@ impl Shard {
                 Ok(()) => {
                     self.confirmed = self.batch_no;
                     link.succeeded();
-                    break;
+                    break None;
                 }
                 Err(StoreError::Redis(e))
                     if give_up && connect::classify(&e).0 == ErrorClass::Fatal =>
@@ -327,12 +319,11 @@ impl Shard {
                     // follow the last one confirmed.
                     self.batch_no = self.confirmed;
                     let hint = connect::fatal_hint(&e).unwrap_or_default();
-                    refused = Some(format!("{}; {hint}", connect::first_cause(&e)));
-                    break;
+                    break Some(format!("{}; {hint}", connect::first_cause(&e)));
                 }
                 Err(e) => tokio::time::sleep(link.failed(&e, None).1).await,
             }
-        }
+        };
         self.events.clear();
         refused
     }

@@ -65,7 +65,7 @@ pub(crate) async fn run(
 ) -> StoreResult<Outcome> {
     if !fence.is_epoch() {
         let known = keys.known_of(family);
-        let mut cmds = batches(plans.iter(), fence.key(keys, &known), known, fence.arg());
+        let mut cmds = batches(plans.iter(), [fence.key(keys, &known), known], fence.arg());
         let calls = cmds.len();
         cmds.extend(then);
         // One node: one pipeline.
@@ -83,12 +83,8 @@ pub(crate) async fn run(
     let mut cmds = Vec::new();
     for group in by_slot.values() {
         let fence_key = fence.key(keys, &group[0].key);
-        cmds.extend(batches(
-            group.iter().copied(),
-            fence_key.clone(),
-            fence_key,
-            fence.arg(),
-        ));
+        let head = [fence_key.clone(), fence_key];
+        cmds.extend(batches(group.iter().copied(), head, fence.arg()));
     }
     let replies = conn.query_each(cmds).await?;
     let (mut out, emptied) = tally(&replies);
@@ -105,34 +101,51 @@ pub(crate) async fn run(
 }
 
 /// The `clean.lua` calls for `plans`, each within the [`CHUNK`] bounds, with
-/// `fence_key` and `known` as their first keys.
+/// `head` (the fence key, then `known:`) as their first keys and `fence` as
+/// their first argument.
 fn batches<'a>(
     plans: impl Iterator<Item = &'a Plan>,
-    fence_key: String,
-    known: String,
-    fence_arg: String,
+    head: [String; 2],
+    fence: String,
 ) -> Vec<Cmd> {
-    let mut batch = Batch {
-        head: [fence_key, known],
-        fence: fence_arg,
-        hashes: Vec::new(),
-        args: Vec::new(),
-        fields: 0,
-        out: Vec::new(),
-    };
-    for plan in plans {
-        let mut parts = plan.old.chunks(CHUNK).peekable();
-        if parts.peek().is_none() {
-            batch.add(plan, &[], plan.forget);
+    // Each plan's fields in parts of at most CHUNK (one empty part when it
+    // has none), its forget flag on the last part only.
+    let parts = plans.flat_map(|plan| {
+        let mut parts: Vec<&[Vec<u8>]> = plan.old.chunks(CHUNK).collect();
+        if parts.is_empty() {
+            parts.push(&[]);
         }
-        while let Some(part) = parts.next() {
-            let last = parts.peek().is_none();
-            batch.add(plan, part, plan.forget && last);
+        let last = parts.len() - 1;
+        parts
+            .into_iter()
+            .enumerate()
+            .map(move |(i, part)| (plan, part, plan.forget && i == last))
+    });
+    let mut calls: Vec<Call> = Vec::new();
+    for (plan, part, forget) in parts {
+        match calls.last() {
+            Some((hashes, _, fields)) if fields + part.len() <= CHUNK && hashes.len() < CHUNK => {}
+            _ => calls.push(Default::default()),
         }
+        let (hashes, args, fields) = calls.last_mut().expect("a call is open");
+        hashes.push(&plan.key);
+        args.push(plan.member.clone().into_bytes());
+        args.push(if forget { b"1".to_vec() } else { b"0".to_vec() });
+        args.push(part.len().to_string().into_bytes());
+        args.extend(part.iter().cloned());
+        *fields += part.len().max(1);
     }
-    batch.flush();
-    batch.out
+    let calls = calls.into_iter().map(|(hashes, args, _)| {
+        let mut cmd = CLEAN.evalsha(2 + hashes.len());
+        cmd.arg(&head).arg(hashes).arg(&fence).arg(args);
+        cmd
+    });
+    calls.collect()
 }
+
+/// One `clean.lua` call being filled: its hashes, then per hash its
+/// arguments, and how many fields they hold.
+type Call<'a> = (Vec<&'a String>, Vec<Vec<u8>>, usize);
 
 /// Sums the replies of `clean.lua` calls: `{deleted, forgotten}` (one
 /// Redis) or `{deleted, {emptied members}}` (a cluster); anything else (-1)
@@ -157,48 +170,8 @@ fn tally(replies: &[Value]) -> (Outcome, Vec<String>) {
     (out, emptied)
 }
 
-/// One `clean.lua` call being filled: keys, then per key its arguments.
-struct Batch {
-    head: [String; 2],
-    fence: String,
-    hashes: Vec<String>,
-    args: Vec<Vec<u8>>,
-    fields: usize,
-    out: Vec<Cmd>,
-}
-
-impl Batch {
-    /// Adds `part` of a plan's fields (and the forget flag) to the call,
-    /// closing it first when it would grow past the bounds.
-    fn add(&mut self, plan: &Plan, part: &[Vec<u8>], forget: bool) {
-        if self.fields + part.len() > CHUNK || self.hashes.len() >= CHUNK {
-            self.flush();
-        }
-        self.hashes.push(plan.key.clone());
-        self.args.push(plan.member.clone().into_bytes());
-        self.args
-            .push(if forget { b"1".to_vec() } else { b"0".to_vec() });
-        self.args.push(part.len().to_string().into_bytes());
-        self.args.extend(part.iter().cloned());
-        self.fields += part.len().max(1);
-    }
-
-    fn flush(&mut self) {
-        if self.hashes.is_empty() {
-            return;
-        }
-        let mut cmd = CLEAN.evalsha(2 + self.hashes.len());
-        cmd.arg(&self.head[0])
-            .arg(&self.head[1])
-            .arg(std::mem::take(&mut self.hashes))
-            .arg(&self.fence)
-            .arg(std::mem::take(&mut self.args));
-        self.out.push(cmd);
-        self.fields = 0;
-    }
-}
-
-fn as_u64(v: &Value) -> u64 {
+/// An integer reply as a count: 0 when negative or not an integer.
+pub(crate) fn as_u64(v: &Value) -> u64 {
     match v {
         Value::Int(i) => (*i).max(0) as u64,
         _ => 0,
@@ -225,7 +198,7 @@ mod tests {
             plan("count:1:b", 0, true),
             plan("count:1:c", 10, false),
         ];
-        let cmds = batches(plans.iter(), "lease".into(), "known:".into(), "t".into());
+        let cmds = batches(plans.iter(), ["lease".into(), "known:".into()], "t".into());
         // 450 fields: 200 + 200 + 50 (with b and c in the last call).
         assert_eq!(cmds.len(), 3);
         for c in &cmds {

@@ -145,13 +145,18 @@ impl Rankings {
         now: i64,
     ) -> Result<Ranking, RankError> {
         let which = (by, precision, bucket);
-        if let Some(next) = bucket.checked_add(i64::from(precision)) {
-            if now < next && next - now <= FRESH_FOR.as_secs() as i64 {
-                self.prepare(conn, (by, precision, next), next - now);
-            }
-        }
         let first = {
             let mut entries = self.lock();
+            // Near the end of the bucket, the next one's scan starts for
+            // when it begins, unless one is known or running.
+            let soon = |next: &i64| now < *next && *next - now <= FRESH_FOR.as_secs() as i64;
+            if let Some(next) = bucket.checked_add(i64::from(precision)).filter(soon) {
+                let entry = entries.entry((by, precision, next)).or_default();
+                if entry.last.is_none() {
+                    let wait = Duration::from_secs((next - now) as u64);
+                    self.refresh(entry, conn, (by, precision, next), wait);
+                }
+            }
             // Kept: a ranking young enough to serve, a scan running, or a
             // first computation some request awaits.
             entries.retain(|_, e| match &e.last {
@@ -160,9 +165,8 @@ impl Rankings {
             });
             let entry = entries.entry(which).or_default();
             if let Some((at, ranking)) = entry.last.clone() {
-                if at.elapsed() >= FRESH_FOR && !entry.refreshing {
-                    entry.refreshing = true;
-                    self.refresh(conn.clone(), which, Duration::ZERO);
+                if at.elapsed() >= FRESH_FOR {
+                    self.refresh(entry, conn, which, Duration::ZERO);
                 }
                 return Ok(ranking);
             }
@@ -180,22 +184,13 @@ impl Rankings {
         Ok(ranking)
     }
 
-    /// Starts the scan of a bucket that begins in `in_secs`, unless one is
-    /// known or running.
-    fn prepare(&self, conn: &Conn, which: Which, in_secs: i64) {
-        let mut entries = self.lock();
-        let entry = entries.entry(which).or_default();
-        if entry.last.is_none() && !entry.refreshing {
-            entry.refreshing = true;
-            let wait = Duration::from_secs(in_secs.max(0) as u64);
-            self.refresh(conn.clone(), which, wait);
+    /// A background scan of `which` after `wait`, unless `entry` (its
+    /// entry) has one running already.
+    fn refresh(&self, entry: &mut Entry, conn: &Conn, which: Which, wait: Duration) {
+        if std::mem::replace(&mut entry.refreshing, true) {
+            return;
         }
-    }
-
-    /// A background scan of `which` after `wait`; its entry is marked
-    /// refreshing by the caller and unmarked here.
-    fn refresh(&self, conn: Conn, which: Which, wait: Duration) {
-        let this = self.clone();
+        let (this, conn) = (self.clone(), conn.clone());
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             let result = this.scan(conn, which).await;
@@ -222,12 +217,9 @@ impl Rankings {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take(Instant::now());
-        if let Err(wait) = taken {
-            // Whole seconds, rounded up, for Retry-After.
-            return Err(RankError::Busy(Duration::from_secs(
-                wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
-            )));
-        }
+        // Whole seconds, rounded up, for Retry-After.
+        taken
+            .map_err(|wait| RankError::Busy(Duration::from_secs_f64(wait.as_secs_f64().ceil())))?;
         let (by, precision, bucket) = which;
         let ranking = query::rank(&mut conn, &self.0.keys, by, precision, bucket, KEEP).await?;
         Ok((Instant::now(), Arc::new(ranking)))

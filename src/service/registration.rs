@@ -137,24 +137,23 @@ impl Registration {
         let mut link = Reconnecting::new(client, "consumer registration", LIFETIME / 3);
         while !done.is_triggered() {
             let result = link.call(async |c| self.step(c).await).await;
-            let mut pause = RENEW_EVERY;
-            match result {
-                Ok(None) => link.succeeded(),
+            let pause = match result {
+                Ok(None) => {
+                    link.succeeded();
+                    RENEW_EVERY
+                }
                 // Another worker took the name (this one was paused past the
                 // lifetime): stop at once, the commit fence refuses us anyway.
                 Ok(Some(holder)) => {
                     shutdown.fail(self.taken(holder).to_string());
                     return;
                 }
-                Err(e) => {
-                    // The commit fence keeps the count exact meanwhile.
-                    let (class, backoff) = link.failed(&e, Some(&shutdown));
-                    if class == ErrorClass::Fatal {
-                        return;
-                    }
-                    pause = backoff.min(RENEW_EVERY);
-                }
-            }
+                // The commit fence keeps the count exact meanwhile.
+                Err(e) => match link.failed(&e, Some(&shutdown)) {
+                    (ErrorClass::Fatal, _) => return,
+                    (_, backoff) => backoff.min(RENEW_EVERY),
+                },
+            };
             connect::sleep(pause, &mut done).await;
         }
     }

@@ -122,18 +122,10 @@ pub(crate) async fn run(
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     metrics().init_shards(stream.shards);
-    // After a failure: the backoff's pause, not a whole tick.
-    let mut retry: Option<std::time::Duration> = None;
     loop {
-        match retry.take() {
-            Some(pause) => tokio::select! {
-                _ = tokio::time::sleep(pause.min(SAMPLE_EVERY)) => {}
-                _ = shutdown.wait() => return,
-            },
-            None => tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.wait() => return,
-            },
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait() => return,
         }
         let result = link
             .call(async |c| {
@@ -148,9 +140,8 @@ pub(crate) async fn run(
                 link.succeeded();
                 export(&shards, &samples);
             }
-            Err(e) => {
-                retry = Some(link.failed(&e, Some(&shutdown)).1);
-            }
+            // After a failure: the backoff's pause, not a whole tick.
+            Err(e) => tick.reset_after(link.failed(&e, Some(&shutdown)).1.min(SAMPLE_EVERY)),
         }
     }
 }

@@ -92,9 +92,25 @@ pub async fn run(
     if !clustered {
         settings.worker.carry_cells = settings.worker.carry_cells.div_ceil(shards.len());
     }
-    Balancer::new(settings, shards, client, health, shutdown, clustered)
-        .run()
-        .await;
+    let members = shard_count::unsharded(&settings.layout, &settings.stream, clustered).members();
+    // The grouper's memory of `known:` members, for the layout's distinct
+    // precisions (as each worker's own).
+    let layout = &settings.layout;
+    let window = crate::model::aggregate::Window::new(&layout.precisions, layout.samples);
+    let known = KnownCache::new(window.precisions(), layout.samples);
+    let balancer = Balancer {
+        consumer: settings.worker.consumer_name(),
+        settings,
+        shards,
+        client,
+        health,
+        shutdown,
+        members,
+        owned: BTreeMap::new(),
+        grouper: clustered.then(|| Grouper::start(known)),
+        announced: false,
+    };
+    balancer.run().await;
     Ok(())
 }
 
@@ -104,10 +120,7 @@ pub async fn run(
 async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown) -> Option<bool> {
     let mut link = Reconnecting::new(client.clone(), "worker", connect::RESPONSE_TIMEOUT);
     let mut stop = shutdown.clone();
-    loop {
-        if shutdown.is_triggered() {
-            return None;
-        }
+    while !shutdown.is_triggered() {
         let checked = link
             .call(async |conn| Ok((conn.is_cluster(), record_shards(conn, settings).await?)))
             .await;
@@ -117,12 +130,10 @@ async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown
                 shutdown.fail(refusal);
                 return None;
             }
-            Err(e) => {
-                let (_, pause) = link.failed(&e, Some(shutdown));
-                connect::sleep(pause, &mut stop).await;
-            }
+            Err(e) => connect::sleep(link.failed(&e, Some(shutdown)).1, &mut stop).await,
         }
     }
+    None
 }
 
 /// Records the shard count the stream is read with (see
@@ -191,35 +202,6 @@ struct Balancer {
 }
 
 impl Balancer {
-    fn new(
-        settings: Settings,
-        shards: Vec<Keys>,
-        client: Client,
-        health: Arc<Health>,
-        shutdown: Shutdown,
-        clustered: bool,
-    ) -> Balancer {
-        let members =
-            shard_count::unsharded(&settings.layout, &settings.stream, clustered).members();
-        // The grouper's memory of `known:` members, for the layout's
-        // distinct precisions (as each worker's own).
-        let layout = &settings.layout;
-        let window = crate::model::aggregate::Window::new(&layout.precisions, layout.samples);
-        let known = KnownCache::new(window.precisions(), layout.samples);
-        Balancer {
-            consumer: settings.worker.consumer_name(),
-            settings,
-            shards,
-            client,
-            health,
-            shutdown,
-            members,
-            owned: BTreeMap::new(),
-            grouper: clustered.then(|| Grouper::start(known)),
-            announced: false,
-        }
-    }
-
     async fn run(mut self) {
         tracing::info!(consumer = %self.consumer, shards = self.shards.len(),
             "sharing the stream's shards with the other live workers");
@@ -230,8 +212,7 @@ impl Balancer {
         );
         let mut stop = self.shutdown.clone();
         while !self.shutdown.is_triggered() {
-            let mut pause = TICK;
-            match self.step(&mut link).await {
+            let pause = match self.step(&mut link).await {
                 Ok(()) => {
                     link.succeeded();
                     // Holding no shard, this process only waits to take
@@ -241,11 +222,10 @@ impl Balancer {
                         self.health.set_redis_connected(true);
                         self.health.set_in_group(true);
                     }
+                    TICK
                 }
-                Err(e) => {
-                    pause = link.failed(&e, Some(&self.shutdown)).1.min(TICK);
-                }
-            }
+                Err(e) => link.failed(&e, Some(&self.shutdown)).1.min(TICK),
+            };
             self.report();
             connect::sleep(pause, &mut stop).await;
         }
@@ -284,51 +264,42 @@ impl Balancer {
             live = self.live(conn, SHARD_LEASE).await?;
             self.announced = true;
         }
-        let live = live.max(1);
-        let share = self.shards.len().div_ceil(live as usize);
-        let mut lost = Vec::new();
+        let share = self.shards.len().div_ceil(live.max(1) as usize);
+        let done: Vec<(u32, Owned)> = self
+            .owned
+            .extract_if(.., |_, o| o.task.is_finished())
+            .collect();
+        for (k, o) in done {
+            o.lease.release(conn).await?;
+            tracing::info!(shard = k, "let go of a shard");
+        }
         for (&k, o) in &self.owned {
-            if o.task.is_finished() {
-                lost.push(k);
-            } else if !o.lease.renew(conn).await? {
+            if !o.lease.renew(conn).await? {
                 tracing::warn!(shard = k, "lost the lease of a shard: stopping its worker");
                 o.stop.trigger();
             }
         }
-        for k in lost {
-            let o = self.owned.remove(&k).expect("listed");
-            o.lease.release(conn).await?;
-            tracing::info!(shard = k, "let go of a shard");
-        }
-        let reading = self.owned.values().filter(|o| !o.leaving).count();
-        if reading > share {
-            let extra: Vec<u32> = self
-                .preference()
-                .into_iter()
-                .rev()
-                .filter(|k| self.owned.get(k).is_some_and(|o| !o.leaving))
-                .take(reading - share)
-                .collect();
-            for k in extra {
-                let o = self.owned.get_mut(&k).expect("owned");
+        // Over its share, the shards it prefers least go first; under it,
+        // free ones are tried in its order of preference.
+        let mut reading = self.owned.values().filter(|o| !o.leaving).count();
+        for k in self.preference().into_iter().rev() {
+            if let Some(o) = (self.owned.get_mut(&k)).filter(|o| reading > share && !o.leaving) {
                 o.leaving = true;
                 o.stop.trigger();
+                reading -= 1;
             }
-        } else if reading < share {
-            let mut want = share - reading;
-            for k in self.preference() {
-                if want == 0 {
-                    break;
-                }
-                if self.owned.contains_key(&k) {
-                    continue;
-                }
-                let keys = &self.shards[k as usize];
-                let lease = Lease::shard(keys, &self.consumer, SHARD_LEASE);
-                if lease.try_acquire(conn).await? {
-                    self.start(k, lease);
-                    want -= 1;
-                }
+        }
+        let free: Vec<u32> = (self.preference().into_iter())
+            .filter(|k| !self.owned.contains_key(k))
+            .collect();
+        for k in free {
+            if reading >= share {
+                break;
+            }
+            let lease = Lease::shard(&self.shards[k as usize], &self.consumer, SHARD_LEASE);
+            if lease.try_acquire(conn).await? {
+                self.start(k, lease);
+                reading += 1;
             }
         }
         Ok(())

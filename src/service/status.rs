@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use redis::RedisResult;
+use redis::{AsyncCommands, RedisResult};
 
 use crate::model::keys::Keys;
 use crate::service::shard_spread::{spread, MasterShards, ShardMove};
@@ -92,15 +92,11 @@ fn numbers_as_numbers<S: serde::Serializer>(
     map: &BTreeMap<String, String>,
     ser: S,
 ) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap;
-    let mut out = ser.serialize_map(Some(map.len()))?;
-    for (k, v) in map {
-        match v.parse::<i64>() {
-            Ok(n) => out.serialize_entry(k, &n)?,
-            Err(_) => out.serialize_entry(k, v)?,
-        }
-    }
-    out.end()
+    let value = |v: &str| {
+        v.parse::<i64>()
+            .map_or(serde_json::Value::from(v), Into::into)
+    };
+    ser.collect_map(map.iter().map(|(k, v)| (k, value(v))))
 }
 
 /// One consumer group.
@@ -147,25 +143,12 @@ pub(crate) async fn gather(
     };
     // Two commands, not one pipeline: on a cluster the keys may sit in two
     // hash slots, and a pipeline may not span them.
-    let known: u64 = redis::cmd("ZCARD")
-        .arg(keys.known())
-        .query_async(conn)
-        .await?;
-    let known_stats: u64 = redis::cmd("ZCARD")
-        .arg(keys.stats_known())
-        .query_async(conn)
-        .await?;
-    let last_pass: BTreeMap<String, String> = redis::cmd("HGETALL")
-        .arg(keys.cleaner_status())
-        .query_async(conn)
-        .await?;
-    let leader = lease(conn, leader_key).await?;
     let mut status = Status {
         stream: keys.stream.clone(),
-        leader,
-        known_counters: known,
-        known_stats,
-        last_pass,
+        known_counters: conn.zcard(keys.known()).await?,
+        known_stats: conn.zcard(keys.stats_known()).await?,
+        last_pass: conn.hgetall(keys.cleaner_status()).await?,
+        leader: lease(conn, leader_key).await?,
         ..Status::default()
     };
     let mut added = Vec::with_capacity(shards.len());
@@ -175,12 +158,12 @@ pub(crate) async fn gather(
         status.shards.push(s);
         added.push(entries_added.unwrap_or(0));
     }
-    if shards.len() > 1 && conn.is_cluster() {
-        let masters = crate::store::topology::masters(conn).await?;
-        (status.masters, status.evening_moves) =
-            spread(&masters, &added, &keys.known(), status.known_counters);
-    }
     if shards.len() > 1 {
+        if conn.is_cluster() {
+            let masters = crate::store::topology::masters(conn).await?;
+            (status.masters, status.evening_moves) =
+                spread(&masters, &added, &keys.known(), status.known_counters);
+        }
         status.stream = base_stream(&keys.stream);
         status.length = status.shards.iter().map(|s| s.length).sum();
         if status.exists {

@@ -55,10 +55,29 @@ pub(crate) async fn trim_all(
         .ok_or(CleanError::LostLease)?;
     let mut all = Trimmed::default();
     for keys in shards {
-        let t = trim_fenced(conn, keys, lease, &fence).await?;
-        all.entries += t.entries;
-        if older(&t.min_id, &all.min_id) {
-            all.min_id = t.min_id;
+        let mut min_id = String::new();
+        for _ in 0..MAX_STEPS {
+            if !lease.held() {
+                return Err(CleanError::LostLease);
+            }
+            let reply: Value = TRIM
+                .evalsha(2)
+                .arg(fence.key(keys, &keys.stream))
+                .arg(&keys.stream)
+                .arg(fence.arg())
+                .arg(STEP)
+                .query_async(conn)
+                .await?;
+            let evicted;
+            (evicted, min_id) = step_reply(&reply)?;
+            all.entries += evicted;
+            metrics().stream_trimmed.inc_by(evicted);
+            if evicted == 0 {
+                break;
+            }
+        }
+        if older(&min_id, &all.min_id) {
+            all.min_id = min_id;
         }
     }
     Ok(all)
@@ -71,41 +90,7 @@ pub(crate) async fn trim(
     keys: &Keys,
     lease: &Lease,
 ) -> Result<Trimmed, CleanError> {
-    let fence = Fence::take(conn, keys, lease)
-        .await?
-        .ok_or(CleanError::LostLease)?;
-    trim_fenced(conn, keys, lease, &fence).await
-}
-
-/// Trims `keys.stream` under `fence`, while `lease` is held.
-async fn trim_fenced(
-    conn: &mut Conn,
-    keys: &Keys,
-    lease: &Lease,
-    fence: &Fence,
-) -> Result<Trimmed, CleanError> {
-    let mut out = Trimmed::default();
-    for _ in 0..MAX_STEPS {
-        if !lease.held() {
-            return Err(CleanError::LostLease);
-        }
-        let reply: Value = TRIM
-            .evalsha(2)
-            .arg(fence.key(keys, &keys.stream))
-            .arg(&keys.stream)
-            .arg(fence.arg())
-            .arg(STEP)
-            .query_async(conn)
-            .await?;
-        let (evicted, min_id) = step_reply(&reply)?;
-        out.min_id = min_id;
-        out.entries += evicted;
-        metrics().stream_trimmed.inc_by(evicted);
-        if evicted == 0 {
-            break;
-        }
-    }
-    Ok(out)
+    trim_all(conn, std::slice::from_ref(keys), lease).await
 }
 
 /// Whether stream id `a` is older than `b`, an empty id (no group) being
@@ -129,10 +114,7 @@ fn step_reply(reply: &Value) -> Result<(u64, String), CleanError> {
     let Value::Array(v) = reply else {
         return Err(CleanError::LostLease);
     };
-    let evicted = match v.first() {
-        Some(Value::Int(n)) => (*n).max(0) as u64,
-        _ => 0,
-    };
+    let evicted = v.first().map_or(0, crate::service::purge::as_u64);
     let min_id = v.get(1).and_then(text).unwrap_or_default();
     Ok((evicted, min_id))
 }

@@ -137,24 +137,20 @@ impl Client {
     }
 
     async fn open_any(&self, response_timeout: Duration) -> RedisResult<Conn> {
-        match self.detected.get() {
-            Some(true) => return self.open_cluster(response_timeout).await,
-            Some(false) if self.mode == ClusterMode::Off => {
-                let mut single = self.open_single(response_timeout).await?;
-                crate::store::detect::refuse_several_masters(&mut single).await?;
-                return Ok(Conn::Single(single));
-            }
-            Some(false) => return self.open_single(response_timeout).await.map(Conn::Single),
-            None => {}
+        if self.detected.get() == Some(&true) {
+            return self.open_cluster(response_timeout).await;
         }
         let mut single = self.open_single(response_timeout).await?;
-        let cluster = crate::store::detect::is_cluster_node(&mut single).await?;
-        let _ = self.detected.set(cluster);
-        if cluster {
-            self.open_cluster(response_timeout).await
-        } else {
-            Ok(Conn::Single(single))
+        if self.mode == ClusterMode::Off {
+            crate::store::detect::refuse_several_masters(&mut single).await?;
+        } else if self.detected.get().is_none() {
+            let cluster = crate::store::detect::is_cluster_node(&mut single).await?;
+            let _ = self.detected.set(cluster);
+            if cluster {
+                return self.open_cluster(response_timeout).await;
+            }
         }
+        Ok(Conn::Single(single))
     }
 
     /// A reply that is not Redis' protocol at all (an HTTP server, say, at
@@ -221,13 +217,9 @@ pub(crate) async fn within<T>(
 /// redis-rs builds its TLS configuration from the process default and
 /// panics without one; rustls is compiled here with ring only.
 fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Fails only if another thread installed one meanwhile: fine.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-    });
+    // Refused, and left as it is, when one is set already (by an earlier
+    // client, or by the program hitcount is a library of).
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// The one connection type hitcount talks to Redis through: to one node,

@@ -12,11 +12,11 @@
 //! windows (`worker`). This file holds the [`ConfigError`] they share; every
 //! item is re-exported here, so `crate::model::config::X` names it.
 //!
-//! Each default is written once, as a `DEFAULT_*` constant next to its
-//! struct, named once, by the clap attribute (`default_value` /
-//! `default_value_t`); the struct's `Default` is what an empty command line
-//! parses to ([`parsed_defaults`]), and a test per struct checks that it
-//! parses.
+//! Each default is written once, in its setting's clap attribute
+//! (`default_value` / `default_value_t`, beside its flag, variable and
+//! range; a named constant only where other code reads it too); the
+//! struct's `Default` is what an empty command line parses to
+//! ([`parsed_defaults`]), and a test per struct checks that it parses.
 
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
@@ -45,8 +45,8 @@ mod layout;
 mod leader;
 mod worker;
 
-// Every public item of the groups (their structs and `DEFAULT_*`
-// constants) under `config::`, without a list here to keep in step.
+// Every public item of the groups (their structs and constants) under
+// `config::`, without a list here to keep in step.
 pub use connection::*;
 pub use layout::*;
 pub use leader::*;

@@ -123,17 +123,14 @@ pub(crate) async fn own_group(conn: &mut Conn, keys: &Keys) -> RedisResult<Optio
         .arg(&keys.stream)
         .query_async(conn)
         .await;
-    let reply = match reply {
-        Ok(r) => r,
+    match reply {
+        Ok(r) => Ok(GroupInfo::parse_all(&r)
+            .into_iter()
+            .find(|g| g.name == keys.group)),
         // No stream yet: no group either (the worker creates both).
-        Err(e) if e.code() == Some("ERR") && e.to_string().contains("no such key") => {
-            return Ok(None)
-        }
-        Err(e) => return Err(e),
-    };
-    Ok(GroupInfo::parse_all(&reply)
-        .into_iter()
-        .find(|g| g.name == keys.group))
+        Err(e) if e.code() == Some("ERR") && e.to_string().contains("no such key") => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// A group's consumers, its lag made consistent with the stream's `length`

@@ -11,7 +11,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use crate::model::config::{redact_url, ClusterMode, ConfigError, RedisArgs};
+use crate::model::config::{invalid, redact_url, ClusterMode, ConfigError, RedisArgs};
 
 /// Time allowed to open a connection (TCP, TLS, AUTH).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,26 +42,23 @@ impl std::fmt::Debug for Client {
 
 /// Builds a client from the settings, reading TLS files when given.
 pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
-    let invalid = |reason: String| ConfigError::Invalid {
-        setting: "--redis-url / REDIS_URL",
-        reason,
-    };
+    let bad_url = |reason: String| invalid("--redis-url / REDIS_URL", reason);
     let nodes: Vec<String> = args.urls().into_iter().map(str::to_string).collect();
     let Some(first_url) = nodes.first() else {
-        return Err(invalid("no Redis URL given".into()));
+        return Err(bad_url("no Redis URL given".into()));
     };
     if nodes.len() > 1 && args.cluster == ClusterMode::Off {
-        return Err(ConfigError::Invalid {
-            setting: "--cluster / HITCOUNT_CLUSTER",
-            reason: format!(
+        return Err(invalid(
+            "--cluster / HITCOUNT_CLUSTER",
+            format!(
                 "off, but REDIS_URL names {} nodes: give one node, or let it be auto or on",
                 nodes.len()
             ),
-        });
+        ));
     }
     let tls_urls = nodes.iter().filter(|u| u.starts_with("rediss://")).count();
     if tls_urls != 0 && tls_urls != nodes.len() {
-        return Err(invalid(
+        return Err(bad_url(
             "mixes rediss:// and redis:// nodes: use one scheme for all".into(),
         ));
     }
@@ -70,7 +67,7 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
     }
     let tls_files = args.ca.is_some() || args.cert.is_some();
     if tls_files && tls_urls == 0 {
-        return Err(invalid(format!(
+        return Err(bad_url(format!(
             "TLS files are set but {} is not a rediss:// URL",
             redact_url(&args.url)
         )));
@@ -102,7 +99,7 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
         Some(certs) => redis::Client::build_with_tls(first_url.as_str(), certs.clone()),
         None => redis::Client::open(first_url.as_str()),
     }
-    .map_err(|e| invalid(format!("{e}")))?;
+    .map_err(|e| bad_url(format!("{e}")))?;
     let known = match args.cluster {
         ClusterMode::On => Some(true),
         ClusterMode::Off => Some(false),

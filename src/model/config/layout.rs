@@ -5,7 +5,7 @@
 
 use clap::Args;
 
-use super::{ranged, ConfigError};
+use super::{invalid, ranged, ConfigError};
 use crate::model::stats::DEFAULT_QUANTILE_PRECISIONS;
 
 /// The seeds' precisions: 1 s, 5 s, 1 min, 5 min, 1 h, 5 h, 1 day.
@@ -92,33 +92,30 @@ impl Default for LayoutArgs {
 impl LayoutArgs {
     /// Checks the precisions and samples; sorts and dedups the precisions.
     pub fn validate(&mut self) -> Result<(), ConfigError> {
-        let invalid = |reason: &str| ConfigError::Invalid {
-            setting: "--precisions / HITCOUNT_PRECISIONS",
-            reason: reason.to_string(),
-        };
+        let precisions = |reason: &str| invalid("--precisions / HITCOUNT_PRECISIONS", reason);
         if self.precisions.is_empty() {
-            return Err(invalid("at least one precision is needed"));
+            return Err(precisions("at least one precision is needed"));
         }
         if self.precisions.contains(&0) {
-            return Err(invalid("a precision of 0 seconds is meaningless"));
+            return Err(precisions("a precision of 0 seconds is meaningless"));
         }
         self.precisions.sort_unstable();
         self.precisions.dedup();
         if self.samples == 0 {
-            return Err(ConfigError::Invalid {
-                setting: "--samples / HITCOUNT_SAMPLES",
-                reason: "at least one sample must be kept".into(),
-            });
+            return Err(invalid(
+                "--samples / HITCOUNT_SAMPLES",
+                "at least one sample must be kept",
+            ));
         }
         if let Some(q) = &self.quantile_precisions {
             if let Some(p) = q.iter().find(|p| !self.precisions.contains(p)) {
-                return Err(ConfigError::Invalid {
-                    setting: "--quantile-precisions / HITCOUNT_QUANTILE_PRECISIONS",
-                    reason: format!(
+                return Err(invalid(
+                    "--quantile-precisions / HITCOUNT_QUANTILE_PRECISIONS",
+                    format!(
                         "{p} is not one of the precisions ({})",
                         comma_list(&self.precisions)
                     ),
-                });
+                ));
             }
         }
         Ok(())
@@ -182,38 +179,35 @@ impl StreamArgs {
         ];
         for (setting, value) in names {
             if value.is_empty() {
-                return Err(ConfigError::Invalid {
-                    setting,
-                    reason: "must not be empty".into(),
-                });
+                return Err(invalid(setting, "must not be empty"));
             }
         }
         if !(1..=MAX_SHARDS).contains(&self.shards) {
-            return Err(ConfigError::Invalid {
-                setting: "--shards / HITCOUNT_SHARDS",
-                reason: format!("must be between 1 and {MAX_SHARDS}, not {}", self.shards),
-            });
+            return Err(invalid(
+                "--shards / HITCOUNT_SHARDS",
+                format!("must be between 1 and {MAX_SHARDS}, not {}", self.shards),
+            ));
         }
         if self.shards > 1 && self.stream.contains('{') {
-            return Err(ConfigError::Invalid {
-                setting: "--stream / HITCOUNT_STREAM",
-                reason: format!(
+            return Err(invalid(
+                "--stream / HITCOUNT_STREAM",
+                format!(
                     "{:?} holds a `{{`, but with {} shards shard k is {}:{{k}} and takes its \
                      hash slot from the `{{k}}`: an earlier `{{` would take it instead (every \
                      shard in one slot, or its keys apart): remove the `{{`",
                     self.stream, self.shards, self.stream
                 ),
-            });
+            ));
         }
         if self.dead_stream == self.stream {
-            return Err(ConfigError::Invalid {
-                setting: "--dead-stream / HITCOUNT_DEAD_STREAM",
-                reason: format!(
+            return Err(invalid(
+                "--dead-stream / HITCOUNT_DEAD_STREAM",
+                format!(
                     "must differ from the stream ({}): dead letters would be read back and \
                      dead-lettered again for ever",
                     self.stream
                 ),
-            });
+            ));
         }
         Ok(())
     }

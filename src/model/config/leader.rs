@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{ConfigError, Whole};
+use super::{invalid, ConfigError, Whole};
 
 /// Accepted `--lease-ms`: from 300 ms, where a renewal (every third) still
 /// fits in a round trip with room to spare on a busy machine, to 10 minutes.
@@ -50,10 +50,10 @@ impl LeaderArgs {
         LEASE_MS.check(self.lease_ms)?;
         CLEAN_INTERVAL.check(self.clean_interval_secs)?;
         if self.leader_key.is_empty() {
-            return Err(ConfigError::Invalid {
-                setting: "--leader-key / HITCOUNT_LEADER_KEY",
-                reason: "must not be empty".into(),
-            });
+            return Err(invalid(
+                "--leader-key / HITCOUNT_LEADER_KEY",
+                "must not be empty",
+            ));
         }
         Ok(())
     }

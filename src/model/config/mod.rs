@@ -108,12 +108,15 @@ impl Whole {
         if self.range.contains(&value) {
             Ok(())
         } else {
-            Err(ConfigError::Invalid {
-                setting: self.setting,
-                reason: not_in(value, &self.range),
-            })
+            Err(invalid(self.setting, not_in(value, &self.range)))
         }
     }
+}
+
+/// [`ConfigError::Invalid`]: `setting` may not be what it is, for `reason`.
+pub(crate) fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
+    let reason = reason.into();
+    ConfigError::Invalid { setting, reason }
 }
 
 fn not_in(n: i128, range: &RangeInclusive<i128>) -> String {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{ConfigError, Whole, ADVANCED};
+use super::{invalid, ConfigError, Whole, ADVANCED};
 
 /// Longest wait for replicas' confirmation of one step, in ms: a master left
 /// without a replica slows each window by about this much, never stops it.
@@ -207,10 +207,10 @@ impl WorkerArgs {
             .as_ref()
             .is_some_and(|c| c.trim() != c || c.contains(char::is_control))
         {
-            return Err(ConfigError::Invalid {
-                setting: "--consumer / HITCOUNT_CONSUMER",
-                reason: "must not have leading or trailing spaces or control characters".into(),
-            });
+            return Err(invalid(
+                "--consumer / HITCOUNT_CONSUMER",
+                "must not have leading or trailing spaces or control characters",
+            ));
         }
         Ok(())
     }

@@ -93,20 +93,13 @@ pub(crate) async fn stream_and_groups(
     conn: &mut Conn,
     keys: &Keys,
 ) -> RedisResult<Option<(StreamInfo, Vec<GroupInfo>)>> {
-    let exists: bool = redis::cmd("EXISTS")
-        .arg(&keys.stream)
-        .query_async(conn)
-        .await?;
+    let exists: bool = redis::Cmd::exists(&keys.stream).query_async(conn).await?;
     if !exists {
         return Ok(None);
     }
     let (stream, groups): (Value, Value) = redis::pipe()
-        .cmd("XINFO")
-        .arg("STREAM")
-        .arg(&keys.stream)
-        .cmd("XINFO")
-        .arg("GROUPS")
-        .arg(&keys.stream)
+        .xinfo_stream(&keys.stream)
+        .xinfo_groups(&keys.stream)
         .query_async(conn)
         .await?;
     Ok(Some((
@@ -118,9 +111,7 @@ pub(crate) async fn stream_and_groups(
 /// This deployment's group (`keys.group`), `None` when the stream or the
 /// group does not exist yet.
 pub(crate) async fn own_group(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<GroupInfo>> {
-    let reply: RedisResult<Value> = redis::cmd("XINFO")
-        .arg("GROUPS")
-        .arg(&keys.stream)
+    let reply: RedisResult<Value> = redis::Cmd::xinfo_groups(&keys.stream)
         .query_async(conn)
         .await;
     match reply {
@@ -142,13 +133,11 @@ pub(crate) async fn consumers_and_backlog(
     group: &GroupInfo,
     length: u64,
 ) -> RedisResult<(Vec<ConsumerInfo>, Option<u64>, Option<f64>)> {
-    let mut pipe = redis::pipe();
-    pipe.cmd("XINFO")
-        .arg("CONSUMERS")
-        .arg(&keys.stream)
-        .arg(&group.name);
-    pipe.add_command(next_undelivered(keys, &group.last_delivered_id));
-    let (consumers, next): (Value, Value) = pipe.query_async(conn).await?;
+    let (consumers, next): (Value, Value) = redis::pipe()
+        .xinfo_consumers(&keys.stream, &group.name)
+        .add_command(next_undelivered(keys, &group.last_delivered_id))
+        .query_async(conn)
+        .await?;
     let age = backlog_age_secs(&next, crate::model::clock::unix_ms());
     let lag = consistent_lag(group.lag, length, age.is_some());
     Ok((ConsumerInfo::parse_all(&consumers), lag, age))
@@ -213,10 +202,7 @@ pub(crate) async fn own_groups(
         .iter()
         .flat_map(|&i| {
             let stream = &shards[i].stream;
-            [
-                redis::cmd("XINFO").arg("GROUPS").arg(stream).clone(),
-                redis::cmd("XLEN").arg(stream).clone(),
-            ]
+            [redis::Cmd::xinfo_groups(stream), redis::Cmd::xlen(stream)]
         })
         .collect();
     let replies = conn.query_each(xinfo).await?;
@@ -251,13 +237,7 @@ pub(crate) async fn own_groups(
 /// The read of the first entry after a group's last-delivered id: the
 /// oldest entry the group has not yet received.
 fn next_undelivered(keys: &Keys, last_delivered: &str) -> redis::Cmd {
-    let mut c = redis::cmd("XRANGE");
-    c.arg(&keys.stream)
-        .arg(format!("({last_delivered}"))
-        .arg("+")
-        .arg("COUNT")
-        .arg(1);
-    c
+    redis::Cmd::xrange_count(&keys.stream, format!("({last_delivered}"), "+", 1)
 }
 
 /// How long, in seconds, the entry of a [`next_undelivered`] reply has

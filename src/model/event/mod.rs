@@ -310,11 +310,8 @@ fn parse_digits(s: &[u8]) -> Option<u128> {
 }
 
 fn count_in_range(count: i128) -> Result<i64, Reject> {
-    if (1..=i128::from(MAX_COUNT)).contains(&count) {
-        Ok(count as i64)
-    } else {
-        Err(Reject::BadCount)
-    }
+    let in_range = (1..=i128::from(MAX_COUNT)).contains(&count);
+    in_range.then_some(count as i64).ok_or(Reject::BadCount)
 }
 
 /// Float seconds to ms: finite, ≥ 0, `floor(ts * 1000)` (saturating).
@@ -329,11 +326,8 @@ fn float_ts_ms(ts: f64) -> Result<i64, Reject> {
 
 /// A value as the contract takes it: finite, `|v|` ≤ [`MAX_ABS_VALUE`].
 fn check_value(v: f64) -> Result<f64, Reject> {
-    if v.is_finite() && v.abs() <= MAX_ABS_VALUE {
-        Ok(v)
-    } else {
-        Err(Reject::BadValue)
-    }
+    let v = Some(v).filter(|v| v.is_finite() && v.abs() <= MAX_ABS_VALUE);
+    v.ok_or(Reject::BadValue)
 }
 
 fn clamp_ms(ms: u128) -> i64 {

@@ -4,7 +4,7 @@
 
 use prometheus::core::{Atomic, GenericGauge, GenericGaugeVec};
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
 /// Durations from 0.5 ms to 10 s for Redis round trips.
@@ -91,16 +91,15 @@ pub(super) fn revision() -> &'static str {
 }
 
 /// `hitcount_build_info{version, revision}`, registered and set to 1.
-pub(super) fn build_info(r: &Registry) -> IntGauge {
+pub(super) fn build_info(r: &Registry) {
     let info: IntGaugeVec = gauge_vec(
         r,
         "hitcount_build_info",
         "Build information; always 1, labelled with version and git revision.",
         &["version", "revision"],
     );
-    let gauge = info.with_label_values(&[env!("CARGO_PKG_VERSION"), revision()]);
-    gauge.set(1);
-    gauge
+    info.with_label_values(&[env!("CARGO_PKG_VERSION"), revision()])
+        .set(1);
 }
 
 #[cfg(test)]

@@ -62,12 +62,6 @@ impl std::fmt::Debug for RedisArgs {
     }
 }
 
-impl Default for RedisArgs {
-    fn default() -> Self {
-        super::parsed_defaults()
-    }
-}
-
 impl RedisArgs {
     /// Settings for a plain URL, no TLS files.
     pub fn from_url(url: &str) -> Self {

@@ -83,12 +83,6 @@ pub(crate) fn parse_precisions(text: &str) -> Result<Vec<u32>, String> {
     Ok(list)
 }
 
-impl Default for LayoutArgs {
-    fn default() -> Self {
-        super::parsed_defaults()
-    }
-}
-
 impl LayoutArgs {
     /// Checks the precisions and samples; sorts and dedups the precisions.
     pub fn validate(&mut self) -> Result<(), ConfigError> {
@@ -160,12 +154,6 @@ pub struct StreamArgs {
     #[arg(long, env = "HITCOUNT_SHARDS", default_value_t = 1,
           value_parser = ranged::<u32>(1..=MAX_SHARDS.into()))]
     pub shards: u32,
-}
-
-impl Default for StreamArgs {
-    fn default() -> Self {
-        super::parsed_defaults()
-    }
 }
 
 impl StreamArgs {

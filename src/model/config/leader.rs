@@ -36,12 +36,6 @@ pub struct LeaderArgs {
     pub clean_interval_secs: u64,
 }
 
-impl Default for LeaderArgs {
-    fn default() -> Self {
-        super::parsed_defaults()
-    }
-}
-
 impl LeaderArgs {
     /// Checks the settings: the whole numbers in their ranges (the command
     /// line's parser refuses the rest already; a struct built in code has

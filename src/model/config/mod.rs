@@ -52,6 +52,18 @@ pub use layout::*;
 pub use leader::*;
 pub use worker::*;
 
+/// Each group's `Default`: [`parsed_defaults`].
+macro_rules! default_parsed {
+    ($($group:ty),*) => {$(
+        impl Default for $group {
+            fn default() -> Self {
+                parsed_defaults()
+            }
+        }
+    )*};
+}
+default_parsed!(RedisArgs, LayoutArgs, StreamArgs, LeaderArgs, WorkerArgs);
+
 /// A value parser for a whole-number setting in `range`, for clap's
 /// `value_parser`: anything else is refused at parse time with a message
 /// naming the range (`-1 is not in 1..=256`), so a setting's range is

@@ -152,12 +152,6 @@ pub struct WorkerArgs {
     pub wait_replicas: u32,
 }
 
-impl Default for WorkerArgs {
-    fn default() -> Self {
-        super::parsed_defaults()
-    }
-}
-
 impl WorkerArgs {
     /// How long cells may wait in the carry: `--carry-ms`, at most a
     /// quarter of `--claim-idle-ms` (other workers finish windows recorded

@@ -5,7 +5,7 @@
 //! both parse alike, and a field missing or of another type reads as
 //! absent, never as a panic.
 
-use redis::{RedisResult, Value};
+use redis::{FromRedisValue, RedisResult, Value};
 
 use crate::model::keys::Keys;
 use crate::store::connect::Conn;
@@ -213,10 +213,7 @@ pub(crate) async fn own_groups(
             let g = GroupInfo::parse_all(&r[0])
                 .into_iter()
                 .find(|g| g.name == shards[i].group)?;
-            let length = match r.get(1) {
-                Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
-                _ => 0,
-            };
+            let length = u64::from_redis_value_ref(&r[1]).unwrap_or(0);
             Some((i, g, length))
         })
         .collect();

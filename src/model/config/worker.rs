@@ -169,15 +169,11 @@ impl WorkerArgs {
     /// stable name is still better where there is one, since a restarted pod
     /// then resumes its own pending entries at once.
     pub(crate) fn consumer_name(&self) -> String {
-        if let Some(c) = self.consumer.as_ref().filter(|c| !c.is_empty()) {
-            return c.clone();
-        }
-        if let Ok(pod) = std::env::var("POD_NAME") {
-            if !pod.is_empty() {
-                return pod;
-            }
-        }
-        unique_consumer_name()
+        [self.consumer.clone(), std::env::var("POD_NAME").ok()]
+            .into_iter()
+            .flatten()
+            .find(|name| !name.is_empty())
+            .unwrap_or_else(unique_consumer_name)
     }
 
     /// Checks the settings: each whole number in its range (the command

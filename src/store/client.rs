@@ -63,7 +63,12 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
         ));
     }
     if tls_urls > 0 {
-        install_crypto_provider();
+        // ring as rustls' process-wide crypto provider: redis-rs builds its
+        // TLS configuration from the process default and panics without one
+        // (rustls is compiled here with ring only). Refused, and left as it
+        // is, when one is set already (by an earlier client, or by the
+        // program hitcount is a library of).
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
     let tls_files = args.ca.is_some() || args.cert.is_some();
     if tls_files && tls_urls == 0 {
@@ -208,15 +213,6 @@ pub(crate) async fn within<T>(
                 format!("no reply from the cluster within {deadline:?}"),
             )))
         })
-}
-
-/// Makes ring rustls' process-wide crypto provider unless one is set already.
-/// redis-rs builds its TLS configuration from the process default and
-/// panics without one; rustls is compiled here with ring only.
-fn install_crypto_provider() {
-    // Refused, and left as it is, when one is set already (by an earlier
-    // client, or by the program hitcount is a library of).
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// The one connection type hitcount talks to Redis through: to one node,

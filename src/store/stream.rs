@@ -171,7 +171,7 @@ pub(crate) fn ack_into(pipe: &mut redis::Pipeline, keys: &Keys, ids: &str, per_c
 
 /// Acknowledges `ids` in commands of at most `per_command` ids, added to
 /// `pipe`.
-pub(crate) fn ack_each_into<S: AsRef<str>>(
+pub(crate) fn ack_each_into<S: redis::ToRedisArgs>(
     pipe: &mut redis::Pipeline,
     keys: &Keys,
     ids: impl IntoIterator<Item = S>,
@@ -179,8 +179,7 @@ pub(crate) fn ack_each_into<S: AsRef<str>>(
 ) {
     let ids: Vec<S> = ids.into_iter().collect();
     for part in ids.chunks(per_command) {
-        let part: Vec<&str> = part.iter().map(AsRef::as_ref).collect();
-        pipe.xack(&keys.stream, &keys.group, &part);
+        pipe.xack(&keys.stream, &keys.group, part);
     }
 }
 

@@ -70,9 +70,9 @@ impl Trigger {
 impl Shutdown {
     /// A shutdown that never triggers (for one-shot commands).
     pub(crate) fn never() -> Shutdown {
-        let (trigger, shutdown) = channel();
-        std::mem::forget(trigger);
-        shutdown
+        // Its trigger is dropped; the channel's sender lives on in the
+        // shutdown itself, so waiting on it waits for ever.
+        channel().1
     }
 
     /// Reports an error no retry can fix and shuts everything down; the

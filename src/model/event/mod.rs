@@ -316,12 +316,9 @@ fn count_in_range(count: i128) -> Result<i64, Reject> {
 
 /// Float seconds to ms: finite, ≥ 0, `floor(ts * 1000)` (saturating).
 fn float_ts_ms(ts: f64) -> Result<i64, Reject> {
-    if ts.is_finite() && ts >= 0.0 {
-        // `as` saturates; a saturated value is rejected as future later.
-        Ok((ts * 1000.0).floor() as i64)
-    } else {
-        Err(Reject::BadTimestamp)
-    }
+    let ts = Some(ts).filter(|t| t.is_finite() && *t >= 0.0);
+    // `as` saturates; a saturated value is rejected as future later.
+    Ok((ts.ok_or(Reject::BadTimestamp)? * 1000.0).floor() as i64)
 }
 
 /// A value as the contract takes it: finite, `|v|` ≤ [`MAX_ABS_VALUE`].

@@ -77,29 +77,26 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
             redact_url(&args.url)
         )));
     }
-    let tls = if tls_files {
-        let read = |what: &'static str, path: &std::path::PathBuf| {
-            std::fs::read(path).map_err(|source| ConfigError::TlsFile {
-                what,
-                path: path.clone(),
-                source,
-            })
-        };
-        let root_cert = args.ca.as_ref().map(|p| read("CA", p)).transpose()?;
-        let client_tls = match (&args.cert, &args.key) {
-            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                client_cert: read("client certificate", cert)?,
-                client_key: read("client key", key)?,
-            }),
-            _ => None,
-        };
-        Some(redis::TlsCertificates {
-            client_tls,
-            root_cert,
+    let read = |what: &'static str, path: &std::path::PathBuf| {
+        std::fs::read(path).map_err(|source| ConfigError::TlsFile {
+            what,
+            path: path.clone(),
+            source,
         })
-    } else {
-        None
     };
+    // Without TLS files both are None, and nothing is read.
+    let root_cert = args.ca.as_ref().map(|p| read("CA", p)).transpose()?;
+    let client_tls = match (&args.cert, &args.key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read("client certificate", cert)?,
+            client_key: read("client key", key)?,
+        }),
+        _ => None,
+    };
+    let tls = tls_files.then_some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    });
     let first = match &tls {
         Some(certs) => redis::Client::build_with_tls(first_url.as_str(), certs.clone()),
         None => redis::Client::open(first_url.as_str()),

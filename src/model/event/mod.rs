@@ -300,13 +300,11 @@ fn check_name(bytes: &[u8]) -> Result<&str, Reject> {
 
 /// Parses 1..=39 ASCII digits (fits u128); `None` for anything else.
 fn parse_digits(s: &[u8]) -> Option<u128> {
-    if s.is_empty() || s.len() > 39 {
+    // std's parser takes a leading `+` too, which is no digit.
+    if s.len() > 39 || s.first() == Some(&b'+') {
         return None;
     }
-    s.iter().try_fold(0u128, |acc, &b| {
-        let d = b.checked_sub(b'0').filter(|d| *d <= 9)?;
-        acc.checked_mul(10)?.checked_add(u128::from(d))
-    })
+    std::str::from_utf8(s).ok()?.parse().ok()
 }
 
 fn count_in_range(count: i128) -> Result<i64, Reject> {

@@ -12,7 +12,6 @@
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct IdList {
     bytes: Vec<u8>,
-    len: usize,
     last: (u64, u64),
 }
 
@@ -40,19 +39,18 @@ impl IdList {
         };
         put(&mut self.bytes, seq_delta);
         self.last = (ms, seq);
-        self.len += 1;
     }
 
     /// How many ids it holds.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.iter().count()
     }
 
     /// Whether it holds none.
     #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.bytes.is_empty()
     }
 
     /// The ids as Redis writes them, in the order they were added.

@@ -160,7 +160,7 @@ impl Keys {
 
     /// ZSET of every counter that has data: `known:`.
     pub fn known(&self) -> String {
-        format!("{}known:", self.prefix)
+        self.known_of(Family::Counts)
     }
 
     /// The `known:` member of a counter: `PREC:NAME` (no prefix).
@@ -175,13 +175,13 @@ impl Keys {
 
     /// HASH key of a counter from its `known:` member.
     pub fn count_of_member(&self, member: &str) -> String {
-        format!("{}count:{member}", self.prefix)
+        self.hash_of_member(Family::Counts, member)
     }
 
     /// ZSET of every statistics hash that has data: `stats:known:`, members
     /// `PREC:NAME` as in `known:`.
     pub fn stats_known(&self) -> String {
-        format!("{}stats:known:", self.prefix)
+        self.known_of(Family::Stats)
     }
 
     /// HASH of a counter's statistics: `stats:PREC:NAME` (fields in
@@ -192,33 +192,24 @@ impl Keys {
 
     /// HASH key of a statistics hash from its `stats:known:` member.
     pub fn stats_of_member(&self, member: &str) -> String {
-        format!("{}stats:{member}", self.prefix)
+        self.hash_of_member(Family::Stats, member)
     }
 
     /// The ZSET listing the hashes of `family`: `known:` or `stats:known:`.
     pub fn known_of(&self, family: Family) -> String {
-        match family {
-            Family::Counts => self.known(),
-            Family::Stats => self.stats_known(),
-        }
+        format!("{}{}", self.prefix, family.names().0)
     }
 
     /// The hash of `family` behind one of its ZSET's members `PREC:NAME`.
     pub fn hash_of_member(&self, family: Family, member: &str) -> String {
-        match family {
-            Family::Counts => self.count_of_member(member),
-            Family::Stats => self.stats_of_member(member),
-        }
+        format!("{}{}{member}", self.prefix, family.names().1)
     }
 
     /// SET: on a cluster, the members of [`Keys::known_of`] `family` the
     /// cleaner removed and has not yet re-checked, in that ZSET's hash slot
     /// (see `forget.lua`). For counts, [`Keys::forgetting`].
     pub fn forgetting_of(&self, family: Family) -> String {
-        match family {
-            Family::Counts => self.forgetting(),
-            Family::Stats => self.in_slot_of("stats-forgetting", &self.stats_known()),
-        }
+        self.in_slot_of(family.names().2, &self.known_of(family))
     }
 
     /// HASH consumer → fencing epoch. Claiming a consumer's entries bumps its
@@ -316,7 +307,7 @@ impl Keys {
     /// SET: on a cluster, the `known:` members the cleaner removed and has
     /// not yet re-checked, in `known:`'s hash slot (see `forget.lua`).
     pub fn forgetting(&self) -> String {
-        self.in_slot_of("forgetting", &self.known())
+        self.forgetting_of(Family::Counts)
     }
 
     /// `PREFIXhc:WHAT:{TAG}`: a bookkeeping key in the hash slot of `key`
@@ -342,6 +333,16 @@ pub enum Family {
 impl Family {
     /// Both, in the order the cleaner visits them.
     pub const ALL: [Family; 2] = [Family::Counts, Family::Stats];
+
+    /// Its keys' names, each behind the prefix: its ZSET, the head of its
+    /// hashes (before `PREC:NAME`) and, on a cluster, the cleaner's journal
+    /// (`hc:WHAT:{TAG}`, see [`Keys::forgetting_of`]).
+    fn names(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Family::Counts => ("known:", "count:", "forgetting"),
+            Family::Stats => ("stats:known:", "stats:", "stats-forgetting"),
+        }
+    }
 
     /// The bucket start a field of this family's hashes belongs to; `None`
     /// for a field of another shape (never touched by the cleaner).

@@ -232,15 +232,8 @@ pub(crate) fn sort_by_member(cells: &mut Vec<Cell<'_>>) {
         }
     }
     // Each counter's cells (one or a few) by bucket.
-    let mut from = 0;
-    for i in 1..=sorted.len() {
-        let same = i < sorted.len()
-            && sorted[i].precision == sorted[from].precision
-            && sorted[i].name == sorted[from].name;
-        if !same {
-            sorted[from..i].sort_unstable_by_key(|c| c.bucket);
-            from = i;
-        }
+    for counter in sorted.chunk_by_mut(|a, b| a.precision == b.precision && a.name == b.name) {
+        counter.sort_unstable_by_key(|c| c.bucket);
     }
     *cells = sorted;
 }

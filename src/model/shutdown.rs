@@ -70,9 +70,9 @@ impl Trigger {
 impl Shutdown {
     /// A shutdown that never triggers (for one-shot commands).
     pub(crate) fn never() -> Shutdown {
-        let (trigger, shutdown) = channel();
-        std::mem::forget(trigger);
-        shutdown
+        // Its trigger is dropped; the channel's sender lives on in the
+        // shutdown itself, so waiting on it waits for ever.
+        channel().1
     }
 
     /// Reports an error no retry can fix and shuts everything down; the
@@ -134,23 +134,15 @@ impl Shutdown {
 /// Resolves on the first SIGTERM or Ctrl-C (SIGINT).
 pub async fn signals() {
     #[cfg(unix)]
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
     {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            },
-            // Without a SIGTERM handler, Ctrl-C still works.
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = tokio::signal::ctrl_c() => return,
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    // Without a SIGTERM handler (or off Unix), Ctrl-C still works.
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use crate::model::config::{redact_url, ClusterMode, ConfigError, RedisArgs};
+use crate::model::config::{invalid, redact_url, ClusterMode, ConfigError, RedisArgs};
 
 /// Time allowed to open a connection (TCP, TLS, AUTH).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,67 +42,66 @@ impl std::fmt::Debug for Client {
 
 /// Builds a client from the settings, reading TLS files when given.
 pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
-    let invalid = |reason: String| ConfigError::Invalid {
-        setting: "--redis-url / REDIS_URL",
-        reason,
-    };
+    let bad_url = |reason: String| invalid("--redis-url / REDIS_URL", reason);
     let nodes: Vec<String> = args.urls().into_iter().map(str::to_string).collect();
     let Some(first_url) = nodes.first() else {
-        return Err(invalid("no Redis URL given".into()));
+        return Err(bad_url("no Redis URL given".into()));
     };
     if nodes.len() > 1 && args.cluster == ClusterMode::Off {
-        return Err(ConfigError::Invalid {
-            setting: "--cluster / HITCOUNT_CLUSTER",
-            reason: format!(
+        return Err(invalid(
+            "--cluster / HITCOUNT_CLUSTER",
+            format!(
                 "off, but REDIS_URL names {} nodes: give one node, or let it be auto or on",
                 nodes.len()
             ),
-        });
+        ));
     }
     let tls_urls = nodes.iter().filter(|u| u.starts_with("rediss://")).count();
     if tls_urls != 0 && tls_urls != nodes.len() {
-        return Err(invalid(
+        return Err(bad_url(
             "mixes rediss:// and redis:// nodes: use one scheme for all".into(),
         ));
     }
     if tls_urls > 0 {
-        install_crypto_provider();
+        // ring as rustls' process-wide crypto provider: redis-rs builds its
+        // TLS configuration from the process default and panics without one
+        // (rustls is compiled here with ring only). Refused, and left as it
+        // is, when one is set already (by an earlier client, or by the
+        // program hitcount is a library of).
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
     let tls_files = args.ca.is_some() || args.cert.is_some();
     if tls_files && tls_urls == 0 {
-        return Err(invalid(format!(
+        return Err(bad_url(format!(
             "TLS files are set but {} is not a rediss:// URL",
             redact_url(&args.url)
         )));
     }
-    let tls = if tls_files {
-        let read = |what: &'static str, path: &std::path::PathBuf| {
-            std::fs::read(path).map_err(|source| ConfigError::TlsFile {
-                what,
-                path: path.clone(),
-                source,
-            })
-        };
-        let root_cert = args.ca.as_ref().map(|p| read("CA", p)).transpose()?;
-        let client_tls = match (&args.cert, &args.key) {
-            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                client_cert: read("client certificate", cert)?,
-                client_key: read("client key", key)?,
-            }),
-            _ => None,
-        };
-        Some(redis::TlsCertificates {
-            client_tls,
-            root_cert,
+    let read = |what: &'static str, path: &std::path::PathBuf| {
+        std::fs::read(path).map_err(|source| ConfigError::TlsFile {
+            what,
+            path: path.clone(),
+            source,
         })
-    } else {
-        None
     };
+    // Without TLS files both are None, and nothing is read.
+    let root_cert = args.ca.as_ref().map(|p| read("CA", p)).transpose()?;
+    let client_tls = match (&args.cert, &args.key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read("client certificate", cert)?,
+            client_key: read("client key", key)?,
+        }),
+        _ => None,
+    };
+    let tls = tls_files.then_some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    });
     let first = match &tls {
         Some(certs) => redis::Client::build_with_tls(first_url.as_str(), certs.clone()),
         None => redis::Client::open(first_url.as_str()),
     }
-    .map_err(|e| invalid(format!("{e}")))?;
+    .map_err(|e| bad_url(format!("{e}")))?;
     let known = match args.cluster {
         ClusterMode::On => Some(true),
         ClusterMode::Off => Some(false),
@@ -137,24 +136,20 @@ impl Client {
     }
 
     async fn open_any(&self, response_timeout: Duration) -> RedisResult<Conn> {
-        match self.detected.get() {
-            Some(true) => return self.open_cluster(response_timeout).await,
-            Some(false) if self.mode == ClusterMode::Off => {
-                let mut single = self.open_single(response_timeout).await?;
-                crate::store::detect::refuse_several_masters(&mut single).await?;
-                return Ok(Conn::Single(single));
-            }
-            Some(false) => return self.open_single(response_timeout).await.map(Conn::Single),
-            None => {}
+        if self.detected.get() == Some(&true) {
+            return self.open_cluster(response_timeout).await;
         }
         let mut single = self.open_single(response_timeout).await?;
-        let cluster = crate::store::detect::is_cluster_node(&mut single).await?;
-        let _ = self.detected.set(cluster);
-        if cluster {
-            self.open_cluster(response_timeout).await
-        } else {
-            Ok(Conn::Single(single))
+        if self.mode == ClusterMode::Off {
+            crate::store::detect::refuse_several_masters(&mut single).await?;
+        } else if self.detected.get().is_none() {
+            let cluster = crate::store::detect::is_cluster_node(&mut single).await?;
+            let _ = self.detected.set(cluster);
+            if cluster {
+                return self.open_cluster(response_timeout).await;
+            }
         }
+        Ok(Conn::Single(single))
     }
 
     /// A reply that is not Redis' protocol at all (an HTTP server, say, at
@@ -215,19 +210,6 @@ pub(crate) async fn within<T>(
                 format!("no reply from the cluster within {deadline:?}"),
             )))
         })
-}
-
-/// Makes ring rustls' process-wide crypto provider unless one is set already.
-/// redis-rs builds its TLS configuration from the process default and
-/// panics without one; rustls is compiled here with ring only.
-fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Fails only if another thread installed one meanwhile: fine.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-    });
 }
 
 /// The one connection type hitcount talks to Redis through: to one node,

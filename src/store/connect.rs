@@ -90,13 +90,10 @@ impl Reconnecting {
     pub(crate) async fn get(&mut self) -> StoreResult<&mut Conn> {
         let idle = self.used.is_some_and(|t| t.elapsed() >= IDLE_CHECK);
         self.used = Some(std::time::Instant::now());
-        if idle {
-            if let Some(mut c) = self.conn.take() {
-                if still_open(&mut c).await {
-                    self.conn = Some(c);
-                } else {
-                    tracing::debug!("{}: connection closed while idle; reconnecting", self.what);
-                }
+        if let Some(c) = self.conn.as_mut().filter(|_| idle) {
+            if !still_open(c).await {
+                tracing::debug!("{}: connection closed while idle; reconnecting", self.what);
+                self.conn = None;
             }
         }
         let conn = match self.conn.take() {

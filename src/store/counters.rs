@@ -46,8 +46,7 @@ pub async fn read_counter<C: ConnectionLike>(
     precision: u32,
     name: &str,
 ) -> RedisResult<Counter> {
-    let raw: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg(keys.count(precision, name))
+    let raw: Vec<(String, String)> = redis::Cmd::hgetall(keys.count(precision, name))
         .query_async(conn)
         .await?;
     Ok(parse(raw))

@@ -35,26 +35,19 @@ pub(crate) fn is_oom(err: &RedisError) -> bool {
 
 /// Sorts an error into its class and a bounded metric label.
 pub(crate) fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
-    if fatal_hint(err).is_some() {
-        return (ErrorClass::Fatal, "fatal");
-    }
-    if is_oom(err) {
-        return (ErrorClass::Transient, "oom");
-    }
-    if err.is_timeout() {
-        return (ErrorClass::Transient, "timeout");
-    }
-    if is_broken_link(err) {
-        return (ErrorClass::Transient, "io");
-    }
-    match err.code() {
-        Some("NOSCRIPT") => (ErrorClass::Transient, "script"),
+    let kind = match err.code() {
+        _ if fatal_hint(err).is_some() => return (ErrorClass::Fatal, "fatal"),
+        _ if is_oom(err) => "oom",
+        _ if err.is_timeout() => "timeout",
+        _ if is_broken_link(err) => "io",
+        Some("NOSCRIPT") => "script",
         Some(
             "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "MOVED"
             | "ASK",
-        ) => (ErrorClass::Transient, "other"),
-        _ => (ErrorClass::Transient, "response"),
-    }
+        ) => "other",
+        _ => "response",
+    };
+    (ErrorClass::Transient, kind)
 }
 
 /// Whether an error says the connection itself broke (not Redis' answer).
@@ -65,8 +58,8 @@ pub(crate) fn is_broken_link(err: &RedisError) -> bool {
 /// For an error no retry can fix, what an operator should change.
 pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
     let text = err.to_string();
-    let detail = err.detail().unwrap_or("");
-    if err.kind() == redis::ErrorKind::AuthenticationFailed
+    let lower = err.detail().unwrap_or("").to_ascii_lowercase();
+    let hint = if err.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(err.code(), Some("WRONGPASS" | "NOAUTH"))
         || text.contains("WRONGPASS")
         || text.contains("NOAUTH")
@@ -75,42 +68,26 @@ pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
         // authentication failed - AuthenticationFailed").
         || text.contains("AuthenticationFailed")
     {
-        return Some("check the user and password in REDIS_URL (--redis-url)");
-    }
-    if err.code() == Some("NOPERM") || text.contains("NOPERM") {
-        return Some(
-            "grant the Redis user the command named (see docs/operations.md, \"ACL users\"), or use another user in REDIS_URL",
-        );
-    }
-    if text.contains("HITCOUNT_CLUSTER=off") {
-        return Some(
-            "leave HITCOUNT_CLUSTER (--cluster) at auto, the default, or set it to on, to talk to the whole cluster",
-        );
-    }
-    if err.kind() == redis::ErrorKind::InvalidClientConfig {
-        return Some("check REDIS_URL (--redis-url) and the TLS settings");
-    }
-    if err.code() == Some("WRONGTYPE") || text.starts_with("WRONGTYPE") {
-        return Some(
-            "a key hitcount uses holds another type: check HITCOUNT_STREAM, HITCOUNT_DEAD_STREAM and HITCOUNT_PREFIX",
-        );
-    }
-    if text.contains("exhausted the last possible ID") {
-        return Some(
-            "the stream's last entry ID is the largest possible (an XADD with an explicit ID?), \
-             so nothing can be added to it: let the workers drain it, then delete it, or use another --stream / HITCOUNT_STREAM",
-        );
-    }
-    let lower = detail.to_ascii_lowercase();
-    if lower.contains("unknown command") || text.contains("unknown command") {
-        return Some("hitcount needs Redis 7.0 or newer with scripting and streams");
-    }
-    if lower.contains("error compiling script") || lower.contains("scripting is disabled") {
-        return Some(
-            "Redis refused hitcount's Lua scripts: it needs Redis 7.0 or newer with EVAL allowed",
-        );
-    }
-    None
+        "check the user and password in REDIS_URL (--redis-url)"
+    } else if err.code() == Some("NOPERM") || text.contains("NOPERM") {
+        "grant the Redis user the command named (see docs/operations.md, \"ACL users\"), or use another user in REDIS_URL"
+    } else if text.contains("HITCOUNT_CLUSTER=off") {
+        "leave HITCOUNT_CLUSTER (--cluster) at auto, the default, or set it to on, to talk to the whole cluster"
+    } else if err.kind() == redis::ErrorKind::InvalidClientConfig {
+        "check REDIS_URL (--redis-url) and the TLS settings"
+    } else if err.code() == Some("WRONGTYPE") || text.starts_with("WRONGTYPE") {
+        "a key hitcount uses holds another type: check HITCOUNT_STREAM, HITCOUNT_DEAD_STREAM and HITCOUNT_PREFIX"
+    } else if text.contains("exhausted the last possible ID") {
+        "the stream's last entry ID is the largest possible (an XADD with an explicit ID?), \
+         so nothing can be added to it: let the workers drain it, then delete it, or use another --stream / HITCOUNT_STREAM"
+    } else if lower.contains("unknown command") || text.contains("unknown command") {
+        "hitcount needs Redis 7.0 or newer with scripting and streams"
+    } else if lower.contains("error compiling script") || lower.contains("scripting is disabled") {
+        "Redis refused hitcount's Lua scripts: it needs Redis 7.0 or newer with EVAL allowed"
+    } else {
+        return None;
+    };
+    Some(hint)
 }
 
 /// What answered at the URL is not Redis (an HTTP server, say): a fatal

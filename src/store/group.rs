@@ -5,7 +5,7 @@
 //! both parse alike, and a field missing or of another type reads as
 //! absent, never as a panic.
 
-use redis::{RedisResult, Value};
+use redis::{FromRedisValue, RedisResult, Value};
 
 use crate::model::keys::Keys;
 use crate::store::connect::Conn;
@@ -93,20 +93,13 @@ pub(crate) async fn stream_and_groups(
     conn: &mut Conn,
     keys: &Keys,
 ) -> RedisResult<Option<(StreamInfo, Vec<GroupInfo>)>> {
-    let exists: bool = redis::cmd("EXISTS")
-        .arg(&keys.stream)
-        .query_async(conn)
-        .await?;
+    let exists: bool = redis::Cmd::exists(&keys.stream).query_async(conn).await?;
     if !exists {
         return Ok(None);
     }
     let (stream, groups): (Value, Value) = redis::pipe()
-        .cmd("XINFO")
-        .arg("STREAM")
-        .arg(&keys.stream)
-        .cmd("XINFO")
-        .arg("GROUPS")
-        .arg(&keys.stream)
+        .xinfo_stream(&keys.stream)
+        .xinfo_groups(&keys.stream)
         .query_async(conn)
         .await?;
     Ok(Some((
@@ -118,22 +111,17 @@ pub(crate) async fn stream_and_groups(
 /// This deployment's group (`keys.group`), `None` when the stream or the
 /// group does not exist yet.
 pub(crate) async fn own_group(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<GroupInfo>> {
-    let reply: RedisResult<Value> = redis::cmd("XINFO")
-        .arg("GROUPS")
-        .arg(&keys.stream)
+    let reply: RedisResult<Value> = redis::Cmd::xinfo_groups(&keys.stream)
         .query_async(conn)
         .await;
-    let reply = match reply {
-        Ok(r) => r,
+    match reply {
+        Ok(r) => Ok(GroupInfo::parse_all(&r)
+            .into_iter()
+            .find(|g| g.name == keys.group)),
         // No stream yet: no group either (the worker creates both).
-        Err(e) if e.code() == Some("ERR") && e.to_string().contains("no such key") => {
-            return Ok(None)
-        }
-        Err(e) => return Err(e),
-    };
-    Ok(GroupInfo::parse_all(&reply)
-        .into_iter()
-        .find(|g| g.name == keys.group))
+        Err(e) if e.code() == Some("ERR") && e.to_string().contains("no such key") => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// A group's consumers, its lag made consistent with the stream's `length`
@@ -145,13 +133,11 @@ pub(crate) async fn consumers_and_backlog(
     group: &GroupInfo,
     length: u64,
 ) -> RedisResult<(Vec<ConsumerInfo>, Option<u64>, Option<f64>)> {
-    let mut pipe = redis::pipe();
-    pipe.cmd("XINFO")
-        .arg("CONSUMERS")
-        .arg(&keys.stream)
-        .arg(&group.name);
-    pipe.add_command(next_undelivered(keys, &group.last_delivered_id));
-    let (consumers, next): (Value, Value) = pipe.query_async(conn).await?;
+    let (consumers, next): (Value, Value) = redis::pipe()
+        .xinfo_consumers(&keys.stream, &group.name)
+        .add_command(next_undelivered(keys, &group.last_delivered_id))
+        .query_async(conn)
+        .await?;
     let age = backlog_age_secs(&next, crate::model::clock::unix_ms());
     let lag = consistent_lag(group.lag, length, age.is_some());
     Ok((ConsumerInfo::parse_all(&consumers), lag, age))
@@ -216,10 +202,7 @@ pub(crate) async fn own_groups(
         .iter()
         .flat_map(|&i| {
             let stream = &shards[i].stream;
-            [
-                redis::cmd("XINFO").arg("GROUPS").arg(stream).clone(),
-                redis::cmd("XLEN").arg(stream).clone(),
-            ]
+            [redis::Cmd::xinfo_groups(stream), redis::Cmd::xlen(stream)]
         })
         .collect();
     let replies = conn.query_each(xinfo).await?;
@@ -230,10 +213,7 @@ pub(crate) async fn own_groups(
             let g = GroupInfo::parse_all(&r[0])
                 .into_iter()
                 .find(|g| g.name == shards[i].group)?;
-            let length = match r.get(1) {
-                Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
-                _ => 0,
-            };
+            let length = u64::from_redis_value_ref(&r[1]).unwrap_or(0);
             Some((i, g, length))
         })
         .collect();
@@ -254,13 +234,7 @@ pub(crate) async fn own_groups(
 /// The read of the first entry after a group's last-delivered id: the
 /// oldest entry the group has not yet received.
 fn next_undelivered(keys: &Keys, last_delivered: &str) -> redis::Cmd {
-    let mut c = redis::cmd("XRANGE");
-    c.arg(&keys.stream)
-        .arg(format!("({last_delivered}"))
-        .arg("+")
-        .arg("COUNT")
-        .arg(1);
-    c
+    redis::Cmd::xrange_count(&keys.stream, format!("({last_delivered}"), "+", 1)
 }
 
 /// How long, in seconds, the entry of a [`next_undelivered`] reply has

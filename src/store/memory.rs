@@ -6,7 +6,6 @@
 //! detail and the gauges `hitcount_redis_oom` and
 //! `hitcount_redis_maxmemory_policy_evicts`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use redis::RedisResult;
@@ -20,24 +19,21 @@ pub(crate) const SAFE_POLICY: &str = "noeviction";
 /// What logs and `/readyz` say while Redis refuses writes for its memory.
 pub(crate) const OUT_OF_MEMORY: &str = "Redis is out of memory (maxmemory)";
 
-/// Whether Redis refused this process' last write with `OOM`.
-static REFUSING: AtomicBool = AtomicBool::new(false);
-
 /// The evicting policy Redis reported last (`None`: `noeviction`, or not
 /// known).
 static EVICTING: Mutex<Option<String>> = Mutex::new(None);
 
 pub(crate) use crate::store::error::is_oom;
 
-/// Records whether Redis refuses writes for its memory now.
+/// Records whether Redis refuses writes for its memory now, in the gauge
+/// `hitcount_redis_oom`, which [`out_of_memory`] reads back.
 pub(crate) fn set_out_of_memory(refusing: bool) {
-    REFUSING.store(refusing, Ordering::Relaxed);
     metrics().redis_oom.set(i64::from(refusing));
 }
 
 /// Whether Redis refused this process' last write for its memory.
 pub(crate) fn out_of_memory() -> bool {
-    REFUSING.load(Ordering::Relaxed)
+    metrics().redis_oom.get() != 0
 }
 
 /// The `maxmemory_policy` of every master (one Redis: its own), from

@@ -54,13 +54,7 @@ pub(crate) async fn list<C: ConnectionLike>(
     let mut pipe = redis::pipe();
     for &p in precisions {
         let (min, max) = bounds(p, prefix, after);
-        pipe.cmd("ZRANGEBYLEX")
-            .arg(keys.known_of(family))
-            .arg(min)
-            .arg(max)
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit + 1);
+        pipe.zrangebylex_limit(keys.known_of(family), min, max, 0, limit as isize + 1);
     }
     let lists: Vec<Vec<Vec<u8>>> = pipe.query_async(conn).await?;
     Ok(merge(precisions, lists, limit))
@@ -158,11 +152,10 @@ pub(crate) async fn is_listed<C: ConnectionLike>(
     precision: u32,
     name: &str,
 ) -> RedisResult<bool> {
-    let score: Option<f64> = redis::cmd("ZSCORE")
-        .arg(keys.known_of(family))
-        .arg(Keys::member(precision, name))
-        .query_async(conn)
-        .await?;
+    let score: Option<f64> =
+        redis::Cmd::zscore(keys.known_of(family), Keys::member(precision, name))
+            .query_async(conn)
+            .await?;
     Ok(score.is_some())
 }
 
@@ -211,15 +204,11 @@ impl By {
     /// B:count B:sum`.
     fn read(self, keys: &Keys, precision: u32, bucket: i64, name: &str) -> redis::Cmd {
         match self {
-            By::Count => redis::cmd("HGET")
-                .arg(keys.count(precision, name))
-                .arg(bucket)
-                .clone(),
-            By::Mean => redis::cmd("HMGET")
-                .arg(keys.stats(precision, name))
-                .arg(format!("{bucket}:count"))
-                .arg(format!("{bucket}:sum"))
-                .clone(),
+            By::Count => redis::Cmd::hget(keys.count(precision, name), bucket),
+            By::Mean => redis::Cmd::hmget(
+                keys.stats(precision, name),
+                &[format!("{bucket}:count"), format!("{bucket}:sum")],
+            ),
         }
     }
 
@@ -273,15 +262,11 @@ pub(crate) async fn rank(
     let head = format!("{precision}:").into_bytes();
     let mut best: Vec<Ranked> = Vec::new();
     loop {
-        let members: Vec<Vec<u8>> = redis::cmd("ZRANGEBYLEX")
-            .arg(keys.known_of(by.family()))
-            .arg(&min)
-            .arg(&max)
-            .arg("LIMIT")
-            .arg(0)
-            .arg(RANK_PAGE)
-            .query_async(conn)
-            .await?;
+        let page = RANK_PAGE as isize;
+        let members: Vec<Vec<u8>> =
+            redis::Cmd::zrangebylex_limit(keys.known_of(by.family()), &min, &max, 0, page)
+                .query_async(conn)
+                .await?;
         let Some(last) = members.last() else { break };
         min = [b"(".as_slice(), last].concat();
         let names: Vec<String> = members

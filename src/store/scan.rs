@@ -11,17 +11,12 @@ use crate::store::connect::Conn;
 /// Keys per `SCAN` page (`COUNT`).
 const PAGE: usize = 1000;
 
-/// Every key matching `pattern`, a page at a time, passed to `each` (which
-/// may write: `SCAN` tolerates changes between pages).
-pub(crate) async fn each_page<F, Fut>(
-    conn: &mut Conn,
-    pattern: &str,
-    mut each: F,
-) -> RedisResult<()>
-where
-    F: FnMut(Conn, Vec<String>) -> Fut,
-    Fut: std::future::Future<Output = RedisResult<()>>,
-{
+/// Deletes every key matching `pattern` on this Redis (every master of a
+/// cluster), a page of SCAN at a time (`SCAN` tolerates changes between
+/// pages; UNLINK frees the memory in the background); returns how many
+/// keys.
+pub(crate) async fn delete_matching(conn: &mut Conn, pattern: &str) -> RedisResult<u64> {
+    let mut deleted = 0;
     for node in nodes(conn).await? {
         let mut cursor = 0u64;
         loop {
@@ -41,7 +36,10 @@ where
             };
             let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply)?;
             if !keys.is_empty() {
-                each(conn.clone(), keys).await?;
+                deleted += redis::cmd("UNLINK")
+                    .arg(&keys)
+                    .query_async::<u64>(conn)
+                    .await?;
             }
             if next == 0 {
                 break;
@@ -49,7 +47,7 @@ where
             cursor = next;
         }
     }
-    Ok(())
+    Ok(deleted)
 }
 
 /// The nodes to scan: `None` for the one node; on a cluster a slot of each
@@ -61,21 +59,4 @@ async fn nodes(conn: &mut Conn) -> RedisResult<Vec<Option<u16>>> {
     }
     let masters = crate::store::topology::masters(conn).await?;
     Ok(masters.iter().map(|m| Some(m.first_slot())).collect())
-}
-
-/// Deletes every key matching `pattern` on this Redis (every master of a
-/// cluster), a page of SCAN at a time (UNLINK frees the memory in the
-/// background); returns how many keys.
-pub(crate) async fn delete_matching(conn: &mut Conn, pattern: &str) -> RedisResult<u64> {
-    let deleted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    each_page(conn, pattern, |mut c, keys| {
-        let deleted = deleted.clone();
-        async move {
-            let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut c).await?;
-            deleted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-            Ok(())
-        }
-    })
-    .await?;
-    Ok(deleted.load(std::sync::atomic::Ordering::Relaxed))
 }

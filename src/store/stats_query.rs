@@ -20,8 +20,7 @@ pub async fn exists<C: ConnectionLike>(
     precision: u32,
     name: &str,
 ) -> RedisResult<bool> {
-    let n: u32 = redis::cmd("EXISTS")
-        .arg(keys.stats(precision, name))
+    let n: u32 = redis::Cmd::exists(keys.stats(precision, name))
         .query_async(conn)
         .await?;
     Ok(n > 0 || query::is_listed(conn, keys, Family::Stats, precision, name).await?)
@@ -40,8 +39,7 @@ pub async fn read<C: ConnectionLike>(
     from: Option<i64>,
     until: Option<i64>,
 ) -> RedisResult<Option<StatsHash>> {
-    let raw: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
-        .arg(keys.stats(precision, name))
+    let raw: Vec<(Vec<u8>, Vec<u8>)> = redis::Cmd::hgetall(keys.stats(precision, name))
         .query_async(conn)
         .await?;
     if raw.is_empty() && !query::is_listed(conn, keys, Family::Stats, precision, name).await? {

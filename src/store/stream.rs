@@ -98,14 +98,10 @@ pub(crate) fn entry_list(list: &Value) -> Vec<EntryRef<'_>> {
 /// Creates the stream and the group when absent. The group starts at the
 /// beginning of the stream: hits sent before the first worker ran count too.
 pub(crate) async fn ensure_group(conn: &mut Conn, keys: &Keys) -> RedisResult<()> {
-    let created: RedisResult<()> = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(&keys.stream)
-        .arg(&keys.group)
-        .arg("0")
-        .arg("MKSTREAM")
-        .query_async(conn)
-        .await;
+    let created: RedisResult<()> =
+        redis::Cmd::xgroup_create_mkstream(&keys.stream, &keys.group, "0")
+            .query_async(conn)
+            .await;
     match created {
         Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
         other => other,
@@ -175,7 +171,7 @@ pub(crate) fn ack_into(pipe: &mut redis::Pipeline, keys: &Keys, ids: &str, per_c
 
 /// Acknowledges `ids` in commands of at most `per_command` ids, added to
 /// `pipe`.
-pub(crate) fn ack_each_into<S: AsRef<str>>(
+pub(crate) fn ack_each_into<S: redis::ToRedisArgs>(
     pipe: &mut redis::Pipeline,
     keys: &Keys,
     ids: impl IntoIterator<Item = S>,
@@ -183,11 +179,7 @@ pub(crate) fn ack_each_into<S: AsRef<str>>(
 ) {
     let ids: Vec<S> = ids.into_iter().collect();
     for part in ids.chunks(per_command) {
-        let part: Vec<&str> = part.iter().map(AsRef::as_ref).collect();
-        pipe.cmd("XACK")
-            .arg(&keys.stream)
-            .arg(&keys.group)
-            .arg(part);
+        pipe.xack(&keys.stream, &keys.group, part);
     }
 }
 

@@ -32,14 +32,9 @@ impl RedisClock {
                 return Ok(ms.saturating_add(elapsed.as_millis() as i64));
             }
         }
-        let ms = time_ms(conn).await?;
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
+        let ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
         self.read = Some((ms, Instant::now()));
         Ok(ms)
     }
-}
-
-/// Redis' clock (`TIME`) in unix ms.
-pub(crate) async fn time_ms(conn: &mut Conn) -> RedisResult<i64> {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
-    Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
 }

@@ -53,21 +53,8 @@ pub(crate) async fn masters(conn: &mut Conn) -> RedisResult<Vec<Master>> {
 /// The masters in a `CLUSTER SLOTS` reply, in the order of their lowest slot.
 pub(crate) fn parse(reply: &Value) -> Vec<Master> {
     let mut masters: Vec<Master> = Vec::new();
-    for range in items(reply) {
-        let r = items(range);
-        let int = |v: Option<&Value>| match v {
-            Some(Value::Int(n)) => u16::try_from(*n).ok(),
-            _ => None,
-        };
-        let Some(node) = r.get(2).map(items) else {
-            continue;
-        };
-        let Some(host) = node.first().and_then(crate::store::stream::text) else {
-            continue;
-        };
-        let (Some(first), Some(last), Some(port)) =
-            (int(r.first()), int(r.get(1)), int(node.get(1)))
-        else {
+    for r in items(reply).iter().map(items) {
+        let Some((first, last, host, port)) = range(r) else {
             continue;
         };
         let replicas = r.len().saturating_sub(3);
@@ -92,6 +79,18 @@ pub(crate) fn parse(reply: &Value) -> Vec<Master> {
     }
     masters.sort_by_key(Master::first_slot);
     masters
+}
+
+/// One range of a `CLUSTER SLOTS` reply, `[first, last, [host, port, …],
+/// replicas…]`: its slots and its master's address; `None` if malformed.
+fn range(r: &[Value]) -> Option<(u16, u16, String, u16)> {
+    let int = |v: &Value| match v {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    let node = items(r.get(2)?);
+    let host = crate::store::stream::text(node.first()?)?;
+    Some((int(r.first()?)?, int(r.get(1)?)?, host, int(node.get(1)?)?))
 }
 
 #[cfg(test)]

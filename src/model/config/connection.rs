@@ -8,8 +8,6 @@ use clap::Args;
 
 /// Default Redis URL when `REDIS_URL` is not set.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
-/// Default cluster mode: ask the server (`cluster_enabled:1` in `INFO`).
-pub(crate) const DEFAULT_CLUSTER: ClusterMode = ClusterMode::Auto;
 
 /// Whether to talk to Redis as a cluster (`HITCOUNT_CLUSTER`): see
 /// [`RedisArgs::cluster`]. (The variants carry no doc comment, so that
@@ -38,7 +36,7 @@ pub struct RedisArgs {
     /// are refused, and so is a node that is one of a cluster's several
     /// masters, whose other keys would answer MOVED; a cluster of one
     /// master, or a proxy, is fine).
-    #[arg(long = "cluster", env = "HITCOUNT_CLUSTER", value_enum, default_value_t = DEFAULT_CLUSTER)]
+    #[arg(long = "cluster", env = "HITCOUNT_CLUSTER", value_enum, default_value_t = ClusterMode::Auto)]
     pub cluster: ClusterMode,
     /// PEM file of the CA that signed the server's certificate (rediss:// only;
     /// default: the system's roots).
@@ -61,12 +59,6 @@ impl std::fmt::Debug for RedisArgs {
             .field("cert", &self.cert)
             .field("key", &self.key)
             .finish()
-    }
-}
-
-impl Default for RedisArgs {
-    fn default() -> Self {
-        super::parsed_defaults()
     }
 }
 

@@ -5,7 +5,7 @@
 
 use clap::Args;
 
-use super::{ranged, ConfigError};
+use super::{invalid, ranged, ConfigError};
 use crate::model::stats::DEFAULT_QUANTILE_PRECISIONS;
 
 /// The seeds' precisions: 1 s, 5 s, 1 min, 5 min, 1 h, 5 h, 1 day.
@@ -14,28 +14,9 @@ pub const DEFAULT_PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
 /// `1,5,60,…`: written from the array, so the default is stated once.
 pub(crate) static DEFAULT_PRECISIONS_FLAG: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| comma_list(&DEFAULT_PRECISIONS));
-/// Default key prefix (`--prefix`): none, so the counters keep the seeds' key
-/// names (`known:`, `count:*`); set one to share a Redis between apps.
-pub const DEFAULT_PREFIX: &str = "";
-/// Default samples kept per counter (`--samples`): a counter covers
-/// `SAMPLES * PRECISION` seconds, so 120 keeps two hours at the 1 min
-/// precision and 120 days at the 1 day one.
-pub const DEFAULT_SAMPLES: u32 = 120;
-/// Default key of the stream the apps write hit events to (`--stream`).
-pub const DEFAULT_STREAM: &str = "hits";
-/// Default consumer group the workers share (`--group`).
-pub const DEFAULT_GROUP: &str = "hitcount";
-/// Default dead-letter stream (`--dead-stream`): the stream's name with a
-/// `:dead` suffix; it must differ from the stream.
-pub const DEFAULT_DEAD_STREAM: &str = "hits:dead";
-/// Default number of stream shards (`--shards`): one stream, `hits`.
-pub const DEFAULT_SHARDS: u32 = 1;
 /// Most stream shards: each is read by one worker at a time, and the shard
 /// label of the metrics stays bounded.
 pub(crate) const MAX_SHARDS: u32 = 256;
-/// Default approximate cap on the dead-letter stream's length, in entries
-/// (`--dead-maxlen`, XADD MAXLEN ~).
-pub(crate) const DEFAULT_DEAD_MAXLEN: u64 = 100_000;
 /// Largest dead-letter cap (`--dead-maxlen`): far beyond any need, and the
 /// stream stays a bounded size.
 pub(crate) const MAX_DEAD_MAXLEN: u64 = 100_000_000;
@@ -49,18 +30,21 @@ pub(crate) const MAX_SAMPLES: u32 = 1_000_000_000;
 /// The counter layout: where counters live and at which precisions.
 #[derive(Args, Debug, Clone)]
 pub struct LayoutArgs {
+    // Default none, so the counters keep the seeds' key names (`known:`,
+    // `count:*`).
     /// Prefix of every key hitcount names: the counters (`known:`,
     /// `count:*`), the statistics (`stats:known:`, `stats:*`) and its own
     /// bookkeeping, e.g. `app1:`. Empty by default.
-    #[arg(long, env = "HITCOUNT_PREFIX", default_value = DEFAULT_PREFIX)]
+    #[arg(long, env = "HITCOUNT_PREFIX", default_value = "")]
     pub prefix: String,
     /// Precisions in seconds, comma separated (spaces allowed), each
     /// 1..=31536000 (365 days).
     #[arg(long, env = "HITCOUNT_PRECISIONS", value_parser = parse_precisions, default_value = DEFAULT_PRECISIONS_FLAG.as_str())]
     pub precisions: ::std::vec::Vec<u32>,
+    // Default 120: two hours at the 1 min precision, 120 days at the 1 day one.
     /// Samples kept per counter, 1..=1000000000: a sample whose bucket starts
     /// at or before now - SAMPLES * PRECISION is cleaned (and never written).
-    #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = DEFAULT_SAMPLES,
+    #[arg(long, env = "HITCOUNT_SAMPLES", default_value_t = 120,
           value_parser = ranged::<u32>(1..=MAX_SAMPLES.into()))]
     pub samples: u32,
     /// Precisions (seconds, comma separated, each 1..=31536000 and one of
@@ -99,42 +83,33 @@ pub(crate) fn parse_precisions(text: &str) -> Result<Vec<u32>, String> {
     Ok(list)
 }
 
-impl Default for LayoutArgs {
-    fn default() -> Self {
-        super::parsed_defaults()
-    }
-}
-
 impl LayoutArgs {
     /// Checks the precisions and samples; sorts and dedups the precisions.
     pub fn validate(&mut self) -> Result<(), ConfigError> {
-        let invalid = |reason: &str| ConfigError::Invalid {
-            setting: "--precisions / HITCOUNT_PRECISIONS",
-            reason: reason.to_string(),
-        };
+        let precisions = |reason: &str| invalid("--precisions / HITCOUNT_PRECISIONS", reason);
         if self.precisions.is_empty() {
-            return Err(invalid("at least one precision is needed"));
+            return Err(precisions("at least one precision is needed"));
         }
         if self.precisions.contains(&0) {
-            return Err(invalid("a precision of 0 seconds is meaningless"));
+            return Err(precisions("a precision of 0 seconds is meaningless"));
         }
         self.precisions.sort_unstable();
         self.precisions.dedup();
         if self.samples == 0 {
-            return Err(ConfigError::Invalid {
-                setting: "--samples / HITCOUNT_SAMPLES",
-                reason: "at least one sample must be kept".into(),
-            });
+            return Err(invalid(
+                "--samples / HITCOUNT_SAMPLES",
+                "at least one sample must be kept",
+            ));
         }
         if let Some(q) = &self.quantile_precisions {
             if let Some(p) = q.iter().find(|p| !self.precisions.contains(p)) {
-                return Err(ConfigError::Invalid {
-                    setting: "--quantile-precisions / HITCOUNT_QUANTILE_PRECISIONS",
-                    reason: format!(
+                return Err(invalid(
+                    "--quantile-precisions / HITCOUNT_QUANTILE_PRECISIONS",
+                    format!(
                         "{p} is not one of the precisions ({})",
                         comma_list(&self.precisions)
                     ),
-                });
+                ));
             }
         }
         Ok(())
@@ -158,17 +133,17 @@ impl LayoutArgs {
 #[derive(Args, Debug, Clone)]
 pub struct StreamArgs {
     /// Key of the stream the apps write hit events to.
-    #[arg(long, env = "HITCOUNT_STREAM", default_value = DEFAULT_STREAM)]
+    #[arg(long, env = "HITCOUNT_STREAM", default_value = "hits")]
     pub stream: String,
     /// Consumer group the workers share.
-    #[arg(long, env = "HITCOUNT_GROUP", default_value = DEFAULT_GROUP)]
+    #[arg(long, env = "HITCOUNT_GROUP", default_value = "hitcount")]
     pub group: String,
     /// Stream that receives entries that cannot be counted, with the reason.
-    #[arg(long, env = "HITCOUNT_DEAD_STREAM", default_value = DEFAULT_DEAD_STREAM)]
+    #[arg(long, env = "HITCOUNT_DEAD_STREAM", default_value = "hits:dead")]
     pub dead_stream: String,
     /// Approximate cap on the dead-letter stream's length (XADD MAXLEN ~),
     /// in entries, 1..=100000000.
-    #[arg(long, env = "HITCOUNT_DEAD_MAXLEN", default_value_t = DEFAULT_DEAD_MAXLEN,
+    #[arg(long, env = "HITCOUNT_DEAD_MAXLEN", default_value_t = 100_000,
           value_parser = ranged::<u64>(1..=MAX_DEAD_MAXLEN.into()))]
     pub dead_maxlen: u64,
     /// Stream shards, 1..=256: with more than one, shard k of the stream is
@@ -176,15 +151,9 @@ pub struct StreamArgs {
     /// group, and the workers share the shards through leases. Spreads the
     /// stream over the masters of a Redis Cluster; use at least 16 for 3
     /// masters.
-    #[arg(long, env = "HITCOUNT_SHARDS", default_value_t = DEFAULT_SHARDS,
+    #[arg(long, env = "HITCOUNT_SHARDS", default_value_t = 1,
           value_parser = ranged::<u32>(1..=MAX_SHARDS.into()))]
     pub shards: u32,
-}
-
-impl Default for StreamArgs {
-    fn default() -> Self {
-        super::parsed_defaults()
-    }
 }
 
 impl StreamArgs {
@@ -198,38 +167,35 @@ impl StreamArgs {
         ];
         for (setting, value) in names {
             if value.is_empty() {
-                return Err(ConfigError::Invalid {
-                    setting,
-                    reason: "must not be empty".into(),
-                });
+                return Err(invalid(setting, "must not be empty"));
             }
         }
         if !(1..=MAX_SHARDS).contains(&self.shards) {
-            return Err(ConfigError::Invalid {
-                setting: "--shards / HITCOUNT_SHARDS",
-                reason: format!("must be between 1 and {MAX_SHARDS}, not {}", self.shards),
-            });
+            return Err(invalid(
+                "--shards / HITCOUNT_SHARDS",
+                format!("must be between 1 and {MAX_SHARDS}, not {}", self.shards),
+            ));
         }
         if self.shards > 1 && self.stream.contains('{') {
-            return Err(ConfigError::Invalid {
-                setting: "--stream / HITCOUNT_STREAM",
-                reason: format!(
+            return Err(invalid(
+                "--stream / HITCOUNT_STREAM",
+                format!(
                     "{:?} holds a `{{`, but with {} shards shard k is {}:{{k}} and takes its \
                      hash slot from the `{{k}}`: an earlier `{{` would take it instead (every \
                      shard in one slot, or its keys apart): remove the `{{`",
                     self.stream, self.shards, self.stream
                 ),
-            });
+            ));
         }
         if self.dead_stream == self.stream {
-            return Err(ConfigError::Invalid {
-                setting: "--dead-stream / HITCOUNT_DEAD_STREAM",
-                reason: format!(
+            return Err(invalid(
+                "--dead-stream / HITCOUNT_DEAD_STREAM",
+                format!(
                     "must differ from the stream ({}): dead letters would be read back and \
                      dead-lettered again for ever",
                     self.stream
                 ),
-            });
+            ));
         }
         Ok(())
     }

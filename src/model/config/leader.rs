@@ -6,16 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{ConfigError, Whole};
+use super::{invalid, ConfigError, Whole};
 
-/// Default key of the leader lease (`--leader-key`), behind the key prefix.
-pub(crate) const DEFAULT_LEADER_KEY: &str = "hitcount:leader";
-/// Default length of the leader lease, in ms (`--lease-ms`): renewed every
-/// third (5 s), so a dead leader is replaced within about 15 s.
-pub(crate) const DEFAULT_LEASE_MS: u64 = 15_000;
-/// Default seconds between the starts of two cleaner passes
-/// (`--clean-interval`): the seeds clean once a minute.
-pub(crate) const DEFAULT_CLEAN_INTERVAL_SECS: u64 = 60;
 /// Accepted `--lease-ms`: from 300 ms, where a renewal (every third) still
 /// fits in a round trip with room to spare on a busy machine, to 10 minutes.
 const LEASE_MS: Whole = Whole::new("--lease-ms / HITCOUNT_LEASE_MS", 300, 600_000);
@@ -28,27 +20,20 @@ const CLEAN_INTERVAL: Whole = Whole::new("--clean-interval / HITCOUNT_CLEAN_INTE
 pub struct LeaderArgs {
     /// Key of the leader lease. The key prefix (HITCOUNT_PREFIX) is put in
     /// front of it, as for every other key: `app1:hitcount:leader`.
-    #[arg(long, env = "HITCOUNT_LEADER_KEY", default_value = DEFAULT_LEADER_KEY)]
+    #[arg(long, env = "HITCOUNT_LEADER_KEY", default_value = "hitcount:leader")]
     pub leader_key: String,
     /// Length of the lease in ms, 300..=600000. The leader renews it every
     /// third of this; if the leader dies, another worker takes over within
     /// about this long.
-    #[arg(long, env = "HITCOUNT_LEASE_MS", default_value_t = DEFAULT_LEASE_MS,
+    #[arg(long, env = "HITCOUNT_LEASE_MS", default_value_t = 15_000,
           value_parser = LEASE_MS.parser::<u64>())]
     pub lease_ms: u64,
     /// Seconds between the starts of two cleaner passes, 1..=86400 (the
     /// seeds clean once a minute); a pass longer than this is followed by a
     /// 1 s pause.
     #[arg(long = "clean-interval", env = "HITCOUNT_CLEAN_INTERVAL",
-          default_value_t = DEFAULT_CLEAN_INTERVAL_SECS,
-          value_parser = CLEAN_INTERVAL.parser::<u64>())]
+          default_value_t = 60, value_parser = CLEAN_INTERVAL.parser::<u64>())]
     pub clean_interval_secs: u64,
-}
-
-impl Default for LeaderArgs {
-    fn default() -> Self {
-        super::parsed_defaults()
-    }
 }
 
 impl LeaderArgs {
@@ -59,10 +44,10 @@ impl LeaderArgs {
         LEASE_MS.check(self.lease_ms)?;
         CLEAN_INTERVAL.check(self.clean_interval_secs)?;
         if self.leader_key.is_empty() {
-            return Err(ConfigError::Invalid {
-                setting: "--leader-key / HITCOUNT_LEADER_KEY",
-                reason: "must not be empty".into(),
-            });
+            return Err(invalid(
+                "--leader-key / HITCOUNT_LEADER_KEY",
+                "must not be empty",
+            ));
         }
         Ok(())
     }

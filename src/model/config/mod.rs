@@ -12,11 +12,11 @@
 //! windows (`worker`). This file holds the [`ConfigError`] they share; every
 //! item is re-exported here, so `crate::model::config::X` names it.
 //!
-//! Each default is written once, as a `DEFAULT_*` constant next to its
-//! struct, named once, by the clap attribute (`default_value` /
-//! `default_value_t`); the struct's `Default` is what an empty command line
-//! parses to ([`parsed_defaults`]), and a test per struct checks that it
-//! parses.
+//! Each default is written once, in its setting's clap attribute
+//! (`default_value` / `default_value_t`, beside its flag, variable and
+//! range; a named constant only where other code reads it too); the
+//! struct's `Default` is what an empty command line parses to
+//! ([`parsed_defaults`]), and a test per struct checks that it parses.
 
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
@@ -45,12 +45,24 @@ mod layout;
 mod leader;
 mod worker;
 
-// Every public item of the groups (their structs and `DEFAULT_*`
-// constants) under `config::`, without a list here to keep in step.
+// Every public item of the groups (their structs and constants) under
+// `config::`, without a list here to keep in step.
 pub use connection::*;
 pub use layout::*;
 pub use leader::*;
 pub use worker::*;
+
+/// Each group's `Default`: [`parsed_defaults`].
+macro_rules! default_parsed {
+    ($($group:ty),*) => {$(
+        impl Default for $group {
+            fn default() -> Self {
+                parsed_defaults()
+            }
+        }
+    )*};
+}
+default_parsed!(RedisArgs, LayoutArgs, StreamArgs, LeaderArgs, WorkerArgs);
 
 /// A value parser for a whole-number setting in `range`, for clap's
 /// `value_parser`: anything else is refused at parse time with a message
@@ -108,12 +120,15 @@ impl Whole {
         if self.range.contains(&value) {
             Ok(())
         } else {
-            Err(ConfigError::Invalid {
-                setting: self.setting,
-                reason: not_in(value, &self.range),
-            })
+            Err(invalid(self.setting, not_in(value, &self.range)))
         }
     }
+}
+
+/// [`ConfigError::Invalid`]: `setting` may not be what it is, for `reason`.
+pub(crate) fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
+    let reason = reason.into();
+    ConfigError::Invalid { setting, reason }
 }
 
 fn not_in(n: i128, range: &RangeInclusive<i128>) -> String {

@@ -5,62 +5,11 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{ConfigError, Whole, ADVANCED};
+use super::{invalid, ConfigError, Whole, ADVANCED};
 
-/// Default entries per XREADGROUP (`--read-count`, COUNT): Redis spends about
-/// 1.4 µs per entry read, so 1000 keeps every read near 1.5 ms.
-pub(crate) const DEFAULT_READ_COUNT: usize = 1000;
-/// Default longest wait for new entries when idle, in ms (`--block-ms`,
-/// XREADGROUP BLOCK).
-pub(crate) const DEFAULT_BLOCK_MS: u64 = 2000;
-/// Default entries that close a window (`--window-entries`): on 1,000 hot
-/// names a 100,000-entry window costs ~0.07 HINCRBY per hit, and holds about
-/// 2 MB of entry ids.
-pub(crate) const DEFAULT_WINDOW_ENTRIES: usize = 100_000;
-/// Default distinct (precision, name, bucket) cells that close a window
-/// (`--window-cells`): at ~0.5 KiB per cell while applying, 40,000 keeps a
-/// worker near 40 MiB, and larger windows barely cut HINCRBYs per hit.
-pub(crate) const DEFAULT_WINDOW_CELLS: usize = 40_000;
-/// Default age, in ms, at which a window is closed when the worker is at the
-/// stream's head (`--window-ms`): the bound on how late counters are, plus
-/// one apply.
-pub(crate) const DEFAULT_WINDOW_MS: u64 = 100;
-/// Default longest wait, in ms, of a window's count cells while the worker
-/// is behind (`--carry-ms`): summed with the next windows' for up to 2 s,
-/// they cost Redis far fewer HINCRBYs on skewed traffic (see
-/// [`crate::model::carry`]); 0 applies every window whole. 3 s drained a
-/// 1 M-entry Zipf backlog with a third less Redis CPU (one sum instead of
-/// two) but took a 5 M-entry backlog of hot names from 50 to 77 MiB of
-/// peak RSS.
-pub(crate) const DEFAULT_CARRY_MS: u64 = 2000;
-/// Default most distinct cells the carry sums before it is applied
-/// (`--carry-cells`): about 100 bytes each in the worker while they wait,
-/// and applied a few dozen chunks at a time. On a 1 M-entry Zipf backlog
-/// (`hitcount bench`) fewer, larger sums cost Redis less per hit, at about
-/// the same peak RSS: the carry's entries went from text to 2 bytes an id
-/// ([`crate::model::ids`]), which let it hold enough of them to fill
-/// 1,000,000 cells (500,000 entries capped it before).
-pub(crate) const DEFAULT_CARRY_CELLS: usize = 1_000_000;
-/// Default time, in ms, an entry stays pending on another consumer before it
-/// is claimed (`--claim-idle-ms`); under 1 s is refused, as live workers
-/// would steal each other's entries.
-pub(crate) const DEFAULT_CLAIM_IDLE_MS: u64 = 30_000;
-/// Default deliveries without being applied after which an entry is
-/// dead-lettered (`--max-deliveries`).
-pub(crate) const DEFAULT_MAX_DELIVERIES: u32 = 5;
-/// Default idle time, in ms, after which a consumer that owns no pending
-/// entry leaves the group (`--consumer-idle-ms`): one hour.
-pub(crate) const DEFAULT_CONSUMER_IDLE_MS: u64 = 3_600_000;
-/// Default replicas that confirm each step of a window on a Redis Cluster
-/// (`--wait-replicas`, WAIT): one, so a master's failover loses no step
-/// whose next one ran.
-pub(crate) const DEFAULT_WAIT_REPLICAS: u32 = 1;
 /// Longest wait for replicas' confirmation of one step, in ms: a master left
 /// without a replica slows each window by about this much, never stops it.
 pub(crate) const WAIT_TIMEOUT_MS: u64 = 100;
-/// Default seconds to finish the window in flight after SIGTERM
-/// (`--shutdown-timeout`): under Kubernetes' 30 s grace period.
-pub(crate) const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 20;
 
 // Each whole-number setting and its accepted values, read by its parser and
 // by [`WorkerArgs::validate`] (for settings given in code) alike.
@@ -107,12 +56,12 @@ pub struct WorkerArgs {
     /// Entries per XREADGROUP (COUNT), 1..=5000. Redis spends about 1.4 µs
     /// per entry read, so 1000 keeps every read near 1.5 ms.
     #[arg(long, env = "HITCOUNT_READ_COUNT", help_heading = ADVANCED, hide_short_help = true,
-          default_value_t = DEFAULT_READ_COUNT, value_parser = READ_COUNT.parser::<usize>())]
+          default_value_t = 1000, value_parser = READ_COUNT.parser::<usize>())]
     pub read_count: usize,
     /// Longest wait for new entries when idle (XREADGROUP BLOCK), in ms,
     /// 1..=300000 (Redis reads 0 as "for ever").
     #[arg(long, env = "HITCOUNT_BLOCK_MS", help_heading = ADVANCED, hide_short_help = true,
-          default_value_t = DEFAULT_BLOCK_MS, value_parser = BLOCK_MS.parser::<u64>())]
+          default_value_t = 2000, value_parser = BLOCK_MS.parser::<u64>())]
     pub block_ms: u64,
     /// A window is applied once it holds this many entries (1..=10000000). Each window
     /// costs one HINCRBY per (precision, name, bucket) it touches, so on
@@ -122,8 +71,7 @@ pub struct WorkerArgs {
     /// than `--window-ms`); at the stream's head `--window-ms` closes them
     /// first. About 2 MB of entry ids per window.
     #[arg(long, env = "HITCOUNT_WINDOW_ENTRIES", help_heading = ADVANCED, hide_short_help = true,
-          default_value_t = DEFAULT_WINDOW_ENTRIES,
-          value_parser = WINDOW_ENTRIES.parser::<usize>())]
+          default_value_t = 100_000, value_parser = WINDOW_ENTRIES.parser::<usize>())]
     pub window_entries: usize,
     /// ...or this many distinct (precision, name, bucket) cells (1..=10000000): many names
     /// (Zipf over 100,000) make cells, not entries, the bound. Larger cell
@@ -132,7 +80,7 @@ pub struct WorkerArgs {
     /// cell while applying, so 40,000 keeps a worker near 40 MiB. A cell of
     /// statistics (hits with a value) counts 3, plus 1 per 4 histogram entries.
     #[arg(long, env = "HITCOUNT_WINDOW_CELLS", help_heading = ADVANCED, hide_short_help = true,
-          default_value_t = DEFAULT_WINDOW_CELLS, value_parser = WINDOW_CELLS.parser::<usize>())]
+          default_value_t = 40_000, value_parser = WINDOW_CELLS.parser::<usize>())]
     pub window_cells: usize,
     /// ...or once its oldest entry was read this many ms ago, when the
     /// worker is at the stream's head (its last read came back short, or
@@ -140,8 +88,12 @@ pub struct WorkerArgs {
     /// are, plus one apply. While the worker is behind the window may grow
     /// to ten times this age. 1..=60000.
     #[arg(long, env = "HITCOUNT_WINDOW_MS", help_heading = ADVANCED, hide_short_help = true,
-          default_value_t = DEFAULT_WINDOW_MS, value_parser = WINDOW_MS.parser::<u64>())]
+          default_value_t = 100, value_parser = WINDOW_MS.parser::<u64>())]
     pub window_ms: u64,
+    // Default 2 s: sums of that age cost Redis far fewer HINCRBYs on skewed
+    // traffic (see crate::model::carry). 3 s drained a 1 M-entry Zipf backlog
+    // with a third less Redis CPU (one sum instead of two) but took a 5 M-entry
+    // backlog of hot names from 50 to 77 MiB of peak RSS.
     /// While behind, a window's count cells wait this long (ms), summed
     /// with the next windows', before they are applied (fewer HINCRBYs); a
     /// sum that comes of age when the rest of the stream would be read
@@ -150,8 +102,14 @@ pub struct WorkerArgs {
     /// 0..=3600000; 0 applies every window whole. A wait longer than a quarter of
     /// --claim-idle-ms is cut to that quarter, with a warning at start.
     #[arg(long, env = "HITCOUNT_CARRY_MS", help_heading = ADVANCED, hide_short_help = true,
-          default_value_t = DEFAULT_CARRY_MS, value_parser = CARRY_MS.parser::<u64>())]
+          default_value_t = 2000, value_parser = CARRY_MS.parser::<u64>())]
     pub carry_ms: u64,
+    // Default 1,000,000: about 100 bytes each in the worker while they wait,
+    // applied a few dozen chunks at a time. On a 1 M-entry Zipf backlog
+    // (`hitcount bench`) fewer, larger sums cost Redis less per hit, at about
+    // the same peak RSS: the carry's entries went from text to 2 bytes an id
+    // (crate::model::ids), which let it hold enough of them to fill 1,000,000
+    // cells (500,000 entries capped it before).
     /// The carry is applied once it sums this many distinct cells, a
     /// statistics cell weighing as several (more cells: fewer HINCRBYs on
     /// many names, more worker memory),
@@ -160,46 +118,39 @@ pub struct WorkerArgs {
     /// process' shards go in together once they hold this many between
     /// them.
     #[arg(long, env = "HITCOUNT_CARRY_CELLS", help_heading = ADVANCED, hide_short_help = true,
-          default_value_t = DEFAULT_CARRY_CELLS, value_parser = CARRY_CELLS.parser::<usize>())]
+          default_value_t = 1_000_000, value_parser = CARRY_CELLS.parser::<usize>())]
     pub carry_cells: usize,
     /// Entries pending longer than this (ms) on another consumer are
     /// claimed, 1000..=86400000 (under 1 s live workers would steal each
     /// other's entries).
     #[arg(long, env = "HITCOUNT_CLAIM_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
-          default_value_t = DEFAULT_CLAIM_IDLE_MS, value_parser = CLAIM_IDLE_MS.parser::<u64>())]
+          default_value_t = 30_000, value_parser = CLAIM_IDLE_MS.parser::<u64>())]
     pub claim_idle_ms: u64,
     /// An entry delivered more than this many times without being applied is
     /// dead-lettered, 1..=1000.
     #[arg(long, env = "HITCOUNT_MAX_DELIVERIES", help_heading = ADVANCED, hide_short_help = true,
-          default_value_t = DEFAULT_MAX_DELIVERIES, value_parser = MAX_DELIVERIES.parser::<u32>())]
+          default_value_t = 5, value_parser = MAX_DELIVERIES.parser::<u32>())]
     pub max_deliveries: u32,
     /// Consumers idle this long (ms) that own no pending entry leave the
     /// group, 1000..=2592000000 (30 days).
     #[arg(long, env = "HITCOUNT_CONSUMER_IDLE_MS", help_heading = ADVANCED, hide_short_help = true,
-          default_value_t = DEFAULT_CONSUMER_IDLE_MS,
-          value_parser = CONSUMER_IDLE_MS.parser::<u64>())]
+          default_value_t = 3_600_000, value_parser = CONSUMER_IDLE_MS.parser::<u64>())]
     pub consumer_idle_ms: u64,
     /// Seconds to finish the window in flight after SIGTERM before exiting
     /// anyway (Kubernetes' grace period is 30 s), 0..=3600; 0 exits at once,
     /// leaving the window's entries pending for another worker to claim.
     #[arg(long = "shutdown-timeout", env = "HITCOUNT_SHUTDOWN_TIMEOUT",
-          default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS,
-          value_parser = SHUTDOWN_TIMEOUT.parser::<u64>())]
+          default_value_t = 20, value_parser = SHUTDOWN_TIMEOUT.parser::<u64>())]
     pub shutdown_timeout_secs: u64,
+    // Default one, so a master's failover loses no step whose next one ran.
     /// On a Redis Cluster, replicas that must confirm each step of a window
     /// (its commit, each apply) before the next runs (WAIT 100 ms, repeated
     /// up to 2 s while an attached replica is behind; a master with none
     /// attached is not waited for longer), 0..=16; 0 does not wait.
     /// Unused on one Redis.
     #[arg(long, env = "HITCOUNT_WAIT_REPLICAS", help_heading = ADVANCED, hide_short_help = true,
-          default_value_t = DEFAULT_WAIT_REPLICAS, value_parser = WAIT_REPLICAS.parser::<u32>())]
+          default_value_t = 1, value_parser = WAIT_REPLICAS.parser::<u32>())]
     pub wait_replicas: u32,
-}
-
-impl Default for WorkerArgs {
-    fn default() -> Self {
-        super::parsed_defaults()
-    }
 }
 
 impl WorkerArgs {
@@ -219,15 +170,11 @@ impl WorkerArgs {
     /// stable name is still better where there is one, since a restarted pod
     /// then resumes its own pending entries at once.
     pub(crate) fn consumer_name(&self) -> String {
-        if let Some(c) = self.consumer.as_ref().filter(|c| !c.is_empty()) {
-            return c.clone();
-        }
-        if let Ok(pod) = std::env::var("POD_NAME") {
-            if !pod.is_empty() {
-                return pod;
-            }
-        }
-        unique_consumer_name()
+        [self.consumer.clone(), std::env::var("POD_NAME").ok()]
+            .into_iter()
+            .flatten()
+            .find(|name| !name.is_empty())
+            .unwrap_or_else(unique_consumer_name)
     }
 
     /// Checks the settings: each whole number in its range (the command
@@ -251,10 +198,10 @@ impl WorkerArgs {
             .as_ref()
             .is_some_and(|c| c.trim() != c || c.contains(char::is_control))
         {
-            return Err(ConfigError::Invalid {
-                setting: "--consumer / HITCOUNT_CONSUMER",
-                reason: "must not have leading or trailing spaces or control characters".into(),
-            });
+            return Err(invalid(
+                "--consumer / HITCOUNT_CONSUMER",
+                "must not have leading or trailing spaces or control characters",
+            ));
         }
         Ok(())
     }

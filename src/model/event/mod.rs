@@ -300,40 +300,29 @@ fn check_name(bytes: &[u8]) -> Result<&str, Reject> {
 
 /// Parses 1..=39 ASCII digits (fits u128); `None` for anything else.
 fn parse_digits(s: &[u8]) -> Option<u128> {
-    if s.is_empty() || s.len() > 39 {
+    // std's parser takes a leading `+` too, which is no digit.
+    if s.len() > 39 || s.first() == Some(&b'+') {
         return None;
     }
-    s.iter().try_fold(0u128, |acc, &b| {
-        let d = b.checked_sub(b'0').filter(|d| *d <= 9)?;
-        acc.checked_mul(10)?.checked_add(u128::from(d))
-    })
+    std::str::from_utf8(s).ok()?.parse().ok()
 }
 
 fn count_in_range(count: i128) -> Result<i64, Reject> {
-    if (1..=i128::from(MAX_COUNT)).contains(&count) {
-        Ok(count as i64)
-    } else {
-        Err(Reject::BadCount)
-    }
+    let in_range = (1..=i128::from(MAX_COUNT)).contains(&count);
+    in_range.then_some(count as i64).ok_or(Reject::BadCount)
 }
 
 /// Float seconds to ms: finite, ≥ 0, `floor(ts * 1000)` (saturating).
 fn float_ts_ms(ts: f64) -> Result<i64, Reject> {
-    if ts.is_finite() && ts >= 0.0 {
-        // `as` saturates; a saturated value is rejected as future later.
-        Ok((ts * 1000.0).floor() as i64)
-    } else {
-        Err(Reject::BadTimestamp)
-    }
+    let ts = Some(ts).filter(|t| t.is_finite() && *t >= 0.0);
+    // `as` saturates; a saturated value is rejected as future later.
+    Ok((ts.ok_or(Reject::BadTimestamp)? * 1000.0).floor() as i64)
 }
 
 /// A value as the contract takes it: finite, `|v|` ≤ [`MAX_ABS_VALUE`].
 fn check_value(v: f64) -> Result<f64, Reject> {
-    if v.is_finite() && v.abs() <= MAX_ABS_VALUE {
-        Ok(v)
-    } else {
-        Err(Reject::BadValue)
-    }
+    let v = Some(v).filter(|v| v.is_finite() && v.abs() <= MAX_ABS_VALUE);
+    v.ok_or(Reject::BadValue)
 }
 
 fn clamp_ms(ms: u128) -> i64 {

@@ -4,7 +4,7 @@
 
 use prometheus::core::{Atomic, GenericGauge, GenericGaugeVec};
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
 /// Durations from 0.5 ms to 10 s for Redis round trips.
@@ -22,14 +22,11 @@ pub(super) const CLEANER_BUCKETS: &[f64] = &[
 
 /// 1, 2, 5, 10, … 1e6: log-spaced event counts (1-2-5 per decade).
 pub(super) fn window_size_buckets() -> Vec<f64> {
-    let mut b = Vec::with_capacity(19);
-    let mut decade = 1.0;
-    while decade < 1e6 {
-        b.extend([decade, 2.0 * decade, 5.0 * decade]);
-        decade *= 10.0;
-    }
-    b.push(1e6);
-    b
+    let decades = (0..6).map(|e| 10f64.powi(e));
+    decades
+        .flat_map(|d| [d, 2.0 * d, 5.0 * d])
+        .chain([1e6])
+        .collect()
 }
 
 /// Registers a collector; the names are fixed at compile time, so a failure
@@ -91,16 +88,15 @@ pub(super) fn revision() -> &'static str {
 }
 
 /// `hitcount_build_info{version, revision}`, registered and set to 1.
-pub(super) fn build_info(r: &Registry) -> IntGauge {
+pub(super) fn build_info(r: &Registry) {
     let info: IntGaugeVec = gauge_vec(
         r,
         "hitcount_build_info",
         "Build information; always 1, labelled with version and git revision.",
         &["version", "revision"],
     );
-    let gauge = info.with_label_values(&[env!("CARGO_PKG_VERSION"), revision()]);
-    gauge.set(1);
-    gauge
+    info.with_label_values(&[env!("CARGO_PKG_VERSION"), revision()])
+        .set(1);
 }
 
 #[cfg(test)]
@@ -113,5 +109,12 @@ mod tests {
         assert_eq!(b.first(), Some(&1.0));
         assert_eq!(b.last(), Some(&1e6));
         assert!(b.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(
+            b,
+            [
+                1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4,
+                1e5, 2e5, 5e5, 1e6
+            ]
+        );
     }
 }

@@ -308,14 +308,28 @@ mod tests {
         let mut c = common::conn(&cluster.url()).await;
         let keys = keys();
         let members = fill(&mut c, &keys, 400).await;
-        // Let the replicas take the writes before a master is killed.
+        // Let the replicas take the writes before a master is killed: a
+        // replica that missed them would lose them with the failover (the
+        // promise is relative to what the survivor holds), so WAIT until
+        // each has them, however loaded the machine.
         for port in cluster.master_ports() {
-            let _: i64 = redis::cmd("WAIT")
-                .arg(1)
-                .arg(5000)
-                .query_async(&mut node(port).await)
-                .await
-                .unwrap();
+            let mut conn = node(port).await;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            loop {
+                let acked: i64 = redis::cmd("WAIT")
+                    .arg(1)
+                    .arg(5000)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                if acked >= 1 {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no replica of {port} caught up"
+                );
+            }
         }
         let (mut cleaner, _lease) = leader(&mut c, &keys).await;
         // The pass and the SIGKILL of known:'s master at once: the pass may

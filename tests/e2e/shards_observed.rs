@@ -199,13 +199,41 @@ async fn shards_are_observed(url: &str) {
     let gauge = |m: &str, name: &str, k: u32| {
         metric_value(m, &format!("hitcount_shard_{name}{{shard=\"{k}\"}}")).unwrap()
     };
-    let m = wait_for("obs-a's shards behind", Duration::from_secs(20), || {
-        let (_, m) = owned(&listens[1])?;
-        sets[0]
-            .iter()
-            .all(|&k| gauge(&m, "lag_entries", k) >= 2.0)
-            .then_some(m)
-    });
+    // On a timeout, say what obs-b last saw and what Redis says of each
+    // shard's group.
+    let mut last = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let m = loop {
+        if let Some((_, m)) = owned(&listens[1]) {
+            if sets[0].iter().all(|&k| gauge(&m, "lag_entries", k) >= 2.0) {
+                break m;
+            }
+            last = m;
+        }
+        if std::time::Instant::now() > deadline {
+            let mut groups = Vec::new();
+            for k in &keys {
+                let v: redis::Value = redis::cmd("XINFO")
+                    .arg("GROUPS")
+                    .arg(&k.stream)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                groups.push(format!("{}: {v:?}", k.stream));
+            }
+            let seen: Vec<&str> = last
+                .lines()
+                .filter(|l| l.starts_with("hitcount_shard"))
+                .collect();
+            panic!(
+                "obs-a's shards {:?} not seen behind in 20 s by obs-b:\n{}\n{}",
+                sets[0],
+                seen.join("\n"),
+                groups.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let (mut lag, mut pending, mut oldest) = (0.0, 0.0, 0.0f64);
     for k in 0..SHARDS {
         let (l, p, age) = (

@@ -200,9 +200,10 @@ async fn shards_are_observed(url: &str) {
         metric_value(m, &format!("hitcount_shard_{name}{{shard=\"{k}\"}}")).unwrap()
     };
     // On a timeout, say what obs-b last saw and what Redis says of each
-    // shard's group.
+    // shard's group. The sampler reads every 5 s; a loaded machine (the
+    // whole suite at once) has been seen to need more than four of them.
     let mut last = String::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let m = loop {
         if let Some((_, m)) = owned(&listens[1]) {
             if sets[0].iter().all(|&k| gauge(&m, "lag_entries", k) >= 2.0) {
@@ -226,7 +227,7 @@ async fn shards_are_observed(url: &str) {
                 .filter(|l| l.starts_with("hitcount_shard"))
                 .collect();
             panic!(
-                "obs-a's shards {:?} not seen behind in 20 s by obs-b:\n{}\n{}",
+                "obs-a's shards {:?} not seen behind in 60 s by obs-b:\n{}\n{}",
                 sets[0],
                 seen.join("\n"),
                 groups.join("\n")

@@ -67,7 +67,11 @@ fn failed(json: bool, line: &str) -> ExitCode {
 /// Whether JSON logs were asked for, read from the raw command line and the
 /// environment (the parsed one is not there when parsing failed).
 fn json_requested() -> bool {
-    let args: Vec<String> = std::env::args().collect();
+    // Lossy: an argument that is not UTF-8 is refused by the parser, and
+    // must not stop this reading of it with a panic first.
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let flag = args.iter().enumerate().rev().find_map(|(i, a)| {
         if let Some(v) = a.strip_prefix("--log-format=") {
             Some(v.to_string())

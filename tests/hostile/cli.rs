@@ -371,3 +371,27 @@ fn unrelated_variables_are_ignored() {
     );
     assert_eq!(o.code, Some(0), "{}", stderr(&o));
 }
+
+/// An argument that is not UTF-8 is refused by the parser (exit 2, one
+/// error naming it), in text and in JSON logs: never a panic while the
+/// command line is read for its log format.
+#[test]
+fn an_argument_that_is_not_utf8_is_refused_not_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"page:\xff");
+    for (lead, json) in [(&[][..], false), (&["--log-format", "json"][..], true)] {
+        let mut cmd = hitcount();
+        cmd.args(lead)
+            .arg("get")
+            .arg(bad)
+            .args(["--precision", "60"])
+            .stdin(Stdio::null());
+        let mut child = Child::spawn("hitcount", cmd);
+        let status = child.wait(Duration::from_secs(60)).expect("it ends");
+        let err = child.stderr();
+        assert_eq!(status.code(), Some(2), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(err.contains("invalid UTF-8"), "{err}");
+        assert_eq!(err.trim_start().starts_with('{'), json, "{err}");
+    }
+}

@@ -45,6 +45,23 @@ impl Keys {
         Keys::shard(layout, stream, 0, false)
     }
 
+    /// Keys of the unsharded stream `stream` read by `group`, its dead
+    /// letters in `STREAM:dead`, its counters under `prefix`, every other
+    /// setting at its default.
+    pub fn named(stream: &str, group: &str, prefix: &str) -> Self {
+        let layout = LayoutArgs {
+            prefix: prefix.into(),
+            ..LayoutArgs::default()
+        };
+        let stream = StreamArgs {
+            stream: stream.into(),
+            group: group.into(),
+            dead_stream: format!("{stream}:dead"),
+            ..StreamArgs::default()
+        };
+        Keys::new(&layout, &stream)
+    }
+
     /// Keys of shard `k` of `stream.shards`. With one shard the stream is
     /// `STREAM` itself and, on one Redis, its dead letters `DEAD_STREAM`; with
     /// several, shard k is `STREAM:{k}`. A shard's dead-letter stream must

@@ -12,10 +12,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::{keys, percentile, workers, BenchError, Options};
+use super::{percentile, workers, BenchError, Options};
 use hitcount::edge::workload::Names;
 use hitcount::edge::workload::Workload;
 use hitcount::model::config::RedisArgs;
+use hitcount::model::keys::Keys;
 use hitcount::service::producer::{Producer, ProducerOptions};
 
 /// The delay figures.
@@ -167,7 +168,7 @@ pub async fn producer_rate(redis: &RedisArgs, hits: u64) -> Result<ProducerRate,
 }
 
 fn stream_args(stream: &str) -> hitcount::model::config::StreamArgs {
-    let k = keys(stream, "unused", "");
+    let k = Keys::named(stream, "unused", "");
     hitcount::model::config::StreamArgs {
         stream: k.stream,
         dead_stream: k.dead,

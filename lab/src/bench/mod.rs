@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hitcount::edge::workload::Workload;
-use hitcount::model::config::{LayoutArgs, RedisArgs, StreamArgs};
+use hitcount::model::config::RedisArgs;
 use hitcount::model::keys::Keys;
 use hitcount::store::connect::Conn;
 use redis::{RedisError, Value};
@@ -127,21 +127,6 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
 pub async fn open(redis: &RedisArgs) -> Result<Conn, BenchError> {
     let client = hitcount::store::connect::client(redis)?;
     Ok(client.open(RESPONSE_TIMEOUT).await?)
-}
-
-/// The keys of a run: its stream and group, its counters under `prefix`.
-pub fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
-    let layout = LayoutArgs {
-        prefix: prefix.into(),
-        ..LayoutArgs::default()
-    };
-    let stream = StreamArgs {
-        stream: stream.into(),
-        group: group.into(),
-        dead_stream: format!("{stream}:dead"),
-        ..StreamArgs::default()
-    };
-    Keys::new(&layout, &stream)
 }
 
 /// Creates the stream of `k` and its group at the start (XGROUP CREATE …

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use hitcount::store::connect::Conn;
 
-use super::{keys, BenchError};
+use super::BenchError;
 use hitcount::edge::workload::Names;
 use hitcount::edge::workload::Workload;
 use hitcount::model::config::DEFAULT_PRECISIONS;
@@ -37,7 +37,7 @@ impl SeedsRun {
 /// Counts `hits` hits drawn from `workload` the seeds' way, under
 /// `bench:seeds:`.
 pub async fn run(conn: &mut Conn, workload: Workload, hits: u64) -> Result<SeedsRun, BenchError> {
-    let k = keys("bench:seeds:hits", "seeds", "bench:seeds:");
+    let k = Keys::named("bench:seeds:hits", "seeds", "bench:seeds:");
     let known = k.known();
     let names = workload.names();
     let mut rng = rand::rng();

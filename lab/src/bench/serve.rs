@@ -158,7 +158,7 @@ pub async fn run(opts: &ServeOptions) -> Result<ServeReport, BenchError> {
         prefix: PREFIX.into(),
         ..LayoutArgs::default()
     };
-    let keys = super::keys("bench:serve:hits", "bench", PREFIX);
+    let keys = Keys::named("bench:serve:hits", "bench", PREFIX);
     let now = super::unix_ms().div_euclid(1000);
     seed(&mut conn, &keys, &layout.precisions, opts, now).await?;
 

@@ -12,7 +12,7 @@ use hitcount::model::keys::Keys;
 use hitcount::store::connect::Conn;
 use tokio::process::{Child, Command};
 
-use super::{keys, BenchError};
+use super::BenchError;
 
 /// The group of a run with `workers` workers.
 pub fn group(workers: usize) -> String {
@@ -44,7 +44,7 @@ impl Target {
             redis: redis.clone(),
             workers,
             extra: extra.to_vec(),
-            keys: keys(stream, &group(workers), &prefix(stream, workers)),
+            keys: Keys::named(stream, &group(workers), &prefix(stream, workers)),
         }
     }
 
@@ -105,7 +105,7 @@ fn prefix(stream: &str, workers: usize) -> String {
 
 /// The `known:` key of [`Target::new`]'s workers.
 pub fn known_key(stream: &str, workers: usize) -> String {
-    keys(stream, &group(workers), &prefix(stream, workers)).known()
+    Keys::named(stream, &group(workers), &prefix(stream, workers)).known()
 }
 
 /// An error when a worker has exited or `deadline` has passed.

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::store::connect::{Client, Conn};
 
-use super::keys;
+use crate::model::keys::Keys;
 use crate::store::stream;
 
 /// The ceiling's group for `consumers` consumers.
@@ -52,7 +52,7 @@ pub(crate) async fn run(
     consumers: usize,
     expected: u64,
 ) -> anyhow::Result<Drained> {
-    let k = keys(stream_key, &group(consumers), "");
+    let k = Keys::named(stream_key, &group(consumers), "");
     // The worker's read size.
     let read_count = crate::model::config::WorkerArgs::default().read_count;
     let mut probe = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;

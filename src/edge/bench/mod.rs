@@ -21,7 +21,7 @@ pub(crate) mod workers;
 use std::collections::HashMap;
 
 use crate::edge::workload::{synthetic_value, Names, Workload};
-use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs};
+use crate::model::config::RedisArgs;
 use crate::model::keys::Keys;
 use crate::store::connect::Conn;
 use crate::store::scan::delete_matching;
@@ -75,7 +75,7 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
         let sent = prefill(&mut conn, &stream, workload, opts.entries, false).await?;
         for &w in &opts.workers {
             for group in [ceiling::group(w), workers::group(w)] {
-                ensure_group(&mut conn, &keys(&stream, &group, "")).await?;
+                ensure_group(&mut conn, &Keys::named(&stream, &group, "")).await?;
             }
         }
         for &w in &opts.workers {
@@ -93,7 +93,7 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
     if opts.workload.contains(&Workload::Hot) && opts.workers.contains(&1) {
         let stream = "bench:values:hits";
         let sent = prefill(&mut conn, stream, Workload::Hot, opts.entries, true).await?;
-        ensure_group(&mut conn, &keys(stream, &workers::group(1), "")).await?;
+        ensure_group(&mut conn, &Keys::named(stream, &workers::group(1), "")).await?;
         report.values = Some(workers::run(&mut conn, opts, stream, 1, &sent).await?);
         delete_matching(&mut conn, "bench:*").await?;
     }
@@ -147,21 +147,6 @@ async fn prefill(
         per_name,
         hits: n,
     })
-}
-
-/// The keys of a run: its stream and group, its counters under `prefix`.
-pub(crate) fn keys(stream: &str, group: &str, prefix: &str) -> Keys {
-    let layout = LayoutArgs {
-        prefix: prefix.into(),
-        ..LayoutArgs::default()
-    };
-    let stream = StreamArgs {
-        stream: stream.into(),
-        group: group.into(),
-        dead_stream: format!("{stream}:dead"),
-        ..StreamArgs::default()
-    };
-    Keys::new(&layout, &stream)
 }
 
 /// Calls and microseconds per command (lower case, e.g. `hincrby`) since

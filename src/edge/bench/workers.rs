@@ -11,7 +11,7 @@ use crate::store::connect::Conn;
 use tokio::process::{Child, Command};
 
 use super::ceiling::{redis_cpu_secs, Drained};
-use super::{command_stats, keys, Options, Sent};
+use super::{command_stats, Options, Sent};
 use crate::edge::workload::Names;
 use crate::model::config::RedisArgs;
 use crate::model::keys::Keys;
@@ -112,7 +112,7 @@ pub(crate) async fn run(
     sent: &Sent,
 ) -> anyhow::Result<WorkerRun> {
     let prefix = format!("{}:w{workers}:", stream.trim_end_matches(":hits"));
-    let k = &keys(stream, &group(workers), &prefix);
+    let k = &Keys::named(stream, &group(workers), &prefix);
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async(conn)

@@ -25,6 +25,26 @@ use hitcount::model::config::{RedisArgs, StreamArgs};
 use hitcount::store::connect::Conn;
 use hitcount_lab::kit::{RedisServer, ServerOptions};
 
+/// The ACL LOG of the server `admin` is connected to: every command a
+/// user was denied since the last [`acl_log_reset`].
+pub async fn acl_log(admin: &mut Conn) -> Vec<redis::Value> {
+    redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(admin)
+        .await
+        .unwrap()
+}
+
+/// Empties the ACL LOG.
+pub async fn acl_log_reset(admin: &mut Conn) {
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query_async(admin)
+        .await
+        .unwrap();
+}
+
 /// A throwaway server with the SLOWLOG armed at 10 ms.
 pub fn server() -> RedisServer {
     server_with(ServerOptions::default())

@@ -35,19 +35,26 @@ fn query(prom: &str, q: &str) -> Vec<(serde_json::Map<String, Value>, f64)> {
 
 /// Starts Prometheus scraping `targets` every second.
 fn start_prometheus(dir: &Path, listen: &str, targets: &[&str]) -> Child {
-    let config = dir.join("prometheus.yml");
     let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n  - job_name: hitcount\n    static_configs:\n      - targets: [{}]\n",
-            targets.join(", ")
-        ),
-    )
-    .unwrap();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+         scrape_configs:\n  - job_name: hitcount\n    static_configs:\n      - targets: [{}]\n",
+        targets.join(", ")
+    );
+    start_prometheus_with(dir, listen, &config)
+}
+
+/// Starts Prometheus with `config` (YAML) in `dir`, serving its API on
+/// `listen`, and waits until it is ready.
+pub(crate) fn start_prometheus_with(dir: &Path, listen: &str, config: &str) -> Child {
+    assert!(
+        installed(Path::new("prometheus")),
+        "Debian's prometheus is not installed: run scripts/ensure-deps (apt-get install -y prometheus)"
+    );
+    let path = dir.join("prometheus.yml");
+    std::fs::write(&path, config).unwrap();
     let mut cmd = std::process::Command::new("prometheus");
-    cmd.arg(format!("--config.file={}", config.display()))
+    cmd.arg(format!("--config.file={}", path.display()))
         .arg(format!(
             "--storage.tsdb.path={}",
             dir.join("data").display()

@@ -18,17 +18,17 @@ use hitcount_lab::kit::ServerOptions;
 use serde_json::{json, Value};
 
 /// The rules of a read-only user, as docs/operations.md gives them.
-const READ_ONLY: &str =
+pub(crate) const READ_ONLY: &str =
     "resetchannels ~known: ~count:* ~stats:* -@all +@read +@connection -@dangerous +info";
 
-struct Answer {
-    status: u16,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
     head: String,
-    body: String,
+    pub(crate) body: String,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
     }
     fn has(&self, header: &str) -> bool {
@@ -68,7 +68,7 @@ fn request(addr: &str, method: &str, path: &str) -> Option<Answer> {
     })
 }
 
-fn get(addr: &str, path: &str) -> Answer {
+pub(crate) fn get(addr: &str, path: &str) -> Answer {
     let a = request(addr, "GET", path).unwrap_or_else(|| panic!("no answer to {path}"));
     // The headers every answer carries.
     for h in [
@@ -83,7 +83,7 @@ fn get(addr: &str, path: &str) -> Answer {
 }
 
 /// Starts `hitcount serve` on `url` and waits until it answers.
-fn serve(url: &str, extra: &[&str]) -> (Child, String) {
+pub(crate) fn serve(url: &str, extra: &[&str]) -> (Child, String) {
     let addr = free_addr();
     let mut cmd = hitcount();
     cmd.args(["serve", "--redis-url", url, "--listen", &addr])
@@ -101,7 +101,7 @@ fn serve(url: &str, extra: &[&str]) -> (Child, String) {
 const OLD_BUCKETS: &[&str] = &["--samples", "1000000000"];
 
 /// Writes a counter directly in the seeds' layout.
-async fn seed(c: &mut Conn, precision: u32, name: &str, samples: &[(i64, i64)]) {
+pub(crate) async fn seed(c: &mut Conn, precision: u32, name: &str, samples: &[(i64, i64)]) {
     let mut pipe = redis::pipe();
     pipe.cmd("ZADD")
         .arg("known:")
@@ -646,11 +646,11 @@ async fn the_serve_benchmark_reports_every_request_and_cleans_up() {
 }
 
 /// A bucket's observations: (value, how many times).
-type Observations = Vec<(f64, i64)>;
+pub(crate) type Observations = Vec<(f64, i64)>;
 
 /// `n` deterministic observations spread over 0.5 ms .. 5 s (log-uniform),
 /// some repeated, and in some buckets a zero and a negative value.
-fn observations(seed: u64, n: usize) -> Observations {
+pub(crate) fn observations(seed: u64, n: usize) -> Observations {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut out = Vec::new();
     for i in 0..n {
@@ -670,7 +670,7 @@ fn observations(seed: u64, n: usize) -> Observations {
 /// Writes statistics as a writer would: HINCRBY of the count (and the
 /// histogram, when `histogram`), HINCRBYFLOAT of the sums (so Redis rounds
 /// them as it does), HSET of min and max, and the `stats:known:` member.
-async fn seed_stats(
+pub(crate) async fn seed_stats(
     c: &mut Conn,
     precision: u32,
     name: &str,

@@ -24,23 +24,6 @@ fn read_only_rules(prefix: &str) -> String {
     )
 }
 
-async fn acl_log(admin: &mut hitcount::store::connect::Conn) -> Vec<redis::Value> {
-    redis::cmd("ACL")
-        .arg("LOG")
-        .query_async(admin)
-        .await
-        .unwrap()
-}
-
-async fn acl_log_reset(admin: &mut hitcount::store::connect::Conn) {
-    let _: () = redis::cmd("ACL")
-        .arg("LOG")
-        .arg("RESET")
-        .query_async(admin)
-        .await
-        .unwrap();
-}
-
 /// `hitcount serve` on `url` with `env`, listening on `listen`.
 fn serve(url: &str, listen: &str, env: &[(&str, &str)]) -> Child {
     let mut cmd = hitcount();

@@ -26,6 +26,7 @@
 //!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐
 //!    │                      assets.rs: the dashboard page (assets/)          │
 //!    │                      stats.rs: /api/v1/stats/{name}; top.rs: /top     │
+//!    │                      remote_read/: Prometheus' remote read, /read     │
 //!    │       cli/           the binary's subcommands, one file each, and     │ behind the
 //!    │                      their text (status.rs: status, shard spread)     │ `cli` feature
 //!    │       bench/         `hitcount bench`: ceiling.rs, workers.rs, report.rs (default)
@@ -107,8 +108,8 @@
 //!   `/metrics` ([`edge::http`]) on the hardened HTTP loop they share
 //!   ([`edge::server`]) and, behind the `cli` feature (on by
 //!   default; a library user leaves it out with `default-features =
-//!   false`), the read-only JSON query API and dashboard page of
-//!   `hitcount serve` ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
+//!   false`), the read-only JSON query API, Prometheus' remote
+//!   read and the dashboard page of `hitcount serve` ([`edge::api`]), the `hitcount` subcommands, the throwaway `redis-server`, the
 //!   operators' benchmark and its synthetic names. The test kit and the
 //!   project's measurement harness live apart, in the `hitcount-lab`
 //!   package (`lab/`), which drives the binary as a process.

@@ -4,9 +4,10 @@
 //! bounded buffer, every connection has an overall deadline, and the number
 //! of concurrent connections is capped, in all and per source address, with
 //! the last slots kept for addresses that hold none yet ([`Peers`]; excess
-//! connections are closed at once). Request bodies are never read: a request
-//! that announces one is answered and its connection closed, so a body
-//! trickled a byte a second holds nothing. A misbehaving client only ever
+//! connections are closed at once). Request bodies are not read unless an
+//! endpoint reads its own within a size and a deadline ([`read_body`]:
+//! remote read only); a request that announces one is answered and its
+//! connection closed, so a body trickled a byte a second holds nothing. A misbehaving client only ever
 //! costs itself: a liveness probe from another address still gets in. Also
 //! the response headers every answer carries ([`respond`]) and the one
 //! refusal every endpoint shares ([`method_not_allowed`]): only GET and HEAD.
@@ -227,6 +228,40 @@ where
     let all = u32::try_from(max).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(limits.shutdown_grace, peers.permits.acquire_many(all)).await;
     Ok(())
+}
+
+/// Why [`read_body`] gave no body.
+pub(crate) enum BodyError {
+    /// Over the limit, announced or sent.
+    TooLarge,
+    /// Cut off, malformed or too slow: the reason in one line.
+    Unreadable(String),
+}
+
+/// A request's body in full: at most `limit` bytes (a larger
+/// `Content-Length` is refused before a byte is read), all within
+/// `deadline`. Only for an endpoint that takes a body; the loop reads no
+/// other.
+pub(crate) async fn read_body(
+    body: Incoming,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Bytes, BodyError> {
+    use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+    if body.size_hint().lower() > limit as u64 {
+        return Err(BodyError::TooLarge);
+    }
+    match tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(BodyError::TooLarge),
+        Ok(Err(e)) => Err(BodyError::Unreadable(format!(
+            "the body is unreadable: {e}"
+        ))),
+        Err(_) => Err(BodyError::Unreadable(format!(
+            "the body did not arrive within {} s",
+            deadline.as_secs()
+        ))),
+    }
 }
 
 /// A response with `body` of `content_type`, never cached, never sniffed.

@@ -5,6 +5,7 @@ use redis::aio::ConnectionLike;
 use redis::RedisResult;
 
 use crate::model::keys::Keys;
+use crate::store::client::Conn;
 
 /// One sample of a counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -50,6 +51,37 @@ pub async fn read_counter<C: ConnectionLike>(
         .query_async(conn)
         .await?;
     Ok(parse(raw))
+}
+
+/// The counters of `(precision, name)` each, as [`read_counter`] reads one.
+/// Cost: see [`hgetall_each`].
+pub(crate) async fn read_each(
+    conn: &mut Conn,
+    keys: &Keys,
+    counters: &[(u32, String)],
+) -> RedisResult<Vec<Counter>> {
+    let hashes = counters.iter().map(|(p, name)| keys.count(*p, name));
+    let raw: Vec<Vec<(String, String)>> = hgetall_each(conn, hashes.collect()).await?;
+    Ok(raw.into_iter().map(parse).collect())
+}
+
+/// Hashes read per round trip by [`hgetall_each`].
+const HASHES_PER_TRIP: usize = 1000;
+
+/// HGETALL of each of `hashes`, their replies in order: [`HASHES_PER_TRIP`]
+/// a round trip ([`Conn::each_key`]: a pipeline on one node, all in flight
+/// at once on a cluster).
+pub(crate) async fn hgetall_each<T: redis::FromRedisValue>(
+    conn: &mut Conn,
+    hashes: Vec<String>,
+) -> RedisResult<Vec<T>> {
+    let mut out = Vec::with_capacity(hashes.len());
+    for page in hashes.chunks(HASHES_PER_TRIP) {
+        for reply in conn.each_key("HGETALL", page).await? {
+            out.push(redis::from_redis_value(reply)?);
+        }
+    }
+    Ok(out)
 }
 
 fn parse(raw: Vec<(String, String)>) -> Counter {

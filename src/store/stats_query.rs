@@ -10,6 +10,8 @@ use redis::RedisResult;
 
 use crate::model::keys::{Family, Keys};
 use crate::model::stats_hash::{self, StatsHash};
+use crate::store::client::Conn;
+use crate::store::counters;
 use crate::store::query;
 
 /// Whether [`read`] finds statistics of `name` at `precision` (a hash, or a
@@ -45,10 +47,27 @@ pub async fn read<C: ConnectionLike>(
     if raw.is_empty() && !query::is_listed(conn, keys, Family::Stats, precision, name).await? {
         return Ok(None);
     }
+    let mut stats = parse(raw);
+    stats.buckets.retain(|&t, _| query::within(t, from, until));
+    Ok(Some(stats))
+}
+
+/// The statistics hashes of `(precision, name)` each, every bucket, as
+/// [`read`] parses one (empty where there is none). Cost: one HGETALL each
+/// ([`counters::hgetall_each`]).
+pub(crate) async fn read_each(
+    conn: &mut Conn,
+    keys: &Keys,
+    hashes: &[(u32, String)],
+) -> RedisResult<Vec<StatsHash>> {
+    let names = hashes.iter().map(|(p, name)| keys.stats(*p, name));
+    let raw: Vec<Vec<(Vec<u8>, Vec<u8>)>> = counters::hgetall_each(conn, names.collect()).await?;
+    Ok(raw.into_iter().map(parse).collect())
+}
+
+fn parse(raw: Vec<(Vec<u8>, Vec<u8>)>) -> StatsHash {
     // Bytes that are not UTF-8 get replacement characters, then fail to
     // parse and are skipped.
     let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-    let mut stats = stats_hash::parse(raw.into_iter().map(|(f, v)| (text(f), text(v))));
-    stats.buckets.retain(|&t, _| query::within(t, from, until));
-    Ok(Some(stats))
+    stats_hash::parse(raw.into_iter().map(|(f, v)| (text(f), text(v))))
 }

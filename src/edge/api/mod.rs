@@ -26,6 +26,7 @@
 
 pub(crate) mod assets;
 pub(crate) mod params;
+pub(crate) mod remote_read;
 pub(crate) mod stats;
 pub(crate) mod top;
 
@@ -66,6 +67,8 @@ pub(crate) struct Api {
     precisions: Vec<u32>,
     /// Samples kept per counter: how far back `top` may ask.
     samples: u32,
+    /// The precisions whose statistics keep a quantile histogram.
+    quantile_precisions: Vec<u32>,
     rankings: Rankings,
 }
 
@@ -82,6 +85,7 @@ impl Api {
             keys,
             precisions: layout.precisions.clone(),
             samples: layout.samples.max(1),
+            quantile_precisions: layout.quantile_precisions(),
         }
     }
 
@@ -113,6 +117,23 @@ impl Api {
             *self.conn.lock().await = None;
         }
     }
+
+    /// The status and one-line reason of a request Redis failed, logged
+    /// (the connection forgotten when it may be broken).
+    async fn redis_failed(&self, e: &RedisError) -> (StatusCode, &'static str) {
+        self.failed(e).await;
+        if crate::store::connect::classify(e).0 == ErrorClass::Fatal {
+            // Redis answers but refuses (an ACL changed since the start):
+            // not an outage, and no retry helps.
+            tracing::error!(error = %crate::store::connect::describe(e),
+                hint = crate::store::connect::fatal_hint(e).unwrap_or(""),
+                "query API: Redis refused the query");
+            let why = "Redis refused the query (see the server's log)";
+            return (StatusCode::INTERNAL_SERVER_ERROR, why);
+        }
+        tracing::warn!(error = %e, "query API: Redis failed");
+        (StatusCode::SERVICE_UNAVAILABLE, "Redis is unavailable")
+    }
 }
 
 /// Serves the API on `listener` within the default [`Limits`] until
@@ -125,14 +146,17 @@ pub(crate) async fn serve(
     let api = Arc::new(api);
     server::run(listener, Limits::default(), shutdown, move |req| {
         let api = api.clone();
-        async move { handle(&api, &req).await }
+        async move { handle(&api, req).await }
     })
     .await
 }
 
 /// Why a request got no answer.
+#[derive(Debug)]
 enum Failure {
     BadRequest(String),
+    /// A body over the limits (413).
+    TooLarge(String),
     NotFound(String),
     /// Ask again after this long.
     Busy(Duration),
@@ -180,8 +204,11 @@ fn route(path: &str) -> Option<Route<'_>> {
     }
 }
 
-async fn handle(api: &Api, req: &Request<Incoming>) -> Resp {
+async fn handle(api: &Api, req: Request<Incoming>) -> Resp {
     let path = req.uri().path();
+    if path == remote_read::PATH {
+        return remote_read::answer(api, req).await;
+    }
     if !path.starts_with("/api/") {
         return assets::answer(req.method(), path);
     }
@@ -206,6 +233,7 @@ async fn handle(api: &Api, req: &Request<Incoming>) -> Resp {
         Ok(json) => json_response(StatusCode::OK, json),
         Err(Failure::BadRequest(why)) => error(StatusCode::BAD_REQUEST, &why),
         Err(Failure::NotFound(why)) => error(StatusCode::NOT_FOUND, &why),
+        Err(Failure::TooLarge(why)) => error(StatusCode::PAYLOAD_TOO_LARGE, &why),
         Err(Failure::Busy(wait)) => {
             let secs = wait.as_secs().max(1);
             let why = format!(
@@ -217,22 +245,9 @@ async fn handle(api: &Api, req: &Request<Incoming>) -> Resp {
                 .insert(RETRY_AFTER, HeaderValue::from(secs));
             resp
         }
-        Err(Failure::Redis(e)) if crate::store::connect::classify(&e).0 == ErrorClass::Fatal => {
-            // Redis answers but refuses (an ACL changed since the start):
-            // not an outage, and no retry helps.
-            tracing::error!(error = %crate::store::connect::describe(&e),
-                hint = crate::store::connect::fatal_hint(&e).unwrap_or(""),
-                "query API: Redis refused the query");
-            api.failed(&e).await;
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Redis refused the query (see the server's log)",
-            )
-        }
         Err(Failure::Redis(e)) => {
-            tracing::warn!(error = %e, "query API: Redis failed");
-            api.failed(&e).await;
-            error(StatusCode::SERVICE_UNAVAILABLE, "Redis is unavailable")
+            let (status, why) = api.redis_failed(&e).await;
+            error(status, why)
         }
     }
 }

@@ -1,0 +1,237 @@
+//! `POST /api/v1/read`: Prometheus' remote read over the counters and
+//! their statistics, so that a Prometheus server configured with
+//! `remote_read` (and `read_recent: true`) runs PromQL, recording rules
+//! and alerts over them. The body is a snappy (block format) compressed
+//! protobuf `ReadRequest` ([`prompb`]); the answer a `ReadResponse` of
+//! samples, `Content-Type: application/x-protobuf`, `Content-Encoding:
+//! snappy`, one result per query in order.
+//!
+//! # Series
+//!
+//! Labels sorted by name, `__name__` among them; `PREC` is a configured
+//! precision in seconds, written as in `count:PREC:NAME`:
+//! - `hitcount_hits{name="NAME", precision="PREC"}`: one sample per bucket
+//!   at the bucket's start (ms), the bucket's count; and a sample of 0 for
+//!   every empty bucket in the query's range that the precision keeps
+//!   (starting after `now - samples × PREC`, and by now), so that
+//!   Prometheus' lookback never carries a count into an empty bucket and
+//!   `sum_over_time(hitcount_hits{name="page:home",precision="60"}[1h])`
+//!   is that hour's hits exactly.
+//! - For names with statistics (`stats:known:`), per bucket, the numbers
+//!   `hitcount get --stats` prints: `hitcount_value_count` and
+//!   `hitcount_value_sum` (zero-filled as hits are), `hitcount_value_min`,
+//!   `hitcount_value_max` and, at the precisions that keep a histogram,
+//!   `hitcount_value{quantile="0.5"|"0.9"|"0.99"}` (these only in buckets
+//!   with observations).
+//!
+//! A series with no sample in the range is left out.
+//!
+//! # Matchers
+//!
+//! `__name__` (`=`, `=~` over the families above), `name` (`=`, `!=`,
+//! `=~`, `!~`), `precision` (`=`, `=~` over the configured precisions) and
+//! `quantile`; every regular expression is fully anchored, as Prometheus'.
+//! A matcher on any other label sees the empty value: `job=""` admits
+//! every series, `job="x"` none. Names are listed from `known:` and
+//! `stats:known:` only in the range of the name matchers' literal prefix
+//! (`name=~"page:.*"` reads the `page:` members only; `name="x"` one).
+//!
+//! # What a query costs Redis
+//!
+//! Read commands only (ZRANGEBYLEX, HGETALL), so the read-only user of
+//! `serve` runs it; the same with a key prefix and on a Redis Cluster.
+//! - Listing: per family of hashes a selector can match (`known:`,
+//!   `stats:known:`), one round trip per 1,000 names in the range of the
+//!   literal prefix (a pipeline of one ZRANGEBYLEX per precision left by
+//!   the matchers); one round trip when `name="…"`.
+//! - Reading: one HGETALL per hash, that is per `hitcount_hits` series and
+//!   per (name, precision) of statistics (its up to seven series), 1,000 a
+//!   round trip on one node, all in flight at once on a cluster. Each hash
+//!   holds about `samples` buckets.
+//!
+//! # Limits
+//!
+//! A body over [`MAX_BODY`] bytes (or [`MAX_DECODED`] once decompressed)
+//! is a 413; one that does not decode a 400 with the reason. A read whose
+//! queries match more than [`select::MAX_SERIES`] series in all is refused
+//! with a 400 before any hash is read (names are listed no further than
+//! the limit), and so is one that would answer more than [`MAX_SAMPLES`]
+//! samples. Prometheus shows such a refusal to its user as a warning
+//! beside an empty result. Errors are one line of plain text.
+
+pub(crate) mod prompb;
+pub(crate) mod select;
+pub(crate) mod series;
+
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_ENCODING};
+use hyper::{Method, Request, StatusCode};
+use prost::Message as _;
+
+use super::{Api, Failure};
+use crate::edge::server::{self, BodyError, Resp};
+use prompb::{QueryResult, ReadRequest, ReadResponse};
+use select::{Selected, Selector, MAX_SERIES};
+use series::Span;
+
+/// Its path.
+pub(crate) const PATH: &str = "/api/v1/read";
+/// Largest request body, compressed: a ReadRequest is a few hundred bytes
+/// per query.
+pub(crate) const MAX_BODY: usize = 1024 * 1024;
+/// Largest request once decompressed.
+pub(crate) const MAX_DECODED: usize = 8 * 1024 * 1024;
+/// Most samples one read may answer (about 60 MB before compression).
+pub(crate) const MAX_SAMPLES: u64 = 5_000_000;
+/// Time allowed for the body to arrive once the headers have.
+const BODY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The answer to a request for [`PATH`].
+pub(super) async fn answer(api: &Api, req: Request<Incoming>) -> Resp {
+    if req.method() != Method::POST {
+        let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "only POST");
+        resp.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("POST"));
+        return resp;
+    }
+    match read(api, req).await {
+        Ok(body) => {
+            let mut resp = server::respond(StatusCode::OK, "application/x-protobuf", body);
+            resp.headers_mut()
+                .insert(CONTENT_ENCODING, HeaderValue::from_static("snappy"));
+            resp
+        }
+        Err(Failure::BadRequest(why)) => text(StatusCode::BAD_REQUEST, &why),
+        Err(Failure::TooLarge(why)) => text(StatusCode::PAYLOAD_TOO_LARGE, &why),
+        Err(Failure::NotFound(why)) => text(StatusCode::NOT_FOUND, &why),
+        Err(Failure::Busy(_)) => text(StatusCode::TOO_MANY_REQUESTS, "busy"),
+        Err(Failure::Redis(e)) => {
+            let (status, why) = api.redis_failed(&e).await;
+            text(status, why)
+        }
+    }
+}
+
+/// The request read, answered, and the answer encoded.
+async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
+    let body = server::read_body(req.into_body(), MAX_BODY, BODY_DEADLINE)
+        .await
+        .map_err(|e| match e {
+            BodyError::TooLarge => Failure::TooLarge(format!(
+                "the body is over {MAX_BODY} bytes (the limit of one read)"
+            )),
+            BodyError::Unreadable(why) => Failure::BadRequest(why),
+        })?;
+    let request = decode(&body)?;
+    let now = crate::model::clock::unix_ms().div_euclid(1000);
+    let mut conn = api.conn().await?;
+    // Every query's series first, so that a read over the limit reads no
+    // hash at all.
+    let mut budget = MAX_SERIES;
+    let mut selected: Vec<(Span, Vec<Selected>)> = Vec::new();
+    for q in &request.queries {
+        let selector = Selector::new(&q.matchers, &api.precisions, &api.quantile_precisions)?;
+        let span = Span {
+            start_ms: q.start_timestamp_ms,
+            end_ms: q.end_timestamp_ms,
+            now,
+            samples: api.samples,
+        };
+        let series = select::select(&mut conn, &api.keys, &selector, &mut budget).await?;
+        selected.push((span, series));
+    }
+    let samples: u64 = selected
+        .iter()
+        .flat_map(|(span, series)| series.iter().map(move |s| (span, s)))
+        .map(|(span, s)| span.kept_count(s.precision) * s.metrics.len() as u64)
+        .sum();
+    if samples > MAX_SAMPLES {
+        return Err(Failure::BadRequest(format!(
+            "about {samples} samples match, more than {MAX_SAMPLES} (the limit of one read): \
+             narrow the time range or the matchers"
+        )));
+    }
+    let mut results = Vec::with_capacity(selected.len());
+    for (span, series) in &selected {
+        let timeseries = series::read(&mut conn, &api.keys, series, span).await?;
+        results.push(QueryResult { timeseries });
+    }
+    let encoded = ReadResponse { results }.encode_to_vec();
+    snap::raw::Encoder::new()
+        .compress_vec(&encoded)
+        .map_err(|e| Failure::BadRequest(format!("the answer does not compress: {e}")))
+}
+
+/// The `ReadRequest` in a snappy block.
+fn decode(body: &[u8]) -> Result<ReadRequest, Failure> {
+    let bad = |what: &str, e: &dyn std::fmt::Display| {
+        Failure::BadRequest(format!("{what}: {e}").replace('\n', " "))
+    };
+    let len = snap::raw::decompress_len(body).map_err(|e| bad("not a snappy block", &e))?;
+    if len > MAX_DECODED {
+        return Err(Failure::TooLarge(format!(
+            "the body decompresses to {len} bytes, over {MAX_DECODED} (the limit of one read)"
+        )));
+    }
+    let raw = snap::raw::Decoder::new()
+        .decompress_vec(body)
+        .map_err(|e| bad("not a snappy block", &e))?;
+    ReadRequest::decode(raw.as_slice()).map_err(|e| bad("not a protobuf ReadRequest", &e))
+}
+
+/// A refusal in one line of plain text, which Prometheus shows its user.
+fn text(status: StatusCode, why: &str) -> Resp {
+    server::respond(status, "text/plain; charset=utf-8", format!("{why}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(body: &[u8]) -> String {
+        match decode(body) {
+            Err(Failure::BadRequest(why)) => format!("400 {why}"),
+            Err(Failure::TooLarge(why)) => format!("413 {why}"),
+            Ok(r) => format!("ok {r:?}"),
+            Err(_) => "other".into(),
+        }
+    }
+
+    #[test]
+    fn a_request_reads_back_and_bad_bodies_say_why() {
+        let request = ReadRequest {
+            queries: vec![prompb::Query {
+                start_timestamp_ms: 1,
+                end_timestamp_ms: 2,
+                matchers: vec![prompb::LabelMatcher {
+                    r#type: prompb::MatchType::Re as i32,
+                    name: "name".into(),
+                    value: "page:.*".into(),
+                }],
+            }],
+            accepted_response_types: vec![0],
+        };
+        let body = snap::raw::Encoder::new()
+            .compress_vec(&request.encode_to_vec())
+            .unwrap();
+        assert_eq!(decode(&body).ok(), Some(request));
+        assert!(
+            failure(b"").starts_with("400 not a snappy block"),
+            "{}",
+            failure(b"")
+        );
+        // A block announcing 100 MiB (its length is a varint up front).
+        let huge = [0x80, 0x80, 0x80, 0x32, 0x00];
+        assert!(failure(&huge).starts_with("413 "), "{}", failure(&huge));
+        let junk = snap::raw::Encoder::new()
+            .compress_vec(b"\xff\xff\xff")
+            .unwrap();
+        assert!(
+            failure(&junk).starts_with("400 not a protobuf"),
+            "{}",
+            failure(&junk)
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! The samples of the selected series: a hash's buckets within the query's
+//! range, one sample each at the bucket's start (ms), and an explicit 0 for
+//! every bucket kept but empty (for hits, and the count and sum of
+//! statistics), so that Prometheus' lookback never carries a count into a
+//! bucket that had none.
+
+use std::collections::BTreeMap;
+
+use super::prompb::{Sample, TimeSeries};
+use super::select::{Metric, Selected};
+use crate::model::keys::Family;
+use crate::model::stats::Summary;
+use crate::model::stats_hash::{Row, StatsHash};
+use crate::store::client::Conn;
+use crate::store::counters::{self, Counter};
+use crate::store::stats_query;
+
+/// What a query asks of time, and what the precisions keep.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Span {
+    /// The query's range, unix ms, both ends included.
+    pub start_ms: i64,
+    pub end_ms: i64,
+    /// Now, unix seconds.
+    pub now: i64,
+    /// Buckets kept per counter (`--samples`).
+    pub samples: u32,
+}
+
+impl Span {
+    /// The starts (unix s) of the buckets of `precision` within the range,
+    /// kept (after `now - samples × precision`) and begun (by `now`).
+    pub(crate) fn kept(&self, precision: u32) -> impl Iterator<Item = i64> {
+        let (from, to) = self.kept_bounds(precision);
+        (from..=to).step_by(precision.max(1) as usize)
+    }
+
+    /// How many [`Span::kept`] gives, without counting them one by one.
+    pub(crate) fn kept_count(&self, precision: u32) -> u64 {
+        let (from, to) = self.kept_bounds(precision);
+        u64::try_from((to - from).div_euclid(i64::from(precision.max(1))) + 1).unwrap_or(0)
+    }
+
+    /// The first and last of [`Span::kept`] (the first past the last when
+    /// there are none).
+    fn kept_bounds(&self, precision: u32) -> (i64, i64) {
+        let p = i64::from(precision.max(1));
+        let oldest = (self.now - i64::from(self.samples) * p).div_euclid(p) * p + p;
+        let from = oldest.max(ceil_div(ceil_div(self.start_ms, 1000), p) * p);
+        let to = self.end_ms.div_euclid(1000).min(self.now).div_euclid(p) * p;
+        (from, to)
+    }
+
+    /// Whether bucket `t` (unix s) starts within the range.
+    fn within(&self, t: i64) -> bool {
+        (self.start_ms..=self.end_ms).contains(&t.saturating_mul(1000))
+    }
+
+    /// The samples of one series: `values` of the buckets in range, over
+    /// zeros in the buckets kept where `zeros`.
+    fn samples(
+        &self,
+        precision: u32,
+        zeros: bool,
+        values: impl Iterator<Item = (i64, f64)>,
+    ) -> Vec<Sample> {
+        let mut by_time: BTreeMap<i64, f64> = BTreeMap::new();
+        if zeros {
+            by_time.extend(self.kept(precision).map(|t| (t, 0.0)));
+        }
+        by_time.extend(values.filter(|&(t, _)| self.within(t)));
+        by_time
+            .into_iter()
+            .map(|(t, value)| Sample {
+                value,
+                timestamp: t * 1000,
+            })
+            .collect()
+    }
+}
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    -(-a).div_euclid(b)
+}
+
+/// Samples of every series of `selected` that has any in `span`: one
+/// HGETALL per hash ([`counters::read_each`], [`stats_query::read_each`]).
+pub(crate) async fn read(
+    conn: &mut Conn,
+    keys: &crate::model::keys::Keys,
+    selected: &[Selected],
+    span: &Span,
+) -> redis::RedisResult<Vec<TimeSeries>> {
+    let of = |family: Family| -> Vec<&Selected> {
+        selected.iter().filter(|s| s.family == family).collect()
+    };
+    let (hits, stats) = (of(Family::Counts), of(Family::Stats));
+    let hashes_of = |s: &[&'_ Selected]| -> Vec<(u32, String)> {
+        s.iter().map(|s| (s.precision, s.name.clone())).collect()
+    };
+    let (hit_hashes, stat_hashes) = (hashes_of(&hits), hashes_of(&stats));
+    let counters = counters::read_each(conn, keys, &hit_hashes).await?;
+    let hashes = stats_query::read_each(conn, keys, &stat_hashes).await?;
+    let mut out: Vec<TimeSeries> = hits
+        .iter()
+        .zip(&counters)
+        .map(|(s, c)| hits_series(s, c, span))
+        .collect();
+    for (s, hash) in stats.iter().zip(&hashes) {
+        out.extend(s.metrics.iter().map(|&m| stats_series(s, m, hash, span)));
+    }
+    out.retain(|ts| !ts.samples.is_empty());
+    Ok(out)
+}
+
+fn hits_series(s: &Selected, counter: &Counter, span: &Span) -> TimeSeries {
+    let values = counter.samples.iter().map(|x| (x.time, x.count as f64));
+    TimeSeries {
+        labels: Metric::Hits.labels(&s.name, s.precision),
+        samples: span.samples(s.precision, true, values),
+    }
+}
+
+fn stats_series(s: &Selected, metric: Metric, hash: &StatsHash, span: &Span) -> TimeSeries {
+    // The numbers `hitcount get --stats` prints ([`Row`]), and the sum.
+    let value = |t: i64, summary: &Summary| -> Option<f64> {
+        let row = Row::of(t, summary);
+        match metric {
+            Metric::Count => Some(row.count as f64),
+            Metric::Sum => Some(summary.sum),
+            Metric::Min => Some(row.min),
+            Metric::Max => Some(row.max),
+            Metric::Quantile(i) => [row.p50, row.p90, row.p99][i],
+            Metric::Hits => None,
+        }
+    };
+    let values = hash
+        .buckets
+        .iter()
+        .filter_map(|(&t, summary)| Some((t, value(t, summary)?)));
+    let zeros = matches!(metric, Metric::Count | Metric::Sum);
+    TimeSeries {
+        labels: metric.labels(&s.name, s.precision),
+        samples: span.samples(s.precision, zeros, values),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeros_fill_the_kept_buckets_in_range_only() {
+        let span = Span {
+            start_ms: 1_000_001,
+            end_ms: 1_500_000,
+            now: 1_320,
+            samples: 3,
+        };
+        // Kept: after 1320 - 3 × 60 = 1140, begun by 1320; in range: from
+        // 1000.001 s.
+        assert_eq!(span.kept(60).collect::<Vec<_>>(), vec![1_200, 1_260, 1_320]);
+        assert_eq!(span.kept_count(60), 3);
+        let got = span.samples(
+            60,
+            true,
+            [(1_260, 5.0), (960, 9.0), (1_080, 2.0)].into_iter(),
+        );
+        let got: Vec<(i64, f64)> = got.iter().map(|s| (s.timestamp, s.value)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (1_080_000, 2.0),
+                (1_200_000, 0.0),
+                (1_260_000, 5.0),
+                (1_320_000, 0.0)
+            ],
+            "a bucket older than those kept is served while it is there, none before the range"
+        );
+        let none = span.samples(60, false, [(1_260, 5.0)].into_iter());
+        assert_eq!(none.len(), 1);
+        // The range's end bounds it too; a range in the future has none.
+        let early = Span {
+            end_ms: 1_230_000,
+            ..span
+        };
+        assert_eq!(early.kept(60).collect::<Vec<_>>(), vec![1_200]);
+        let later = Span {
+            start_ms: 2_000_000,
+            end_ms: 3_000_000,
+            ..span
+        };
+        assert_eq!((later.kept(60).count(), later.kept_count(60)), (0, 0));
+    }
+}

@@ -23,6 +23,7 @@ mod logs;
 mod newcomer;
 mod operator;
 mod prometheus;
+mod remote_read;
 mod safe_default;
 mod serve;
 mod shards_observed;

@@ -1,0 +1,408 @@
+//! Prometheus' remote read on `hitcount serve`: the real `prometheus`
+//! (Debian's, started on a free port with `remote_read` to a real `serve`
+//! and no scrape job) answers PromQL over counters and statistics written
+//! in Redis, exactly; a read over the series limit reaches its user as a
+//! warning, having read no hash; bad bodies get a 400 or a 413 that says
+//! why; and it all works as the read-only user of the docs.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use common::bin::{free_addr, http_get, percent_encode as enc, Child};
+use common::*;
+use hitcount_lab::kit::ServerOptions;
+use serde_json::Value;
+
+use crate::prometheus::start_prometheus_with;
+use crate::serve::{get, observations, seed, seed_stats, serve, READ_ONLY};
+
+/// Starts Prometheus reading `serve` (its address) remotely, recent data
+/// included, in `dir`; its API's address.
+fn prometheus_reading(dir: &Path, serve: &str) -> (Child, String) {
+    let listen = free_addr();
+    let config = format!(
+        "global:\n  evaluation_interval: 1s\n\
+         remote_read:\n  - url: http://{serve}/api/v1/read\n    read_recent: true\n"
+    );
+    (start_prometheus_with(dir, &listen, &config), listen)
+}
+
+/// The answer of Prometheus' API `path` to `params`: `data` and the
+/// warnings.
+fn ask(prom: &str, path: &str, params: &[(&str, &str)]) -> (Value, Vec<String>) {
+    let query: Vec<String> = params
+        .iter()
+        .map(|(k, v)| format!("{k}={}", enc(v)))
+        .collect();
+    let (status, body) =
+        http_get(prom, &format!("{path}?{}", query.join("&"))).expect("Prometheus answers");
+    assert_eq!(status, 200, "{params:?}: {body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "success", "{body}");
+    let warnings = v["warnings"]
+        .as_array()
+        .map(|w| w.iter().map(|w| w.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default();
+    (v["data"]["result"].clone(), warnings)
+}
+
+/// The instant vector of `q` at `t` (unix s), by its `name` label (or
+/// `precision`, or the metric name), asserting no warning.
+fn at(prom: &str, q: &str, t: i64) -> BTreeMap<String, f64> {
+    let (result, warnings) = ask(
+        prom,
+        "/api/v1/query",
+        &[("query", q), ("time", &t.to_string())],
+    );
+    assert!(warnings.is_empty(), "{q}: {warnings:?}");
+    let mut out = BTreeMap::new();
+    for s in result.as_array().unwrap() {
+        let m = &s["metric"];
+        let key = ["name", "precision", "__name__"]
+            .iter()
+            .find_map(|k| m[k].as_str())
+            .unwrap_or("")
+            .to_string();
+        let value = s["value"][1].as_str().unwrap().parse().unwrap();
+        assert!(
+            out.insert(key, value).is_none(),
+            "{q}: two series alike: {result}"
+        );
+    }
+    out
+}
+
+/// The one value of `q` at `t`.
+fn one(prom: &str, q: &str, t: i64) -> f64 {
+    let got = at(prom, q, t);
+    assert_eq!(got.len(), 1, "{q} at {t}: {got:?}");
+    got.into_values().next().unwrap()
+}
+
+const AWKWARD: &str = "page:a/b c'é\"ü";
+
+/// PromQL's double-quoted form of `s`.
+fn quoted(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promql_over_counters_and_statistics_is_exact() {
+    let server = server();
+    let url = server.url();
+    let mut c = conn(&url).await;
+    let now = unix_now();
+    let (b0, h0) = (now - now % 60, now - now % 3600);
+    let home = [(b0 - 600, 7), (b0 - 300, 5), (b0 - 60, 2)];
+    seed(&mut c, 60, "page:home", &home).await;
+    seed(&mut c, 60, "page:about", &[(b0 - 300, 11)]).await;
+    seed(&mut c, 60, AWKWARD, &[(b0 - 600, 3)]).await;
+    seed(&mut c, 60, "other", &[(b0 - 300, 100)]).await;
+    seed(&mut c, 3600, "page:home", &[(h0, 14)]).await;
+    seed_stats(&mut c, 60, "slow", &[(b0 - 300, observations(3, 50))], true).await;
+
+    let (_serve, addr) = serve(&url, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_prom, prom) = prometheus_reading(dir.path(), &addr);
+
+    // A bucket's hits at its start and through it; an empty bucket is 0,
+    // not the last count carried by Prometheus' lookback.
+    let home_60 = "hitcount_hits{name=\"page:home\",precision=\"60\"}";
+    assert_eq!(one(&prom, home_60, b0 - 600), 7.0);
+    assert_eq!(one(&prom, home_60, b0 - 600 + 59), 7.0);
+    assert_eq!(one(&prom, home_60, b0 - 240 + 30), 0.0);
+    let (series, _) = ask(
+        &prom,
+        "/api/v1/query",
+        &[("query", home_60), ("time", &b0.to_string())],
+    );
+    let labels: Vec<&String> = series[0]["metric"].as_object().unwrap().keys().collect();
+    assert_eq!(labels, ["__name__", "name", "precision"]);
+    // Sample by sample, the hash with a zero in every empty bucket.
+    let (range, warnings) = ask(
+        &prom,
+        "/api/v1/query_range",
+        &[
+            ("query", home_60),
+            ("start", &(b0 - 600).to_string()),
+            ("end", &b0.to_string()),
+            ("step", "60"),
+        ],
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let stored: BTreeMap<i64, i64> = redis::cmd("HGETALL")
+        .arg("count:60:page:home")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let want: Vec<(i64, f64)> = (0..=10)
+        .map(|i| b0 - 600 + 60 * i)
+        .map(|t| (t, stored.get(&t).copied().unwrap_or(0) as f64))
+        .collect();
+    let got: Vec<(i64, f64)> = range[0]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p[0].as_i64().unwrap(),
+                p[1].as_str().unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+
+    // An hour's hits, exactly; by precision over a prefix.
+    let hour = format!("sum_over_time({home_60}[1h])");
+    assert_eq!(one(&prom, &hour, now), 14.0);
+    let by_precision = at(
+        &prom,
+        "sum by (precision) (sum_over_time(hitcount_hits{name=~\"page:.*\"}[1h]))",
+        now,
+    );
+    let want = BTreeMap::from([("3600".to_string(), 14.0), ("60".to_string(), 28.0)]);
+    assert_eq!(by_precision, want);
+    // A regex with a literal prefix, `!=`, and an awkward name whole.
+    let a = at(
+        &prom,
+        "hitcount_hits{name=~\"page:a.*\",precision=\"60\"}",
+        b0 - 600,
+    );
+    let want = BTreeMap::from([(AWKWARD.to_string(), 3.0), ("page:about".to_string(), 0.0)]);
+    assert_eq!(a, want);
+    let others = at(
+        &prom,
+        "hitcount_hits{precision=\"60\",name!=\"page:home\"}",
+        now,
+    );
+    let names: Vec<&str> = others.keys().map(String::as_str).collect();
+    assert_eq!(names, ["other", "page:a/b c'é\"ü", "page:about"]);
+    let q = format!("hitcount_hits{{name={},precision=\"60\"}}", quoted(AWKWARD));
+    assert_eq!(one(&prom, &q, b0 - 600), 3.0);
+    assert!(at(&prom, "hitcount_hits{precision=\"5\"}", now).is_empty());
+    assert!(at(&prom, "hitcount_hits{job=\"x\"}", now).is_empty());
+
+    // Statistics: the numbers of /api/v1/stats (those of `get --stats`).
+    let a = get(&addr, "/api/v1/stats/slow?precision=60");
+    assert_eq!(a.status, 200, "{}", a.body);
+    let row = a.json()["buckets"][0].clone();
+    assert_eq!(row["t"], b0 - 300);
+    let t = b0 - 300 + 30;
+    let stat = |family: &str, extra: &str| {
+        let q = format!("{family}{{name=\"slow\",precision=\"60\"{extra}}}");
+        one(&prom, &q, t)
+    };
+    assert_eq!(
+        stat("hitcount_value_count", ""),
+        row["count"].as_f64().unwrap()
+    );
+    assert_eq!(stat("hitcount_value_min", ""), row["min"].as_f64().unwrap());
+    assert_eq!(stat("hitcount_value_max", ""), row["max"].as_f64().unwrap());
+    for (q, field) in [("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99")] {
+        let got = stat("hitcount_value", &format!(",quantile=\"{q}\""));
+        assert_eq!(got, row[field].as_f64().unwrap(), "quantile {q}");
+    }
+    let mean_times_count = row["mean"].as_f64().unwrap() * row["count"].as_f64().unwrap();
+    let sum = stat("hitcount_value_sum", "");
+    assert!(
+        (sum - mean_times_count).abs() <= 1e-9 * sum.abs(),
+        "{sum} vs {mean_times_count}"
+    );
+    let (series, _) = ask(
+        &prom,
+        "/api/v1/query",
+        &[
+            ("query", "count({__name__=~\"hitcount_.*\",name=\"slow\"})"),
+            ("time", &t.to_string()),
+        ],
+    );
+    assert_eq!(
+        series[0]["value"][1], "7",
+        "count, sum, min, max, three quantiles"
+    );
+    let count_60 = "hitcount_value_count{name=\"slow\",precision=\"60\"}";
+    assert_eq!(one(&prom, count_60, b0 - 240 + 30), 0.0, "zero-filled");
+}
+
+/// `ZADD PREFIX known:` of `n` names `nNNNNN` at precision 60, in one
+/// command, and one bucket of hits for `n00001`.
+async fn many_names(c: &mut hitcount::store::connect::Conn, prefix: &str, n: usize, bucket: i64) {
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg(format!("{prefix}known:"));
+    for i in 0..n {
+        zadd.arg(0).arg(format!("60:n{i:05}"));
+    }
+    let _: () = zadd.query_async(c).await.unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{prefix}count:60:n00001"))
+        .arg(bucket)
+        .arg(4)
+        .query_async(c)
+        .await
+        .unwrap();
+}
+
+/// HGETALLs Redis has run so far.
+async fn hgetall_calls(c: &mut hitcount::store::connect::Conn) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await
+        .unwrap();
+    command_calls(&stats, "hgetall")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_over_the_series_limit_is_a_warning_and_reads_no_hash() {
+    let server = server();
+    let url = server.url();
+    let mut c = conn(&url).await;
+    let now = unix_now();
+    many_names(&mut c, "app1:", 10_001, now - now % 60).await;
+    let (_serve, addr) = serve(&url, &["--prefix", "app1:"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_prom, prom) = prometheus_reading(dir.path(), &addr);
+
+    let before = hgetall_calls(&mut c).await;
+    let (result, warnings) = ask(
+        &prom,
+        "/api/v1/query",
+        &[
+            ("query", "hitcount_hits{precision=\"60\"}"),
+            ("time", &now.to_string()),
+        ],
+    );
+    assert_eq!(result, serde_json::json!([]));
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("more than 10000 series match")),
+        "{warnings:?}"
+    );
+    assert_eq!(hgetall_calls(&mut c).await, before, "no hash read");
+    // Under the limit the same names are read, behind the prefix.
+    assert_eq!(one(&prom, "hitcount_hits{name=\"n00001\"}", now), 4.0);
+    let ten = at(&prom, "hitcount_hits{name=~\"n0000.\"}", now);
+    assert_eq!(ten.len(), 10, "{ten:?}");
+}
+
+/// `POST /api/v1/read` with `body` (or only a `Content-Length` of
+/// `announced` bytes): the status, the head in lower case and the body.
+fn post(addr: &str, body: &[u8], announced: Option<usize>) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let len = announced.unwrap_or(body.len());
+    let head = format!(
+        "POST /api/v1/read HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n\
+         Content-Encoding: snappy\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+    );
+    let _ = s.write_all(head.as_bytes());
+    if announced.is_none() {
+        let _ = s.write_all(body);
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").expect("an answer");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_ascii_lowercase(), body.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bodies_are_refused_saying_why() {
+    let server = server();
+    let (_serve, addr) = serve(&server.url(), &[]);
+    // Not snappy: an empty body, a varint that never ends.
+    for body in [&b""[..], b"\xff\xff\xff\xff\xff\xff"] {
+        let (status, head, text) = post(&addr, body, None);
+        assert_eq!(status, 400, "{text}");
+        assert!(head.contains("content-type: text/plain"), "{head}");
+        assert!(text.starts_with("not a snappy block"), "{text}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+    }
+    // A snappy block (one literal of 3 bytes) that is no protobuf.
+    let (status, _, text) = post(&addr, b"\x03\x08\xff\xff\xff", None);
+    assert_eq!(
+        (status, text.starts_with("not a protobuf ReadRequest")),
+        (400, true),
+        "{text}"
+    );
+    // Over 1 MiB announced: refused before it is sent.
+    let (status, _, text) = post(&addr, b"", Some(2 << 20));
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("1048576"), "{text}");
+    // A block announcing 100 MiB once decompressed.
+    let (status, _, text) = post(&addr, b"\x80\x80\x80\x32\x00", None);
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("8388608"), "{text}");
+    // Only POST here; every other path stays GET and HEAD only.
+    let (status, body) = http_get(&addr, "/api/v1/read").unwrap();
+    assert_eq!(status, 405, "{body}");
+    let mut s = TcpStream::connect(&addr).unwrap();
+    write!(s, "POST /api/v1/counters HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    assert!(raw.starts_with("HTTP/1.1 405"), "{raw}");
+    assert!(
+        raw.to_ascii_lowercase().contains("allow: get, head"),
+        "{raw}"
+    );
+    assert_eq!(
+        get(&addr, "/api/v1/counters").status,
+        200,
+        "serve still answers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_reads_through_the_read_only_user() {
+    let server = server_with(ServerOptions {
+        extra: vec![format!("user reader on >read-pw {READ_ONLY}")],
+        ..ServerOptions::default()
+    });
+    let mut admin = conn(&server.url()).await;
+    let now = unix_now();
+    let b0 = now - now % 60;
+    seed(&mut admin, 60, "page:home", &[(b0 - 120, 9)]).await;
+    seed_stats(
+        &mut admin,
+        60,
+        "slow",
+        &[(b0 - 120, observations(5, 20))],
+        true,
+    )
+    .await;
+    acl_log_reset(&mut admin).await;
+
+    let url = format!("redis://reader:read-pw@127.0.0.1:{}", server.port());
+    let (_serve, addr) = serve(&url, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_prom, prom) = prometheus_reading(dir.path(), &addr);
+    let t = b0 - 120 + 30;
+    assert_eq!(one(&prom, "hitcount_hits{name=\"page:home\"}", t), 9.0);
+    assert_eq!(
+        one(
+            &prom,
+            "hitcount_value_count{name=\"slow\",precision=\"60\"}",
+            t
+        ),
+        observations(5, 20).iter().map(|o| o.1).sum::<i64>() as f64
+    );
+    let p99 = get(&addr, "/api/v1/stats/slow?precision=60").json()["buckets"][0]["p99"].clone();
+    let q = "hitcount_value{name=\"slow\",precision=\"60\",quantile=\"0.99\"}";
+    assert_eq!(one(&prom, q, t), p99.as_f64().unwrap());
+    let sum = at(
+        &prom,
+        "sum by (precision) (sum_over_time(hitcount_hits[1h]))",
+        now,
+    );
+    assert_eq!(sum, BTreeMap::from([("60".to_string(), 9.0)]));
+
+    let log = acl_log(&mut admin).await;
+    assert!(log.is_empty(), "ACL LOG: {log:?}");
+}

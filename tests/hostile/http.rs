@@ -103,13 +103,23 @@ async fn probe(addr: SocketAddr, path: &str) -> Result<u16, String> {
 /// of `probe_path` goes every 200 ms for 6 s from another address: every
 /// probe must be answered 200 within a second.
 async fn probes_outlast_tricklers(addr: SocketAddr, probe_path: &str, how: Trickle) {
+    probes_outlast_tricklers_of(addr, probe_path, probe_path, how).await;
+}
+
+/// [`probes_outlast_tricklers`], the tricklers sending to `trickled_path`.
+async fn probes_outlast_tricklers_of(
+    addr: SocketAddr,
+    probe_path: &str,
+    trickled_path: &str,
+    how: Trickle,
+) {
     let stop = Arc::new(AtomicBool::new(false));
     let connects = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..TRICKLERS)
         .map(|_| {
             tokio::spawn(trickler(
                 addr,
-                probe_path.to_string(),
+                trickled_path.to_string(),
                 how,
                 stop.clone(),
                 connects.clone(),
@@ -192,6 +202,23 @@ async fn serves_api_outlasts_four_hundred_slow_clients() {
     an_unfinished_body_is_not_waited_for(addr, "/api/v1/counters").await;
     probes_outlast_tricklers(addr, "/api/v1/counters?limit=1", Trickle::Headers).await;
     probes_outlast_tricklers(addr, "/api/v1/counters?limit=1", Trickle::Body).await;
+}
+
+/// The one path that reads a body, Prometheus' remote read, reads it within
+/// a deadline and from a bounded number of connections per address: bodies
+/// trickled to it starve no probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickled_remote_read_bodies_starve_no_one() {
+    let srv = common::server();
+    let (_serve, addr) = serve(&srv.url(), &[]);
+    let addr: SocketAddr = addr.parse().unwrap();
+    probes_outlast_tricklers_of(
+        addr,
+        "/api/v1/counters?limit=1",
+        "/api/v1/read",
+        Trickle::Body,
+    )
+    .await;
 }
 
 /// `(status, headers in lower case, body)` of `GET path`.
@@ -442,6 +469,7 @@ fn the_404_page_names_every_api_path() {
         "<code>top</code>",
         "<code>stats</code>",
         "<code>stats/{name}</code>",
+        "<code>/api/v1/read</code>",
     ] {
         assert!(body.contains(path), "{path}: {body}");
     }

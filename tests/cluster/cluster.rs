@@ -255,6 +255,43 @@ fn worker_that_stops(url: &str, env: &[(&str, &str)]) -> String {
     stderr
 }
 
+/// serve's read-only user `reader` exactly as docs/operations.md gives it,
+/// with what it says a cluster adds, on every node, their ACL LOGs
+/// emptied; the URL of the masters as that user.
+pub(crate) async fn read_only_user(cluster: &Cluster) -> String {
+    let operations =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .unwrap();
+    assert!(
+        operations.contains(READ_ONLY),
+        "docs/operations.md gives {READ_ONLY}"
+    );
+    assert!(
+        operations.contains(&format!("On a Redis Cluster, add `{ON_A_CLUSTER}`")),
+        "docs/operations.md says what a cluster adds"
+    );
+    for port in cluster.ports() {
+        let mut node = common::conn(&format!("redis://127.0.0.1:{port}")).await;
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg("reader")
+            .arg("reset")
+            .arg("on")
+            .arg(">read-pw");
+        for rule in READ_ONLY.split_whitespace().chain([ON_A_CLUSTER]) {
+            cmd.arg(rule);
+        }
+        let _: () = cmd.query_async(&mut node).await.unwrap();
+        common::acl_log_reset(&mut node).await;
+    }
+    cluster
+        .masters()
+        .iter()
+        .map(|p| format!("redis://reader:read-pw@127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// `hitcount serve` on a cluster: names by page, exact samples and `top`
 /// (equal to a brute-force ranking) over counters spread across the slots;
 /// the same for statistics: a name's buckets, and `top` by mean from the
@@ -300,59 +337,13 @@ async fn serve_reads_counters_spread_over_the_cluster() {
     expected.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     by_mean.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
 
-    // serve as the read-only user exactly as docs/operations.md gives it,
-    // with what it says a cluster adds, on every node.
-    let operations =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
-            .unwrap();
-    assert!(
-        operations.contains(READ_ONLY),
-        "docs/operations.md gives {READ_ONLY}"
-    );
-    assert!(
-        operations.contains(&format!("On a Redis Cluster, add `{ON_A_CLUSTER}`")),
-        "docs/operations.md says what a cluster adds"
-    );
-    for port in cluster.ports() {
-        let mut node = common::conn(&format!("redis://127.0.0.1:{port}")).await;
-        let mut cmd = redis::cmd("ACL");
-        cmd.arg("SETUSER")
-            .arg("reader")
-            .arg("reset")
-            .arg("on")
-            .arg(">read-pw");
-        for rule in READ_ONLY.split_whitespace().chain([ON_A_CLUSTER]) {
-            cmd.arg(rule);
-        }
-        let _: () = cmd.query_async(&mut node).await.unwrap();
-        let _: () = redis::cmd("ACL")
-            .arg("LOG")
-            .arg("RESET")
-            .query_async(&mut node)
-            .await
-            .unwrap();
-    }
-    let reader = cluster
-        .masters()
-        .iter()
-        .map(|p| format!("redis://reader:read-pw@127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let addr = bin::free_addr();
-    let mut serve = bin::Child::spawn("serve", {
-        let mut cmd = bin::hitcount();
-        cmd.args(["serve", "--redis-url", &reader, "--listen", &addr]);
-        cmd
-    });
+    let reader = read_only_user(&cluster).await;
+    let (_serve, addr) = serve(&reader);
     let get = |path: &str| -> serde_json::Value {
         let (status, body) = bin::http_get(&addr, path).expect("serve answers");
         assert_eq!(status, 200, "{path}: {body}");
         serde_json::from_str(&body).unwrap()
     };
-    bin::wait_for("serve answers", std::time::Duration::from_secs(30), || {
-        serve.assert_running();
-        bin::http_get(&addr, "/api/v1/nope")
-    });
     let page = get("/api/v1/counters?prefix=p%2F&limit=1000");
     assert_eq!(page["counters"].as_array().unwrap().len(), 150);
     let one = get("/api/v1/counters/p%2F007?precision=3600");
@@ -414,14 +405,30 @@ async fn serve_reads_counters_spread_over_the_cluster() {
     assert_eq!(page["counters"].as_array().unwrap().len(), 150);
     let (status, _) = bin::http_get(&addr, "/").expect("serve answers");
     assert_eq!(status, 200);
-    // Redis refused serve nothing, on any node.
+    assert_nothing_refused(&cluster).await;
+}
+
+/// `hitcount serve` on the cluster `url` names, once it answers; its
+/// address.
+pub(crate) fn serve(url: &str) -> (bin::Child, String) {
+    let addr = bin::free_addr();
+    let mut serve = bin::Child::spawn("serve", {
+        let mut cmd = bin::hitcount();
+        cmd.args(["serve", "--redis-url", url, "--listen", &addr]);
+        cmd
+    });
+    bin::wait_for("serve answers", std::time::Duration::from_secs(30), || {
+        serve.assert_running();
+        bin::http_get(&addr, "/api/v1/nope")
+    });
+    (serve, addr)
+}
+
+/// Redis refused serve nothing, on any node: every ACL LOG is empty.
+pub(crate) async fn assert_nothing_refused(cluster: &Cluster) {
     for port in cluster.ports() {
         let mut node = common::conn(&format!("redis://127.0.0.1:{port}")).await;
-        let log: Vec<redis::Value> = redis::cmd("ACL")
-            .arg("LOG")
-            .query_async(&mut node)
-            .await
-            .unwrap();
+        let log = common::acl_log(&mut node).await;
         assert!(log.is_empty(), "node {port} refused serve: {log:?}");
     }
 }

@@ -13,4 +13,5 @@ mod cluster_balance;
 mod cluster_clean;
 mod cluster_harness;
 mod cluster_one_node;
+mod cluster_remote_read;
 mod cluster_worker;

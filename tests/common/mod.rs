@@ -6,6 +6,7 @@ pub mod bin;
 pub mod cluster;
 pub mod counts;
 pub mod plain;
+pub mod prometheus;
 pub mod slowlog;
 pub mod stats;
 pub mod workers;

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::bin::{free_addr, http_get, installed, percent_encode, start_worker, wait_for, Child};
+use common::prometheus::start_prometheus_with;
 use serde_json::Value;
 
 /// Events sent through the producer.
@@ -42,31 +43,6 @@ fn start_prometheus(dir: &Path, listen: &str, targets: &[&str]) -> Child {
         targets.join(", ")
     );
     start_prometheus_with(dir, listen, &config)
-}
-
-/// Starts Prometheus with `config` (YAML) in `dir`, serving its API on
-/// `listen`, and waits until it is ready.
-pub(crate) fn start_prometheus_with(dir: &Path, listen: &str, config: &str) -> Child {
-    assert!(
-        installed(Path::new("prometheus")),
-        "Debian's prometheus is not installed: run scripts/ensure-deps (apt-get install -y prometheus)"
-    );
-    let path = dir.join("prometheus.yml");
-    std::fs::write(&path, config).unwrap();
-    let mut cmd = std::process::Command::new("prometheus");
-    cmd.arg(format!("--config.file={}", path.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={listen}"))
-        .arg("--log.level=warn");
-    let mut prom = Child::spawn("prometheus", cmd);
-    wait_for("prometheus ready", Duration::from_secs(60), || {
-        prom.assert_running();
-        http_get(listen, "/-/ready").filter(|(s, _)| *s == 200)
-    });
-    prom
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

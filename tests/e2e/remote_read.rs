@@ -10,85 +10,86 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::time::Duration;
 
-use common::bin::{free_addr, http_get, percent_encode as enc, Child};
+use common::bin::{free_addr, http_get, run_hitcount, start_worker};
+use common::prometheus::{ask, at, one, prometheus_reading};
 use common::*;
+use hitcount::model::config::{LayoutArgs, StreamArgs};
+use hitcount::model::keys::Keys;
 use hitcount_lab::kit::ServerOptions;
-use serde_json::Value;
 
-use crate::prometheus::start_prometheus_with;
 use crate::serve::{get, observations, seed, seed_stats, serve, READ_ONLY};
-
-/// Starts Prometheus reading `serve` (its address) remotely, recent data
-/// included, in `dir`; its API's address.
-fn prometheus_reading(dir: &Path, serve: &str) -> (Child, String) {
-    let listen = free_addr();
-    let config = format!(
-        "global:\n  evaluation_interval: 1s\n\
-         remote_read:\n  - url: http://{serve}/api/v1/read\n    read_recent: true\n"
-    );
-    (start_prometheus_with(dir, &listen, &config), listen)
-}
-
-/// The answer of Prometheus' API `path` to `params`: `data` and the
-/// warnings.
-fn ask(prom: &str, path: &str, params: &[(&str, &str)]) -> (Value, Vec<String>) {
-    let query: Vec<String> = params
-        .iter()
-        .map(|(k, v)| format!("{k}={}", enc(v)))
-        .collect();
-    let (status, body) =
-        http_get(prom, &format!("{path}?{}", query.join("&"))).expect("Prometheus answers");
-    assert_eq!(status, 200, "{params:?}: {body}");
-    let v: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["status"], "success", "{body}");
-    let warnings = v["warnings"]
-        .as_array()
-        .map(|w| w.iter().map(|w| w.as_str().unwrap().to_string()).collect())
-        .unwrap_or_default();
-    (v["data"]["result"].clone(), warnings)
-}
-
-/// The instant vector of `q` at `t` (unix s), by its `name` label (or
-/// `precision`, or the metric name), asserting no warning.
-fn at(prom: &str, q: &str, t: i64) -> BTreeMap<String, f64> {
-    let (result, warnings) = ask(
-        prom,
-        "/api/v1/query",
-        &[("query", q), ("time", &t.to_string())],
-    );
-    assert!(warnings.is_empty(), "{q}: {warnings:?}");
-    let mut out = BTreeMap::new();
-    for s in result.as_array().unwrap() {
-        let m = &s["metric"];
-        let key = ["name", "precision", "__name__"]
-            .iter()
-            .find_map(|k| m[k].as_str())
-            .unwrap_or("")
-            .to_string();
-        let value = s["value"][1].as_str().unwrap().parse().unwrap();
-        assert!(
-            out.insert(key, value).is_none(),
-            "{q}: two series alike: {result}"
-        );
-    }
-    out
-}
-
-/// The one value of `q` at `t`.
-fn one(prom: &str, q: &str, t: i64) -> f64 {
-    let got = at(prom, q, t);
-    assert_eq!(got.len(), 1, "{q} at {t}: {got:?}");
-    got.into_values().next().unwrap()
-}
 
 const AWKWARD: &str = "page:a/b c'é\"ü";
 
 /// PromQL's double-quoted form of `s`.
 fn quoted(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// `hitcount_hits` of `name` at precision 60 from `from` to `to` (unix s,
+/// bucket starts), step 60, equals `stored` (the hash) sample by sample,
+/// with a zero in every empty bucket.
+fn assert_samples(prom: &str, name: &str, from: i64, to: i64, stored: &BTreeMap<i64, i64>) {
+    let q = format!("hitcount_hits{{name={},precision=\"60\"}}", quoted(name));
+    let (range, warnings) = ask(
+        prom,
+        "/api/v1/query_range",
+        &[
+            ("query", &q),
+            ("start", &from.to_string()),
+            ("end", &to.to_string()),
+            ("step", "60"),
+        ],
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let want: Vec<(i64, f64)> = (from..=to)
+        .step_by(60)
+        .map(|t| (t, stored.get(&t).copied().unwrap_or(0) as f64))
+        .collect();
+    let got: Vec<(i64, f64)> = range[0]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p[0].as_i64().unwrap(),
+                p[1].as_str().unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "{name}");
+}
+
+/// Every statistics series of `name` at precision 60 equals `rows` (those
+/// `hitcount get --stats --json` prints, as the API gives them) bucket by
+/// bucket: count, min, max and the three quantiles exactly, the sum as
+/// the mean times the count.
+fn assert_statistics(prom: &str, name: &str, rows: &serde_json::Value) {
+    let rows = rows.as_array().unwrap();
+    assert!(!rows.is_empty(), "statistics of {name}");
+    for row in rows {
+        let t = row["t"].as_i64().unwrap() + 30;
+        let stat = |family: &str, extra: &str| {
+            let q = format!("{family}{{name={},precision=\"60\"{extra}}}", quoted(name));
+            one(prom, &q, t)
+        };
+        let field = |k: &str| row[k].as_f64().unwrap();
+        assert_eq!(stat("hitcount_value_count", ""), field("count"), "{row}");
+        assert_eq!(stat("hitcount_value_min", ""), field("min"), "{row}");
+        assert_eq!(stat("hitcount_value_max", ""), field("max"), "{row}");
+        for (q, p) in [("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99")] {
+            let got = stat("hitcount_value", &format!(",quantile=\"{q}\""));
+            assert_eq!(got, field(p), "quantile {q}: {row}");
+        }
+        let sum = stat("hitcount_value_sum", "");
+        let mean_times_count = field("mean") * field("count");
+        assert!(
+            (sum - mean_times_count).abs() <= 1e-9 * sum.abs(),
+            "{sum} vs {mean_times_count}: {row}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,7 +109,7 @@ async fn promql_over_counters_and_statistics_is_exact() {
 
     let (_serve, addr) = serve(&url, &[]);
     let dir = tempfile::tempdir().unwrap();
-    let (_prom, prom) = prometheus_reading(dir.path(), &addr);
+    let (_prom, prom) = prometheus_reading(dir.path(), &addr, "");
 
     // A bucket's hits at its start and through it; an empty bucket is 0,
     // not the last count carried by Prometheus' lookback.
@@ -124,38 +125,12 @@ async fn promql_over_counters_and_statistics_is_exact() {
     let labels: Vec<&String> = series[0]["metric"].as_object().unwrap().keys().collect();
     assert_eq!(labels, ["__name__", "name", "precision"]);
     // Sample by sample, the hash with a zero in every empty bucket.
-    let (range, warnings) = ask(
-        &prom,
-        "/api/v1/query_range",
-        &[
-            ("query", home_60),
-            ("start", &(b0 - 600).to_string()),
-            ("end", &b0.to_string()),
-            ("step", "60"),
-        ],
-    );
-    assert!(warnings.is_empty(), "{warnings:?}");
     let stored: BTreeMap<i64, i64> = redis::cmd("HGETALL")
         .arg("count:60:page:home")
         .query_async(&mut c)
         .await
         .unwrap();
-    let want: Vec<(i64, f64)> = (0..=10)
-        .map(|i| b0 - 600 + 60 * i)
-        .map(|t| (t, stored.get(&t).copied().unwrap_or(0) as f64))
-        .collect();
-    let got: Vec<(i64, f64)> = range[0]["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p[0].as_i64().unwrap(),
-                p[1].as_str().unwrap().parse().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(got, want);
+    assert_samples(&prom, "page:home", b0 - 600, b0, &stored);
 
     // An hour's hits, exactly; by precision over a prefix.
     let hour = format!("sum_over_time({home_60}[1h])");
@@ -190,29 +165,10 @@ async fn promql_over_counters_and_statistics_is_exact() {
     // Statistics: the numbers of /api/v1/stats (those of `get --stats`).
     let a = get(&addr, "/api/v1/stats/slow?precision=60");
     assert_eq!(a.status, 200, "{}", a.body);
-    let row = a.json()["buckets"][0].clone();
-    assert_eq!(row["t"], b0 - 300);
+    let rows = a.json()["buckets"].clone();
+    assert_eq!(rows[0]["t"], b0 - 300);
+    assert_statistics(&prom, "slow", &rows);
     let t = b0 - 300 + 30;
-    let stat = |family: &str, extra: &str| {
-        let q = format!("{family}{{name=\"slow\",precision=\"60\"{extra}}}");
-        one(&prom, &q, t)
-    };
-    assert_eq!(
-        stat("hitcount_value_count", ""),
-        row["count"].as_f64().unwrap()
-    );
-    assert_eq!(stat("hitcount_value_min", ""), row["min"].as_f64().unwrap());
-    assert_eq!(stat("hitcount_value_max", ""), row["max"].as_f64().unwrap());
-    for (q, field) in [("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99")] {
-        let got = stat("hitcount_value", &format!(",quantile=\"{q}\""));
-        assert_eq!(got, row[field].as_f64().unwrap(), "quantile {q}");
-    }
-    let mean_times_count = row["mean"].as_f64().unwrap() * row["count"].as_f64().unwrap();
-    let sum = stat("hitcount_value_sum", "");
-    assert!(
-        (sum - mean_times_count).abs() <= 1e-9 * sum.abs(),
-        "{sum} vs {mean_times_count}"
-    );
     let (series, _) = ask(
         &prom,
         "/api/v1/query",
@@ -227,6 +183,76 @@ async fn promql_over_counters_and_statistics_is_exact() {
     );
     let count_60 = "hitcount_value_count{name=\"slow\",precision=\"60\"}";
     assert_eq!(one(&prom, count_60, b0 - 240 + 30), 0.0, "zero-filled");
+}
+
+/// Hits and values a real worker counted behind a key prefix, read by
+/// Prometheus through `serve` with the same prefix: each name's samples
+/// equal its hash (awkward names whole), an hour's hits by precision over
+/// `page:` equal the hits sent, and the statistics equal `hitcount get
+/// --stats` bucket by bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_worker_counted_reads_back_exactly_behind_a_prefix() {
+    let server = server();
+    let url = server.url();
+    let prefix = ["--prefix", "app2:"];
+    let _worker = start_worker(&url, "rr-worker", &free_addr(), &prefix);
+    let now = unix_now();
+    let b0 = now - now % 60;
+    // Over the last 20 whole minutes, every third one left empty.
+    let names = ["page:home", AWKWARD, "page:日本 ☕", "other"];
+    let producer = producer(&url);
+    let mut page_hits = 0;
+    for i in 0..400i64 {
+        let (name, count, minute) = (names[i as usize % 4], i % 3 + 1, (i * 7) % 20);
+        if minute % 3 != 2 {
+            producer.hit_at(name, count, (b0 - 60 * (minute + 1) + i % 60) as f64);
+            page_hits += if name.starts_with("page:") { count } else { 0 };
+        }
+    }
+    for i in 0..90i64 {
+        let value = 0.5 * 1.13f64.powi(i as i32 % 50) - f64::from(i as i32 % 7 == 0);
+        let ts = (b0 - 60 * (i % 3 + 1) + i % 60) as f64;
+        producer.observe_at("api:slow", 1 + i % 2, Some(ts), value);
+    }
+    producer.flush().await;
+    let mut c = conn(&url).await;
+    let keys = Keys::new(
+        &LayoutArgs {
+            prefix: "app2:".into(),
+            ..LayoutArgs::default()
+        },
+        &StreamArgs::default(),
+    );
+    wait_drained(&mut c, &keys).await;
+    let stored = read_all(&mut c, &keys).await;
+
+    let (_serve, addr) = serve(&url, &prefix);
+    let dir = tempfile::tempdir().unwrap();
+    let (_prom, prom) = prometheus_reading(dir.path(), &addr, "");
+    for name in names {
+        assert_samples(&prom, name, b0 - 1260, b0, &stored[&(60, name.to_string())]);
+    }
+    let q =
+        "sum by (precision) (sum_over_time(hitcount_hits{name=~\"page:.*\",precision=\"60\"}[1h]))";
+    let want = BTreeMap::from([("60".to_string(), page_hits as f64)]);
+    assert_eq!(at(&prom, q, now), want);
+
+    let o = run_hitcount(&[
+        "get",
+        "api:slow",
+        "-p",
+        "60",
+        "--stats",
+        "--json",
+        "--prefix",
+        "app2:",
+        "--redis-url",
+        &url,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 3, "{rows}");
+    assert_statistics(&prom, "api:slow", &rows);
 }
 
 /// `ZADD PREFIX known:` of `n` names `nNNNNN` at precision 60, in one
@@ -266,7 +292,7 @@ async fn a_read_over_the_series_limit_is_a_warning_and_reads_no_hash() {
     many_names(&mut c, "app1:", 10_001, now - now % 60).await;
     let (_serve, addr) = serve(&url, &["--prefix", "app1:"]);
     let dir = tempfile::tempdir().unwrap();
-    let (_prom, prom) = prometheus_reading(dir.path(), &addr);
+    let (_prom, prom) = prometheus_reading(dir.path(), &addr, "");
 
     let before = hgetall_calls(&mut c).await;
     let (result, warnings) = ask(
@@ -382,7 +408,7 @@ async fn prometheus_reads_through_the_read_only_user() {
     let url = format!("redis://reader:read-pw@127.0.0.1:{}", server.port());
     let (_serve, addr) = serve(&url, &[]);
     let dir = tempfile::tempdir().unwrap();
-    let (_prom, prom) = prometheus_reading(dir.path(), &addr);
+    let (_prom, prom) = prometheus_reading(dir.path(), &addr, "");
     let t = b0 - 120 + 30;
     assert_eq!(one(&prom, "hitcount_hits{name=\"page:home\"}", t), 9.0);
     assert_eq!(

@@ -47,9 +47,9 @@ pub fn prometheus_reading(dir: &Path, serve: &str, extra: &str) -> (Child, Strin
     (start_prometheus_with(dir, &listen, &config), listen)
 }
 
-/// The answer of Prometheus' API `path` to `params`: `data.result` and the
+/// The answer of Prometheus' API `path` to `params`: `data` and the
 /// warnings.
-pub fn ask(prom: &str, path: &str, params: &[(&str, &str)]) -> (Value, Vec<String>) {
+pub fn api(prom: &str, path: &str, params: &[(&str, &str)]) -> (Value, Vec<String>) {
     let query: Vec<String> = params
         .iter()
         .map(|(k, v)| format!("{k}={}", percent_encode(v)))
@@ -63,7 +63,14 @@ pub fn ask(prom: &str, path: &str, params: &[(&str, &str)]) -> (Value, Vec<Strin
         .as_array()
         .map(|w| w.iter().map(|w| w.as_str().unwrap().to_string()).collect())
         .unwrap_or_default();
-    (v["data"]["result"].clone(), warnings)
+    (v["data"].clone(), warnings)
+}
+
+/// The answer of Prometheus' query API `path` to `params`: `data.result`
+/// and the warnings.
+pub fn ask(prom: &str, path: &str, params: &[(&str, &str)]) -> (Value, Vec<String>) {
+    let (data, warnings) = api(prom, path, params);
+    (data["result"].clone(), warnings)
 }
 
 /// The instant vector of `q` at `t` (unix s), by its `name` label (or

@@ -24,6 +24,7 @@ mod newcomer;
 mod operator;
 mod prometheus;
 mod remote_read;
+mod remote_read_deploy;
 mod safe_default;
 mod serve;
 mod shards_observed;

@@ -334,6 +334,22 @@ mod tests {
         assert_eq!(QUANTILES.map(String::from), want);
     }
 
+    /// The deployment checks' list of served series (which the counters'
+    /// dashboard and alerts may use) is exactly what is served.
+    #[test]
+    fn the_deploy_checks_know_every_served_series() {
+        let script = include_str!("../../../../scripts/check-deploy");
+        let start = script.find("SERVED=\"").expect("a SERVED list") + "SERVED=\"".len();
+        let end = start + script[start..].find('"').unwrap();
+        let listed: std::collections::BTreeSet<&str> =
+            script[start..end].split_whitespace().collect();
+        let served = Metric::ALL.iter().map(|m| m.name()).collect();
+        assert_eq!(
+            listed, served,
+            "scripts/check-deploy SERVED vs the served series"
+        );
+    }
+
     #[test]
     fn a_regex_reads_only_its_literal_prefix() {
         for (re, want) in [

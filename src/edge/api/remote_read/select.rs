@@ -335,15 +335,17 @@ mod tests {
     }
 
     /// The deployment checks' list of served series (which the counters'
-    /// dashboard and alerts may use) is exactly what is served.
+    /// dashboard and alerts may use) is exactly what is served, and the
+    /// page that documents them names each.
     #[test]
-    fn the_deploy_checks_know_every_served_series() {
+    fn the_deploy_checks_and_the_docs_know_every_served_series() {
         let script = include_str!("../../../../scripts/check-deploy");
         let start = script.find("SERVED=\"").expect("a SERVED list") + "SERVED=\"".len();
         let end = start + script[start..].find('"').unwrap();
         let listed: std::collections::BTreeSet<&str> =
             script[start..end].split_whitespace().collect();
-        let served = Metric::ALL.iter().map(|m| m.name()).collect();
+        let served: std::collections::BTreeSet<&str> =
+            Metric::ALL.iter().map(|m| m.name()).collect();
         assert_eq!(
             listed, served,
             "scripts/check-deploy SERVED vs the served series"

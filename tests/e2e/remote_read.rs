@@ -342,6 +342,9 @@ fn post(addr: &str, body: &[u8], announced: Option<usize>) -> (u16, String, Stri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_bodies_are_refused_saying_why() {
     let server = server();
+    let mut c = conn(&server.url()).await;
+    let now = unix_now();
+    seed(&mut c, 60, "x", &[(now - now % 60, 1)]).await;
     let (_serve, addr) = serve(&server.url(), &[]);
     // Not snappy: an empty body, a varint that never ends.
     for body in [&b""[..], b"\xff\xff\xff\xff\xff\xff"] {
@@ -358,6 +361,45 @@ async fn bad_bodies_are_refused_saying_why() {
         (400, true),
         "{text}"
     );
+    // Well-formed requests with odd contents, written field by field: a
+    // query from the first millisecond there is to the last, a matcher of
+    // an unknown type, a name that is not UTF-8.
+    let query = |fields: &[u8]| {
+        let mut q = vec![0x0a, fields.len() as u8];
+        q.extend_from_slice(fields);
+        snap::raw::Encoder::new().compress_vec(&q).unwrap()
+    };
+    let matcher = |kind: u8, value: &[u8]| {
+        let mut m = vec![0x08, kind, 0x12, 4];
+        m.extend_from_slice(b"name");
+        m.extend_from_slice(&[0x1a, value.len() as u8]);
+        m.extend_from_slice(value);
+        let mut f = vec![0x1a, m.len() as u8];
+        f.extend(m);
+        f
+    };
+    let (min, max) = (
+        [&[0x08][..], &[0x80; 9], &[0x01]].concat(),
+        [&[0x10][..], &[0xff; 8], &[0x7f]].concat(),
+    );
+    let widest = query(&[min.clone(), max.clone(), matcher(0, b"x")].concat());
+    let (status, head, text) = post(&addr, &widest, None);
+    assert_eq!(status, 200, "{text}");
+    assert!(head.contains("content-encoding: snappy"), "{head}");
+    assert!(text.len() > 20, "the series of x, its samples");
+    let (status, _, text) = post(
+        &addr,
+        &query(&[min.clone(), max.clone(), matcher(7, b"x")].concat()),
+        None,
+    );
+    assert_eq!((status, text.trim()), (400, "unknown matcher type 7"));
+    let (status, _, text) = post(
+        &addr,
+        &query(&[min, max, matcher(0, b"\xff")].concat()),
+        None,
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.starts_with("not a protobuf ReadRequest"), "{text}");
     // Over 1 MiB announced: refused before it is sent.
     let (status, _, text) = post(&addr, b"", Some(2 << 20));
     assert_eq!(status, 413, "{text}");

@@ -79,8 +79,10 @@ impl Span {
     }
 }
 
+/// `a / b` rounded up, for every `a` (`i64::MIN` too: a range may start
+/// there).
 fn ceil_div(a: i64, b: i64) -> i64 {
-    -(-a).div_euclid(b)
+    a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0)
 }
 
 /// Samples of every series of `selected` that has any in `span`: one
@@ -191,5 +193,26 @@ mod tests {
             ..span
         };
         assert_eq!((later.kept(60).count(), later.kept_count(60)), (0, 0));
+        // The widest range there is, and one that ends before it starts.
+        let all = Span {
+            start_ms: i64::MIN,
+            end_ms: i64::MAX,
+            ..span
+        };
+        assert_eq!(all.kept(60).collect::<Vec<_>>(), vec![1_200, 1_260, 1_320]);
+        assert_eq!(
+            all.samples(60, false, [(i64::MIN / 1000, 1.0)].into_iter())
+                .len(),
+            1
+        );
+        let backwards = Span {
+            start_ms: 1_500_000,
+            end_ms: 1_000_000,
+            ..span
+        };
+        assert_eq!(
+            (backwards.kept(60).count(), backwards.kept_count(60)),
+            (0, 0)
+        );
     }
 }

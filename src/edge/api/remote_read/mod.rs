@@ -6,48 +6,16 @@
 //! samples, `Content-Type: application/x-protobuf`, `Content-Encoding:
 //! snappy`, one result per query in order.
 //!
-//! # Series
-//!
-//! Labels sorted by name, `__name__` among them; `PREC` is a configured
-//! precision in seconds, written as in `count:PREC:NAME`:
-//! - `hitcount_hits{name="NAME", precision="PREC"}`: one sample per bucket
-//!   at the bucket's start (ms), the bucket's count; and a sample of 0 for
-//!   every empty bucket in the query's range that the precision keeps
-//!   (starting after `now - samples × PREC`, and by now), so that
-//!   Prometheus' lookback never carries a count into an empty bucket and
-//!   `sum_over_time(hitcount_hits{name="page:home",precision="60"}[1h])`
-//!   is that hour's hits exactly.
-//! - For names with statistics (`stats:known:`), per bucket, the numbers
-//!   `hitcount get --stats` prints: `hitcount_value_count` and
-//!   `hitcount_value_sum` (zero-filled as hits are), `hitcount_value_min`,
-//!   `hitcount_value_max` and, at the precisions that keep a histogram,
-//!   `hitcount_value{quantile="0.5"|"0.9"|"0.99"}` (these only in buckets
-//!   with observations).
-//!
-//! A series with no sample in the range is left out.
-//!
-//! # Matchers
-//!
-//! `__name__` (`=`, `=~` over the families above), `name` (`=`, `!=`,
-//! `=~`, `!~`), `precision` (`=`, `=~` over the configured precisions) and
-//! `quantile`; every regular expression is fully anchored, as Prometheus'.
-//! A matcher on any other label sees the empty value: `job=""` admits
-//! every series, `job="x"` none. Names are listed from `known:` and
-//! `stats:known:` only in the range of the name matchers' literal prefix
-//! (`name=~"page:.*"` reads the `page:` members only; `name="x"` one).
-//!
-//! # What a query costs Redis
-//!
-//! Read commands only (ZRANGEBYLEX, HGETALL), so the read-only user of
-//! `serve` runs it; the same with a key prefix and on a Redis Cluster.
-//! - Listing: per family of hashes a selector can match (`known:`,
-//!   `stats:known:`), one round trip per 1,000 names in the range of the
-//!   literal prefix (a pipeline of one ZRANGEBYLEX per precision left by
-//!   the matchers); one round trip when `name="…"`.
-//! - Reading: one HGETALL per hash, that is per `hitcount_hits` series and
-//!   per (name, precision) of statistics (its up to seven series), 1,000 a
-//!   round trip on one node, all in flight at once on a cluster. Each hash
-//!   holds about `samples` buckets.
+//! The series (`hitcount_hits`, `hitcount_value_*`, `hitcount_value`,
+//! labelled `name`, `precision` and `quantile`), the matchers and what a
+//! read costs Redis are documented once, for users, in docs/prometheus.md.
+//! In short: one sample per bucket at its start, a 0 in every empty bucket
+//! the precision keeps within the range ([`series`], so that Prometheus'
+//! lookback never carries a count into an empty bucket); names listed from
+//! `known:` and `stats:known:` only in the range of the name matchers'
+//! literal prefix ([`select`]); then one HGETALL per hash. Read commands
+//! only, so `serve`'s read-only user runs it, with a key prefix and on a
+//! Redis Cluster alike.
 //!
 //! # Limits
 //!

@@ -1,9 +1,12 @@
 //! Prometheus' remote read on `hitcount serve`: the real `prometheus`
 //! (Debian's, started on a free port with `remote_read` to a real `serve`
-//! and no scrape job) answers PromQL over counters and statistics written
-//! in Redis, exactly; a read over the series limit reaches its user as a
-//! warning, having read no hash; bad bodies get a 400 or a 413 that says
-//! why; and it all works as the read-only user of the docs.
+//! and no scrape job) answers PromQL over counters and statistics, seeded
+//! or counted by a real worker behind a key prefix, exactly (sample by
+//! sample, summed by precision, the statistics of `hitcount get --stats`,
+//! awkward names whole); a read over the series or listing limits reaches
+//! its user as a warning, having read no hash; bad bodies get a 400 or a
+//! 413 that says why, odd but well-formed ones an answer; and it all works
+//! as the read-only user of the docs with an empty ACL LOG.
 
 use crate::common;
 
@@ -255,15 +258,17 @@ async fn what_a_worker_counted_reads_back_exactly_behind_a_prefix() {
     assert_statistics(&prom, "api:slow", &rows);
 }
 
-/// `ZADD PREFIX known:` of `n` names `nNNNNN` at precision 60, in one
-/// command, and one bucket of hits for `n00001`.
+/// `ZADD PREFIX known:` of `n` names `nNNNNN` at precision 60, 10,000 a
+/// command in one pipeline, and one bucket of hits for `n00001`.
 async fn many_names(c: &mut hitcount::store::connect::Conn, prefix: &str, n: usize, bucket: i64) {
-    let mut zadd = redis::cmd("ZADD");
-    zadd.arg(format!("{prefix}known:"));
-    for i in 0..n {
-        zadd.arg(0).arg(format!("60:n{i:05}"));
+    let mut pipe = redis::pipe();
+    for from in (0..n).step_by(10_000) {
+        let zadd = pipe.cmd("ZADD").arg(format!("{prefix}known:"));
+        for i in from..n.min(from + 10_000) {
+            zadd.arg(0).arg(format!("60:n{i:05}"));
+        }
     }
-    let _: () = zadd.query_async(c).await.unwrap();
+    let _: () = pipe.query_async(c).await.unwrap();
     let _: () = redis::cmd("HSET")
         .arg(format!("{prefix}count:60:n00001"))
         .arg(bucket)
@@ -283,6 +288,29 @@ async fn hgetall_calls(c: &mut hitcount::store::connect::Conn) -> u64 {
     command_calls(&stats, "hgetall")
 }
 
+/// `q` at `t` answers nothing, with a warning that contains `why`, and
+/// Redis ran no HGETALL for it.
+async fn assert_refused(
+    prom: &str,
+    c: &mut hitcount::store::connect::Conn,
+    q: &str,
+    t: i64,
+    why: &str,
+) {
+    let before = hgetall_calls(c).await;
+    let (result, warnings) = ask(
+        prom,
+        "/api/v1/query",
+        &[("query", q), ("time", &t.to_string())],
+    );
+    assert_eq!(result, serde_json::json!([]), "{q}");
+    assert!(
+        warnings.iter().any(|w| w.contains(why)),
+        "{q}: {warnings:?}"
+    );
+    assert_eq!(hgetall_calls(c).await, before, "{q}: no hash read");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_over_the_series_limit_is_a_warning_and_reads_no_hash() {
     let server = server();
@@ -294,27 +322,42 @@ async fn a_read_over_the_series_limit_is_a_warning_and_reads_no_hash() {
     let dir = tempfile::tempdir().unwrap();
     let (_prom, prom) = prometheus_reading(dir.path(), &addr, "");
 
-    let before = hgetall_calls(&mut c).await;
-    let (result, warnings) = ask(
+    assert_refused(
         &prom,
-        "/api/v1/query",
-        &[
-            ("query", "hitcount_hits{precision=\"60\"}"),
-            ("time", &now.to_string()),
-        ],
-    );
-    assert_eq!(result, serde_json::json!([]));
-    assert!(
-        warnings
-            .iter()
-            .any(|w| w.contains("more than 10000 series match")),
-        "{warnings:?}"
-    );
-    assert_eq!(hgetall_calls(&mut c).await, before, "no hash read");
+        &mut c,
+        "hitcount_hits{precision=\"60\"}",
+        now,
+        "more than 10000 series match",
+    )
+    .await;
     // Under the limit the same names are read, behind the prefix.
     assert_eq!(one(&prom, "hitcount_hits{name=\"n00001\"}", now), 4.0);
     let ten = at(&prom, "hitcount_hits{name=~\"n0000.\"}", now);
     assert_eq!(ten.len(), 10, "{ten:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_listing_over_a_million_names_is_a_warning_and_reads_no_hash() {
+    let server = server();
+    let url = server.url();
+    let mut c = conn(&url).await;
+    let now = unix_now();
+    many_names(&mut c, "", 1_000_001, now - now % 60).await;
+    let (_serve, addr) = serve(&url, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_prom, prom) = prometheus_reading(dir.path(), &addr, "");
+
+    // A regex without a literal prefix lists every name, though it matches
+    // none of them.
+    let t0 = std::time::Instant::now();
+    let why = "more than 1000000 names listed";
+    assert_refused(&prom, &mut c, "hitcount_hits{name=~\".*z\"}", now, why).await;
+    eprintln!("refused after {:?}", t0.elapsed());
+    // The same names behind a literal prefix; a name listed without hits
+    // is all zeros.
+    let two = at(&prom, "hitcount_hits{name=~\"n0000[01]\"}", now);
+    let want = BTreeMap::from([("n00000".to_string(), 0.0), ("n00001".to_string(), 4.0)]);
+    assert_eq!(two, want);
 }
 
 /// `POST /api/v1/read` with `body` (or only a `Content-Length` of

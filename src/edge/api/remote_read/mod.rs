@@ -21,10 +21,10 @@
 //!
 //! A body over [`MAX_BODY`] bytes (or [`MAX_DECODED`] once decompressed)
 //! is a 413; one that does not decode a 400 with the reason. A read whose
-//! queries match more than [`select::MAX_SERIES`] series in all is refused
-//! with a 400 before any hash is read (names are listed no further than
-//! the limit), and so is one that would answer more than [`MAX_SAMPLES`]
-//! samples. Prometheus shows such a refusal to its user as a warning
+//! queries match more than [`select::MAX_SERIES`] series in all, or list
+//! more than [`select::MAX_LISTED`] names, is refused with a 400 before
+//! any hash is read (names are listed no further than the limits), and so
+//! is one that would answer more than [`MAX_SAMPLES`] samples. Prometheus shows such a refusal to its user as a warning
 //! beside an empty result. Errors are one line of plain text.
 
 pub(crate) mod prompb;
@@ -41,7 +41,7 @@ use prost::Message as _;
 use super::{Api, Failure};
 use crate::edge::server::{self, BodyError, Resp};
 use prompb::{QueryResult, ReadRequest, ReadResponse};
-use select::{Selected, Selector, MAX_SERIES};
+use select::{Budget, Selected, Selector};
 use series::Span;
 
 /// Its path.
@@ -97,7 +97,7 @@ async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
     let mut conn = api.conn().await?;
     // Every query's series first, so that a read over the limit reads no
     // hash at all.
-    let mut budget = MAX_SERIES;
+    let mut budget = Budget::new();
     let mut selected: Vec<(Span, Vec<Selected>)> = Vec::new();
     for q in &request.queries {
         let selector = Selector::new(&q.matchers, &api.precisions, &api.quantile_precisions)?;

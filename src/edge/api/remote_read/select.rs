@@ -16,6 +16,11 @@ use crate::store::query;
 /// refused before any hash is read. 10,000 series of 120 buckets are
 /// about 15 MB of samples before compression.
 pub(crate) const MAX_SERIES: usize = 10_000;
+/// Most names one read (all its queries) may list from `known:` and
+/// `stats:known:`, matched or not: a name regex without a literal prefix
+/// lists every name, and a read may hold many queries. About 1,000 round
+/// trips of 1,000 names.
+pub(crate) const MAX_LISTED: usize = 1_000_000;
 /// Names listed per round trip (per precision, in one pipeline).
 const PAGE: usize = 1000;
 /// The `quantile` label of each of [`crate::model::stats::REPORTED_QUANTILES`].
@@ -258,16 +263,33 @@ impl Selector {
     }
 }
 
+/// What is left to one read of the series it may select and the names it
+/// may list.
+pub(super) struct Budget {
+    series: usize,
+    listed: usize,
+}
+
+impl Budget {
+    /// A whole read's: [`MAX_SERIES`] series, [`MAX_LISTED`] names.
+    pub(super) fn new() -> Budget {
+        Budget {
+            series: MAX_SERIES,
+            listed: MAX_LISTED,
+        }
+    }
+}
+
 /// The hashes `selector` reads, listed from `known:` and `stats:known:`
 /// page by page ([`PAGE`] names a round trip, one name when a matcher
-/// gives it whole) in the range of its prefix. Each series selected is
-/// taken from `budget`; a read that would exceed it is refused as soon as
-/// it does, before any hash is read.
+/// gives it whole) in the range of its prefix. Each name listed and each
+/// series selected is taken from `budget`; a read that would exceed it is
+/// refused as soon as it does, before any hash is read.
 pub(super) async fn select(
     conn: &mut Conn,
     keys: &Keys,
     selector: &Selector,
-    budget: &mut usize,
+    budget: &mut Budget,
 ) -> Result<Vec<Selected>, Failure> {
     let mut out = Vec::new();
     let limit = if selector.exact { 1 } else { PAGE };
@@ -285,6 +307,15 @@ pub(super) async fn select(
                 limit,
             )
             .await?;
+            budget.listed = budget
+                .listed
+                .checked_sub(page.counters.len())
+                .ok_or_else(|| {
+                    Failure::BadRequest(format!(
+                        "more than {MAX_LISTED} names listed (the limit of one read): \
+                     give the name matchers a literal prefix (name=~\"page:.*\")"
+                    ))
+                })?;
             for listed in page.counters {
                 if !selector.names.iter().all(|m| m.matches(&listed.name)) {
                     continue;
@@ -293,7 +324,7 @@ pub(super) async fn select(
                     if !listed.precisions.contains(precision) {
                         continue;
                     }
-                    *budget = budget.checked_sub(metrics.len()).ok_or_else(|| {
+                    budget.series = budget.series.checked_sub(metrics.len()).ok_or_else(|| {
                         Failure::BadRequest(format!(
                             "more than {MAX_SERIES} series match (the limit of one read): \
                              narrow the name or precision matchers"

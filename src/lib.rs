@@ -27,6 +27,8 @@
 //!    │                      assets.rs: the dashboard page (assets/)          │
 //!    │                      stats.rs: /api/v1/stats/{name}; top.rs: /top     │
 //!    │                      remote_read/: Prometheus' remote read, /read     │
+//!    │       ingest/        `hitcount ingest`: POST /api/v1/hits; browser.rs │
+//!    │                      (CORS, /hitcount.js), rate.rs (per client)       │
 //!    │       cli/           the binary's subcommands, one file each, and     │ behind the
 //!    │                      their text (status.rs: status, shard spread)     │ `cli` feature
 //!    │       bench/         `hitcount bench`: ceiling.rs, workers.rs, report.rs (default)
@@ -41,6 +43,7 @@
 //!    │       fence.rs  purge.rs  forget.rs   their fence, deletes, known: on a cluster
 //!    │       pass_report.rs what a cleaner pass did
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
+//!    │       ingest.rs      what `ingest` appends: each id once (`cli`)
 //!    │       memory_watch.rs Redis' maxmemory-policy, checked every minute
 //!    │       shard_spread.rs which master serves which shards, the slots to move
 //!    │                      (status.rs, shard_spread.rs gather: no text on this floor)

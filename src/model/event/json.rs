@@ -46,6 +46,17 @@ pub(crate) struct JsonHit {
     pub(crate) id: Option<String>,
 }
 
+impl JsonHit {
+    /// The hit as a stream entry's `hit` field (MessagePack), counted as
+    /// read: its `ts`, if any, written half a millisecond past `ts_ms` so
+    /// that the worker's `floor(ts × 1000)` gives `ts_ms` back exactly
+    /// (`ts_ms / 1000` alone can land a float's width below it).
+    pub(crate) fn event(&self) -> Vec<u8> {
+        let ts = self.ts_ms.map(|ms| (ms as f64 + 0.5) / 1000.0);
+        super::encode_value(&self.name, self.count, ts, self.value)
+    }
+}
+
 /// Why a JSON hit is refused: one of the worker's reasons, or one of the
 /// JSON form's own two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -297,6 +308,39 @@ mod tests {
                 (w, o) => panic!("{json}: worker {w:?}, json {o:?}"),
             }
         }
+    }
+
+    /// A hit written as an event is read back by the worker as read here,
+    /// to the millisecond.
+    #[test]
+    fn events_keep_the_hit() {
+        for ts in [0i64, 1, 999, 1_700_000_000_001, 1_700_000_000_999, NOW] {
+            let mut h = hit("a", 3, Some(ts), Some(1.5));
+            h.id = Some("x".into());
+            let event = h.event();
+            let fields: [(&[u8], &[u8]); 1] = [(b"hit", &event)];
+            let read = crate::model::event::decode(b"1800000000000-0", fields).unwrap();
+            assert_eq!(
+                (read.name, read.count, read.ts_ms, read.value),
+                ("a", 3, ts, Some(1.5))
+            );
+        }
+        for ms in (1_700_000_000_000..1_700_000_100_000).step_by(7) {
+            let event = hit("a", 1, Some(ms), None).event();
+            let fields: [(&[u8], &[u8]); 1] = [(b"hit", &event)];
+            assert_eq!(
+                crate::model::event::decode(b"1800000000000-0", fields)
+                    .unwrap()
+                    .ts_ms,
+                ms
+            );
+        }
+        let event = hit("a", 1, None, None).event();
+        let fields: [(&[u8], &[u8]); 1] = [(b"hit", &event)];
+        assert_eq!(
+            crate::model::event::decode(b"5-0", fields).unwrap().ts_ms,
+            5
+        );
     }
 
     #[test]

@@ -29,7 +29,9 @@ use prometheus::{
 mod labels;
 mod register;
 
-pub(crate) use labels::{DEAD_LETTER_REASONS, REDIS_ERROR_KINDS};
+pub(crate) use labels::{
+    DEAD_LETTER_REASONS, INGEST_CODES, INGEST_REFUSAL_REASONS, REDIS_ERROR_KINDS,
+};
 
 use register::{
     counter, counter_vec, gauge, gauge_vec, histogram, window_size_buckets, APPLY_BUCKETS,
@@ -296,6 +298,41 @@ families! {
         "hitcount_producer_sent_events_total",
         "Events the producer appended to the stream.",
     );
+    /// `hitcount_ingest_requests_total{code}`: requests `ingest` answered,
+    /// by HTTP status code (one of [`INGEST_CODES`]).
+    ingest_requests: IntCounterVec = counter_vec(
+        "hitcount_ingest_requests_total",
+        "Requests ingest answered, by HTTP status code.",
+        "code",
+        &INGEST_CODES,
+    );
+    /// `hitcount_ingest_hits_accepted_total`: hits `ingest` accepted (Redis
+    /// holds them), those whose id was seen before included.
+    ingest_accepted: IntCounter = counter(
+        "hitcount_ingest_hits_accepted_total",
+        "Hits ingest accepted: Redis holds them.",
+    );
+    /// `hitcount_ingest_hits_duplicate_total`: accepted hits whose id was
+    /// seen within the horizon, so not appended again.
+    ingest_duplicates: IntCounter = counter(
+        "hitcount_ingest_hits_duplicate_total",
+        "Accepted hits whose id was seen within the horizon: not appended again.",
+    );
+    /// `hitcount_ingest_hits_refused_total{reason}`: hits `ingest` refused,
+    /// by reason (one of [`INGEST_REFUSAL_REASONS`]).
+    ingest_refused: IntCounterVec = counter_vec(
+        "hitcount_ingest_hits_refused_total",
+        "Hits ingest refused, by reason.",
+        "reason",
+        &INGEST_REFUSAL_REASONS,
+    );
+    /// `hitcount_ingest_request_duration_seconds`: from a request's headers
+    /// to its answer, body and Redis included.
+    ingest_duration: Histogram = histogram(
+        "hitcount_ingest_request_duration_seconds",
+        "Time from a request's headers to ingest's answer, in seconds.",
+        APPLY_BUCKETS.to_vec(),
+    );
     /// `hitcount_worker_loop_last_turn_timestamp_seconds`: Unix time of the
     /// worker loop's last turn.
     loop_last_turn: Gauge = gauge(
@@ -384,6 +421,11 @@ mod tests {
             "hitcount_producer_dropped_events_total",
             "hitcount_producer_sent_events_total",
             "hitcount_worker_loop_last_turn_timestamp_seconds",
+            "hitcount_ingest_requests_total",
+            "hitcount_ingest_hits_accepted_total",
+            "hitcount_ingest_hits_duplicate_total",
+            "hitcount_ingest_hits_refused_total",
+            "hitcount_ingest_request_duration_seconds",
         ] {
             assert!(out.contains(&format!("# TYPE {name} ")), "{name} missing");
         }

@@ -207,16 +207,20 @@ pub fn http_raw(addr: &str, head: &str, body: &[u8]) -> Option<(u16, String, Str
 /// `hitcount ingest` on `url` with `extra` flags: the child and its address,
 /// once `/readyz` answers 200.
 pub fn start_ingest(url: &str, extra: &[&str]) -> (Child, String) {
-    let addr = free_addr();
+    start_ingest_on(url, &free_addr(), extra)
+}
+
+/// [`start_ingest`] listening on `addr`.
+pub fn start_ingest_on(url: &str, addr: &str, extra: &[&str]) -> (Child, String) {
     let mut cmd = hitcount();
-    cmd.args(["ingest", "--redis-url", url, "--listen", &addr])
+    cmd.args(["ingest", "--redis-url", url, "--listen", addr])
         .args(extra);
     let mut child = Child::spawn("ingest", cmd);
     wait_for("ingest ready", Duration::from_secs(60), || {
         child.assert_running();
-        http_get(&addr, "/readyz").filter(|(status, _)| *status == 200)
+        http_get(addr, "/readyz").filter(|(status, _)| *status == 200)
     });
-    (child, addr)
+    (child, addr.to_string())
 }
 
 /// `POST /api/v1/hits` with `content_type`, `more` header lines and `body`:

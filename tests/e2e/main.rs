@@ -19,6 +19,7 @@ mod core;
 mod dashboard;
 mod faults;
 mod ingest;
+mod ingest_browser;
 mod leader;
 mod logs;
 mod newcomer;

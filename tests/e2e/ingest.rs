@@ -429,3 +429,53 @@ async fn a_kill_9_mid_batch_never_doubles_an_acknowledged_request() {
         "acknowledged {acknowledged}, counted {counted}"
     );
 }
+
+/// The lab's `bench --ingest` runs its four phases against the real
+/// binary, every request answered, and checks that the stream holds
+/// exactly the hits acknowledged; it leaves no key behind. (The rates it
+/// measures are the benchmark's business, not this test's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ingest_benchmark_reports_every_phase_and_cleans_up() {
+    let srv = server();
+    let url = srv.url();
+    let out = crate::common::bin::lab(&[
+        "bench",
+        "--redis-url",
+        &url,
+        "--ingest",
+        "--ingest-secs",
+        "1",
+        "--json",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let phases = ["batches", "singles", "batches_half", "singles_half"];
+    let hits: u64 = phases
+        .iter()
+        .map(|p| report[p]["hits"].as_u64().unwrap())
+        .sum();
+    for p in phases {
+        assert!(
+            report[p]["requests"].as_u64().unwrap() > 0,
+            "{p}: {report:#}"
+        );
+        assert!(
+            report[p]["p99_ms"].as_f64().unwrap() > 0.0,
+            "{p}: {report:#}"
+        );
+    }
+    assert_eq!(report["batches"]["hits"].as_u64().unwrap() % 100, 0);
+    assert_eq!(report["appended"].as_u64().unwrap(), hits, "{report:#}");
+    let mut admin = conn(&url).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+}

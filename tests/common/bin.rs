@@ -391,6 +391,19 @@ pub fn installed(program: &Path) -> bool {
         .is_ok()
 }
 
+/// `hitcount-lab ARGS` (with `--json` among them) that must succeed: the
+/// JSON report it printed.
+pub fn lab_json(args: &[&str]) -> serde_json::Value {
+    let out = lab(args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
 /// Runs `hitcount-lab ARGS` (the lab's command line, in-process, on a
 /// thread of its own) on the `hitcount` binary under test; its exit status
 /// and output as the lab's binary would give them.

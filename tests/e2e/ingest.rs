@@ -438,22 +438,10 @@ async fn a_kill_9_mid_batch_never_doubles_an_acknowledged_request() {
 async fn the_ingest_benchmark_reports_every_phase_and_cleans_up() {
     let srv = server();
     let url = srv.url();
-    let out = crate::common::bin::lab(&[
-        "bench",
-        "--redis-url",
-        &url,
-        "--ingest",
-        "--ingest-secs",
-        "1",
-        "--json",
-    ]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let one_second_each = ["--ingest", "--ingest-secs", "1", "--json"];
+    let report = crate::common::bin::lab_json(
+        &[&["bench", "--redis-url", &url], &one_second_each[..]].concat(),
     );
-    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
     let phases = ["batches", "singles", "batches_half", "singles_half"];
     let hits: u64 = phases
         .iter()

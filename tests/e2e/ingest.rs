@@ -467,3 +467,92 @@ async fn the_ingest_benchmark_reports_every_phase_and_cleans_up() {
         .unwrap();
     assert!(keys.is_empty(), "{keys:?}");
 }
+
+/// With stream shards, each name's hits go to the shard the producer
+/// picks, each id kept in its shard's hash slot, and workers reading the
+/// shards count every hit once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_hits_and_their_ids_land_in_their_shards() {
+    let srv = server();
+    let url = srv.url();
+    let mut admin = conn(&url).await;
+    let (_ingest, addr) = start_ingest(&url, &["--shards", "4"]);
+    let hits: Vec<String> = (0..40)
+        .map(|i| format!(r#"{{"name":"s:{}","id":"i{i}"}}"#, i % 8))
+        .collect();
+    let body = format!("[{}]", hits.join(","));
+    for _ in 0..2 {
+        let (status, _, answer) = post(&addr, "application/json", &[], &body);
+        assert_eq!(
+            (status, answer.as_str()),
+            (202, r#"{"accepted":40,"refused":[]}"#)
+        );
+    }
+    let mut total = 0;
+    for k in 0..4u32 {
+        let stream = format!("hits:{{{k}}}");
+        let len: i64 = redis::cmd("XLEN")
+            .arg(&stream)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        total += len;
+        let ids: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{stream}:hc:ingest:*"))
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(
+            ids.len() as i64,
+            len,
+            "{stream}: one id key per hit appended"
+        );
+    }
+    assert_eq!(total, 40);
+    let listen = free_addr();
+    let _worker = start_worker(&url, "w", &listen, &["--shards", "4"]);
+    eventually!(60, "every hit counted", {
+        let mut n = 0;
+        for name in 0..8 {
+            n += counted(&mut admin, &format!("s:{name}")).await;
+        }
+        n == 40
+    });
+    for name in 0..8 {
+        assert_eq!(counted(&mut admin, &format!("s:{name}")).await, 5);
+    }
+}
+
+/// While Redis is away ingest answers 503 with `Retry-After` and is not
+/// ready; once Redis is back it takes hits again on a new connection, and
+/// a request resent with its ids counts once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_is_a_503_to_send_again_and_ingest_recovers() {
+    let mut srv = server_with(hitcount_lab::kit::ServerOptions::default());
+    let url = srv.url();
+    let (mut ingest, addr) = start_ingest(&url, &[]);
+    let body = r#"[{"name":"away","id":"a1"},{"name":"away","id":"a2","count":2}]"#;
+    assert_eq!(post(&addr, "application/json", &[], body).0, 202);
+    srv.stop();
+    let (status, head, answer) = post(&addr, "application/json", &[], body);
+    assert_eq!(status, 503, "{answer}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+    assert!(answer.contains("send again"), "{answer}");
+    assert_eq!(http_get(&addr, "/readyz").unwrap().0, 503);
+    assert_eq!(http_get(&addr, "/healthz").unwrap().0, 200);
+    srv.restart().unwrap();
+    crate::common::bin::wait_for("ingest ready again", Duration::from_secs(30), || {
+        ingest.assert_running();
+        http_get(&addr, "/readyz").filter(|(s, _)| *s == 200)
+    });
+    // The server kept its data (a restart, not a flush): the ids too.
+    assert_eq!(post(&addr, "application/json", &[], body).0, 202);
+    let mut admin = conn(&url).await;
+    let entries: i64 = redis::cmd("XLEN")
+        .arg("hits")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(entries, 2);
+    assert!(metric(&addr, "hitcount_ingest_requests_total{code=\"503\"}") >= 1.0);
+}

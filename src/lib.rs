@@ -28,7 +28,8 @@
 //!    │                      stats.rs: /api/v1/stats/{name}; top.rs: /top     │
 //!    │                      remote_read/: Prometheus' remote read, /read     │
 //!    │       ingest/        `hitcount ingest`: POST /api/v1/hits; browser.rs │
-//!    │                      (CORS, /hitcount.js), rate.rs (per client)       │
+//!    │                      (CORS, /hitcount.js), rate.rs (per client),      │
+//!    │                      statsd.rs (StatsD over UDP and TCP)              │
 //!    │       cli/           the binary's subcommands, one file each, and     │ behind the
 //!    │                      their text (status.rs: status, shard spread)     │ `cli` feature
 //!    │       bench/         `hitcount bench`: ceiling.rs, workers.rs, report.rs (default)
@@ -67,7 +68,8 @@
 //!  model/    event/ (msgpack.rs, plain.rs, reader.rs, json.rs)  aggregate.rs  carry.rs  keys.rs  known.rs  slots.rs
 //!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
-//!            register.rs)  shutdown.rs  clock.rs  ids.rs (entry ids, compact)  no Redis here
+//!            register.rs)  shutdown.rs  clock.rs  ids.rs (entry ids, compact)  statsd.rs (a
+//!            StatsD line as a hit)  no Redis here
 //!
 //!  beside the floors: testing.rs (what the unit tests start: redis-server, a cluster),
 //!                     hot_path.rs (what `benches/hot_path.rs` times; `bench` feature)

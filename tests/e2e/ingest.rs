@@ -307,9 +307,10 @@ async fn over_its_rate_a_client_waits_and_others_do_not() {
     );
 }
 
-/// Sends `body` and closes the connection before any reply is read: the
-/// reply is lost, whatever ingest did.
-fn post_and_hang_up(addr: &str, body: &str) {
+/// Sends `body` and closes the connection `after` it without reading a
+/// byte of the reply: the reply is lost, whatever ingest did (at once:
+/// maybe before ingest read the request; after a while: once it answered).
+fn post_and_hang_up(addr: &str, body: &str, after: Duration) {
     let mut s = TcpStream::connect(addr).unwrap();
     write!(
         s,
@@ -317,6 +318,7 @@ fn post_and_hang_up(addr: &str, body: &str) {
         body.len()
     )
     .unwrap();
+    std::thread::sleep(after);
     drop(s);
 }
 
@@ -338,10 +340,10 @@ async fn a_request_resent_after_a_lost_reply_counts_once_by_its_ids() {
             .collect();
         format!("[{}]", hits.join(","))
     };
-    // The reply dropped three times, with a pause and at once; then read.
-    for pause in [0, 50, 0] {
-        post_and_hang_up(&addr, &body);
-        std::thread::sleep(Duration::from_millis(pause));
+    // The reply dropped three times: at once, once ingest surely answered
+    // (its hits appended), at once again; then read.
+    for after in [0, 500, 0] {
+        post_and_hang_up(&addr, &body, Duration::from_millis(after));
     }
     let (status, _, answer) = post(&addr, "application/json", &[], &body);
     assert_eq!(
@@ -381,6 +383,7 @@ async fn a_request_resent_after_a_lost_reply_counts_once_by_its_ids() {
         .await
         .unwrap();
     assert!((86_000..=86_400).contains(&ttl), "{ttl}");
+    // The answered hang-up appended them: the last send found every id.
     assert!(metric(&addr, "hitcount_ingest_hits_duplicate_total") >= 50.0 + 1.0);
 }
 

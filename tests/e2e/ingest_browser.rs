@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::common::bin::{
     counted, free_addr, http_get, http_raw, metric_value, start_ingest_on, start_worker,
 };
+use crate::common::stats::summary;
 use crate::common::*;
 use crate::dashboard::{browser_tools, run_browser};
 
@@ -157,19 +158,8 @@ async fn page_views_from_a_real_browser_count_once_with_their_load_time() {
     std::thread::sleep(Duration::from_secs(1));
     for (name, value) in &values {
         assert_eq!(counted(&mut admin, name).await, 1, "{name}");
-        let stats: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(format!("stats:60:{name}"))
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        let field = |what: &str| {
-            stats
-                .iter()
-                .find(|(f, _)| f.ends_with(&format!(":{what}")))
-                .map(|(_, v)| v.parse::<f64>().unwrap())
-        };
-        assert_eq!(field("count"), Some(1.0), "{name}: {stats:?}");
-        assert_eq!(field("sum"), Some(*value), "{name}: {stats:?}");
+        let stats = summary(&mut admin, name).await;
+        assert_eq!(stats, (1.0, *value, *value, *value), "{name}");
     }
     assert_eq!(counted(&mut admin, "web:/other").await, 0);
     let (_, metrics) = http_get(&addr, "/metrics").unwrap();

@@ -32,5 +32,6 @@ mod shards_observed;
 mod slowlog;
 mod slowlog_claim;
 mod stats;
+mod statsd;
 mod tls;
 mod visibility;

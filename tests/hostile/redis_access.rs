@@ -817,8 +817,9 @@ fn counted_60s(admin: &mut hitcount::store::connect::Conn) -> i64 {
 }
 
 /// `ingest` as the user of `deploy/redis/ingest.acl` (appending to the
-/// stream, its ids beside it, nothing else): hits with and without ids,
-/// one resent, all counted exactly by a worker, and Redis refused ingest
+/// stream, its ids and its producer's batch numbers beside it, nothing
+/// else): hits over HTTP with and without ids, one resent, and over
+/// StatsD, all counted exactly by a worker, and Redis refused ingest
 /// nothing (an empty ACL LOG).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_runs_as_its_own_user_and_redis_refuses_nothing() {
@@ -835,7 +836,11 @@ async fn ingest_runs_as_its_own_user_and_redis_refuses_nothing() {
     let mut admin = conn(&srv.url()).await;
     acl_log_reset(&mut admin).await;
     let url = format!("redis://ingester:in-pw@127.0.0.1:{}", srv.port());
-    let (mut ingest, addr) = start_ingest(&url, &[]);
+    let statsd = free_addr();
+    let (mut ingest, addr) = start_ingest(&url, &["--statsd-listen", &statsd]);
+    // StatsD's hits go through the producer: its batch numbers too.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.send_to(b"page:a:3|c\npage:a:1|ms", &statsd).unwrap();
     let body = r#"[{"name":"page:a","count":2,"id":"x1"},{"name":"page:a","value":4}]"#;
     for _ in 0..2 {
         let (status, _, answer) = post_hits(&addr, "application/json", &[], body);
@@ -844,9 +849,9 @@ async fn ingest_runs_as_its_own_user_and_redis_refuses_nothing() {
     assert_eq!(http_get(&addr, "/readyz").unwrap().0, 200);
     let listen = free_addr();
     let mut w = start_worker(&srv.url(), "w", &listen, &[]);
-    // x1 once, the hit without an id twice.
+    // x1 once, the hit without an id twice, StatsD's 3 + 1.
     crate::eventually!(30, "the hits counted", {
-        counted(&mut admin, "page:a").await == 2 + 1 + 1
+        counted(&mut admin, "page:a").await == 2 + 1 + 1 + 3 + 1
     });
     assert!(w.terminate(Duration::from_secs(30)).success());
     assert!(

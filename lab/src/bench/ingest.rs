@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::TcpStream;
 
-use super::serve::start_listening;
 use super::{percentile, BenchError};
 use hitcount::model::config::RedisArgs;
 
@@ -146,7 +145,7 @@ pub async fn run(opts: &IngestOptions) -> Result<IngestReport, BenchError> {
     let mut conn = super::open(&opts.redis).await?;
     let _: () = redis::cmd("DEL").arg(STREAM).query_async(&mut conn).await?;
     let env = [("HITCOUNT_STREAM", STREAM), ("HITCOUNT_INGEST_RATE", "0")];
-    let (mut child, addr) = start_listening(
+    let (mut child, addr) = super::listening::start(
         &opts.hitcount,
         "ingest",
         "HITCOUNT_INGEST_LISTEN",

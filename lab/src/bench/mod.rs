@@ -19,6 +19,7 @@
 pub mod drain;
 pub mod ingest;
 pub mod latency;
+pub mod listening;
 pub mod product;
 pub mod report;
 pub mod scaling;

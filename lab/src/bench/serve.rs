@@ -227,7 +227,7 @@ async fn start_serve(
     opts: &ServeOptions,
 ) -> Result<(tokio::process::Child, SocketAddr), BenchError> {
     let env = [("HITCOUNT_PREFIX", PREFIX)];
-    start_listening(
+    super::listening::start(
         &opts.hitcount,
         "serve",
         "HITCOUNT_SERVE_LISTEN",
@@ -236,60 +236,6 @@ async fn start_serve(
     )
     .await
 }
-
-/// Starts `hitcount SUB` on `redis` with `env`, listening on a free
-/// loopback port (told by the variable `listen`), quiet but for warnings,
-/// and waits until it listens: the child and its address.
-pub(crate) async fn start_listening(
-    hitcount: &std::path::Path,
-    sub: &str,
-    listen: &str,
-    redis: &RedisArgs,
-    env: &[(&str, &str)],
-) -> Result<(tokio::process::Child, SocketAddr), BenchError> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], crate::kit::free_port()));
-    let mut child = tokio::process::Command::new(hitcount)
-        .arg(sub)
-        .env("REDIS_URL", &redis.url)
-        .env(listen, addr.to_string())
-        .envs(env.iter().copied())
-        .env("RUST_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    listening(&mut child, addr, &format!("hitcount {sub}")).await?;
-    Ok((child, addr))
-}
-
-/// Waits until `child` (the command `what`) listens on `addr`, at most
-/// [`SERVE_READY`]; an error if it exits or does not listen by then.
-async fn listening(
-    child: &mut tokio::process::Child,
-    addr: SocketAddr,
-    what: &str,
-) -> Result<(), BenchError> {
-    let deadline = Instant::now() + SERVE_READY;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Err(BenchError::Check(format!(
-                "`{what}` exited at start ({status})"
-            )));
-        }
-        if TcpStream::connect(addr).await.is_ok() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(BenchError::Check(format!(
-                "`{what}` did not listen on {addr} within {SERVE_READY:?}"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// How long `hitcount serve` (or `ingest`) may take to listen.
-const SERVE_READY: Duration = Duration::from_secs(10);
 
 /// Writes the names: `known:` members at every precision, 1 min hashes
 /// with counts falling with the rank (the first `pages` names charted).

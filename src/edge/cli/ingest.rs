@@ -1,17 +1,21 @@
 //! `hitcount ingest`: the way in for HTTP clients and browsers
 //! ([`crate::edge::ingest`]) until SIGTERM/Ctrl-C, a process of its own,
-//! scaled like the workers. It only appends to the stream (its shards):
-//! the workers count.
+//! scaled like the workers, with StatsD beside it when
+//! `HITCOUNT_STATSD_LISTEN` is set ([`statsd`]). It only appends to the
+//! stream (its shards): the workers count.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 
 use super::Common;
-use crate::edge::ingest::{self, Ingest, Settings};
+use tokio::net::{TcpListener, UdpSocket};
+
+use crate::edge::ingest::{self, statsd, Ingest, Settings};
 use crate::edge::server::Limits;
 use crate::model::config::ranged;
 use crate::service::ingest::Appender;
+use crate::service::producer::{Producer, ProducerOptions};
 use crate::store::connect::ErrorClass;
 
 /// Default address of ingest's HTTP endpoint.
@@ -61,6 +65,9 @@ pub(crate) struct Args {
     #[arg(long, env = "HITCOUNT_INGEST_ID_HORIZON", default_value_t = 86_400,
           value_parser = ranged::<u64>(1..=31_536_000))]
     id_horizon: u64,
+    /// Address of StatsD over UDP and TCP (e.g. 0.0.0.0:8125); empty: off.
+    #[arg(long, env = "HITCOUNT_STATSD_LISTEN", default_value = "")]
+    statsd_listen: String,
     #[command(flatten)]
     pub(super) common: super::Pick<Common, super::Sends>,
 }
@@ -71,6 +78,10 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {} (HITCOUNT_INGEST_LISTEN)", args.listen))?;
+    let statsd = match args.statsd_listen.as_str() {
+        "" => None,
+        addr => Some(bind_statsd(addr).await?),
+    };
     let appender = Appender::new(client, &args.common.stream, args.id_horizon);
     let settings = Settings {
         tokens: args.tokens.into_iter().filter(|t| !t.is_empty()).collect(),
@@ -94,6 +105,47 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         shutdown_grace: SHUTDOWN_GRACE,
         ..Limits::default()
     };
-    let served = ingest::serve(listener, ingest, crate::model::shutdown::signals(), limits).await;
+    let (stop, stopped) = crate::model::shutdown::channel();
+    let statsd = match statsd {
+        Some((udp, tcp)) => {
+            let producer = Producer::start(
+                &args.common.redis,
+                &args.common.stream,
+                ProducerOptions::default(),
+            )?;
+            tracing::info!(address = %udp.local_addr()?, "taking StatsD lines over UDP and TCP");
+            let served = statsd::serve(udp, tcp, producer.clone(), stopped.clone());
+            Some((tokio::spawn(served), producer))
+        }
+        None => None,
+    };
+    let mut http_stopped = stopped.clone();
+    let served = ingest::serve(
+        listener,
+        ingest,
+        async move { http_stopped.wait().await },
+        limits,
+    );
+    let signal = async {
+        crate::model::shutdown::signals().await;
+        stop.trigger();
+    };
+    let (served, ()) = tokio::join!(served, signal);
+    if let Some((task, producer)) = statsd {
+        let _ = task.await;
+        // What StatsD handed the producer reaches Redis, within the grace.
+        producer.shutdown(SHUTDOWN_GRACE).await;
+    }
     Ok(served?)
+}
+
+/// StatsD's UDP socket and TCP listener on one address.
+async fn bind_statsd(addr: &str) -> anyhow::Result<(UdpSocket, TcpListener)> {
+    let what = || format!("cannot listen on {addr} (HITCOUNT_STATSD_LISTEN)");
+    let udp = UdpSocket::bind(addr).await.with_context(what)?;
+    // An address with port 0 takes the UDP port for TCP too.
+    let tcp = TcpListener::bind(udp.local_addr()?)
+        .await
+        .with_context(what)?;
+    Ok((udp, tcp))
 }

@@ -17,10 +17,12 @@
 //!   browser prefix, else they are refused as `outside_prefix`;
 //! - `OPTIONS /api/v1/hits`: CORS preflight, and `GET /hitcount.js`, the
 //!   page-view script ([`browser`]);
-//! - `/metrics`, `/healthz`, `/readyz` (Redis answers a PING).
+//! - `/metrics`, `/healthz`, `/readyz` (Redis answers a PING);
+//! - and, on `HITCOUNT_STATSD_LISTEN`, StatsD over UDP and TCP ([`statsd`]).
 
 mod browser;
 mod rate;
+pub(crate) mod statsd;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -62,6 +62,21 @@ const fn then<const A: usize, const B: usize, const N: usize>(
     out
 }
 
+/// Every value of the `reason` label of `hitcount_statsd_lines_refused_total`:
+/// a line's own three, then the worker's reasons a StatsD hit can meet.
+pub(crate) const STATSD_REFUSAL_REASONS: [&str; 7] = [
+    "bad_format",
+    "bad_rate",
+    "bad_value",
+    "empty_name",
+    "name_too_long",
+    "name_not_utf8",
+    "bad_count",
+];
+
+/// Every value of the `type` label of `hitcount_statsd_lines_ignored_total`.
+pub(crate) const STATSD_IGNORED_TYPES: [&str; 3] = ["g", "s", "other"];
+
 /// Every value of the `code` label of `hitcount_ingest_requests_total`:
 /// the HTTP status codes `ingest` answers with.
 pub(crate) const INGEST_CODES: [&str; 13] = [
@@ -140,15 +155,27 @@ impl Metrics {
         self.ingest_requests.with_label_values(&[code]).inc();
     }
 
+    /// Records one StatsD line refused for `reason`, one of
+    /// [`STATSD_REFUSAL_REASONS`] (any other is counted as "bad_format").
+    pub(crate) fn statsd_refusal(&self, reason: &str) {
+        let reason = known_or(reason, &STATSD_REFUSAL_REASONS, "bad_format");
+        self.statsd_refused.with_label_values(&[reason]).inc();
+    }
+
     /// Records one hit `ingest` refused for `reason`, one of
     /// [`INGEST_REFUSAL_REASONS`] (any other is counted as "bad_json").
     pub(crate) fn ingest_refusal(&self, reason: &str) {
-        let reason = if INGEST_REFUSAL_REASONS.contains(&reason) {
-            reason
-        } else {
-            "bad_json"
-        };
+        let reason = known_or(reason, &INGEST_REFUSAL_REASONS, "bad_json");
         self.ingest_refused.with_label_values(&[reason]).inc();
+    }
+}
+
+/// `value` if it is one of `known`, else `other`: a label kept bounded.
+fn known_or<'a>(value: &'a str, known: &[&str], other: &'a str) -> &'a str {
+    if known.contains(&value) {
+        value
+    } else {
+        other
     }
 }
 

@@ -31,6 +31,7 @@ mod register;
 
 pub(crate) use labels::{
     DEAD_LETTER_REASONS, INGEST_CODES, INGEST_REFUSAL_REASONS, REDIS_ERROR_KINDS,
+    STATSD_IGNORED_TYPES, STATSD_REFUSAL_REASONS,
 };
 
 use register::{
@@ -333,6 +334,37 @@ families! {
         "Time from a request's headers to ingest's answer, in seconds.",
         APPLY_BUCKETS.to_vec(),
     );
+    /// `hitcount_statsd_hits_total`: hits read from StatsD lines and handed
+    /// to the producer.
+    statsd_hits: IntCounter = counter(
+        "hitcount_statsd_hits_total",
+        "Hits read from StatsD lines and handed to the producer.",
+    );
+    /// `hitcount_statsd_lines_ignored_total{type}`: StatsD lines of a type
+    /// hitcount does not count (`g`, `s`, `other`).
+    statsd_ignored: IntCounterVec = counter_vec(
+        "hitcount_statsd_lines_ignored_total",
+        "StatsD lines of a type hitcount does not count, by type.",
+        "type",
+        &STATSD_IGNORED_TYPES,
+    );
+    /// `hitcount_statsd_lines_refused_total{reason}`: StatsD lines that are
+    /// not a hit, by reason (one of [`STATSD_REFUSAL_REASONS`]).
+    statsd_refused: IntCounterVec = counter_vec(
+        "hitcount_statsd_lines_refused_total",
+        "StatsD lines refused, by reason.",
+        "reason",
+        &STATSD_REFUSAL_REASONS,
+    );
+    /// `hitcount_statsd_dropped_total{where}`: StatsD datagrams the socket's
+    /// buffer dropped (`socket`, by the kernel's count) and hits the
+    /// producer's full buffer dropped (`queue`).
+    statsd_dropped: IntCounterVec = counter_vec(
+        "hitcount_statsd_dropped_total",
+        "StatsD datagrams dropped by the socket's buffer (where=socket) and hits by the producer's full buffer (where=queue).",
+        "where",
+        &["socket", "queue"],
+    );
     /// `hitcount_worker_loop_last_turn_timestamp_seconds`: Unix time of the
     /// worker loop's last turn.
     loop_last_turn: Gauge = gauge(
@@ -426,6 +458,10 @@ mod tests {
             "hitcount_ingest_hits_duplicate_total",
             "hitcount_ingest_hits_refused_total",
             "hitcount_ingest_request_duration_seconds",
+            "hitcount_statsd_hits_total",
+            "hitcount_statsd_lines_ignored_total",
+            "hitcount_statsd_lines_refused_total",
+            "hitcount_statsd_dropped_total",
         ] {
             assert!(out.contains(&format!("# TYPE {name} ")), "{name} missing");
         }

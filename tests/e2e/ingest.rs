@@ -462,6 +462,11 @@ async fn the_ingest_benchmark_reports_every_phase_and_cleans_up() {
     }
     assert_eq!(report["batches"]["hits"].as_u64().unwrap() % 100, 0);
     assert_eq!(report["appended"].as_u64().unwrap(), hits, "{report:#}");
+    // StatsD: lines sent flat out and at half the goal, each taken counted once.
+    let statsd = &report["statsd"];
+    let taken = ["flat_out", "half"].map(|p| statsd[p]["taken"].as_u64().unwrap());
+    assert!(taken.iter().all(|t| *t > 0), "{statsd:#}");
+    assert_eq!(statsd["appended"].as_u64().unwrap(), taken[0] + taken[1]);
     let mut admin = conn(&url).await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")

@@ -14,6 +14,7 @@
 //!
 //! Every request must be answered 202 and, at the end, the stream must
 //! hold exactly the hits acknowledged: each accepted hit appended once.
+//! Then StatsD over UDP ([`super::statsd`]).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -80,6 +81,8 @@ pub struct IngestReport {
     pub singles_half: Phase,
     /// Entries in the stream at the end: every hit acknowledged, once.
     pub appended: u64,
+    /// StatsD over UDP, measured after the HTTP phases.
+    pub statsd: super::statsd::StatsdReport,
 }
 
 impl IngestReport {
@@ -136,6 +139,7 @@ impl IngestReport {
             "every acknowledged hit appended once: {} entries\n",
             self.appended
         ));
+        out.push_str(&self.statsd.table());
         out
     }
 }
@@ -173,12 +177,14 @@ pub async fn run(opts: &IngestOptions) -> Result<IngestReport, BenchError> {
             "ingest acknowledged {sent} hits, the stream holds {appended}"
         )));
     }
+    let statsd = super::statsd::run(&opts.hitcount, &opts.redis, opts.duration).await?;
     Ok(IngestReport {
         batches,
         singles,
         batches_half,
         singles_half,
         appended,
+        statsd,
     })
 }
 

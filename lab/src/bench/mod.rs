@@ -28,6 +28,7 @@ pub mod scaling_report;
 pub mod scaling_verdict;
 pub mod seeds;
 pub mod serve;
+pub mod statsd;
 pub mod usage;
 pub mod workers;
 

@@ -42,7 +42,7 @@ pub(crate) struct Args {
     )]
     tokens: Vec<String>,
     /// Origins whose pages may send hits (CORS), comma-separated, exactly
-    /// as browsers send them (e.g. https://example.com); a page of any
+    /// as browsers send them (e.g. `https://example.com`); a page of any
     /// other origin is refused (403). None by default.
     #[arg(long, env = "HITCOUNT_INGEST_ORIGINS", value_delimiter = ',')]
     origins: Vec<String>,

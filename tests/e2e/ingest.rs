@@ -89,7 +89,7 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
     let (status, _, body) = post(
         &addr,
         "application/x-ndjson",
-        &["Authorization: Bearer t-one"],
+        &["Authorization: bearer t-one"],
         "{\"name\":\"c\",\"count\":5}\nnot json\n\n{\"name\":\"c\",\"ts\":-1}\n{\"name\":\"c\"}\n",
     );
     assert_eq!(

@@ -136,6 +136,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         // What StatsD handed the producer reaches Redis, within the grace.
         producer.shutdown(SHUTDOWN_GRACE).await;
     }
+    tracing::info!("ingest stopped");
     Ok(served?)
 }
 

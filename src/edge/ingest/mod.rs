@@ -321,7 +321,11 @@ fn authorized(req: &Request<Incoming>, tokens: &[String]) -> bool {
     if tokens.is_empty() {
         return true;
     }
-    let given = header(req, AUTHORIZATION).and_then(|h| h.strip_prefix("Bearer "));
+    // The scheme's name is case-insensitive (RFC 9110).
+    let given = header(req, AUTHORIZATION)
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token);
     given.is_some_and(|given| {
         tokens
             .iter()

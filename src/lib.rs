@@ -27,6 +27,9 @@
 //!    │                      assets.rs: the dashboard page (assets/)          │
 //!    │                      stats.rs: /api/v1/stats/{name}; top.rs: /top     │
 //!    │                      remote_read/: Prometheus' remote read, /read     │
+//!    │       ingest/        `hitcount ingest`: POST /api/v1/hits; browser.rs │
+//!    │                      (CORS, /hitcount.js), rate.rs (per client),      │
+//!    │                      statsd.rs (StatsD over UDP and TCP)              │
 //!    │       cli/           the binary's subcommands, one file each, and     │ behind the
 //!    │                      their text (status.rs: status, shard spread)     │ `cli` feature
 //!    │       bench/         `hitcount bench`: ceiling.rs, workers.rs, report.rs (default)
@@ -41,6 +44,7 @@
 //!    │       fence.rs  purge.rs  forget.rs   their fence, deletes, known: on a cluster
 //!    │       pass_report.rs what a cleaner pass did
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
+//!    │       ingest.rs      what `ingest` appends: each id once (`cli`)
 //!    │       memory_watch.rs Redis' maxmemory-policy, checked every minute
 //!    │       shard_spread.rs which master serves which shards, the slots to move
 //!    │                      (status.rs, shard_spread.rs gather: no text on this floor)
@@ -61,10 +65,11 @@
 //!    │       scan.rs        SCAN over one node or every master of a cluster
 //!    │       topology.rs    a cluster's masters and their slots (CLUSTER SLOTS)
 //!    ▼
-//!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  carry.rs  keys.rs  known.rs  slots.rs
+//!  model/    event/ (msgpack.rs, plain.rs, reader.rs, json.rs)  aggregate.rs  carry.rs  keys.rs  known.rs  slots.rs
 //!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
-//!            register.rs)  shutdown.rs  clock.rs  ids.rs (entry ids, compact)  no Redis here
+//!            register.rs)  shutdown.rs  clock.rs  ids.rs (entry ids, compact)  statsd.rs (a
+//!            StatsD line as a hit)  no Redis here
 //!
 //!  beside the floors: testing.rs (what the unit tests start: redis-server, a cluster),
 //!                     hot_path.rs (what `benches/hot_path.rs` times; `bench` feature)

@@ -179,6 +179,14 @@ struct Args {
     /// dashboards open (Redis CPU, latency of `top`).
     #[arg(long)]
     serve: bool,
+    /// Instead of the above: how many hits one `hitcount ingest` takes over
+    /// HTTP, in batches of 100 and one by one, and its latency at half the
+    /// goals' rates.
+    #[arg(long, conflicts_with_all = ["serve", "cluster"])]
+    ingest: bool,
+    /// With --ingest: seconds each of its four phases runs, 1 to 25.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=25))]
+    ingest_secs: u64,
     /// With --serve: counter names written, at least 1.
     #[arg(long, default_value_t = 100_000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
     serve_counters: usize,
@@ -205,8 +213,8 @@ async fn bench(args: Args) -> anyhow::Result<String> {
         !args.warm || args.cluster.is_some() || args.redis_url.is_some(),
         cluster_only
     );
-    // `--serve` measures one Redis only (a cluster is refused below).
-    if !args.serve {
+    // `--serve` and `--ingest` measure one Redis only (a cluster is refused below).
+    if !args.serve && !args.ingest {
         if let Some(source) = cluster_source(&args).await? {
             return scaling(args, source, hitcount).await;
         }
@@ -229,6 +237,20 @@ async fn bench(args: Args) -> anyhow::Result<String> {
     };
     if args.redis_url.is_some() {
         crate::bench::open(&RedisArgs::from_url(&url)).await?;
+    }
+    if args.ingest {
+        let opts = crate::bench::ingest::IngestOptions {
+            hitcount: hitcount.clone(),
+            redis: RedisArgs::from_url(&url),
+            duration: Duration::from_secs(args.ingest_secs),
+        };
+        let report = crate::bench::ingest::run(&opts).await?;
+        drop(server);
+        return Ok(if args.json {
+            format!("{}\n", serde_json::to_string_pretty(&report)?)
+        } else {
+            report.table()
+        });
     }
     if args.serve {
         let opts = ServeOptions {

@@ -6,8 +6,10 @@
 //! the last slots kept for addresses that hold none yet ([`Peers`]; excess
 //! connections are closed at once). Request bodies are not read unless an
 //! endpoint reads its own within a size and a deadline ([`read_body`]:
-//! remote read only); a request that announces one is answered and its
-//! connection closed, so a body trickled a byte a second holds nothing. A misbehaving client only ever
+//! remote read, `ingest`); a request that announces one is answered and
+//! its connection closed unless the endpoint read it all ([`BodyRead`]),
+//! so a body trickled a byte a second holds nothing. Each request carries
+//! its client's address ([`Peer`]). A misbehaving client only ever
 //! costs itself: a liveness probe from another address still gets in. Also
 //! the response headers every answer carries ([`respond`]) and the one
 //! refusal every endpoint shares ([`method_not_allowed`]): only GET and HEAD.
@@ -138,8 +140,8 @@ impl Drop for Slot {
 
 /// Serves `handle` on `listener` within `limits` until `shutdown`
 /// completes, then stops accepting and returns (open connections get
-/// [`Limits::shutdown_grace`]). Request bodies are never read: the answer
-/// to a request with one closes its connection.
+/// [`Limits::shutdown_grace`]). The answer to a request whose body the
+/// endpoint did not read in full closes its connection.
 pub(crate) async fn run<H, F>(
     listener: TcpListener,
     limits: Limits,
@@ -184,14 +186,16 @@ where
         let handle = handle.clone();
         let conn = builder.serve_connection(
             TokioIo::new(stream),
-            service_fn(move |req: Request<Incoming>| {
-                // A body is never read, so the connection cannot be reused
-                // after it: close it rather than wait for the body to end.
+            service_fn(move |mut req: Request<Incoming>| {
+                // A body left unread leaves the connection unusable: close
+                // it rather than wait for the body to end.
                 let has_body = !req.body().is_end_stream();
+                req.extensions_mut().insert(Peer(peer.ip().to_canonical()));
                 let answer = handle(req);
                 async move {
                     let mut resp = answer.await;
-                    if has_body {
+                    let read = resp.extensions_mut().remove::<BodyRead>().is_some();
+                    if has_body && !read {
                         resp.headers_mut()
                             .insert(CONNECTION, HeaderValue::from_static("close"));
                     }
@@ -229,6 +233,16 @@ where
     let _ = tokio::time::timeout(limits.shutdown_grace, peers.permits.acquire_many(all)).await;
     Ok(())
 }
+
+/// The address a request came from, in its extensions: a client's
+/// address for those that limit each one (`ingest`'s rate).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) IpAddr);
+
+/// Put in a response's extensions by an endpoint that read its request's
+/// body in full ([`read_body`]): the connection may serve the next request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyRead;
 
 /// Why [`read_body`] gave no body.
 pub(crate) enum BodyError {

@@ -264,6 +264,13 @@ impl Keys {
         format!("{}:hc:producer:{id}", slot_tagged(&self.stream))
     }
 
+    /// STRING: a hit id `ingest` appended to this shard (expires after
+    /// the de-duplication horizon): its key in the shard's hash slot, so
+    /// the one script that sets it also appends the hit on a cluster.
+    pub(crate) fn ingest_id(&self, id: &str) -> String {
+        format!("{}:hc:ingest:{id}", slot_tagged(&self.stream))
+    }
+
     /// ZSET worker → expiry (ms): the live workers sharing the shards. One
     /// key for every shard (in the unsharded stream name's slot).
     pub fn members(&self) -> String {

@@ -12,7 +12,7 @@
 //   plan.plainName   a counter whose hits carry no value (optional)
 //   plan.screenshot  a PNG path to write the view to (optional)
 // Env CHROMIUM overrides /usr/bin/chromium. Progress goes to stderr.
-import { chromium } from 'playwright-core';
+import { launch } from './launch.mjs';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 
@@ -24,12 +24,7 @@ const out = { errors: [], foreign: [], failed: [], aborted: [] };
 /** The browser's local time zone (+09:00, no summer time): not UTC, so the switch shows. */
 const LOCAL_TZ = 'Asia/Tokyo';
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const browser = await launch();
 try {
   out.chromium = browser.version();
   const context = await browser.newContext({

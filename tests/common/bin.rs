@@ -184,6 +184,70 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// One request written as is (`head` without its blank line, then `body`),
+/// on a fresh connection closed after it: the status, the head in lower
+/// case and the body. `None` when the connection fails or no answer comes.
+pub fn http_raw(addr: &str, head: &str, body: &[u8]) -> Option<(u16, String, String)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    let head = format!(
+        "{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).ok()?;
+    let _ = s.write_all(body);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, head.to_ascii_lowercase(), body.to_string()))
+}
+
+/// `hitcount ingest` on `url` with `extra` flags: the child and its address,
+/// once `/readyz` answers 200.
+pub fn start_ingest(url: &str, extra: &[&str]) -> (Child, String) {
+    start_ingest_on(url, &free_addr(), extra)
+}
+
+/// [`start_ingest`] listening on `addr`.
+pub fn start_ingest_on(url: &str, addr: &str, extra: &[&str]) -> (Child, String) {
+    let mut cmd = hitcount();
+    cmd.args(["ingest", "--redis-url", url, "--listen", addr])
+        .args(extra);
+    let mut child = Child::spawn("ingest", cmd);
+    wait_for("ingest ready", Duration::from_secs(60), || {
+        child.assert_running();
+        http_get(addr, "/readyz").filter(|(status, _)| *status == 200)
+    });
+    (child, addr.to_string())
+}
+
+/// `POST /api/v1/hits` with `content_type`, `more` header lines and `body`:
+/// the status, the head (lower case) and the body.
+pub fn post_hits(
+    addr: &str,
+    content_type: &str,
+    more: &[&str],
+    body: &str,
+) -> (u16, String, String) {
+    let mut head = format!("POST /api/v1/hits HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}");
+    for line in more {
+        head = format!("{head}\r\n{line}");
+    }
+    http_raw(addr, &head, body.as_bytes()).expect("an answer")
+}
+
+/// The hits counted for `name`: the sum of its `count:60:` buckets.
+pub async fn counted(admin: &mut hitcount::store::connect::Conn, name: &str) -> i64 {
+    let values: Vec<i64> = redis::cmd("HVALS")
+        .arg(format!("count:60:{name}"))
+        .query_async(admin)
+        .await
+        .unwrap();
+    values.iter().sum()
+}
+
 /// The value of `series` (a metric name with its labels, as rendered) in
 /// Prometheus text; `None` when it is not there.
 pub fn metric_value(metrics: &str, series: &str) -> Option<f64> {
@@ -325,6 +389,19 @@ pub fn installed(program: &Path) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok()
+}
+
+/// `hitcount-lab ARGS` (with `--json` among them) that must succeed: the
+/// JSON report it printed.
+pub fn lab_json(args: &[&str]) -> serde_json::Value {
+    let out = lab(args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
 /// Runs `hitcount-lab ARGS` (the lab's command line, in-process, on a

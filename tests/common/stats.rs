@@ -193,3 +193,23 @@ pub fn assert_quantiles(got: &Stats, raw: &Raw) -> usize {
     }
     checked
 }
+
+/// The statistics hash `stats:60:NAME` summed over its buckets: count,
+/// sum, min, max.
+pub async fn summary(admin: &mut Conn, name: &str) -> (f64, f64, f64, f64) {
+    let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(format!("stats:60:{name}"))
+        .query_async(admin)
+        .await
+        .unwrap();
+    let of = |what: &str| {
+        fields
+            .iter()
+            .filter(|(f, _)| f.ends_with(&format!(":{what}")))
+            .map(|(_, v)| v.parse::<f64>().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let min = of("min").into_iter().fold(f64::INFINITY, f64::min);
+    let max = of("max").into_iter().fold(f64::NEG_INFINITY, f64::max);
+    (of("count").iter().sum(), of("sum").iter().sum(), min, max)
+}

@@ -206,6 +206,7 @@ fn the_docs_match_the_binary() {
     let mut vars = std::collections::BTreeSet::new();
     for sub in [
         "worker", "hit", "load", "get", "top", "demo", "clean", "status", "bench", "serve",
+        "ingest",
     ] {
         let help = stdout(&hitcount(&[sub, "--help"], &[]));
         for part in help.split("[env: ").skip(1) {

@@ -141,7 +141,7 @@ fn static_paths_are_a_fixed_table_with_a_strict_policy() {
 
 /// Node, the browser and playwright-core, or a panic that says how to get
 /// them: a missing browser must not pass as a test that ran.
-fn browser_tools() -> PathBuf {
+pub(crate) fn browser_tools() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     let node_ok = Command::new("node")
@@ -162,6 +162,29 @@ fn browser_tools() -> PathBuf {
         "tests/browser/node_modules is missing: run scripts/ensure-deps (npm ci there)"
     );
     dir
+}
+
+/// `node SCRIPT PLAN` in `browser` (the directory [`browser_tools`]
+/// gives): the JSON it printed on its last line, or a panic with its log
+/// when it failed or said `failure`.
+pub(crate) fn run_browser(browser: &Path, script: &str, plan: &Value) -> Value {
+    let run = Command::new("node")
+        .arg(browser.join(script))
+        .arg(plan.to_string())
+        .current_dir(browser)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running node");
+    let log = String::from_utf8_lossy(&run.stderr);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let out: Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("no JSON from {script} ({e}):\n{stdout}\n{log}"));
+    assert!(
+        run.status.success() && out.get("failure").is_none(),
+        "{script} failed: {}\n{log}\n{out:#}",
+        out["failure"]
+    );
+    out
 }
 
 /// An hour and a half of history for the ten most popular demo names, one
@@ -267,22 +290,7 @@ async fn the_dashboard_in_a_real_browser() {
         "plainName": plain,
         "screenshot": screenshot,
     });
-    let run = Command::new("node")
-        .arg(browser.join("dashboard.mjs"))
-        .arg(plan.to_string())
-        .current_dir(&browser)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running node");
-    let log = String::from_utf8_lossy(&run.stderr);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let out: Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
-        .unwrap_or_else(|e| panic!("no JSON from dashboard.mjs ({e}):\n{stdout}\n{log}"));
-    assert!(
-        run.status.success() && out.get("failure").is_none(),
-        "dashboard.mjs failed: {}\n{log}\n{out:#}",
-        out["failure"]
-    );
+    let out = run_browser(&browser, "dashboard.mjs", &plan);
 
     // No console error and nothing from another origin.
     assert_eq!(

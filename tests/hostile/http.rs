@@ -53,7 +53,9 @@ async fn trickler(
             let first = match how {
                 Trickle::Headers => format!("GET {path} HTT"),
                 Trickle::Body => {
-                    format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+                    // A content type an endpoint that reads bodies takes
+                    // (ingest's), so that its body is read.
+                    format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
                 }
             };
             let mut open = s.write_all(first.as_bytes()).await.is_ok();
@@ -219,6 +221,18 @@ async fn trickled_remote_read_bodies_starve_no_one() {
         Trickle::Body,
     )
     .await;
+}
+
+/// `ingest` reads bodies (within 10 s, from at most 16 connections an
+/// address): 400 connections trickling hits starve neither its probes nor
+/// a client of another address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickled_hits_starve_no_one() {
+    let srv = common::server();
+    let (_ingest, addr) = crate::common::bin::start_ingest(&srv.url(), &[]);
+    let addr: SocketAddr = addr.parse().unwrap();
+    probes_outlast_tricklers_of(addr, "/healthz", "/api/v1/hits", Trickle::Body).await;
+    probes_outlast_tricklers_of(addr, "/hitcount.js", "/api/v1/hits", Trickle::Headers).await;
 }
 
 /// `(status, headers in lower case, body)` of `GET path`.

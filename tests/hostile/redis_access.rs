@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::bin::{
-    free_addr, hitcount, http_get, metric_value, run_hitcount, start_worker, wait_for, Child,
+    counted, free_addr, hitcount, http_get, metric_value, post_hits, run_hitcount, start_ingest,
+    start_worker, wait_for, Child,
 };
 use crate::common::*;
 use hitcount_lab::kit::ServerOptions;
@@ -813,4 +814,60 @@ fn counted_60s(admin: &mut hitcount::store::connect::Conn) -> i64 {
             all.values().sum()
         })
     })
+}
+
+/// `ingest` as the user of `deploy/redis/ingest.acl` (appending to the
+/// stream, its ids and its producer's batch numbers beside it, nothing
+/// else): hits over HTTP with and without ids, one resent, and over
+/// StatsD, all counted exactly by a worker, and Redis refused ingest
+/// nothing (an empty ACL LOG).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_runs_as_its_own_user_and_redis_refuses_nothing() {
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/redis/ingest.acl"
+    ))
+    .unwrap();
+    let rules = rules.lines().rfind(|l| !l.trim().is_empty()).unwrap();
+    let srv = server_with(ServerOptions {
+        extra: vec![format!("user ingester on >in-pw {rules}")],
+        ..ServerOptions::default()
+    });
+    let mut admin = conn(&srv.url()).await;
+    acl_log_reset(&mut admin).await;
+    let url = format!("redis://ingester:in-pw@127.0.0.1:{}", srv.port());
+    let statsd = free_addr();
+    let (mut ingest, addr) = start_ingest(&url, &["--statsd-listen", &statsd]);
+    // StatsD's hits go through the producer: its batch numbers too.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.send_to(b"page:a:3|c\npage:a:1|ms", &statsd).unwrap();
+    let body = r#"[{"name":"page:a","count":2,"id":"x1"},{"name":"page:a","value":4}]"#;
+    for _ in 0..2 {
+        let (status, _, answer) = post_hits(&addr, "application/json", &[], body);
+        assert_eq!(status, 202, "{answer}\n{}", ingest.stderr());
+    }
+    assert_eq!(http_get(&addr, "/readyz").unwrap().0, 200);
+    let listen = free_addr();
+    let mut w = start_worker(&srv.url(), "w", &listen, &[]);
+    // x1 once, the hit without an id twice, StatsD's 3 + 1.
+    crate::eventually!(30, "the hits counted", {
+        counted(&mut admin, "page:a").await == 2 + 1 + 1 + 3 + 1
+    });
+    assert!(w.terminate(Duration::from_secs(30)).success());
+    assert!(
+        ingest.terminate(Duration::from_secs(15)).success(),
+        "{}",
+        ingest.stderr()
+    );
+    let log = acl_log(&mut admin).await;
+    assert!(log.is_empty(), "ACL LOG: {log:?}");
+    // The rules give ingest no key of the counters: it cannot write them.
+    let mut as_ingest = conn(&url).await;
+    let refused: redis::RedisResult<()> = redis::cmd("HSET")
+        .arg("count:60:page:a")
+        .arg("1")
+        .arg("1")
+        .query_async(&mut as_ingest)
+        .await;
+    assert!(refused.is_err());
 }

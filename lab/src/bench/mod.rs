@@ -11,12 +11,15 @@
 //! [`workers`]) in Redis CPU per master instead ([`usage`],
 //! [`scaling_report`], judged in [`scaling_verdict`]), as
 //! [`scaling_options`] asks. Apart from those, [`mod@serve`] measures what
-//! `hitcount serve` costs Redis with dashboards open. Every key it writes
+//! `hitcount serve` costs Redis with dashboards open, and [`mod@ingest`] how
+//! many hits one `hitcount ingest` takes over HTTP. Every key it writes
 //! starts with `bench:`. The helpers here speak plain Redis commands: the
 //! lab uses only the product's public library and its binary.
 
 pub mod drain;
+pub mod ingest;
 pub mod latency;
+pub mod listening;
 pub mod product;
 pub mod report;
 pub mod scaling;
@@ -25,6 +28,7 @@ pub mod scaling_report;
 pub mod scaling_verdict;
 pub mod seeds;
 pub mod serve;
+pub mod statsd;
 pub mod usage;
 pub mod workers;
 

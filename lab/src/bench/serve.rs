@@ -226,38 +226,16 @@ pub async fn run(opts: &ServeOptions) -> Result<ServeReport, BenchError> {
 async fn start_serve(
     opts: &ServeOptions,
 ) -> Result<(tokio::process::Child, SocketAddr), BenchError> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], crate::kit::free_port()));
-    let mut child = tokio::process::Command::new(&opts.hitcount)
-        .arg("serve")
-        .env("REDIS_URL", &opts.redis.url)
-        .env("HITCOUNT_SERVE_LISTEN", addr.to_string())
-        .env("HITCOUNT_PREFIX", PREFIX)
-        .env("RUST_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let deadline = Instant::now() + SERVE_READY;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Err(BenchError::Check(format!(
-                "`hitcount serve` exited at start ({status})"
-            )));
-        }
-        if TcpStream::connect(addr).await.is_ok() {
-            return Ok((child, addr));
-        }
-        if Instant::now() > deadline {
-            return Err(BenchError::Check(format!(
-                "`hitcount serve` did not listen on {addr} within {SERVE_READY:?}"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let env = [("HITCOUNT_PREFIX", PREFIX)];
+    super::listening::start(
+        &opts.hitcount,
+        "serve",
+        "HITCOUNT_SERVE_LISTEN",
+        &opts.redis,
+        &env,
+    )
+    .await
 }
-
-/// How long `hitcount serve` may take to listen.
-const SERVE_READY: Duration = Duration::from_secs(10);
 
 /// Writes the names: `known:` members at every precision, 1 min hashes
 /// with counts falling with the rank (the first `pages` names charted).

@@ -21,6 +21,7 @@ mod clean;
 mod demo;
 mod get;
 mod hit;
+mod ingest;
 mod load;
 mod reach;
 mod serve;
@@ -81,6 +82,9 @@ enum Command {
     /// Run one cleaner pass and one stream trim now, under the leader lease.
     #[command(override_usage = "hitcount clean [OPTIONS] --once")]
     Clean(clean::Args),
+    /// Take hits over HTTP from servers and browsers (POST /api/v1/hits, /hitcount.js).
+    #[command(override_usage = "hitcount ingest [OPTIONS]")]
+    Ingest(ingest::Args),
     /// Serve the dashboard (/) and the read-only JSON query API (/api/v1/).
     #[command(override_usage = "hitcount serve [OPTIONS]")]
     Serve(serve::Args),
@@ -194,7 +198,7 @@ impl Cli {
     /// long-running worker, only problems for one-shot commands.
     pub fn default_log_level(&self) -> &'static str {
         match self.command {
-            Command::Worker(_) | Command::Serve(_) => "info",
+            Command::Worker(_) | Command::Serve(_) | Command::Ingest(_) => "info",
             _ => "warn",
         }
     }
@@ -234,6 +238,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Clean(a) => (Some(a.common.redis.url.clone()), clean::run(a).await),
         Command::Status(a) => (Some(a.common.redis.url.clone()), status::run(a).await),
         Command::Serve(a) => (Some(a.redis.url.clone()), serve::run(a).await),
+        Command::Ingest(a) => (Some(a.common.redis.url.clone()), ingest::run(a).await),
         Command::Demo(a) => (a.redis_url.clone(), demo::run(a).await),
         Command::Bench(a) => (a.redis_url.clone(), bench::run(a).await),
     };
@@ -414,7 +419,7 @@ mod tests {
         let of_common: Vec<_> = common.get_arguments().map(|a| a.get_id()).collect();
         let mut shared = SHARED.to_vec();
         shared.sort_unstable();
-        for name in ["hit", "load", "get", "top", "clean", "status"] {
+        for name in ["hit", "load", "get", "top", "clean", "status", "ingest"] {
             let sub = cli.find_subcommand(name).unwrap();
             let mut accepted: Vec<&str> = sub
                 .get_arguments()

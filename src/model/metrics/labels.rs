@@ -18,10 +18,10 @@ pub(crate) const REDIS_ERROR_KINDS: [&str; 8] = [
     "unexpected",
 ];
 
-/// Every value of the `reason` label of `hitcount_events_dead_lettered_total`:
-/// first the labels of [`crate::model::event::Reject`]'s variants, in their
-/// order (its `reason()` reads them here), then the worker's own two.
-pub(crate) const DEAD_LETTER_REASONS: [&str; 14] = [
+/// The labels of [`crate::model::event::Reject`]'s variants, in their
+/// order (its `reason()` reads them here): why a hit is refused, by the
+/// worker and by `ingest` alike.
+const REJECT_REASONS: [&str; 12] = [
     "missing_name",
     "empty_name",
     "name_too_long",
@@ -34,8 +34,53 @@ pub(crate) const DEAD_LETTER_REASONS: [&str; 14] = [
     "bad_value",
     "mixed_forms",
     "too_large",
-    "apply_error",
-    "max_deliveries",
+];
+
+/// Every value of the `reason` label of `hitcount_events_dead_lettered_total`:
+/// first [`REJECT_REASONS`], then the worker's own two.
+pub(crate) const DEAD_LETTER_REASONS: [&str; 14] =
+    then(REJECT_REASONS, ["apply_error", "max_deliveries"]);
+
+/// Every value of the `reason` label of `hitcount_ingest_hits_refused_total`:
+/// first [`REJECT_REASONS`] (the worker's reasons for the same hit), then
+/// the JSON form's two and `ingest`'s one.
+pub(crate) const INGEST_REFUSAL_REASONS: [&str; 15] =
+    then(REJECT_REASONS, ["bad_id", "bad_json", "outside_prefix"]);
+
+/// `a` then `b`, as one array of `N` = `A + B` labels (checked when built).
+const fn then<const A: usize, const B: usize, const N: usize>(
+    a: [&'static str; A],
+    b: [&'static str; B],
+) -> [&'static str; N] {
+    assert!(A + B == N, "the lengths add up");
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < A { a[i] } else { b[i - A] };
+        i += 1;
+    }
+    out
+}
+
+/// Every value of the `reason` label of `hitcount_statsd_lines_refused_total`:
+/// a line's own three, then the worker's reasons a StatsD hit can meet.
+pub(crate) const STATSD_REFUSAL_REASONS: [&str; 7] = [
+    "bad_format",
+    "bad_rate",
+    "bad_value",
+    "empty_name",
+    "name_too_long",
+    "name_not_utf8",
+    "bad_count",
+];
+
+/// Every value of the `type` label of `hitcount_statsd_lines_ignored_total`.
+pub(crate) const STATSD_IGNORED_TYPES: [&str; 3] = ["g", "s", "other"];
+
+/// Every value of the `code` label of `hitcount_ingest_requests_total`:
+/// the HTTP status codes `ingest` answers with.
+pub(crate) const INGEST_CODES: [&str; 13] = [
+    "200", "202", "204", "400", "401", "403", "404", "405", "413", "415", "429", "500", "503",
 ];
 
 impl Metrics {
@@ -97,6 +142,41 @@ impl Metrics {
             .with_label_values(&[&label])
             .set(backlog_age);
     }
+
+    /// Records one answer of `ingest` with HTTP status `code`; a code not in
+    /// [`INGEST_CODES`] is counted as "500", so the label stays bounded.
+    pub(crate) fn ingest_answer(&self, code: u16) {
+        let code = code.to_string();
+        let code = INGEST_CODES
+            .iter()
+            .find(|c| **c == code)
+            .copied()
+            .unwrap_or("500");
+        self.ingest_requests.with_label_values(&[code]).inc();
+    }
+
+    /// Records one StatsD line refused for `reason`, one of
+    /// [`STATSD_REFUSAL_REASONS`] (any other is counted as "bad_format").
+    pub(crate) fn statsd_refusal(&self, reason: &str) {
+        let reason = known_or(reason, &STATSD_REFUSAL_REASONS, "bad_format");
+        self.statsd_refused.with_label_values(&[reason]).inc();
+    }
+
+    /// Records one hit `ingest` refused for `reason`, one of
+    /// [`INGEST_REFUSAL_REASONS`] (any other is counted as "bad_json").
+    pub(crate) fn ingest_refusal(&self, reason: &str) {
+        let reason = known_or(reason, &INGEST_REFUSAL_REASONS, "bad_json");
+        self.ingest_refused.with_label_values(&[reason]).inc();
+    }
+}
+
+/// `value` if it is one of `known`, else `other`: a label kept bounded.
+fn known_or<'a>(value: &'a str, known: &[&str], other: &'a str) -> &'a str {
+    if known.contains(&value) {
+        value
+    } else {
+        other
+    }
 }
 
 #[cfg(test)]
@@ -128,6 +208,25 @@ mod tests {
         m.events_dead_lettered
             .with_label_values(&[reason])
             .inc_by(n);
+    }
+
+    #[test]
+    fn ingest_labels_are_bounded() {
+        let m = metrics();
+        let count = |code: &str| m.ingest_requests.with_label_values(&[code]).get();
+        let (before_202, before_500) = (count("202"), count("500"));
+        m.ingest_answer(202);
+        m.ingest_answer(418);
+        assert_eq!(
+            (count("202"), count("500")),
+            (before_202 + 1, before_500 + 1)
+        );
+        // Every reason a JSON hit can be refused for has its series.
+        use crate::model::event::json::Refusal;
+        let of_json = [Refusal::BadId.reason(), Refusal::BadJson.reason()];
+        assert_eq!(INGEST_REFUSAL_REASONS[..12], DEAD_LETTER_REASONS[..12]);
+        assert_eq!(&INGEST_REFUSAL_REASONS[12..14], of_json);
+        assert!(INGEST_REFUSAL_REASONS.contains(&"outside_prefix"));
     }
 
     #[test]

@@ -29,7 +29,10 @@ use prometheus::{
 mod labels;
 mod register;
 
-pub(crate) use labels::{DEAD_LETTER_REASONS, REDIS_ERROR_KINDS};
+pub(crate) use labels::{
+    DEAD_LETTER_REASONS, INGEST_CODES, INGEST_REFUSAL_REASONS, REDIS_ERROR_KINDS,
+    STATSD_IGNORED_TYPES, STATSD_REFUSAL_REASONS,
+};
 
 use register::{
     counter, counter_vec, gauge, gauge_vec, histogram, window_size_buckets, APPLY_BUCKETS,
@@ -296,6 +299,72 @@ families! {
         "hitcount_producer_sent_events_total",
         "Events the producer appended to the stream.",
     );
+    /// `hitcount_ingest_requests_total{code}`: requests `ingest` answered,
+    /// by HTTP status code (one of [`INGEST_CODES`]).
+    ingest_requests: IntCounterVec = counter_vec(
+        "hitcount_ingest_requests_total",
+        "Requests ingest answered, by HTTP status code.",
+        "code",
+        &INGEST_CODES,
+    );
+    /// `hitcount_ingest_hits_accepted_total`: hits `ingest` accepted (Redis
+    /// holds them), those whose id was seen before included.
+    ingest_accepted: IntCounter = counter(
+        "hitcount_ingest_hits_accepted_total",
+        "Hits ingest accepted: Redis holds them.",
+    );
+    /// `hitcount_ingest_hits_duplicate_total`: accepted hits whose id was
+    /// seen within the horizon, so not appended again.
+    ingest_duplicates: IntCounter = counter(
+        "hitcount_ingest_hits_duplicate_total",
+        "Accepted hits whose id was seen within the horizon: not appended again.",
+    );
+    /// `hitcount_ingest_hits_refused_total{reason}`: hits `ingest` refused,
+    /// by reason (one of [`INGEST_REFUSAL_REASONS`]).
+    ingest_refused: IntCounterVec = counter_vec(
+        "hitcount_ingest_hits_refused_total",
+        "Hits ingest refused, by reason.",
+        "reason",
+        &INGEST_REFUSAL_REASONS,
+    );
+    /// `hitcount_ingest_request_duration_seconds`: from a request's headers
+    /// to its answer, body and Redis included.
+    ingest_duration: Histogram = histogram(
+        "hitcount_ingest_request_duration_seconds",
+        "Time from a request's headers to ingest's answer, in seconds.",
+        APPLY_BUCKETS.to_vec(),
+    );
+    /// `hitcount_statsd_hits_total`: hits read from StatsD lines and handed
+    /// to the producer.
+    statsd_hits: IntCounter = counter(
+        "hitcount_statsd_hits_total",
+        "Hits read from StatsD lines and handed to the producer.",
+    );
+    /// `hitcount_statsd_lines_ignored_total{type}`: StatsD lines of a type
+    /// hitcount does not count (`g`, `s`, `other`).
+    statsd_ignored: IntCounterVec = counter_vec(
+        "hitcount_statsd_lines_ignored_total",
+        "StatsD lines of a type hitcount does not count, by type.",
+        "type",
+        &STATSD_IGNORED_TYPES,
+    );
+    /// `hitcount_statsd_lines_refused_total{reason}`: StatsD lines that are
+    /// not a hit, by reason (one of [`STATSD_REFUSAL_REASONS`]).
+    statsd_refused: IntCounterVec = counter_vec(
+        "hitcount_statsd_lines_refused_total",
+        "StatsD lines refused, by reason.",
+        "reason",
+        &STATSD_REFUSAL_REASONS,
+    );
+    /// `hitcount_statsd_dropped_total{where}`: StatsD datagrams the socket's
+    /// buffer dropped (`socket`, by the kernel's count) and hits the
+    /// producer's full buffer dropped (`queue`).
+    statsd_dropped: IntCounterVec = counter_vec(
+        "hitcount_statsd_dropped_total",
+        "StatsD datagrams dropped by the socket's buffer (where=socket) and hits by the producer's full buffer (where=queue).",
+        "where",
+        &["socket", "queue"],
+    );
     /// `hitcount_worker_loop_last_turn_timestamp_seconds`: Unix time of the
     /// worker loop's last turn.
     loop_last_turn: Gauge = gauge(
@@ -384,6 +453,15 @@ mod tests {
             "hitcount_producer_dropped_events_total",
             "hitcount_producer_sent_events_total",
             "hitcount_worker_loop_last_turn_timestamp_seconds",
+            "hitcount_ingest_requests_total",
+            "hitcount_ingest_hits_accepted_total",
+            "hitcount_ingest_hits_duplicate_total",
+            "hitcount_ingest_hits_refused_total",
+            "hitcount_ingest_request_duration_seconds",
+            "hitcount_statsd_hits_total",
+            "hitcount_statsd_lines_ignored_total",
+            "hitcount_statsd_lines_refused_total",
+            "hitcount_statsd_dropped_total",
         ] {
             assert!(out.contains(&format!("# TYPE {name} ")), "{name} missing");
         }

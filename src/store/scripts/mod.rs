@@ -80,6 +80,8 @@ scripts! {
     CLAIM = "claim.lua";
     /// Append a producer's batch at most once.
     PRODUCE = "produce.lua";
+    /// Append a request's hits to a shard, each hit with an id once within a horizon.
+    INGEST = "ingest.lua";
     /// Read own pending entries without counting deliveries.
     PENDING = "pending.lua";
     /// Remove consumers that are gone and own nothing.

@@ -1,0 +1,152 @@
+//! `hitcount ingest`: the way in for HTTP clients and browsers
+//! ([`crate::edge::ingest`]) until SIGTERM/Ctrl-C, a process of its own,
+//! scaled like the workers, with StatsD beside it when
+//! `HITCOUNT_STATSD_LISTEN` is set ([`statsd`]). It only appends to the
+//! stream (its shards): the workers count.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use super::Common;
+use tokio::net::{TcpListener, UdpSocket};
+
+use crate::edge::ingest::{self, statsd, Ingest, Settings};
+use crate::edge::server::Limits;
+use crate::model::config::ranged;
+use crate::service::ingest::Appender;
+use crate::service::producer::{Producer, ProducerOptions};
+use crate::store::connect::ErrorClass;
+
+/// Default address of ingest's HTTP endpoint.
+pub(crate) const DEFAULT_INGEST_LISTEN: &str = "0.0.0.0:9186";
+
+/// On shutdown, how long requests being answered may take: long enough
+/// for their hits to reach Redis.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// HTTP address of POST /api/v1/hits, /hitcount.js, /metrics, /healthz
+    /// and /readyz.
+    #[arg(long, env = "HITCOUNT_INGEST_LISTEN", default_value = DEFAULT_INGEST_LISTEN)]
+    listen: String,
+    /// Bearer tokens, comma-separated: when set, a request without an
+    /// Origin header must carry one (`Authorization: Bearer TOKEN`), else
+    /// 401. Pages are governed by --origins instead.
+    #[arg(
+        long,
+        env = "HITCOUNT_INGEST_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    tokens: Vec<String>,
+    /// Origins whose pages may send hits (CORS), comma-separated, exactly
+    /// as browsers send them (e.g. `https://example.com`); a page of any
+    /// other origin is refused (403). None by default.
+    #[arg(long, env = "HITCOUNT_INGEST_ORIGINS", value_delimiter = ',')]
+    origins: Vec<String>,
+    /// What the name of a hit from a page (a request with an Origin
+    /// header) must start with; others are refused as outside_prefix.
+    #[arg(long, env = "HITCOUNT_INGEST_BROWSER_PREFIX", default_value = "web:")]
+    browser_prefix: String,
+    /// Largest request body, in bytes, 1..=67108864; a larger one is
+    /// refused (413).
+    #[arg(long, env = "HITCOUNT_INGEST_MAX_BODY", default_value_t = 1_048_576,
+          value_parser = ranged::<u64>(1..=67_108_864))]
+    max_body: u64,
+    /// Requests a second from one client address, 0..=4294967295 (with a
+    /// burst of as many); more are refused (429, with Retry-After). 0: no
+    /// limit.
+    #[arg(long, env = "HITCOUNT_INGEST_RATE", default_value_t = 1000)]
+    rate: u32,
+    /// How long a hit's id is remembered, in seconds, 1..=31536000: the
+    /// same id sent again within it is counted once.
+    #[arg(long, env = "HITCOUNT_INGEST_ID_HORIZON", default_value_t = 86_400,
+          value_parser = ranged::<u64>(1..=31_536_000))]
+    id_horizon: u64,
+    /// Address of StatsD over UDP and TCP (e.g. 0.0.0.0:8125); empty: off.
+    #[arg(long, env = "HITCOUNT_STATSD_LISTEN", default_value = "")]
+    statsd_listen: String,
+    #[command(flatten)]
+    pub(super) common: super::Pick<Common, super::Sends>,
+}
+
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.common.validate()?;
+    let client = crate::store::connect::client(&args.common.redis)?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (HITCOUNT_INGEST_LISTEN)", args.listen))?;
+    let statsd = match args.statsd_listen.as_str() {
+        "" => None,
+        addr => Some(bind_statsd(addr).await?),
+    };
+    let appender = Appender::new(client, &args.common.stream, args.id_horizon);
+    let settings = Settings {
+        tokens: args.tokens.into_iter().filter(|t| !t.is_empty()).collect(),
+        origins: args.origins.into_iter().filter(|o| !o.is_empty()).collect(),
+        browser_prefix: args.browser_prefix,
+        max_body: usize::try_from(args.max_body).unwrap_or(usize::MAX),
+        rate: args.rate,
+    };
+    let ingest = Ingest::new(settings, appender);
+    // As serve: a wrong password, a URL that is no Redis or a permission
+    // the ACL lacks stops ingest here with one line; a Redis that is only
+    // down is waited for: each request tries again.
+    if let Err(e) = ingest.check().await {
+        if crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
+            return Err(e.into());
+        }
+        tracing::warn!(error = %e, "Redis unavailable at start: serving anyway, each request tries again");
+    }
+    tracing::info!(address = %listener.local_addr()?, "taking hits on /api/v1/hits");
+    let limits = Limits {
+        shutdown_grace: SHUTDOWN_GRACE,
+        ..Limits::default()
+    };
+    let (stop, stopped) = crate::model::shutdown::channel();
+    let statsd = match statsd {
+        Some((udp, tcp)) => {
+            let producer = Producer::start(
+                &args.common.redis,
+                &args.common.stream,
+                ProducerOptions::default(),
+            )?;
+            tracing::info!(address = %udp.local_addr()?, "taking StatsD lines over UDP and TCP");
+            let served = statsd::serve(udp, tcp, producer.clone(), stopped.clone());
+            Some((tokio::spawn(served), producer))
+        }
+        None => None,
+    };
+    let mut http_stopped = stopped.clone();
+    let served = ingest::serve(
+        listener,
+        ingest,
+        async move { http_stopped.wait().await },
+        limits,
+    );
+    let signal = async {
+        crate::model::shutdown::signals().await;
+        stop.trigger();
+    };
+    let (served, ()) = tokio::join!(served, signal);
+    if let Some((task, producer)) = statsd {
+        let _ = task.await;
+        // What StatsD handed the producer reaches Redis, within the grace.
+        producer.shutdown(SHUTDOWN_GRACE).await;
+    }
+    tracing::info!("ingest stopped");
+    Ok(served?)
+}
+
+/// StatsD's UDP socket and TCP listener on one address.
+async fn bind_statsd(addr: &str) -> anyhow::Result<(UdpSocket, TcpListener)> {
+    let what = || format!("cannot listen on {addr} (HITCOUNT_STATSD_LISTEN)");
+    let udp = UdpSocket::bind(addr).await.with_context(what)?;
+    // An address with port 0 takes the UDP port for TCP too.
+    let tcp = TcpListener::bind(udp.local_addr()?)
+        .await
+        .with_context(what)?;
+    Ok((udp, tcp))
+}

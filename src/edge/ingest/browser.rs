@@ -1,0 +1,154 @@
+//! What `ingest` gives browsers: CORS for the configured origins only
+//! (`HITCOUNT_INGEST_ORIGINS`: a preflight's answer, and the headers of
+//! every answer to a page), and `/hitcount.js`, the script that counts a
+//! page view.
+//!
+//! The script (`hitcount.js`, under 1 KB) sends one hit when the page has
+//! loaded: `{"name": PREFIX + location.pathname, "value": load time in ms}`
+//! (the value only when the browser measured it), by
+//! `navigator.sendBeacon` (a `text/plain` body, so no preflight) to
+//! `/api/v1/hits` on the origin it was loaded from. It sets no cookie,
+//! reads none, and talks to nothing else. It runs under a strict CSP
+//! either from its own origin (`script-src` naming ingest's origin) or
+//! with a `nonce` on its tag; `connect-src` must name ingest's origin.
+
+use hyper::header::{
+    HeaderValue, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_MAX_AGE, CACHE_CONTROL, VARY,
+};
+use hyper::StatusCode;
+
+use crate::edge::server::{self, Resp};
+
+/// The script's source; `PREFIX` stands for the browser prefix, a JSON
+/// string.
+const SCRIPT: &str = include_str!("hitcount.js");
+
+/// How long browsers and proxies may keep the script: a day (a changed
+/// prefix reaches every page within it).
+const SCRIPT_CACHE: &str = "public, max-age=86400";
+
+/// How long a browser may keep a preflight's answer: a day.
+const PREFLIGHT_MAX_AGE: &str = "86400";
+
+/// The origins pages may send hits from, and the script they load.
+pub(super) struct Browsers {
+    origins: Vec<String>,
+    script: String,
+}
+
+impl Browsers {
+    /// For `origins` (exact, e.g. `https://example.com`), names under
+    /// `prefix`.
+    pub(super) fn new(origins: &[String], prefix: &str) -> Browsers {
+        let quoted = serde_json::to_string(prefix).expect("a string is JSON");
+        Browsers {
+            origins: origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_owned())
+                .collect(),
+            script: SCRIPT.replacen("PREFIX", &quoted, 1),
+        }
+    }
+
+    /// Whether a page of `origin` may send hits.
+    pub(super) fn allows(&self, origin: &str) -> bool {
+        self.origins.iter().any(|o| o == origin)
+    }
+
+    /// `/hitcount.js`: the script, cacheable for a day.
+    pub(super) fn script(&self) -> Resp {
+        let mut resp = server::respond(
+            StatusCode::OK,
+            "text/javascript; charset=utf-8",
+            self.script.clone(),
+        );
+        let headers = resp.headers_mut();
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static(SCRIPT_CACHE));
+        // Pages that isolate themselves (COEP) may load it from ingest's origin.
+        headers.insert(
+            "cross-origin-resource-policy",
+            HeaderValue::from_static("cross-origin"),
+        );
+        resp
+    }
+
+    /// The answer to a preflight (`OPTIONS`) from `origin`: 204 with what
+    /// it may send when allowed, else 403 without any CORS header.
+    pub(super) fn preflight(&self, origin: Option<&str>) -> Resp {
+        match origin.filter(|o| self.allows(o)) {
+            Some(origin) => {
+                let mut resp = server::respond(StatusCode::NO_CONTENT, super::JSON, "");
+                let headers = resp.headers_mut();
+                headers.insert(
+                    ACCESS_CONTROL_ALLOW_METHODS,
+                    HeaderValue::from_static("POST"),
+                );
+                headers.insert(
+                    ACCESS_CONTROL_ALLOW_HEADERS,
+                    HeaderValue::from_static("content-type"),
+                );
+                headers.insert(
+                    ACCESS_CONTROL_MAX_AGE,
+                    HeaderValue::from_static(PREFLIGHT_MAX_AGE),
+                );
+                allow(resp, origin)
+            }
+            None => super::error(StatusCode::FORBIDDEN, "this origin may not send hits"),
+        }
+    }
+}
+
+/// `resp` readable by a page of `origin` (which was allowed).
+pub(super) fn allow(mut resp: Resp, origin: &str) -> Resp {
+    let headers = resp.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(origin) {
+        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, value);
+    }
+    headers.insert(VARY, HeaderValue::from_static("origin"));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_is_small_and_carries_the_prefix() {
+        let b = Browsers::new(&["https://a.example/".into()], "web:\"x");
+        assert!(b.script.len() < 1024, "{} bytes", b.script.len());
+        assert!(
+            b.script.contains(r#"name: "web:\"x" + location.pathname"#),
+            "{}",
+            b.script
+        );
+        assert!(!b.script.contains("PREFIX"));
+        assert!(!b.script.contains("cookie"));
+        assert!(b.allows("https://a.example"));
+        assert!(!b.allows("https://a.example.evil"));
+        assert!(!b.allows("http://a.example"));
+        let resp = b.script();
+        assert_eq!(resp.headers()[CACHE_CONTROL], SCRIPT_CACHE);
+        assert_eq!(
+            resp.headers()[hyper::header::CONTENT_TYPE],
+            "text/javascript; charset=utf-8"
+        );
+    }
+
+    #[test]
+    fn preflights() {
+        let b = Browsers::new(&["https://a.example".into()], "web:");
+        let ok = b.preflight(Some("https://a.example"));
+        assert_eq!(ok.status(), StatusCode::NO_CONTENT);
+        assert_eq!(
+            ok.headers()[ACCESS_CONTROL_ALLOW_ORIGIN],
+            "https://a.example"
+        );
+        assert_eq!(ok.headers()[ACCESS_CONTROL_ALLOW_METHODS], "POST");
+        for refused in [Some("https://b.example"), Some("null"), None] {
+            let resp = b.preflight(refused);
+            assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+            assert!(!resp.headers().contains_key(ACCESS_CONTROL_ALLOW_ORIGIN));
+        }
+    }
+}

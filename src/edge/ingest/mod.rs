@@ -1,0 +1,382 @@
+//! `hitcount ingest`'s HTTP side, on the hardened loop of
+//! [`crate::edge::server`]: the way in for HTTP clients and browsers.
+//!
+//! - `POST /api/v1/hits`: one JSON hit, a JSON array of them
+//!   (`application/json`, or `text/plain` as `navigator.sendBeacon` sends
+//!   it) or NDJSON (`application/x-ndjson`), read by
+//!   [`crate::model::event::json`]: each hit judged as the worker would.
+//!   202 once Redis holds the accepted hits, with `{"accepted": N,
+//!   "refused": [{"index": I, "reason": R}]}`; 400 when nothing could be
+//!   read (with `{"error": …}`, as every other refusal), 401 without a
+//!   valid bearer token (when tokens are set; pages are governed by
+//!   origins instead), 403 for a page of an origin not configured, 413
+//!   over the body limit, 415 for another content type, 429 over the
+//!   client's rate (with `Retry-After`), 503 when Redis cannot be reached
+//!   (the client resends; ids make that harmless). A request with an
+//!   `Origin` header is a page's: its hits' names must start with the
+//!   browser prefix, else they are refused as `outside_prefix`;
+//! - `OPTIONS /api/v1/hits`: CORS preflight, and `GET /hitcount.js`, the
+//!   page-view script ([`browser`]);
+//! - `/metrics`, `/healthz`, `/readyz` (Redis answers a PING);
+//! - and, on `HITCOUNT_STATSD_LISTEN`, StatsD over UDP and TCP ([`statsd`]).
+
+mod browser;
+mod rate;
+pub(crate) mod statsd;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::body::Incoming;
+use hyper::header::{
+    HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, ORIGIN, RETRY_AFTER, WWW_AUTHENTICATE,
+};
+use hyper::{Method, Request, StatusCode};
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::edge::server::{self, BodyError, BodyRead, Limits, Peer, Resp};
+use crate::model::event::json::{self, JsonHit, Layout};
+use crate::model::metrics::{self, metrics};
+use crate::service::ingest::Appender;
+use crate::store::connect::ErrorClass;
+use browser::Browsers;
+use rate::Rate;
+
+const JSON: &str = "application/json; charset=utf-8";
+const TEXT: &str = "text/plain; charset=utf-8";
+/// Time allowed for a request's body to arrive in full: a body trickled
+/// slower holds its connection no longer.
+const BODY_DEADLINE: Duration = Duration::from_secs(10);
+/// Time allowed for the readiness probe's PING.
+const PING_DEADLINE: Duration = Duration::from_secs(2);
+/// The reason of a page's hit whose name is outside the browser prefix.
+const OUTSIDE_PREFIX: &str = "outside_prefix";
+
+/// What `ingest` is told by its settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// Bearer tokens a server's request must carry one of; none: any.
+    pub(crate) tokens: Vec<String>,
+    /// Origins whose pages may send hits.
+    pub(crate) origins: Vec<String>,
+    /// What a page's hit names must start with.
+    pub(crate) browser_prefix: String,
+    /// Largest body, in bytes.
+    pub(crate) max_body: usize,
+    /// Requests a second per client address; 0: no limit.
+    pub(crate) rate: u32,
+}
+
+/// Everything a request needs.
+pub(crate) struct Ingest {
+    settings: Settings,
+    appender: Appender,
+    browsers: Browsers,
+    rate: Rate,
+    stopping: AtomicBool,
+}
+
+impl Ingest {
+    pub(crate) fn new(settings: Settings, appender: Appender) -> Arc<Ingest> {
+        Arc::new(Ingest {
+            browsers: Browsers::new(&settings.origins, &settings.browser_prefix),
+            rate: Rate::new(settings.rate),
+            settings,
+            appender,
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    /// Connects and pings Redis, as the readiness probe does.
+    pub(crate) async fn check(&self) -> Result<(), redis::RedisError> {
+        self.appender.check().await
+    }
+}
+
+/// Serves `ingest` on `listener` until `shutdown` completes; then
+/// `/readyz` says so and open requests get `limits.shutdown_grace`.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    ingest: Arc<Ingest>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: Limits,
+) -> std::io::Result<()> {
+    let stopping = ingest.clone();
+    let shutdown = async move {
+        shutdown.await;
+        stopping.stopping.store(true, Ordering::Relaxed);
+    };
+    server::run(listener, limits, shutdown, move |req| {
+        let ingest = ingest.clone();
+        async move {
+            let start = Instant::now();
+            let resp = route(req, &ingest).await;
+            let m = metrics();
+            m.ingest_duration.observe(start.elapsed().as_secs_f64());
+            m.ingest_answer(resp.status().as_u16());
+            resp
+        }
+    })
+    .await
+}
+
+/// Routes one request.
+async fn route(req: Request<Incoming>, ingest: &Ingest) -> Resp {
+    let path = req.uri().path();
+    if path == "/api/v1/hits" {
+        return match *req.method() {
+            Method::POST => hits(req, ingest).await,
+            Method::OPTIONS => ingest.browsers.preflight(header(&req, ORIGIN)),
+            _ => {
+                let mut resp = error(StatusCode::METHOD_NOT_ALLOWED, "only POST (and OPTIONS)");
+                resp.headers_mut()
+                    .insert(ALLOW, HeaderValue::from_static("POST, OPTIONS"));
+                resp
+            }
+        };
+    }
+    if !matches!(path, "/hitcount.js" | "/metrics" | "/healthz" | "/readyz") {
+        return error(StatusCode::NOT_FOUND, "not found");
+    }
+    if !server::allowed(req.method()) {
+        return server::method_not_allowed(JSON, r#"{"error":"only GET and HEAD"}"#);
+    }
+    match path {
+        "/hitcount.js" => ingest.browsers.script(),
+        "/metrics" => server::respond(StatusCode::OK, metrics::CONTENT_TYPE, metrics::render()),
+        "/healthz" => server::respond(StatusCode::OK, TEXT, "ok\n"),
+        _ if ingest.stopping.load(Ordering::Relaxed) => server::respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            "not ready: stopping\n",
+        ),
+        _ => match tokio::time::timeout(PING_DEADLINE, ingest.check()).await {
+            Ok(Ok(())) => server::respond(StatusCode::OK, TEXT, "ok\n"),
+            Ok(Err(e)) => server::respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                TEXT,
+                format!(
+                    "not ready: Redis: {}\n",
+                    crate::store::connect::first_cause(&e)
+                ),
+            ),
+            Err(_) => server::respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                TEXT,
+                format!("not ready: Redis did not answer within {PING_DEADLINE:?}\n"),
+            ),
+        },
+    }
+}
+
+/// The answer to `POST /api/v1/hits`.
+#[derive(Serialize)]
+struct Answer {
+    accepted: usize,
+    refused: Vec<Refused>,
+}
+
+#[derive(Serialize)]
+struct Refused {
+    index: usize,
+    reason: &'static str,
+}
+
+/// `POST /api/v1/hits`: checks in order rate, origin or token, content
+/// type, body; then the hits.
+async fn hits(req: Request<Incoming>, ingest: &Ingest) -> Resp {
+    let settings = &ingest.settings;
+    if let Some(Peer(client)) = req.extensions().get::<Peer>().copied() {
+        if let Err(wait) = ingest.rate.take(client, Instant::now()) {
+            let mut resp = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!("over {} requests a second from this address", settings.rate),
+            );
+            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            resp.headers_mut().insert(RETRY_AFTER, secs.into());
+            return resp;
+        }
+    }
+    let origin = header(&req, ORIGIN).map(str::to_owned);
+    match &origin {
+        Some(o) if !ingest.browsers.allows(o) => {
+            return error(StatusCode::FORBIDDEN, "this origin may not send hits");
+        }
+        Some(_) => {}
+        None if !authorized(&req, &settings.tokens) => {
+            let mut resp = error(StatusCode::UNAUTHORIZED, "a valid bearer token is required");
+            resp.headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return resp;
+        }
+        None => {}
+    }
+    let resp = match layout(header(&req, CONTENT_TYPE)) {
+        Some(layout) => read(req, layout, origin.is_some(), ingest).await,
+        None => error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send application/json, application/x-ndjson or text/plain",
+        ),
+    };
+    match &origin {
+        Some(o) => browser::allow(resp, o),
+        None => resp,
+    }
+}
+
+/// The body read, its hits judged and the accepted ones appended.
+async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Ingest) -> Resp {
+    let max = ingest.settings.max_body;
+    let body = match server::read_body(req.into_body(), max, BODY_DEADLINE).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("the body is over {max} bytes (HITCOUNT_INGEST_MAX_BODY)"),
+            )
+        }
+        Err(BodyError::Unreadable(why)) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    let mut resp = judge(&body, layout, page, ingest).await;
+    resp.extensions_mut().insert(BodyRead);
+    resp
+}
+
+async fn judge(body: &[u8], layout: Layout, page: bool, ingest: &Ingest) -> Resp {
+    let now = crate::model::clock::unix_ms();
+    let read = match json::read_body(body, layout, now) {
+        Ok(read) => read,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
+    };
+    let prefix = ingest.settings.browser_prefix.as_str();
+    let mut accepted: Vec<&JsonHit> = Vec::with_capacity(read.len());
+    let mut refused = Vec::new();
+    for (index, hit) in read.iter().enumerate() {
+        let reason = match hit {
+            Ok(hit) if page && !hit.name.starts_with(prefix) => OUTSIDE_PREFIX,
+            Ok(hit) => {
+                accepted.push(hit);
+                continue;
+            }
+            Err(refusal) => refusal.reason(),
+        };
+        metrics().ingest_refusal(reason);
+        refused.push(Refused { index, reason });
+    }
+    if !accepted.is_empty() {
+        match ingest.appender.append(&accepted).await {
+            Ok(appended) => {
+                let m = metrics();
+                m.ingest_accepted.inc_by(accepted.len() as u64);
+                m.ingest_duplicates.inc_by(accepted.len() as u64 - appended);
+            }
+            Err(e) => return redis_failed(&e),
+        }
+    }
+    let answer = Answer {
+        accepted: accepted.len(),
+        refused,
+    };
+    let body = serde_json::to_string(&answer).expect("the answer is JSON");
+    server::respond(StatusCode::ACCEPTED, JSON, body)
+}
+
+/// 503 for a Redis that could not be reached or answered (resend), 500 for
+/// one that refused (a permission: the operator must act).
+fn redis_failed(e: &redis::RedisError) -> Resp {
+    let (class, _) = crate::store::connect::classify(e);
+    if class == ErrorClass::Fatal || e.code().is_some_and(|c| c == "NOPERM") {
+        tracing::error!(error = %crate::store::connect::first_cause(e), "Redis refused ingest's hits");
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Redis refused the hits (see ingest's log)",
+        );
+    }
+    tracing::debug!(error = %e, "Redis unavailable for ingest");
+    let mut resp = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Redis is unavailable: send again",
+    );
+    resp.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
+/// How a content type lays out hits; `None` for one not taken.
+fn layout(content_type: Option<&str>) -> Option<Layout> {
+    let media = content_type?.split(';').next()?.trim().to_ascii_lowercase();
+    match media.as_str() {
+        "application/json" | "text/plain" => Some(Layout::Json),
+        "application/x-ndjson" => Some(Layout::Ndjson),
+        _ => None,
+    }
+}
+
+/// Whether the request carries one of `tokens` as its bearer token (any
+/// request does when there are none).
+fn authorized(req: &Request<Incoming>, tokens: &[String]) -> bool {
+    if tokens.is_empty() {
+        return true;
+    }
+    // The scheme's name is case-insensitive (RFC 9110).
+    let given = header(req, AUTHORIZATION)
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token);
+    given.is_some_and(|given| {
+        tokens
+            .iter()
+            .any(|t| same(t.as_bytes(), given.trim().as_bytes()))
+    })
+}
+
+/// Byte equality in a time that depends on the lengths only, so a token
+/// cannot be guessed a byte at a time from the answers' timing.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn header(req: &Request<Incoming>, name: hyper::header::HeaderName) -> Option<&str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A refusal: `{"error": why}`.
+fn error(status: StatusCode, why: &str) -> Resp {
+    let body = serde_json::json!({ "error": why }).to_string();
+    server::respond(status, JSON, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types() {
+        assert_eq!(layout(Some("application/json")), Some(Layout::Json));
+        assert_eq!(
+            layout(Some("Application/JSON; charset=utf-8")),
+            Some(Layout::Json)
+        );
+        assert_eq!(layout(Some("text/plain;charset=UTF-8")), Some(Layout::Json));
+        assert_eq!(layout(Some("application/x-ndjson")), Some(Layout::Ndjson));
+        for bad in [
+            None,
+            Some(""),
+            Some("application/xml"),
+            Some("multipart/form-data"),
+        ] {
+            assert_eq!(layout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same(b"secret", b"secret"));
+        assert!(!same(b"secret", b"secreT"));
+        assert!(!same(b"secret", b"secret2"));
+        assert!(!same(b"", b"x"));
+    }
+}

@@ -1,0 +1,209 @@
+//! StatsD in `hitcount ingest` (`HITCOUNT_STATSD_LISTEN`; empty, the
+//! default, is off): UDP datagrams and TCP streams of StatsD lines on one
+//! address, each line read by [`crate::model::statsd`] and its hit handed
+//! to the [`Producer`], which appends it exactly once (its numbered
+//! batches survive a lost reply).
+//!
+//! UDP is lossy by nature: what was received is counted once, and what was
+//! not is measured. Two places drop: the socket's receive buffer, when
+//! ingest reads too slowly (the kernel's count for this socket, from
+//! `/proc/net/udp`, in `hitcount_statsd_dropped_total{where="socket"}`),
+//! and the producer's bounded buffer while Redis is slow or away
+//! (`where="queue"`). Lines of a type hitcount does not count are counted
+//! by type (`hitcount_statsd_lines_ignored_total`), bad lines by reason
+//! (`hitcount_statsd_lines_refused_total`), hits taken in
+//! `hitcount_statsd_hits_total`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt as _;
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::Semaphore;
+
+use crate::model::metrics::metrics;
+use crate::model::shutdown::Shutdown;
+use crate::model::statsd::{self, Line};
+use crate::service::producer::Producer;
+
+/// Largest datagram (and longest line on TCP): UDP's own bound.
+const MAX_PACKET: usize = 65_536;
+/// TCP connections served at once; more wait to be accepted.
+const MAX_TCP: usize = 256;
+/// How often the socket's drops are read from the kernel.
+const DROPS_EVERY: Duration = Duration::from_secs(1);
+
+/// Takes StatsD lines on `udp` and `tcp` (bound to one address) until
+/// `stop` is triggered, each hit through `producer`.
+pub(crate) async fn serve(
+    udp: UdpSocket,
+    tcp: TcpListener,
+    producer: Producer,
+    mut stop: Shutdown,
+) -> std::io::Result<()> {
+    let producer = Arc::new(producer);
+    let drops = tokio::spawn(watch_drops(socket_inode(&udp), stop.clone()));
+    let streams = tokio::spawn(accept(tcp, producer.clone(), stop.clone()));
+    let mut buf = vec![0u8; MAX_PACKET];
+    loop {
+        let n = tokio::select! {
+            () = stop.wait() => break,
+            got = udp.recv_from(&mut buf) => match got {
+                Ok((n, _)) => n,
+                Err(e) => {
+                    tracing::debug!(error = %e, "statsd receive failed");
+                    continue;
+                }
+            },
+        };
+        take(&buf[..n], &producer);
+    }
+    streams.abort();
+    drops.abort();
+    Ok(())
+}
+
+/// Accepts TCP connections, each read line by line.
+async fn accept(tcp: TcpListener, producer: Arc<Producer>, mut stop: Shutdown) {
+    let slots = Arc::new(Semaphore::new(MAX_TCP));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, _) = tokio::select! {
+            () = stop.wait() => return,
+            got = tcp.accept() => match got {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::debug!(error = %e, "statsd accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let (producer, stop) = (producer.clone(), stop.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            read_stream(stream, &producer, stop).await;
+        });
+    }
+}
+
+/// One TCP stream's lines, until it ends, sends a line longer than
+/// [`MAX_PACKET`] (counted as `bad_format`, and the stream closed) or
+/// shutdown.
+async fn read_stream(mut stream: TcpStream, producer: &Producer, mut stop: Shutdown) {
+    let mut pending: Vec<u8> = Vec::with_capacity(MAX_PACKET);
+    let mut buf = vec![0u8; MAX_PACKET];
+    loop {
+        let n = tokio::select! {
+            () = stop.wait() => return,
+            got = stream.read(&mut buf) => match got {
+                Ok(0) | Err(_) => 0,
+                Ok(n) => n,
+            },
+        };
+        if n == 0 {
+            // The last line needs no newline.
+            take(&pending, producer);
+            return;
+        }
+        pending.extend_from_slice(&buf[..n]);
+        if let Some(end) = pending.iter().rposition(|&b| b == b'\n') {
+            take(&pending[..end], producer);
+            pending.drain(..=end);
+        }
+        if pending.len() > MAX_PACKET {
+            metrics().statsd_refusal("bad_format");
+            return;
+        }
+    }
+}
+
+/// Every line of `packet`: its hit to the producer, or counted.
+fn take(packet: &[u8], producer: &Producer) {
+    let m = metrics();
+    for line in packet.split(|&b| b == b'\n') {
+        if line.is_empty() || line == b"\r" {
+            continue;
+        }
+        match statsd::read(line) {
+            Ok(Line::Hit(name, count, value)) => {
+                let dropped = producer.stats().dropped.load(Ordering::Relaxed);
+                match value {
+                    Some(v) => producer.observe_at(name, count, None, v),
+                    None => producer.hit_n(name, count),
+                }
+                if producer.stats().dropped.load(Ordering::Relaxed) > dropped {
+                    m.statsd_dropped.with_label_values(&["queue"]).inc();
+                } else {
+                    m.statsd_hits.inc();
+                }
+            }
+            Ok(Line::Ignored(kind)) => m.statsd_ignored.with_label_values(&[kind]).inc(),
+            Err(bad) => m.statsd_refusal(bad.reason()),
+        }
+    }
+}
+
+/// The inode of `udp`'s socket, which names it in `/proc/net/udp`.
+fn socket_inode(udp: &UdpSocket) -> Option<u64> {
+    use std::os::fd::AsRawFd as _;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", udp.as_raw_fd())).ok()?;
+    let link = link.to_str()?;
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// Every [`DROPS_EVERY`], adds what the kernel dropped of this socket's
+/// datagrams since the last look (its buffer full) to the metric.
+async fn watch_drops(inode: Option<u64>, mut stop: Shutdown) {
+    let Some(inode) = inode else {
+        tracing::warn!("cannot find the StatsD socket in /proc: its drops are not measured");
+        return;
+    };
+    let mut seen = kernel_drops(inode).unwrap_or(0);
+    loop {
+        tokio::select! {
+            () = stop.wait() => return,
+            () = tokio::time::sleep(DROPS_EVERY) => {}
+        }
+        if let Some(now) = kernel_drops(inode) {
+            let m = metrics();
+            m.statsd_dropped
+                .with_label_values(&["socket"])
+                .inc_by(now.saturating_sub(seen));
+            seen = now;
+        }
+    }
+}
+
+/// The `drops` column of the socket `inode` in `/proc/net/udp` or `udp6`.
+fn kernel_drops(inode: u64) -> Option<u64> {
+    ["/proc/net/udp", "/proc/net/udp6"]
+        .iter()
+        .find_map(|table| {
+            let text = std::fs::read_to_string(table).ok()?;
+            text.lines().skip(1).find_map(|line| {
+                let cols: Vec<&str> = line.split_whitespace().collect();
+                (cols.get(9)?.parse::<u64>().ok()? == inode).then(|| cols.last()?.parse().ok())?
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel names this process' own socket, with its drops.
+    #[tokio::test]
+    async fn the_kernel_counts_this_sockets_drops() {
+        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let inode = socket_inode(&udp).expect("a socket inode");
+        assert_eq!(kernel_drops(inode), Some(0));
+        assert_eq!(kernel_drops(u64::MAX), None);
+    }
+}

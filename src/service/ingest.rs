@@ -1,0 +1,127 @@
+//! How `hitcount ingest` appends the hits a request brought: to the shard
+//! [`Keys::shard_of_name`] picks for each name (as the Rust producer
+//! does), one `ingest.lua` call per chunk of a shard's hits, each hit that
+//! carries an `id` at most once within the de-duplication horizon. The
+//! request is answered only when this returns: Redis holds its hits.
+//!
+//! A call is never retried once Redis may have run it (its reply lost):
+//! the client is told Redis was unavailable and resends; the hits it gave
+//! ids are then appended once, the others may be counted twice, which is
+//! what ids are for. A `NOSCRIPT` (Redis restarted) is retried at once
+//! after loading the scripts: the call did not run.
+
+use std::time::Duration;
+
+use redis::RedisError;
+
+use crate::model::config::{LayoutArgs, StreamArgs};
+use crate::model::event::json::JsonHit;
+use crate::model::keys::Keys;
+use crate::store::connect::{Client, Conn};
+use crate::store::scripts::{load_all, INGEST};
+
+/// Hits per script call: as the producer's batches, about 1.5 µs of Redis
+/// time each, so one call stays well under a millisecond.
+const CHUNK: usize = 250;
+/// Time allowed for one Redis reply.
+const REDIS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Appends hits to the stream's shards on one shared connection.
+pub(crate) struct Appender {
+    client: Client,
+    conn: tokio::sync::Mutex<Option<Conn>>,
+    shards: Vec<Keys>,
+    /// How long an id is remembered, in seconds.
+    horizon_secs: u64,
+}
+
+impl Appender {
+    /// An appender to `stream`'s shards (connected on first use, again
+    /// after a connection error), remembering ids for `horizon_secs`.
+    pub(crate) fn new(client: Client, stream: &StreamArgs, horizon_secs: u64) -> Appender {
+        Appender {
+            client,
+            conn: tokio::sync::Mutex::new(None),
+            shards: Keys::all_shards(&LayoutArgs::default(), stream, false),
+            horizon_secs,
+        }
+    }
+
+    /// The shared connection, opened now (scripts loaded) if there is none.
+    async fn conn(&self) -> Result<Conn, RedisError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let mut c = self.client.open(REDIS_TIMEOUT).await?;
+        load_all(&mut c).await?;
+        Ok(slot.insert(c).clone())
+    }
+
+    /// Connects (loading the scripts) and pings: what `ingest` checks at
+    /// start and its readiness probe asks.
+    pub(crate) async fn check(&self) -> Result<(), RedisError> {
+        let result = async {
+            let mut conn = self.conn().await?;
+            redis::cmd("PING").query_async::<()>(&mut conn).await
+        }
+        .await;
+        self.failed_if(&result).await;
+        result
+    }
+
+    /// Appends `hits`; the number appended (hits whose id was seen within
+    /// the horizon are not appended again). Hits of one shard keep their
+    /// order.
+    pub(crate) async fn append(&self, hits: &[&JsonHit]) -> Result<u64, RedisError> {
+        let mut by_shard: Vec<Vec<&JsonHit>> = vec![Vec::new(); self.shards.len()];
+        for hit in hits {
+            let k = Keys::shard_of_name(&hit.name, self.shards.len() as u32);
+            by_shard[k as usize].push(hit);
+        }
+        let mut appended = 0;
+        for (keys, hits) in self.shards.iter().zip(&by_shard) {
+            for chunk in hits.chunks(CHUNK) {
+                let result = self.call(keys, chunk).await;
+                self.failed_if(&result).await;
+                appended += result?;
+            }
+        }
+        Ok(appended)
+    }
+
+    /// One chunk of one shard, retried once after a `NOSCRIPT`.
+    async fn call(&self, keys: &Keys, hits: &[&JsonHit]) -> Result<u64, RedisError> {
+        let mut cmd_keys = vec![keys.stream.clone()];
+        let mut args: Vec<Vec<u8>> = vec![self.horizon_secs.to_string().into_bytes()];
+        for hit in hits {
+            let slot = match &hit.id {
+                Some(id) => {
+                    cmd_keys.push(keys.ingest_id(id));
+                    cmd_keys.len()
+                }
+                None => 0,
+            };
+            args.push(slot.to_string().into_bytes());
+            args.push(hit.event());
+        }
+        let mut cmd = INGEST.evalsha(cmd_keys.len());
+        cmd.arg(&cmd_keys).arg(&args);
+        let mut conn = self.conn().await?;
+        match cmd.query_async(&mut conn).await {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                load_all(&mut conn).await?;
+                cmd.query_async(&mut conn).await
+            }
+            result => result,
+        }
+    }
+
+    /// Forgets the connection after an error that was not Redis' answer
+    /// (it may be broken), so the next call connects again.
+    async fn failed_if<T>(&self, result: &Result<T, RedisError>) {
+        if result.as_ref().is_err_and(|e| e.code().is_none()) {
+            *self.conn.lock().await = None;
+        }
+    }
+}

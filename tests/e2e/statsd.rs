@@ -1,0 +1,105 @@
+//! StatsD into `hitcount ingest` through a real UDP socket (and a TCP
+//! stream), the real binary against a real redis-server and a real worker:
+//! every type, sample rates, several lines a packet and malformed lines;
+//! the counts and the statistics exact, ignored and refused lines counted
+//! by type and reason, no drop.
+
+use std::io::Write as _;
+use std::net::{TcpStream, UdpSocket};
+use std::time::Duration;
+
+use crate::common::bin::{counted, free_addr, http_get, metric_value, start_ingest, start_worker};
+use crate::common::stats::summary;
+use crate::common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statsd_lines_of_every_type_count_exactly() {
+    let srv = server();
+    let url = srv.url();
+    let mut admin = conn(&url).await;
+    let statsd = free_addr();
+    let (mut ingest, addr) = start_ingest(&url, &["--statsd-listen", &statsd]);
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for packet in [
+        // Counters, with rates: 1 + 2/0.5 + round(1/0.4) = 1 + 4 + 3.
+        "page.a:1|c\npage.a:2|c|@0.5\npage.a:1|c|@0.4",
+        // Timers: one of 10, and round(1/0.5) = 2 of 30.
+        "api.t:10|ms\r\napi.t:30|ms|@0.5\n",
+        // A histogram and a distribution with DogStatsD tags.
+        "h.x:5|h\nd.x:-2.5|d|#env:prod,region:eu",
+        // Types not counted.
+        "gauge:3|g\nset:alice|s\nodd:1|kv",
+        // Malformed lines, each with its reason, beside a good one.
+        "nocolon\nbad:x|c\nbad:1|c|@2\n:1|c\nneg:-1|c\nlate:1|c\n",
+    ] {
+        udp.send_to(packet.as_bytes(), &statsd).unwrap();
+    }
+    // TCP: lines over a stream, the last one without a newline.
+    let mut tcp = TcpStream::connect(&statsd).unwrap();
+    tcp.write_all(b"tcp.a:5|c\ntcp.a:").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    tcp.write_all(b"1|c").unwrap();
+    drop(tcp);
+
+    let hits = |body: &str| metric_value(body, "hitcount_statsd_hits_total");
+    eventually!(30, "every StatsD hit taken", {
+        http_get(&addr, "/metrics").and_then(|(_, b)| hits(&b)) == Some(10.0)
+    });
+    let listen = free_addr();
+    let mut worker = start_worker(&url, "w", &listen, &[]);
+    eventually!(60, "every hit counted", {
+        counted(&mut admin, "page.a").await == 8 && counted(&mut admin, "tcp.a").await == 6
+    });
+    eventually!(30, "the statistics written", {
+        summary(&mut admin, "api.t").await.0 == 3.0
+    });
+    assert_eq!(counted(&mut admin, "page.a").await, 8);
+    assert_eq!(counted(&mut admin, "api.t").await, 3);
+    assert_eq!(counted(&mut admin, "h.x").await, 1);
+    assert_eq!(counted(&mut admin, "d.x").await, 1);
+    assert_eq!(counted(&mut admin, "late").await, 1);
+    assert_eq!(counted(&mut admin, "tcp.a").await, 6);
+    for ignored in ["gauge", "set", "odd", "bad", "neg"] {
+        assert_eq!(counted(&mut admin, ignored).await, 0, "{ignored}");
+    }
+    assert_eq!(summary(&mut admin, "api.t").await, (3.0, 70.0, 10.0, 30.0));
+    assert_eq!(summary(&mut admin, "h.x").await, (1.0, 5.0, 5.0, 5.0));
+    assert_eq!(summary(&mut admin, "d.x").await, (1.0, -2.5, -2.5, -2.5));
+    let (_, body) = http_get(&addr, "/metrics").unwrap();
+    for (series, want) in [
+        ("hitcount_statsd_lines_ignored_total{type=\"g\"}", 1.0),
+        ("hitcount_statsd_lines_ignored_total{type=\"s\"}", 1.0),
+        ("hitcount_statsd_lines_ignored_total{type=\"other\"}", 1.0),
+        (
+            "hitcount_statsd_lines_refused_total{reason=\"bad_format\"}",
+            1.0,
+        ),
+        (
+            "hitcount_statsd_lines_refused_total{reason=\"bad_value\"}",
+            1.0,
+        ),
+        (
+            "hitcount_statsd_lines_refused_total{reason=\"bad_rate\"}",
+            1.0,
+        ),
+        (
+            "hitcount_statsd_lines_refused_total{reason=\"empty_name\"}",
+            1.0,
+        ),
+        (
+            "hitcount_statsd_lines_refused_total{reason=\"bad_count\"}",
+            1.0,
+        ),
+        ("hitcount_statsd_dropped_total{where=\"socket\"}", 0.0),
+        ("hitcount_statsd_dropped_total{where=\"queue\"}", 0.0),
+    ] {
+        assert_eq!(metric_value(&body, series), Some(want), "{series}");
+    }
+    assert!(dead_letters(&mut admin).await.is_empty());
+    assert!(worker.terminate(Duration::from_secs(30)).success());
+    assert!(
+        ingest.terminate(Duration::from_secs(15)).success(),
+        "{}",
+        ingest.stderr()
+    );
+}

@@ -41,6 +41,8 @@
 //!    │       pass_report.rs what a cleaner pass did
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
 //!    │       memory_watch.rs Redis' maxmemory-policy, checked every minute
+//!    │       import/        `import`: a file's lines in batches (batch.rs), each appended
+//!    │                      with the file's progress, so every line counts once
 //!    │       shard_spread.rs which master serves which shards, the slots to move
 //!    │                      (status.rs, shard_spread.rs gather: no text on this floor)
 //!    │       ranking.rs     `top`: one cached ranking scan per (order, precision, bucket)
@@ -61,6 +63,7 @@
 //!    │       topology.rs    a cluster's masters and their slots (CLUSTER SLOTS)
 //!    ▼
 //!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  carry.rs  keys.rs  known.rs  slots.rs
+//!            access_log.rs (a web server's log line, read as a hit; name templates)
 //!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
 //!            register.rs)  shutdown.rs  clock.rs  ids.rs (entry ids, compact)  no Redis here

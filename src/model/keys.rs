@@ -264,6 +264,13 @@ impl Keys {
         format!("{}:hc:producer:{id}", slot_tagged(&self.stream))
     }
 
+    /// STRING `BYTES:LINES`: how far `hitcount import` got through the file
+    /// identified by `file` (hex), in this shard's slot so that one script
+    /// appends a batch of its hits and moves it on (expires).
+    pub fn import_progress(&self, file: &str) -> String {
+        format!("{}:hc:import:{file}", slot_tagged(&self.stream))
+    }
+
     /// ZSET worker → expiry (ms): the live workers sharing the shards. One
     /// key for every shard (in the unsharded stream name's slot).
     pub fn members(&self) -> String {

@@ -80,6 +80,8 @@ scripts! {
     CLAIM = "claim.lua";
     /// Append a producer's batch at most once.
     PRODUCE = "produce.lua";
+    /// Append a batch of an imported file's hits with the file's progress.
+    IMPORT = "import.lua";
     /// Read own pending entries without counting deliveries.
     PENDING = "pending.lua";
     /// Remove consumers that are gone and own nothing.

@@ -62,7 +62,7 @@
 //!    │       scan.rs        SCAN over one node or every master of a cluster
 //!    │       topology.rs    a cluster's masters and their slots (CLUSTER SLOTS)
 //!    ▼
-//!  model/    event/ (msgpack.rs, plain.rs, reader.rs)  aggregate.rs  carry.rs  keys.rs  known.rs  slots.rs
+//!  model/    event/ (msgpack.rs, plain.rs, reader.rs, json.rs)  aggregate.rs  carry.rs  keys.rs  known.rs  slots.rs
 //!            access_log.rs (a web server's log line, read as a hit; name templates)
 //!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,

@@ -56,8 +56,16 @@
 //! One file per part: this one holds the [`Hit`], the limits, the [`Reject`]
 //! reasons, the [`decode`] entry point and the checks both forms share;
 //! `msgpack` reads and writes the `hit` field's map (and `reader` is its
-//! bounds-checked MessagePack cursor); `plain` reads the plain fields.
+//! bounds-checked MessagePack cursor); `plain` reads the plain fields;
+//! `json` reads the JSON hit HTTP clients and files send, judged as the
+//! MessagePack map it spells.
 
+#[cfg(feature = "cli")]
+#[allow(
+    dead_code,
+    reason = "read by `ingest` and `import`, which come after it"
+)]
+pub(crate) mod json;
 mod msgpack;
 mod plain;
 mod reader;

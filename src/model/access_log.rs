@@ -83,12 +83,11 @@ pub(crate) fn parse(line: &[u8], format: Format) -> Result<Request<'_>, LineReje
                 .iter()
                 .rposition(|&b| b == b' ')
                 .ok_or(LineReject::NotCombined)?;
-            let secs = std::str::from_utf8(&line[cut + 1..])
+            let ms = std::str::from_utf8(&line[cut + 1..])
                 .ok()
-                .and_then(|t| t.parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s >= 0.0)
+                .and_then(seconds_as_ms)
                 .ok_or(LineReject::BadRequestTime)?;
-            (&line[..cut], Some(secs * 1000.0))
+            (&line[..cut], Some(ms))
         }
     };
     let open = memchr(b'[', line).ok_or(LineReject::NotCombined)?;
@@ -114,6 +113,19 @@ pub(crate) fn parse(line: &[u8], format: Format) -> Result<Request<'_>, LineReje
         status,
         value,
     })
+}
+
+/// Seconds written as `S[.FFF…]` (nginx's `$request_time`) in ms, the
+/// decimal point moved rather than multiplied, so that `0.125` is exactly
+/// 125; `None` unless it is such a number.
+fn seconds_as_ms(text: &str) -> Option<f64> {
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() || !digits(int) || !digits(frac) {
+        return None;
+    }
+    let (ms, rest) = frac.split_at(frac.len().min(3));
+    format!("{int}{ms:0<3}.{rest}").parse().ok()
 }
 
 /// The position of the first `"` in `s` that no backslash escapes.
@@ -364,6 +376,16 @@ mod tests {
             parse(&line, Format::CombinedTime).unwrap().value,
             Some(250.0)
         );
+        for (text, ms) in [
+            ("1.234", Some(1234.0)),
+            ("0.0005", Some(0.5)),
+            ("7", Some(7000.0)),
+        ] {
+            assert_eq!(seconds_as_ms(text), ms, "{text}");
+        }
+        for bad in ["", ".5", "1e3", "-1", "1.2.3", "nan"] {
+            assert_eq!(seconds_as_ms(bad), None, "{bad}");
+        }
         assert_eq!(
             parse(LINE, Format::CombinedTime),
             Err(LineReject::BadRequestTime)

@@ -18,6 +18,7 @@ mod cli;
 mod core;
 mod dashboard;
 mod faults;
+mod import;
 mod leader;
 mod logs;
 mod newcomer;

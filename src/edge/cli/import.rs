@@ -31,15 +31,17 @@ const READ_BUFFER: usize = 1 << 20;
 pub(crate) struct Args {
     /// How the lines are written: `combined` (nginx's and Apache's, or
     /// Apache's `common`), `combined-time` (nginx's combined with
-    /// `$request_time` appended: the hit's value is that time in ms).
+    /// `$request_time` appended: the hit's value is that time in ms), or
+    /// `ndjson` (one JSON hit a line: {"name", "count", "ts", "value"}, as
+    /// `POST /api/v1/hits` takes them).
     #[arg(long, value_enum, default_value_t = FormatArg::Combined)]
     format: FormatArg,
-    /// The counter's name of a request: text with `{path}` (the path
-    /// without its query string), `{method}`, `{host}` (of an absolute
-    /// request URI; a line without one is refused as no_host) and
-    /// `{status}`, e.g. `{method}:{path}`.
-    #[arg(long, default_value = DEFAULT_TEMPLATE, value_parser = Template::parse)]
-    name_template: Template,
+    /// The counter's name of a request in an access log: text with
+    /// `{path}` (the path without its query string; the default),
+    /// `{method}`, `{host}` (of an absolute request URI; a line without
+    /// one is refused as no_host) and `{status}`, e.g. `{method}:{path}`.
+    #[arg(long, value_parser = Template::parse)]
+    name_template: Option<Template>,
     /// Files to import, plain or gzipped. Each is imported once: a file
     /// imported before goes on where that import stopped.
     #[arg(required = true, value_name = "FILE")]
@@ -64,6 +66,8 @@ enum FormatArg {
     Combined,
     #[allow(missing_docs)]
     CombinedTime,
+    #[allow(missing_docs)]
+    Ndjson,
 }
 
 /// An opened file: its identity, its lines, its size on disk and how much
@@ -90,9 +94,17 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     crate::store::scripts::load_all(&mut conn).await?;
     let mut clock = crate::store::time::RedisClock::default();
     let ttl = import::progress_ttl_secs(&args.common.layout);
+    let template = args.name_template.clone();
+    let template = || template.clone().unwrap_or_else(default_template);
     let format = match args.format {
-        FormatArg::Combined => access_log::Format::Combined,
-        FormatArg::CombinedTime => access_log::Format::CombinedTime,
+        FormatArg::Combined => LineFormat::AccessLog(access_log::Format::Combined, template()),
+        FormatArg::CombinedTime => {
+            LineFormat::AccessLog(access_log::Format::CombinedTime, template())
+        }
+        FormatArg::Ndjson if args.name_template.is_some() => anyhow::bail!(
+            "--name-template names the requests of an access log; an NDJSON hit has its name"
+        ),
+        FormatArg::Ndjson => LineFormat::Ndjson,
     };
     let mut total = Tally::default();
     for path in &args.files {
@@ -107,7 +119,6 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         );
         let bar = bar(opened.size, &shown.to_string());
         let read = opened.read.clone();
-        let line_format = LineFormat::AccessLog(format, args.name_template.clone());
         let clock_ms = clock.now_ms(&mut conn).await?;
         let tally = import::import(
             &mut conn,
@@ -115,7 +126,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
             &opened.id,
             opened.reader,
             opened.len,
-            line_format,
+            format.clone(),
             clock_ms,
             ttl,
             |_| bar.set_position(read.load(Relaxed)),
@@ -144,6 +155,11 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         outln!("all {} files: {}", args.files.len(), summary(&total));
     }
     Ok(())
+}
+
+/// `{path}`.
+fn default_template() -> Template {
+    Template::parse(DEFAULT_TEMPLATE).expect("the default template is one")
 }
 
 /// One line for what an import did.

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{self, BufRead};
 
 use crate::model::access_log::{self, LineReject, Template};
-use crate::model::event::{self, Reject, MAX_FUTURE_MS};
+use crate::model::event::{self, json, Reject, MAX_COUNT, MAX_FUTURE_MS};
 
 /// Most events in one batch (one script): about 1.5 µs of Redis each,
 /// so a script stays near a millisecond and never stalls other clients.
@@ -33,6 +33,10 @@ const EXAMPLE_BYTES: usize = 120;
 pub(crate) enum LineFormat {
     /// An access log, with the template that names its requests.
     AccessLog(access_log::Format, Template),
+    /// One JSON hit a line (`{"name", "count", "ts", "value"}`), read as
+    /// `hitcount ingest` reads one ([`json::read_line`]); a blank line is
+    /// refused as `blank_line`.
+    Ndjson,
 }
 
 /// One refused line, for the report.
@@ -111,22 +115,25 @@ impl Batch {
         }
     }
 
-    fn add(&mut self, name: &str, ts_ms: i64, value: Option<f64>) {
+    /// Adds the hit of one line: summed with the last one of its name
+    /// when it has the same time, no value, and the sum stays a valid count.
+    fn add(&mut self, name: &str, count: i64, ts_ms: Option<i64>, value: Option<f64>) {
         self.counted += 1;
-        if let Some(v) = value {
+        let (Some(ts_ms), None) = (ts_ms, value) else {
             self.pending += 1;
-            let ts = Some(ts_ms as f64 / 1000.0);
-            self.events.push(event::encode_value(name, 1, ts, Some(v)));
+            let ts = ts_ms.map(|t| t as f64 / 1000.0);
+            self.events
+                .push(event::encode_value(name, count, ts, value));
             return;
-        }
+        };
         let times = match self.sums.get_mut(name) {
             Some(times) => times,
             None => self.sums.entry(name.to_string()).or_default(),
         };
         match times.last_mut() {
-            Some((t, n)) if *t == ts_ms => *n += 1,
+            Some((t, n)) if *t == ts_ms && *n <= MAX_COUNT - count => *n += count,
             _ => {
-                times.push((ts_ms, 1));
+                times.push((ts_ms, count));
                 self.pending += 1;
             }
         }
@@ -150,8 +157,8 @@ pub(super) struct Lines<R> {
     reader: R,
     format: LineFormat,
     at: Progress,
-    /// Latest time accepted (ms): Redis' clock a day ahead, as the worker.
-    latest_ms: i64,
+    /// Redis' clock when the import began (ms): lines are judged by it.
+    clock_ms: i64,
     line: Vec<u8>,
     name: Vec<u8>,
     examples_left: usize,
@@ -165,7 +172,7 @@ impl<R: BufRead> Lines<R> {
             reader,
             format,
             at,
-            latest_ms: clock_ms.saturating_add(MAX_FUTURE_MS),
+            clock_ms,
             line: Vec::new(),
             name: Vec::new(),
             examples_left: MAX_EXAMPLES,
@@ -183,9 +190,9 @@ impl<R: BufRead> Lines<R> {
             batch.to.lines += 1;
             let line = std::mem::take(&mut self.line);
             match self.hit(&line, too_long) {
-                Ok((ts_ms, value)) => {
+                Ok((count, ts_ms, value)) => {
                     let name = std::str::from_utf8(&self.name).unwrap_or_default();
-                    batch.add(name, ts_ms, value);
+                    batch.add(name, count, ts_ms, value);
                 }
                 Err(why) => batch.refuse(why.reason(), &line, &mut self.examples_left),
             }
@@ -195,31 +202,46 @@ impl<R: BufRead> Lines<R> {
         Ok((batch.to != batch.from).then(|| batch.seal()))
     }
 
-    /// The hit of one line: its name in `self.name`, its time and value.
-    fn hit(&mut self, line: &[u8], too_long: bool) -> Result<(i64, Option<f64>), Refusal> {
+    /// The hit of one line: its name in `self.name`, its count, time (ms,
+    /// when stated) and value.
+    fn hit(&mut self, line: &[u8], too_long: bool) -> Result<LineHit, Refusal> {
         if too_long {
             return Err(Refusal::LineTooLong);
         }
-        let LineFormat::AccessLog(format, template) = &self.format;
-        let request = access_log::parse(line, *format)?;
+        let (format, template) = match &self.format {
+            LineFormat::AccessLog(format, template) => (*format, template),
+            LineFormat::Ndjson if line.trim_ascii().is_empty() => return Err(Refusal::BlankLine),
+            LineFormat::Ndjson => {
+                let hit = json::read_line(line, self.clock_ms).map_err(Refusal::Json)?;
+                self.name.clear();
+                self.name.extend_from_slice(hit.name.as_bytes());
+                return Ok((hit.count, hit.ts_ms, hit.value));
+            }
+        };
+        let request = access_log::parse(line, format)?;
         template.render(&request, &mut self.name)?;
         let ts_ms = request
             .ts_s
             .checked_mul(1000)
             .filter(|t| *t >= 0)
             .ok_or(LineReject::Hit(Reject::BadTimestamp))?;
-        if ts_ms > self.latest_ms {
+        if ts_ms > self.clock_ms.saturating_add(MAX_FUTURE_MS) {
             return Err(LineReject::Hit(Reject::FutureTimestamp).into());
         }
-        Ok((ts_ms, request.value))
+        Ok((1, Some(ts_ms), request.value))
     }
 }
+
+/// A line's hit: its count, its time (unix ms) when it states one, its value.
+type LineHit = (i64, Option<i64>, Option<f64>);
 
 /// Why a line made no hit.
 #[derive(Debug, Clone, Copy)]
 enum Refusal {
     LineTooLong,
+    BlankLine,
     Line(LineReject),
+    Json(json::Refusal),
 }
 
 impl From<LineReject> for Refusal {
@@ -232,7 +254,9 @@ impl Refusal {
     fn reason(self) -> &'static str {
         match self {
             Refusal::LineTooLong => "line_too_long",
+            Refusal::BlankLine => "blank_line",
             Refusal::Line(r) => r.reason(),
+            Refusal::Json(r) => r.reason(),
         }
     }
 }
@@ -301,22 +325,13 @@ mod tests {
         .concat();
         let batch = lines(text.as_bytes()).next_batch().unwrap().unwrap();
         assert_eq!((batch.counted, batch.events.len()), (4, 3));
-        let mut hits: Vec<(String, i64, i64)> = batch
-            .events
-            .iter()
-            .map(|e| {
-                let hit = event::decode(b"1800000000000-0", [(&b"hit"[..], &e[..])]).unwrap();
-                (hit.name.to_string(), hit.count, hit.ts_ms)
-            })
-            .collect();
-        hits.sort();
         let ts = 1_602_338_136_000;
         assert_eq!(
-            hits,
+            decoded(&batch),
             [
-                ("/a".into(), 1, ts + 1000),
-                ("/a".into(), 2, ts),
-                ("/b".into(), 1, ts)
+                ("/a".into(), 1, ts + 1000, None),
+                ("/a".into(), 2, ts, None),
+                ("/b".into(), 1, ts, None)
             ]
         );
         assert_eq!(
@@ -362,6 +377,76 @@ mod tests {
         assert_eq!(batch.examples[1].text.len(), EXAMPLE_BYTES);
         assert_eq!(batch.to.bytes, text.len() as u64);
         assert!(lines.next_batch().unwrap().is_none());
+    }
+
+    /// Each event of a batch as (name, count, ts_ms, value), sorted.
+    fn decoded(batch: &Batch) -> Vec<(String, i64, i64, Option<f64>)> {
+        let mut hits: Vec<_> = batch
+            .events
+            .iter()
+            .map(|e| {
+                let hit = event::decode(b"1800000000000-0", [(&b"hit"[..], &e[..])]).unwrap();
+                (hit.name.to_string(), hit.count, hit.ts_ms, hit.value)
+            })
+            .collect();
+        hits.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        hits
+    }
+
+    #[test]
+    fn ndjson_lines_are_hits_as_ingest_reads_them() {
+        let text = concat!(
+            "{\"name\":\"a\",\"ts\":1700000000,\"count\":999999999}\n",
+            "{\"name\":\"a\",\"ts\":1700000000.5,\"count\":2}\n",
+            "{\"name\":\"a\",\"ts\":1700000000.5}\n",
+            "{\"name\":\"b\",\"ts\":1700000000,\"value\":2.5}\n",
+            "\n{\"name\":\"\"}\nnot json\n{\"name\":\"a\",\"count\":2.0}\n",
+        );
+        let mut lines = Lines::new(
+            text.as_bytes(),
+            LineFormat::Ndjson,
+            Progress::default(),
+            1_800_000_000_000,
+        );
+        let batch = lines.next_batch().unwrap().unwrap();
+        let ts = 1_700_000_000_000;
+        assert_eq!(
+            decoded(&batch),
+            [
+                ("a".into(), 3, ts + 500, None),
+                ("a".into(), 999_999_999, ts, None),
+                ("b".into(), 1, ts, Some(2.5)),
+            ]
+        );
+        let refused: Vec<_> = batch.refused.iter().map(|(r, n)| (*r, *n)).collect();
+        assert_eq!(
+            refused,
+            [
+                ("bad_count", 1),
+                ("bad_json", 1),
+                ("blank_line", 1),
+                ("empty_name", 1)
+            ]
+        );
+        // A hit with no ts keeps none: Redis' time of its entry is its time.
+        let mut lines = Lines::new(
+            &b"{\"name\":\"c\"}"[..],
+            LineFormat::Ndjson,
+            Progress::default(),
+            1_800_000_000_000,
+        );
+        let batch = lines.next_batch().unwrap().unwrap();
+        assert_eq!(decoded(&batch), [("c".into(), 1, 1_800_000_000_000, None)]);
+    }
+
+    #[test]
+    fn sums_stay_valid_counts() {
+        let mut batch = Batch::default();
+        batch.add("a", MAX_COUNT, Some(0), None);
+        batch.add("a", 1, Some(0), None);
+        batch.add("a", 1, Some(0), None);
+        let counts: Vec<i64> = decoded(&batch.seal()).iter().map(|h| h.1).collect();
+        assert_eq!(counts, [2, MAX_COUNT]);
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!  bench/     the measurement harness: product.rs (`hitcount bench --json`
 //!    │        as a process), seeds.rs, latency.rs, report.rs; on a cluster
 //!    │        scaling.rs, drain.rs, usage.rs, workers.rs, scaling_options.rs,
-//!    │        scaling_report.rs, scaling_verdict.rs (the goals); serve.rs
+//!    │        scaling_report.rs, scaling_verdict.rs (the goals); serve.rs;
+//!    │        import.rs (`hitcount import` of an access log)
 //!    ▼
 //!  kit/       the test kit: a throwaway redis-server (mod.rs, config.rs,
 //!             process.rs), TLS certificates (tls.rs), a local Redis

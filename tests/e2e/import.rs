@@ -24,29 +24,11 @@ use hitcount::store::connect::Conn;
 /// enough for a debug build in well under 30 s.
 const LINES: usize = 300_000;
 
-/// `dd/Mon/yyyy:HH:MM:SS +0200` for unix seconds `t` (the log's local time
-/// two hours ahead of UTC).
-fn log_time(t: i64) -> String {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    // `YYYY-MM-DD HH:MM:SS`
-    let utc = hitcount::store::counters::format_utc(t + 7200);
-    let month: usize = utc[5..7].parse().unwrap();
-    format!(
-        "{}/{}/{}:{} +0200",
-        &utc[8..10],
-        MONTHS[month - 1],
-        &utc[..4],
-        &utc[11..]
-    )
-}
-
 fn combined(t: i64, method: &str, target: &str, status: u16) -> String {
     format!(
         "10.0.0.{} - - [{}] \"{method} {target} HTTP/1.1\" {status} 512 \"-\" \"Mozilla/5.0 (X11; \\\"q\\\")\"",
         t % 250,
-        log_time(t)
+        hitcount_lab::bench::import::log_time(t, 120)
     )
 }
 

@@ -11,11 +11,13 @@
 //! [`workers`]) in Redis CPU per master instead ([`usage`],
 //! [`scaling_report`], judged in [`scaling_verdict`]), as
 //! [`scaling_options`] asks. Apart from those, [`mod@serve`] measures what
-//! `hitcount serve` costs Redis with dashboards open. Every key it writes
+//! `hitcount serve` costs Redis with dashboards open, and [`import`] how
+//! fast `hitcount import` appends an access log. Every key it writes
 //! starts with `bench:`. The helpers here speak plain Redis commands: the
 //! lab uses only the product's public library and its binary.
 
 pub mod drain;
+pub mod import;
 pub mod latency;
 pub mod product;
 pub mod report;

@@ -164,6 +164,9 @@ fn default_template() -> Template {
 
 /// One line for what an import did.
 fn summary(t: &Tally) -> String {
+    if t.lines == 0 && t.at.lines == 0 {
+        return "empty: nothing to import".into();
+    }
     if t.lines == 0 {
         return format!(
             "already imported ({}): nothing added",

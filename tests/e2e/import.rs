@@ -385,12 +385,25 @@ async fn templates_gzip_request_times_and_ndjson() {
             combined(now - 5, "GET", "/", status) + "\n"
         })
         .collect();
-    std::fs::write(path("status.log"), statuses).unwrap();
-    let out = import_ok(
-        &url,
-        &["--name-template", "status:{status}", &path("status.log")],
-    );
+    // Its last line is still being written: left for a later import.
+    let last = combined(now - 5, "GET", "/", 201);
+    let (head, tail) = last.split_at(40);
+    std::fs::write(path("status.log"), statuses + head).unwrap();
+    let by_status = ["--name-template", "status:{status}", &path("status.log")];
+    let out = import_ok(&url, &by_status);
     assert!(out.contains("600 counted in 3 hits written"), "{out}");
+    let held = "its last line has no line end (40 bytes): left for a later import";
+    assert!(out.contains(held), "{out}");
+    // Appended to since: the import goes on where it stopped.
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path("status.log"))
+        .unwrap();
+    writeln!(log, "{tail}\n{}", combined(now - 5, "GET", "/", 201)).unwrap();
+    count(&mut want, "status:201", 2, now - 5, &keep);
+    let out = import_ok(&url, &by_status);
+    let resumed = "resumed after line 600: 2 lines read, 2 counted in 1 hit written, none refused";
+    assert!(out.contains(resumed), "{out}");
 
     // NDJSON hits, with counts, times and values, and bad lines.
     let t = now - 7;

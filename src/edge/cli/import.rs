@@ -134,11 +134,20 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         .await;
         bar.finish_and_clear();
         let tally = tally.map_err(|e| {
-            anyhow::anyhow!(
-                "{shown}: {e}; what was imported is recorded: run the same command again to go on"
-            )
+            let then = match e {
+                import::ImportError::Io(_) => "the lines before are imported and recorded",
+                _ => "what was imported is recorded: run the same command again to go on",
+            };
+            anyhow::anyhow!("{shown}: {e}; {then}")
         })?;
-        outln!("{shown}: {}", summary(&tally));
+        let held_back = match tally.held_back {
+            0 => String::new(),
+            n => format!(
+                "; its last line has no line end ({}): left for a later import",
+                super::plural(n, "byte", "bytes")
+            ),
+        };
+        outln!("{shown}: {}{held_back}", summary(&tally));
         for e in &tally.examples {
             outln!("  line {}: {}: {}", e.line, e.reason, e.text);
         }
@@ -164,7 +173,7 @@ fn default_template() -> Template {
 
 /// One line for what an import did.
 fn summary(t: &Tally) -> String {
-    if t.lines == 0 && t.at.lines == 0 {
+    if t.lines == 0 && t.at.lines == 0 && t.held_back == 0 {
         return "empty: nothing to import".into();
     }
     if t.lines == 0 {

@@ -83,6 +83,8 @@ pub(super) struct Batch {
     pub counted: u64,
     pub refused: BTreeMap<&'static str, u64>,
     pub examples: Vec<Example>,
+    /// Bytes of a last line without a line end, not imported.
+    pub held_back: u64,
     /// Valueless hits by name, then by time (ms) → count.
     sums: HashMap<String, Vec<(i64, i64)>>,
     /// Events of `sums` once written out, and of valued hits.
@@ -162,6 +164,8 @@ pub(super) struct Lines<R> {
     line: Vec<u8>,
     name: Vec<u8>,
     examples_left: usize,
+    /// The end of the file was reached.
+    ended: bool,
 }
 
 impl<R: BufRead> Lines<R> {
@@ -176,16 +180,29 @@ impl<R: BufRead> Lines<R> {
             line: Vec::new(),
             name: Vec::new(),
             examples_left: MAX_EXAMPLES,
+            ended: false,
         }
     }
 
     /// The next batch; `None` at the end of the file.
     pub(super) fn next_batch(&mut self) -> io::Result<Option<Batch>> {
+        if self.ended {
+            return Ok(None);
+        }
         let mut batch = Batch::new(self.at);
         while !batch.full() {
-            let Some((bytes, too_long)) = read_line(&mut self.reader, &mut self.line)? else {
+            let Some((bytes, too_long, ended)) = read_line(&mut self.reader, &mut self.line)?
+            else {
+                self.ended = true;
                 break;
             };
+            if !ended {
+                // A line still being written, or cut off: left for a later
+                // import, which reads it whole.
+                batch.held_back = bytes as u64;
+                self.ended = true;
+                break;
+            }
             batch.to.bytes += bytes as u64;
             batch.to.lines += 1;
             let line = std::mem::take(&mut self.line);
@@ -199,7 +216,8 @@ impl<R: BufRead> Lines<R> {
             self.line = line;
         }
         self.at = batch.to;
-        Ok((batch.to != batch.from).then(|| batch.seal()))
+        let some = batch.to != batch.from || batch.held_back > 0;
+        Ok(some.then(|| batch.seal()))
     }
 
     /// The hit of one line: its name in `self.name`, its count, time (ms,
@@ -262,12 +280,15 @@ impl Refusal {
 }
 
 /// Reads one line into `out` (without `\n` or `\r\n`): the bytes it took
-/// from the reader and whether it was longer than [`MAX_LINE_BYTES`] (then
-/// `out` holds only its start). `None` at the end. A last line without a
-/// line end is a line.
-fn read_line(reader: &mut impl BufRead, out: &mut Vec<u8>) -> io::Result<Option<(usize, bool)>> {
+/// from the reader, whether it was longer than [`MAX_LINE_BYTES`] (then
+/// `out` holds only its start) and whether it ended with `\n` (a last
+/// line may not). `None` at the end.
+fn read_line(
+    reader: &mut impl BufRead,
+    out: &mut Vec<u8>,
+) -> io::Result<Option<(usize, bool, bool)>> {
     out.clear();
-    let (mut taken, mut too_long) = (0, false);
+    let (mut taken, mut too_long, mut ended) = (0, false, false);
     loop {
         let buf = reader.fill_buf()?;
         if buf.is_empty() {
@@ -284,6 +305,7 @@ fn read_line(reader: &mut impl BufRead, out: &mut Vec<u8>) -> io::Result<Option<
         reader.consume(n);
         taken += n;
         if done {
+            ended = true;
             break;
         }
     }
@@ -295,7 +317,7 @@ fn read_line(reader: &mut impl BufRead, out: &mut Vec<u8>) -> io::Result<Option<
             out.pop();
         }
     }
-    Ok(Some((taken, too_long || out.len() > MAX_LINE_BYTES)))
+    Ok(Some((taken, too_long || out.len() > MAX_LINE_BYTES, ended)))
 }
 
 #[cfg(test)]
@@ -350,7 +372,7 @@ mod tests {
             line("/a", "10/Oct/2020:13:55:36"),
             "x".repeat(MAX_LINE_BYTES + 1),
             line("/a", "10/Oct/2099:13:55:36"),
-            "no end"
+            "a line still being written"
         );
         let mut lines = lines(text.as_bytes());
         let batch = lines.next_batch().unwrap().unwrap();
@@ -361,7 +383,7 @@ mod tests {
             [
                 ("future_timestamp", 1),
                 ("line_too_long", 1),
-                ("not_combined", 2)
+                ("not_combined", 1)
             ]
         );
         let numbers: Vec<_> = batch.examples.iter().map(|e| (e.line, e.reason)).collect();
@@ -371,11 +393,19 @@ mod tests {
                 (2, "not_combined"),
                 (3, "line_too_long"),
                 (4, "future_timestamp"),
-                (5, "not_combined")
             ]
         );
         assert_eq!(batch.examples[1].text.len(), EXAMPLE_BYTES);
-        assert_eq!(batch.to.bytes, text.len() as u64);
+        // The last line has no line end: it is left for a later import.
+        let held = "a line still being written".len();
+        assert_eq!(batch.held_back, held as u64);
+        assert_eq!(
+            batch.to,
+            Progress {
+                bytes: (text.len() - held) as u64,
+                lines: 4
+            }
+        );
         assert!(lines.next_batch().unwrap().is_none());
     }
 
@@ -430,7 +460,7 @@ mod tests {
         );
         // A hit with no ts keeps none: Redis' time of its entry is its time.
         let mut lines = Lines::new(
-            &b"{\"name\":\"c\"}"[..],
+            &b"{\"name\":\"c\"}\n"[..],
             LineFormat::Ndjson,
             Progress::default(),
             1_800_000_000_000,

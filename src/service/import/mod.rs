@@ -73,6 +73,9 @@ pub(crate) struct Tally {
     pub events: u64,
     pub refused: BTreeMap<&'static str, u64>,
     pub examples: Vec<Example>,
+    /// Bytes of a last line without a line end (being written, or cut
+    /// off), left for a later import.
+    pub held_back: u64,
 }
 
 /// How long a file's progress is kept after its last batch, in seconds:
@@ -232,5 +235,6 @@ impl Tally {
             *self.refused.entry(reason).or_default() += n;
         }
         self.examples.extend(b.examples);
+        self.held_back = b.held_back;
     }
 }

@@ -12,5 +12,6 @@ mod cluster;
 mod cluster_balance;
 mod cluster_clean;
 mod cluster_harness;
+mod cluster_import;
 mod cluster_one_node;
 mod cluster_worker;

@@ -20,9 +20,9 @@ use hitcount::model::config::DEFAULT_PRECISIONS;
 use hitcount::model::stats::DEFAULT_QUANTILE_PRECISIONS;
 use hitcount::store::connect::Conn;
 
-/// Lines of the killed import: enough that a kill lands mid-file, few
-/// enough for a debug build in well under 30 s.
-const LINES: usize = 300_000;
+/// Lines of the killed import: the million of the goal; a debug build
+/// imports and counts them in about 20 s.
+const LINES: usize = 1_000_000;
 
 fn combined(t: i64, method: &str, target: &str, status: u16) -> String {
     format!(

@@ -453,3 +453,38 @@ async fn templates_gzip_request_times_and_ndjson() {
     st::assert_equal(&st::read(&mut c, &keys(&s)).await, &stats);
     assert!(dead_letters(&mut c).await.is_empty());
 }
+
+/// `hitcount-lab bench --import` times the three imports of a generated
+/// log, checks what each appended, and deletes what it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_import_benchmark_times_each_log_and_cleans_up() {
+    let (_srv, url, mut c, _) = start().await;
+    let args = ["bench", "--redis-url", &url, "--import", "--import-lines"];
+    let out = bin::lab(&[&args[..], &["20000", "--json"]].concat());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}{err}");
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{report:#}");
+    for run in runs {
+        assert_eq!(run["lines"], 20_000, "{report:#}");
+        assert!(run["lines_per_sec"].as_f64().unwrap() > 0.0, "{report:#}");
+    }
+    // Summed per name and second, except with a request time on every line.
+    let entries = |i: usize| runs[i]["entries"].as_u64().unwrap();
+    assert!(
+        entries(0) < 20_000 && entries(0) == entries(1),
+        "{report:#}"
+    );
+    assert_eq!(entries(2), 20_000, "{report:#}");
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(
+        left.iter().all(|k| !k.contains("bench:import:")),
+        "{left:?}"
+    );
+}

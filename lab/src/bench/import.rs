@@ -64,6 +64,9 @@ pub struct ImportReport {
     pub bytes: u64,
     /// Each run.
     pub runs: Vec<Run>,
+    /// Commands the SLOWLOG took over the runs (emptied first): a batch's
+    /// script over its threshold (10 ms on the throwaway server).
+    pub slowlog: u64,
 }
 
 impl ImportReport {
@@ -91,8 +94,9 @@ impl ImportReport {
         format!(
             "`hitcount import` of a {:.0} MB access log, goal {GOAL_LINES_PER_SEC} lines/s\n\n\
              | log | lines | stream entries | s | lines/s | goal |\n\
-             | --- | --: | --: | --: | --: | --- |\n{rows}",
-            self.bytes as f64 / 1e6
+             | --- | --: | --: | --: | --: | --- |\n{rows}\nSLOWLOG entries during the imports: {}\n",
+            self.bytes as f64 / 1e6,
+            self.slowlog
         )
     }
 }
@@ -107,6 +111,10 @@ pub async fn run(opts: &ImportOptions) -> Result<ImportReport, BenchError> {
     let timed = dir.path().join("timed.log");
     let gz = dir.path().join("access.log.gz");
     write_logs(opts.lines, &plain, &timed)?;
+    let _: () = redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async(&mut conn)
+        .await?;
     let status = std::process::Command::new("gzip")
         .args(["-1", "-k"])
         .arg(&plain)
@@ -155,9 +163,14 @@ pub async fn run(opts: &ImportOptions) -> Result<ImportReport, BenchError> {
             lines_per_sec: opts.lines as f64 / seconds,
         });
     }
+    let slowlog: u64 = redis::cmd("SLOWLOG")
+        .arg("LEN")
+        .query_async(&mut conn)
+        .await?;
     super::delete_matching(&mut conn, &format!("{PREFIX}*")).await?;
     super::delete_matching(&mut conn, &format!("{{{PREFIX}*")).await?;
     Ok(ImportReport {
+        slowlog,
         bytes: std::fs::metadata(&plain)?.len(),
         runs: out,
     })

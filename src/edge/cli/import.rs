@@ -73,10 +73,8 @@ enum FormatArg {
 /// An opened file: its identity, its lines, its size on disk and how much
 /// of it has been read.
 struct Opened {
-    id: String,
-    reader: Box<dyn BufRead + Send>,
-    /// The length of its lines' bytes, when known (not gzipped).
-    len: Option<u64>,
+    source: import::Source<Box<dyn BufRead + Send>>,
+    /// Its size on disk.
     size: u64,
     read: Arc<AtomicU64>,
 }
@@ -93,7 +91,6 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let mut conn = super::connect(&args.common.redis).await?;
     crate::store::scripts::load_all(&mut conn).await?;
     let mut clock = crate::store::time::RedisClock::default();
-    let ttl = import::progress_ttl_secs(&args.common.layout);
     let template = args.name_template.clone();
     let template = || template.clone().unwrap_or_else(default_template);
     let format = match args.format {
@@ -106,32 +103,23 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         ),
         FormatArg::Ndjson => LineFormat::Ndjson,
     };
+    let mut settings = import::Settings {
+        format,
+        clock_ms: 0,
+        ttl_secs: import::progress_ttl_secs(&args.common.layout),
+    };
     let mut total = Tally::default();
     for path in &args.files {
         let shown = path.display();
         let opened = open(path).with_context(|| format!("cannot read {shown}"))?;
-        let shard = import::shard_of(&opened.id, args.common.stream.shards);
-        let keys = Keys::shard(
-            &args.common.layout,
-            &args.common.stream,
-            shard,
-            conn.is_cluster(),
-        );
+        let shard = import::shard_of(&opened.source.id, args.common.stream.shards);
+        let (layout, stream) = (&args.common.layout, &args.common.stream);
+        let keys = Keys::shard(layout, stream, shard, conn.is_cluster());
         let bar = bar(opened.size, &shown.to_string());
         let read = opened.read.clone();
-        let clock_ms = clock.now_ms(&mut conn).await?;
-        let tally = import::import(
-            &mut conn,
-            &keys,
-            &opened.id,
-            opened.reader,
-            opened.len,
-            format.clone(),
-            clock_ms,
-            ttl,
-            |_| bar.set_position(read.load(Relaxed)),
-        )
-        .await;
+        settings.clock_ms = clock.now_ms(&mut conn).await?;
+        let shows = |_: &Tally| bar.set_position(read.load(Relaxed));
+        let tally = import::import(&mut conn, &keys, opened.source, &settings, shows).await;
         bar.finish_and_clear();
         let tally = tally.map_err(|e| {
             let then = match e {
@@ -140,28 +128,34 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
             };
             anyhow::anyhow!("{shown}: {e}; {then}")
         })?;
-        let held_back = match tally.held_back {
-            0 => String::new(),
-            n => format!(
-                "; its last line has no line end ({}): left for a later import",
-                super::plural(n, "byte", "bytes")
-            ),
-        };
-        outln!("{shown}: {}{held_back}", summary(&tally));
-        for e in &tally.examples {
-            outln!("  line {}: {}: {}", e.line, e.reason, e.text);
-        }
-        let refused: u64 = tally.refused.values().sum();
-        if refused > tally.examples.len() as u64 {
-            outln!(
-                "  ({} more refused lines not shown)",
-                refused - tally.examples.len() as u64
-            );
-        }
+        report(&shown.to_string(), &tally)?;
         total.add_up(tally);
     }
     if args.files.len() > 1 {
         outln!("all {} files: {}", args.files.len(), summary(&total));
+    }
+    Ok(())
+}
+
+/// What one file's import did: its summary, its first refused lines.
+fn report(shown: &str, tally: &Tally) -> anyhow::Result<()> {
+    let held_back = match tally.held_back {
+        0 => String::new(),
+        n => format!(
+            "; its last line has no line end ({}): left for a later import",
+            super::plural(n, "byte", "bytes")
+        ),
+    };
+    outln!("{shown}: {}{held_back}", summary(tally));
+    for e in &tally.examples {
+        outln!("  line {}: {}: {}", e.line, e.reason, e.text);
+    }
+    let refused: u64 = tally.refused.values().sum();
+    if refused > tally.examples.len() as u64 {
+        outln!(
+            "  ({} more refused lines not shown)",
+            refused - tally.examples.len() as u64
+        );
     }
     Ok(())
 }
@@ -240,13 +234,12 @@ fn open(path: &Path) -> io::Result<Opened> {
         .take(IDENTITY_BYTES)
         .read_to_end(&mut head)?;
     let id = sha1_smol::Sha1::from(&head).digest().to_string();
-    Ok(Opened {
+    let source = import::Source {
         id,
         reader: lines(read.clone())?,
         len: (!gzipped).then_some(size),
-        size,
-        read,
-    })
+    };
+    Ok(Opened { source, size, read })
 }
 
 /// A reader that counts the bytes it gave.

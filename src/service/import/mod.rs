@@ -109,22 +109,41 @@ pub(crate) async fn recorded(
     }
 }
 
-/// Imports `reader` (a file read from its start, `len` bytes long when
-/// known) as the file `file` into `keys`' stream, from where its import
-/// stands, with the lines judged against Redis' clock `clock_ms`.
-/// `progress` is told the lines read so far after each round trip.
-#[allow(clippy::too_many_arguments)]
+/// A file to import.
+pub(crate) struct Source<R> {
+    /// Its identity (hex): the same file whatever its path.
+    pub id: String,
+    /// Its lines, from its start.
+    pub reader: R,
+    /// The length of its lines' bytes, when known without reading them.
+    pub len: Option<u64>,
+}
+
+/// How a file is imported.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub format: LineFormat,
+    /// Redis' clock (unix ms) the lines' times are judged against.
+    pub clock_ms: i64,
+    /// See [`progress_ttl_secs`].
+    pub ttl_secs: u64,
+}
+
+/// Imports `source` into `keys`' stream from where its import stands.
+/// `progress` is told what was done so far after each round trip.
 pub(crate) async fn import<R: BufRead + Send + 'static>(
     conn: &mut Conn,
     keys: &Keys,
-    file: &str,
-    mut reader: R,
-    len: Option<u64>,
-    format: LineFormat,
-    clock_ms: i64,
-    ttl_secs: u64,
+    source: Source<R>,
+    settings: &Settings,
     progress: impl Fn(&Tally),
 ) -> Result<Tally, ImportError> {
+    let Source {
+        id: file,
+        mut reader,
+        len,
+    } = source;
+    let file = file.as_str();
     let at = recorded(conn, keys, file).await?;
     if let Some(len) = len.filter(|&l| l < at.bytes) {
         return Err(ImportError::Shrank {
@@ -143,6 +162,7 @@ pub(crate) async fn import<R: BufRead + Send + 'static>(
         });
     }
     let (tx, mut rx) = mpsc::channel::<io::Result<Batch>>(READ_AHEAD);
+    let (format, clock_ms) = (settings.format.clone(), settings.clock_ms);
     let read = tokio::task::spawn_blocking(move || {
         let mut lines = Lines::new(reader, format, at, clock_ms);
         loop {
@@ -168,7 +188,7 @@ pub(crate) async fn import<R: BufRead + Send + 'static>(
     let sent = async {
         while rx.recv_many(&mut trip, BATCHES_PER_TRIP).await > 0 {
             let batches = trip.drain(..).collect::<io::Result<Vec<Batch>>>()?;
-            send(conn, &keys.stream, &key, &batches, ttl_secs).await?;
+            send(conn, &keys.stream, &key, &batches, settings.ttl_secs).await?;
             for b in batches {
                 tally.add(b);
             }

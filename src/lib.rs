@@ -82,7 +82,8 @@
 //!   ([`model::known`]), the metrics ([`model::metrics`]), the shutdown
 //!   signal ([`model::shutdown`]), the clock ([`model::clock`]) and the
 //!   statistics of measured values ([`model::stats`], read back by
-//!   [`model::stats_hash`]).
+//!   [`model::stats_hash`]); and an access log's line read as a hit
+//!   ([`model::access_log`]).
 //! - [`store`], Redis access: one node or a cluster and the one connection
 //!   type ([`store::client`]), the reconnect loop ([`store::connect`]),
 //!   error classes ([`store::error`]), the Lua
@@ -104,7 +105,8 @@
 //!   ([`service::shard_spread`]) (the CLI makes their text), the probes' view of a worker
 //!   ([`service::health`]), background tasks that may not die silently
 //!   ([`service::supervisor`]), the fire-and-forget
-//!   [`service::producer`], and the query API's cached bucket rankings
+//!   [`service::producer`], a file's exactly-once, resumable import
+//!   ([`service::import`]), and the query API's cached bucket rankings
 //!   ([`service::ranking`]).
 //! - [`edge`], where people and programs meet it: the probes and
 //!   `/metrics` ([`edge::http`]) on the hardened HTTP loop they share

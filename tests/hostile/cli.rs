@@ -169,7 +169,12 @@ fn nonsense_values_are_refused_naming_the_setting_and_its_range() {
     refused(&["hit", ""], &[], 2, &["<NAME>", "empty"]);
     // `import`: a file to read, a template it knows, a format it reads,
     // and no standard input (no import of it could be resumed).
-    refused(&["import"], &[], 2, &["required arguments were not provided"]);
+    refused(
+        &["import"],
+        &[],
+        2,
+        &["required arguments were not provided"],
+    );
     let template = ["import", "--name-template", "{query}", "x"];
     refused(
         &template,

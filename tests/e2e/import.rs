@@ -2,7 +2,8 @@
 //! real worker counting what it appends: an access log imported with the
 //! import killed (SIGKILL) twice at random points and run again counts
 //! every line exactly once at every precision, as a reference computed
-//! from the generated lines says; a second run adds nothing; templates,
+//! from the generated lines says (and interrupted by Ctrl-C, it says the
+//! line a rerun goes on after); a second run adds nothing; templates,
 //! query strings, gzip, request times as values, NDJSON and refused lines
 //! with their reasons and line numbers.
 
@@ -245,8 +246,27 @@ async fn an_import_killed_twice_counts_every_line_once() {
         );
         eprintln!("kill {kill}: SIGKILL at line {at} (aimed at {target})");
     }
+    // Ctrl-C: it stops and says at which line a rerun goes on.
+    let from = progress_lines(&mut c).await;
+    let mut child = import(&url, &[log]).spawn().unwrap();
+    while progress_lines(&mut c).await == from {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "import ended before Ctrl-C"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let interrupted = child.wait_with_output().unwrap();
+    let at = progress_lines(&mut c).await;
+    let err = String::from_utf8_lossy(&interrupted.stderr);
+    assert_eq!(interrupted.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("interrupted after line {at}: ")),
+        "{err}"
+    );
     let out = import_ok(&url, &[log]);
-    assert!(out.contains("resumed after line"), "{out}");
+    assert!(out.contains(&format!("resumed after line {at}: ")), "{out}");
     // The final run reports the bad lines it read, with their numbers.
     let resumed: usize = out
         .split("resumed after line ")

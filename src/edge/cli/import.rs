@@ -109,6 +109,10 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         ttl_secs: import::progress_ttl_secs(&args.common.layout),
     };
     let mut total = Tally::default();
+    // Ctrl-C or SIGTERM stops at once and says where: each batch Redis
+    // took is recorded with the file's progress, none in part.
+    let stop = crate::model::shutdown::signals();
+    tokio::pin!(stop);
     for path in &args.files {
         let shown = path.display();
         let opened = open(path).with_context(|| format!("cannot read {shown}"))?;
@@ -119,7 +123,19 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         let read = opened.read.clone();
         settings.clock_ms = clock.now_ms(&mut conn).await?;
         let shows = |_: &Tally| bar.set_position(read.load(Relaxed));
-        let tally = import::import(&mut conn, &keys, opened.source, &settings, shows).await;
+        let id = opened.source.id.clone();
+        let tally = tokio::select! {
+            tally = import::import(&mut conn, &keys, opened.source, &settings, shows) => tally,
+            () = &mut stop => {
+                bar.finish_and_clear();
+                let at = import::recorded(&mut conn, &keys, &id).await?;
+                anyhow::bail!(
+                    "{shown}: interrupted after line {}: what was imported is recorded: run the \
+                     same command again to go on",
+                    at.lines
+                );
+            }
+        };
         bar.finish_and_clear();
         let tally = tally.map_err(|e| {
             let then = match e {

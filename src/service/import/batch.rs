@@ -123,7 +123,7 @@ impl Batch {
         self.counted += 1;
         let (Some(ts_ms), None) = (ts_ms, value) else {
             self.pending += 1;
-            let ts = ts_ms.map(|t| t as f64 / 1000.0);
+            let ts = ts_ms.map(seconds);
             self.events
                 .push(event::encode_value(name, count, ts, value));
             return;
@@ -145,13 +145,20 @@ impl Batch {
     fn seal(mut self) -> Batch {
         for (name, times) in self.sums.drain() {
             for (ts_ms, count) in times {
-                let ts = Some(ts_ms as f64 / 1000.0);
+                let ts = Some(seconds(ts_ms));
                 self.events
                     .push(event::encode_value(&name, count, ts, None));
             }
         }
         self
     }
+}
+
+/// Unix ms as the `ts` (seconds) of an event: half a millisecond past, so
+/// that the worker's `floor(ts × 1000)` gives `ms` back exactly (`ms /
+/// 1000` alone can land a float's width below it).
+fn seconds(ms: i64) -> f64 {
+    (ms as f64 + 0.5) / 1000.0
 }
 
 /// Reads a file's lines into batches, from where its import stands.
@@ -467,6 +474,20 @@ mod tests {
         );
         let batch = lines.next_batch().unwrap().unwrap();
         assert_eq!(decoded(&batch), [("c".into(), 1, 1_800_000_000_000, None)]);
+    }
+
+    #[test]
+    fn times_come_back_to_the_millisecond() {
+        let mut batch = Batch::default();
+        // Early times are where `ms / 1000` falls short (1001 ms, say).
+        let modern = (1_700_000_000_000..1_700_000_100_000).step_by(7);
+        let times: Vec<i64> = (0..20_000).chain(modern).collect();
+        for (i, &t) in times.iter().enumerate() {
+            batch.add("a", 1, Some(t), (i % 2 == 0).then_some(1.0));
+        }
+        let mut got: Vec<i64> = decoded(&batch.seal()).iter().map(|h| h.2).collect();
+        got.sort_unstable();
+        assert_eq!(got, times);
     }
 
     #[test]

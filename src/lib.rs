@@ -46,6 +46,8 @@
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
 //!    │       ingest.rs      what `ingest` appends: each id once (`cli`)
 //!    │       memory_watch.rs Redis' maxmemory-policy, checked every minute
+//!    │       import/        `import`: a file's lines in batches (batch.rs), each appended
+//!    │                      with the file's progress, so every line counts once
 //!    │       shard_spread.rs which master serves which shards, the slots to move
 //!    │                      (status.rs, shard_spread.rs gather: no text on this floor)
 //!    │       ranking.rs     `top`: one cached ranking scan per (order, precision, bucket)
@@ -66,6 +68,7 @@
 //!    │       topology.rs    a cluster's masters and their slots (CLUSTER SLOTS)
 //!    ▼
 //!  model/    event/ (msgpack.rs, plain.rs, reader.rs, json.rs)  aggregate.rs  carry.rs  keys.rs  known.rs  slots.rs
+//!            access_log.rs (a web server's log line, read as a hit; name templates)
 //!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
 //!            register.rs)  shutdown.rs  clock.rs  ids.rs (entry ids, compact)  statsd.rs (a
@@ -85,7 +88,8 @@
 //!   ([`model::known`]), the metrics ([`model::metrics`]), the shutdown
 //!   signal ([`model::shutdown`]), the clock ([`model::clock`]) and the
 //!   statistics of measured values ([`model::stats`], read back by
-//!   [`model::stats_hash`]).
+//!   [`model::stats_hash`]); and an access log's line read as a hit
+//!   ([`model::access_log`]).
 //! - [`store`], Redis access: one node or a cluster and the one connection
 //!   type ([`store::client`]), the reconnect loop ([`store::connect`]),
 //!   error classes ([`store::error`]), the Lua
@@ -107,7 +111,8 @@
 //!   ([`service::shard_spread`]) (the CLI makes their text), the probes' view of a worker
 //!   ([`service::health`]), background tasks that may not die silently
 //!   ([`service::supervisor`]), the fire-and-forget
-//!   [`service::producer`], and the query API's cached bucket rankings
+//!   [`service::producer`], a file's exactly-once, resumable import
+//!   ([`service::import`]), and the query API's cached bucket rankings
 //!   ([`service::ranking`]).
 //! - [`edge`], where people and programs meet it: the probes and
 //!   `/metrics` ([`edge::http`]) on the hardened HTTP loop they share

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::bench::import::ImportOptions;
 use crate::bench::scaling::ClusterSource;
 use crate::bench::scaling_options::ScalingOptions;
 use crate::bench::serve::ServeOptions;
@@ -30,7 +31,7 @@ pub struct Cli {
 #[derive(clap::Subcommand, Debug)]
 enum Command {
     /// Measure hitcount: throughput against the ceiling and the seeds' way,
-    /// latency, memory; or scaling on a cluster; or the serve load.
+    /// latency, memory; or scaling on a cluster; or the serve load; or an import.
     Bench(Args),
 }
 
@@ -199,6 +200,23 @@ struct Args {
     /// With --serve: seconds the pages stay open, 1 to 3600.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     serve_secs: u64,
+    /// Instead of the above: how fast `hitcount import` appends a
+    /// generated access log to the stream (plain, gzipped, with request
+    /// times), against its goal of 200,000 lines/s.
+    #[arg(long, conflicts_with_all = ["serve", "cluster", "ingest"])]
+    import: bool,
+    /// With --import: lines of the log, 1 to 100,000,000.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    import_lines: u64,
+}
+
+/// A report as JSON with `json`, else as its `table`.
+fn shown(report: &impl serde::Serialize, table: String, json: bool) -> anyhow::Result<String> {
+    Ok(if json {
+        format!("{}\n", serde_json::to_string_pretty(report)?)
+    } else {
+        table
+    })
 }
 
 async fn bench(args: Args) -> anyhow::Result<String> {
@@ -213,8 +231,8 @@ async fn bench(args: Args) -> anyhow::Result<String> {
         !args.warm || args.cluster.is_some() || args.redis_url.is_some(),
         cluster_only
     );
-    // `--serve` and `--ingest` measure one Redis only (a cluster is refused below).
-    if !args.serve && !args.ingest {
+    // `--serve`, `--ingest` and `--import` measure one Redis only (a cluster is refused below).
+    if !args.serve && !args.ingest && !args.import {
         if let Some(source) = cluster_source(&args).await? {
             return scaling(args, source, hitcount).await;
         }
@@ -246,11 +264,17 @@ async fn bench(args: Args) -> anyhow::Result<String> {
         };
         let report = crate::bench::ingest::run(&opts).await?;
         drop(server);
-        return Ok(if args.json {
-            format!("{}\n", serde_json::to_string_pretty(&report)?)
-        } else {
-            report.table()
-        });
+        return shown(&report, report.table(), args.json);
+    }
+    if args.import {
+        let opts = ImportOptions {
+            hitcount: hitcount.clone(),
+            redis: RedisArgs::from_url(&url),
+            lines: args.import_lines,
+        };
+        let report = crate::bench::import::run(&opts).await?;
+        drop(server);
+        return shown(&report, report.table(), args.json);
     }
     if args.serve {
         let opts = ServeOptions {
@@ -262,13 +286,8 @@ async fn bench(args: Args) -> anyhow::Result<String> {
             duration: Duration::from_secs(args.serve_secs),
         };
         let report = crate::bench::serve::run(&opts).await?;
-        let text = if args.json {
-            format!("{}\n", serde_json::to_string_pretty(&report)?)
-        } else {
-            report.table()
-        };
         drop(server);
-        return Ok(text);
+        return shown(&report, report.table(), args.json);
     }
     let opts = Options {
         hitcount,
@@ -288,13 +307,8 @@ async fn bench(args: Args) -> anyhow::Result<String> {
         .and_then(|s| s.raise_priority(REDIS_NICE).then_some(REDIS_NICE));
     let mut report = crate::bench::run(&opts).await?;
     report.redis_nice = nice;
-    let text = if args.json {
-        format!("{}\n", serde_json::to_string_pretty(&report)?)
-    } else {
-        report.table()
-    };
     drop(server);
-    Ok(text)
+    shown(&report, report.table(), args.json)
 }
 
 /// Stream shards of a measured cluster unless `--shards` says otherwise.
@@ -354,9 +368,5 @@ async fn scaling(args: Args, source: ClusterSource, hitcount: PathBuf) -> anyhow
         rounds: args.rounds.map_or(DEFAULT_CLUSTER_ROUNDS, usize::from),
     };
     let report = crate::bench::scaling::measure(source, &opts).await?;
-    Ok(if args.json {
-        format!("{}\n", serde_json::to_string_pretty(&report)?)
-    } else {
-        report.table()
-    })
+    shown(&report, report.table(), args.json)
 }

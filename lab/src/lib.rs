@@ -13,7 +13,8 @@
 //!    │        as a process), seeds.rs, latency.rs, report.rs; on a cluster
 //!    │        scaling.rs, drain.rs, usage.rs, workers.rs, scaling_options.rs,
 //!    │        scaling_report.rs, scaling_verdict.rs (the goals); serve.rs;
-//!    │        ingest.rs, statsd.rs; listening.rs (`serve`, `ingest` started)
+//!    │        ingest.rs, statsd.rs; listening.rs (`serve`, `ingest` started);
+//!    │        import.rs (`hitcount import` of an access log)
 //!    ▼
 //!  kit/       the test kit: a throwaway redis-server (mod.rs, config.rs,
 //!             process.rs), TLS certificates (tls.rs), a local Redis

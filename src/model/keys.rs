@@ -271,6 +271,17 @@ impl Keys {
         format!("{}:hc:ingest:{id}", slot_tagged(&self.stream))
     }
 
+    /// STRING `BYTES:LINES`: how far `hitcount import` got through the file
+    /// identified by `file` (hex), in this shard's slot so that one script
+    /// appends a batch of its hits and moves it on (expires).
+    pub fn import_progress(&self, file: &str) -> String {
+        format!(
+            "{}{}:hc:import:{file}",
+            self.prefix,
+            slot_tagged(&self.stream)
+        )
+    }
+
     /// ZSET worker → expiry (ms): the live workers sharing the shards. One
     /// key for every shard (in the unsharded stream name's slot).
     pub fn members(&self) -> String {
@@ -446,6 +457,23 @@ mod tests {
         assert_eq!(k.window("w1"), "{hits}:hc:hitcount:win:w1");
         assert_eq!(slot_tagged("{app}.hits"), "{app}.hits");
         assert_eq!(slot_tagged("a{}b"), "{a{}b}");
+    }
+
+    #[test]
+    fn an_imported_files_progress_shares_its_shards_slot() {
+        assert_eq!(keys("").import_progress("ab12"), "{hits}:hc:import:ab12");
+        assert_eq!(
+            keys("app1:").import_progress("ab12"),
+            "app1:{hits}:hc:import:ab12"
+        );
+        let stream = StreamArgs {
+            shards: 4,
+            ..StreamArgs::default()
+        };
+        let third = Keys::shard(&LayoutArgs::default(), &stream, 3, true);
+        let key = third.import_progress("ab12");
+        assert_eq!(key, "hits:{3}:hc:import:ab12");
+        assert_eq!(slot(key.as_bytes()), slot(third.stream.as_bytes()));
     }
 
     #[test]

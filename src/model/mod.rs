@@ -4,6 +4,8 @@
 //! signal and the clock. Everything above builds on these; nothing here
 //! names a Redis type (a test checks it).
 
+#[cfg(feature = "cli")]
+pub(crate) mod access_log;
 pub(crate) mod aggregate;
 pub(crate) mod carry;
 pub(crate) mod clock;

@@ -6,7 +6,7 @@
 //! emptied counters; [`trim`]), all under a [`fence`]), the group [`sampler`], what `hitcount status` gathers
 //! ([`status`]), the check of Redis' eviction policy ([`memory_watch`]) and how a cluster's masters share the shards
 //! ([`shard_spread`]), the [`supervisor`] of background tasks, the
-//! fire-and-forget [`producer`], what `ingest` appends ([`ingest`]), and the query API's cached bucket
+//! fire-and-forget [`producer`], what `ingest` appends ([`ingest`]), the exactly-once [`import`] of files, and the query API's cached bucket
 //! [`ranking`]s.
 
 pub(crate) mod cleaner;
@@ -14,6 +14,7 @@ pub(crate) mod duties;
 pub(crate) mod fence;
 pub(crate) mod forget;
 pub mod health;
+pub(crate) mod import;
 #[cfg(feature = "cli")]
 pub(crate) mod ingest;
 pub(crate) mod leader;

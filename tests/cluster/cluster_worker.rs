@@ -16,7 +16,7 @@ use hitcount::store::connect::Conn;
 const PRECISIONS: [u32; 7] = [1, 5, 60, 300, 3600, 18000, 86400];
 
 /// Workers as a user starts them: default consumer names.
-fn start_workers(url: &str, n: usize, extra: &[&str]) -> Vec<bin::Child> {
+pub(crate) fn start_workers(url: &str, n: usize, extra: &[&str]) -> Vec<bin::Child> {
     (0..n)
         .map(|i| {
             let mut cmd = bin::default_worker(url, "127.0.0.1:0", &["--block-ms", "200"]);
@@ -107,7 +107,7 @@ async fn wait_all_drained(c: &mut Conn, shards: &[Keys], workers: &mut [bin::Chi
 
 /// Waits until every shard is drained, then stops each worker with SIGTERM:
 /// each must exit 0 (its window applied, its names and leases released).
-async fn drain_and_stop(c: &mut Conn, shards: &[Keys], workers: &mut [bin::Child]) {
+pub(crate) async fn drain_and_stop(c: &mut Conn, shards: &[Keys], workers: &mut [bin::Child]) {
     wait_all_drained(c, shards, workers).await;
     for w in workers.iter_mut() {
         assert_eq!(
@@ -122,7 +122,7 @@ async fn drain_and_stop(c: &mut Conn, shards: &[Keys], workers: &mut [bin::Child
 /// Every counter's samples and `known:`, as the seeds' reader sees them.
 /// Buckets near the oldest kept sample (120 per precision) are left out:
 /// a bucket that aged out while the workers drained is partly counted.
-async fn assert_exact(c: &mut Conn, sent: &[(String, i64, i64)]) {
+pub(crate) async fn assert_exact(c: &mut Conn, sent: &[(String, i64, i64)]) {
     let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
     let now = common::unix_now();
     let settled = |p: u32, t: i64| t > now - 120 * p as i64 + 60;

@@ -12,6 +12,7 @@ mod cluster;
 mod cluster_balance;
 mod cluster_clean;
 mod cluster_harness;
+mod cluster_import;
 mod cluster_one_node;
 mod cluster_remote_read;
 mod cluster_worker;

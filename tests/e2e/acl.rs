@@ -1,6 +1,6 @@
 //! Least privilege: hitcount runs end to end as a Redis ACL user that has
 //! only the commands and keys of `deploy/redis/hitcount.acl` — the worker
-//! with its leader's duties (cleaning, trimming), the producer, `hit`, `get`,
+//! with its leader's duties (cleaning, trimming), the producer, `hit`, `import`, `get`,
 //! `clean --once` and `status` — and Redis' ACL LOG stays empty (no command
 //! or key was refused).
 
@@ -107,6 +107,25 @@ async fn everything_runs_as_the_least_privileged_user() {
     // A hit with a value: its statistics are written as the user too.
     run_ok(&url, &["hit", "page:timed", "--value", "12.5", "--at", &at]);
     hits.push(("page:timed".into(), 1, ts as i64));
+    // An access log imported, with its progress, as the user.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let when = hitcount_lab::bench::import::log_time(ts as i64, 0);
+    let lines: String = (0..50)
+        .map(|i| {
+            format!(
+                "h - - [{when}] \"GET /acl/{} HTTP/1.1\" 200 1 \"-\" \"-\"\n",
+                i % 3
+            )
+        })
+        .collect();
+    std::fs::write(&log, lines).unwrap();
+    for _ in 0..2 {
+        run_ok(&url, &["import", log.to_str().unwrap()]);
+    }
+    for i in 0..3 {
+        hits.push((format!("/acl/{i}"), if i < 2 { 17 } else { 16 }, ts as i64));
+    }
 
     wait_drained(&mut admin, &keys(&s)).await;
     let minute = (ts as i64).div_euclid(60) * 60;

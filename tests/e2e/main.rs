@@ -18,6 +18,7 @@ mod cli;
 mod core;
 mod dashboard;
 mod faults;
+mod import;
 mod ingest;
 mod ingest_browser;
 mod leader;

@@ -167,6 +167,33 @@ fn nonsense_values_are_refused_naming_the_setting_and_its_range() {
     // `get ''` as `hit ''`: no such counter can exist.
     refused(&["get", "", "-p", "60"], &[], 2, &["<NAME>", "empty"]);
     refused(&["hit", ""], &[], 2, &["<NAME>", "empty"]);
+    // `import`: a file to read, a template it knows, a format it reads,
+    // and no standard input (no import of it could be resumed).
+    refused(
+        &["import"],
+        &[],
+        2,
+        &["required arguments were not provided"],
+    );
+    let template = ["import", "--name-template", "{query}", "x"];
+    refused(
+        &template,
+        &[],
+        2,
+        &["--name-template", "not a name template"],
+    );
+    refused(
+        &["import", "--format", "xml", "x"],
+        &[],
+        2,
+        &["--format", "xml"],
+    );
+    refused(
+        &["import", "-"],
+        &[],
+        1,
+        &["standard input is not supported"],
+    );
 }
 
 /// Newcomer finding 6: a `--carry-ms` in its range but longer than a

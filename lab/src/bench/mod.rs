@@ -11,12 +11,14 @@
 //! [`workers`]) in Redis CPU per master instead ([`usage`],
 //! [`scaling_report`], judged in [`scaling_verdict`]), as
 //! [`scaling_options`] asks. Apart from those, [`mod@serve`] measures what
-//! `hitcount serve` costs Redis with dashboards open, and [`mod@ingest`] how
-//! many hits one `hitcount ingest` takes over HTTP. Every key it writes
+//! `hitcount serve` costs Redis with dashboards open, [`mod@ingest`] how
+//! many hits one `hitcount ingest` takes over HTTP, and [`import`] how
+//! fast `hitcount import` appends an access log. Every key it writes
 //! starts with `bench:`. The helpers here speak plain Redis commands: the
 //! lab uses only the product's public library and its binary.
 
 pub mod drain;
+pub mod import;
 pub mod ingest;
 pub mod latency;
 pub mod listening;

@@ -21,6 +21,7 @@ mod clean;
 mod demo;
 mod get;
 mod hit;
+mod import;
 mod ingest;
 mod load;
 mod reach;
@@ -32,7 +33,7 @@ mod worker;
 
 pub(crate) use settings::{Group, Pick, Uses};
 
-pub(crate) use reach::{check_stream, checked_producer, connect, one_line, refused};
+pub(crate) use reach::{check_sending, check_stream, checked_producer, connect, one_line, refused};
 
 /// Count hits at scale on Redis: a stream of hit events in, multi-precision
 /// counters (the Redis in Action §5.2 layout) out.
@@ -73,6 +74,9 @@ enum Command {
     /// Generate load: send many hit events in pipelines.
     #[command(override_usage = "hitcount load [OPTIONS] --hits <HITS>")]
     Load(load::Args),
+    /// Import access logs (or NDJSON hits), each line once, resumable.
+    #[command(override_usage = "hitcount import [OPTIONS] <FILE>...")]
+    Import(import::Args),
     /// Print a counter's samples (or, with --stats, its statistics), oldest first.
     #[command(override_usage = "hitcount get [OPTIONS] --precision <PRECISION> <NAME>")]
     Get(get::Args),
@@ -233,6 +237,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Worker(a) => return worker::run(a).await,
         Command::Hit(a) => (Some(a.common.redis.url.clone()), hit::run(a).await),
         Command::Load(a) => (Some(a.common.redis.url.clone()), load::run(a).await),
+        Command::Import(a) => (Some(a.common.redis.url.clone()), import::run(a).await),
         Command::Get(a) => (Some(a.common.redis.url.clone()), get::run(a).await),
         Command::Top(a) => (Some(a.common.redis.url.clone()), top::run(a).await),
         Command::Clean(a) => (Some(a.common.redis.url.clone()), clean::run(a).await),

@@ -220,6 +220,13 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
     }
 }
 
+/// Checks that hits can go to `common`'s stream and that its workers read
+/// it with `common`'s shard count ([`check_stream`], [`check_shards`]).
+pub(crate) async fn check_sending(common: &Common) -> anyhow::Result<()> {
+    check_stream(&common.redis, &common.stream.stream).await?;
+    check_shards(common).await
+}
+
 /// A producer for a one-shot command (`hit`, `load`), started once
 /// [`check_stream`] has shown that Redis takes hits from this user: the
 /// producer retries transient errors in the background, and gives up
@@ -227,8 +234,7 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
 pub(crate) async fn checked_producer(
     common: &Common,
 ) -> anyhow::Result<crate::service::producer::Producer> {
-    check_stream(&common.redis, &common.stream.stream).await?;
-    check_shards(common).await?;
+    check_sending(common).await?;
     let options = crate::service::producer::ProducerOptions {
         give_up_when_refused: true,
         ..Default::default()

@@ -296,7 +296,7 @@ where
 }
 
 /// Checks a name's bytes: non-empty, ≤ [`MAX_NAME_BYTES`], valid UTF-8.
-fn check_name(bytes: &[u8]) -> Result<&str, Reject> {
+pub(crate) fn check_name(bytes: &[u8]) -> Result<&str, Reject> {
     if bytes.is_empty() {
         Err(Reject::EmptyName)
     } else if bytes.len() > MAX_NAME_BYTES {

@@ -82,6 +82,8 @@ scripts! {
     PRODUCE = "produce.lua";
     /// Append a request's hits to a shard, each hit with an id once within a horizon.
     INGEST = "ingest.lua";
+    /// Append a batch of an imported file's hits with the file's progress.
+    IMPORT = "import.lua";
     /// Read own pending entries without counting deliveries.
     PENDING = "pending.lua";
     /// Remove consumers that are gone and own nothing.

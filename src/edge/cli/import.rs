@@ -1,0 +1,273 @@
+//! `hitcount import FILE…`: yesterday's access logs (or NDJSON hits) into
+//! the stream, each line once, resumable.
+//!
+//! A file is known by the SHA-1 of its first 4 KiB once decompressed (the
+//! whole file when shorter), not by its path: a log renamed or compressed
+//! by a rotation is the same file, and one appended to since its import
+//! goes on where that stopped. Gzipped files are recognised by their magic
+//! bytes. The work itself is [`crate::service::import`]'s.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::ValueEnum;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::Common;
+use crate::model::access_log::{self, Template, DEFAULT_TEMPLATE};
+use crate::model::keys::Keys;
+use crate::service::import::{self, LineFormat, Tally};
+
+/// Bytes of a file's start that identify it.
+const IDENTITY_BYTES: u64 = 4096;
+/// Read buffer: large reads keep a 200 MB log to a few hundred system calls.
+const READ_BUFFER: usize = 1 << 20;
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// How the lines are written: `combined` (nginx's and Apache's, or
+    /// Apache's `common`), `combined-time` (nginx's combined with
+    /// `$request_time` appended: the hit's value is that time in ms), or
+    /// `ndjson` (one JSON hit a line: {"name", "count", "ts", "value"}, as
+    /// `POST /api/v1/hits` takes them).
+    #[arg(long, value_enum, default_value_t = FormatArg::Combined)]
+    format: FormatArg,
+    /// The counter's name of a request in an access log: text with
+    /// `{path}` (the path without its query string; the default),
+    /// `{method}`, `{host}` (of an absolute request URI; a line without
+    /// one is refused as no_host) and `{status}`, e.g. `{method}:{path}`.
+    #[arg(long, value_parser = Template::parse)]
+    name_template: Option<Template>,
+    /// Files to import, plain or gzipped. Each is imported once: a file
+    /// imported before goes on where that import stopped.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(super) common: super::Pick<Common, Imports>,
+}
+
+/// The settings of [`Common`] `import` shows: the stream, and the layout
+/// that says how long a file's progress must be kept.
+pub(crate) struct Imports;
+
+impl super::Uses for Imports {
+    const SHOWN: &'static [&'static str] = &["stream", "shards", "precisions", "samples"];
+}
+
+/// `--format` (no doc comments on the variants, so that `--help` lists
+/// them on one line).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum FormatArg {
+    #[allow(missing_docs)]
+    Combined,
+    #[allow(missing_docs)]
+    CombinedTime,
+    #[allow(missing_docs)]
+    Ndjson,
+}
+
+/// An opened file: its identity, its lines, its size on disk and how much
+/// of it has been read.
+struct Opened {
+    source: import::Source<Box<dyn BufRead + Send>>,
+    /// Its size on disk.
+    size: u64,
+    read: Arc<AtomicU64>,
+}
+
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.common.validate()?;
+    if args.files.iter().any(|f| f.as_os_str() == "-") {
+        anyhow::bail!(
+            "reading standard input is not supported: an import must be resumable, so save \
+             the lines to a file and import that"
+        );
+    }
+    super::check_sending(&args.common).await?;
+    let mut conn = super::connect(&args.common.redis).await?;
+    crate::store::scripts::load_all(&mut conn).await?;
+    let mut clock = crate::store::time::RedisClock::default();
+    let template = args.name_template.clone();
+    let template = || template.clone().unwrap_or_else(default_template);
+    let format = match args.format {
+        FormatArg::Combined => LineFormat::AccessLog(access_log::Format::Combined, template()),
+        FormatArg::CombinedTime => {
+            LineFormat::AccessLog(access_log::Format::CombinedTime, template())
+        }
+        FormatArg::Ndjson if args.name_template.is_some() => anyhow::bail!(
+            "--name-template names the requests of an access log; an NDJSON hit has its name"
+        ),
+        FormatArg::Ndjson => LineFormat::Ndjson,
+    };
+    let mut settings = import::Settings {
+        format,
+        clock_ms: 0,
+        ttl_secs: import::progress_ttl_secs(&args.common.layout),
+    };
+    let mut total = Tally::default();
+    // Ctrl-C or SIGTERM stops at once and says where: each batch Redis
+    // took is recorded with the file's progress, none in part.
+    let stop = crate::model::shutdown::signals();
+    tokio::pin!(stop);
+    for path in &args.files {
+        let shown = path.display();
+        let opened = open(path).with_context(|| format!("cannot read {shown}"))?;
+        let shard = import::shard_of(&opened.source.id, args.common.stream.shards);
+        let (layout, stream) = (&args.common.layout, &args.common.stream);
+        let keys = Keys::shard(layout, stream, shard, conn.is_cluster());
+        let bar = bar(opened.size, &shown.to_string());
+        let read = opened.read.clone();
+        settings.clock_ms = clock.now_ms(&mut conn).await?;
+        let shows = |_: &Tally| bar.set_position(read.load(Relaxed));
+        let id = opened.source.id.clone();
+        let tally = tokio::select! {
+            tally = import::import(&mut conn, &keys, opened.source, &settings, shows) => tally,
+            () = &mut stop => {
+                bar.finish_and_clear();
+                let at = import::recorded(&mut conn, &keys, &id).await?;
+                anyhow::bail!(
+                    "{shown}: interrupted after line {}: what was imported is recorded: run the \
+                     same command again to go on",
+                    at.lines
+                );
+            }
+        };
+        bar.finish_and_clear();
+        let tally = tally.map_err(|e| {
+            let then = match e {
+                import::ImportError::Io(_) => "the lines before are imported and recorded",
+                _ => "what was imported is recorded: run the same command again to go on",
+            };
+            anyhow::anyhow!("{shown}: {e}; {then}")
+        })?;
+        report(&shown.to_string(), &tally)?;
+        total.add_up(tally);
+    }
+    if args.files.len() > 1 {
+        outln!("all {} files: {}", args.files.len(), summary(&total));
+    }
+    Ok(())
+}
+
+/// What one file's import did: its summary, its first refused lines.
+fn report(shown: &str, tally: &Tally) -> anyhow::Result<()> {
+    let held_back = match tally.held_back {
+        0 => String::new(),
+        n => format!(
+            "; its last line has no line end ({}): left for a later import",
+            super::plural(n, "byte", "bytes")
+        ),
+    };
+    outln!("{shown}: {}{held_back}", summary(tally));
+    for e in &tally.examples {
+        outln!("  line {}: {}: {}", e.line, e.reason, e.text);
+    }
+    let refused: u64 = tally.refused.values().sum();
+    if refused > tally.examples.len() as u64 {
+        outln!(
+            "  ({} more refused lines not shown)",
+            refused - tally.examples.len() as u64
+        );
+    }
+    Ok(())
+}
+
+/// `{path}`.
+fn default_template() -> Template {
+    Template::parse(DEFAULT_TEMPLATE).expect("the default template is one")
+}
+
+/// One line for what an import did.
+fn summary(t: &Tally) -> String {
+    if t.lines == 0 && t.at.lines == 0 && t.held_back == 0 {
+        return "empty: nothing to import".into();
+    }
+    if t.lines == 0 {
+        return format!(
+            "already imported ({}): nothing added",
+            super::plural(t.at.lines, "line", "lines")
+        );
+    }
+    let resumed = match t.resumed.lines {
+        0 => String::new(),
+        n => format!("resumed after line {n}: "),
+    };
+    let refused: u64 = t.refused.values().sum();
+    let reasons: Vec<String> = t.refused.iter().map(|(r, n)| format!("{r} {n}")).collect();
+    let refused = match refused {
+        0 => "none refused".to_string(),
+        n => format!("{n} refused ({})", reasons.join(", ")),
+    };
+    format!(
+        "{resumed}{} read, {} counted in {} written, {refused}",
+        super::plural(t.lines, "line", "lines"),
+        t.counted,
+        super::plural(t.events, "hit", "hits")
+    )
+}
+
+/// A progress bar on stderr, drawn only on a terminal.
+fn bar(size: u64, name: &str) -> ProgressBar {
+    let bar = ProgressBar::new(size);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(name.to_string());
+    bar
+}
+
+/// Opens `path`: its identity, and a reader of its lines (decompressed
+/// when it is gzipped) that counts the bytes read from disk.
+fn open(path: &Path) -> io::Result<Opened> {
+    let gzipped = {
+        let mut magic = [0u8; 2];
+        let n = File::open(path)?.read(&mut magic)?;
+        n == 2 && magic == [0x1f, 0x8b]
+    };
+    let size = std::fs::metadata(path)?.len();
+    let read = Arc::new(AtomicU64::new(0));
+    let lines = |counted: Arc<AtomicU64>| -> io::Result<Box<dyn BufRead + Send>> {
+        let file = Counted {
+            inner: File::open(path)?,
+            read: counted,
+        };
+        Ok(if gzipped {
+            let gz = flate2::read::MultiGzDecoder::new(BufReader::with_capacity(READ_BUFFER, file));
+            Box::new(BufReader::with_capacity(READ_BUFFER, gz))
+        } else {
+            Box::new(BufReader::with_capacity(READ_BUFFER, file))
+        })
+    };
+    let mut head = Vec::new();
+    lines(Arc::new(AtomicU64::new(0)))?
+        .take(IDENTITY_BYTES)
+        .read_to_end(&mut head)?;
+    let id = sha1_smol::Sha1::from(&head).digest().to_string();
+    let source = import::Source {
+        id,
+        reader: lines(read.clone())?,
+        len: (!gzipped).then_some(size),
+    };
+    Ok(Opened { source, size, read })
+}
+
+/// A reader that counts the bytes it gave.
+struct Counted<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Relaxed);
+        Ok(n)
+    }
+}

@@ -1,0 +1,260 @@
+//! `hitcount import`'s way into the stream: a file's lines, batch by batch,
+//! each batch appended by one script together with how far the file has
+//! been read (`import.lua`), so that an import killed at any point and run
+//! again counts every line once, and a finished one adds nothing.
+//!
+//! A file is known by its identity (the CLI's: a hash of its first bytes),
+//! not its path; its hits all go to one shard, picked by that identity,
+//! where its progress key lives too (one hash slot on a cluster). The
+//! progress key expires [`progress_ttl_secs`] after the last batch: by
+//! then every line it counted is older than any precision keeps, so a
+//! second import of the file would count nothing anyway.
+//!
+//! Lines are read and parsed on a thread of their own while the batches
+//! before them travel to Redis, several per round trip.
+
+pub(crate) mod batch;
+
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, Read};
+
+use tokio::sync::mpsc;
+
+use crate::model::config::LayoutArgs;
+use crate::model::event::MAX_FUTURE_MS;
+use crate::model::keys::Keys;
+use crate::store::connect::Conn;
+use crate::store::scripts::IMPORT;
+
+use batch::{Batch, Lines};
+pub(crate) use batch::{Example, LineFormat, Progress};
+
+/// Batches read ahead of those sent.
+const READ_AHEAD: usize = 32;
+/// Batches sent per round trip.
+const BATCHES_PER_TRIP: usize = 16;
+
+/// Why an import stopped.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ImportError {
+    #[error("reading the file: {0}")]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+    /// The recorded progress moved while this import ran: another import
+    /// of the same file.
+    #[error(
+        "the file's recorded progress is {recorded}, not {expected}: another import of the \
+         same file is running (or ran meanwhile); its lines are counted once whichever goes on"
+    )]
+    Raced { recorded: String, expected: String },
+    /// The file is shorter than the progress recorded for it.
+    #[error(
+        "the file has {len} bytes, fewer than the {recorded} an earlier import of it read: it \
+         was truncated or rewritten; nothing more is imported from it"
+    )]
+    Shrank { len: u64, recorded: u64 },
+    #[error("recorded progress {0:?} is not BYTES:LINES")]
+    BadProgress(String),
+}
+
+/// What one file's import did.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    /// Where an earlier import had left the file.
+    pub resumed: Progress,
+    /// Where it stands now.
+    pub at: Progress,
+    /// Lines read by this run.
+    pub lines: u64,
+    /// Lines that made a hit.
+    pub counted: u64,
+    /// Events appended to the stream (hits summed per name and second).
+    pub events: u64,
+    pub refused: BTreeMap<&'static str, u64>,
+    pub examples: Vec<Example>,
+    /// Bytes of a last line without a line end (being written, or cut
+    /// off), left for a later import.
+    pub held_back: u64,
+}
+
+/// How long a file's progress is kept after its last batch, in seconds:
+/// the longest any precision keeps a bucket (`samples × the largest
+/// precision`) plus the day a hit may lie ahead. After that every line a
+/// file's import counted is too old for every precision, so importing it
+/// again counts nothing, and the key can go.
+pub(crate) fn progress_ttl_secs(layout: &LayoutArgs) -> u64 {
+    let largest = layout.precisions.iter().max().copied().unwrap_or(1);
+    u64::from(layout.samples) * u64::from(largest) + MAX_FUTURE_MS as u64 / 1000
+}
+
+/// The shard a file's hits go to, by its identity.
+pub(crate) fn shard_of(file: &str, shards: u32) -> u32 {
+    Keys::shard_of_name(file, shards)
+}
+
+/// Where the import of `file` stands (nothing read when none is recorded).
+pub(crate) async fn recorded(
+    conn: &mut Conn,
+    keys: &Keys,
+    file: &str,
+) -> Result<Progress, ImportError> {
+    let text: Option<String> = redis::cmd("GET")
+        .arg(keys.import_progress(file))
+        .query_async(conn)
+        .await?;
+    match text {
+        None => Ok(Progress::default()),
+        Some(t) => Progress::parse(&t).ok_or(ImportError::BadProgress(t)),
+    }
+}
+
+/// A file to import.
+pub(crate) struct Source<R> {
+    /// Its identity (hex): the same file whatever its path.
+    pub id: String,
+    /// Its lines, from its start.
+    pub reader: R,
+    /// The length of its lines' bytes, when known without reading them.
+    pub len: Option<u64>,
+}
+
+/// How a file is imported.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub format: LineFormat,
+    /// Redis' clock (unix ms) the lines' times are judged against.
+    pub clock_ms: i64,
+    /// See [`progress_ttl_secs`].
+    pub ttl_secs: u64,
+}
+
+/// Imports `source` into `keys`' stream from where its import stands.
+/// `progress` is told what was done so far after each round trip.
+pub(crate) async fn import<R: BufRead + Send + 'static>(
+    conn: &mut Conn,
+    keys: &Keys,
+    source: Source<R>,
+    settings: &Settings,
+    progress: impl Fn(&Tally),
+) -> Result<Tally, ImportError> {
+    let Source {
+        id: file,
+        mut reader,
+        len,
+    } = source;
+    let file = file.as_str();
+    let at = recorded(conn, keys, file).await?;
+    if let Some(len) = len.filter(|&l| l < at.bytes) {
+        return Err(ImportError::Shrank {
+            len,
+            recorded: at.bytes,
+        });
+    }
+    let skipped = io::copy(
+        &mut Read::by_ref(&mut reader).take(at.bytes),
+        &mut io::sink(),
+    )?;
+    if skipped < at.bytes {
+        return Err(ImportError::Shrank {
+            len: skipped,
+            recorded: at.bytes,
+        });
+    }
+    let (tx, mut rx) = mpsc::channel::<io::Result<Batch>>(READ_AHEAD);
+    let (format, clock_ms) = (settings.format.clone(), settings.clock_ms);
+    let read = tokio::task::spawn_blocking(move || {
+        let mut lines = Lines::new(reader, format, at, clock_ms);
+        loop {
+            let next = lines.next_batch().transpose();
+            let end = !matches!(next, Some(Ok(_)));
+            if let Some(b) = next {
+                if tx.blocking_send(b).is_err() {
+                    return;
+                }
+            }
+            if end {
+                return;
+            }
+        }
+    });
+    let mut tally = Tally {
+        resumed: at,
+        at,
+        ..Tally::default()
+    };
+    let key = keys.import_progress(file);
+    let mut trip = Vec::with_capacity(BATCHES_PER_TRIP);
+    let sent = async {
+        while rx.recv_many(&mut trip, BATCHES_PER_TRIP).await > 0 {
+            let batches = trip.drain(..).collect::<io::Result<Vec<Batch>>>()?;
+            send(conn, &keys.stream, &key, &batches, settings.ttl_secs).await?;
+            for b in batches {
+                tally.add(b);
+            }
+            progress(&tally);
+        }
+        Ok::<_, ImportError>(())
+    }
+    .await;
+    drop(rx);
+    let _ = read.await;
+    sent.map(|()| tally)
+}
+
+/// Appends `batches` (consecutive) in one round trip; each checks that it
+/// starts where the recorded progress stands.
+async fn send(
+    conn: &mut Conn,
+    stream: &str,
+    key: &str,
+    batches: &[Batch],
+    ttl_secs: u64,
+) -> Result<(), ImportError> {
+    let mut pipe = redis::pipe();
+    for b in batches {
+        let mut cmd = IMPORT.evalsha(2);
+        cmd.arg(stream)
+            .arg(key)
+            .arg(b.from.text())
+            .arg(b.to.text())
+            .arg(ttl_secs)
+            .arg(&b.events);
+        pipe.add_command(cmd);
+    }
+    let recorded: Vec<String> = pipe.query_async(conn).await?;
+    for (b, r) in batches.iter().zip(recorded) {
+        if r != b.to.text() {
+            return Err(ImportError::Raced {
+                recorded: r,
+                expected: b.from.text(),
+            });
+        }
+    }
+    Ok(())
+}
+
+impl Tally {
+    /// Adds another file's tally to this one (for a total).
+    pub(crate) fn add_up(&mut self, t: Tally) {
+        self.at.lines += t.at.lines;
+        self.lines += t.lines;
+        self.counted += t.counted;
+        self.events += t.events;
+        for (reason, n) in t.refused {
+            *self.refused.entry(reason).or_default() += n;
+        }
+    }
+
+    fn add(&mut self, b: Batch) {
+        self.at = b.to;
+        self.lines += b.to.lines - b.from.lines;
+        self.counted += b.counted;
+        self.events += b.events.len() as u64;
+        for (reason, n) in b.refused {
+            *self.refused.entry(reason).or_default() += n;
+        }
+        self.examples.extend(b.examples);
+        self.held_back = b.held_back;
+    }
+}

@@ -1,0 +1,24 @@
+-- Append one batch of an imported file's hits and record how far the import
+-- got, in one step: the hits and the progress are written together or not
+-- at all, so an import killed at any point and run again counts every line
+-- once.
+--
+-- KEYS[1] stream   KEYS[2] the file's progress (same hash slot)
+-- ARGV[1] the progress this batch starts from ("0:0" for a file's start)
+-- ARGV[2] the progress after it ("BYTES:LINES")   ARGV[3] TTL of KEYS[2] in s
+-- ARGV[4..] MessagePack hit events
+--
+-- A batch that does not start where the file's recorded progress stands
+-- (another import of the same file went on, or an earlier batch of the
+-- same pipeline failed) appends nothing. Returns the progress recorded
+-- after the call: ARGV[2] when the batch was appended.
+
+local at = redis.call('GET', KEYS[2]) or '0:0'
+if at ~= ARGV[1] then
+    return at
+end
+for i = 4, #ARGV do
+    redis.call('XADD', KEYS[1], '*', 'hit', ARGV[i])
+end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+return ARGV[2]

@@ -48,11 +48,9 @@ pub(crate) struct JsonHit {
 
 impl JsonHit {
     /// The hit as a stream entry's `hit` field (MessagePack), counted as
-    /// read: its `ts`, if any, written half a millisecond past `ts_ms` so
-    /// that the worker's `floor(ts × 1000)` gives `ts_ms` back exactly
-    /// (`ts_ms / 1000` alone can land a float's width below it).
+    /// read (its `ts` by [`super::ts_of_ms`]).
     pub(crate) fn event(&self) -> Vec<u8> {
-        let ts = self.ts_ms.map(|ms| (ms as f64 + 0.5) / 1000.0);
+        let ts = self.ts_ms.map(super::ts_of_ms);
         super::encode_value(&self.name, self.count, ts, self.value)
     }
 }

@@ -295,6 +295,13 @@ where
     Ok((hit, from))
 }
 
+/// Unix ms as an event's `ts` (seconds): half a millisecond past, so that
+/// the worker's `floor(ts × 1000)` gives `ms` back exactly (`ms / 1000`
+/// alone can land a float's width below it).
+pub(crate) fn ts_of_ms(ms: i64) -> f64 {
+    (ms as f64 + 0.5) / 1000.0
+}
+
 /// Checks a name's bytes: non-empty, ≤ [`MAX_NAME_BYTES`], valid UTF-8.
 pub(crate) fn check_name(bytes: &[u8]) -> Result<&str, Reject> {
     if bytes.is_empty() {

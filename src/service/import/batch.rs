@@ -123,7 +123,7 @@ impl Batch {
         self.counted += 1;
         let (Some(ts_ms), None) = (ts_ms, value) else {
             self.pending += 1;
-            let ts = ts_ms.map(seconds);
+            let ts = ts_ms.map(event::ts_of_ms);
             self.events
                 .push(event::encode_value(name, count, ts, value));
             return;
@@ -145,20 +145,13 @@ impl Batch {
     fn seal(mut self) -> Batch {
         for (name, times) in self.sums.drain() {
             for (ts_ms, count) in times {
-                let ts = Some(seconds(ts_ms));
+                let ts = Some(event::ts_of_ms(ts_ms));
                 self.events
                     .push(event::encode_value(&name, count, ts, None));
             }
         }
         self
     }
-}
-
-/// Unix ms as the `ts` (seconds) of an event: half a millisecond past, so
-/// that the worker's `floor(ts × 1000)` gives `ms` back exactly (`ms /
-/// 1000` alone can land a float's width below it).
-fn seconds(ms: i64) -> f64 {
-    (ms as f64 + 0.5) / 1000.0
 }
 
 /// Reads a file's lines into batches, from where its import stands.

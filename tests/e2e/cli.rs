@@ -159,6 +159,12 @@ fn load_and_demo_run_end_to_end() {
         demo.contains("total at the 1-day precision: 3000 of 3000 sent: exact"),
         "{demo}"
     );
+    // Page views over HTTP through ingest, the same request twice: once.
+    assert!(
+        demo.contains("web:/demo: 100 page views sent twice over HTTP")
+            && demo.contains("100 counted: exact"),
+        "{demo}"
+    );
     // Every demo hit carries a response time: page:0's statistics and the
     // slowest names by mean, three of them, slowest first.
     assert!(demo.contains("page:0 this hour: "), "{demo}");

@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::bin::{free_addr, hitcount, http_get, percent_encode, run_hitcount, wait_for, Child};
+use common::bin::{
+    free_addr, hitcount, http_get, percent_encode, post_hits, run_hitcount, wait_for, Child,
+};
 use serde_json::Value;
 
 /// The demo's key prefix and stream: the dashboard shows what
@@ -499,6 +501,26 @@ fn the_demo_serves_its_dashboard_until_stopped() {
         .map(|s| s[1].as_i64().unwrap())
         .sum();
     assert!(total > 0, "{day}");
+    // While it serves, the workers and ingest still run: a page view sent
+    // as the printed `curl` line says shows on the dashboard's API.
+    let out = demo.stdout();
+    let ingest = out
+        .split("http://")
+        .skip(1)
+        .find_map(|rest| Some(rest.split_once("/api/v1/hits")?.0.to_string()))
+        .unwrap_or_else(|| panic!("no ingest address in {out}"));
+    let (status, _, answer) =
+        post_hits(&ingest, "application/json", &[], r#"{"name":"web:/demo"}"#);
+    assert_eq!(status, 202, "{answer}");
+    wait_for("the page view counted", Duration::from_secs(30), || {
+        let day = api(&addr, "/api/v1/counters/web%3A%2Fdemo?precision=86400");
+        let total: i64 = day["samples"]
+            .as_array()?
+            .iter()
+            .map(|s| s[1].as_i64().unwrap())
+            .sum();
+        (total == 101).then_some(())
+    });
     assert!(demo.terminate(Duration::from_secs(10)).success());
 
     // Not on a terminal and without the flag: it prints the address and stops.

@@ -7,23 +7,35 @@
 //! Redis it first deletes what an earlier demo left there (its `demo:` keys),
 //! so that the totals it checks are its own.
 //!
+//! Beside the Rust producer it sends page views over HTTP, through
+//! `hitcount ingest`'s HTTP side run in-process (the same request twice,
+//! with ids: counted once), and checks them too.
+//!
 //! It ends by serving the dashboard of its counters (`hitcount serve`'s
 //! page and API, in-process) and printing its address: until Ctrl-C when
-//! stdout is a terminal (or with `--keep-serving`), else it stops there.
+//! stdout is a terminal (or with `--keep-serving`), with the workers and
+//! ingest still running, so that a page view sent with the `curl` it
+//! prints shows on the dashboard; else it stops there.
 //! The commands it suggests for reading the counters carry the demo's key
 //! prefix and Redis URL, and are printed only while they can work: not
 //! when the demo is about to stop its throwaway Redis.
 
 use std::io::IsTerminal as _;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use tokio::task::JoinHandle;
 
 use crate::edge::api::{self, Api};
+use crate::edge::ingest::{self, Ingest};
+use crate::edge::server::Limits;
 use crate::edge::throwaway::ThrowawayRedis;
 use crate::edge::workload::{Distribution, Names};
 use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 use crate::model::keys::Keys;
+use crate::model::shutdown::Trigger;
+use crate::service::ingest::Appender;
 use crate::service::producer::{Producer, ProducerOptions};
 use crate::store::counters;
 
@@ -112,6 +124,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             shutdown.clone(),
         )));
     }
+    let (ingest_stop, ingest_task, ingest_addr) = start_ingest(&redis, &stream).await?;
     outln!(
         "2 workers started; sending {} hits over {} names (Zipf 1.0)...",
         args.hits,
@@ -132,6 +145,19 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     )
     .await;
     producer.shutdown(Duration::from_secs(5)).await;
+    // The way in for servers and browsers: page views over HTTP, the same
+    // request sent twice, as a client that lost the reply would.
+    let views: Vec<String> = (0..HTTP_VIEWS)
+        .map(|i| format!(r#"{{"name":"{HTTP_NAME}","id":"demo-{i}"}}"#))
+        .collect();
+    let body = format!("[{}]", views.join(","));
+    for _ in 0..2 {
+        let answer = post_hits(ingest_addr, &body).await?;
+        anyhow::ensure!(
+            answer.starts_with("HTTP/1.1 202"),
+            "hitcount ingest answered {answer}"
+        );
+    }
 
     let keys = Keys::new(&layout, &stream);
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -143,10 +169,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let elapsed = started.elapsed();
-    trigger.trigger();
-    for w in workers {
-        w.await??;
-    }
     outln!(
         "sent and counted {} hits in {:.2} s ({:.0} hits/s end to end)\n",
         sent.hits,
@@ -187,6 +209,21 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         "counted {counted} hits, sent {}",
         sent.hits
     );
+    let samples = counters::read(&mut conn, &keys, 86400, HTTP_NAME).await?;
+    let over_http: i64 = samples.iter().map(|s| s.count).sum();
+    outln!(
+        "{HTTP_NAME}: {HTTP_VIEWS} page views sent twice over HTTP (hitcount ingest, \
+         POST /api/v1/hits, the same ids), {over_http} counted: {}",
+        if over_http == HTTP_VIEWS as i64 {
+            "exact"
+        } else {
+            "MISMATCH"
+        }
+    );
+    anyhow::ensure!(
+        over_http == HTTP_VIEWS as i64,
+        "counted {over_http} page views over HTTP"
+    );
     statistics(&mut conn, &keys).await?;
     let keep = args.keep_serving || std::io::stdout().is_terminal();
     // Commands that work as printed, and only while they can: the
@@ -200,9 +237,71 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
              or run the demo on a Redis of yours (REDIS_URL)."
         );
     }
+    if keep {
+        outln!(
+            "\nCount a page view over HTTP, live on the dashboard (name={HTTP_NAME}, precision 1):\n  \
+             curl -H 'Content-Type: application/json' -d '{{\"name\":\"{HTTP_NAME}\"}}' \
+             http://{ingest_addr}/api/v1/hits"
+        );
+    }
     dashboard(listener, &redis, &layout, keep).await?;
+    ingest_stop.trigger();
+    ingest_task.await??;
+    trigger.trigger();
+    for w in workers {
+        w.await??;
+    }
     drop(server);
     Ok(())
+}
+
+/// The name the demo's page views over HTTP count under.
+const HTTP_NAME: &str = "web:/demo";
+
+/// Page views the demo sends over HTTP.
+const HTTP_VIEWS: usize = 100;
+
+/// `hitcount ingest`'s HTTP side in-process on a free loopback port,
+/// appending to the demo's stream: its stop, its task and its address.
+async fn start_ingest(
+    redis: &RedisArgs,
+    stream: &StreamArgs,
+) -> anyhow::Result<(Trigger, JoinHandle<std::io::Result<()>>, SocketAddr)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let appender = Appender::new(crate::store::connect::client(redis)?, stream, 3600);
+    let settings = ingest::Settings {
+        tokens: Vec::new(),
+        origins: Vec::new(),
+        browser_prefix: "web:".into(),
+        max_body: 1 << 20,
+        rate: 0,
+    };
+    let (stop, mut stopped) = crate::model::shutdown::channel();
+    let shutdown = async move { stopped.wait().await };
+    let served = ingest::serve(
+        listener,
+        Ingest::new(settings, appender),
+        shutdown,
+        Limits::default(),
+    );
+    Ok((stop, tokio::spawn(served), addr))
+}
+
+/// POSTs a JSON `body` of hits to ingest at `addr`: the answer's first line.
+async fn post_hits(addr: SocketAddr, body: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let head = format!(
+        "POST /api/v1/hits HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await?;
+    s.write_all(body.as_bytes()).await?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).await?;
+    Ok(answer.lines().next().unwrap_or_default().to_string())
 }
 
 /// How to read the demo's counters from the command line and any client,

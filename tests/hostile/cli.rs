@@ -422,3 +422,48 @@ fn an_argument_that_is_not_utf8_is_refused_not_a_panic() {
         assert_eq!(err.trim_start().starts_with('{'), json, "{err}");
     }
 }
+
+/// A name a producer wrote with control characters (an escape sequence
+/// that would recolour a terminal) is printed by `top` escaped, never as
+/// the raw bytes.
+#[test]
+fn top_prints_a_hostile_name_escaped() {
+    let srv = server();
+    let url = srv.url();
+    let bucket = unix_now().div_euclid(3600) * 3600;
+    let name = "evil\u{1b}[31mred\u{7}";
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut c = client.get_connection().unwrap();
+    redis::pipe()
+        .cmd("HSET")
+        .arg(format!("count:3600:{name}"))
+        .arg(bucket)
+        .arg(5)
+        .cmd("ZADD")
+        .arg("known:")
+        .arg(0)
+        .arg(format!("3600:{name}"))
+        .query::<()>(&mut c)
+        .unwrap();
+    let o = run(
+        &[
+            "top",
+            "--precision",
+            "3600",
+            "--bucket",
+            &bucket.to_string(),
+        ],
+        &[("REDIS_URL", &url)],
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    assert!(
+        !o.stdout.contains('\u{1b}') && !o.stdout.contains('\u{7}'),
+        "{:?}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("evil\\u{1b}[31mred\\u{7}"),
+        "{}",
+        o.stdout
+    );
+}

@@ -7,6 +7,7 @@
 use super::{number, Common};
 use crate::edge::api::params::top_bucket;
 use crate::edge::api::top::TopBody;
+use crate::model::event::printable;
 use crate::model::keys::Keys;
 use crate::store::counters::format_utc;
 use crate::store::query::{self, By};
@@ -84,13 +85,13 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     }
     for (i, r) in ranking.iter().enumerate() {
         match r.mean {
-            None => outln!("{:>5}  {:>12}  {}", i + 1, r.count, r.name),
+            None => outln!("{:>5}  {:>12}  {}", i + 1, r.count, printable(&r.name)),
             Some(m) => outln!(
                 "{:>5}  {:>12}  {:>10}  {}",
                 i + 1,
                 number(Some(m)),
                 r.count,
-                r.name
+                printable(&r.name)
             ),
         }
     }

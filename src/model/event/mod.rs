@@ -302,6 +302,24 @@ pub(crate) fn ts_of_ms(ms: i64) -> f64 {
     (ms as f64 + 0.5) / 1000.0
 }
 
+/// A name (or any text a producer wrote) as shown on a terminal: its
+/// control characters escaped (`\u{1b}`), so that a hostile name cannot
+/// move the cursor or recolour the terminal it is printed on.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
 /// Checks a name's bytes: non-empty, ≤ [`MAX_NAME_BYTES`], valid UTF-8.
 pub(crate) fn check_name(bytes: &[u8]) -> Result<&str, Reject> {
     if bytes.is_empty() {

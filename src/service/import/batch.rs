@@ -28,21 +28,6 @@ pub(crate) const MAX_EXAMPLES: usize = 5;
 /// Bytes of a refused line shown.
 const EXAMPLE_BYTES: usize = 120;
 
-/// A refused line's bytes as they are shown on a terminal: invalid UTF-8
-/// as U+FFFD, control characters escaped (`\u{1b}`), so that a hostile
-/// log cannot move the cursor or recolour the terminal it is read on.
-fn shown(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for c in String::from_utf8_lossy(bytes).chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// How the lines of a file become hits.
 #[derive(Debug, Clone)]
 pub(crate) enum LineFormat {
@@ -127,7 +112,7 @@ impl Batch {
             self.examples.push(Example {
                 line: self.to.lines,
                 reason,
-                text: shown(&line[..cut]),
+                text: event::printable(&String::from_utf8_lossy(&line[..cut])).into_owned(),
             });
         }
     }
@@ -412,6 +397,7 @@ mod tests {
         );
         assert_eq!(batch.examples[1].text.len(), EXAMPLE_BYTES);
         // Control characters are escaped, never sent to the terminal.
+        let shown = |b: &[u8]| event::printable(&String::from_utf8_lossy(b)).into_owned();
         assert_eq!(shown(b"a\x1b[31mred\tb\xff"), "a\\u{1b}[31mred\\tb\u{fffd}");
         // The last line has no line end: it is left for a later import.
         let held = "a line still being written".len();

@@ -453,6 +453,22 @@ fn bench_says_where_redis_time_goes_by_command() {
         by_command.windows(2).all(|w| time(&w[0]) >= time(&w[1])),
         "most time first: {by_command:?}"
     );
+
+    // `--values`: every hit of the workload has one, so its own run pays
+    // for the statistics (HINCRBYFLOAT) and no extra run is made.
+    let o = run_hitcount(&[&args[..], &["--values", "--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["all_valued"], true, "{json}");
+    assert!(json["values"].is_null(), "{json}");
+    let run = &json["runs"][0]["hitcount"]["by_command"];
+    assert!(
+        run.as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["command"] == "hincrbyfloat"),
+        "{run}"
+    );
 }
 
 /// The flags of `hitcount bench` that moved to the lab are still taken,

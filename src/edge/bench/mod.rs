@@ -57,10 +57,16 @@ pub(crate) struct Options {
     /// Extra flag for every worker, repeatable: `--worker-arg=--window-ms=200`.
     #[arg(long = "worker-arg", allow_hyphen_values = true)]
     pub worker_args: Vec<String>,
+    /// Give every hit of every workload a synthetic response time (what
+    /// statistics cost on each); without it, only one extra run of 1,000
+    /// hot names with one worker has values.
+    #[arg(long)]
+    pub values: bool,
 }
 
-/// Runs every workload and worker count, then the one-worker hot run with
-/// a value on every hit (the cost of statistics), and returns the figures.
+/// Runs every workload and worker count, then (unless every hit has one)
+/// the one-worker hot run with a value on every hit (the cost of
+/// statistics), and returns the figures.
 pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
     let client = crate::store::connect::client(&opts.redis)?;
     let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
@@ -68,11 +74,12 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
     let mut report = Report {
         entries: opts.entries,
         worker_args: opts.worker_args.clone(),
+        all_valued: opts.values,
         ..Report::default()
     };
     for &workload in &opts.workload {
         let stream = format!("bench:{workload:?}:hits").to_lowercase();
-        let sent = prefill(&mut conn, &stream, workload, opts.entries, false).await?;
+        let sent = prefill(&mut conn, &stream, workload, opts.entries, opts.values).await?;
         for &w in &opts.workers {
             for group in [ceiling::group(w), workers::group(w)] {
                 ensure_group(&mut conn, &Keys::named(&stream, &group, "")).await?;
@@ -90,7 +97,7 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
         }
         delete_matching(&mut conn, "bench:*").await?;
     }
-    if opts.workload.contains(&Workload::Hot) && opts.workers.contains(&1) {
+    if !opts.values && opts.workload.contains(&Workload::Hot) && opts.workers.contains(&1) {
         let stream = "bench:values:hits";
         let sent = prefill(&mut conn, stream, Workload::Hot, opts.entries, true).await?;
         ensure_group(&mut conn, &Keys::named(stream, &workers::group(1), "")).await?;

@@ -27,6 +27,8 @@ pub(crate) struct Report {
     pub entries: u64,
     /// Worker flags beyond the defaults.
     pub worker_args: Vec<String>,
+    /// Every hit of every workload had a value (`--values`).
+    pub all_valued: bool,
     /// Ceiling and hitcount runs.
     pub runs: Vec<Run>,
     /// The one-worker run of 1,000 hot names with a value on every hit.
@@ -40,6 +42,9 @@ impl Report {
     /// The Markdown table and the lines under it.
     pub(crate) fn table(&self) -> String {
         let mut out = format!("{} entries per workload", self.entries);
+        if self.all_valued {
+            out.push_str(", every hit with a value");
+        }
         if !self.worker_args.is_empty() {
             let _ = write!(out, "; worker flags: {}", self.worker_args.join(" "));
         }

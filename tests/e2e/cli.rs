@@ -30,7 +30,10 @@ fn stdout(o: &Output) -> String {
 #[test]
 fn every_subcommand_and_environment_variable_is_documented_in_help() {
     let top = stdout(&hitcount(&["--help"], &[]));
-    for sub in ["worker", "hit", "load", "get", "top", "demo"] {
+    for sub in [
+        "worker", "hit", "load", "get", "top", "demo", "clean", "status", "bench", "serve",
+        "ingest", "import",
+    ] {
         assert!(top.contains(sub), "--help lists {sub}");
     }
     let worker = stdout(&hitcount(&["worker", "--help"], &[]));
@@ -212,7 +215,7 @@ fn the_docs_match_the_binary() {
     let mut vars = std::collections::BTreeSet::new();
     for sub in [
         "worker", "hit", "load", "get", "top", "demo", "clean", "status", "bench", "serve",
-        "ingest",
+        "ingest", "import",
     ] {
         let help = stdout(&hitcount(&[sub, "--help"], &[]));
         for part in help.split("[env: ").skip(1) {

@@ -23,6 +23,10 @@ const TRICKLERS: usize = 400;
 const HOSTILE: [u8; 4] = [127, 0, 0, 2];
 /// What a probe may take: the kubelet's default timeout.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Held while [`TRICKLERS`] trickle: the tests of this file run side by
+/// side, and the 1 s bound is about one server facing 400 slow clients on
+/// this machine, not about several tests' 1,600 at once.
+static TRICKLING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[derive(Clone, Copy, Debug)]
 enum Trickle {
@@ -115,6 +119,7 @@ async fn probes_outlast_tricklers_of(
     trickled_path: &str,
     how: Trickle,
 ) {
+    let _alone = TRICKLING.lock().await;
     let stop = Arc::new(AtomicBool::new(false));
     let connects = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..TRICKLERS)

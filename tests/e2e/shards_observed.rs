@@ -194,8 +194,10 @@ async fn shards_are_observed(url: &str) {
                 .unwrap();
         }
     }
-    // A paused process may have one blocked read outstanding per shard,
-    // which Redis serves with the first new entry: at least two wait.
+    // A paused process may have reads outstanding per shard (a blocked one
+    // and its reads ahead), which Redis serves with the new entries: those
+    // are pending, the others still in the stream. None can be
+    // acknowledged while it is stopped: all three wait, lag or pending.
     let gauge = |m: &str, name: &str, k: u32| {
         metric_value(m, &format!("hitcount_shard_{name}{{shard=\"{k}\"}}")).unwrap()
     };
@@ -206,7 +208,8 @@ async fn shards_are_observed(url: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let m = loop {
         if let Some((_, m)) = owned(&listens[1]) {
-            if sets[0].iter().all(|&k| gauge(&m, "lag_entries", k) >= 2.0) {
+            let waiting = |k| gauge(&m, "lag_entries", k) + gauge(&m, "pending_entries", k);
+            if sets[0].iter().all(|&k| waiting(k) >= 3.0) {
                 break m;
             }
             last = m;

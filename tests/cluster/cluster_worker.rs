@@ -375,6 +375,12 @@ where
             k.dead
         );
     }
+    // Shown only when the test fails: what the workers warned of.
+    for w in &workers {
+        for line in w.stderr().lines().filter(|l| !l.contains(" INFO ")) {
+            eprintln!("{}: {line}", w.name());
+        }
+    }
     assert_exact(&mut c, &sent).await;
 }
 

@@ -45,6 +45,17 @@ pub(crate) struct Deferred {
     pub failures: Vec<Failure>,
 }
 
+/// What taking a recorded window found (see [`Committer::take`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// Finished already.
+    Gone,
+    /// The carry of this id took its cells first: apply none of them.
+    Carried(String),
+    /// Taken: this caller applies its cells.
+    Mine,
+}
+
 /// What the carry script did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CarryOutcome {
@@ -151,21 +162,19 @@ impl Committer {
     }
 
     /// Takes a recorded window for finishing it (see `take.lua`): after
-    /// this the carry never sums its cells. `Ok(None)` when it is finished
-    /// already, `Ok(Some(true))` when the carry took its cells first (apply
-    /// none of them), `Ok(Some(false))` when it is this caller's to apply.
-    pub(crate) async fn take(&self, conn: &mut Conn, window: &str) -> StoreResult<Option<bool>> {
+    /// this the carry never sums its cells.
+    pub(crate) async fn take(&self, conn: &mut Conn, window: &str) -> StoreResult<Taken> {
         let reply: Value = TAKE
             .evalsha(1)
             .arg(self.keys.window(window))
             .query_async(conn)
             .await?;
         match super::status_and_detail(&reply) {
-            Some(("gone", _)) => Ok(None),
-            Some(("carried", _)) => Ok(Some(true)),
+            Some(("gone", _)) => Ok(Taken::Gone),
+            Some(("carried", carry)) => Ok(Taken::Carried(carry)),
             Some(("ok", _)) => {
                 self.replicated(conn).await?;
-                Ok(Some(false))
+                Ok(Taken::Mine)
             }
             _ => Err(StoreError::unexpected("take.lua", &reply)),
         }

@@ -4,7 +4,7 @@
 
 use redis::Value;
 
-use super::carry::{piece_field, CELLS, PIECES_FIELD, STATS, STATS_PIECES_FIELD};
+use super::carry::{piece_field, Taken, CELLS, PIECES_FIELD, STATS, STATS_PIECES_FIELD};
 use super::{stats, Apply, Committer, Finished, Sum, APPLY_GUARD};
 use crate::model::aggregate::Cell;
 use crate::model::metrics::metrics;
@@ -57,12 +57,7 @@ impl Committer {
         }
         let mut pipe = redis::pipe();
         for id in &ids {
-            pipe.cmd("HMGET")
-                .arg(self.keys.window(id))
-                .arg("owner")
-                .arg("created")
-                .arg("chunk")
-                .arg("group");
+            pipe.add_command(self.record_fields(id));
         }
         let rows: Vec<Vec<Option<Vec<u8>>>> = pipe.query_async(conn).await?;
         let (mut records, mut corrupt) = (Vec::new(), Vec::new());
@@ -75,6 +70,27 @@ impl Committer {
             }
         }
         Ok((records, corrupt, now_ms))
+    }
+
+    /// The fields [`parse_record`] reads of `window`'s record.
+    fn record_fields(&self, window: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.keys.window(window))
+            .arg("owner")
+            .arg("created")
+            .arg("chunk")
+            .arg("group");
+        cmd
+    }
+
+    /// `window`'s record, if it is still there; one that cannot be read
+    /// back is an error (recovery leaves it to the quarantine).
+    async fn record(&self, conn: &mut Conn, window: &str) -> StoreResult<Option<Record>> {
+        let row: Vec<Option<Vec<u8>>> = self.record_fields(window).query_async(conn).await?;
+        parse_record(window, &row).map_err(|reason| StoreError::Unexpected {
+            what: "a carry's record",
+            reply: reason,
+        })
     }
 
     /// Moves a record that cannot be read back to the dead-letter stream
@@ -130,8 +146,9 @@ impl Committer {
 
     /// Finishes a recorded window on behalf of whoever committed it: takes
     /// it (see [`Committer::take`]), applies its chunks (markers make this a
-    /// no-op for chunks already applied; none when the carry took its
-    /// cells), acknowledges its ids, dead-letters failures and deletes the
+    /// no-op for chunks already applied; none when a carry took its
+    /// cells: that carry is finished first, if it is still recorded, and
+    /// the window is left for later if it cannot be), acknowledges its ids, dead-letters failures and deletes the
     /// record. Returns false when the record was already gone.
     /// `seen` is when the record was loaded: past [`APPLY_GUARD`] it is left
     /// to a later pass.
@@ -142,12 +159,20 @@ impl Committer {
         seen: std::time::Instant,
     ) -> StoreResult<bool> {
         match self.take(conn, &record.window).await? {
-            None => return Ok(false),
-            Some(true) => {
-                // Its cells are the carry's (a record of its own, finished
-                // on its own): only its entries are left to acknowledge.
-                // None of its chunks was applied: it has no marker to
-                // shorten.
+            Taken::Gone => return Ok(false),
+            Taken::Carried(carry) => {
+                // Its cells are the carry's, a record of its own: they are
+                // in the counters once that record is finished. Until then
+                // its entries stay pending (acknowledged, they would say
+                // counted), so the carry goes first.
+                if let Some(carry) = self.record(conn, &carry).await? {
+                    Box::pin(self.recover(conn, &carry, seen)).await?;
+                    if self.record(conn, &carry.window).await?.is_some() {
+                        return Ok(false);
+                    }
+                }
+                // Only its entries are left to acknowledge. None of its
+                // chunks was applied: it has no marker to shorten.
                 let ids: Option<String> = redis::cmd("HGET")
                     .arg(self.keys.window(&record.window))
                     .arg("ids")
@@ -167,7 +192,7 @@ impl Committer {
                     "finished a window whose cells a stopped worker's carry holds");
                 return Ok(true);
             }
-            Some(false) => {}
+            Taken::Mine => {}
         }
         let key = self.keys.window(&record.window);
         type Fields = (Option<String>, Option<usize>, Option<usize>);

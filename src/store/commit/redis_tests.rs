@@ -1,6 +1,7 @@
 //! The exactly-once commit against a real redis-server and a real Redis
 //! Cluster: a stalled worker's window is fenced once its entries are
-//! claimed, a resent commit keeps its record, a replayed or recovered
+//! claimed, a resent commit keeps its record, a carried window is
+//! acknowledged only once its carry is applied, a replayed or recovered
 //! window adds its statistics once, and sums applied together on a cluster
 //! (`apply_group.lua`: one script per hash slot carries chunks of sums
 //! recorded in different groups, each under its own group's marker) count
@@ -92,6 +93,107 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(left, 0, "a refused window leaves no record");
+    }
+
+    /// A window whose cells a carry took is acknowledged only once that
+    /// carry is in the counters: recovering the window finishes the carry
+    /// first, so a drained group (nothing pending) means counted hits even
+    /// when the recovery stops right after the window.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_carried_window_is_acknowledged_only_once_its_carry_is_applied() {
+        let srv = server();
+        let mut c = conn(&srv.url()).await;
+        let now = unix_now();
+        xadd_hits(&mut c, "carried", 10, now).await;
+        let s = settings(&srv.url(), "gone");
+        let k = keys(&s);
+        crate::store::scripts::load_all(&mut c).await.unwrap();
+        crate::store::stream::ensure_group(&mut c, &k)
+            .await
+            .unwrap();
+        let committer = Committer::new(k.clone(), "gone".into(), 1000);
+        let reply = crate::store::stream::read(&mut c, &k, "gone", 100, None, ">")
+            .await
+            .unwrap();
+        let entries = crate::store::stream::read_reply_entries(&reply);
+        assert_eq!(entries.len(), 10);
+        let ids: Vec<&str> = entries.iter().map(|e| e.id_str()).collect();
+        let ids = ids.join(" ");
+        let mut window = Window::new(&PRECISIONS, 120);
+        for e in &entries {
+            window.add(
+                &crate::model::event::decode(e.id, e.pairs()).unwrap(),
+                now * 1000,
+            );
+        }
+        let cells: Vec<_> = window.cells().collect();
+        // The window is recorded, its cells wait; the carry records their
+        // sum and takes them; the worker dies before applying the carry.
+        let sealed = Sealed {
+            window: "w-1",
+            ids: &ids,
+            cells: &cells,
+            stats: &[],
+            rejected: &[],
+            chunk: CHUNK_CELLS,
+            chunks: cells.len().div_ceil(CHUNK_CELLS),
+        };
+        let outcome = committer
+            .commit(&mut c, "0", None, Some(&sealed))
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::Committed);
+        let deferred = commit::Deferred {
+            window: "w-1".into(),
+            ids: crate::model::ids::IdList::parse(&ids).unwrap(),
+            failures: Vec::new(),
+        };
+        let carry = Sealed {
+            window: "c-1",
+            ids: "",
+            ..sealed
+        };
+        let outcome = committer
+            .carry(&mut c, &carry, &[deferred], None)
+            .await
+            .unwrap();
+        assert_eq!(outcome, commit::CarryOutcome::Recorded);
+
+        // Recovery reaches the window first (records come oldest first).
+        let (records, corrupt, _) = committer.records(&mut c).await.unwrap();
+        assert!(corrupt.is_empty());
+        let mut names: Vec<&str> = records.iter().map(|r| r.window.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["c-1", "w-1"]);
+        let window = records.iter().find(|r| r.window == "w-1").unwrap();
+        assert!(committer
+            .recover(&mut c, window, Instant::now())
+            .await
+            .unwrap());
+        let pending: redis::Value = redis::cmd("XPENDING")
+            .arg(&k.stream)
+            .arg(&k.group)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let redis::Value::Array(summary) = pending else {
+            panic!("XPENDING: {pending:?}")
+        };
+        assert_eq!(
+            summary[0],
+            redis::Value::Int(0),
+            "the window's entries are acknowledged"
+        );
+        let got = read_all(&mut c, &k).await;
+        assert_eq!(
+            got.get(&(60, "carried".to_string()))
+                .map(|b| b.values().sum::<i64>()),
+            Some(10),
+            "acknowledged entries are counted: the carry was applied first"
+        );
+        // The carry is finished, and finishing it again does nothing.
+        let (records, _, _) = committer.records(&mut c).await.unwrap();
+        assert!(records.is_empty(), "{records:?}");
     }
 
     /// A commit resent after a lost reply writes the window's fields again,

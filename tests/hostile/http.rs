@@ -23,10 +23,6 @@ const TRICKLERS: usize = 400;
 const HOSTILE: [u8; 4] = [127, 0, 0, 2];
 /// What a probe may take: the kubelet's default timeout.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Held while [`TRICKLERS`] trickle: the tests of this file run side by
-/// side, and the 1 s bound is about one server facing 400 slow clients on
-/// this machine, not about several tests' 1,600 at once.
-static TRICKLING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[derive(Clone, Copy, Debug)]
 enum Trickle {
@@ -119,7 +115,6 @@ async fn probes_outlast_tricklers_of(
     trickled_path: &str,
     how: Trickle,
 ) {
-    let _alone = TRICKLING.lock().await;
     let stop = Arc::new(AtomicBool::new(false));
     let connects = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..TRICKLERS)
@@ -190,7 +185,18 @@ fn serve(url: &str, extra: &[&str]) -> (Child, String) {
     (child, addr)
 }
 
+/// Every server that listens, facing [`TRICKLERS`] slow clients: one test,
+/// one server at a time, since the 1 s bound is about one server facing 400
+/// slow clients on this machine, not about several servers' 1,600 at once
+/// (separate tests would run side by side).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_starve_no_server() {
+    a_workers_healthz_outlasts_four_hundred_slow_clients().await;
+    serves_api_outlasts_four_hundred_slow_clients().await;
+    trickled_remote_read_bodies_starve_no_one().await;
+    trickled_hits_starve_no_one().await;
+}
+
 async fn a_workers_healthz_outlasts_four_hundred_slow_clients() {
     let srv = common::server();
     let listen = bin::free_addr();
@@ -201,7 +207,6 @@ async fn a_workers_healthz_outlasts_four_hundred_slow_clients() {
     probes_outlast_tricklers(addr, "/healthz", Trickle::Body).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_api_outlasts_four_hundred_slow_clients() {
     let srv = common::server();
     let (_serve, addr) = serve(&srv.url(), &[]);
@@ -214,7 +219,6 @@ async fn serves_api_outlasts_four_hundred_slow_clients() {
 /// The one path that reads a body, Prometheus' remote read, reads it within
 /// a deadline and from a bounded number of connections per address: bodies
 /// trickled to it starve no probe.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trickled_remote_read_bodies_starve_no_one() {
     let srv = common::server();
     let (_serve, addr) = serve(&srv.url(), &[]);
@@ -231,7 +235,6 @@ async fn trickled_remote_read_bodies_starve_no_one() {
 /// `ingest` reads bodies (within 10 s, from at most 16 connections an
 /// address): 400 connections trickling hits starve neither its probes nor
 /// a client of another address.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trickled_hits_starve_no_one() {
     let srv = common::server();
     let (_ingest, addr) = crate::common::bin::start_ingest(&srv.url(), &[]);

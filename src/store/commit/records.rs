@@ -83,14 +83,15 @@ impl Committer {
         cmd
     }
 
-    /// `window`'s record, if it is still there; one that cannot be read
-    /// back is an error (recovery leaves it to the quarantine).
-    async fn record(&self, conn: &mut Conn, window: &str) -> StoreResult<Option<Record>> {
+    /// `window`'s record: `Ok(None)` when it is finished, `Err` when it
+    /// cannot be read back (the next pass quarantines it).
+    async fn record(
+        &self,
+        conn: &mut Conn,
+        window: &str,
+    ) -> StoreResult<Result<Option<Record>, String>> {
         let row: Vec<Option<Vec<u8>>> = self.record_fields(window).query_async(conn).await?;
-        parse_record(window, &row).map_err(|reason| StoreError::Unexpected {
-            what: "a carry's record",
-            reply: reason,
-        })
+        Ok(parse_record(window, &row))
     }
 
     /// Moves a record that cannot be read back to the dead-letter stream
@@ -165,11 +166,17 @@ impl Committer {
                 // in the counters once that record is finished. Until then
                 // its entries stay pending (acknowledged, they would say
                 // counted), so the carry goes first.
-                if let Some(carry) = self.record(conn, &carry).await? {
-                    Box::pin(self.recover(conn, &carry, seen)).await?;
-                    if self.record(conn, &carry.window).await?.is_some() {
-                        return Ok(false);
+                // One that cannot be read back leaves the window to a later
+                // pass, after the quarantine has taken the carry.
+                match self.record(conn, &carry).await? {
+                    Ok(None) => {}
+                    Ok(Some(carry)) => {
+                        Box::pin(self.recover(conn, &carry, seen)).await?;
+                        if !matches!(self.record(conn, &carry.window).await?, Ok(None)) {
+                            return Ok(false);
+                        }
                     }
+                    Err(_) => return Ok(false),
                 }
                 // Only its entries are left to acknowledge. None of its
                 // chunks was applied: it has no marker to shorten.

@@ -382,7 +382,13 @@ impl Window {
     /// [`HIST_ENTRIES_PER_CELL`] histogram entries (about what each costs in
     /// worker memory).
     pub(crate) fn weight(&self) -> usize {
-        self.slots.len() + self.stats_weight / HIST_ENTRIES_PER_CELL
+        self.weight_with_stats_times(1)
+    }
+
+    /// [`Window::weight`] with its statistics cells' share multiplied by
+    /// `factor` (see [`crate::model::carry`]).
+    pub(crate) fn weight_with_stats_times(&self, factor: usize) -> usize {
+        self.slots.len() + factor * self.stats_weight / HIST_ENTRIES_PER_CELL
     }
 
     /// Every cell with its slot index.

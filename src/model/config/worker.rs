@@ -111,8 +111,8 @@ pub struct WorkerArgs {
     // (crate::model::ids), which let it hold enough of them to fill 1,000,000
     // cells (500,000 entries capped it before).
     /// The carry is applied once it sums this many distinct cells, a
-    /// statistics cell weighing as several (more cells: fewer HINCRBYs on
-    /// many names, more worker memory),
+    /// statistics cell weighing three times what it weighs in a window
+    /// (more cells: fewer HINCRBYs on many names, more worker memory),
     /// 0..=100000000; 0 applies every window whole. With stream shards each shard's worker sums its
     /// own: on one Redis each gets an even share; on a Redis Cluster a
     /// process' shards go in together once they hold this many between

@@ -41,13 +41,7 @@ mod tests {
         // The stalled worker: reads its epoch and the entries, then stops.
         let committer = Committer::new(k.clone(), "stalled".into(), 1000);
         let epoch = committer.epoch(&mut c).await.unwrap();
-        let reply = crate::store::stream::read(&mut c, &k, "stalled", 100, None, ">")
-            .await
-            .unwrap();
-        let entries = crate::store::stream::read_reply_entries(&reply);
-        assert_eq!(entries.len(), 10);
-        let ids: Vec<&str> = entries.iter().map(|e| e.id_str()).collect();
-        let ids = ids.join(" ");
+        let (ids, window) = read_ten(&mut c, &k, "stalled", now).await;
 
         // A live worker claims them once idle and counts them.
         tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -58,13 +52,6 @@ mod tests {
         workers.stop().await;
 
         // The stalled worker wakes up and tries to commit its window.
-        let mut window = Window::new(&PRECISIONS, 120);
-        for e in &entries {
-            window.add(
-                &crate::model::event::decode(e.id, e.pairs()).unwrap(),
-                now * 1000,
-            );
-        }
         let cells: Vec<_> = window.cells().collect();
         let sealed = Sealed {
             window: "stale-1",
@@ -112,20 +99,7 @@ mod tests {
             .await
             .unwrap();
         let committer = Committer::new(k.clone(), "gone".into(), 1000);
-        let reply = crate::store::stream::read(&mut c, &k, "gone", 100, None, ">")
-            .await
-            .unwrap();
-        let entries = crate::store::stream::read_reply_entries(&reply);
-        assert_eq!(entries.len(), 10);
-        let ids: Vec<&str> = entries.iter().map(|e| e.id_str()).collect();
-        let ids = ids.join(" ");
-        let mut window = Window::new(&PRECISIONS, 120);
-        for e in &entries {
-            window.add(
-                &crate::model::event::decode(e.id, e.pairs()).unwrap(),
-                now * 1000,
-            );
-        }
+        let (ids, window) = read_ten(&mut c, &k, "gone", now).await;
         let cells: Vec<_> = window.cells().collect();
         // The window is recorded, its cells wait; the carry records their
         // sum and takes them; the worker dies before applying the carry.
@@ -361,6 +335,23 @@ mod tests {
             kept(now),
         );
         st::assert_equal(&st::read(&mut c, &k).await, &want);
+    }
+
+    /// Reads the stream's 10 new entries for `consumer` (left pending):
+    /// their ids, space separated, and their window.
+    async fn read_ten(c: &mut Conn, k: &Keys, consumer: &str, now: i64) -> (String, Window) {
+        let reply = crate::store::stream::read(c, k, consumer, 100, None, ">")
+            .await
+            .unwrap();
+        let entries = crate::store::stream::read_reply_entries(&reply);
+        assert_eq!(entries.len(), 10);
+        let ids: Vec<&str> = entries.iter().map(|e| e.id_str()).collect();
+        let mut window = Window::new(&PRECISIONS, 120);
+        for e in &entries {
+            let hit = crate::model::event::decode(e.id, e.pairs()).unwrap();
+            window.add(&hit, now * 1000);
+        }
+        (ids.join(" "), window)
     }
 
     const BUCKET: i64 = 1_700_000_040;

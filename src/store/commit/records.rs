@@ -148,11 +148,10 @@ impl Committer {
     /// Finishes a recorded window on behalf of whoever committed it: takes
     /// it (see [`Committer::take`]), applies its chunks (markers make this a
     /// no-op for chunks already applied; none when a carry took its
-    /// cells: that carry is finished first, if it is still recorded, and
-    /// the window is left for later if it cannot be), acknowledges its ids, dead-letters failures and deletes the
-    /// record. Returns false when the record was already gone.
+    /// cells: that carry is finished first, if it is still recorded),
+    /// acknowledges its ids, dead-letters failures and deletes the record. Returns false when the record was already gone.
     /// `seen` is when the record was loaded: past [`APPLY_GUARD`] it is left
-    /// to a later pass.
+    /// to a later pass, with an error.
     pub(crate) async fn recover(
         &self,
         conn: &mut Conn,
@@ -165,19 +164,13 @@ impl Committer {
                 // Its cells are the carry's, a record of its own: they are
                 // in the counters once that record is finished. Until then
                 // its entries stay pending (acknowledged, they would say
-                // counted), so the carry goes first.
-                // One that cannot be read back leaves the window to a later
-                // pass, after the quarantine has taken the carry.
-                match self.record(conn, &carry).await? {
-                    Ok(None) => {}
-                    Ok(Some(carry)) => {
-                        Box::pin(self.recover(conn, &carry, seen)).await?;
-                        if !matches!(self.record(conn, &carry.window).await?, Ok(None)) {
-                            return Ok(false);
-                        }
-                    }
-                    Err(_) => return Ok(false),
+                // counted), so the carry goes first. A carry that cannot be
+                // read back goes to the dead-letter stream, cells and all
+                // (the quarantine): nothing of the window is left to apply.
+                if let Ok(Some(carry)) = self.record(conn, &carry).await? {
+                    Box::pin(self.recover(conn, &carry, seen)).await?;
                 }
+
                 // Only its entries are left to acknowledge. None of its
                 // chunks was applied: it has no marker to shorten.
                 let ids: Option<String> = redis::cmd("HGET")
@@ -268,7 +261,10 @@ impl Committer {
             .collect();
         let stat_cells = owned_stats.cells();
         if seen.elapsed() > APPLY_GUARD {
-            return Ok(false);
+            // Left as it is, not reported done: a resync that went on would
+            // re-read the record's entries, still pending, and count them
+            // again beside it.
+            return Err(StoreError::Guard(APPLY_GUARD));
         }
         if let Some(group) = &record.group {
             // A carry of a group: its counts alone now, under the group's

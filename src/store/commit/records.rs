@@ -149,7 +149,8 @@ impl Committer {
     /// it (see [`Committer::take`]), applies its chunks (markers make this a
     /// no-op for chunks already applied; none when a carry took its
     /// cells: that carry is finished first, if it is still recorded),
-    /// acknowledges its ids, dead-letters failures and deletes the record. Returns false when the record was already gone.
+    /// acknowledges its ids, dead-letters failures and deletes the record.
+    /// Returns false when the record was already gone.
     /// `seen` is when the record was loaded: past [`APPLY_GUARD`] it is left
     /// to a later pass, with an error.
     pub(crate) async fn recover(
@@ -170,7 +171,6 @@ impl Committer {
                 if let Ok(Some(carry)) = self.record(conn, &carry).await? {
                     Box::pin(self.recover(conn, &carry, seen)).await?;
                 }
-
                 // Only its entries are left to acknowledge. None of its
                 // chunks was applied: it has no marker to shorten.
                 let ids: Option<String> = redis::cmd("HGET")

@@ -53,15 +53,7 @@ mod tests {
 
         // The stalled worker wakes up and tries to commit its window.
         let cells: Vec<_> = window.cells().collect();
-        let sealed = Sealed {
-            window: "stale-1",
-            ids: &ids,
-            cells: &cells,
-            stats: &[],
-            rejected: &[],
-            chunk: CHUNK_CELLS,
-            chunks: cells.len().div_ceil(CHUNK_CELLS),
-        };
+        let sealed = counts_only("stale-1", &ids, &cells);
         let outcome = committer
             .commit(&mut c, &epoch, None, Some(&sealed))
             .await
@@ -103,15 +95,7 @@ mod tests {
         let cells: Vec<_> = window.cells().collect();
         // The window is recorded, its cells wait; the carry records their
         // sum and takes them; the worker dies before applying the carry.
-        let sealed = Sealed {
-            window: "w-1",
-            ids: &ids,
-            cells: &cells,
-            stats: &[],
-            rejected: &[],
-            chunk: CHUNK_CELLS,
-            chunks: cells.len().div_ceil(CHUNK_CELLS),
-        };
+        let sealed = counts_only("w-1", &ids, &cells);
         let outcome = committer
             .commit(&mut c, "0", None, Some(&sealed))
             .await
@@ -335,6 +319,19 @@ mod tests {
             kept(now),
         );
         st::assert_equal(&st::read(&mut c, &k).await, &want);
+    }
+
+    /// A window of counts only, in chunks of [`CHUNK_CELLS`].
+    fn counts_only<'a>(window: &'a str, ids: &'a str, cells: &'a [Cell<'a>]) -> Sealed<'a> {
+        Sealed {
+            window,
+            ids,
+            cells,
+            stats: &[],
+            rejected: &[],
+            chunk: CHUNK_CELLS,
+            chunks: cells.len().div_ceil(CHUNK_CELLS),
+        }
     }
 
     /// Reads the stream's 10 new entries for `consumer` (left pending):

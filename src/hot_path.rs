@@ -6,8 +6,9 @@ use crate::model::aggregate::{Cell, Window};
 use crate::model::config::DEFAULT_PRECISIONS;
 use crate::model::event::Hit;
 use crate::model::keys::Keys;
-use crate::store::commit::apply::apply_pipeline;
-use crate::store::commit::{Apply, CHUNK_CELLS};
+use crate::store::commit::apply::apply_commands;
+use crate::store::commit::{expire_markers, Sum, ACK_IDS, CHUNK_CELLS};
+use crate::store::stream;
 
 /// Samples kept per counter, the default.
 const SAMPLES: u32 = 120;
@@ -45,15 +46,20 @@ pub struct Cells<'a>(Vec<Cell<'a>>);
 /// previous window `w-0` finished) as the worker sends it; returns the
 /// packed pipeline's length in bytes.
 pub fn apply_step_len(keys: &Keys, cells: &Cells<'_>, ids: &str) -> usize {
-    let step = Apply {
-        window: "w-1",
+    let sum = Sum {
+        id: "w-1",
+        group: None,
         cells: &cells.0,
         stats: &[],
-        ids,
         chunk: CHUNK_CELLS,
-        by_slot: false,
     };
-    let done = [keys.applied_marker("w-0")];
-    let (pipe, _) = apply_pipeline(keys, &step, &done, None);
+    let mut pipe = redis::pipe();
+    for c in apply_commands(keys, &[sum]) {
+        pipe.add_command(c);
+    }
+    for c in expire_markers(&[keys.applied_marker("w-0")]) {
+        pipe.add_command(c);
+    }
+    stream::ack_into(&mut pipe, keys, ids, ACK_IDS);
     pipe.get_packed_pipeline().len()
 }

@@ -9,8 +9,8 @@ use crate::model::clock::unix_ms;
 use crate::model::ids::IdList;
 use crate::model::metrics::metrics;
 use crate::store::commit::{
-    markers, plan, sort_for_cluster, sort_stats_for_cluster, Apply, Deferred, Finished, Outcome,
-    Sealed, APPLY_GUARD, CHUNK_CELLS,
+    expire_markers, plan, sort_for_cluster, sort_stats_for_cluster, Apply, Deferred, Finished,
+    Outcome, Sealed, Sum, APPLY_GUARD, CHUNK_CELLS,
 };
 use crate::store::connect::{ErrorClass, StoreError, StoreResult};
 
@@ -36,11 +36,17 @@ impl Worker {
                 window: &window_id,
                 cells: &cells,
                 stats: &stats,
-                ids: "",
                 chunk: CHUNK_CELLS,
                 by_slot,
             },
         );
+        let sum = Sum {
+            id: &window_id,
+            group: None,
+            cells: &cells,
+            stats: &stats,
+            chunk: CHUNK_CELLS,
+        };
         let sealed = Sealed {
             window: &window_id,
             ids: self.batch.ids(),
@@ -96,20 +102,19 @@ impl Worker {
             };
             // A window whose cells wait applies none and acknowledges
             // nothing yet (it only expires the previous window's markers).
-            let step = Apply {
-                window: &window_id,
-                cells: if waits { &[] } else { &cells },
-                stats: if waits { &[] } else { &stats },
-                ids: if waits { "" } else { self.batch.ids() },
-                chunk: CHUNK_CELLS,
-                by_slot,
+            let mut then = expire_markers(&finished);
+            let sums: &[Sum<'_>] = if waits {
+                &[]
+            } else {
+                then.extend(self.committer.acks(self.batch.ids()));
+                std::slice::from_ref(&sum)
             };
             match self
                 .committer
-                .apply_and_ack(conn, &step, &finished, Some(&self.known))
+                .apply(conn, sums, Some(&self.known), then)
                 .await
             {
-                Ok(f) => break f,
+                Ok(mut f) => break f.pop().unwrap_or_default(),
                 Err(e) => {
                     // Resync (reconnect, then recovery finishes the record)
                     // unless the same connection may simply try again.
@@ -152,9 +157,9 @@ impl Worker {
             }
         } else {
             self.finished = Some(Finished {
+                markers: self.committer.markers(&[sum], by_slot),
                 window: window_id,
                 failures,
-                markers: markers(&plan),
             });
         }
         drop((cells, stats));

@@ -6,15 +6,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::group::{Finish, Grouper, Submission};
+use super::group::{Grouper, Submission};
 use super::Worker;
 use crate::model::aggregate::{Cell, StatCell};
 use crate::model::carry::Carry;
 use crate::model::ids::IdList;
 use crate::model::known::KnownCache;
 use crate::store::commit::{
-    markers, plan, sort_for_cluster, sort_stats_for_cluster, Apply, CarryOutcome, Committer,
-    Deferred, Failure, Finished, Sealed, CHUNK_CELLS,
+    plan, sort_for_cluster, sort_stats_for_cluster, Apply, CarryOutcome, Committer, Deferred,
+    Failure, Finished, Sealed, Sum, CHUNK_CELLS,
 };
 use crate::store::connect::{joined, Conn, StoreError, StoreResult};
 
@@ -180,13 +180,6 @@ impl Job {
             };
             self.committer.finish(conn, &done).await?;
         }
-        let markers = match markers {
-            Pending::Own(m) => m,
-            Pending::Group(finish, mut own) => {
-                own.extend(finish.map(|f| f.finished()).unwrap_or_default());
-                own
-            }
-        };
         let done = Finished {
             window: self.window.clone(),
             failures,
@@ -200,7 +193,7 @@ impl Job {
     /// Records the carry and applies it, alone or (with a grouper, in its
     /// open group) with the carries of the process' other shards: its
     /// failures and the markers to expire once it is finished.
-    async fn record_and_apply(&mut self) -> StoreResult<(Vec<Failure>, Pending)> {
+    async fn record_and_apply(&mut self) -> StoreResult<(Vec<Failure>, Vec<String>)> {
         let group = self.grouper.clone().map(|g| {
             let id = g.open_group();
             (g, id)
@@ -208,8 +201,6 @@ impl Job {
         let coming = Coming(group.as_ref().map(|(g, _)| g.clone()));
         let (grouper, id) = {
             let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
-            // A group applies only the counts of its carries, each
-            // carry its statistics alone after (`apply_stats_alone`).
             let mut stats: Vec<StatCell<'_>> = self.carry.stat_cells().collect();
             if self.by_slot {
                 sort_for_cluster(self.committer.keys(), &mut cells);
@@ -222,12 +213,9 @@ impl Job {
                 window: &self.window,
                 cells: &cells,
                 stats: &stats,
-                // The windows' entries are acknowledged after, window by window.
-                ids: "",
                 chunk: CHUNK_CELLS,
                 by_slot: self.by_slot,
             };
-            let plan = plan(self.committer.keys(), &step);
             let sealed = Sealed {
                 window: &self.window,
                 ids: "",
@@ -235,7 +223,7 @@ impl Job {
                 stats: &stats,
                 rejected: &[],
                 chunk: CHUNK_CELLS,
-                chunks: plan.len(),
+                chunks: plan(self.committer.keys(), &step).len(),
             };
             let conn = &mut self.conn;
             let in_group = group.as_ref().map(|(_, id)| id.as_str());
@@ -256,14 +244,22 @@ impl Job {
             match group {
                 Some(group) => group,
                 None => {
-                    let failures = self
+                    let sum = Sum {
+                        id: &self.window,
+                        group: None,
+                        cells: &cells,
+                        stats: &stats,
+                        chunk: CHUNK_CELLS,
+                    };
+                    let mut failures = self
                         .committer
-                        .apply_and_ack(conn, &step, &[], Some(&self.known))
+                        .apply(conn, &[sum], Some(&self.known), Vec::new())
                         .await?;
                     crate::model::metrics::metrics()
                         .carry_cells
                         .inc_by(cells.len() as u64);
-                    return Ok((failures, Pending::Own(markers(&plan))));
+                    let markers = self.committer.markers(&[sum], self.by_slot);
+                    return Ok((failures.pop().unwrap_or_default(), markers));
                 }
             }
         };
@@ -279,35 +275,9 @@ impl Job {
         let applied = grouper.apply(submission).await?;
         self.carry = applied.carry;
         // The group's markers go with the last of its carries finished.
-        let mut failures = applied.result?;
-        let (failed, own) = self.apply_stats_alone().await?;
-        failures.extend(failed);
-        Ok((failures, Pending::Group(applied.finish, own)))
-    }
-
-    /// A group's carry, its counts applied with the group: its statistics
-    /// on their own, per slot, under markers of its own (as a window's),
-    /// in the order recorded (the carry's, sorted by slot), so recovery
-    /// plans the same chunks. Their failures and markers.
-    async fn apply_stats_alone(&mut self) -> StoreResult<(Vec<Failure>, Vec<String>)> {
-        let mut stats: Vec<StatCell<'_>> = self.carry.stat_cells().collect();
-        if stats.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        sort_stats_for_cluster(self.committer.keys(), &mut stats);
-        let step = Apply {
-            window: &self.window,
-            cells: &[],
-            stats: &stats,
-            ids: "",
-            chunk: CHUNK_CELLS,
-            by_slot: true,
-        };
-        let failed = self
-            .committer
-            .apply_and_ack(&mut self.conn, &step, &[], None)
-            .await?;
-        Ok((failed, self.committer.markers_of(&step)))
+        let failures = applied.result?;
+        let markers = applied.finish.map(|f| f.finished()).unwrap_or_default();
+        Ok((failures, markers))
     }
 }
 
@@ -328,13 +298,4 @@ impl Drop for Coming {
             grouper.abandon();
         }
     }
-}
-
-/// The markers to expire once a carry is finished.
-enum Pending {
-    /// Its own.
-    Own(Vec<String>),
-    /// Its statistics' own, and its group's when it is the group's last
-    /// carry finished.
-    Group(Option<Arc<Finish>>, Vec<String>),
 }

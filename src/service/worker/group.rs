@@ -1,6 +1,6 @@
 //! The carries of one process' stream shards on a Redis Cluster, applied
 //! together: one script per hash slot for all of them instead of one per
-//! shard and slot (see [`crate::store::commit::group`], which also says why
+//! shard and slot (see [`crate::store::commit::apply`], which also says why
 //! this stays exactly once whatever the grouping).
 //!
 //! Each shard's worker records its carry on its own shard as always, in the
@@ -26,11 +26,13 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::model::aggregate::Cell;
+use crate::model::aggregate::{Cell, StatCell};
 use crate::model::carry::Carry;
 use crate::model::known::KnownCache;
 use crate::model::metrics::metrics;
-use crate::store::commit::{sort_for_cluster, Committer, Failure, Sum, CHUNK_CELLS};
+use crate::store::commit::{
+    sort_for_cluster, sort_stats_for_cluster, Committer, Failure, Sum, CHUNK_CELLS,
+};
 use crate::store::connect::{Conn, StoreError, StoreResult};
 
 /// How long the carries of a group are gathered at most after the first.
@@ -291,34 +293,40 @@ async fn apply_group(
     let mut conn = batch[0].0.conn.clone();
     let outcome = {
         // The cells in the order their carries recorded them.
-        let cells: Vec<Vec<Cell<'_>>> = batch
+        let keys = committer.keys();
+        let cells: Vec<(Vec<Cell<'_>>, Vec<StatCell<'_>>)> = batch
             .iter()
             .map(|(s, _)| {
                 let mut c: Vec<Cell<'_>> = s.carry.cells().collect();
-                sort_for_cluster(committer.keys(), &mut c);
-                c
+                let mut st: Vec<StatCell<'_>> = s.carry.stat_cells().collect();
+                sort_for_cluster(keys, &mut c);
+                sort_stats_for_cluster(keys, &mut st);
+                (c, st)
             })
             .collect();
         let sums: Vec<Sum<'_>> = batch
             .iter()
             .zip(&cells)
-            .map(|((s, _), c)| Sum {
+            .map(|((s, _), (c, st))| Sum {
                 id: &s.id,
-                group: &s.group,
+                group: Some(&s.group),
                 cells: c,
+                stats: st,
                 chunk: CHUNK_CELLS,
             })
             .collect();
-        let markers = committer.group_markers(&sums);
+        let markers = committer.markers(&sums, true);
+        let n: usize = cells.iter().map(|(c, _)| c.len()).sum();
         tracing::debug!(
             carries = sums.len(),
-            cells = cells.iter().map(Vec::len).sum::<usize>(),
+            cells = n,
             markers = markers.len(),
             "applying a group of carries"
         );
-        let applied = committer.apply_sums(&mut conn, &sums, Some(known)).await;
+        let applied = committer
+            .apply(&mut conn, &sums, Some(known), Vec::new())
+            .await;
         if applied.is_ok() {
-            let n: usize = cells.iter().map(Vec::len).sum();
             metrics().carry_cells.inc_by(n as u64);
             metrics().carry_groups.inc();
         }

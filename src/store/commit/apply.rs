@@ -1,27 +1,35 @@
-//! Steps 2 and 3 of a window: its cells applied in chunks, each at most
-//! once (`apply.lua` marks the chunk in the same script), and its entries
-//! acknowledged: one pipeline on one Redis. The window's statistics cells
-//! (see [`super::stats`]) follow its count cells in the same chunks, each
-//! weighing more.
+//! Step 2 of windows and sums: their cells into the counters and
+//! statistics, each chunk at most once, by the one script that writes them
+//! (`apply.lua`); then their `known:` and `stats:known:` members, then
+//! whatever the caller acknowledges (step 3).
 //!
-//! On a Redis Cluster a script may only touch one hash slot, so a chunk
-//! holds the cells of one slot (cells come sorted by slot, see
-//! [`super::sort_for_cluster`]) and its marker is a key in that slot (tagged with
-//! [`crate::model::slots::tag_for_slot`]). The `known:` and `stats:known:`
-//! ZADDs, in slots of their own, are sent after the chunk is applied (for a replayed chunk
-//! too: the worker may have died in between); every command goes on its
-//! own, all in flight at once.
+//! What is applied is a [`Sum`]: a window applied as it closes, a carry
+//! (the sum of several windows' cells), or one of a *group* of carries of a
+//! process' stream shards on a Redis Cluster. Each is cut into chunks by
+//! [`super::plan()`], a function of its recorded cells alone, so a replay cuts it
+//! alike; chunk `c` is marked applied as field `c` of its own marker
+//! (`hc:applied:ID`, on a cluster `hc:applied:{T}:ID` in the chunk's slot),
+//! a group's sum's counts as field `ID:c` of the group's (`hc:applied:{T}:GROUP`),
+//! whether it is applied with its group or alone by a worker recovering it:
+//! exactly once does not rest on the grouping.
+//!
+//! The chunks of every sum applied together are packed slot by slot into
+//! scripts of at most [`super::CHUNK_CELLS`] weight (on a cluster a script touches
+//! one slot; one Redis is one slot here), so a group pays one script per
+//! slot, not one per sum and slot. The members go after their scripts, by
+//! plain ZADDs (for a replayed chunk too: the worker may have died in
+//! between), in member order, so that members new to `known:` go into its
+//! skip list next to each other.
 
 use std::sync::Mutex;
 
-use redis::{Cmd, Value};
+use redis::Cmd;
 
-pub(crate) use super::plan::Apply;
-use super::plan::{plan, Chunk};
+pub(crate) use super::plan::Sum;
+use super::plan::{scripts, Script};
 pub(crate) use super::replies::Failure;
-use super::replies::{chunk_statuses, group_statuses, InFlight, GROUP_CHUNKS};
+use super::replies::{members_after, parse_failures, part_statuses, zadds};
 use super::{stats, Committer, ACK_IDS, MARKER_TTL_AFTER_FINISH, MARKER_TTL_SECS};
-use crate::model::aggregate::Cell;
 use crate::model::ids::IdList;
 use crate::model::keys::Keys;
 use crate::model::known::KnownCache;
@@ -29,91 +37,81 @@ use crate::store::connect::{joined, Conn, StoreResult};
 use crate::store::scripts::APPLY;
 use crate::store::stream;
 
-/// Members per `ZADD known:` sent on its own (about 1 µs each).
-const ZADD_MEMBERS: usize = 1000;
+/// Scripts sent at once (each holds at most [`super::CHUNK_CELLS`] weight): a
+/// carry of a million cells is never built whole in memory.
+const SCRIPTS_AT_ONCE: usize = 64;
 
 /// XACK commands per round trip when acknowledging many ids alone: 8 of
 /// [`ACK_IDS`] ids, about 0.5 MB of commands.
 const ACKS_AT_ONCE: usize = 8;
 
-/// The apply scripts of `chunks`, the plan's chunks from number `first`
-/// on. With `known` (a cache and the current unix
-/// second), the ZADDs of members it trusts are left out (see
-/// [`crate::model::known`]). Returns the scripts and the indices of the
-/// cells whose member is to be added (by the scripts on one Redis; on a
-/// cluster by ZADDs sent after them).
-fn apply_commands(
+/// The calls of `scripts`, and per script the cells (sum, index) whose
+/// member the worker adds to `known:` after it (those `known` does not
+/// trust, the first of each counter's run in a part).
+fn commands(
     keys: &Keys,
-    step: &Apply<'_>,
-    chunks: &[Chunk],
-    first: usize,
+    sums: &[Sum<'_>],
+    scripts: &[Script],
     known: Option<(&KnownCache, i64)>,
-) -> (Vec<Cmd>, Vec<usize>) {
-    let known_key = keys.known();
-    let stats_known = keys.stats_known();
-    let prefix = keys.count_of_member("").len();
-    let stats_prefix = keys.stats_of_member("").len();
-    let mut cmds = Vec::with_capacity(chunks.len());
-    let mut zadded = Vec::new();
-    for (i, chunk) in chunks.iter().enumerate() {
-        let cells = &step.cells[chunk.cells.clone()];
-        let stat_cells = &step.stats[chunk.stats.clone()];
-        let base = chunk.cells.start;
-        let first_zadd = zadded.len();
+) -> (Vec<Cmd>, Vec<Vec<(usize, usize)>>) {
+    let mut cmds = Vec::with_capacity(scripts.len());
+    let mut zadded = Vec::with_capacity(scripts.len());
+    for script in scripts {
+        let keys_n: usize = script
+            .parts
+            .iter()
+            .map(|p| p.cells.len() + p.stats.len())
+            .sum();
         let mut deadline = i64::MAX;
-        let mut prev: Option<(u32, &str)> = None;
-        for (j, c) in cells.iter().enumerate() {
-            // Cells come grouped by counter: one member per group.
-            if prev == Some((c.precision, c.name)) {
-                continue;
+        let mut mine = Vec::new();
+        let mut cmd = APPLY.evalsha(script.markers.len() + keys_n);
+        cmd.arg(&script.markers);
+        for part in &script.parts {
+            let sum = &sums[part.sum];
+            let mut prev: Option<(u32, &str)> = None;
+            for i in part.cells.clone() {
+                let c = &sum.cells[i];
+                cmd.arg(keys.count(c.precision, c.name));
+                if prev == Some((c.precision, c.name)) {
+                    continue;
+                }
+                prev = Some((c.precision, c.name));
+                match known.and_then(|(k, now)| k.trusted_until(c.precision, c.name, now)) {
+                    Some(until) => deadline = deadline.min(until),
+                    None => mine.push((part.sum, i)),
+                }
             }
-            prev = Some((c.precision, c.name));
-            match known.and_then(|(k, now)| k.trusted_until(c.precision, c.name, now)) {
-                Some(until) => deadline = deadline.min(until),
-                None => zadded.push(base + j),
+            for s in &sum.stats[part.stats.clone()] {
+                cmd.arg(keys.stats(s.precision, s.name));
             }
-        }
-        let mut cmd = APPLY.evalsha(3 + cells.len() + stat_cells.len());
-        // On a cluster the script may not touch known: or stats:known:
-        // (other slots): it gets its own marker there and no member to add.
-        let (zset, stats_zset, stats_skip) = if step.by_slot {
-            (&chunk.marker, &chunk.marker, 0)
-        } else {
-            (&known_key, &stats_known, stats_prefix)
-        };
-        cmd.arg(&chunk.marker).arg(zset).arg(stats_zset);
-        for c in cells {
-            cmd.arg(keys.count(c.precision, c.name));
-        }
-        for s in stat_cells {
-            cmd.arg(keys.stats(s.precision, s.name));
         }
         let deadline = if deadline == i64::MAX { 0 } else { deadline };
-        cmd.arg(first + i)
-            .arg(MARKER_TTL_SECS)
+        cmd.arg(MARKER_TTL_SECS)
             .arg(deadline)
-            .arg(prefix);
-        cmd.arg(cells.len()).arg(stats_skip);
-        for c in cells {
-            cmd.arg(c.bucket).arg(c.delta);
+            .arg(script.markers.len())
+            .arg(script.parts.len());
+        for part in &script.parts {
+            cmd.arg(part.marker + 1)
+                .arg(&part.field)
+                .arg(part.cells.len())
+                .arg(part.stats.len());
         }
-        let members = if step.by_slot {
-            &[][..]
-        } else {
-            &zadded[first_zadd..]
-        };
-        cmd.arg(members.len());
-        for &z in members {
-            cmd.arg(z - base + 1);
+        for part in &script.parts {
+            let sum = &sums[part.sum];
+            for c in &sum.cells[part.cells.clone()] {
+                cmd.arg(c.bucket).arg(c.delta);
+            }
+            stats::push_args(&mut cmd, &sum.stats[part.stats.clone()]);
         }
-        stats::push_args(&mut cmd, stat_cells);
         cmds.push(cmd);
+        mine.sort_unstable();
+        zadded.push(mine);
     }
     (cmds, zadded)
 }
 
 /// The commands that shorten finished windows' markers to their final TTL.
-pub(super) fn expire_markers(markers: &[String]) -> Vec<Cmd> {
+pub(crate) fn expire_markers(markers: &[String]) -> Vec<Cmd> {
     markers
         .iter()
         .map(|m| {
@@ -124,167 +122,154 @@ pub(super) fn expire_markers(markers: &[String]) -> Vec<Cmd> {
         .collect()
 }
 
-/// Builds the pipeline of steps 2 and 3 on one Redis without sending it:
-/// the EXPIREs of `finished`'s markers (replies ignored), one apply script
-/// per chunk, then XACKs of at most [`ACK_IDS`] ids. Pure, so that the
-/// hot-path benchmark can build it without a connection.
+/// The scripts that apply `sums` on one Redis, as the worker sends them
+/// (every member left to add). Pure, so that the hot-path benchmark can
+/// build them without a connection.
 #[cfg(feature = "bench")]
-pub(crate) fn apply_pipeline(
-    keys: &Keys,
-    step: &Apply<'_>,
-    finished: &[String],
-    known: Option<(&KnownCache, i64)>,
-) -> (redis::Pipeline, Vec<usize>) {
-    let chunks = plan(keys, step);
-    let (mut pipe, zadded) = pipeline_part(keys, step, &chunks, 0, finished, known);
-    stream::ack_into(&mut pipe, keys, step.ids, ACK_IDS);
-    (pipe, zadded)
-}
-
-/// The EXPIREs of `finished`'s markers (replies ignored) and the apply
-/// scripts of `chunks`, the plan's from number `first` on, in one pipeline.
-fn pipeline_part(
-    keys: &Keys,
-    step: &Apply<'_>,
-    chunks: &[Chunk],
-    first: usize,
-    finished: &[String],
-    known: Option<(&KnownCache, i64)>,
-) -> (redis::Pipeline, Vec<usize>) {
-    let (cmds, zadded) = apply_commands(keys, step, chunks, first, known);
-    let mut pipe = redis::pipe();
-    for c in expire_markers(finished) {
-        pipe.add_command(c).ignore();
-    }
-    for c in cmds {
-        pipe.add_command(c);
-    }
-    (pipe, zadded)
+pub(crate) fn apply_commands(keys: &Keys, sums: &[Sum<'_>]) -> Vec<Cmd> {
+    commands(keys, sums, &scripts(keys, sums, false), None).0
 }
 
 impl Committer {
-    /// Steps 2 and 3: apply every chunk (at most once each), then
-    /// acknowledge the ids. Returns the cells that failed to apply. Safe to
-    /// repeat after any error. `finished` are the markers of the window the
-    /// last commit finished, which may now expire soon. With `known`, ZADDs
-    /// of members it trusts are left out and the members added are
-    /// remembered; a chunk that finds it stale clears it and the step runs
-    /// again with every ZADD (chunks already applied only replay).
-    pub(crate) async fn apply_and_ack(
+    /// Applies `sums` together, every chunk at most once, adds their
+    /// members to `known:` and `stats:known:`, then sends `then` (XACKs,
+    /// EXPIREs: on a cluster once replicas hold the rest). Returns the
+    /// cells that failed, per sum. Safe to repeat after any error. With
+    /// `known`, ZADDs of members it trusts are left out and the members
+    /// added are remembered; when a script finds it stale it is cleared
+    /// and the step runs again (parts applied already only replay).
+    pub(crate) async fn apply(
         &self,
         conn: &mut Conn,
-        step: &Apply<'_>,
-        finished: &[String],
+        sums: &[Sum<'_>],
         known: Option<&Mutex<KnownCache>>,
-    ) -> StoreResult<Vec<Failure>> {
-        let chunks = plan(&self.keys, step);
-        if chunks.is_empty() && finished.is_empty() && step.ids.is_empty() {
-            // A window whose cells all wait in the carry: nothing to send.
-            return Ok(Vec::new());
-        }
-        // The cache is locked only while commands are built or replies
-        // read, never across a round trip (a carry applies beside windows).
+        then: Vec<Cmd>,
+    ) -> StoreResult<Vec<Vec<Failure>>> {
+        let by_slot = conn.is_cluster();
+        let scripts = scripts(&self.keys, sums, by_slot);
+        // Locked only while commands are built or replies read, never
+        // across a round trip (a carry applies beside windows).
         let lock = || known.map(|k| k.lock().unwrap_or_else(|p| p.into_inner()));
         loop {
             let now_s = crate::model::clock::unix_ms().div_euclid(1000);
-            let mut statuses = Vec::with_capacity(chunks.len());
-            let mut zadded = Vec::new();
-            // A few dozen chunks at a time, so that a large step (a carry)
-            // is never built whole in memory; on one Redis the next group
-            // is built while the previous one runs.
-            let groups = chunks.len().div_ceil(GROUP_CHUNKS).max(1);
-            let mut running: Option<(usize, InFlight)> = None;
-            for g in 0..groups {
-                let first = g * GROUP_CHUNKS;
-                let part = &chunks[first..(first + GROUP_CHUNKS).min(chunks.len())];
-                let expire = if g == 0 { finished } else { &[][..] };
-                if step.by_slot {
-                    let (cmds, z) = {
-                        let k = lock();
-                        let trusted = k.as_deref().map(|k| (k, now_s));
-                        apply_commands(&self.keys, step, part, first, trusted)
-                    };
-                    let mut all = expire_markers(expire);
-                    let skip = all.len();
-                    all.extend(cmds);
-                    let replies = conn.query_each(all).await?;
-                    let st = chunk_statuses(part, &replies[skip..], step)?;
-                    self.add_members(conn, step, part, &st, &z).await?;
-                    statuses.extend(st);
-                    zadded.extend(z);
-                    continue;
-                }
-                let (mut pipe, z) = {
-                    let k = lock();
-                    let trusted = k.as_deref().map(|k| (k, now_s));
-                    pipeline_part(&self.keys, step, part, first, expire, trusted)
-                };
-                if g + 1 == groups {
-                    // Acknowledged once every other group is counted: a
-                    // drained group means visible counters.
-                    if let Some((at, previous)) = running.take() {
-                        statuses.extend(group_statuses(&chunks, at, previous, step).await?);
-                    }
-                    stream::ack_into(&mut pipe, &self.keys, step.ids, ACK_IDS);
-                }
-                zadded.extend(z);
-                let mut c = conn.clone();
-                let sent: InFlight =
-                    tokio::spawn(async move { pipe.query_async::<Vec<Value>>(&mut c).await });
-                if let Some((at, previous)) = running.replace((first, sent)) {
-                    statuses.extend(group_statuses(&chunks, at, previous, step).await?);
-                }
-            }
-            if let Some((at, last)) = running {
-                statuses.extend(group_statuses(&chunks, at, last, step).await?);
-            }
-            if step.by_slot {
-                self.replicated(conn).await?;
-                // Acknowledged once counted, as on one Redis: a drained
-                // group means visible counters.
-                self.ack(conn, step.ids).await?;
-            }
-            let mut failures = Vec::new();
+            let mut failures = vec![Vec::new(); sums.len()];
+            let mut wrote: Vec<(usize, usize)> = Vec::new();
             let mut stale = false;
-            // The cells of chunks applied now: their members went in with
-            // them (one pass; a carry has a thousand chunks and as many
-            // members as cells).
-            let mut applied = vec![false; step.cells.len()];
-            for (chunk, (status, chunk_failures)) in chunks.iter().zip(statuses) {
-                if status < 0 {
-                    stale = true;
-                    continue;
+            let (mut members, mut stat_members) = (Vec::new(), Vec::new());
+            // On one Redis the members of a batch go with the next (a sum
+            // there comes in member order); on a cluster, where cells come
+            // in slot order, all of them once every script ran, sorted.
+            let mut zadds_due: Vec<Cmd> = Vec::new();
+            for batch in scripts.chunks(SCRIPTS_AT_ONCE) {
+                let (mut cmds, zadded) = {
+                    let k = lock();
+                    commands(&self.keys, sums, batch, k.as_deref().map(|k| (k, now_s)))
+                };
+                let skip = zadds_due.len();
+                cmds.splice(0..0, zadds_due.drain(..));
+                let replies = conn.query_each(cmds).await?;
+                for ((script, reply), zadded) in batch.iter().zip(&replies[skip..]).zip(&zadded) {
+                    for (part, (status, text)) in
+                        script.parts.iter().zip(part_statuses(script, reply)?)
+                    {
+                        if status < 0 {
+                            stale = true;
+                            continue;
+                        }
+                        let sum = &sums[part.sum];
+                        let stat_cells = &sum.stats[part.stats.clone()];
+                        let failed =
+                            parse_failures(&sum.cells[part.cells.clone()], stat_cells, text);
+                        let mine = |i: usize| zadded.binary_search(&(part.sum, i)).is_ok();
+                        members_after(
+                            sum.cells,
+                            part.cells.clone(),
+                            status,
+                            &failed,
+                            mine,
+                            &mut members,
+                        );
+                        stats::members(stat_cells, &failed, &mut stat_members);
+                        if status == 1 {
+                            wrote.extend(
+                                zadded
+                                    .iter()
+                                    .filter(|(s, i)| *s == part.sum && part.cells.contains(i)),
+                            );
+                        }
+                        failures[part.sum].extend(failed);
+                    }
                 }
-                if status == 1 {
-                    applied[chunk.cells.clone()].fill(true);
-                }
-                failures.extend(chunk_failures);
-            }
-            let mut k = lock();
-            if let (false, Some(k)) = (stale, k.as_deref_mut()) {
-                for &z in zadded.iter().filter(|&&z| applied[z]) {
-                    let c = &step.cells[z];
-                    k.wrote(c.precision, c.name, c.bucket);
+                if !by_slot {
+                    zadds_due = self.member_zadds(&mut members, &mut stat_members);
                 }
             }
-            match k.as_deref_mut() {
-                Some(k) if stale => k.clear(),
-                _ => return Ok(failures),
+            zadds_due.extend(self.member_zadds(&mut members, &mut stat_members));
+            if by_slot {
+                conn.query_each(zadds_due).await?;
+                self.replicated(conn).await?;
+                zadds_due = Vec::new();
             }
+            if let Some(k) = lock().as_deref_mut() {
+                if stale {
+                    k.clear();
+                } else {
+                    for &(s, i) in &wrote {
+                        let c = &sums[s].cells[i];
+                        k.wrote(c.precision, c.name, c.bucket);
+                    }
+                }
+            }
+            if stale {
+                conn.query_each(zadds_due).await?;
+                continue;
+            }
+            zadds_due.extend(then);
+            conn.query_each(zadds_due).await?;
+            return Ok(failures);
         }
     }
 
-    /// Acknowledges a window's `ids` (space separated), in commands of at
-    /// most [`ACK_IDS`] ids, in one round trip.
-    pub(crate) async fn ack(&self, conn: &mut Conn, ids: &str) -> StoreResult<()> {
-        let mut acks = redis::pipe();
-        stream::ack_into(&mut acks, &self.keys, ids, ACK_IDS);
-        // None (a carry acknowledges nothing itself): an empty pipeline is
-        // an error on a cluster.
-        if !acks.is_empty() {
-            acks.query_async::<()>(conn).await?;
+    /// The ZADDs of `members` and `stat_members`, sorted, each once; both
+    /// emptied.
+    fn member_zadds(&self, members: &mut Vec<String>, stat_members: &mut Vec<String>) -> Vec<Cmd> {
+        let mut cmds = Vec::new();
+        for (zset, m) in [
+            (self.keys.known(), members),
+            (self.keys.stats_known(), stat_members),
+        ] {
+            m.sort_unstable();
+            m.dedup();
+            cmds.extend(zadds(&zset, m));
+            m.clear();
         }
-        Ok(())
+        cmds
+    }
+
+    /// The marker keys of `sums`, to expire once every one of them is
+    /// finished (not before: a sum still recorded may be replayed against
+    /// them). On one Redis or on a cluster as `conn` is.
+    pub(crate) fn markers(&self, sums: &[Sum<'_>], by_slot: bool) -> Vec<String> {
+        let mut m: Vec<String> = scripts(&self.keys, sums, by_slot)
+            .into_iter()
+            .flat_map(|s| s.markers)
+            .collect();
+        m.sort_unstable();
+        m.dedup();
+        m
+    }
+
+    /// Acknowledges a window's `ids` (space separated), in commands of at
+    /// most [`ACK_IDS`] ids.
+    pub(crate) fn acks(&self, ids: &str) -> Vec<Cmd> {
+        let ids: Vec<&str> = ids.split(' ').filter(|s| !s.is_empty()).collect();
+        ids.chunks(ACK_IDS)
+            .map(|part| {
+                let mut c = redis::cmd("XACK");
+                c.arg(&self.keys.stream).arg(&self.keys.group).arg(part);
+                c
+            })
+            .collect()
     }
 
     /// Acknowledges the ids of a carry's windows, in commands of at most
@@ -315,97 +300,4 @@ impl Committer {
             ));
         }
     }
-
-    /// On a cluster, the `known:` members of the chunks just applied: those
-    /// `zadded` names for chunks applied now, every member for replayed
-    /// ones, none of the cells that failed; in commands of at most
-    /// [`ZADD_MEMBERS`]. ZADD is idempotent, so a repeat is harmless.
-    async fn add_members(
-        &self,
-        conn: &mut Conn,
-        step: &Apply<'_>,
-        chunks: &[Chunk],
-        statuses: &[(i64, Vec<Failure>)],
-        zadded: &[usize],
-    ) -> StoreResult<()> {
-        let mut members: Vec<String> = Vec::new();
-        for (chunk, (status, failures)) in chunks.iter().zip(statuses) {
-            members_after(
-                step.cells,
-                chunk.cells.clone(),
-                *status,
-                failures,
-                |i| zadded.binary_search(&i).is_ok(),
-                &mut members,
-            );
-        }
-        let mut stat_members = Vec::new();
-        for (chunk, (status, failures)) in chunks.iter().zip(statuses) {
-            if *status >= 0 {
-                stats::members(
-                    &step.stats[chunk.stats.clone()],
-                    failures,
-                    &mut stat_members,
-                );
-            }
-        }
-        let mut cmds = zadds(&self.keys.known(), &members);
-        cmds.extend(zadds(&self.keys.stats_known(), &stat_members));
-        conn.query_each(cmds).await?;
-        Ok(())
-    }
-
-    /// The marker keys of a window's apply step, to expire once finished.
-    pub(crate) fn markers_of(&self, step: &Apply<'_>) -> Vec<String> {
-        super::plan::markers(&plan(&self.keys, step))
-    }
-}
-
-/// On a cluster, the `known:` members to add once the script of the cells
-/// `range` (of `cells`) replied `status`: for cells applied now (1) those
-/// the worker left to add (`zadded`, by index), for a replay (0) every
-/// counter's (the worker may have died before adding them), none of the
-/// cells that failed.
-pub(super) fn members_after(
-    cells: &[Cell<'_>],
-    range: std::ops::Range<usize>,
-    status: i64,
-    failures: &[Failure],
-    zadded: impl Fn(usize) -> bool,
-    out: &mut Vec<String>,
-) {
-    let failed = |c: &Cell<'_>| {
-        failures
-            .iter()
-            .any(|f| f.precision == c.precision && f.name == c.name && !stats::is_stats(f))
-    };
-    let mut prev: Option<(u32, &str)> = None;
-    for i in range {
-        let c = &cells[i];
-        let first = prev != Some((c.precision, c.name));
-        prev = Some((c.precision, c.name));
-        let wanted = match status {
-            1 => zadded(i),
-            0 => first,
-            _ => false,
-        };
-        if wanted && !failed(c) {
-            out.push(Keys::member(c.precision, c.name));
-        }
-    }
-}
-
-/// `ZADD zset 0 member ...` of `members`, at most [`ZADD_MEMBERS`] each.
-pub(super) fn zadds(zset: &str, members: &[String]) -> Vec<Cmd> {
-    members
-        .chunks(ZADD_MEMBERS)
-        .map(|part| {
-            let mut c = redis::cmd("ZADD");
-            c.arg(zset);
-            for m in part {
-                c.arg(0).arg(m);
-            }
-            c
-        })
-        .collect()
 }

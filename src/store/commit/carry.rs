@@ -71,7 +71,7 @@ pub(crate) enum CarryOutcome {
 impl Committer {
     /// Records `carry` (its `ids` empty: it acknowledges nothing itself) as
     /// the sum of the waiting cells of `windows`; on a cluster in `group`
-    /// (see [`super::group`]), when it is applied with others.
+    /// (see [`super::apply`]), when it is applied with others.
     pub(crate) async fn carry(
         &self,
         conn: &mut Conn,

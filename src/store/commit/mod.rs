@@ -5,16 +5,20 @@
 //!    aggregated cells and statistics cells), dead-letter its rejected
 //!    entries. A claim by another
 //!    worker bumps the epoch first, so a stalled worker's window is refused.
-//! 2. **Apply** (`apply.lua`, in chunks of [`CHUNK_CELLS`] cells, recorded
-//!    with the window): each chunk is marked applied in the same script, so a
+//! 2. **Apply** (`apply.lua`, the one script that writes counters and
+//!    statistics, in chunks of [`CHUNK_CELLS`] cells, recorded with the
+//!    window): each chunk is marked applied in the same script, so a
 //!    replay does nothing. Statistics (sums, histograms: not idempotent) go
-//!    through the same marked chunks, after the counts ([`stats`]). ZADDs to `known:` that [`crate::model::known`] proves
-//!    needless are left out.
-//! 3. **Acknowledge** the window's entries with XACK, in bounded commands.
+//!    through the same marked chunks, after the counts ([`stats`]). Then
+//!    the `known:` members, by ZADDs, leaving out those that
+//!    [`crate::model::known`] proves needless. A carry (the sum of several
+//!    windows, [`carry`]) is applied the same way.
+//! 3. **Acknowledge** the window's entries with XACK, in bounded commands,
+//!    with the last ZADDs.
 //! 4. **Finish**: folded into the next commit, dead-letter what failed to
 //!    apply and delete the record.
 //!
-//! Steps 2 and 3 go in one pipeline: two round trips per window. A worker that
+//! A worker that
 //! dies between 1 and 4 leaves a record; any worker finishes it once it is
 //! older than the claim time (idempotent: markers, XACK, delete-if-exists).
 //! Entries of a consumer with an unfinished record are never claimed (the
@@ -29,7 +33,7 @@
 //! counters, so on Redis Cluster each step stays within one hash slot.
 //!
 //! This module commits and finishes ([`Committer::commit`],
-//! [`Committer::finish`]); [`apply`] builds and runs step 2 and 3;
+//! [`Committer::finish`]); [`apply`] builds and runs steps 2 and 3;
 //! [`records`] reads recorded windows back, finishes them for stopped
 //! workers and quarantines those that cannot be read; [`dead`] says what
 //! the dead letter of a rejected entry keeps.
@@ -47,17 +51,15 @@ use crate::store::stream;
 pub(crate) mod apply;
 pub(crate) mod carry;
 pub(crate) mod dead;
-pub(crate) mod group;
 pub(crate) mod plan;
 pub(crate) mod records;
 pub(crate) mod replies;
 pub(crate) mod stats;
 
-pub(crate) use apply::{Apply, Failure};
+pub(crate) use apply::{expire_markers, Failure, Sum};
 pub(crate) use carry::{CarryOutcome, Deferred};
 pub(crate) use dead::{Rejected, DEAD_LETTER_FIELD_BYTES};
-pub(crate) use group::Sum;
-pub(crate) use plan::{markers, plan, sort_for_cluster};
+pub(crate) use plan::{plan, sort_for_cluster, Apply};
 pub(crate) use stats::sort_stats_for_cluster;
 
 /// Cells per apply script. Measured inside scripts on 100,000-name
@@ -90,7 +92,7 @@ pub(crate) struct Finished {
     pub window: String,
     /// Cells that failed to apply, to dead-letter.
     pub failures: Vec<Failure>,
-    /// Its applied markers, to expire soon now (see [`plan::markers`]).
+    /// Its applied markers, to expire soon now (see [`Committer::markers`]).
     pub markers: Vec<String>,
 }
 

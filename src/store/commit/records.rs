@@ -5,7 +5,7 @@
 use redis::Value;
 
 use super::carry::{piece_field, Taken, CELLS, PIECES_FIELD, STATS, STATS_PIECES_FIELD};
-use super::{stats, Apply, Committer, Finished, Sum, APPLY_GUARD};
+use super::{stats, Committer, Finished, Sum, APPLY_GUARD};
 use crate::model::aggregate::Cell;
 use crate::model::metrics::metrics;
 use crate::store::connect::{Conn, StoreError, StoreResult};
@@ -23,7 +23,7 @@ pub(crate) struct Record {
     /// Cells per apply script, as committed.
     pub chunk: usize,
     /// A carry applied with others on a cluster: its group (see
-    /// [`super::group`]).
+    /// [`super::apply`]).
     pub group: Option<String>,
 }
 
@@ -181,7 +181,7 @@ impl Committer {
                 let Some(ids) = ids else {
                     return self.ids_missing(conn, record).await;
                 };
-                self.ack(conn, &ids).await?;
+                conn.query_each(self.acks(&ids)).await?;
                 let done = Finished {
                     window: record.window.clone(),
                     failures: Vec::new(),
@@ -266,55 +266,30 @@ impl Committer {
             // again beside it.
             return Err(StoreError::Guard(APPLY_GUARD));
         }
-        if let Some(group) = &record.group {
-            // A carry of a group: its counts alone now, under the group's
-            // markers (left to their TTL: other sums of the group may need
-            // them).
-            let sum = Sum {
-                id: &record.window,
-                group,
-                cells: &cells,
-                chunk: record.chunk,
-            };
-            let mut failures = self.apply_sums(conn, &[sum], None).await?.remove(0);
-            // Its statistics alone, under its own markers, as its worker
-            // applies them after the group.
-            let stats_step = Apply {
-                window: &record.window,
-                cells: &[],
-                stats: &stat_cells,
-                ids: "",
-                chunk: record.chunk,
-                by_slot: true,
-            };
-            failures.extend(self.apply_and_ack(conn, &stats_step, &[], None).await?);
-            self.ack(conn, &ids).await?;
-            let done = Finished {
-                window: record.window.clone(),
-                failures,
-                markers: self.markers_of(&stats_step),
-            };
-            self.finish(conn, &done).await?;
-            tracing::info!(window = %record.window, owner = %record.owner, group = %group,
-                "finished a carry left by a stopped worker");
-            return Ok(true);
-        }
-        let step = Apply {
-            window: &record.window,
+        let sum = Sum {
+            id: &record.window,
+            group: record.group.as_deref(),
             cells: &cells,
             stats: &stat_cells,
-            ids: &ids,
             chunk: record.chunk,
-            by_slot: conn.is_cluster(),
         };
-        let failures = self.apply_and_ack(conn, &step, &[], None).await?;
+        let acks = self.acks(&ids);
+        let failures = self.apply(conn, &[sum], None, acks).await?.remove(0);
+        // A carry of a group leaves the group's markers to their TTL (other
+        // sums of the group may need them): only its statistics' own.
+        let own = Sum {
+            group: None,
+            cells: if sum.group.is_some() { &[] } else { &cells },
+            ..sum
+        };
         let finished = Finished {
             window: record.window.clone(),
             failures,
-            markers: self.markers_of(&step),
+            markers: self.markers(&[own], conn.is_cluster()),
         };
         self.finish(conn, &finished).await?;
         tracing::info!(window = %record.window, owner = %record.owner,
+            group = record.group.as_deref().unwrap_or(""),
             first = ids.split(' ').next().unwrap_or(""),
             last = ids.rsplit(' ').next().unwrap_or(""),
             "finished a window left by a stopped worker");

@@ -3,7 +3,7 @@
 //! claimed, a resent commit keeps its record, a carried window is
 //! acknowledged only once its carry is applied, a replayed or recovered
 //! window adds its statistics once, and sums applied together on a cluster
-//! (`apply_group.lua`: one script per hash slot carries chunks of sums
+//! (`apply.lua`: one script per hash slot carries chunks of sums
 //! recorded in different groups, each under its own group's marker) count
 //! nothing twice on any replay.
 
@@ -11,7 +11,7 @@
 mod tests {
     use std::time::{Duration, Instant};
 
-    use crate::model::aggregate::{Cell, Window};
+    use crate::model::aggregate::{Cell, StatCell, Window};
     use crate::model::config::{LayoutArgs, StreamArgs, DEFAULT_PRECISIONS};
     use crate::model::keys::Keys;
     use crate::model::slots::{slot, tag_for_slot};
@@ -246,9 +246,15 @@ mod tests {
             window: "w-1",
             cells: &cells,
             stats: &stats,
-            ids: "",
             chunk,
             by_slot: false,
+        };
+        let sum = Sum {
+            id: "w-1",
+            group: None,
+            cells: &cells,
+            stats: &stats,
+            chunk,
         };
         let chunks = commit::plan(&k, &step);
         assert!(
@@ -272,11 +278,8 @@ mod tests {
         assert_eq!(outcome, Outcome::Committed);
         // The worker applies it, the reply is lost, it applies it again.
         for _ in 0..2 {
-            assert!(committer
-                .apply_and_ack(&mut c, &step, &[], None)
-                .await
-                .unwrap()
-                .is_empty());
+            let failed = committer.apply(&mut c, &[sum], None, Vec::new()).await;
+            assert!(failed.unwrap().iter().all(Vec::is_empty));
         }
         // And a recovering worker finishes it from its record (statistics
         // read back from it): the markers make it a replay.
@@ -404,16 +407,38 @@ mod tests {
         );
         let sum = |id, group, cells| Sum {
             id,
-            group,
+            group: Some(group),
             cells,
+            stats: &[],
             chunk: CHUNK_CELLS,
         };
+        // Sum b's statistics too: under its own markers, in the same scripts.
+        let mut summary = crate::model::stats::Summary::default();
+        summary.observe(2.0, 1, true);
+        summary.observe(4.0, 2, true);
+        let minute = BUCKET - BUCKET % 60;
+        let mut sb: Vec<StatCell<'_>> = b
+            .iter()
+            .map(|n| StatCell {
+                precision: 60,
+                name: n,
+                bucket: minute,
+                summary: &summary,
+            })
+            .collect();
+        commit::sort_stats_for_cluster(&keys, &mut sb);
         let a1 = sum("sa", "g1", &ca);
-        let b2 = sum("sb", "g2", &cb);
+        let b2 = Sum {
+            stats: &sb,
+            ..sum("sb", "g2", &cb)
+        };
         let d1 = sum("sd", "g1", &cd);
 
         // Together: a sum recorded in g1, one in g2.
-        let failed = committer.apply_sums(&mut c, &[a1, b2], None).await.unwrap();
+        let failed = committer
+            .apply(&mut c, &[a1, b2], None, vec![])
+            .await
+            .unwrap();
         assert!(failed.iter().all(Vec::is_empty), "{failed:?}");
         let want = |names: &[String], per: i64| vec![2 * per; names.len()];
         assert_eq!(totals(&mut c, &keys, &a).await, want(&a, 1));
@@ -451,18 +476,41 @@ mod tests {
         }
 
         // Replays: together again, each alone, and one with a new sum.
-        committer.apply_sums(&mut c, &[a1, b2], None).await.unwrap();
-        committer.apply_sums(&mut c, &[b2], None).await.unwrap();
-        committer.apply_sums(&mut c, &[a1], None).await.unwrap();
-        committer.apply_sums(&mut c, &[b2, d1], None).await.unwrap();
+        committer
+            .apply(&mut c, &[a1, b2], None, vec![])
+            .await
+            .unwrap();
+        committer.apply(&mut c, &[b2], None, vec![]).await.unwrap();
+        committer.apply(&mut c, &[a1], None, vec![]).await.unwrap();
+        committer
+            .apply(&mut c, &[b2, d1], None, vec![])
+            .await
+            .unwrap();
         assert_eq!(totals(&mut c, &keys, &a).await, want(&a, 1));
         assert_eq!(totals(&mut c, &keys, &b).await, want(&b, 2));
         assert_eq!(totals(&mut c, &keys, &d).await, want(&d, 5));
+        for n in &b {
+            let (count, sum): (i64, f64) = redis::cmd("HMGET")
+                .arg(keys.stats(60, n))
+                .arg(format!("{minute}:count"))
+                .arg(format!("{minute}:sum"))
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!((count, sum), (3, 10.0), "{n}");
+        }
+        let listed: Option<f64> = redis::cmd("ZSCORE")
+            .arg(keys.stats_known())
+            .arg(Keys::member(60, &b[0]))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(listed, Some(0.0));
 
         // Every marker the group leaves is one the worker expires once its
         // sums are finished.
-        let mut markers = committer.group_markers(&[a1, b2]);
-        markers.extend(committer.group_markers(&[b2, d1]));
+        let mut markers = committer.markers(&[a1, b2], true);
+        markers.extend(committer.markers(&[b2, d1], true));
         for m in &markers {
             let exists: i64 = redis::cmd("EXISTS")
                 .arg(m)

@@ -1,19 +1,18 @@
-//! The replies of a window's apply scripts: each chunk's status (applied
-//! now, a replay, or stale) and the cells Redis refused, read fail-closed
-//! (a reply of any other shape is an error, never "applied").
+//! What an apply script's reply says: each chunk's status (applied now, a
+//! replay, or stale), the cells Redis refused (wrong type, overflow), read
+//! fail-closed (a reply of any other shape is an error, never "applied"),
+//! and the `known:` members to add after it.
 
-use redis::Value;
+use std::ops::Range;
 
-use super::plan::{Apply, Chunk};
+use redis::{Cmd, Value};
+
+use super::plan::Script;
 use super::stats;
 use crate::model::aggregate::{Cell, StatCell};
-use crate::store::connect::{joined, StoreError, StoreResult};
+use crate::model::keys::Keys;
+use crate::store::connect::{StoreError, StoreResult};
 use crate::store::stream;
-
-/// Apply scripts per pipeline: a step of more chunks (a carry) goes in
-/// several round trips, so that its commands are never built all at once
-/// (64 chunks of 500 cells: a few MiB in flight).
-pub(super) const GROUP_CHUNKS: usize = 64;
 
 /// A cell that Redis refused to increment (wrong type, overflow).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,19 +27,6 @@ pub(crate) struct Failure {
     pub bucket: i64,
     /// The increment that was not applied.
     pub delta: i64,
-}
-
-/// An apply script's reply: `{status, failures}` (1 applied now, 0 a
-/// replay, -1 stale). Anything else is an error: fail closed, never "applied".
-fn chunk_reply(reply: &Value) -> StoreResult<(i64, &[u8])> {
-    if let Value::Array(v) = reply {
-        if let [Value::Int(status @ -1..=1), text] = v.as_slice() {
-            if let Some(text) = stream::bytes(text) {
-                return Ok((*status, text));
-            }
-        }
-    }
-    Err(StoreError::unexpected("apply.lua", reply))
 }
 
 /// The failures of one chunk from its `cell_number<TAB>error` lines (and
@@ -69,44 +55,78 @@ pub(super) fn parse_failures(
         .collect()
 }
 
-/// A group of apply scripts sent on its own task: its replies.
-pub(super) type InFlight = tokio::task::JoinHandle<redis::RedisResult<Vec<Value>>>;
+/// Members per `ZADD known:` (about 1 µs each).
+const ZADD_MEMBERS: usize = 1000;
 
-/// The statuses of the group of chunks from number `at` on, once its
-/// replies are in. EXPIREs are ignored: redis-rs leaves their replies out,
-/// so replies line up with the group's chunks from the first.
-pub(super) async fn group_statuses(
-    chunks: &[Chunk],
-    at: usize,
-    sent: InFlight,
-    step: &Apply<'_>,
-) -> StoreResult<Vec<(i64, Vec<Failure>)>> {
-    let replies = joined(sent, "an apply pipeline's task").await?;
-    let part = &chunks[at..(at + GROUP_CHUNKS).min(chunks.len())];
-    chunk_statuses(part, &replies, step)
+/// Each part's status (1 applied now, 0 a replay, -1 stale: the script
+/// wrote nothing) and failure text, from its script's reply; fail closed:
+/// a reply of any other shape is an error, never "applied".
+pub(super) fn part_statuses<'r>(
+    script: &Script,
+    reply: &'r Value,
+) -> StoreResult<Vec<(i64, &'r [u8])>> {
+    let bad = || StoreError::unexpected("apply.lua", reply);
+    let Value::Array(v) = reply else {
+        return Err(bad());
+    };
+    if let [Value::Int(-1), _] = v.as_slice() {
+        return Ok(vec![(-1, &b""[..]); script.parts.len()]);
+    }
+    if v.len() != 2 * script.parts.len() {
+        return Err(bad());
+    }
+    v.chunks(2)
+        .map(|pair| match pair {
+            [Value::Int(s @ 0..=1), text] => Ok((*s, stream::bytes(text).ok_or_else(bad)?)),
+            _ => Err(bad()),
+        })
+        .collect()
 }
 
-/// Each chunk's status and failures from the replies to its scripts (the
-/// first `chunks.len()` of `replies`).
-pub(super) fn chunk_statuses(
-    chunks: &[Chunk],
-    replies: &[Value],
-    step: &Apply<'_>,
-) -> StoreResult<Vec<(i64, Vec<Failure>)>> {
-    if replies.len() < chunks.len() {
-        return Err(StoreError::Unexpected {
-            what: "the apply step",
-            reply: format!("{} replies for {} chunks", replies.len(), chunks.len()),
-        });
+/// The `known:` members to add once the script of the cells `range` (of
+/// `cells`) replied `status`: for cells applied now (1) those the worker
+/// left to add (`zadded`, by index), for a replay (0) every counter's (the
+/// worker may have died before adding them), none of the cells that failed.
+pub(super) fn members_after(
+    cells: &[Cell<'_>],
+    range: Range<usize>,
+    status: i64,
+    failures: &[Failure],
+    zadded: impl Fn(usize) -> bool,
+    out: &mut Vec<String>,
+) {
+    let failed = |c: &Cell<'_>| {
+        failures
+            .iter()
+            .any(|f| f.precision == c.precision && f.name == c.name && !stats::is_stats(f))
+    };
+    let mut prev: Option<(u32, &str)> = None;
+    for i in range {
+        let c = &cells[i];
+        let first = prev != Some((c.precision, c.name));
+        prev = Some((c.precision, c.name));
+        let wanted = match status {
+            1 => zadded(i),
+            0 => first,
+            _ => false,
+        };
+        if wanted && !failed(c) {
+            out.push(Keys::member(c.precision, c.name));
+        }
     }
-    chunks
-        .iter()
-        .zip(replies)
-        .map(|(chunk, reply)| {
-            let (status, text) = chunk_reply(reply)?;
-            let cells = &step.cells[chunk.cells.clone()];
-            let stat_cells = &step.stats[chunk.stats.clone()];
-            Ok((status, parse_failures(cells, stat_cells, text)))
+}
+
+/// `ZADD zset 0 member ...` of `members`, at most [`ZADD_MEMBERS`] each.
+pub(super) fn zadds(zset: &str, members: &[String]) -> Vec<Cmd> {
+    members
+        .chunks(ZADD_MEMBERS)
+        .map(|part| {
+            let mut c = redis::cmd("ZADD");
+            c.arg(zset);
+            for m in part {
+                c.arg(0).arg(m);
+            }
+            c
         })
         .collect()
 }
@@ -114,27 +134,7 @@ pub(super) fn chunk_statuses(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn every_apply_reply_class() {
-        let reply = |s: i64, t: &str| Value::Array(vec![Value::Int(s), bulk(t)]);
-        assert_eq!(chunk_reply(&reply(1, "")).unwrap(), (1, &b""[..]));
-        assert_eq!(chunk_reply(&reply(0, "")).unwrap(), (0, &b""[..]));
-        assert_eq!(chunk_reply(&reply(-1, "")).unwrap(), (-1, &b""[..]));
-        assert_eq!(
-            chunk_reply(&reply(1, "2\tWRONGTYPE")).unwrap().1,
-            b"2\tWRONGTYPE"
-        );
-        // Never taken as applied: an unknown status, a bare number, nil.
-        assert!(chunk_reply(&reply(2, "")).is_err());
-        assert!(chunk_reply(&Value::Int(1)).is_err());
-        assert!(chunk_reply(&Value::Nil).is_err());
-        assert!(chunk_reply(&Value::Array(vec![Value::Int(1)])).is_err());
-    }
+    use crate::store::commit::plan::Part;
 
     #[test]
     fn failures_name_their_cells() {
@@ -162,5 +162,44 @@ mod tests {
             (f[0].precision, f[0].name.as_str(), f[0].delta),
             (5, "b", 3)
         );
+    }
+
+    #[test]
+    fn every_reply_class_of_a_group_script() {
+        let script = Script {
+            markers: vec!["m".into()],
+            parts: vec![
+                Part {
+                    sum: 0,
+                    field: "0".into(),
+                    cells: 0..1,
+                    stats: 0..0,
+                    marker: 0,
+                },
+                Part {
+                    sum: 1,
+                    field: "s:3".into(),
+                    cells: 0..2,
+                    stats: 0..0,
+                    marker: 0,
+                },
+            ],
+        };
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let ok = Value::Array(vec![Value::Int(1), bulk(""), Value::Int(0), bulk("1\tx")]);
+        assert_eq!(
+            part_statuses(&script, &ok).unwrap(),
+            vec![(1, &b""[..]), (0, &b"1\tx"[..])]
+        );
+        let stale = Value::Array(vec![Value::Int(-1), bulk("")]);
+        assert_eq!(
+            part_statuses(&script, &stale).unwrap(),
+            vec![(-1, &b""[..]); 2]
+        );
+        // Fail closed: too few parts, an unknown status, not an array.
+        assert!(part_statuses(&script, &Value::Array(vec![Value::Int(1), bulk("")])).is_err());
+        let odd = Value::Array(vec![Value::Int(2), bulk(""), Value::Int(1), bulk("")]);
+        assert!(part_statuses(&script, &odd).is_err());
+        assert!(part_statuses(&script, &Value::Nil).is_err());
     }
 }

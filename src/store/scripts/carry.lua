@@ -10,7 +10,7 @@
 -- ARGV[4] carry id  ARGV[5] cells per chunk  ARGV[6] chunk count
 -- ARGV[7] n
 -- ARGV[8] the group it is applied with on a cluster ('' when none: see
---         apply_group.lua), recorded as its field `group`
+--         apply.lua), recorded as its field `group`
 -- then (from ARGV[9]) per window: its id
 --
 -- The carry's cells (MessagePack, megabytes) are not an argument: a large

@@ -10,9 +10,9 @@
 -- Fenced: a worker that lost the lease (paused past it, say) writes nothing
 -- and gets -1, so a stale leader never races the new one.
 -- One Redis (a token fence): a member leaves known: only if its hash is
--- empty at this very moment: a worker's write (apply.lua: HINCRBY, then
--- ZADD) is either before, and the hash is not empty, or after, and its ZADD
--- adds the member back. Returns {fields deleted, members removed}, or -1.
+-- empty at this very moment: a worker's write (apply.lua's HINCRBY, then
+-- the worker's ZADD) is either before, and the hash is not empty, or after,
+-- and its ZADD adds the member back. Returns {fields deleted, members removed}, or -1.
 -- A cluster (an epoch fence): known: lives in another hash slot, so KEYS[2]
 -- is not touched (the caller gives the fence key again) and the members
 -- whose hashes are empty are returned for forget.lua:

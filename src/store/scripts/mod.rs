@@ -67,10 +67,9 @@ macro_rules! scripts {
 scripts! {
     /// Finish the previous window and commit the next (fence, record, dead letters).
     COMMIT = "commit.lua";
-    /// Apply one chunk of a recorded window to the counters, at most once.
+    /// Apply chunks of recorded windows and sums in one hash slot to the
+    /// counters and statistics, each at most once.
     APPLY = "apply.lua";
-    /// Apply the chunks in one hash slot of a group of carries, each at most once (a cluster).
-    APPLY_GROUP = "apply_group.lua";
     /// Record the summed count cells of several windows as one, taking
     /// them out of those windows.
     CARRY = "carry.lua";

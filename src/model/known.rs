@@ -1,5 +1,5 @@
-//! A worker's memory of the `known:` members its apply scripts added, so
-//! that later scripts skip the ZADDs that cannot matter.
+//! A worker's memory of the `known:` members it added after its apply
+//! scripts, so that it skips later ZADDs that cannot matter.
 //!
 //! # Why a skipped ZADD is safe
 //! `known:` must list every counter whose hash holds data (the cleaner walks
@@ -8,11 +8,13 @@
 //! moment (`clean.lua`, atomically); it deletes only samples whose bucket
 //! starts at or before `now - SAMPLES × PREC` on the leader's clock. So:
 //!
-//! 1. An apply script that ran `HINCRBY count:P:N b` and `ZADD known: P:N`
-//!    leaves `P:N` in `known:` at least while field `b` exists, that is
-//!    until a cleaner pass with `now ≥ b + SAMPLES × P` deletes it.
+//! 1. An apply script that ran `HINCRBY count:P:N b`, followed by the
+//!    worker's `ZADD known: P:N`, leaves `P:N` in `known:` at least while
+//!    field `b` exists, that is until a cleaner pass with
+//!    `now ≥ b + SAMPLES × P` deletes it.
 //! 2. The cache remembers, per member, the newest such `b` (only from a
-//!    script whose reply said it ran now, not a replay).
+//!    script whose reply said it ran now, not a replay, and only once the
+//!    ZADD went in).
 //! 3. A later script may skip `ZADD P:N` only while the Redis clock is
 //!    before `b + SAMPLES × P - CLOCK_MARGIN_SECS`: the worker decides on its
 //!    own clock, and the script checks the earliest such deadline of its
@@ -147,7 +149,8 @@ impl KnownCache {
         (now_s < until).then_some(until)
     }
 
-    /// Records that a script ran `HINCRBY` of `bucket` and `ZADD P:name`.
+    /// Records that a script ran `HINCRBY` of `bucket` and the worker then
+    /// `ZADD P:name`.
     pub(crate) fn wrote(&mut self, precision: u32, name: &str, bucket: i64) {
         let Some(p) = self.precisions.iter().position(|&x| x == precision) else {
             return;

@@ -265,22 +265,22 @@ impl Committer {
                 self.replicated(conn).await?;
                 zadds_due = Vec::new();
             }
-            if let Some(k) = lock().as_deref_mut() {
-                if tally.stale {
-                    k.clear();
-                } else {
-                    for &(s, i) in &tally.wrote {
-                        let c = &sums[s].cells[i];
-                        k.wrote(c.precision, c.name, c.bucket);
-                    }
-                }
-            }
             if tally.stale {
+                if let Some(k) = lock().as_deref_mut() {
+                    k.clear();
+                }
                 conn.query_each(zadds_due).await?;
                 continue;
             }
             zadds_due.extend(then);
             conn.query_each(zadds_due).await?;
+            // Remembered only once their ZADDs went in (see `known`).
+            if let Some(k) = lock().as_deref_mut() {
+                for &(s, i) in &tally.wrote {
+                    let c = &sums[s].cells[i];
+                    k.wrote(c.precision, c.name, c.bucket);
+                }
+            }
             return Ok(tally.failures);
         }
     }

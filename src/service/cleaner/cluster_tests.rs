@@ -174,6 +174,31 @@ mod tests {
         Conn::Single(client.get_multiplexed_async_connection().await.unwrap())
     }
 
+    /// A master's replication offset and its first replica's (0 without
+    /// one), from `INFO replication`.
+    async fn replication_offsets(conn: &mut Conn) -> (i64, i64) {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(conn)
+            .await
+            .unwrap();
+        let field = |line: &str, name: &str| -> Option<i64> {
+            line.split(',')
+                .find_map(|kv| kv.strip_prefix(name))
+                .and_then(|v| v.trim().parse().ok())
+        };
+        let master = info
+            .lines()
+            .find_map(|l| field(l, "master_repl_offset:"))
+            .unwrap();
+        let replica = info
+            .lines()
+            .filter(|l| l.starts_with("slave0:"))
+            .find_map(|l| field(l, "offset="))
+            .unwrap_or(0);
+        (master, replica)
+    }
+
     /// Arms the 10 ms SLOWLOG on every master and empties it.
     async fn arm_slowlog(cluster: &Cluster) {
         for port in cluster.master_ports() {
@@ -310,25 +335,20 @@ mod tests {
         let members = fill(&mut c, &keys, 400).await;
         // Let the replicas take the writes before a master is killed: a
         // replica that missed them would lose them with the failover (the
-        // promise is relative to what the survivor holds), so WAIT until
-        // each has them, however loaded the machine.
+        // promise is relative to what the survivor holds), so wait until
+        // each replica's offset reaches its master's, however loaded the
+        // machine. (WAIT on a connection of its own would not do: it waits
+        // only for that connection's writes, and this one wrote nothing.)
         for port in cluster.master_ports() {
             let mut conn = node(port).await;
+            let target = replication_offsets(&mut conn).await.0;
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            loop {
-                let acked: i64 = redis::cmd("WAIT")
-                    .arg(1)
-                    .arg(5000)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                if acked >= 1 {
-                    break;
-                }
+            while replication_offsets(&mut conn).await.1 < target {
                 assert!(
                     std::time::Instant::now() < deadline,
                     "no replica of {port} caught up"
                 );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         }
         let (mut cleaner, _lease) = leader(&mut c, &keys).await;

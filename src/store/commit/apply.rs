@@ -220,6 +220,12 @@ impl Committer {
     ) -> StoreResult<Vec<Vec<Failure>>> {
         let by_slot = conn.is_cluster();
         let scripts = scripts(&self.keys, sums, by_slot);
+        if scripts.is_empty() {
+            // Nothing to write (a window whose cells wait in the carry, or
+            // that holds none): no member to add, no replica to wait for.
+            conn.query_each(then).await?;
+            return Ok(vec![Vec::new(); sums.len()]);
+        }
         // Locked only while commands are built or replies read, never
         // across a round trip (a carry applies beside windows).
         let lock = || known.map(|k| k.lock().unwrap_or_else(|p| p.into_inner()));

@@ -323,14 +323,7 @@ impl Committer {
     /// Acknowledges a window's `ids` (space separated), in commands of at
     /// most [`ACK_IDS`] ids.
     pub(crate) fn acks(&self, ids: &str) -> Vec<Cmd> {
-        let ids: Vec<&str> = ids.split(' ').filter(|s| !s.is_empty()).collect();
-        ids.chunks(ACK_IDS)
-            .map(|part| {
-                let mut c = redis::cmd("XACK");
-                c.arg(&self.keys.stream).arg(&self.keys.group).arg(part);
-                c
-            })
-            .collect()
+        stream::acks(&self.keys, ids, ACK_IDS)
     }
 
     /// Acknowledges the ids of a carry's windows, in commands of at most

@@ -7,7 +7,8 @@ use crate::model::config::DEFAULT_PRECISIONS;
 use crate::model::event::Hit;
 use crate::model::keys::Keys;
 use crate::store::commit::apply::apply_commands;
-use crate::store::commit::{expire_markers, Sum, ACK_IDS, CHUNK_CELLS};
+use crate::store::commit::apply::expire_markers;
+use crate::store::commit::{Sum, ACK_IDS, CHUNK_CELLS};
 use crate::store::stream;
 
 /// Samples kept per counter, the default.

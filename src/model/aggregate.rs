@@ -175,6 +175,29 @@ impl Window {
         self
     }
 
+    /// An empty window counting as this one does (precisions, samples,
+    /// quantiles), with allocations of its own.
+    pub(crate) fn empty_like(&self) -> Window {
+        let n = self.precisions.len();
+        Window {
+            precisions: self.precisions.clone(),
+            spans: self.spans.clone(),
+            #[cfg(test)]
+            samples: self.samples,
+            names: HashMap::new(),
+            heads: Vec::new(),
+            slots: Vec::new(),
+            skipped: vec![0; n],
+            hits: 0,
+            #[cfg(test)]
+            count_sum: 0,
+            scratch: vec![SKIP; n],
+            quantiles: self.quantiles.clone(),
+            stats: HashMap::new(),
+            stats_weight: 0,
+        }
+    }
+
     /// The distinct precisions (seconds) this window counts at.
     pub(crate) fn precisions(&self) -> &[u32] {
         &self.precisions

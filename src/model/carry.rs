@@ -15,11 +15,13 @@
 //! name's `B:count`, `B:sum`, `B:sumsq`, `B:min`, `B:max` and each bin it
 //! saw are written once per carry, not once per window.
 //!
-//! A window read while behind is recorded (the commit) and its cells
-//! wait; a window read at the stream's head is applied whole, as soon as
-//! it closes, so the head's latency is untouched (on a Redis Cluster with
-//! stream shards it goes through the carry at once instead, to be applied
-//! with the other shards': `service::worker::group`). The carry is applied once
+//! Every window goes through the carry once it is recorded (the commit):
+//! the first is taken whole, so that a carry of one window is that window
+//! and is applied as it (at the stream's head each window is, as soon as
+//! it closes, so the head's latency is untouched; on a Redis Cluster with
+//! stream shards the carry goes in with the other shards' instead:
+//! `service::worker::group`); while behind the next windows are summed
+//! into it. The carry is applied once
 //! its first window waited `--carry-ms` (2 s by default), once it holds
 //! `--carry-cells` cells, at once when the worker reaches the stream's head,
 //! and when it stops: every hit the worker read is visible at every
@@ -69,6 +71,9 @@ pub(crate) struct Carry {
     opened: Option<Instant>,
     entries: usize,
     hold: Hold,
+    /// It holds one window, as that window was recorded (see
+    /// [`Carry::add_window`]).
+    one_window: bool,
 }
 
 /// Whether a carry of age waits for the head.
@@ -83,20 +88,50 @@ enum Hold {
 }
 
 impl Carry {
-    /// An empty carry for the layout's precisions.
-    pub(crate) fn new(precisions: &[u32], samples: u32) -> Carry {
+    /// An empty carry for windows like `window` (precisions, samples,
+    /// quantiles).
+    pub(crate) fn new(window: &Window) -> Carry {
         Carry {
-            cells: Window::new(precisions, samples),
+            cells: window.empty_like(),
             opened: None,
             entries: 0,
             hold: Hold::Open,
+            one_window: false,
         }
     }
 
-    /// Adds a window's waiting cells and statistics cells; `entries` is
+    /// Adds a recorded window, leaving it empty. The first is taken whole
+    /// (the window gets this carry's empty cells in exchange), so that a
+    /// carry of one window holds its cells in the order they were recorded
+    /// and is applied as that window ([`Carry::is_one_window`]); the next
+    /// are summed into it.
+    pub(crate) fn add_window(&mut self, window: &mut Window) {
+        let entries = window.hits() as usize;
+        if self.is_empty() {
+            std::mem::swap(&mut self.cells, window);
+            self.opened = Some(Instant::now());
+            self.entries = entries;
+            self.one_window = true;
+        } else {
+            let cells: Vec<Cell<'_>> = window.cells().collect();
+            let stats: Vec<StatCell<'_>> = window.stat_cells().collect();
+            self.add(&cells, &stats, entries);
+            drop((cells, stats));
+            window.clear();
+        }
+    }
+
+    /// Whether it holds one window, its cells in the order that window
+    /// recorded them: applied as that window, it needs no record of its own.
+    pub(crate) fn is_one_window(&self) -> bool {
+        self.one_window
+    }
+
+    /// Adds a window's cells and statistics cells, summed; `entries` is
     /// its entry count.
     pub(crate) fn add(&mut self, cells: &[Cell<'_>], stats: &[StatCell<'_>], entries: usize) {
         self.opened.get_or_insert_with(Instant::now);
+        self.one_window = false;
         self.entries += entries;
         self.cells.merge(cells);
         self.cells.merge_stats(stats);
@@ -158,6 +193,11 @@ impl Carry {
         self.weight() >= max_cells || self.entries >= MAX_ENTRIES
     }
 
+    /// Its cells as one window.
+    pub(crate) fn window(&self) -> &Window {
+        &self.cells
+    }
+
     /// The summed cells, grouped by counter.
     pub(crate) fn cells(&self) -> impl Iterator<Item = Cell<'_>> {
         self.cells.cells()
@@ -174,6 +214,7 @@ impl Carry {
         self.opened = None;
         self.entries = 0;
         self.hold = Hold::Open;
+        self.one_window = false;
     }
 }
 
@@ -199,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_carry_is_due_at_its_age_or_when_full() {
-        let mut c = Carry::new(&[60], 120);
+        let mut c = Carry::new(&Window::new(&[60], 120));
         assert!(c.is_empty() && !c.is_due(Duration::ZERO, 10));
         c.add(&[cell(60, "a"), cell(60, "a")], &[], 2);
         assert!(!c.is_empty());
@@ -224,7 +265,7 @@ mod tests {
         w.add(&hit, 0);
         let cells: Vec<_> = w.cells().collect();
         let stats: Vec<_> = w.stat_cells().collect();
-        let mut c = Carry::new(&[60], 120);
+        let mut c = Carry::new(&Window::new(&[60], 120));
         c.add(&cells, &stats, 1);
         // One count cell, and a statistics cell weighing 3 in a window.
         assert_eq!(
@@ -242,6 +283,57 @@ mod tests {
     }
 
     #[test]
+    fn the_first_window_is_taken_whole_and_the_next_are_summed_into_it() {
+        let hit = |name, ts_ms, value| crate::model::event::Hit {
+            name,
+            count: 1,
+            ts_ms,
+            value,
+        };
+        let mut w = Window::new(&[1, 60], 120).with_quantiles(&[60]);
+        for (i, name) in ["z", "a", "m", "a"].into_iter().enumerate() {
+            w.add(&hit(name, 1000 * i as i64, Some(1.5)), 0);
+        }
+        let recorded: Vec<(u32, String, i64, i64)> = w
+            .cells()
+            .map(|c| (c.precision, c.name.to_string(), c.bucket, c.delta))
+            .collect();
+        let mut c = Carry::new(&w);
+        c.add_window(&mut w);
+        assert!(c.is_one_window() && !c.is_empty());
+        assert_eq!(w.hits(), 0, "the window is left empty");
+        let held: Vec<(u32, String, i64, i64)> = c
+            .cells()
+            .map(|c| (c.precision, c.name.to_string(), c.bucket, c.delta))
+            .collect();
+        assert_eq!(held, recorded, "in the order it was recorded");
+        assert_eq!(c.stat_cells().count(), 7);
+
+        // The window given back counts as before, quantiles included.
+        w.add(&hit("z", 0, Some(2.5)), 0);
+        let stats: Vec<_> = w.stat_cells().collect();
+        assert_eq!(stats.len(), 2);
+        assert!(stats
+            .iter()
+            .any(|s| s.precision == 60 && !s.summary.histogram.is_empty()));
+        assert!(stats
+            .iter()
+            .any(|s| s.precision == 1 && s.summary.histogram.is_empty()));
+        c.add_window(&mut w);
+        assert!(!c.is_one_window(), "two windows are a sum");
+        assert_eq!(w.hits(), 0);
+        let z_at_0: Vec<i64> = c
+            .cells()
+            .filter(|x| x.name == "z" && x.precision == 1 && x.bucket == 0)
+            .map(|x| x.delta)
+            .collect();
+        assert_eq!(z_at_0, [2], "summed with the first window's cell");
+        assert_eq!(c.entries, 5);
+        c.clear();
+        assert!(!c.is_one_window() && c.is_empty());
+    }
+
+    #[test]
     fn the_head_is_near_when_the_lag_is_read_within_the_time_left() {
         let s = Duration::from_secs(1);
         // 100,000 entries read in 1 s: 50,000 more take 0.5 s.
@@ -254,7 +346,7 @@ mod tests {
     #[test]
     fn a_carry_of_age_waits_for_a_near_head_once_and_at_most_its_age_again() {
         let age = Duration::from_millis(200);
-        let mut c = Carry::new(&[60], 120);
+        let mut c = Carry::new(&Window::new(&[60], 120));
         c.add(&[cell(60, "a")], &[], 1_000_000);
         assert!(!c.asks_hold(age, 10), "not of age yet");
         std::thread::sleep(age);

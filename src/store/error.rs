@@ -210,16 +210,6 @@ impl StoreError {
         class
     }
 
-    /// Whether the connection must be rebuilt (and the worker resync).
-    pub(crate) fn needs_resync(&self) -> bool {
-        match self {
-            StoreError::Redis(e) => {
-                e.is_io_error() || e.is_connection_dropped() || e.code() == Some("NOSCRIPT")
-            }
-            _ => true,
-        }
-    }
-
     /// Shortens a reply for an error message.
     pub(crate) fn unexpected(what: &'static str, reply: &redis::Value) -> StoreError {
         let mut text = format!("{reply:?}");

@@ -158,10 +158,11 @@ families! {
         "Events per applied window.",
         window_size_buckets(),
     );
-    /// `hitcount_apply_duration_seconds`: time to write one window to Redis.
+    /// `hitcount_apply_duration_seconds`: time to write one window (or one
+    /// sum of windows) to Redis.
     apply_duration: Histogram = histogram(
         "hitcount_apply_duration_seconds",
-        "Time to write one window to Redis.",
+        "Time to write one window, or one sum of windows, to Redis.",
         APPLY_BUCKETS.to_vec(),
     );
     /// `hitcount_end_to_end_delay_seconds`: from an event's timestamp to the

@@ -8,7 +8,7 @@ use crate::model::aggregate::Window;
 use crate::model::config::WorkerArgs;
 use crate::model::event;
 use crate::model::metrics::metrics;
-use crate::store::commit::{Failure, Rejected};
+use crate::store::commit::{Deferred, Failure, Rejected};
 use crate::store::stream::EntryRef;
 
 /// A window closes early once it holds this many rejected entries, so the
@@ -140,6 +140,12 @@ impl Batch {
         &self.window
     }
 
+    /// The aggregated hits, for the carry to take (see
+    /// [`crate::model::carry::Carry::add_window`]).
+    pub(crate) fn window_mut(&mut self) -> &mut Window {
+        &mut self.window
+    }
+
     /// Entry ids, space separated.
     pub(crate) fn ids(&self) -> &str {
         &self.ids
@@ -150,15 +156,14 @@ impl Batch {
         &self.rejected
     }
 
-    /// Counts an applied window in the metrics (once per window, never per
-    /// event).
-    pub(crate) fn count_applied(&self, failures: &[Failure], started: Instant, now_ms: i64) {
+    /// Counts a recorded window in the metrics (once per window, never per
+    /// event); its apply is counted by [`count_applied`].
+    pub(crate) fn count_recorded(&self) {
         let m = metrics();
         m.windows_applied.inc();
         m.window_size.observe(self.window.hits() as f64);
         m.events_applied.inc_by(self.window.hits());
         m.hits_future_id.inc_by(self.future_ids);
-        m.apply_duration.observe(started.elapsed().as_secs_f64());
         for (precision, n) in self.window.skipped() {
             m.hits_too_old
                 .with_label_values(&[&precision.to_string()])
@@ -167,16 +172,11 @@ impl Batch {
         for r in &self.rejected {
             m.events_dead_lettered.with_label_values(&[r.reason]).inc();
         }
-        if !failures.is_empty() {
-            tracing::warn!(cells = failures.len(), first = %failures[0].error, "some counters refused their increments; dead-lettered");
-            m.events_dead_lettered
-                .with_label_values(&["apply_error"])
-                .inc_by(failures.len() as u64);
-        }
-        if self.oldest_ms != i64::MAX {
-            m.end_to_end_delay
-                .observe((now_ms - self.oldest_ms).max(0) as f64 / 1000.0);
-        }
+    }
+
+    /// The time of its oldest counted entry (unix ms), if any.
+    pub(crate) fn oldest_ms(&self) -> Option<i64> {
+        (self.oldest_ms != i64::MAX).then_some(self.oldest_ms)
     }
 
     /// Empties it, keeping its allocations.
@@ -190,9 +190,34 @@ impl Batch {
     }
 }
 
+/// Counts the windows of a carry applied and acknowledged at `now_ms` in
+/// the metrics: the time its apply took from `began` (a window's commit
+/// when it is applied as itself, else the sum's own step), and how late
+/// each window's oldest entry is.
+pub(crate) fn count_applied(windows: &[Deferred], began: Instant, now_ms: i64) {
+    let m = metrics();
+    m.apply_duration.observe(began.elapsed().as_secs_f64());
+    for oldest in windows.iter().filter_map(|w| w.oldest_ms) {
+        m.end_to_end_delay
+            .observe((now_ms - oldest).max(0) as f64 / 1000.0);
+    }
+}
+
+/// Counts the cells a sum failed to apply (dead-lettered when it is
+/// finished) in the metrics, with a warning.
+pub(crate) fn count_failures(failures: &[Failure]) {
+    if let Some(first) = failures.first() {
+        tracing::warn!(cells = failures.len(), first = %first.error, "some counters refused their increments; dead-lettered");
+        metrics()
+            .events_dead_lettered
+            .with_label_values(&["apply_error"])
+            .inc_by(failures.len() as u64);
+    }
+}
+
 /// Warns, at most once a minute, about hits that took Redis' clock
 /// because their entry IDs are more than a day ahead of it (counted with
-/// their window, [`Batch::count_applied`]).
+/// their window, [`Batch::count_recorded`]).
 fn warn_future_ids(n: u64, first_id: &str, clock_ms: i64) {
     let mut seen = FUTURE_IDS.lock().unwrap_or_else(|e| e.into_inner());
     seen.1 += n;
@@ -251,6 +276,16 @@ mod tests {
         EntryRef {
             id: id.as_bytes(),
             fields: None,
+        }
+    }
+
+    /// The batch's window as the worker records it.
+    fn deferred(b: &Batch) -> Deferred {
+        Deferred {
+            window: "w".into(),
+            ids: crate::model::ids::IdList::parse(b.ids()).unwrap(),
+            committed: Instant::now(),
+            oldest_ms: b.oldest_ms(),
         }
     }
 
@@ -609,7 +644,7 @@ mod tests {
     }
 
     #[test]
-    fn count_applied_counts_the_window_once() {
+    fn a_window_is_counted_once_recorded_and_once_applied() {
         let _one_at_a_time = METRICS.lock().unwrap_or_else(|p| p.into_inner());
         let m = metrics();
         let windows = m.windows_applied.get();
@@ -648,7 +683,8 @@ mod tests {
             NOW,
             NOW,
         );
-        b.count_applied(&[], Instant::now(), T0 + 2_500);
+        b.count_recorded();
+        count_applied(&[deferred(&b)], Instant::now(), T0 + 2_500);
 
         assert_eq!(m.windows_applied.get(), windows + 1);
         assert_eq!(
@@ -677,7 +713,7 @@ mod tests {
     }
 
     #[test]
-    fn count_applied_reports_too_old_hits_per_precision_and_no_delay_without_hits() {
+    fn too_old_hits_are_counted_per_precision_and_a_window_without_hits_has_no_delay() {
         let _one_at_a_time = METRICS.lock().unwrap_or_else(|p| p.into_inner());
         let m = metrics();
         // Precision 7 s appears in no other test.
@@ -692,7 +728,8 @@ mod tests {
         b.add(&[entry("1700000000000-0", &f)], T0 + 100_000, T0 + 100_000);
         assert_eq!(b.window().hits(), 1);
         assert_eq!(b.window().cells_len(), 0);
-        b.count_applied(&[], Instant::now(), T0 + 100_000);
+        b.count_recorded();
+        count_applied(&[deferred(&b)], Instant::now(), T0 + 100_000);
         assert_eq!(too_old("1"), one + 1);
         assert_eq!(too_old("7"), seven + 1);
         let after_old = m.end_to_end_delay.get_sample_count();
@@ -701,7 +738,8 @@ mod tests {
         // A window of deleted entries only has no delay to report.
         let mut gone = batch();
         gone.add(&[deleted("1700000000000-1")], NOW, NOW);
-        gone.count_applied(&[], Instant::now(), NOW);
+        gone.count_recorded();
+        count_applied(&[deferred(&gone)], Instant::now(), NOW);
         assert_eq!(m.end_to_end_delay.get_sample_count(), after_old);
     }
 }

@@ -1,28 +1,31 @@
-//! The carry of a worker behind on the stream: windows recorded, their
-//! count cells waiting summed ([`crate::model::carry`]) and are
-//! applied together, exactly once (see [`crate::store::commit::carry`]),
-//! on a task of their own while the worker goes on with the next windows.
+//! The carry: the windows a worker recorded, applied on a task of their
+//! own while the worker goes on with the next: one window as itself, or
+//! (while behind) several summed ([`crate::model::carry`]) and applied
+//! together, exactly once (see [`crate::store::commit::carry`]).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::apply::recorded;
+use super::batch::{count_applied, count_failures};
 use super::group::{Grouper, Submission};
 use super::Worker;
 use crate::model::aggregate::{Cell, StatCell};
 use crate::model::carry::Carry;
+use crate::model::clock::unix_ms;
 use crate::model::ids::IdList;
 use crate::model::known::KnownCache;
 use crate::store::commit::{
     plan, sort_for_cluster, sort_stats_for_cluster, Apply, CarryOutcome, Committer, Deferred,
-    Failure, Finished, Sealed, Sum, CHUNK_CELLS,
+    Failure, Finished, Sealed, Sum, APPLY_GUARD, CHUNK_CELLS,
 };
 use crate::store::connect::{joined, Conn, StoreError, StoreResult};
 
 impl Worker {
-    /// Whether this window's count cells may wait: with the carry on, while
-    /// behind and not stopping; on a cluster with shards also at the head,
-    /// so that the windows of the process' shards are applied together (at
-    /// once: see `flush`).
+    /// Whether the carry may wait for more windows: with the carry on,
+    /// while behind and not stopping; on a cluster with shards also at the
+    /// head, so that the windows of the process' shards are applied
+    /// together (at once: see `flush`).
     pub(super) fn may_defer(&self) -> bool {
         (!self.caught_up || self.group.is_some())
             && !self.shutdown.is_triggered()
@@ -103,10 +106,7 @@ impl Worker {
         self.seq += 1;
         let empty = match self.spare_carry.take() {
             Some(spare) => spare,
-            None => Carry::new(
-                self.batch.window().precisions(),
-                self.settings.layout.samples,
-            ),
+            None => Carry::new(self.batch.window()),
         };
         let job = Job {
             committer: self.committer.clone(),
@@ -162,32 +162,75 @@ struct Job {
 }
 
 impl Job {
-    /// Records the carry, applies it (alone, or with its group), acknowledges
-    /// its windows' entries and finishes its windows and itself. Any
+    /// Applies the carry: one window as itself, several as their sum
+    /// (recorded first, see [`Job::record_and_apply`]); then acknowledges
+    /// the windows' entries and finishes the windows and the sum. Any
     /// failure leaves the records as they are for a resync to finish one
     /// by one. Gives the carry back, empty, for its allocations.
     async fn run(mut self) -> StoreResult<Carry> {
-        let (failures, markers) = self.record_and_apply().await?;
+        let one = self.carry.is_one_window() && self.grouper.is_none();
+        let began = match self.deferred.first() {
+            Some(w) if one => w.committed,
+            _ => Instant::now(),
+        };
+        let (failures, markers) = if one {
+            self.apply_window().await?
+        } else {
+            self.record_and_apply().await?
+        };
+        count_failures(&failures);
         let conn = &mut self.conn;
         let lists: Vec<&IdList> = self.deferred.iter().map(|d| &d.ids).collect();
         self.committer.ack_lists(conn, &lists).await?;
-        for d in self.deferred.drain(..) {
-            let done = Finished {
-                window: d.window,
-                failures: d.failures,
-                // None of its chunks was applied, nor marked (see carry.lua).
-                markers: Vec::new(),
-            };
-            self.committer.finish(conn, &done).await?;
-        }
-        let done = Finished {
+        count_applied(&self.deferred, began, unix_ms());
+        let mut done = Finished {
             window: self.window.clone(),
             failures,
             markers,
         };
+        for d in self.deferred.drain(..) {
+            if one {
+                // The sum is the window itself.
+                done.window = d.window;
+                continue;
+            }
+            let carried = Finished {
+                window: d.window,
+                failures: Vec::new(),
+                // None of its chunks was applied, nor marked (see carry.lua).
+                markers: Vec::new(),
+            };
+            self.committer.finish(conn, &carried).await?;
+        }
         self.committer.finish(conn, &done).await?;
         self.carry.clear();
         Ok(self.carry)
+    }
+
+    /// Applies a carry of one window as that window, by its own record:
+    /// its failures and markers. Only within [`APPLY_GUARD`] of its commit,
+    /// while its markers surely live; past that, recovery applies it.
+    async fn apply_window(&mut self) -> StoreResult<(Vec<Failure>, Vec<String>)> {
+        let window = &self.deferred[0];
+        if window.committed.elapsed() > APPLY_GUARD {
+            return Err(StoreError::Guard(APPLY_GUARD));
+        }
+        let (cells, stats) = recorded(self.carry.window(), &self.committer, self.by_slot);
+        let sum = Sum {
+            id: &window.window,
+            group: None,
+            cells: &cells,
+            stats: &stats,
+            chunk: CHUNK_CELLS,
+        };
+        apply_alone(
+            &self.committer,
+            &mut self.conn,
+            &self.known,
+            sum,
+            self.by_slot,
+        )
+        .await
     }
 
     /// Records the carry and applies it, alone or (with a grouper, in its
@@ -251,22 +294,22 @@ impl Job {
                         stats: &stats,
                         chunk: CHUNK_CELLS,
                     };
-                    let mut failures = self
-                        .committer
-                        .apply(conn, &[sum], Some(&self.known), Vec::new())
-                        .await?;
+                    let applied =
+                        apply_alone(&self.committer, conn, &self.known, sum, self.by_slot).await?;
                     crate::model::metrics::metrics()
                         .carry_cells
                         .inc_by(cells.len() as u64);
-                    let markers = self.committer.markers(&[sum], self.by_slot);
-                    return Ok((failures.pop().unwrap_or_default(), markers));
+                    return Ok(applied);
                 }
             }
         };
         let submission = Submission {
             id: self.window.clone(),
             group: id,
-            carry: std::mem::replace(&mut self.carry, Carry::new(&[], 0)),
+            carry: std::mem::replace(
+                &mut self.carry,
+                Carry::new(&crate::model::aggregate::Window::new(&[], 0)),
+            ),
             committer: self.committer.clone(),
             conn: self.conn.clone(),
         };
@@ -279,6 +322,22 @@ impl Job {
         let markers = applied.finish.map(|f| f.finished()).unwrap_or_default();
         Ok((failures, markers))
     }
+}
+
+/// Applies one sum alone (not in a group): its failures and the markers to
+/// expire once it is finished.
+async fn apply_alone(
+    committer: &Committer,
+    conn: &mut Conn,
+    known: &Mutex<KnownCache>,
+    sum: Sum<'_>,
+    by_slot: bool,
+) -> StoreResult<(Vec<Failure>, Vec<String>)> {
+    let mut failures = committer
+        .apply(conn, &[sum], Some(known), Vec::new())
+        .await?;
+    let markers = committer.markers(&[sum], by_slot);
+    Ok((failures.pop().unwrap_or_default(), markers))
 }
 
 /// A carry the grouper counts as coming until it is handed in: if its task

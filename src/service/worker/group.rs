@@ -371,7 +371,7 @@ mod tests {
     use super::*;
 
     fn carry(names: &[&str]) -> Carry {
-        let mut c = Carry::new(&[60], 120);
+        let mut c = Carry::new(&crate::model::aggregate::Window::new(&[60], 120));
         let cells: Vec<Cell<'_>> = names
             .iter()
             .map(|n| Cell {

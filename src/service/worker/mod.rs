@@ -1,13 +1,14 @@
-//! The worker loop: read entries, aggregate a window, commit it, apply it,
-//! acknowledge it; recover what stopped workers left behind.
+//! The worker loop: read entries, aggregate a window, commit it, hand it
+//! to the carry, which applies and acknowledges it; recover what stopped
+//! workers left behind.
 //!
 //! One worker is one consumer of the group, on one connection. While it
 //! works through a backlog it keeps [`READS_AHEAD`] reads of new entries in
 //! flight (sent as soon as a full read comes back, on clones of the
 //! connection), so Redis reads the next entries while the worker aggregates
 //! and applies: memory stays bounded by one window, the carry and those
-//! reads. While behind it also sums its windows' cells in the carry
-//! (`carry.rs`), applied on a task of its own. Any Redis error drops the
+//! reads. Each window goes to the carry (`carry.rs`), applied on a task of
+//! its own: alone at the head, summed with the next windows while behind. Any Redis error drops the
 //! window in flight (its entries stay pending) and *resyncs*: reconnect
 //! with backoff, reload the scripts, read this consumer's epoch, finish its
 //! own recorded windows, then re-read its pending entries before new ones.
@@ -36,8 +37,8 @@ use crate::model::shutdown::Shutdown;
 use crate::service::health::Health;
 use crate::service::registration::Registration;
 use crate::service::worker::batch::Batch;
-use crate::store::commit::{Committer, Deferred, Finished};
-use crate::store::connect::{self, Backoff, Client, Outage, Reconnecting, StoreError, StoreResult};
+use crate::store::commit::{Committer, Deferred};
+use crate::store::connect::{self, Client, Reconnecting, StoreError, StoreResult};
 use crate::store::time::RedisClock;
 
 /// How long a resync waits for a read ahead still in flight (whose entries
@@ -128,11 +129,7 @@ pub(crate) struct Worker {
     /// The next reads of new entries, sent while this one is processed,
     /// each with the count it asked for.
     ahead: VecDeque<(usize, tokio::task::JoinHandle<Result<Value, RedisError>>)>,
-    finished: Option<Finished>,
     health: Arc<Health>,
-    /// Retries of a window's apply step on the same connection.
-    apply_outage: Outage,
-    apply_backoff: Backoff,
     last_claim: Instant,
     /// The last claim came back full: claim again between the next windows.
     claim_again: bool,
@@ -159,7 +156,7 @@ impl Worker {
         let batch = Batch::new(&settings.layout.precisions, settings.layout.samples)
             .with_quantiles(&settings.layout.quantile_precisions());
         let known = KnownCache::new(batch.window().precisions(), settings.layout.samples);
-        let carry = Carry::new(batch.window().precisions(), settings.layout.samples);
+        let carry = Carry::new(batch.window());
         let now = Instant::now();
         Worker {
             carry_link: Reconnecting::new(client.clone(), "carry", connect::RESPONSE_TIMEOUT),
@@ -188,10 +185,7 @@ impl Worker {
             caught_up: true,
             pace: read::Pace::new(settings.worker.read_count),
             ahead: VecDeque::new(),
-            finished: None,
             health,
-            apply_outage: Outage::default(),
-            apply_backoff: Backoff::default(),
             last_claim: now,
             claim_again: false,
             last_gc: now,
@@ -357,9 +351,6 @@ impl Worker {
                 if self.at_head() || self.carry_due().await? {
                     self.carry_now().await?;
                 }
-            } else if let Some(done) = self.finished.take() {
-                let committer = self.committer.clone();
-                committer.finish(self.conn()?, &done).await?;
             }
             return Ok(());
         }

@@ -21,7 +21,6 @@ impl Worker {
         self.settle_carry().await;
         self.clear_window();
         // Their records are ours: recovered below, with every waiting cell.
-        self.finished = None;
         self.carry.clear();
         if let Some(m) = &mut self.group {
             m.emptied();
@@ -151,16 +150,9 @@ impl Worker {
             self.add_entries(&entries).await?;
             self.flush().await?;
         }
-        let (committer, keys, consumer) = (
-            self.committer.clone(),
-            self.keys.clone(),
-            self.consumer.clone(),
-        );
-        let finished = self.finished.take();
+        self.carry_wait().await?;
+        let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
         let conn = self.conn()?;
-        if let Some(done) = finished {
-            committer.finish(conn, &done).await?;
-        }
         recovery::remove_gone_consumers(conn, &keys, u64::MAX, &consumer).await?;
         self.health.set_in_group(false);
         Ok(true)

@@ -28,21 +28,24 @@
 
 use redis::Value;
 
-use super::{Committer, Failure, Sealed, MARKER_TTL_SECS};
+use super::{Committer, Sealed, MARKER_TTL_SECS};
 use crate::model::aggregate::{Cell, StatCell};
 use crate::model::ids::IdList;
 use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::scripts::{CARRY, TAKE};
 
 /// A window recorded, its chunks waiting in the carry, its entries pending.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Deferred {
     /// The window id.
     pub window: String,
     /// Its entry ids, to acknowledge after the carry.
     pub ids: IdList,
-    /// Cells of its applied chunks that failed, to dead-letter when finished.
-    pub failures: Vec<Failure>,
+    /// When its commit was sent: applied as itself, it is applied only
+    /// within [`super::APPLY_GUARD`] of that.
+    pub committed: std::time::Instant,
+    /// Its oldest counted entry's time (unix ms), if any.
+    pub oldest_ms: Option<i64>,
 }
 
 /// What taking a recorded window found (see [`Committer::take`]).

@@ -15,8 +15,8 @@
 //!    windows, [`carry`]) is applied the same way.
 //! 3. **Acknowledge** the window's entries with XACK, in bounded commands,
 //!    with the last ZADDs.
-//! 4. **Finish**: folded into the next commit, dead-letter what failed to
-//!    apply and delete the record.
+//! 4. **Finish**: dead-letter what failed to apply and delete the record
+//!    (the commit script, called without a window).
 //!
 //! A worker that
 //! dies between 1 and 4 leaves a record; any worker finishes it once it is
@@ -56,7 +56,7 @@ pub(crate) mod records;
 pub(crate) mod replies;
 pub(crate) mod stats;
 
-pub(crate) use apply::{expire_markers, Failure, Sum};
+pub(crate) use apply::{Failure, Sum};
 pub(crate) use carry::{CarryOutcome, Deferred};
 pub(crate) use dead::{Rejected, DEAD_LETTER_FIELD_BYTES};
 pub(crate) use plan::{plan, sort_for_cluster, Apply};

@@ -104,7 +104,8 @@ mod tests {
         let deferred = commit::Deferred {
             window: "w-1".into(),
             ids: crate::model::ids::IdList::parse(&ids).unwrap(),
-            failures: Vec::new(),
+            committed: std::time::Instant::now(),
+            oldest_ms: None,
         };
         let carry = Sealed {
             window: "c-1",

@@ -67,13 +67,16 @@ pub(crate) const STATS_WEIGHT_FACTOR: usize = 3;
 /// summed.
 #[derive(Debug)]
 pub(crate) struct Carry {
+    /// The sum of its windows' cells, once it holds more than one.
     cells: Window,
+    /// Its first window as it was recorded, while it holds one (then
+    /// `one_window`); kept apart from `cells` so that the windows the
+    /// worker aggregates into stay window-sized, not sum-sized.
+    first: Window,
+    one_window: bool,
     opened: Option<Instant>,
     entries: usize,
     hold: Hold,
-    /// It holds one window, as that window was recorded (see
-    /// [`Carry::add_window`]).
-    one_window: bool,
 }
 
 /// Whether a carry of age waits for the head.
@@ -93,22 +96,23 @@ impl Carry {
     pub(crate) fn new(window: &Window) -> Carry {
         Carry {
             cells: window.empty_like(),
+            first: window.empty_like(),
+            one_window: false,
             opened: None,
             entries: 0,
             hold: Hold::Open,
-            one_window: false,
         }
     }
 
     /// Adds a recorded window, leaving it empty. The first is taken whole
-    /// (the window gets this carry's empty cells in exchange), so that a
-    /// carry of one window holds its cells in the order they were recorded
-    /// and is applied as that window ([`Carry::is_one_window`]); the next
-    /// are summed into it.
+    /// (the window gets an empty one of this carry's in exchange), so that
+    /// a carry of one window holds its cells in the order they were
+    /// recorded and is applied as that window ([`Carry::is_one_window`]);
+    /// with the next, they are summed.
     pub(crate) fn add_window(&mut self, window: &mut Window) {
         let entries = window.hits() as usize;
         if self.is_empty() {
-            std::mem::swap(&mut self.cells, window);
+            std::mem::swap(&mut self.first, window);
             self.opened = Some(Instant::now());
             self.entries = entries;
             self.one_window = true;
@@ -131,7 +135,19 @@ impl Carry {
     /// its entry count.
     pub(crate) fn add(&mut self, cells: &[Cell<'_>], stats: &[StatCell<'_>], entries: usize) {
         self.opened.get_or_insert_with(Instant::now);
-        self.one_window = false;
+        if self.one_window {
+            // The first window joins the sum.
+            self.one_window = false;
+            let first: Vec<Cell<'_>> = self.first.cells().collect();
+            let first_stats: Vec<StatCell<'_>> = self.first.stat_cells().collect();
+            self.cells.merge(&first);
+            self.cells.merge_stats(&first_stats);
+            drop((first, first_stats));
+            // Its allocations go: kept, every carry would hold a window's
+            // worth of them besides its sum, and so would the worker's
+            // windows they are exchanged with (see `add_window`).
+            self.first = self.first.empty_like();
+        }
         self.entries += entries;
         self.cells.merge(cells);
         self.cells.merge_stats(stats);
@@ -141,7 +157,7 @@ impl Carry {
     /// [`STATS_WEIGHT_FACTOR`] times its weight in a window
     /// ([`Window::weight`]).
     pub(crate) fn weight(&self) -> usize {
-        self.cells.weight_with_stats_times(STATS_WEIGHT_FACTOR)
+        self.window().weight_with_stats_times(STATS_WEIGHT_FACTOR)
     }
 
     /// Whether no window waits.
@@ -195,22 +211,27 @@ impl Carry {
 
     /// Its cells as one window.
     pub(crate) fn window(&self) -> &Window {
-        &self.cells
+        if self.one_window {
+            &self.first
+        } else {
+            &self.cells
+        }
     }
 
     /// The summed cells, grouped by counter.
     pub(crate) fn cells(&self) -> impl Iterator<Item = Cell<'_>> {
-        self.cells.cells()
+        self.window().cells()
     }
 
     /// The summed statistics cells, grouped by counter.
     pub(crate) fn stat_cells(&self) -> impl Iterator<Item = StatCell<'_>> {
-        self.cells.stat_cells()
+        self.window().stat_cells()
     }
 
     /// Empties it, keeping its allocations.
     pub(crate) fn clear(&mut self) {
         self.cells.clear();
+        self.first.clear();
         self.opened = None;
         self.entries = 0;
         self.hold = Hold::Open;

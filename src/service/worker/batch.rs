@@ -713,6 +713,29 @@ mod tests {
     }
 
     #[test]
+    fn cells_a_sum_failed_to_apply_are_counted_as_apply_errors() {
+        let _one_at_a_time = METRICS.lock().unwrap_or_else(|p| p.into_inner());
+        let m = metrics();
+        let errors = || {
+            m.events_dead_lettered
+                .with_label_values(&["apply_error"])
+                .get()
+        };
+        let before = errors();
+        count_failures(&[]);
+        assert_eq!(errors(), before, "nothing failed");
+        let failure = |name: &str| Failure {
+            error: "WRONGTYPE".into(),
+            precision: 60,
+            name: name.into(),
+            bucket: 0,
+            delta: 2,
+        };
+        count_failures(&[failure("x"), failure("y")]);
+        assert_eq!(errors(), before + 2, "one per cell");
+    }
+
+    #[test]
     fn too_old_hits_are_counted_per_precision_and_a_window_without_hits_has_no_delay() {
         let _one_at_a_time = METRICS.lock().unwrap_or_else(|p| p.into_inner());
         let m = metrics();

@@ -179,6 +179,11 @@ impl Lease {
             }
             connect::sleep(pause, &mut done).await;
         }
+        // Done before its first renewal connected (a short `clean --once`):
+        // the lease it holds is released all the same.
+        if link.current().is_none() && self.held() {
+            let _ = tokio::time::timeout(timeout, link.get()).await;
+        }
         if let Some(c) = link.current() {
             match self.release(c).await {
                 Ok(true) => tracing::info!(token = %self.token, "released the leader lease"),
@@ -236,5 +241,26 @@ mod tests {
         assert!(until > sent + lease.renew_every() * 2);
         lease.set(Some(sent - Duration::from_millis(1)));
         assert!(!lease.held(), "a passed deadline is not leadership");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lease_is_released_even_when_done_before_its_first_renewal() {
+        let srv = crate::testing::server();
+        let args = crate::model::config::RedisArgs::from_url(&srv.url());
+        let client = crate::store::connect::client(&args).unwrap();
+        let mut c = client.open(connect::RESPONSE_TIMEOUT).await.unwrap();
+        let keys = Keys::new(&Default::default(), &Default::default());
+        let lease = Arc::new(Lease::new(&keys, &LeaderArgs::default(), "once"));
+        assert!(lease.try_acquire(&mut c).await.unwrap());
+        let (trigger, done) = crate::model::shutdown::channel();
+        trigger.trigger();
+        lease.clone().keep_until(client, done.clone(), done).await;
+        let holder: Option<String> = redis::cmd("GET")
+            .arg(lease.key())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(holder, None, "released, not left to expire");
+        assert!(!lease.held());
     }
 }

@@ -400,11 +400,12 @@ mod tests {
         let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
         let committer = Committer::new(keys.clone(), "grouptest".into(), 1000);
         let names = |p: &str| -> Vec<String> { (0..400).map(|i| format!("{p}{i}")).collect() };
-        let (a, b, d) = (names("a"), names("b"), names("d"));
-        let (ca, cb, cd) = (
+        let (a, b, d, w) = (names("a"), names("b"), names("d"), names("w"));
+        let (ca, cb, cd, cw) = (
             cells(&keys, &a, 1),
             cells(&keys, &b, 2),
             cells(&keys, &d, 5),
+            cells(&keys, &w, 3),
         );
         let sum = |id, group, cells| Sum {
             id,
@@ -434,16 +435,22 @@ mod tests {
             ..sum("sb", "g2", &cb)
         };
         let d1 = sum("sd", "g1", &cd);
+        // A window handed in as itself: under its own markers.
+        let w1 = Sum {
+            group: None,
+            ..sum("w-1", "", &cw)
+        };
 
-        // Together: a sum recorded in g1, one in g2.
+        // Together: a sum recorded in g1, one in g2, a window.
         let failed = committer
-            .apply(&mut c, &[a1, b2], None, vec![])
+            .apply(&mut c, &[a1, b2, w1], None, vec![])
             .await
             .unwrap();
         assert!(failed.iter().all(Vec::is_empty), "{failed:?}");
         let want = |names: &[String], per: i64| vec![2 * per; names.len()];
         assert_eq!(totals(&mut c, &keys, &a).await, want(&a, 1));
         assert_eq!(totals(&mut c, &keys, &b).await, want(&b, 2));
+        assert_eq!(totals(&mut c, &keys, &w).await, want(&w, 3));
 
         // In a slot holding cells of both, each group's marks are in its own
         // marker there.
@@ -476,20 +483,36 @@ mod tests {
             }
         }
 
+        // The window's chunks are marked in its own markers, by number.
+        for at in slots(&cw) {
+            let marker = keys.applied_marker_tagged("w-1", tag_for_slot(at));
+            let fields: Vec<String> = redis::cmd("HKEYS")
+                .arg(&marker)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert!(
+                !fields.is_empty() && fields.iter().all(|f| f.parse::<usize>().is_ok()),
+                "{marker}: {fields:?}"
+            );
+        }
+
         // Replays: together again, each alone, and one with a new sum.
         committer
-            .apply(&mut c, &[a1, b2], None, vec![])
+            .apply(&mut c, &[a1, b2, w1], None, vec![])
             .await
             .unwrap();
         committer.apply(&mut c, &[b2], None, vec![]).await.unwrap();
         committer.apply(&mut c, &[a1], None, vec![]).await.unwrap();
+        committer.apply(&mut c, &[w1], None, vec![]).await.unwrap();
         committer
-            .apply(&mut c, &[b2, d1], None, vec![])
+            .apply(&mut c, &[b2, d1, w1], None, vec![])
             .await
             .unwrap();
         assert_eq!(totals(&mut c, &keys, &a).await, want(&a, 1));
         assert_eq!(totals(&mut c, &keys, &b).await, want(&b, 2));
         assert_eq!(totals(&mut c, &keys, &d).await, want(&d, 5));
+        assert_eq!(totals(&mut c, &keys, &w).await, want(&w, 3));
         for n in &b {
             let (count, sum): (i64, f64) = redis::cmd("HMGET")
                 .arg(keys.stats(60, n))

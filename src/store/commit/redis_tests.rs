@@ -373,6 +373,19 @@ mod tests {
         v
     }
 
+    /// Asserts that `marker` has fields and that each passes `ok`.
+    async fn assert_marked(c: &mut Conn, marker: &str, ok: impl Fn(&str) -> bool) {
+        let fields: Vec<String> = redis::cmd("HKEYS")
+            .arg(marker)
+            .query_async(c)
+            .await
+            .unwrap();
+        assert!(
+            !fields.is_empty() && fields.iter().all(|f| ok(f)),
+            "{marker}: {fields:?}"
+        );
+    }
+
     /// Each name's count at both precisions, summed.
     async fn totals(c: &mut Conn, keys: &Keys, names: &[String]) -> Vec<i64> {
         let mut out = Vec::new();
@@ -470,31 +483,16 @@ mod tests {
         );
         for at in both {
             for (group, id) in [("g1", "sa"), ("g2", "sb")] {
+                let prefix = format!("{id}:");
                 let marker = keys.applied_marker_tagged(group, tag_for_slot(at));
-                let fields: Vec<String> = redis::cmd("HKEYS")
-                    .arg(&marker)
-                    .query_async(&mut c)
-                    .await
-                    .unwrap();
-                assert!(
-                    !fields.is_empty() && fields.iter().all(|f| f.starts_with(&format!("{id}:"))),
-                    "{marker}: {fields:?}"
-                );
+                assert_marked(&mut c, &marker, |f| f.starts_with(&prefix)).await;
             }
         }
 
         // The window's chunks are marked in its own markers, by number.
         for at in slots(&cw) {
             let marker = keys.applied_marker_tagged("w-1", tag_for_slot(at));
-            let fields: Vec<String> = redis::cmd("HKEYS")
-                .arg(&marker)
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            assert!(
-                !fields.is_empty() && fields.iter().all(|f| f.parse::<usize>().is_ok()),
-                "{marker}: {fields:?}"
-            );
+            assert_marked(&mut c, &marker, |f| f.parse::<usize>().is_ok()).await;
         }
 
         // Replays: together again, each alone, and one with a new sum.

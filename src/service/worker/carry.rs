@@ -168,24 +168,15 @@ impl Job {
     /// failure leaves the records as they are for a resync to finish one
     /// by one. Gives the carry back, empty, for its allocations.
     async fn run(mut self) -> StoreResult<Carry> {
-        let one = self.carry.is_one_window();
+        let one = self.carry.is_one_window() && self.grouper.is_none();
         let began = match self.deferred.first() {
             Some(w) if one => w.committed,
             _ => Instant::now(),
         };
-        let (failures, markers) = match self.grouper.clone() {
-            None if one => self.apply_window().await?,
-            Some(grouper) if one => {
-                // Into its group as that window, unrecorded.
-                let coming = Coming(Some(grouper.clone()));
-                let window = &self.deferred[0];
-                if window.committed.elapsed() > APPLY_GUARD {
-                    return Err(StoreError::Guard(APPLY_GUARD));
-                }
-                let id = window.window.clone();
-                self.hand_in(&grouper, coming, id, None).await?
-            }
-            _ => self.record_and_apply().await?,
+        let (failures, markers) = if one {
+            self.apply_window().await?
+        } else {
+            self.record_and_apply().await?
         };
         count_failures(&failures);
         let conn = &mut self.conn;
@@ -312,23 +303,9 @@ impl Job {
                 }
             }
         };
-        let sum = self.window.clone();
-        self.hand_in(&grouper, coming, sum, Some(id)).await
-    }
-
-    /// Hands the carry in to `grouper` as `id` (a sum recorded in `group`,
-    /// or one window as itself) and waits until its group is applied: its
-    /// failures and the markers to expire once it is finished.
-    async fn hand_in(
-        &mut self,
-        grouper: &Grouper,
-        coming: Coming,
-        id: String,
-        group: Option<String>,
-    ) -> StoreResult<(Vec<Failure>, Vec<String>)> {
         let submission = Submission {
-            id,
-            group,
+            id: self.window.clone(),
+            group: id,
             carry: std::mem::replace(
                 &mut self.carry,
                 Carry::new(&crate::model::aggregate::Window::new(&[], 0)),

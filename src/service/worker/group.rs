@@ -42,9 +42,8 @@ pub(crate) const GATHER: Duration = Duration::from_millis(200);
 pub(crate) struct Submission {
     /// The carry's id.
     pub id: String,
-    /// The group it was recorded in; `None` for one window handed in as
-    /// itself (applied by its own record and markers).
-    pub group: Option<String>,
+    /// The group it was recorded in.
+    pub group: String,
     /// Its cells (given back with the outcome).
     pub carry: Carry,
     /// Its shard's committer (any of the group's applies the counters).
@@ -310,7 +309,7 @@ async fn apply_group(
             .zip(&cells)
             .map(|((s, _), (c, st))| Sum {
                 id: &s.id,
-                group: s.group.as_deref(),
+                group: Some(&s.group),
                 cells: c,
                 stats: st,
                 chunk: CHUNK_CELLS,

@@ -448,7 +448,7 @@ mod tests {
             ..sum("sb", "g2", &cb)
         };
         let d1 = sum("sd", "g1", &cd);
-        // A window handed in as itself: under its own markers.
+        // A window, applied in the same scripts: under its own markers.
         let w1 = Sum {
             group: None,
             ..sum("w-1", "", &cw)

@@ -339,6 +339,15 @@ impl Window {
         }
     }
 
+    /// Adds another window's cells and statistics cells (see
+    /// [`Window::merge`] and [`Window::merge_stats`]).
+    pub(crate) fn merge_window(&mut self, other: &Window) {
+        let cells: Vec<Cell<'_>> = other.cells().collect();
+        let stats: Vec<StatCell<'_>> = other.stat_cells().collect();
+        self.merge(&cells);
+        self.merge_stats(&stats);
+    }
+
     /// The list of (`name`, `precision`), `None` for a precision this
     /// window does not count at; `last` remembers the name looked up last,
     /// so cells grouped by name look each name up once.

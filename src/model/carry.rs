@@ -39,7 +39,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::model::aggregate::{Cell, StatCell, Window};
+use crate::model::aggregate::Window;
+#[cfg(test)]
+use crate::model::aggregate::{Cell, StatCell};
 
 /// Entries whose windows a carry holds at most: their ids stay in memory
 /// until the carry is applied and acknowledges them, about 2 bytes each
@@ -117,11 +119,22 @@ impl Carry {
             self.entries = entries;
             self.one_window = true;
         } else {
-            let cells: Vec<Cell<'_>> = window.cells().collect();
-            let stats: Vec<StatCell<'_>> = window.stat_cells().collect();
-            self.add(&cells, &stats, entries);
-            drop((cells, stats));
+            self.fold_first();
+            self.cells.merge_window(window);
+            self.entries += entries;
             window.clear();
+        }
+    }
+
+    /// Its first window joins the sum, once a second comes. Its
+    /// allocations go: kept, every carry would hold a window's worth of
+    /// them besides its sum, and so would the worker's windows they are
+    /// exchanged with (see [`Carry::add_window`]).
+    fn fold_first(&mut self) {
+        if self.one_window {
+            self.one_window = false;
+            self.cells.merge_window(&self.first);
+            self.first = self.first.empty_like();
         }
     }
 
@@ -131,23 +144,12 @@ impl Carry {
         self.one_window
     }
 
-    /// Adds a window's cells and statistics cells, summed; `entries` is
-    /// its entry count.
+    /// Adds cells and statistics cells, summed, as of `entries` entries
+    /// (the tests' way to fill a carry).
+    #[cfg(test)]
     pub(crate) fn add(&mut self, cells: &[Cell<'_>], stats: &[StatCell<'_>], entries: usize) {
         self.opened.get_or_insert_with(Instant::now);
-        if self.one_window {
-            // The first window joins the sum.
-            self.one_window = false;
-            let first: Vec<Cell<'_>> = self.first.cells().collect();
-            let first_stats: Vec<StatCell<'_>> = self.first.stat_cells().collect();
-            self.cells.merge(&first);
-            self.cells.merge_stats(&first_stats);
-            drop((first, first_stats));
-            // Its allocations go: kept, every carry would hold a window's
-            // worth of them besides its sum, and so would the worker's
-            // windows they are exchanged with (see `add_window`).
-            self.first = self.first.empty_like();
-        }
+        self.fold_first();
         self.entries += entries;
         self.cells.merge(cells);
         self.cells.merge_stats(stats);
@@ -209,23 +211,14 @@ impl Carry {
         self.weight() >= max_cells || self.entries >= MAX_ENTRIES
     }
 
-    /// Its cells as one window.
+    /// Its cells as one window: its one window's as recorded, or the sum
+    /// of its windows', grouped by counter.
     pub(crate) fn window(&self) -> &Window {
         if self.one_window {
             &self.first
         } else {
             &self.cells
         }
-    }
-
-    /// The summed cells, grouped by counter.
-    pub(crate) fn cells(&self) -> impl Iterator<Item = Cell<'_>> {
-        self.window().cells()
-    }
-
-    /// The summed statistics cells, grouped by counter.
-    pub(crate) fn stat_cells(&self) -> impl Iterator<Item = StatCell<'_>> {
-        self.window().stat_cells()
     }
 
     /// Empties it, keeping its allocations.
@@ -267,7 +260,7 @@ mod tests {
         assert!(!c.is_empty());
         assert!(c.is_due(Duration::ZERO, 10));
         assert!(!c.is_due(Duration::from_secs(3600), 10));
-        assert_eq!(c.cells().map(|x| x.delta).collect::<Vec<_>>(), [2]);
+        assert_eq!(c.window().cells().map(|x| x.delta).collect::<Vec<_>>(), [2]);
         c.add(&[], &[], MAX_ENTRIES);
         assert!(c.is_due(Duration::from_secs(3600), 10), "full of entries");
         c.clear();
@@ -324,11 +317,12 @@ mod tests {
         assert!(c.is_one_window() && !c.is_empty());
         assert_eq!(w.hits(), 0, "the window is left empty");
         let held: Vec<(u32, String, i64, i64)> = c
+            .window()
             .cells()
             .map(|c| (c.precision, c.name.to_string(), c.bucket, c.delta))
             .collect();
         assert_eq!(held, recorded, "in the order it was recorded");
-        assert_eq!(c.stat_cells().count(), 7);
+        assert_eq!(c.window().stat_cells().count(), 7);
 
         // The window given back counts as before, quantiles included.
         w.add(&hit("z", 0, Some(2.5)), 0);
@@ -344,6 +338,7 @@ mod tests {
         assert!(!c.is_one_window(), "two windows are a sum");
         assert_eq!(w.hits(), 0);
         let z_at_0: Vec<i64> = c
+            .window()
             .cells()
             .filter(|x| x.name == "z" && x.precision == 1 && x.bucket == 0)
             .map(|x| x.delta)

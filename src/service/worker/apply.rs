@@ -24,7 +24,7 @@ impl Worker {
         self.seq += 1;
         let by_slot = self.link.current().is_some_and(|c| c.is_cluster());
         let outcome = {
-            let (cells, stats) = recorded(self.batch.window(), &self.committer, by_slot);
+            let (cells, stats) = recorded(self.batch.window(), self.committer.keys(), by_slot);
             let chunks = plan(
                 self.committer.keys(),
                 &Apply {
@@ -107,14 +107,14 @@ impl Worker {
 /// whoever applies the record chunks it alike.
 pub(super) fn recorded<'w>(
     window: &'w crate::model::aggregate::Window,
-    committer: &crate::store::commit::Committer,
+    keys: &crate::model::keys::Keys,
     by_slot: bool,
 ) -> (Vec<Cell<'w>>, Vec<StatCell<'w>>) {
     let mut cells: Vec<Cell<'_>> = window.cells().collect();
     let mut stats: Vec<StatCell<'_>> = window.stat_cells().collect();
     if by_slot {
-        sort_for_cluster(committer.keys(), &mut cells);
-        sort_stats_for_cluster(committer.keys(), &mut stats);
+        sort_for_cluster(keys, &mut cells);
+        sort_stats_for_cluster(keys, &mut stats);
     }
     (cells, stats)
 }

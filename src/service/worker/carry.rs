@@ -10,14 +10,13 @@ use super::apply::recorded;
 use super::batch::{count_applied, count_failures};
 use super::group::{Grouper, Submission};
 use super::Worker;
-use crate::model::aggregate::{Cell, StatCell};
 use crate::model::carry::Carry;
 use crate::model::clock::unix_ms;
 use crate::model::ids::IdList;
 use crate::model::known::KnownCache;
 use crate::store::commit::{
-    plan, sort_for_cluster, sort_stats_for_cluster, Apply, CarryOutcome, Committer, Deferred,
-    Failure, Finished, Sealed, Sum, APPLY_GUARD, CHUNK_CELLS,
+    plan, Apply, CarryOutcome, Committer, Deferred, Failure, Finished, Sealed, Sum, APPLY_GUARD,
+    CHUNK_CELLS,
 };
 use crate::store::connect::{joined, Conn, StoreError, StoreResult};
 
@@ -215,7 +214,7 @@ impl Job {
         if window.committed.elapsed() > APPLY_GUARD {
             return Err(StoreError::Guard(APPLY_GUARD));
         }
-        let (cells, stats) = recorded(self.carry.window(), &self.committer, self.by_slot);
+        let (cells, stats) = recorded(self.carry.window(), self.committer.keys(), self.by_slot);
         let sum = Sum {
             id: &window.window,
             group: None,
@@ -243,12 +242,9 @@ impl Job {
         });
         let coming = Coming(group.as_ref().map(|(g, _)| g.clone()));
         let (grouper, id) = {
-            let mut cells: Vec<Cell<'_>> = self.carry.cells().collect();
-            let mut stats: Vec<StatCell<'_>> = self.carry.stat_cells().collect();
-            if self.by_slot {
-                sort_for_cluster(self.committer.keys(), &mut cells);
-                sort_stats_for_cluster(self.committer.keys(), &mut stats);
-            } else {
+            let (mut cells, stats) =
+                recorded(self.carry.window(), self.committer.keys(), self.by_slot);
+            if !self.by_slot {
                 // Members new to `known:` then go in in its own order (cheaper).
                 crate::model::known::sort_by_member(&mut cells);
             }

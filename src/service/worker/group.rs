@@ -30,9 +30,7 @@ use crate::model::aggregate::{Cell, StatCell};
 use crate::model::carry::Carry;
 use crate::model::known::KnownCache;
 use crate::model::metrics::metrics;
-use crate::store::commit::{
-    sort_for_cluster, sort_stats_for_cluster, Committer, Failure, Sum, CHUNK_CELLS,
-};
+use crate::store::commit::{Committer, Failure, Sum, CHUNK_CELLS};
 use crate::store::connect::{Conn, StoreError, StoreResult};
 
 /// How long the carries of a group are gathered at most after the first.
@@ -296,13 +294,7 @@ async fn apply_group(
         let keys = committer.keys();
         let cells: Vec<(Vec<Cell<'_>>, Vec<StatCell<'_>>)> = batch
             .iter()
-            .map(|(s, _)| {
-                let mut c: Vec<Cell<'_>> = s.carry.cells().collect();
-                let mut st: Vec<StatCell<'_>> = s.carry.stat_cells().collect();
-                sort_for_cluster(keys, &mut c);
-                sort_stats_for_cluster(keys, &mut st);
-                (c, st)
-            })
+            .map(|(s, _)| super::apply::recorded(s.carry.window(), keys, true))
             .collect();
         let sums: Vec<Sum<'_>> = batch
             .iter()

@@ -11,7 +11,7 @@ use crate::model::aggregate::{Cell, StatCell};
 use crate::model::ids::IdList;
 use crate::model::metrics::metrics;
 use crate::store::commit::{
-    plan, sort_for_cluster, sort_stats_for_cluster, Apply, Deferred, Outcome, Sealed, CHUNK_CELLS,
+    sort_for_cluster, sort_stats_for_cluster, Deferred, Outcome, Sealed, CHUNK_CELLS,
 };
 use crate::store::connect::{StoreError, StoreResult};
 
@@ -25,17 +25,6 @@ impl Worker {
         let by_slot = self.link.current().is_some_and(|c| c.is_cluster());
         let outcome = {
             let (cells, stats) = recorded(self.batch.window(), self.committer.keys(), by_slot);
-            let chunks = plan(
-                self.committer.keys(),
-                &Apply {
-                    window: &window_id,
-                    cells: &cells,
-                    stats: &stats,
-                    chunk: CHUNK_CELLS,
-                    by_slot,
-                },
-            )
-            .len();
             let sealed = Sealed {
                 window: &window_id,
                 ids: self.batch.ids(),
@@ -43,7 +32,6 @@ impl Worker {
                 stats: &stats,
                 rejected: self.batch.rejected(),
                 chunk: CHUNK_CELLS,
-                chunks,
             };
             let Some(conn) = self.link.current() else {
                 return Err(StoreError::Unexpected {
@@ -103,7 +91,7 @@ impl Worker {
 }
 
 /// A window's cells and statistics cells in the order it records them: as
-/// it aggregated them, on a cluster sorted by slot (see [`plan()`]), so that
+/// it aggregated them, on a cluster sorted by slot (see [`crate::store::commit::plan::plan`]), so that
 /// whoever applies the record chunks it alike.
 pub(super) fn recorded<'w>(
     window: &'w crate::model::aggregate::Window,

@@ -15,8 +15,7 @@ use crate::model::clock::unix_ms;
 use crate::model::ids::IdList;
 use crate::model::known::KnownCache;
 use crate::store::commit::{
-    plan, Apply, CarryOutcome, Committer, Deferred, Failure, Finished, Sealed, Sum, APPLY_GUARD,
-    CHUNK_CELLS,
+    CarryOutcome, Committer, Deferred, Failure, Finished, Sealed, Sum, APPLY_GUARD, CHUNK_CELLS,
 };
 use crate::store::connect::{joined, Conn, StoreError, StoreResult};
 
@@ -248,13 +247,6 @@ impl Job {
                 // Members new to `known:` then go in in its own order (cheaper).
                 crate::model::known::sort_by_member(&mut cells);
             }
-            let step = Apply {
-                window: &self.window,
-                cells: &cells,
-                stats: &stats,
-                chunk: CHUNK_CELLS,
-                by_slot: self.by_slot,
-            };
             let sealed = Sealed {
                 window: &self.window,
                 ids: "",
@@ -262,7 +254,6 @@ impl Job {
                 stats: &stats,
                 rejected: &[],
                 chunk: CHUNK_CELLS,
-                chunks: plan(self.committer.keys(), &step).len(),
             };
             let conn = &mut self.conn;
             let in_group = group.as_ref().map(|(_, id)| id.as_str());

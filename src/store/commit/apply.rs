@@ -6,7 +6,7 @@
 //! What is applied is a [`Sum`]: a window applied as it closes, a carry
 //! (the sum of several windows' cells), or one of a *group* of carries of a
 //! process' stream shards on a Redis Cluster. Each is cut into chunks by
-//! [`super::plan()`], a function of its recorded cells alone, so a replay cuts it
+//! [`super::plan::plan()`], a function of its recorded cells alone, so a replay cuts it
 //! alike; chunk `c` is marked applied as field `c` of its own marker
 //! (`hc:applied:ID`, on a cluster `hc:applied:{T}:ID` in the chunk's slot),
 //! a group's sum's counts as field `ID:c` of the group's (`hc:applied:{T}:GROUP`),

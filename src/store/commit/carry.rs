@@ -147,7 +147,6 @@ impl Committer {
             .arg(self.lifetime_ms)
             .arg(carry.window)
             .arg(carry.chunk)
-            .arg(carry.chunks)
             .arg(windows.len())
             .arg(group.unwrap_or(""));
         for w in windows {

@@ -59,7 +59,7 @@ pub(crate) mod stats;
 pub(crate) use apply::{Failure, Sum};
 pub(crate) use carry::{CarryOutcome, Deferred};
 pub(crate) use dead::{Rejected, DEAD_LETTER_FIELD_BYTES};
-pub(crate) use plan::{plan, sort_for_cluster, Apply};
+pub(crate) use plan::sort_for_cluster;
 pub(crate) use stats::sort_stats_for_cluster;
 
 /// Cells per apply script. Measured inside scripts on 100,000-name
@@ -111,9 +111,6 @@ pub(crate) struct Sealed<'a> {
     pub rejected: &'a [Rejected],
     /// Cells per apply script (recorded, so that recovery chunks alike).
     pub chunk: usize,
-    /// How many apply scripts it takes (see [`plan::plan`]), recorded
-    /// for people reading the record.
-    pub chunks: usize,
 }
 
 /// What a commit did.
@@ -327,7 +324,7 @@ impl Committer {
                     .arg(&window_key)
                     .arg(MARKER_TTL_SECS * 1000)
                     .ignore();
-                cmd.arg(w.window).arg(w.chunk).arg(w.chunks);
+                cmd.arg(w.window).arg(w.chunk);
                 cmd.arg(w.rejected.len());
                 for r in w.rejected {
                     cmd.arg(&r.id).arg(r.reason).arg(r.fields.len());

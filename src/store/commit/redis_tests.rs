@@ -16,8 +16,9 @@ mod tests {
     use crate::model::keys::Keys;
     use crate::model::slots::{slot, tag_for_slot};
     use crate::model::stats::DEFAULT_QUANTILE_PRECISIONS;
+    use crate::store::commit::plan::{plan, Apply};
     use crate::store::commit::{
-        self, sort_for_cluster, Apply, Committer, Outcome, Sealed, Sum, CHUNK_CELLS,
+        self, sort_for_cluster, Committer, Outcome, Sealed, Sum, CHUNK_CELLS,
     };
     use crate::store::connect::Conn;
     use crate::testing::stats::{self as st, kept, observations, Obs};
@@ -186,7 +187,6 @@ mod tests {
             stats: &[],
             rejected: &[],
             chunk: CHUNK_CELLS,
-            chunks: 1,
         };
         for expected in [Outcome::Committed, Outcome::Duplicate] {
             let outcome = committer
@@ -201,18 +201,22 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(ttl, -1, "a record has no TTL");
-            let (owner, ids, chunks): (Option<String>, Option<String>, Option<String>) =
+            let (owner, ids, chunk): (Option<String>, Option<String>, Option<String>) =
                 redis::cmd("HMGET")
                     .arg(&record)
                     .arg("owner")
                     .arg("ids")
-                    .arg("chunks")
+                    .arg("chunk")
                     .query_async(&mut c)
                     .await
                     .unwrap();
             assert_eq!(
-                (owner.as_deref(), ids.as_deref(), chunks.as_deref()),
-                (Some("w"), Some("1-0"), Some("1"))
+                (owner.as_deref(), ids.as_deref(), chunk.as_deref()),
+                (
+                    Some("w"),
+                    Some("1-0"),
+                    Some(CHUNK_CELLS.to_string().as_str())
+                )
             );
             assert_eq!(zset_members(&mut c, &k.windows()).await, ["w-1"]);
         }
@@ -257,7 +261,7 @@ mod tests {
             stats: &stats,
             chunk,
         };
-        let chunks = commit::plan(&k, &step);
+        let chunks = plan(&k, &step);
         assert!(
             !chunks[0].stats.is_empty() && chunks.len() > 3,
             "{chunks:?}"
@@ -269,7 +273,6 @@ mod tests {
             stats: &stats,
             rejected: &[],
             chunk,
-            chunks: chunks.len(),
         };
         let committer = Committer::new(k.clone(), "gone".into(), 1000);
         let outcome = committer
@@ -334,7 +337,6 @@ mod tests {
             stats: &[],
             rejected: &[],
             chunk: CHUNK_CELLS,
-            chunks: cells.len().div_ceil(CHUNK_CELLS),
         }
     }
 

@@ -7,11 +7,10 @@
 -- then per window i (i = 1..n): its record
 -- ARGV[1] consumer  ARGV[2] this worker's registration token
 -- ARGV[3] registration lifetime, ms
--- ARGV[4] carry id  ARGV[5] cells per chunk  ARGV[6] chunk count
--- ARGV[7] n
--- ARGV[8] the group it is applied with on a cluster ('' when none: see
+-- ARGV[4] carry id  ARGV[5] cells per chunk  ARGV[6] n
+-- ARGV[7] the group it is applied with on a cluster ('' when none: see
 --         apply.lua), recorded as its field `group`
--- then (from ARGV[9]) per window: its id
+-- then (from ARGV[8]) per window: its id
 --
 -- The carry's cells (MessagePack, megabytes) are not an argument: a large
 -- argument costs a script milliseconds (6 ms for 5 MB, against 0.3 ms for
@@ -19,7 +18,7 @@
 -- with a TTL (`pieces` = k and the cells in k fields `cells`, `cells:1`
 -- ... `cells:k-1`; `stats_pieces` = s and the statistics cells in s fields
 -- `stats`, `stats:1` ...; PEXPIRE: not yet a record, nothing lists it); this
--- script makes that hash the record (owner, ids, chunks; no TTL) and lists
+-- script makes that hash the record (owner, ids, chunk; no TTL) and lists
 -- it, or deletes it when a window is gone (another refusal leaves it to
 -- its TTL).
 --
@@ -56,14 +55,14 @@ if not pieces or not stats or redis.call('HLEN', KEYS[2]) ~= pieces + stats + 2 
     return redis.error_reply('the carry ' .. ARGV[4] .. ' has no cells written')
 end
 
-local n = tonumber(ARGV[7])
+local n = tonumber(ARGV[6])
 for i = 1, n do
     local record = KEYS[3 + i]
     local owner = redis.call('HGET', record, 'owner')
     if owner ~= consumer or redis.call('HGET', record, 'carried')
         or redis.call('HGET', record, 'taken') then
         redis.call('DEL', KEYS[2])
-        return {'gone', ARGV[8 + i]}
+        return {'gone', ARGV[7 + i]}
     end
 end
 
@@ -77,9 +76,9 @@ end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[2], 'owner', consumer, 'epoch', '', 'created', now_ms,
-    'ids', '', 'chunk', ARGV[5], 'chunks', ARGV[6])
-if ARGV[8] ~= '' then
-    redis.call('HSET', KEYS[2], 'group', ARGV[8])
+    'ids', '', 'chunk', ARGV[5])
+if ARGV[7] ~= '' then
+    redis.call('HSET', KEYS[2], 'group', ARGV[7])
 end
 redis.call('ZADD', KEYS[1], now_ms, ARGV[4])
 return {'ok', ARGV[4]}

@@ -11,7 +11,7 @@
 -- ARGV[6] id of the window to finish, or ''
 -- ARGV[7] F, then F failures of that window's apply step, 6 values each:
 --         error, precision, name, bucket, count, window id
--- then:   id of the window to commit, or ''; cells per chunk; chunk count;
+-- then:   id of the window to commit, or ''; cells per chunk;
 --         D, then D rejected entries: id, reason, N, then N field/value pairs
 --
 -- The window's ids (space separated), cells (MessagePack) and statistics
@@ -20,7 +20,7 @@
 -- 13 ms in a 1 M-entry drain. The worker writes them first into the
 -- record, alone and with a TTL (fields `ids`, `cells`, `stats`; PEXPIRE:
 -- not yet a record, nothing lists it, and no `owner`); this script makes
--- that hash the record (owner, epoch, created, chunks; no TTL) and lists
+-- that hash the record (owner, epoch, created, chunk; no TTL) and lists
 -- it, or deletes it when it refuses the window.
 --
 -- Finishing dead-letters the apply failures and deletes the record, only if
@@ -84,10 +84,10 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('PERSIST', KEYS[6])
 redis.call('HSET', KEYS[6], 'owner', consumer, 'epoch', epoch,
-    'created', now_ms, 'chunk', ARGV[a + 1], 'chunks', ARGV[a + 2])
+    'created', now_ms, 'chunk', ARGV[a + 1])
 redis.call('ZADD', KEYS[3], now_ms, window)
 
-a = a + 3
+a = a + 2
 local ndead = tonumber(ARGV[a])
 a = a + 1
 for _ = 1, ndead do

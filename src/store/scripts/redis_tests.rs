@@ -27,7 +27,6 @@ mod tests {
                 .arg(15_000)
                 .arg(carry)
                 .arg(500)
-                .arg(1)
                 .arg(windows.len())
                 .arg("");
             for w in windows {

@@ -100,11 +100,33 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
         )
     );
 
+    // A body of more refusals than an answer lists: the first 1,000, and
+    // how many more.
+    let zeros = format!("[{}]", vec!["0"; 1005].join(","));
+    let (status, _, body) = post(&addr, json, &[auth], &zeros);
+    assert_eq!(status, 202, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let listed = answer["refused"].as_array().unwrap();
+    assert_eq!(
+        (
+            answer["accepted"].as_u64(),
+            listed.len(),
+            answer["refused_unlisted"].as_u64()
+        ),
+        (Some(0), 1000, Some(5)),
+        "{body}"
+    );
+    assert_eq!(
+        listed[999],
+        serde_json::json!({"index": 999, "reason": "bad_msgpack"})
+    );
+
     // Nothing to read: 400, saying why.
     for bad in [
         "{",
         "5",
         "",
+        "[{\"name\":\"a\"}] [",
         "[{\"name\":\"a\"}",
         &format!("{}{}", "[".repeat(2000), "]".repeat(2000)),
     ] {
@@ -271,7 +293,12 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
             "hitcount_ingest_hits_refused_total{reason=\"outside_prefix\"}",
             1.0,
         ),
-        ("hitcount_ingest_requests_total{code=\"202\"}", 5.0),
+        // Every refusal counts, listed or not.
+        (
+            "hitcount_ingest_hits_refused_total{reason=\"bad_msgpack\"}",
+            1005.0,
+        ),
+        ("hitcount_ingest_requests_total{code=\"202\"}", 6.0),
         ("hitcount_ingest_requests_total{code=\"401\"}", 3.0),
         ("hitcount_ingest_requests_total{code=\"413\"}", 2.0),
         ("hitcount_ingest_requests_total{code=\"415\"}", 3.0),

@@ -32,7 +32,7 @@ enum Trickle {
     Body,
 }
 
-async fn connect_from(ip: [u8; 4], addr: SocketAddr) -> std::io::Result<TcpStream> {
+pub(crate) async fn connect_from(ip: [u8; 4], addr: SocketAddr) -> std::io::Result<TcpStream> {
     let socket = TcpSocket::new_v4()?;
     socket.bind(SocketAddr::from((ip, 0)))?;
     socket.connect(addr).await

@@ -5,7 +5,8 @@
 //! re-reads its own pending large entries first: valid hits are counted
 //! exactly, each large entry is dead-lettered once as `too_large`, each
 //! process' peak RSS stays within 256 MiB and the dead-letter stream
-//! within 2 MiB.
+//! within 2 MiB. Large request bodies sent to `ingest`, many at once,
+//! cost only their senders too: ingest's peak RSS stays within that bound.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -18,7 +19,8 @@ use crate::common::bin::{worker, Child};
 use crate::common::*;
 
 const MIB: usize = 1 << 20;
-/// The contract: a worker's peak RSS whatever the entries hold.
+/// The contract: a worker's peak RSS whatever the entries hold (and
+/// ingest's, whatever the bodies).
 const PEAK_RSS_BOUND_KIB: u64 = 256 * 1024;
 /// The contract: what the dead letters of 300 large entries keep.
 const DEAD_STREAM_BOUND: u64 = 2 * MIB as u64;
@@ -348,5 +350,77 @@ async fn large_entries_left_pending_by_a_gone_consumer_are_claimed_in_bounded_me
     assert!(
         peak <= PEAK_RSS_BOUND_KIB,
         "the claiming worker peaked at {peak} KiB of RSS"
+    );
+}
+
+/// Bodies of a megabyte from 40 addresses at once, 32 of small valid hits
+/// (80,000 a body) and 8 of elements that are no hit: every valid hit is
+/// taken, each answer lists at most 1,000 refusals, and ingest's peak RSS
+/// stays within 256 MiB (judging a body holds about ten times its size:
+/// the 32 took 400 MiB at once before their judging had a budget; a
+/// refusal listed for each of half a million elements answered a megabyte
+/// with twenty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_large_bodies_at_once_hold_ingest_to_a_budget() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BODIES: u8 = 40;
+    const REFUSED: u8 = 8;
+    const HITS: usize = 80_000;
+    let srv = server();
+    let (ingest, addr) = crate::common::bin::start_ingest(&srv.url(), &[]);
+    let valid = format!("[{}]", vec![r#"{"name":"a"}"#; HITS].join(","));
+    let refused = format!("[{}]", vec!["0"; 500_000].join(","));
+    assert!(valid.len() <= MIB && refused.len() <= MIB);
+    let target: std::net::SocketAddr = addr.parse().unwrap();
+    let posts: Vec<_> = (0..BODIES)
+        .map(|i| {
+            let body = if i < BODIES - REFUSED {
+                &valid
+            } else {
+                &refused
+            }
+            .clone();
+            tokio::spawn(async move {
+                let mut s = crate::http::connect_from([127, 0, 3, 1 + i], target)
+                    .await
+                    .unwrap();
+                let head = format!(
+                    "POST /api/v1/hits HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                s.write_all(head.as_bytes()).await.unwrap();
+                s.write_all(body.as_bytes()).await.unwrap();
+                let mut raw = Vec::new();
+                s.read_to_end(&mut raw).await.unwrap();
+                let raw = String::from_utf8(raw).unwrap();
+                let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+                assert!(head.starts_with("HTTP/1.1 202 "), "{head}");
+                serde_json::from_str::<serde_json::Value>(body).unwrap()
+            })
+        })
+        .collect();
+    for (i, answer) in posts.into_iter().enumerate() {
+        let answer = answer.await.unwrap();
+        let (accepted, listed) = (answer["accepted"].as_u64(), answer["refused"].as_array());
+        if i < (BODIES - REFUSED) as usize {
+            assert_eq!(
+                (accepted, listed.map(Vec::len)),
+                (Some(HITS as u64), Some(0))
+            );
+        } else {
+            assert_eq!((accepted, listed.map(Vec::len)), (Some(0), Some(1000)));
+            assert_eq!(answer["refused_unlisted"].as_u64(), Some(499_000));
+        }
+    }
+    let mut c = conn(&srv.url()).await;
+    assert_eq!(
+        xlen(&mut c, "hits").await,
+        (BODIES - REFUSED) as u64 * HITS as u64
+    );
+    let peak = peak_rss_kib(ingest.pid()).expect("ingest's status");
+    assert!(
+        peak <= PEAK_RSS_BOUND_KIB,
+        "ingest's peak RSS: {peak} KiB, over {PEAK_RSS_BOUND_KIB} KiB"
     );
 }

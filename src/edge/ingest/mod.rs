@@ -6,7 +6,9 @@
 //!   it) or NDJSON (`application/x-ndjson`), read by
 //!   [`crate::model::event::json`]: each hit judged as the worker would.
 //!   202 once Redis holds the accepted hits, with `{"accepted": N,
-//!   "refused": [{"index": I, "reason": R}]}`; 400 when nothing could be
+//!   "refused": [{"index": I, "reason": R}]}` (the first
+//!   [`LISTED_REFUSALS`] refusals; `"refused_unlisted": K` counts the
+//!   rest); 400 when nothing could be
 //!   read (with `{"error": …}`, as every other refusal), 401 without a
 //!   valid bearer token (when tokens are set; pages are governed by
 //!   origins instead), 403 for a page of an origin not configured, 413
@@ -52,6 +54,11 @@ const TEXT: &str = "text/plain; charset=utf-8";
 const BODY_DEADLINE: Duration = Duration::from_secs(10);
 /// Time allowed for the readiness probe's PING.
 const PING_DEADLINE: Duration = Duration::from_secs(2);
+/// Bytes of bodies judged at once, at least (a larger `max_body` is the
+/// budget then): judging a body and appending its hits holds about ten
+/// times its size (its hits read), so requests beyond this wait for their
+/// turn instead of growing ingest's memory with their number.
+const JUDGED_BYTES: usize = 8 << 20;
 /// The reason of a page's hit whose name is outside the browser prefix.
 const OUTSIDE_PREFIX: &str = "outside_prefix";
 
@@ -76,6 +83,8 @@ pub(crate) struct Ingest {
     appender: Appender,
     browsers: Browsers,
     rate: Rate,
+    /// Permits of [`JUDGED_BYTES`]: one per byte of a body being judged.
+    judging: tokio::sync::Semaphore,
     stopping: AtomicBool,
 }
 
@@ -84,6 +93,7 @@ impl Ingest {
         Arc::new(Ingest {
             browsers: Browsers::new(&settings.origins, &settings.browser_prefix),
             rate: Rate::new(settings.rate),
+            judging: tokio::sync::Semaphore::new(settings.max_body.max(JUDGED_BYTES)),
             settings,
             appender,
             stopping: AtomicBool::new(false),
@@ -172,11 +182,24 @@ async fn route(req: Request<Incoming>, ingest: &Ingest) -> Resp {
     }
 }
 
+/// Refused hits an answer lists at most: a body of a million refused
+/// elements would otherwise be answered with twenty times its size, held
+/// in memory until the client reads it.
+const LISTED_REFUSALS: usize = 1000;
+
 /// The answer to `POST /api/v1/hits`.
 #[derive(Serialize)]
 struct Answer {
     accepted: usize,
+    /// The first [`LISTED_REFUSALS`] refused hits.
     refused: Vec<Refused>,
+    /// How many more were refused, when there were more (absent otherwise).
+    #[serde(skip_serializing_if = "is_zero")]
+    refused_unlisted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize)]
@@ -240,6 +263,10 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
         }
         Err(BodyError::Unreadable(why)) => return error(StatusCode::BAD_REQUEST, &why),
     };
+    // Within the budget (a read body takes no permit while it trickles in).
+    let bytes = body.len().clamp(1, max.max(JUDGED_BYTES)) as u32;
+    // (It is never closed: no permit then is no wait.)
+    let _turn = ingest.judging.acquire_many(bytes).await.ok();
     let mut resp = judge(&body, layout, page, ingest).await;
     resp.extensions_mut().insert(BodyRead);
     resp
@@ -254,6 +281,7 @@ async fn judge(body: &[u8], layout: Layout, page: bool, ingest: &Ingest) -> Resp
     let prefix = ingest.settings.browser_prefix.as_str();
     let mut accepted: Vec<&JsonHit> = Vec::with_capacity(read.len());
     let mut refused = Vec::new();
+    let mut refused_unlisted = 0;
     for (index, hit) in read.iter().enumerate() {
         let reason = match hit {
             Ok(hit) if page && !hit.name.starts_with(prefix) => OUTSIDE_PREFIX,
@@ -264,7 +292,11 @@ async fn judge(body: &[u8], layout: Layout, page: bool, ingest: &Ingest) -> Resp
             Err(refusal) => refusal.reason(),
         };
         metrics().ingest_refusal(reason);
-        refused.push(Refused { index, reason });
+        if refused.len() < LISTED_REFUSALS {
+            refused.push(Refused { index, reason });
+        } else {
+            refused_unlisted += 1;
+        }
     }
     if !accepted.is_empty() {
         match ingest.appender.append(&accepted).await {
@@ -279,6 +311,7 @@ async fn judge(body: &[u8], layout: Layout, page: bool, ingest: &Ingest) -> Resp
     let answer = Answer {
         accepted: accepted.len(),
         refused,
+        refused_unlisted,
     };
     let body = serde_json::to_string(&answer).expect("the answer is JSON");
     server::respond(StatusCode::ACCEPTED, JSON, body)

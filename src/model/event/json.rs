@@ -105,12 +105,12 @@ pub(crate) fn read_body(
     clock_ms: i64,
 ) -> Result<Vec<Result<JsonHit, Refusal>>, BadJson> {
     match layout {
-        Layout::Json => match serde_json::from_slice(body) {
-            Ok(Value::Array(items)) => Ok(items.iter().map(|v| read_hit(v, clock_ms)).collect()),
-            Ok(object @ Value::Object(_)) => Ok(vec![read_hit(&object, clock_ms)]),
-            Ok(_) => Err(BadJson("neither an object nor an array".into())),
-            Err(e) => Err(BadJson(e.to_string())),
-        },
+        Layout::Json => {
+            let mut de = serde_json::Deserializer::from_slice(body);
+            serde::Deserializer::deserialize_any(&mut de, Hits(clock_ms))
+                .and_then(|hits| de.end().map(|()| hits))
+                .map_err(|e| BadJson(e.to_string()))
+        }
         Layout::Ndjson => {
             let lines = body
                 .split(|&b| b == b'\n')
@@ -121,6 +121,36 @@ pub(crate) fn read_body(
             }
             Ok(hits)
         }
+    }
+}
+
+/// Reads a JSON body's hits as it parses them: an array's elements one at
+/// a time, so a body of many small hits never stands as one tree of
+/// values (ten times the body's size) beside the hits read from it.
+struct Hits(i64);
+
+impl<'de> serde::de::Visitor<'de> for Hits {
+    type Value = Vec<Result<JsonHit, Refusal>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object or an array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut items: A,
+    ) -> Result<Self::Value, A::Error> {
+        let mut hits = Vec::new();
+        while let Some(item) = items.next_element::<Value>()? {
+            hits.push(read_hit(&item, self.0));
+        }
+        Ok(hits)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let object =
+            serde::Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        Ok(vec![read_hit(&object, self.0)])
     }
 }
 

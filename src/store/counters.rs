@@ -61,24 +61,26 @@ pub(crate) async fn read_each(
     counters: &[(u32, String)],
 ) -> RedisResult<Vec<Counter>> {
     let hashes = counters.iter().map(|(p, name)| keys.count(*p, name));
-    let raw: Vec<Vec<(String, String)>> = hgetall_each(conn, hashes.collect()).await?;
-    Ok(raw.into_iter().map(parse).collect())
+    hgetall_each(conn, hashes.collect(), parse).await
 }
 
 /// Hashes read per round trip by [`hgetall_each`].
 const HASHES_PER_TRIP: usize = 1000;
 
-/// HGETALL of each of `hashes`, their replies in order: [`HASHES_PER_TRIP`]
-/// a round trip ([`Conn::each_key`]: a pipeline on one node, all in flight
-/// at once on a cluster).
-pub(crate) async fn hgetall_each<T: redis::FromRedisValue>(
+/// HGETALL of each of `hashes`, each reply read as `T` and then `parse`d,
+/// in order: [`HASHES_PER_TRIP`] a round trip ([`Conn::each_key`]: a
+/// pipeline on one node, all in flight at once on a cluster), each trip's
+/// replies parsed before the next (the replies are several times the size
+/// of what they parse into).
+pub(crate) async fn hgetall_each<T: redis::FromRedisValue, U>(
     conn: &mut Conn,
     hashes: Vec<String>,
-) -> RedisResult<Vec<T>> {
+    parse: impl Fn(T) -> U,
+) -> RedisResult<Vec<U>> {
     let mut out = Vec::with_capacity(hashes.len());
     for page in hashes.chunks(HASHES_PER_TRIP) {
         for reply in conn.each_key("HGETALL", page).await? {
-            out.push(redis::from_redis_value(reply)?);
+            out.push(parse(redis::from_redis_value(reply)?));
         }
     }
     Ok(out)

@@ -61,8 +61,7 @@ pub(crate) async fn read_each(
     hashes: &[(u32, String)],
 ) -> RedisResult<Vec<StatsHash>> {
     let names = hashes.iter().map(|(p, name)| keys.stats(*p, name));
-    let raw: Vec<Vec<(Vec<u8>, Vec<u8>)>> = counters::hgetall_each(conn, names.collect()).await?;
-    Ok(raw.into_iter().map(parse).collect())
+    counters::hgetall_each(conn, names.collect(), parse).await
 }
 
 fn parse(raw: Vec<(Vec<u8>, Vec<u8>)>) -> StatsHash {

@@ -172,7 +172,7 @@ async fn an_unfinished_body_is_not_waited_for(addr: SocketAddr, path: &str) {
     assert!(raw.starts_with("HTTP/1.1 405 "), "{raw}");
 }
 
-fn serve(url: &str, extra: &[&str]) -> (Child, String) {
+pub(crate) fn serve(url: &str, extra: &[&str]) -> (Child, String) {
     let addr = bin::free_addr();
     let mut cmd = bin::hitcount();
     cmd.args(["serve", "--redis-url", url, "--listen", &addr])

@@ -424,3 +424,116 @@ async fn many_large_bodies_at_once_hold_ingest_to_a_budget() {
         "ingest's peak RSS: {peak} KiB, over {PEAK_RSS_BOUND_KIB} KiB"
     );
 }
+
+/// A remote read of 2.6 million samples (the most one read may answer is 5
+/// million) asked six times at once, from six addresses: each is answered
+/// whole, and `serve`'s peak RSS stays within three times what one such
+/// read alone costs a `serve` of its own (reads wait for their turn
+/// within a budget of samples; each of the runtime's two threads may keep
+/// a read's worth of memory). Before the budget, six such reads were
+/// answered 503 (their HGETALLs at once outlasted the reply timeout), and
+/// six reads of 4 million samples took 2.4 GB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_large_remote_reads_at_once_hold_serve_to_a_budget() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const SERIES: usize = 10_000;
+    const KEPT: &str = "260";
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    // Every bucket kept holds hits: a read holds the hashes it has read
+    // while it waits for the next.
+    let now = unix_now();
+    let buckets: Vec<(i64, u32)> = (0..KEPT.parse().unwrap())
+        .map(|b| (now - now % 60 - 60 * i64::from(b), b + 1))
+        .collect();
+    for part in (0..SERIES).collect::<Vec<_>>().chunks(200) {
+        let mut pipe = redis::pipe();
+        for i in part {
+            let name = format!("n{i:05}");
+            pipe.hset_multiple(format!("count:60:{name}"), &buckets)
+                .ignore();
+            pipe.zadd("known:", format!("60:{name}"), 0).ignore();
+        }
+        pipe.query_async::<()>(&mut c).await.unwrap();
+    }
+    // `hitcount_hits{precision="60"}` over the last five hours.
+    let read = {
+        let varint = |mut n: u64, out: &mut Vec<u8>| loop {
+            let b = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(b);
+                break;
+            }
+            out.push(b | 0x80);
+        };
+        let field = |num: u8, bytes: &[u8], out: &mut Vec<u8>| {
+            out.push(num << 3 | 2);
+            out.push(bytes.len() as u8);
+            out.extend_from_slice(bytes);
+        };
+        let matcher = |name: &str, value: &str| {
+            let mut m = vec![0x08, 0];
+            field(2, name.as_bytes(), &mut m);
+            field(3, value.as_bytes(), &mut m);
+            m
+        };
+        let mut q = vec![0x08];
+        varint(((now - 5 * 3600) * 1000) as u64, &mut q);
+        q.push(0x10);
+        varint(((now + 60) * 1000) as u64, &mut q);
+        field(3, &matcher("__name__", "hitcount_hits"), &mut q);
+        field(3, &matcher("precision", "60"), &mut q);
+        let mut request = Vec::new();
+        field(1, &q, &mut request);
+        snap::raw::Encoder::new().compress_vec(&request).unwrap()
+    };
+    // The reads: each answered 200 with its samples (compressed).
+    async fn ask(from: u8, addr: std::net::SocketAddr, read: Vec<u8>) -> usize {
+        let mut s = crate::http::connect_from([127, 0, 4, from], addr)
+            .await
+            .unwrap();
+        let head = format!(
+            "POST /api/v1/read HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n\
+             Content-Encoding: snappy\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            read.len()
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(&read).await.unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.unwrap();
+        assert!(
+            raw.starts_with(b"HTTP/1.1 200 "),
+            "{:?}",
+            &raw[..raw.len().min(300)]
+        );
+        raw.len()
+    }
+    let serve_alone = |reads: u8| {
+        let (serve, addr) = crate::http::serve(&srv.url(), &["--samples", KEPT]);
+        let read = read.clone();
+        async move {
+            let addr: std::net::SocketAddr = addr.parse().unwrap();
+            let asked: Vec<_> = (1..=reads)
+                .map(|i| tokio::spawn(ask(i, addr, read.clone())))
+                .collect();
+            let mut sizes = Vec::new();
+            for a in asked {
+                sizes.push(a.await.unwrap());
+            }
+            let peak = peak_rss_kib(serve.pid()).expect("serve's status");
+            (peak, sizes)
+        }
+    };
+    let (one, sizes) = serve_alone(1).await;
+    assert!(sizes[0] > 1 << 20, "an answer of {} bytes", sizes[0]);
+    let (six, more) = serve_alone(6).await;
+    assert!(
+        more.iter().all(|&n| n.abs_diff(sizes[0]) < sizes[0] / 10),
+        "{more:?}"
+    );
+    assert!(
+        six <= 3 * one,
+        "six reads at once took {six} KiB at their peak, one alone {one} KiB"
+    );
+}

@@ -70,6 +70,9 @@ pub(crate) struct Api {
     /// The precisions whose statistics keep a quantile histogram.
     quantile_precisions: Vec<u32>,
     rankings: Rankings,
+    /// Samples the remote reads being answered may hold between them
+    /// ([`remote_read::SAMPLES_AT_ONCE`] permits, one a sample).
+    reading: tokio::sync::Semaphore,
 }
 
 impl Api {
@@ -86,6 +89,7 @@ impl Api {
             precisions: layout.precisions.clone(),
             samples: layout.samples.max(1),
             quantile_precisions: layout.quantile_precisions(),
+            reading: tokio::sync::Semaphore::new(remote_read::SAMPLES_AT_ONCE as usize),
         }
     }
 

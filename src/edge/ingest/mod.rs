@@ -58,7 +58,7 @@ const PING_DEADLINE: Duration = Duration::from_secs(2);
 /// budget then): judging a body and appending its hits holds about ten
 /// times its size (its hits read), so requests beyond this wait for their
 /// turn instead of growing ingest's memory with their number.
-const JUDGED_BYTES: usize = 8 << 20;
+const JUDGED_BYTES: usize = 4 << 20;
 /// The reason of a page's hit whose name is outside the browser prefix.
 const OUTSIDE_PREFIX: &str = "outside_prefix";
 
@@ -274,30 +274,42 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
 
 async fn judge(body: &[u8], layout: Layout, page: bool, ingest: &Ingest) -> Resp {
     let now = crate::model::clock::unix_ms();
-    let read = match json::read_body(body, layout, now) {
-        Ok(read) => read,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
-    };
     let prefix = ingest.settings.browser_prefix.as_str();
-    let mut accepted: Vec<&JsonHit> = Vec::with_capacity(read.len());
+    let mut hits: Vec<JsonHit> = Vec::new();
     let mut refused = Vec::new();
     let mut refused_unlisted = 0;
-    for (index, hit) in read.iter().enumerate() {
+    // Each reason with how many hits it refused (a dozen reasons at most).
+    let mut reasons: Vec<(&'static str, u64)> = Vec::new();
+    let mut index = 0;
+    let read = json::read_body(body, layout, now, |hit| {
         let reason = match hit {
             Ok(hit) if page && !hit.name.starts_with(prefix) => OUTSIDE_PREFIX,
             Ok(hit) => {
-                accepted.push(hit);
-                continue;
+                hits.push(hit);
+                index += 1;
+                return;
             }
             Err(refusal) => refusal.reason(),
         };
-        metrics().ingest_refusal(reason);
         if refused.len() < LISTED_REFUSALS {
             refused.push(Refused { index, reason });
         } else {
             refused_unlisted += 1;
         }
+        match reasons.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, n)) => *n += 1,
+            None => reasons.push((reason, 1)),
+        }
+        index += 1;
+    });
+    if let Err(e) = read {
+        return error(StatusCode::BAD_REQUEST, &e.to_string());
     }
+    // Counted once the body is known to be read.
+    for (reason, n) in reasons {
+        metrics().ingest_refusals(reason, n);
+    }
+    let accepted: Vec<&JsonHit> = hits.iter().collect();
     if !accepted.is_empty() {
         match ingest.appender.append(&accepted).await {
             Ok(appended) => {

@@ -96,61 +96,67 @@ pub(crate) enum Layout {
     Ndjson,
 }
 
-/// Each hit of a body, in order (the index of a refusal is its position:
-/// in the array, or among the non-blank lines), read against `clock_ms`
-/// (unix ms) as the worker reads against Redis' clock.
+/// Each hit of a body, handed to `each` in order as it is read (the index
+/// of a refusal is its position: in the array, or among the non-blank
+/// lines), read against `clock_ms` (unix ms) as the worker reads against
+/// Redis' clock. Nothing but what `each` keeps stays in memory: an array
+/// is parsed an element at a time (a tree of a body's values is ten times
+/// its size). On an error `each` may have had hits: drop them.
 pub(crate) fn read_body(
     body: &[u8],
     layout: Layout,
     clock_ms: i64,
-) -> Result<Vec<Result<JsonHit, Refusal>>, BadJson> {
+    mut each: impl FnMut(Result<JsonHit, Refusal>),
+) -> Result<(), BadJson> {
     match layout {
         Layout::Json => {
             let mut de = serde_json::Deserializer::from_slice(body);
-            serde::Deserializer::deserialize_any(&mut de, Hits(clock_ms))
-                .and_then(|hits| de.end().map(|()| hits))
+            serde::Deserializer::deserialize_any(&mut de, Hits(clock_ms, &mut each))
+                .and_then(|()| de.end())
                 .map_err(|e| BadJson(e.to_string()))
         }
         Layout::Ndjson => {
             let lines = body
                 .split(|&b| b == b'\n')
                 .filter(|line| !line.trim_ascii().is_empty());
-            let hits: Vec<_> = lines.map(|line| read_line(line, clock_ms)).collect();
-            if !hits.is_empty() && hits.iter().all(|h| *h == Err(Refusal::BadJson)) {
+            let (mut read, mut json) = (0, 0);
+            for line in lines {
+                let hit = read_line(line, clock_ms);
+                read += 1;
+                json += usize::from(hit != Err(Refusal::BadJson));
+                each(hit);
+            }
+            if read > 0 && json == 0 {
                 return Err(BadJson("no line is JSON".into()));
             }
-            Ok(hits)
+            Ok(())
         }
     }
 }
 
-/// Reads a JSON body's hits as it parses them: an array's elements one at
-/// a time, so a body of many small hits never stands as one tree of
-/// values (ten times the body's size) beside the hits read from it.
-struct Hits(i64);
+/// Hands a JSON body's hits to a callback as it parses them: an array's
+/// elements one at a time.
+struct Hits<'f, F>(i64, &'f mut F);
 
-impl<'de> serde::de::Visitor<'de> for Hits {
-    type Value = Vec<Result<JsonHit, Refusal>>;
+impl<'de, F: FnMut(Result<JsonHit, Refusal>)> serde::de::Visitor<'de> for Hits<'_, F> {
+    type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("an object or an array")
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(
-        self,
-        mut items: A,
-    ) -> Result<Self::Value, A::Error> {
-        let mut hits = Vec::new();
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
         while let Some(item) = items.next_element::<Value>()? {
-            hits.push(read_hit(&item, self.0));
+            (self.1)(read_hit(&item, self.0));
         }
-        Ok(hits)
+        Ok(())
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
         let object =
             serde::Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-        Ok(vec![read_hit(&object, self.0)])
+        (self.1)(read_hit(&object, self.0));
+        Ok(())
     }
 }
 
@@ -204,6 +210,16 @@ mod tests {
     use crate::model::event::{MAX_COUNT, MAX_FUTURE_MS, MAX_NAME_BYTES};
 
     const NOW: i64 = 1_700_000_000_123;
+
+    /// Every hit of a body, in order.
+    fn read_body(
+        body: &[u8],
+        layout: Layout,
+        clock_ms: i64,
+    ) -> Result<Vec<Result<JsonHit, Refusal>>, BadJson> {
+        let mut hits = Vec::new();
+        super::read_body(body, layout, clock_ms, |h| hits.push(h)).map(|()| hits)
+    }
 
     fn one(json: &str) -> Result<JsonHit, Refusal> {
         let mut hits = read_body(json.as_bytes(), Layout::Json, NOW).unwrap();

@@ -162,11 +162,11 @@ impl Metrics {
         self.statsd_refused.with_label_values(&[reason]).inc();
     }
 
-    /// Records one hit `ingest` refused for `reason`, one of
+    /// Records `n` hits `ingest` refused for `reason`, one of
     /// [`INGEST_REFUSAL_REASONS`] (any other is counted as "bad_json").
-    pub(crate) fn ingest_refusal(&self, reason: &str) {
+    pub(crate) fn ingest_refusals(&self, reason: &str, n: u64) {
         let reason = known_or(reason, &INGEST_REFUSAL_REASONS, "bad_json");
-        self.ingest_refused.with_label_values(&[reason]).inc();
+        self.ingest_refused.with_label_values(&[reason]).inc_by(n);
     }
 }
 

@@ -53,6 +53,11 @@ pub(crate) const MAX_BODY: usize = 1024 * 1024;
 pub(crate) const MAX_DECODED: usize = 8 * 1024 * 1024;
 /// Most samples one read may answer (about 60 MB before compression).
 pub(crate) const MAX_SAMPLES: u64 = 5_000_000;
+/// Most samples the reads answered at once hold between them (one read
+/// of the most): a read holds about 40 bytes a sample while it is
+/// answered, so further reads wait for their turn instead of growing
+/// `serve` with their number.
+pub(crate) const SAMPLES_AT_ONCE: u64 = MAX_SAMPLES;
 /// Time allowed for the body to arrive once the headers have.
 const BODY_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -121,6 +126,8 @@ async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
              narrow the time range or the matchers"
         )));
     }
+    // (The semaphore is never closed: no permit then is no wait.)
+    let _turn = api.reading.acquire_many(samples.max(1) as u32).await.ok();
     let mut results = Vec::with_capacity(selected.len());
     for (span, series) in &selected {
         let timeseries = series::read(&mut conn, &api.keys, series, span).await?;

@@ -103,12 +103,14 @@ pub(crate) async fn read(
     let (hit_hashes, stat_hashes) = (hashes_of(&hits), hashes_of(&stats));
     let counters = counters::read_each(conn, keys, &hit_hashes).await?;
     let hashes = stats_query::read_each(conn, keys, &stat_hashes).await?;
+    // Each hash dropped once its series are built (by value).
     let mut out: Vec<TimeSeries> = hits
         .iter()
-        .zip(&counters)
-        .map(|(s, c)| hits_series(s, c, span))
+        .zip(counters)
+        .map(|(s, c)| hits_series(s, &c, span))
         .collect();
-    for (s, hash) in stats.iter().zip(&hashes) {
+    for (s, hash) in stats.iter().zip(hashes) {
+        let hash = &hash;
         out.extend(s.metrics.iter().map(|&m| stats_series(s, m, hash, span)));
     }
     out.retain(|ts| !ts.samples.is_empty());

@@ -74,8 +74,8 @@ impl Default for Limits {
 pub(crate) type Resp = Response<Full<Bytes>>;
 
 /// The connections open, in all (the semaphore's permits) and per source
-/// address, and who may open one more.
-struct Peers {
+/// address, and who may open one more (also StatsD's over TCP).
+pub(crate) struct Peers {
     permits: Arc<Semaphore>,
     per_peer: usize,
     /// Permits kept for addresses that hold no connection yet.
@@ -84,14 +84,16 @@ struct Peers {
 }
 
 /// One admitted connection; frees its place on drop.
-struct Slot {
+pub(crate) struct Slot {
     peers: Arc<Peers>,
     ip: IpAddr,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Peers {
-    fn new(limits: &Limits) -> Arc<Peers> {
+    /// Places for [`Limits::max_connections`], of which
+    /// [`Limits::max_connections_per_peer`] from one address.
+    pub(crate) fn new(limits: &Limits) -> Arc<Peers> {
         let max = limits.max_connections.max(1);
         Arc::new(Peers {
             permits: Arc::new(Semaphore::new(max)),
@@ -104,7 +106,7 @@ impl Peers {
     /// A place for one more connection from `ip`, unless it holds its
     /// share already, every place is taken, or only the reserve is left
     /// and `ip` holds one.
-    fn admit(self: &Arc<Peers>, ip: IpAddr) -> Option<Slot> {
+    pub(crate) fn admit(self: &Arc<Peers>, ip: IpAddr) -> Option<Slot> {
         let ip = ip.to_canonical();
         let mut open = self.lock();
         let held = open.get(&ip).copied().unwrap_or(0);

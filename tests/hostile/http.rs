@@ -496,3 +496,44 @@ fn the_404_page_names_every_api_path() {
         assert!(body.contains(path), "{path}: {body}");
     }
 }
+
+/// StatsD over TCP: 300 idle connections from one address hold 16 places
+/// (the rest are closed at once), so a client of another address is still
+/// served (before, the first 256 held every place for ever and the next
+/// client waited to be accepted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_statsd_streams_of_one_address_starve_no_one() {
+    let srv = common::server();
+    let statsd = bin::free_addr();
+    let (_ingest, addr) = bin::start_ingest(&srv.url(), &["--statsd-listen", &statsd]);
+    let target: SocketAddr = statsd.parse().unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        if let Ok(s) = connect_from(HOSTILE, target).await {
+            idle.push(s);
+        }
+    }
+    // Give the server time to accept (and close) them all.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut open = 0;
+    for s in &mut idle {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(20), s.read(&mut byte)).await;
+        // Still open: no answer yet (a closed one reads 0 or fails).
+        open += usize::from(read.is_err());
+    }
+    assert_eq!(open, 16, "idle streams the server kept of one address");
+    let mut client = TcpStream::connect(target).await.unwrap();
+    client.write_all(b"starved.not:3|c\n").await.unwrap();
+    drop(client);
+    let hits = || {
+        bin::http_get(&addr, "/metrics")
+            .and_then(|(_, body)| bin::metric_value(&body, "hitcount_statsd_hits_total"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hits() != Some(1.0) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(hits(), Some(1.0), "the other client's line was not taken");
+    drop(idle);
+}

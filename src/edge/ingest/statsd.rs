@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt as _;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::Semaphore;
 
+use crate::edge::server::{Limits, Peers};
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
 use crate::model::statsd::{self, Line};
@@ -29,8 +29,12 @@ use crate::service::producer::Producer;
 
 /// Largest datagram (and longest line on TCP): UDP's own bound.
 const MAX_PACKET: usize = 65_536;
-/// TCP connections served at once; more wait to be accepted.
+/// TCP connections served at once, of which 16 from one address (as
+/// HTTP's, [`crate::edge::server::Limits`]); more are closed at once.
 const MAX_TCP: usize = 256;
+/// A TCP stream that sends nothing for this long is closed: idle streams
+/// cannot hold the places for ever.
+const TCP_IDLE: Duration = Duration::from_secs(60);
 /// How often the socket's drops are read from the kernel.
 const DROPS_EVERY: Duration = Duration::from_secs(1);
 
@@ -66,12 +70,12 @@ pub(crate) async fn serve(
 
 /// Accepts TCP connections, each read line by line.
 async fn accept(tcp: TcpListener, producer: Arc<Producer>, mut stop: Shutdown) {
-    let slots = Arc::new(Semaphore::new(MAX_TCP));
+    let peers = Peers::new(&Limits {
+        max_connections: MAX_TCP,
+        ..Limits::default()
+    });
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = stop.wait() => return,
             got = tcp.accept() => match got {
                 Ok(conn) => conn,
@@ -82,6 +86,9 @@ async fn accept(tcp: TcpListener, producer: Arc<Producer>, mut stop: Shutdown) {
                 }
             },
         };
+        let Some(slot) = peers.admit(peer.ip()) else {
+            continue;
+        };
         let (producer, stop) = (producer.clone(), stop.clone());
         tokio::spawn(async move {
             let _slot = slot;
@@ -90,18 +97,19 @@ async fn accept(tcp: TcpListener, producer: Arc<Producer>, mut stop: Shutdown) {
     }
 }
 
-/// One TCP stream's lines, until it ends, sends a line longer than
-/// [`MAX_PACKET`] (counted as `bad_format`, and the stream closed) or
-/// shutdown.
+/// One TCP stream's lines, until it ends, sends nothing for [`TCP_IDLE`],
+/// sends a line longer than [`MAX_PACKET`] (counted as `bad_format`, and
+/// the stream closed) or shutdown.
 async fn read_stream(mut stream: TcpStream, producer: &Producer, mut stop: Shutdown) {
     let mut pending: Vec<u8> = Vec::with_capacity(MAX_PACKET);
     let mut buf = vec![0u8; MAX_PACKET];
     loop {
         let n = tokio::select! {
             () = stop.wait() => return,
-            got = stream.read(&mut buf) => match got {
-                Ok(0) | Err(_) => 0,
-                Ok(n) => n,
+            got = tokio::time::timeout(TCP_IDLE, stream.read(&mut buf)) => match got {
+                Ok(Ok(n)) => n,
+                // Ended, failed or idle: done.
+                _ => 0,
             },
         };
         if n == 0 {

@@ -58,6 +58,9 @@ pub(crate) const MAX_SAMPLES: u64 = 5_000_000;
 /// answered, so further reads wait for their turn instead of growing
 /// `serve` with their number.
 pub(crate) const SAMPLES_AT_ONCE: u64 = MAX_SAMPLES;
+/// Longest a read waits for its turn within [`SAMPLES_AT_ONCE`], well
+/// within a connection's 30 s.
+const TURN_WAIT: Duration = Duration::from_secs(15);
 /// Time allowed for the body to arrive once the headers have.
 const BODY_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -79,7 +82,13 @@ pub(super) async fn answer(api: &Api, req: Request<Incoming>) -> Resp {
         Err(Failure::BadRequest(why)) => text(StatusCode::BAD_REQUEST, &why),
         Err(Failure::TooLarge(why)) => text(StatusCode::PAYLOAD_TOO_LARGE, &why),
         Err(Failure::NotFound(why)) => text(StatusCode::NOT_FOUND, &why),
-        Err(Failure::Busy(_)) => text(StatusCode::TOO_MANY_REQUESTS, "busy"),
+        Err(Failure::Busy(wait)) => text(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "busy: other reads held the samples one may answer at once for {} s; read again",
+                wait.as_secs()
+            ),
+        ),
         Err(Failure::Redis(e)) => {
             let (status, why) = api.redis_failed(&e).await;
             text(status, why)
@@ -126,8 +135,12 @@ async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
              narrow the time range or the matchers"
         )));
     }
-    // (The semaphore is never closed: no permit then is no wait.)
-    let _turn = api.reading.acquire_many(samples.max(1) as u32).await.ok();
+    // A read that waits longer is answered 429, not cut off by the
+    // connection's lifetime. (The semaphore is never closed.)
+    let turn = api.reading.acquire_many(samples.max(1) as u32);
+    let Ok(_turn) = tokio::time::timeout(TURN_WAIT, turn).await else {
+        return Err(Failure::Busy(TURN_WAIT));
+    };
     let mut results = Vec::with_capacity(selected.len());
     for (span, series) in &selected {
         let timeseries = series::read(&mut conn, &api.keys, series, span).await?;

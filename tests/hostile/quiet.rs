@@ -1,5 +1,6 @@
 //! Silence where a person wants a word, and docs that said another thing
-//! than the code: Ctrl-C during `load`, `status` of a stream that does not
+//! than the code: Ctrl-C during `load` and during an `import` of a line
+//! that never ends, `status` of a stream that does not
 //! exist, `clean --once` beside a live leader, the demo's suggestions, and
 //! an entry that mixes the two wire forms.
 
@@ -47,6 +48,26 @@ fn load_interrupted_by_ctrl_c_says_what_it_sent() {
     );
     assert!(out.contains(&want), "want {want:?} in:\n{out}");
     assert!(!out.contains("not confirmed"), "{out}");
+}
+
+/// `import /dev/zero`: a line that never ends. Ctrl-C stops it: the
+/// process says where it stood and exits (before, the thread reading the
+/// endless line kept the process alive, spinning, after the message).
+#[test]
+fn an_import_of_a_line_that_never_ends_stops_on_ctrl_c() {
+    let srv = server();
+    let mut cmd = hitcount();
+    cmd.args(["import", "/dev/zero", "--redis-url", &srv.url()]);
+    let mut import = Child::spawn("import", cmd);
+    std::thread::sleep(Duration::from_secs(1));
+    import.assert_running();
+    import.signal(libc::SIGINT);
+    let status = import
+        .wait(Duration::from_secs(30))
+        .expect("import exits after Ctrl-C");
+    let err = import.stderr();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("/dev/zero: interrupted after line 0"), "{err}");
 }
 
 /// `status --stream typo` beside a real deployment: one line saying the

@@ -17,6 +17,8 @@ pub(crate) mod batch;
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
@@ -119,6 +121,48 @@ pub(crate) struct Source<R> {
     pub len: Option<u64>,
 }
 
+/// Sets its flag when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A reader whose reads fail once `stopped` is set.
+struct Stoppable<R> {
+    inner: R,
+    stopped: Arc<AtomicBool>,
+}
+
+impl<R> Stoppable<R> {
+    fn check(&self) -> io::Result<()> {
+        if self.stopped.load(Ordering::Relaxed) {
+            return Err(io::Error::other("the import stopped"));
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read> Read for Stoppable<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.check()?;
+        self.inner.read(buf)
+    }
+}
+
+impl<R: BufRead> BufRead for Stoppable<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        self.check()?;
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.inner.consume(n);
+    }
+}
+
 /// How a file is imported.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -163,6 +207,15 @@ pub(crate) async fn import<R: BufRead + Send + 'static>(
     }
     let (tx, mut rx) = mpsc::channel::<io::Result<Batch>>(READ_AHEAD);
     let (format, clock_ms) = (settings.format.clone(), settings.clock_ms);
+    // Once this import ends or is dropped (Ctrl-C), the reader's next read
+    // fails: a line that never ends (`/dev/zero`) cannot keep its thread,
+    // and the process, alive.
+    let stopped = Arc::new(AtomicBool::new(false));
+    let stop_reading = StopOnDrop(stopped.clone());
+    let reader = Stoppable {
+        inner: reader,
+        stopped,
+    };
     let read = tokio::task::spawn_blocking(move || {
         let mut lines = Lines::new(reader, format, at, clock_ms);
         loop {
@@ -198,6 +251,7 @@ pub(crate) async fn import<R: BufRead + Send + 'static>(
     }
     .await;
     drop(rx);
+    drop(stop_reading);
     let _ = read.await;
     sent.map(|()| tally)
 }

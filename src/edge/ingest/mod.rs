@@ -59,6 +59,9 @@ const PING_DEADLINE: Duration = Duration::from_secs(2);
 /// times its size (its hits read), so requests beyond this wait for their
 /// turn instead of growing ingest's memory with their number.
 const JUDGED_BYTES: usize = 4 << 20;
+/// Longest a read body waits for its turn within [`JUDGED_BYTES`], well
+/// within a connection's 30 s.
+const TURN_WAIT: Duration = Duration::from_secs(10);
 /// The reason of a page's hit whose name is outside the browser prefix.
 const OUTSIDE_PREFIX: &str = "outside_prefix";
 
@@ -265,8 +268,12 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
     };
     // Within the budget (a read body takes no permit while it trickles in).
     let bytes = body.len().clamp(1, max.max(JUDGED_BYTES)) as u32;
-    // (It is never closed: no permit then is no wait.)
-    let _turn = ingest.judging.acquire_many(bytes).await.ok();
+    // A body that waits longer is answered 503 (send again), not cut off
+    // by the connection's lifetime. (The semaphore is never closed.)
+    let Ok(_turn) = tokio::time::timeout(TURN_WAIT, ingest.judging.acquire_many(bytes)).await
+    else {
+        return send_again("busy judging other bodies: send again");
+    };
     let mut resp = judge(&body, layout, page, ingest).await;
     resp.extensions_mut().insert(BodyRead);
     resp
@@ -341,10 +348,12 @@ fn redis_failed(e: &redis::RedisError) -> Resp {
         );
     }
     tracing::debug!(error = %e, "Redis unavailable for ingest");
-    let mut resp = error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "Redis is unavailable: send again",
-    );
+    send_again("Redis is unavailable: send again")
+}
+
+/// 503 with `Retry-After: 1`: the client sends the request again.
+fn send_again(why: &str) -> Resp {
+    let mut resp = error(StatusCode::SERVICE_UNAVAILABLE, why);
     resp.headers_mut()
         .insert(RETRY_AFTER, HeaderValue::from_static("1"));
     resp

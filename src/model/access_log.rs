@@ -203,7 +203,9 @@ fn parse_time(t: &[u8]) -> Option<i64> {
     let month = MONTHS.iter().position(|m| *m == &t[3..6])? as i64 + 1;
     let (day, year) = (num(0, 2)?, num(7, 11)?);
     let (h, m, s) = (num(12, 14)?, num(15, 17)?, num(18, 20)?);
-    let offset = num(22, 24)? * 3600 + num(24, 26)? * 60;
+    let (oh, om) = (num(22, 24)?, num(24, 26)?);
+    // Real offsets run from -12:00 to +14:00; anything else is a typo, not a zone.
+    let offset = (om < 60 && oh * 60 + om <= 14 * 60).then_some(oh * 3600 + om * 60)?;
     let sign = match t[21] {
         b'+' => 1,
         b'-' => -1,
@@ -472,5 +474,10 @@ mod tests {
         assert_eq!(parse_time(b"01/Jan/1970:01:00:00 +0100"), Some(0));
         assert_eq!(parse_time(b"31/Dec/1969:23:59:59 +0000"), Some(-1));
         assert_eq!(parse_time(b"01/Jan/1970:00:00:00 *0000"), None);
+        assert_eq!(parse_time(b"01/Jan/1970:14:00:00 +1400"), Some(0));
+        assert_eq!(parse_time(b"01/Jan/1970:00:00:00 +1401"), None);
+        assert_eq!(parse_time(b"01/Jan/1970:00:00:00 +2400"), None);
+        assert_eq!(parse_time(b"01/Jan/1970:00:00:00 -0060"), None);
+        assert_eq!(parse_time(b"01/Jan/1970:00:00:00 +9999"), None);
     }
 }

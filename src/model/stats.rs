@@ -27,8 +27,8 @@ pub const RELATIVE_ACCURACY: f64 = 0.0217;
 /// Default of `HITCOUNT_QUANTILE_PRECISIONS`.
 pub const DEFAULT_QUANTILE_PRECISIONS: [u32; 3] = [60, 3600, 86400];
 /// What a statistics cell weighs against the cells of a window or an apply
-/// script, before its histogram entries (one each): its HINCRBY,
-/// 2 HINCRBYFLOAT, the reads and writes of min and max, and its arguments.
+/// script, before its histogram entries (one each): the read and the write
+/// of its fields, its sums formatted in Lua, and its arguments.
 pub(crate) const STAT_CELL_WEIGHT: usize = 7;
 /// The quantiles `get --stats` and the API report.
 pub const REPORTED_QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
@@ -189,17 +189,24 @@ impl Summary {
         }
     }
 
-    /// The mean, or `None` without observations.
+    /// The mean, or `None` without observations; rounding cannot take it
+    /// out of [min, max] (three times 0.1 sum to 0.30000000000000004).
     pub fn mean(&self) -> Option<f64> {
-        (self.count > 0).then(|| self.sum / self.count as f64)
+        let mean = || self.sum / self.count as f64;
+        (self.count > 0).then(|| mean().min(self.max).max(self.min))
     }
 
     /// The population standard deviation, or `None` without observations.
-    /// Rounding can make `sumsq/n - mean²` slightly negative: read as 0.
+    /// `sumsq/n - mean²` loses to rounding what the two terms share: a
+    /// variance below 0 reads as 0, and a deviation above half the range,
+    /// which no set of values has, as half the range (identical values
+    /// have 0).
     pub fn stddev(&self) -> Option<f64> {
-        let mean = self.mean()?;
-        let var = self.sumsq / self.count as f64 - mean * mean;
-        Some(var.max(0.0).sqrt())
+        (self.count > 0).then(|| {
+            let mean = self.sum / self.count as f64;
+            let var = self.sumsq / self.count as f64 - mean * mean;
+            var.max(0.0).sqrt().min((self.max - self.min) / 2.0)
+        })
     }
 
     /// The `q` quantile (0 < q ≤ 1) from the histogram: the representative
@@ -322,5 +329,29 @@ mod tests {
         assert!(s.histogram.is_empty());
         assert_eq!(s.quantile(0.5), None);
         assert_eq!(Summary::default().mean(), None);
+        assert_eq!(Summary::default().stddev(), None);
+    }
+
+    /// What rounding does to `sum / n` and `sumsq / n - mean²` never
+    /// leaves what values can have.
+    #[test]
+    fn rounding_stays_within_the_values() {
+        let summary = |values: &[f64]| {
+            let mut s = Summary::default();
+            for v in values {
+                s.observe(*v, 1, false);
+            }
+            s
+        };
+        let same = summary(&[123.456; 10]);
+        assert_eq!((same.mean(), same.stddev()), (Some(123.456), Some(0.0)));
+        let tenths = summary(&[0.1; 3]);
+        assert_eq!(tenths.mean(), Some(0.1));
+        let small = summary(&[1e-9, 3e-9, 5e-9]);
+        let sd = small.stddev().unwrap();
+        assert!(
+            (sd / (8.0f64 / 3.0).sqrt() / 1e-9 - 1.0).abs() < 1e-6,
+            "{sd}"
+        );
     }
 }

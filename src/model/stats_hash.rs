@@ -88,14 +88,14 @@ fn set<T>(slot: &mut Option<T>, value: Option<T>) -> bool {
     ok
 }
 
-/// A finite decimal as Redis stores it (`HINCRBYFLOAT` writes `3.5`,
-/// `-0.25`, `100`; anything Rust reads as a finite f64 is accepted).
+/// A finite decimal (hitcount writes `3.5`, `-0.25`, `100`, `1e-18`;
+/// `HINCRBYFLOAT`, as older workers did, `0.00000000000000001`; anything
+/// Rust reads as a finite f64 is accepted).
 fn decimal(value: &str) -> Option<f64> {
     value.trim().parse::<f64>().ok().filter(|v| v.is_finite())
 }
 
-/// An integer, or a decimal with no fraction (a count written by
-/// `HINCRBYFLOAT` reads `5`, never `5.5`).
+/// An integer, or a decimal with no fraction (`5`, `5.0` or `5e0`).
 fn integer(value: &str) -> Option<i64> {
     value.trim().parse::<i64>().ok().or_else(|| {
         decimal(value)

@@ -222,6 +222,12 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
     let (status, head, _) = preflight("https://evil.example");
     assert_eq!(status, 403);
     assert!(!head.contains("access-control-allow"), "{head}");
+    // An OPTIONS without Origin is no preflight: it is told the methods.
+    let (status, head, _) =
+        http_raw(&addr, "OPTIONS /api/v1/hits HTTP/1.1\r\nHost: x", b"").unwrap();
+    assert_eq!(status, 204);
+    assert!(head.contains("allow: post, options"), "{head}");
+    assert!(!head.contains("access-control-allow"), "{head}");
 
     // A body trickled a byte a second is cut at the body deadline, while
     // others are answered meanwhile.

@@ -216,6 +216,18 @@ async fn statistics_keys_and_fields_are_the_contract() {
         let packed = hitcount::model::event::encode_value("p", 1, Some(ts as f64), Some(v));
         xadd(&mut c, &[("hit", &packed)]).await;
     }
+    // Values far from 1: the sums keep every digit a double has.
+    for (name, v) in [("tiny", 1e-18), ("tiny", 1e-18), ("small", 1e-9)] {
+        let packed = hitcount::model::event::encode_value(name, 1, Some(ts as f64), Some(v));
+        xadd(&mut c, &[("hit", &packed)]).await;
+    }
+    for v in [b"3e-9", b"5e-9"] {
+        xadd(
+            &mut c,
+            &[("name", b"small"), ("ts", ts_text.as_bytes()), ("value", v)],
+        )
+        .await;
+    }
     count_all(&mut c, &s).await;
     let minute = ts / 60 * 60;
     let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
@@ -260,10 +272,47 @@ async fn statistics_keys_and_fields_are_the_contract() {
         .unwrap();
     let mut expected: Vec<(String, f64)> = DEFAULT_PRECISIONS
         .iter()
-        .map(|p| (format!("{p}:p"), 0.0))
+        .flat_map(|p| ["p", "small", "tiny"].map(|name| (format!("{p}:{name}"), 0.0)))
         .collect();
     expected.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(known, expected);
+
+    let minute_of = |name: &str| {
+        let key = format!("app1:stats:60:{name}");
+        let mut c = c.clone();
+        async move {
+            let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
+                .arg(key)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            fields
+        }
+    };
+    let tiny = minute_of("tiny").await;
+    assert_eq!(tiny[&b("sum")], "2e-18");
+    assert_eq!(tiny[&b("sumsq")].parse::<f64>(), Ok(2.0 * 1e-18 * 1e-18));
+    // What a reader makes of them: mean within [min, max], the deviation
+    // of identical values 0, that of small ones exact.
+    let read = |name: &str| {
+        let out = bin::run_ok(
+            &url,
+            &[
+                "get", name, "-p", "60", "--stats", "--json", "--prefix", "app1:",
+            ],
+        );
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let row = rows.into_iter().find(|r| r["t"] == minute).unwrap();
+        let field = |f: &str| row[f].as_f64().unwrap();
+        (field("mean"), field("stddev"))
+    };
+    assert_eq!(read("tiny"), (1e-18, 0.0));
+    let (mean, sd) = read("small");
+    assert!((mean / 3e-9 - 1.0).abs() < 1e-12, "{mean}");
+    assert!(
+        (sd / ((8.0f64 / 3.0).sqrt() * 1e-9) - 1.0).abs() < 1e-6,
+        "{sd}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

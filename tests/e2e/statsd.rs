@@ -40,15 +40,30 @@ async fn statsd_lines_of_every_type_count_exactly() {
     std::thread::sleep(Duration::from_millis(100));
     tcp.write_all(b"1|c").unwrap();
     drop(tcp);
+    // Lines over 64 KiB, one trickled and one whole: each refused, and the
+    // lines around them taken.
+    let mut tcp = TcpStream::connect(&statsd).unwrap();
+    tcp.write_all(b"tcp.b:1|c\n").unwrap();
+    for part in [
+        vec![b'x'; 40_000],
+        vec![b'x'; 40_000],
+        b"x\ntcp.b:2|c\n".to_vec(),
+    ] {
+        tcp.write_all(&part).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tcp.write_all(&[vec![b'y'; 100_000], b"\ntcp.b:4|c".to_vec()].concat())
+        .unwrap();
+    drop(tcp);
 
     let hits = |body: &str| metric_value(body, "hitcount_statsd_hits_total");
     eventually!(30, "every StatsD hit taken", {
-        http_get(&addr, "/metrics").and_then(|(_, b)| hits(&b)) == Some(10.0)
+        http_get(&addr, "/metrics").and_then(|(_, b)| hits(&b)) == Some(13.0)
     });
     let listen = free_addr();
     let mut worker = start_worker(&url, "w", &listen, &[]);
     eventually!(60, "every hit counted", {
-        counted(&mut admin, "page.a").await == 8 && counted(&mut admin, "tcp.a").await == 6
+        counted(&mut admin, "page.a").await == 8 && counted(&mut admin, "tcp.b").await == 7
     });
     eventually!(30, "the statistics written", {
         summary(&mut admin, "api.t").await.0 == 3.0
@@ -59,6 +74,7 @@ async fn statsd_lines_of_every_type_count_exactly() {
     assert_eq!(counted(&mut admin, "d.x").await, 1);
     assert_eq!(counted(&mut admin, "late").await, 1);
     assert_eq!(counted(&mut admin, "tcp.a").await, 6);
+    assert_eq!(counted(&mut admin, "tcp.b").await, 7);
     for ignored in ["gauge", "set", "odd", "bad", "neg"] {
         assert_eq!(counted(&mut admin, ignored).await, 0, "{ignored}");
     }
@@ -73,6 +89,10 @@ async fn statsd_lines_of_every_type_count_exactly() {
         (
             "hitcount_statsd_lines_refused_total{reason=\"bad_format\"}",
             1.0,
+        ),
+        (
+            "hitcount_statsd_lines_refused_total{reason=\"line_too_long\"}",
+            2.0,
         ),
         (
             "hitcount_statsd_lines_refused_total{reason=\"bad_value\"}",

@@ -119,6 +119,12 @@ pub(crate) fn top_bucket(
     let Some(b) = asked else {
         return Ok(current);
     };
+    // Aligned and not after now, it is not after the current bucket.
+    if b > now {
+        return Err(format!(
+            "{b} is after now: the current {p} s bucket starts at {current}"
+        ));
+    }
     if b.rem_euclid(p) != 0 {
         let holding = b
             .checked_sub(b.rem_euclid(p))
@@ -126,11 +132,6 @@ pub(crate) fn top_bucket(
             .unwrap_or_default();
         return Err(format!(
             "{b} is not the start of a {p} s bucket (a multiple of {p}){holding}"
-        ));
-    }
-    if b > current {
-        return Err(format!(
-            "{b} is after now: the current {p} s bucket starts at {current}"
         ));
     }
     let oldest = i64::from(samples)
@@ -212,7 +213,8 @@ mod tests {
         // No wrap at either end of i64.
         assert!(!refused(i64::MIN).contains("starts at"));
         assert!(refused(i64::MIN + 8).contains("older"));
-        assert!(refused(i64::MAX).contains("multiple"));
+        assert!(refused(i64::MAX).contains("after now"));
+        assert!(refused(1_700_000_101).contains("after now"));
         assert!(top_bucket(Some(0), 60, u32::MAX, now).is_ok());
         assert!(top_bucket(Some(i64::MIN + 8), 60, u32::MAX, i64::MIN + 100).is_ok());
     }

@@ -136,19 +136,28 @@ pub(crate) async fn serve(
     .await
 }
 
+/// `resp` saying which methods the hits' path takes.
+fn with_allow(mut resp: Resp) -> Resp {
+    resp.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static("POST, OPTIONS"));
+    resp
+}
+
 /// Routes one request.
 async fn route(req: Request<Incoming>, ingest: &Ingest) -> Resp {
     let path = req.uri().path();
     if path == "/api/v1/hits" {
         return match *req.method() {
             Method::POST => hits(req, ingest).await,
-            Method::OPTIONS => ingest.browsers.preflight(header(&req, ORIGIN)),
-            _ => {
-                let mut resp = error(StatusCode::METHOD_NOT_ALLOWED, "only POST (and OPTIONS)");
-                resp.headers_mut()
-                    .insert(ALLOW, HeaderValue::from_static("POST, OPTIONS"));
-                resp
-            }
+            // Without an `Origin` it is no preflight, only a question.
+            Method::OPTIONS => match header(&req, ORIGIN) {
+                Some(origin) => ingest.browsers.preflight(origin),
+                None => with_allow(server::respond(StatusCode::NO_CONTENT, JSON, "")),
+            },
+            _ => with_allow(error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "only POST (and OPTIONS)",
+            )),
         };
     }
     if !matches!(path, "/hitcount.js" | "/metrics" | "/healthz" | "/readyz") {

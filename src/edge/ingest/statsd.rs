@@ -97,12 +97,15 @@ async fn accept(tcp: TcpListener, producer: Arc<Producer>, mut stop: Shutdown) {
     }
 }
 
-/// One TCP stream's lines, until it ends, sends nothing for [`TCP_IDLE`],
-/// sends a line longer than [`MAX_PACKET`] (counted as `bad_format`, and
-/// the stream closed) or shutdown.
+/// One TCP stream's lines, until it ends, sends nothing for [`TCP_IDLE`]
+/// or shutdown. A line longer than [`MAX_PACKET`] is refused as
+/// `line_too_long` (whether it came whole or a byte at a time) and the
+/// lines after it are read.
 async fn read_stream(mut stream: TcpStream, producer: &Producer, mut stop: Shutdown) {
     let mut pending: Vec<u8> = Vec::with_capacity(MAX_PACKET);
     let mut buf = vec![0u8; MAX_PACKET];
+    // In a line too long, refused already: its bytes up to its end are dropped.
+    let mut skipping = false;
     loop {
         let n = tokio::select! {
             () = stop.wait() => return,
@@ -117,23 +120,38 @@ async fn read_stream(mut stream: TcpStream, producer: &Producer, mut stop: Shutd
             take(&pending, producer);
             return;
         }
-        pending.extend_from_slice(&buf[..n]);
+        let mut read = &buf[..n];
+        if skipping {
+            let Some(end) = read.iter().position(|&b| b == b'\n') else {
+                continue;
+            };
+            (read, skipping) = (&read[end + 1..], false);
+        }
+        pending.extend_from_slice(read);
         if let Some(end) = pending.iter().rposition(|&b| b == b'\n') {
             take(&pending[..end], producer);
             pending.drain(..=end);
         }
         if pending.len() > MAX_PACKET {
-            metrics().statsd_refusal("bad_format");
-            return;
+            metrics().statsd_refusal(TOO_LONG);
+            pending.clear();
+            skipping = true;
         }
     }
 }
+
+/// Why a line longer than [`MAX_PACKET`] is refused.
+const TOO_LONG: &str = "line_too_long";
 
 /// Every line of `packet`: its hit to the producer, or counted.
 fn take(packet: &[u8], producer: &Producer) {
     let m = metrics();
     for line in packet.split(|&b| b == b'\n') {
         if line.is_empty() || line == b"\r" {
+            continue;
+        }
+        if line.len() > MAX_PACKET {
+            m.statsd_refusal(TOO_LONG);
             continue;
         }
         match statsd::read(line) {

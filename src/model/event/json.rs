@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use serde_json::{value::RawValue, Value};
 
 use super::{decode_at, HitTime, Reject};
 
@@ -146,15 +146,19 @@ impl<'de, F: FnMut(Result<JsonHit, Refusal>)> serde::de::Visitor<'de> for Hits<'
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
-        while let Some(item) = items.next_element::<Value>()? {
+        use serde::de::Error;
+        while let Some(item) = items.next_element::<&RawValue>()? {
+            let item = value(item.get()).map_err(A::Error::custom)?;
             (self.1)(read_hit(&item, self.0));
         }
         Ok(())
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
-        let object =
+        use serde::de::Error;
+        let fields =
             serde::Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        let object = object(fields).map_err(A::Error::custom)?;
         (self.1)(read_hit(&object, self.0));
         Ok(())
     }
@@ -162,8 +166,39 @@ impl<'de, F: FnMut(Result<JsonHit, Refusal>)> serde::de::Visitor<'de> for Hits<'
 
 /// One line of NDJSON (a trailing `\r` is fine): the hit, or why not.
 pub(crate) fn read_line(line: &[u8], clock_ms: i64) -> Result<JsonHit, Refusal> {
-    let value: Value = serde_json::from_slice(line).map_err(|_| Refusal::BadJson)?;
+    let line = std::str::from_utf8(line).map_err(|_| Refusal::BadJson)?;
+    let value = value(line).map_err(|_| Refusal::BadJson)?;
     read_hit(&value, clock_ms)
+}
+
+/// A JSON value. serde_json refuses a number beyond a float's range
+/// (`1e400`), and with it everything around it: here it becomes the
+/// nearest float, so the hit is judged by the key that holds it (a
+/// `count` of `1e400` is `bad_count`, not a body that is no JSON) and the
+/// number is ignored in any other key. Any other error (bad syntax,
+/// nesting deeper than serde_json's limit) stays an error.
+fn value(raw: &str) -> serde_json::Result<Value> {
+    let raw = raw.trim_ascii();
+    serde_json::from_str(raw).or_else(|error| {
+        if !error.to_string().starts_with("number out of range") {
+            return Err(error);
+        }
+        match raw.parse::<f64>() {
+            Ok(x) => Ok(Value::from(x.clamp(-f64::MAX, f64::MAX))),
+            Err(_) if raw.starts_with('{') => object(serde_json::from_str(raw)?),
+            // An array: no key of a hit may be one, whatever it holds.
+            Err(_) => Ok(Value::Array(Vec::new())),
+        }
+    })
+}
+
+/// An object from its keys' JSON, each read by [`value`]; a key given
+/// twice was kept last.
+fn object(fields: BTreeMap<String, &RawValue>) -> serde_json::Result<Value> {
+    fields
+        .into_iter()
+        .map(|(key, raw)| Ok((key, value(raw.get())?)))
+        .collect()
 }
 
 /// One parsed JSON value as a hit, judged by the worker's decoder.
@@ -440,10 +475,58 @@ mod tests {
         assert!(read_body(b"nope\n{\n", Layout::Ndjson, NOW).is_err());
     }
 
+    /// A number beyond a float's range refuses the hit by its key's reason,
+    /// not the whole body.
+    #[test]
+    fn numbers_out_of_range() {
+        let body = br#"[{"name":"a"},{"name":"a","count":1e400},{"name":"b","x":[1e400]},1e400]"#;
+        let reasons: Vec<_> = read_body(body, Layout::Json, NOW)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.map(|h| h.name).map_err(|r| r.reason()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                Ok("a".into()),
+                Err("bad_count"),
+                Ok("b".into()),
+                Err("bad_msgpack")
+            ]
+        );
+        for (json, why) in [
+            (r#"{"name":"a","count":-1e400}"#, "bad_count"),
+            (r#"{"name":"a","value":1e400}"#, "bad_value"),
+            (r#"{"name":"a","ts":1e400}"#, "future_timestamp"),
+            (r#"{"name":"a","ts":-1e400}"#, "bad_timestamp"),
+            (r#"{"name":1e400}"#, "bad_msgpack"),
+            (r#"{"name":"a","id":1e400}"#, "bad_id"),
+            (r#"{"name":["a",1e400]}"#, "bad_msgpack"),
+            (r#"{"count":1e400,"name":"a","count":2}"#, "ok"),
+            (r#"{"name":"a","x":{"y":[{"z":1e400}]}}"#, "ok"),
+        ] {
+            assert_eq!(
+                one(json).map_or_else(|r| r.reason(), |_| "ok"),
+                why,
+                "{json}"
+            );
+            let line = read_line(format!(" {json}\r").as_bytes(), NOW);
+            assert_eq!(line.map_or_else(|r| r.reason(), |_| "ok"), why, "{json}");
+        }
+        assert!(read_body(b"[{\"name\":\"a\"},1e400", Layout::Json, NOW).is_err());
+    }
+
     /// Deep nesting is refused, not recursed into: no stack overflow.
     #[test]
     fn hostile_nesting() {
-        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        // The docs' bound: nesting deeper than 128 is no JSON.
+        assert!(read_body(nested(128).as_bytes(), Layout::Json, NOW).is_ok());
+        assert!(read_body(nested(129).as_bytes(), Layout::Json, NOW).is_err());
+        let in_object = |n: usize| format!(r#"{{"name":"a","x":{}}}"#, nested(n - 1));
+        assert!(read_body(in_object(128).as_bytes(), Layout::Json, NOW).is_ok());
+        assert!(read_body(in_object(129).as_bytes(), Layout::Json, NOW).is_err());
+        let deep = nested(100_000);
         assert!(read_body(deep.as_bytes(), Layout::Json, NOW).is_err());
         let inner = format!(
             r#"{{"name":"a","x":{}{}}}"#,

@@ -304,14 +304,16 @@ pub(crate) fn ts_of_ms(ms: i64) -> f64 {
 
 /// A name (or any text a producer wrote) as shown on a terminal: its
 /// control characters escaped (`\u{1b}`), so that a hostile name cannot
-/// move the cursor or recolour the terminal it is printed on.
+/// move the cursor or recolour the terminal it is printed on, and its
+/// backslashes doubled, so that an escape is never mistaken for the text.
 pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    let escaped = |c: char| c.is_control() || c == '\\';
+    if !text.chars().any(escaped) {
         return text.into();
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if c.is_control() {
+        if escaped(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -352,9 +354,10 @@ fn float_ts_ms(ts: f64) -> Result<i64, Reject> {
     Ok((ts.ok_or(Reject::BadTimestamp)? * 1000.0).floor() as i64)
 }
 
-/// A value as the contract takes it: finite, `|v|` ≤ [`MAX_ABS_VALUE`].
+/// A value as the contract takes it: finite, `|v|` ≤ [`MAX_ABS_VALUE`];
+/// `-0` is `0` (a minimum of `-0` would read back as text `-0`).
 fn check_value(v: f64) -> Result<f64, Reject> {
-    let v = Some(v).filter(|v| v.is_finite() && v.abs() <= MAX_ABS_VALUE);
+    let v = Some(v + 0.0).filter(|v| v.is_finite() && v.abs() <= MAX_ABS_VALUE);
     v.ok_or(Reject::BadValue)
 }
 

@@ -121,6 +121,9 @@ mod tests {
         assert_eq!(value(b"-3"), Ok(Some(-3.0)));
         assert_eq!(value(b"1e-3"), Ok(Some(0.001)));
         assert_eq!(value(b"0"), Ok(Some(0.0)));
+        // -0 is 0: a minimum of -0 would be stored as the text "-0".
+        let zero = value(b"-0").unwrap().unwrap();
+        assert!(zero == 0.0 && zero.is_sign_positive());
         assert_eq!(value(b"0.1"), Ok(Some(0.1)));
         assert_eq!(plain(&[("name", b"a")]).unwrap().value, None);
         for bad in [

@@ -5,8 +5,8 @@
 //! marker, with the counts).
 //!
 //! Numbers go to Redis as Rust's shortest round-trip decimal (`{}` of an
-//! `f64`: no exponent, no digit lost), which `HINCRBYFLOAT` and Lua's
-//! `tonumber` read back to the same `f64`, so min and max are exact.
+//! `f64`: no exponent, no digit lost), which Lua's `tonumber` reads back to
+//! the same `f64`, so min and max are exact.
 
 use std::collections::BTreeMap;
 
@@ -19,9 +19,8 @@ use crate::model::slots::slot;
 use crate::model::stats::{HistBucket, Summary};
 
 /// Share of an apply script's [`CHUNK_CELLS`](super::CHUNK_CELLS) budget
-/// one statistics cell takes before its histogram: `HINCRBY` of the count,
-/// two `HINCRBYFLOAT`s (each about twice an `HINCRBY`: long double
-/// formatting) and the min/max compare-and-set (a read, maybe a HSET).
+/// one statistics cell takes before its histogram: the read of its fields,
+/// the sums formatted in Lua, one HSET of count, sums, min and max.
 pub(crate) use crate::model::stats::STAT_CELL_WEIGHT;
 
 /// A statistics cell as recorded with its window (MessagePack tuple):

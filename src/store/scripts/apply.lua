@@ -15,11 +15,10 @@
 -- ARGV[3] M, ARGV[4] P, then per part: its marker's number (1..M), its field
 --         in that marker, its count cells n, its statistics cells s
 -- then per part: per count cell its bucket field and delta; per statistics
---         cell its bucket B, count, sum, sum of squares, min, max (decimal,
---         as HINCRBYFLOAT takes them), H, then H pairs of a histogram field
---         (B:h:SUFFIX) and its count: written as HINCRBYFLOAT B:sum and
---         B:sumsq, then one HSET of B:count and each B:h:SUFFIX (their sums)
---         and of B:min and B:max when lower and higher.
+--         cell its bucket B, count, sum, sum of squares, min, max (decimal),
+--         H, then H pairs of a histogram field (B:h:SUFFIX) and its count:
+--         written as one HSET of B:count, B:sum, B:sumsq and each B:h:SUFFIX
+--         (their sums) and of B:min and B:max when lower and higher.
 --
 -- A part already marked is left alone and reported with its recorded
 -- failures, so a replay (a retry after a lost reply, a worker finishing a
@@ -59,9 +58,8 @@ end
 
 -- One statistics cell: its fields at ARGV[a..]. All or nothing: the fields
 -- it adds to are read first (one HMGET, which also fails on a key of
--- another type) and a field that does not hold a number fails the cell
--- before anything is written; the float increments go first, so an ACL that
--- refuses HINCRBYFLOAT refuses the cell's first write.
+-- another type) and a field that does not hold a number, or a sum that
+-- would not be finite, fails the cell before anything is written.
 local function observe(key, a)
     local b = ARGV[a]
     local h = tonumber(ARGV[a + 6])
@@ -83,13 +81,30 @@ local function observe(key, a)
             error('statistics field ' .. names[j] .. ' holds ' .. v .. ', not a number')
         end
     end
-    redis.call('HINCRBYFLOAT', key, names[2], ARGV[a + 2])
-    redis.call('HINCRBYFLOAT', key, names[3], ARGV[a + 3])
-    -- The count, the new min and max and every histogram field in one HSET:
-    -- the fields were just read, so their sums are known (a command per
-    -- field cost several times the field). Lua's numbers are doubles: a sum
-    -- that is not surely exact (2^53 or more) goes by HINCRBY.
+    -- Every field in one HSET: the fields were just read, so their sums are
+    -- known (a command per field cost several times the field).
     local set = {}
+    -- The sums of the values and of their squares, as doubles in the
+    -- shortest decimal that reads back the same (HINCRBYFLOAT keeps 17 digits
+    -- after the point: a sum of 1e-18s was 0, outside [min, max]).
+    for j = 2, 3 do
+        local v = (tonumber(cur[j]) or 0) + tonumber(ARGV[a + j])
+        if v ~= v or v == math.huge or v == -math.huge then
+            error('statistics field ' .. names[j] .. ' would be NaN or infinite')
+        end
+        local text = string.format('%.17g', v)
+        for digits = 15, 16 do
+            local shorter = string.format('%.' .. digits .. 'g', v)
+            if tonumber(shorter) == v then
+                text = shorter
+                break
+            end
+        end
+        set[#set + 1] = names[j]
+        set[#set + 1] = text
+    end
+    -- Lua's numbers are doubles: a count that is not surely exact (2^53 or
+    -- more) goes by HINCRBY.
     local function add(j, delta)
         local v = (tonumber(cur[j]) or 0) + tonumber(delta)
         if math.abs(v) < 9007199254740992 then

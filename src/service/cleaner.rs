@@ -231,17 +231,30 @@ impl Pass<'_> {
             return Ok(());
         }
         self.report.add(family, due.len() as u64, 0, 0);
-        let lens: Vec<usize> = each(self.conn, "HLEN", due.iter().map(|d| &d.key)).await?;
+        let lens: Vec<Option<usize>> = each(self.conn, "HLEN", due.iter().map(|d| &d.key)).await?;
+        let foreign: Vec<&str> = (0..due.len())
+            .filter(|&i| lens[i].is_none())
+            .map(|i| due[i].key.as_str())
+            .collect();
+        if let [first, ..] = foreign.as_slice() {
+            tracing::warn!(keys = foreign.len(), example = %first,
+                "left alone: keys named as hitcount's that are no hash (written by something else)");
+        }
         let big = match family {
             Family::Counts => BIG_HASH,
             Family::Stats => BIG_STATS_HASH,
         };
-        let small: Vec<usize> = (0..due.len()).filter(|&i| lens[i] <= big).collect();
+        let small: Vec<usize> = (0..due.len())
+            .filter(|&i| lens[i].is_some_and(|n| n <= big))
+            .collect();
+        let lens: Vec<usize> = lens.iter().map(|n| n.unwrap_or(0)).collect();
         let mut plans = Vec::new();
         for part in within_budget(&small, &lens, READ_FIELDS) {
-            let fields: Vec<Vec<Vec<u8>>> =
+            let fields: Vec<Option<Vec<Vec<u8>>>> =
                 each(self.conn, "HKEYS", part.iter().map(|&i| &due[i].key)).await?;
-            for (&i, fields) in part.iter().zip(fields) {
+            // A hash that became something else since its HLEN is left alone.
+            let read = part.iter().zip(fields).filter_map(|(i, f)| Some((i, f?)));
+            for (&i, fields) in read {
                 let fields = fields.iter().map(Vec::as_slice);
                 let (old, kept) = split_old(family, fields, due[i].cutoff);
                 plans.extend(plan(&due[i], old, !kept));
@@ -307,14 +320,20 @@ impl Pass<'_> {
 }
 
 /// Sends `command KEY` for each of `keys` (one pipeline on one Redis, all
-/// in flight at once on a cluster) and reads the replies as `T`s.
+/// in flight at once on a cluster) and reads the replies as `T`s: `None`
+/// for a key that holds no hash (not hitcount's, so left alone).
 async fn each<'a, T: redis::FromRedisValue>(
     conn: &mut Conn,
     command: &str,
     keys: impl Iterator<Item = &'a String>,
-) -> Result<Vec<T>, CleanError> {
-    let replies = conn.each_key(command, keys).await?;
-    Ok(redis::from_redis_value(Value::Array(replies)).map_err(RedisError::from)?)
+) -> Result<Vec<Option<T>>, CleanError> {
+    let replies = conn.each_key_apart(command, keys).await?;
+    let read = |reply: redis::RedisResult<Value>| match reply {
+        Ok(v) => Ok(Some(redis::from_redis_value(v)?)),
+        Err(e) if crate::store::client::wrong_type(&e) => Ok(None),
+        Err(e) => Err(e),
+    };
+    Ok(replies.into_iter().map(read).collect::<Result<_, _>>()?)
 }
 
 /// `hashes` (indexes into `lens`, their lengths) in runs whose lengths add

@@ -225,6 +225,12 @@ pub enum Conn {
     Cluster(ClusterConnection, Duration),
 }
 
+/// Whether `e` is Redis' `WRONGTYPE`: the key holds another type than the
+/// command reads (a key named as hitcount's, written by something else).
+pub(crate) fn wrong_type(e: &redis::RedisError) -> bool {
+    e.code() == Some("WRONGTYPE")
+}
+
 impl Conn {
     /// Whether this is a cluster connection.
     pub fn is_cluster(&self) -> bool {
@@ -237,15 +243,27 @@ impl Conn {
     /// pipeline must stay in one slot). Any command's error fails the call,
     /// as it fails a pipeline.
     pub async fn query_each(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<Value>> {
+        self.query_each_apart(cmds).await?.into_iter().collect()
+    }
+
+    /// [`Conn::query_each`], each command's error in its own reply: a
+    /// reader of many keys can leave out one that is not what it reads
+    /// ([`wrong_type`]) instead of failing for all.
+    pub(crate) async fn query_each_apart(
+        &mut self,
+        cmds: Vec<Cmd>,
+    ) -> RedisResult<Vec<RedisResult<Value>>> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
         if !self.is_cluster() {
             let mut pipe = redis::pipe();
+            pipe.ignore_errors();
             for c in cmds {
                 pipe.add_command(c);
             }
-            return pipe.query_async(self).await;
+            let replies: Vec<Value> = pipe.query_async(self).await?;
+            return Ok(replies.into_iter().map(Value::extract_error).collect());
         }
         let n = cmds.len();
         let mut tasks = tokio::task::JoinSet::new();
@@ -253,7 +271,7 @@ impl Conn {
             let mut conn = self.clone();
             tasks.spawn(async move { (i, cmd.query_async::<Value>(&mut conn).await) });
         }
-        let mut replies = vec![Value::Nil; n];
+        let mut replies: Vec<RedisResult<Value>> = (0..n).map(|_| Ok(Value::Nil)).collect();
         while let Some(done) = tasks.join_next().await {
             let (i, reply) = done.map_err(|e| {
                 redis::RedisError::from((
@@ -262,7 +280,7 @@ impl Conn {
                     e.to_string(),
                 ))
             })?;
-            replies[i] = reply?;
+            replies[i] = reply;
         }
         Ok(replies)
     }
@@ -274,8 +292,18 @@ impl Conn {
         name: &str,
         keys: impl IntoIterator<Item = K>,
     ) -> RedisResult<Vec<Value>> {
+        self.each_key_apart(name, keys).await?.into_iter().collect()
+    }
+
+    /// [`Conn::each_key`], each key's error in its own reply, as
+    /// [`Conn::query_each_apart`].
+    pub(crate) async fn each_key_apart<K: redis::ToRedisArgs>(
+        &mut self,
+        name: &str,
+        keys: impl IntoIterator<Item = K>,
+    ) -> RedisResult<Vec<RedisResult<Value>>> {
         let cmds = keys.into_iter().map(|k| redis::cmd(name).arg(k).clone());
-        self.query_each(cmds.collect()).await
+        self.query_each_apart(cmds.collect()).await
     }
 
     /// The fewest replicas attached to any master (`connected_slaves` in

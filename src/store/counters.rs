@@ -2,10 +2,10 @@
 //! `count:PREC:NAME` as (bucket start, count), oldest first.
 
 use redis::aio::ConnectionLike;
-use redis::RedisResult;
+use redis::{RedisResult, Value};
 
 use crate::model::keys::Keys;
-use crate::store::client::Conn;
+use crate::store::client::{wrong_type, Conn};
 
 /// One sample of a counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -68,7 +68,8 @@ pub(crate) async fn read_each(
 const HASHES_PER_TRIP: usize = 1000;
 
 /// HGETALL of each of `hashes`, each reply read as `T` and then `parse`d,
-/// in order: [`HASHES_PER_TRIP`] a round trip ([`Conn::each_key`]: a
+/// in order (a key that is no hash read as an empty one):
+/// [`HASHES_PER_TRIP`] a round trip ([`Conn::each_key`]: a
 /// pipeline on one node, all in flight at once on a cluster), each trip's
 /// replies parsed before the next (the replies are several times the size
 /// of what they parse into).
@@ -79,7 +80,13 @@ pub(crate) async fn hgetall_each<T: redis::FromRedisValue, U>(
 ) -> RedisResult<Vec<U>> {
     let mut out = Vec::with_capacity(hashes.len());
     for page in hashes.chunks(HASHES_PER_TRIP) {
-        for reply in conn.each_key("HGETALL", page).await? {
+        for reply in conn.each_key_apart("HGETALL", page).await? {
+            let reply = match reply {
+                // A key that is no hash (written by something else) holds
+                // nothing of hitcount's.
+                Err(e) if wrong_type(&e) => Value::Array(Vec::new()),
+                reply => reply?,
+            };
             out.push(parse(redis::from_redis_value(reply)?));
         }
     }

@@ -248,8 +248,8 @@ pub(crate) struct Ranked {
 /// ZRANGEBYLEX from the last one seen, each followed by one pipeline of as
 /// many HGETs (or HMGETs); on a cluster, where a pipeline may not span hash
 /// slots, those go one by one, all in flight at once on the multiplexed
-/// connection. A name without that bucket, or whose fields are malformed,
-/// is left out.
+/// connection. A name without that bucket, whose fields are malformed or
+/// whose key is no hash (written by something else), is left out.
 pub(crate) async fn rank(
     conn: &mut Conn,
     keys: &Keys,
@@ -278,13 +278,15 @@ pub(crate) async fn rank(
             .iter()
             .map(|n| by.read(keys, precision, bucket, n))
             .collect();
-        let replies = conn.query_each(cmds).await?;
-        best.extend(
-            names
-                .into_iter()
-                .zip(replies)
-                .filter_map(|(name, reply)| by.ranked(name, reply)),
-        );
+        let mut ranked = Vec::with_capacity(names.len());
+        for (name, reply) in names.into_iter().zip(conn.query_each_apart(cmds).await?) {
+            match reply {
+                Ok(reply) => ranked.extend(by.ranked(name, reply)),
+                Err(e) if crate::store::client::wrong_type(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        best.extend(ranked);
         keep_best(&mut best, by, keep);
         if members.len() < RANK_PAGE {
             break;

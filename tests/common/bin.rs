@@ -144,11 +144,34 @@ impl Child {
         self.signal(libc::SIGTERM);
         self.wait(within).unwrap_or_else(|| {
             panic!(
-                "{} did not exit within {within:?} of SIGTERM:\n{}",
+                "{} did not exit within {within:?} of SIGTERM:\n{}\n{}",
                 self.name,
-                self.stderr()
+                self.stderr(),
+                self.stacks()
             )
         })
+    }
+
+    /// Every thread's stack, as gdb reads them (when it is installed): what
+    /// a process that does not stop is doing.
+    fn stacks(&self) -> String {
+        let Some(pid) = self.child.as_ref().map(|c| c.id()) else {
+            return String::new();
+        };
+        let gdb = Command::new("gdb")
+            .args([
+                "--batch",
+                "-p",
+                &pid.to_string(),
+                "-ex",
+                "thread apply all bt 40",
+            ])
+            .stdin(Stdio::null())
+            .output();
+        match gdb {
+            Ok(out) => format!("its threads:\n{}", String::from_utf8_lossy(&out.stdout)),
+            Err(e) => format!("(no stacks: gdb: {e})"),
+        }
     }
 }
 

@@ -185,6 +185,41 @@ pub(crate) fn serve(url: &str, extra: &[&str]) -> (Child, String) {
     (child, addr)
 }
 
+/// The body of a Prometheus remote read (snappy, protobuf written field by
+/// field) of one query from `from` to `until` (unix seconds) whose
+/// matchers each ask that a label equal a value (`__name__=~` when the
+/// value ends in `.*`).
+pub(crate) fn remote_read(from: i64, until: i64, matchers: &[(&str, &str)]) -> Vec<u8> {
+    let varint = |mut n: u64, out: &mut Vec<u8>| loop {
+        let b = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(b);
+            break;
+        }
+        out.push(b | 0x80);
+    };
+    let field = |num: u8, bytes: &[u8], out: &mut Vec<u8>| {
+        out.push(num << 3 | 2);
+        out.push(bytes.len() as u8);
+        out.extend_from_slice(bytes);
+    };
+    let mut q = vec![0x08];
+    varint((from * 1000) as u64, &mut q);
+    q.push(0x10);
+    varint((until * 1000) as u64, &mut q);
+    for (name, value) in matchers {
+        // Type 0 is EQ, 2 is RE.
+        let mut m = vec![0x08, if value.ends_with(".*") { 2 } else { 0 }];
+        field(2, name.as_bytes(), &mut m);
+        field(3, value.as_bytes(), &mut m);
+        field(3, &m, &mut q);
+    }
+    let mut request = Vec::new();
+    field(1, &q, &mut request);
+    snap::raw::Encoder::new().compress_vec(&request).unwrap()
+}
+
 /// Every server that listens, facing [`TRICKLERS`] slow clients: one test,
 /// one server at a time, since the 1 s bound is about one server facing 400
 /// slow clients on this machine, not about several servers' 1,600 at once

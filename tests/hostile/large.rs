@@ -464,37 +464,11 @@ async fn many_large_remote_reads_at_once_hold_serve_to_a_budget() {
         pipe.query_async::<()>(&mut c).await.unwrap();
     }
     // `hitcount_hits{precision="60"}` over the last five hours.
-    let read = {
-        let varint = |mut n: u64, out: &mut Vec<u8>| loop {
-            let b = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(b);
-                break;
-            }
-            out.push(b | 0x80);
-        };
-        let field = |num: u8, bytes: &[u8], out: &mut Vec<u8>| {
-            out.push(num << 3 | 2);
-            out.push(bytes.len() as u8);
-            out.extend_from_slice(bytes);
-        };
-        let matcher = |name: &str, value: &str| {
-            let mut m = vec![0x08, 0];
-            field(2, name.as_bytes(), &mut m);
-            field(3, value.as_bytes(), &mut m);
-            m
-        };
-        let mut q = vec![0x08];
-        varint(((now - 5 * 3600) * 1000) as u64, &mut q);
-        q.push(0x10);
-        varint(((now + 60) * 1000) as u64, &mut q);
-        field(3, &matcher("__name__", "hitcount_hits"), &mut q);
-        field(3, &matcher("precision", "60"), &mut q);
-        let mut request = Vec::new();
-        field(1, &q, &mut request);
-        snap::raw::Encoder::new().compress_vec(&request).unwrap()
-    };
+    let read = crate::http::remote_read(
+        now - 5 * 3600,
+        now + 60,
+        &[("__name__", "hitcount_hits"), ("precision", "60")],
+    );
     // The reads: each answered 200 with its samples (compressed).
     async fn ask(from: u8, addr: std::net::SocketAddr, read: Vec<u8>) -> usize {
         let mut s = crate::http::connect_from([127, 0, 4, from], addr)

@@ -4,6 +4,7 @@
 mod common;
 
 mod cli;
+mod foreign;
 mod http;
 mod large;
 mod quiet;

@@ -13,6 +13,8 @@
 pub(crate) struct IdList {
     bytes: Vec<u8>,
     last: (u64, u64),
+    /// The newest id added; `None` while empty.
+    newest: Option<(u64, u64)>,
 }
 
 impl IdList {
@@ -39,6 +41,12 @@ impl IdList {
         };
         put(&mut self.bytes, seq_delta);
         self.last = (ms, seq);
+        self.newest = self.newest.max(Some((ms, seq)));
+    }
+
+    /// The newest id it holds (as `(ms, seq)`), whatever the order added.
+    pub(crate) fn newest(&self) -> Option<(u64, u64)> {
+        self.newest
     }
 
     /// How many ids it holds.

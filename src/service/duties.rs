@@ -22,6 +22,7 @@ use crate::model::shutdown::Shutdown;
 use crate::service::cleaner::{self, CleanError, Cleaner, PassReport};
 use crate::service::leader::Lease;
 use crate::service::trim::{self, Trimmed};
+use crate::store::client::wrong_type;
 use crate::store::connect::{self, Client, Conn, Reconnecting};
 
 /// How often a worker that is not leader looks whether it became one.
@@ -67,9 +68,39 @@ pub(crate) async fn once(
     if !lease.held() {
         return Err(CleanError::LostLease);
     }
-    let _: () = record(keys, &last).query_async(conn).await?;
+    let recorded: redis::RedisResult<()> = record(keys, &last).query_async(conn).await;
+    match recorded {
+        // The status is hitcount's own: written anew, it stops no worker.
+        Err(e) if wrong_type(&e) => {
+            tracing::warn!(
+                key = keys.cleaner_status(),
+                "the cleaner's status held another type than a hash: written anew"
+            );
+            let mut pipe = redis::pipe();
+            pipe.del(keys.cleaner_status())
+                .add_command(record(keys, &last));
+            let _: () = pipe.query_async(conn).await?;
+        }
+        recorded => recorded?,
+    }
     metrics().cleaner_last_pass.set(last.at_ms as f64 / 1000.0);
     Ok(last)
+}
+
+/// The last pass as recorded (`Keys::cleaner_status`), field by field:
+/// none when there is none, or when the key holds another type (the next
+/// pass writes it anew).
+pub(crate) async fn last_recorded<T: redis::FromRedisValue + Default>(
+    conn: &mut Conn,
+    keys: &Keys,
+) -> redis::RedisResult<T> {
+    let read: redis::RedisResult<T> = redis::Cmd::hgetall(keys.cleaner_status())
+        .query_async(conn)
+        .await;
+    match read {
+        Err(e) if wrong_type(&e) => Ok(T::default()),
+        read => read,
+    }
 }
 
 /// The HSET recording `last` in `Keys::cleaner_status`, under the field

@@ -22,14 +22,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::{AsyncCommands, ExistenceCheck, RedisResult, SetExpiry, SetOptions};
+use redis::RedisResult;
 
 use crate::model::config::LeaderArgs;
 use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
 use crate::store::connect::{self, Client, Conn, Reconnecting, StoreResult};
-use crate::store::scripts::RENEW;
+use crate::store::scripts::{ACQUIRE, RENEW};
 
 /// Part of the lease given up as a safety margin: a leader considers its
 /// lease over this much before Redis expires it (clock rate differences,
@@ -113,19 +113,27 @@ impl Lease {
         sent + self.ttl - self.ttl / MARGIN_DIVISOR
     }
 
-    /// Takes the lease if nobody holds it (`SET NX PX`). Returns whether this
-    /// worker is leader now.
+    /// Takes the lease if nobody holds it (`SET NX PX`, in `acquire.lua`),
+    /// or if its key is no lease (another type, or no expiry: a key no
+    /// holder wrote would block it for ever), saying so. Returns whether
+    /// this worker holds it now.
     pub(crate) async fn try_acquire(&self, conn: &mut Conn) -> RedisResult<bool> {
         let sent = Instant::now();
-        let px = SetExpiry::PX(self.ttl.as_millis() as u64);
-        let nx = SetOptions::default().conditional_set(ExistenceCheck::NX);
-        let ok: Option<String> = conn
-            .set_options(&self.key, &self.token, nx.with_expiration(px))
+        let taken: i64 = ACQUIRE
+            .evalsha(1)
+            .arg(&self.key)
+            .arg(&self.token)
+            .arg(self.ttl.as_millis() as u64)
+            .query_async(conn)
             .await?;
-        if ok.is_some() {
+        if taken == 2 {
+            tracing::warn!(key = %self.key,
+                "took a lease from a key no holder wrote (another type, or no expiry)");
+        }
+        if taken > 0 {
             self.set(Some(self.valid_from(sent)));
         }
-        Ok(ok.is_some())
+        Ok(taken > 0)
     }
 
     /// Extends the lease if it still holds this worker's token. Returns
@@ -214,10 +222,21 @@ impl Lease {
     }
 }
 
-/// The current leader as Redis sees it: its token and the lease left.
+/// The current leader as Redis sees it: its token and the lease left (a
+/// key of another type is shown as such: the next worker to try takes it).
 pub(crate) async fn current(conn: &mut Conn, key: &str) -> RedisResult<Option<(String, Duration)>> {
-    let (token, pttl): (Option<String>, i64) =
-        redis::pipe().get(key).pttl(key).query_async(conn).await?;
+    let (token, pttl): (RedisResult<Option<String>>, i64) = redis::pipe()
+        .ignore_errors()
+        .get(key)
+        .pttl(key)
+        .query_async(conn)
+        .await?;
+    let token = match token {
+        Err(e) if crate::store::client::wrong_type(&e) => {
+            Some("(no lease: a key of another type)".into())
+        }
+        token => token?,
+    };
     Ok(token.map(|t| (t, Duration::from_millis(pttl.max(0) as u64))))
 }
 
@@ -249,6 +268,7 @@ mod tests {
         let args = crate::model::config::RedisArgs::from_url(&srv.url());
         let client = crate::store::connect::client(&args).unwrap();
         let mut c = client.open(connect::RESPONSE_TIMEOUT).await.unwrap();
+        crate::store::scripts::load_all(&mut c).await.unwrap();
         let keys = Keys::new(&Default::default(), &Default::default());
         let lease = Arc::new(Lease::new(&keys, &LeaderArgs::default(), "once"));
         assert!(lease.try_acquire(&mut c).await.unwrap());

@@ -147,7 +147,7 @@ pub(crate) async fn gather(
         stream: keys.stream.clone(),
         known_counters: conn.zcard(keys.known()).await?,
         known_stats: conn.zcard(keys.stats_known()).await?,
-        last_pass: conn.hgetall(keys.cleaner_status()).await?,
+        last_pass: crate::service::duties::last_recorded(conn, keys).await?,
         leader: lease(conn, leader_key).await?,
         ..Status::default()
     };

@@ -75,7 +75,8 @@ pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
         "leave HITCOUNT_CLUSTER (--cluster) at auto, the default, or set it to on, to talk to the whole cluster"
     } else if err.kind() == redis::ErrorKind::InvalidClientConfig {
         "check REDIS_URL (--redis-url) and the TLS settings"
-    } else if err.code() == Some("WRONGTYPE") || text.starts_with("WRONGTYPE") {
+    } else if err.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") {
+        // Anywhere in the text: a pipeline's failure names it after its index.
         "a key hitcount uses holds another type: check HITCOUNT_STREAM, HITCOUNT_DEAD_STREAM and HITCOUNT_PREFIX"
     } else if text.contains("exhausted the last possible ID") {
         "the stream's last entry ID is the largest possible (an XADD with an explicit ID?), \

@@ -95,16 +95,24 @@ pub(crate) fn entry_list(list: &Value) -> Vec<EntryRef<'_>> {
         .collect()
 }
 
-/// Creates the stream and the group when absent. The group starts at the
-/// beginning of the stream: hits sent before the first worker ran count too.
-pub(crate) async fn ensure_group(conn: &mut Conn, keys: &Keys) -> RedisResult<()> {
+/// Creates the stream and the group when absent; whether it created the
+/// group. The group starts at the beginning of the stream (hits sent before
+/// the first worker ran count too), or after `after`: the newest entry a
+/// worker that finds its group gone has committed, so that what it counted
+/// is not counted again.
+pub(crate) async fn ensure_group(
+    conn: &mut Conn,
+    keys: &Keys,
+    after: Option<(u64, u64)>,
+) -> RedisResult<bool> {
+    let start = after.map_or_else(|| "0".to_string(), |(ms, seq)| format!("{ms}-{seq}"));
     let created: RedisResult<()> =
-        redis::Cmd::xgroup_create_mkstream(&keys.stream, &keys.group, "0")
+        redis::Cmd::xgroup_create_mkstream(&keys.stream, &keys.group, start)
             .query_async(conn)
             .await;
     match created {
-        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-        other => other,
+        Err(e) if e.code() == Some("BUSYGROUP") => Ok(false),
+        other => other.map(|()| true),
     }
 }
 

@@ -6,17 +6,23 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::time::Duration;
 
-use crate::common::bin::run_hitcount;
+use crate::common::bin::{free_addr, run_hitcount, start_worker, wait_for};
 use crate::common::{server, unix_now};
+
+/// A plain (blocking) connection to the test's Redis.
+fn redis_of(url: &str) -> redis::Connection {
+    redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .unwrap()
+}
 
 #[test]
 fn keys_of_another_type_are_left_alone_and_every_other_counter_served() {
     let srv = server();
     let url = srv.url();
-    let mut r = redis::Client::open(url.as_str())
-        .and_then(|c| c.get_connection())
-        .unwrap();
+    let mut r = redis_of(&url);
     let now = unix_now();
     let (minute, old) = (now - now % 60, now - now % 60 - 200 * 60);
     let stats = |b: i64| [(format!("{b}:count"), 2), (format!("{b}:sum"), 5)];
@@ -104,4 +110,122 @@ fn keys_of_another_type_are_left_alone_and_every_other_counter_served() {
     let answer = snap::raw::Decoder::new().decompress_vec(body).unwrap();
     let has = |label: &[u8]| answer.windows(label.len()).any(|w| w == label);
     assert!(has(b"hitcount_hits") && has(b"hitcount_value_sum") && has(b"real"));
+}
+
+/// hitcount's own keys damaged: the cleaner's status of another type, and
+/// the leader lease of another type or without an expiry (which no worker
+/// writes). A worker used to die on the first (and the next one, and the
+/// next), and never to lead with the second: no cleaning, no trimming.
+#[test]
+fn its_own_keys_damaged_stop_no_worker_and_block_no_lease() {
+    let srv = server();
+    let url = srv.url();
+    let mut r = redis_of(&url);
+    let recorded = |r: &mut redis::Connection| -> Option<String> {
+        redis::cmd("HGET")
+            .arg("hc:cleaner")
+            .arg("leader")
+            .query(r)
+            .ok()
+            .flatten()
+    };
+    let leader = |r: &mut redis::Connection| -> redis::Value {
+        redis::cmd("GET").arg("hitcount:leader").query(r).unwrap()
+    };
+    for (round, damage) in ["RPUSH", "SET"].into_iter().enumerate() {
+        let _: () = redis::pipe()
+            .cmd("DEL")
+            .arg("hc:cleaner")
+            .arg("hitcount:leader")
+            .cmd("SET")
+            .arg("hc:cleaner")
+            .arg("garbage")
+            .cmd(damage)
+            .arg("hitcount:leader")
+            .arg("someone")
+            .query(&mut r)
+            .unwrap();
+        let listen = free_addr();
+        let name = format!("w{round}");
+        let mut worker = start_worker(&url, &name, &listen, &["--clean-interval", "1"]);
+        let token = wait_for("a pass recorded", Duration::from_secs(60), || {
+            worker.assert_running();
+            recorded(&mut r)
+        });
+        assert!(token.starts_with(&format!("{name}/")), "{token}");
+        assert_eq!(leader(&mut r), redis::Value::BulkString(token.into_bytes()));
+        let status = run_hitcount(&["status", "--redis-url", &url]);
+        let out = String::from_utf8_lossy(&status.stdout);
+        assert!(
+            status.status.success(),
+            "{}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        assert!(out.contains(&format!("leader: {name}/")), "{out}");
+        assert!(worker
+            .stderr()
+            .contains("took a lease from a key no holder wrote"));
+        assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
+    }
+}
+
+/// A dead-letter stream of another type (a `--dead-stream` that names
+/// another program's key): the worker stops in one line naming the setting,
+/// before it commits anything. Its commit script used to fail halfway, the
+/// window committed and the dead letters lost; the rest went on as if
+/// Redis were away.
+#[test]
+fn a_dead_letter_stream_of_another_type_stops_the_worker_before_it_commits() {
+    let srv = server();
+    let url = srv.url();
+    let mut r = redis_of(&url);
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg("hits:dead").arg("another program's");
+    for _ in 0..3 {
+        pipe.cmd("XADD")
+            .arg("hits")
+            .arg("*")
+            .arg("name")
+            .arg("good");
+    }
+    pipe.cmd("XADD").arg("hits").arg("*").arg("nope").arg("x");
+    let _: () = pipe.query(&mut r).unwrap();
+    let mut worker = start_worker(&url, "w1", &free_addr(), &[]);
+    let status = worker
+        .wait(Duration::from_secs(60))
+        .expect("the worker stops");
+    let err = worker.stderr();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("HITCOUNT_DEAD_STREAM"), "{err}");
+    let pending = |r: &mut redis::Connection| -> i64 {
+        let summary: (i64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
+            .arg("hits")
+            .arg("hitcount")
+            .query(r)
+            .unwrap();
+        summary.0
+    };
+    let counted = |r: &mut redis::Connection| -> i64 {
+        let counts: Vec<i64> = redis::cmd("HVALS")
+            .arg("count:86400:good")
+            .query(r)
+            .unwrap();
+        counts.iter().sum()
+    };
+    assert_eq!(
+        (pending(&mut r), counted(&mut r)),
+        (4, 0),
+        "nothing committed"
+    );
+    // The key set right, every hit is counted once and the bad entry
+    // dead-lettered once.
+    let _: () = redis::cmd("DEL").arg("hits:dead").query(&mut r).unwrap();
+    let mut worker = start_worker(&url, "w2", &free_addr(), &["--claim-idle-ms", "1000"]);
+    wait_for("every entry done", Duration::from_secs(60), || {
+        worker.assert_running();
+        (pending(&mut r) == 0).then_some(())
+    });
+    let dead: i64 = redis::cmd("XLEN").arg("hits:dead").query(&mut r).unwrap();
+    assert_eq!((counted(&mut r), dead), (3, 1));
+    assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
 }

@@ -56,8 +56,17 @@ fn load_interrupted_by_ctrl_c_says_what_it_sent() {
 #[test]
 fn an_import_of_a_line_that_never_ends_stops_on_ctrl_c() {
     let srv = server();
+    // A sparse file of a terabyte of NULs: a line that does not end in any
+    // test's time.
+    let dir = tempfile::tempdir().unwrap();
+    let endless = dir.path().join("endless.log");
+    std::fs::File::create(&endless)
+        .and_then(|f| f.set_len(1 << 40))
+        .unwrap();
     let mut cmd = hitcount();
-    cmd.args(["import", "/dev/zero", "--redis-url", &srv.url()]);
+    cmd.arg("import")
+        .arg(&endless)
+        .args(["--redis-url", &srv.url()]);
     let mut import = Child::spawn("import", cmd);
     std::thread::sleep(Duration::from_secs(1));
     import.assert_running();
@@ -67,7 +76,36 @@ fn an_import_of_a_line_that_never_ends_stops_on_ctrl_c() {
         .expect("import exits after Ctrl-C");
     let err = import.stderr();
     assert_eq!(status.code(), Some(1), "{err}");
-    assert!(err.contains("/dev/zero: interrupted after line 0"), "{err}");
+    assert!(
+        err.contains("endless.log: interrupted after line 0"),
+        "{err}"
+    );
+}
+
+/// A pipe (`import <(zcat …)`, a FIFO) or a device is refused in one line:
+/// the import reads a file from its start three times (its kind, its
+/// identity, its lines), so a pipe lost its first bytes to the first two,
+/// and the counts with them.
+#[test]
+fn an_import_of_a_pipe_or_a_device_is_refused_not_cut() {
+    let srv = server();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("lines.fifo");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    for path in [fifo.as_path(), std::path::Path::new("/dev/zero")] {
+        let mut cmd = hitcount();
+        cmd.arg("import")
+            .arg(path)
+            .args(["--redis-url", &srv.url()]);
+        let mut import = Child::spawn("import", cmd);
+        let status = import
+            .wait(Duration::from_secs(30))
+            .expect("refused at once");
+        let err = import.stderr();
+        assert_eq!(status.code(), Some(1), "{err}");
+        assert!(err.contains("not a regular file"), "{err}");
+    }
 }
 
 /// `status --stream typo` beside a real deployment: one line saying the

@@ -1,7 +1,7 @@
 //! The stream as others leave it: an entry ID far in the future, a stream
 //! whose last possible ID is used, a group whose lag Redis misreports after
-//! a restart from its AOF, producers and workers with different shard
-//! counts.
+//! a restart from its AOF, a group destroyed under running workers,
+//! producers and workers with different shard counts.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -370,4 +370,67 @@ fn producers_and_workers_agree_on_the_shard_count() {
     for w in [&mut w1, &mut w2] {
         assert_eq!(w.terminate(Duration::from_secs(25)).code(), Some(0));
     }
+}
+
+/// `XGROUP DESTROY` under a running worker: the group is made again after
+/// the newest entry the worker committed, so what it counted is not counted
+/// again (it was made again from the stream's start: every entry still in
+/// the stream counted twice).
+#[test]
+fn a_group_destroyed_under_a_worker_counts_nothing_twice() {
+    let srv = server();
+    let url = srv.url();
+    let mut r = redis(&url);
+    let send = |r: &mut redis::Connection, n: usize| {
+        let mut pipe = redis::pipe();
+        for _ in 0..n {
+            pipe.cmd("XADD")
+                .arg("hits")
+                .arg("*")
+                .arg("name")
+                .arg("g")
+                .ignore();
+        }
+        let _: () = pipe.query(r).unwrap();
+    };
+    let counted = |r: &mut redis::Connection| -> i64 {
+        let counts: Vec<i64> = redis::cmd("HVALS").arg("count:86400:g").query(r).unwrap();
+        counts.iter().sum()
+    };
+    // Every entry the group has read and acknowledged: the count is final.
+    let settled = |r: &mut redis::Connection| -> bool {
+        let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg("hits")
+            .query(r)
+            .unwrap_or_default();
+        groups.first().is_some_and(|g| {
+            g.get("lag") == Some(&redis::Value::Int(0))
+                && g.get("pending") == Some(&redis::Value::Int(0))
+        })
+    };
+    let listen = bin::free_addr();
+    let mut worker = bin::start_worker(&url, "w1", &listen, &[]);
+    send(&mut r, 100);
+    bin::wait_for("the first hits counted", Duration::from_secs(60), || {
+        (counted(&mut r) == 100 && settled(&mut r)).then_some(())
+    });
+    let _: () = redis::cmd("XGROUP")
+        .arg("DESTROY")
+        .arg("hits")
+        .arg("hitcount")
+        .query(&mut r)
+        .unwrap();
+    send(&mut r, 100);
+    bin::wait_for(
+        "the group made again and read",
+        Duration::from_secs(60),
+        || {
+            worker.assert_running();
+            (counted(&mut r) >= 200 && settled(&mut r)).then_some(())
+        },
+    );
+    assert_eq!(counted(&mut r), 200, "{}", worker.stderr());
+    assert!(worker.stderr().contains("the consumer group was gone"));
+    assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
 }

@@ -82,7 +82,7 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
         let sent = prefill(&mut conn, &stream, workload, opts.entries, opts.values).await?;
         for &w in &opts.workers {
             for group in [ceiling::group(w), workers::group(w)] {
-                ensure_group(&mut conn, &Keys::named(&stream, &group, "")).await?;
+                ensure_group(&mut conn, &Keys::named(&stream, &group, ""), None).await?;
             }
         }
         for &w in &opts.workers {
@@ -100,7 +100,12 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
     if !opts.values && opts.workload.contains(&Workload::Hot) && opts.workers.contains(&1) {
         let stream = "bench:values:hits";
         let sent = prefill(&mut conn, stream, Workload::Hot, opts.entries, true).await?;
-        ensure_group(&mut conn, &Keys::named(stream, &workers::group(1), "")).await?;
+        ensure_group(
+            &mut conn,
+            &Keys::named(stream, &workers::group(1), ""),
+            None,
+        )
+        .await?;
         report.values = Some(workers::run(&mut conn, opts, stream, 1, &sent).await?);
         delete_matching(&mut conn, "bench:*").await?;
     }

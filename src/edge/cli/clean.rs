@@ -176,10 +176,8 @@ async fn next_pass(
     holder: &str,
     interval: Duration,
 ) -> redis::RedisResult<String> {
-    let last: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-        .arg(keys.cleaner_status())
-        .query_async(conn)
-        .await?;
+    let last: std::collections::HashMap<String, String> =
+        crate::service::duties::last_recorded(conn, keys).await?;
     let number = |field: &str| last.get(field).and_then(|v| v.parse::<i64>().ok());
     let now_ms = crate::model::clock::unix_ms();
     Ok(next_pass_text(

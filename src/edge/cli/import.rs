@@ -224,8 +224,17 @@ fn bar(size: u64, name: &str) -> ProgressBar {
 }
 
 /// Opens `path`: its identity, and a reader of its lines (decompressed
-/// when it is gzipped) that counts the bytes read from disk.
+/// when it is gzipped) that counts the bytes read from disk. It is read
+/// three times from its start (its kind, its identity, its lines), so it
+/// must be a regular file: a pipe would lose its first bytes to the first
+/// two, and could not be resumed.
 fn open(path: &Path) -> io::Result<Opened> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(io::Error::other(
+            "not a regular file (a pipe, a device or a directory): an import must be \
+             resumable, so save the lines to a file and import that",
+        ));
+    }
     let gzipped = {
         let mut magic = [0u8; 2];
         let n = File::open(path)?.read(&mut magic)?;

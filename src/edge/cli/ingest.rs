@@ -72,6 +72,27 @@ pub(crate) struct Args {
     pub(super) common: super::Pick<Common, super::Sends>,
 }
 
+/// The tokens as given, each trimmed: an empty value is none (as for any
+/// setting), but a list with an empty item, or a token with a space inside,
+/// is refused, not read as fewer tokens: `"$A,$B"` with both unset must not
+/// turn authentication off.
+fn checked_tokens(tokens: Vec<String>) -> anyhow::Result<Vec<String>> {
+    if tokens.is_empty() || tokens == [""] {
+        return Ok(Vec::new());
+    }
+    let tokens: Vec<String> = tokens.iter().map(|t| t.trim().to_string()).collect();
+    if tokens
+        .iter()
+        .any(|t| t.is_empty() || t.contains(char::is_whitespace))
+    {
+        anyhow::bail!(
+            "HITCOUNT_INGEST_TOKENS (--tokens) has an empty token or one with a space: give \
+             tokens separated by commas alone, or leave it unset to take requests without one"
+        );
+    }
+    Ok(tokens)
+}
+
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     let client = crate::store::connect::client(&args.common.redis)?;
@@ -84,7 +105,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     };
     let appender = Appender::new(client, &args.common.stream, args.id_horizon);
     let settings = Settings {
-        tokens: args.tokens.into_iter().filter(|t| !t.is_empty()).collect(),
+        tokens: checked_tokens(args.tokens)?,
         origins: args.origins.into_iter().filter(|o| !o.is_empty()).collect(),
         browser_prefix: args.browser_prefix,
         max_body: usize::try_from(args.max_body).unwrap_or(usize::MAX),
@@ -149,4 +170,23 @@ async fn bind_statsd(addr: &str) -> anyhow::Result<(UdpSocket, TcpListener)> {
         .await
         .with_context(what)?;
     Ok((udp, tcp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checked_tokens;
+
+    #[test]
+    fn tokens_with_a_hole_are_refused_not_dropped() {
+        let list = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(checked_tokens(list(&[])).unwrap(), list(&[]));
+        assert_eq!(checked_tokens(list(&[""])).unwrap(), list(&[]));
+        assert_eq!(
+            checked_tokens(list(&["a", " b "])).unwrap(),
+            list(&["a", "b"])
+        );
+        for bad in [&["", ""][..], &[" "], &["a", "", "b"], &["a b"]] {
+            assert!(checked_tokens(list(bad)).is_err(), "{bad:?}");
+        }
+    }
 }

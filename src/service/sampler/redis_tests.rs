@@ -36,7 +36,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        crate::store::stream::ensure_group(&mut c, &keys)
+        crate::store::stream::ensure_group(&mut c, &keys, None)
             .await
             .unwrap();
         let Sample {
@@ -86,7 +86,9 @@ mod tests {
             }
         }
         for k in &shards[..shards.len() - 1] {
-            crate::store::stream::ensure_group(c, k).await.unwrap();
+            crate::store::stream::ensure_group(c, k, None)
+                .await
+                .unwrap();
         }
         let _: redis::Value = crate::store::stream::read(c, &shards[0], "c1", delivered, None, ">")
             .await

@@ -64,12 +64,14 @@ impl Worker {
             }
         }
         self.batch.count_recorded();
+        let ids = IdList::parse(self.batch.ids()).ok_or_else(|| StoreError::Unexpected {
+            what: "reading the stream",
+            reply: "an entry id that is not MS-SEQ".into(),
+        })?;
+        self.newest_committed = self.newest_committed.max(ids.newest());
         self.deferred.push(Deferred {
             window: window_id,
-            ids: IdList::parse(self.batch.ids()).ok_or_else(|| StoreError::Unexpected {
-                what: "reading the stream",
-                reply: "an entry id that is not MS-SEQ".into(),
-            })?,
+            ids,
             committed: started,
             oldest_ms: self.batch.oldest_ms(),
         });

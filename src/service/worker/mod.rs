@@ -104,6 +104,9 @@ pub(crate) struct Worker {
     batch: Batch,
     /// Redis' clock, which judges the entries' times.
     clock: RedisClock,
+    /// The newest entry of a window this worker committed: where its group
+    /// is made again if it finds it gone.
+    newest_committed: Option<(u64, u64)>,
     /// Count cells of recorded windows, waiting to be applied summed.
     carry: Carry,
     /// The windows whose cells `carry` holds, entries still pending.
@@ -176,6 +179,7 @@ impl Worker {
             seq: 0,
             batch,
             clock: RedisClock::default(),
+            newest_committed: None,
             carry,
             deferred: Vec::new(),
             carrying: None,

@@ -37,7 +37,15 @@ impl Worker {
             self.registration.acquire(conn).await?;
             self.registered = true;
         }
-        stream::ensure_group(conn, &self.keys).await?;
+        if stream::ensure_group(conn, &self.keys, self.newest_committed).await? {
+            if let Some((ms, seq)) = self.newest_committed {
+                tracing::warn!(consumer = %self.consumer, group = %self.keys.group,
+                    after = %format!("{ms}-{seq}"),
+                    "the consumer group was gone (destroyed?) and is made again after the \
+                     newest entry this worker committed, not from the stream's start: what \
+                     was counted is not counted again");
+            }
+        }
         // The epoch is read before the pending entries: a claim after this
         // read bumps it, so no window can hold entries claimed since.
         self.epoch = self.committer.epoch(conn).await?;

@@ -36,7 +36,7 @@ mod tests {
         stalled.worker.claim_idle_ms = 1000;
         let k = keys(&stalled);
         crate::store::scripts::load_all(&mut c).await.unwrap();
-        crate::store::stream::ensure_group(&mut c, &k)
+        crate::store::stream::ensure_group(&mut c, &k, None)
             .await
             .unwrap();
         // The stalled worker: reads its epoch and the entries, then stops.
@@ -88,7 +88,7 @@ mod tests {
         let s = settings(&srv.url(), "gone");
         let k = keys(&s);
         crate::store::scripts::load_all(&mut c).await.unwrap();
-        crate::store::stream::ensure_group(&mut c, &k)
+        crate::store::stream::ensure_group(&mut c, &k, None)
             .await
             .unwrap();
         let committer = Committer::new(k.clone(), "gone".into(), 1000);

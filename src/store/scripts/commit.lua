@@ -38,6 +38,13 @@ local a = 6
 
 local finish = ARGV[a]
 local nfail = tonumber(ARGV[a + 1])
+-- Nothing is written before the dead-letter stream is known to be one (a
+-- missing key is one too): a key of another type there would fail this
+-- script halfway, the window committed and its dead letters lost.
+local window_at = a + 2 + nfail * 6
+if nfail > 0 or ARGV[window_at] ~= '' and tonumber(ARGV[window_at + 2]) > 0 then
+    redis.call('XLEN', KEYS[4])
+end
 a = a + 2
 if finish ~= '' and redis.call('EXISTS', KEYS[5]) == 1 then
     for i = 0, nfail - 1 do

@@ -87,6 +87,8 @@ scripts! {
     PENDING = "pending.lua";
     /// Remove consumers that are gone and own nothing.
     GC = "gc.lua";
+    /// Take a lease nobody holds (or that a key of no holder blocks).
+    ACQUIRE = "acquire.lua";
     /// Renew the leader lease if it is still this worker's.
     RENEW = "renew.lua";
     /// Release the leader lease (or a consumer registration) if it is still this worker's.

@@ -73,13 +73,17 @@ pub(crate) fn read(line: &[u8]) -> Result<Line<'_>, BadLine> {
     let mut parts = rest.split(|&b| b == b'|');
     let value = parts.next().ok_or(BadLine::Format)?;
     let kind = parts.next().ok_or(BadLine::Format)?;
-    let mut rate = 1.0;
+    let mut rate = None;
     for extra in parts {
         match extra.split_first() {
+            // One rate: which of two was meant is not ours to guess.
+            Some((b'@', _)) if rate.is_some() => return Err(BadLine::Format),
             Some((b'@', r)) => {
-                rate = number(r)
-                    .filter(|r| *r > 0.0 && *r <= 1.0)
-                    .ok_or(BadLine::Rate)?
+                rate = Some(
+                    number(r)
+                        .filter(|r| *r > 0.0 && *r <= 1.0)
+                        .ok_or(BadLine::Rate)?,
+                )
             }
             Some((b'#', _)) => {}
             _ => return Err(BadLine::Format),
@@ -95,6 +99,7 @@ pub(crate) fn read(line: &[u8]) -> Result<Line<'_>, BadLine> {
         _ => return Ok(Line::Ignored("other")),
     };
     let value = number(value).ok_or(BadLine::Value)?;
+    let rate = rate.unwrap_or(1.0);
     let (count, measured) = if counter {
         ((value / rate).round(), None)
     } else {
@@ -179,6 +184,7 @@ mod tests {
             ("a:1", "bad_format"),
             ("a:1|", "bad_format"),
             ("a:1|c|x", "bad_format"),
+            ("a:1|c|@0.5|@0.1", "bad_format"),
             ("a:x|c", "bad_value"),
             ("a:|c", "bad_value"),
             ("a:nan|ms", "bad_value"),

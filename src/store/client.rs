@@ -70,6 +70,12 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
         // program hitcount is a library of).
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
+    if args.cert.is_some() != args.key.is_some() {
+        return Err(ConfigError::Invalid {
+            setting: "--redis-cert / HITCOUNT_REDIS_CERT and --redis-key / HITCOUNT_REDIS_KEY",
+            reason: "a client certificate needs its key: set both, or neither".into(),
+        });
+    }
     let tls_files = args.ca.is_some() || args.cert.is_some();
     if tls_files && tls_urls == 0 {
         return Err(bad_url(format!(

@@ -429,6 +429,10 @@ async fn templates_gzip_request_times_and_ndjson() {
     // Its last line is still being written: left for a later import.
     let last = combined(now - 5, "GET", "/", 201);
     let (head, tail) = last.split_at(40);
+    // A file of that line alone has nothing to import yet.
+    std::fs::write(path("partial.log"), head).unwrap();
+    let out = import_ok(&url, &[&path("partial.log")]);
+    assert!(out.contains("partial.log: no whole line yet: nothing added; its last line has no line end (40 bytes)"), "{out}");
     std::fs::write(path("status.log"), statuses + head).unwrap();
     let by_status = ["--name-template", "status:{status}", &path("status.log")];
     let out = import_ok(&url, &by_status);

@@ -194,6 +194,32 @@ fn nonsense_values_are_refused_naming_the_setting_and_its_range() {
         1,
         &["standard input is not supported"],
     );
+    // Half a client certificate, an empty file setting, a rate that is no
+    // number, ingest tokens with a hole: one line each, naming the setting.
+    refused(
+        &["status", "--redis-url", "rediss://127.0.0.1:1"],
+        &[("HITCOUNT_REDIS_CERT", "/nonexistent")],
+        1,
+        &["HITCOUNT_REDIS_KEY", "needs its key"],
+    );
+    refused(
+        &["status"],
+        &[("HITCOUNT_REDIS_CA", "")],
+        1,
+        &["HITCOUNT_REDIS_CA", "an empty value is not accepted"],
+    );
+    refused(
+        &["ingest"],
+        &[("HITCOUNT_INGEST_RATE", "abc")],
+        1,
+        &["HITCOUNT_INGEST_RATE", "0..=4294967295"],
+    );
+    refused(
+        &["ingest", "--listen", "127.0.0.1:0"],
+        &[("HITCOUNT_INGEST_TOKENS", "a,")],
+        1,
+        &["HITCOUNT_INGEST_TOKENS", "empty token"],
+    );
 }
 
 /// Newcomer finding 6: a `--carry-ms` in its range but longer than a

@@ -186,6 +186,9 @@ fn summary(t: &Tally) -> String {
     if t.lines == 0 && t.at.lines == 0 && t.held_back == 0 {
         return "empty: nothing to import".into();
     }
+    if t.lines == 0 && t.at.lines == 0 {
+        return "no whole line yet: nothing added".into();
+    }
     if t.lines == 0 {
         return format!(
             "already imported ({}): nothing added",

@@ -58,7 +58,8 @@ pub(crate) struct Args {
     /// Requests a second from one client address, 0..=4294967295 (with a
     /// burst of as many); more are refused (429, with Retry-After). 0: no
     /// limit.
-    #[arg(long, env = "HITCOUNT_INGEST_RATE", default_value_t = 1000)]
+    #[arg(long, env = "HITCOUNT_INGEST_RATE", default_value_t = 1000,
+          value_parser = ranged::<u32>(0..=4_294_967_295))]
     rate: u32,
     /// How long a hit's id is remembered, in seconds, 1..=31536000: the
     /// same id sent again within it is counted once.

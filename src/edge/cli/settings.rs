@@ -176,9 +176,10 @@ pub(crate) fn refused_setting(
         err.get(ContextKind::ValidValue),
     ) {
         (Some(source), _) => source.to_string(),
-        (None, Some(ContextValue::Strings(valid))) => {
+        (None, Some(ContextValue::Strings(valid))) if !valid.is_empty() => {
             format!("must be one of {}", valid.join(", "))
         }
+        _ if value.is_empty() => "an empty value is not accepted: leave it unset".to_string(),
         _ => "not accepted".to_string(),
     };
     let given = args

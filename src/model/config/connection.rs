@@ -43,10 +43,10 @@ pub struct RedisArgs {
     #[arg(long = "redis-ca", env = "HITCOUNT_REDIS_CA")]
     pub ca: Option<PathBuf>,
     /// PEM client certificate for mutual TLS (with --redis-key).
-    #[arg(long = "redis-cert", env = "HITCOUNT_REDIS_CERT", requires = "key")]
+    #[arg(long = "redis-cert", env = "HITCOUNT_REDIS_CERT")]
     pub cert: Option<PathBuf>,
     /// PEM private key of the client certificate.
-    #[arg(long = "redis-key", env = "HITCOUNT_REDIS_KEY", requires = "cert")]
+    #[arg(long = "redis-key", env = "HITCOUNT_REDIS_KEY")]
     pub key: Option<PathBuf>,
 }
 

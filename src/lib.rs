@@ -42,6 +42,7 @@
 //!    │       registration.rs one live process per consumer name
 //!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties;
 //!    │       fence.rs  purge.rs  forget.rs   their fence, deletes, known: on a cluster
+//!    │       rescore.rs     known:'s scores kept 0, so that it pages by name
 //!    │       pass_report.rs what a cleaner pass did
 //!    │       sampler.rs  status.rs  health.rs  supervisor.rs  producer.rs
 //!    │       ingest.rs      what `ingest` appends: each id once (`cli`)

@@ -193,6 +193,16 @@ impl Pass<'_> {
                 );
             }
         }
+        let rescored =
+            crate::service::rescore::rescore(self.conn, &keys.known_of(family), PAGE).await?;
+        if rescored > 0 {
+            tracing::warn!(
+                members = rescored,
+                zset = keys.known_of(family),
+                "members with a score other than 0 (written by something else) set back to 0: \
+                 they hid others from every reader that pages by name"
+            );
+        }
         let mut min = b"-".to_vec();
         loop {
             self.cleaner.check()?;

@@ -26,6 +26,7 @@ pub(crate) mod purge;
 pub(crate) mod ranking;
 pub(crate) mod recovery;
 pub(crate) mod registration;
+pub(crate) mod rescore;
 pub(crate) mod sampler;
 #[cfg(feature = "cli")]
 pub(crate) mod shard_spread;

@@ -1,7 +1,7 @@
 //! Keys named as hitcount's but written by something else (another program
 //! sharing the Redis, a slip in redis-cli): a key of another type in the
-//! layout is left alone, and every other counter is still cleaned, ranked
-//! and read. One such key used to stop the cleaner for good (it retried
+//! layout is left alone, a member of `known:` scored other than 0 is set
+//! back to 0, and every other counter is still cleaned, ranked and read. One such key used to stop the cleaner for good (it retried
 //! the same page for ever) and to fail every ranking and remote read.
 
 use std::io::{Read, Write};
@@ -35,6 +35,11 @@ fn keys_of_another_type_are_left_alone_and_every_other_counter_served() {
         .zadd("known:", "60:other", 0)
         .set("stats:60:other", "text")
         .zadd("stats:known:", "60:other", 0)
+        // Members scored other than 0 (a careless ZINCRBY): Redis orders
+        // by name only members of one score, so these hid the others from
+        // every reader that pages by name.
+        .zadd("known:", "0:legacy", 1)
+        .zadd("stats:known:", "0:legacy", 1)
         .query(&mut r)
         .unwrap();
 
@@ -43,6 +48,15 @@ fn keys_of_another_type_are_left_alone_and_every_other_counter_served() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("left alone"), "{err}");
+    assert!(err.contains("set back to 0"), "{err}");
+    for zset in ["known:", "stats:known:"] {
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(zset)
+            .arg("0:legacy")
+            .query(&mut r)
+            .unwrap();
+        assert_eq!(score, Some(0.0), "{zset}");
+    }
     let fields: Vec<String> = redis::cmd("HKEYS")
         .arg("count:60:real")
         .query(&mut r)
@@ -154,6 +168,14 @@ fn its_own_keys_damaged_stop_no_worker_and_block_no_lease() {
         });
         assert!(token.starts_with(&format!("{name}/")), "{token}");
         assert_eq!(leader(&mut r), redis::Value::BulkString(token.into_bytes()));
+        // A consumer named to clear the screen is shown escaped.
+        let _: i64 = redis::cmd("XGROUP")
+            .arg("CREATECONSUMER")
+            .arg("hits")
+            .arg("hitcount")
+            .arg(format!("evil{round}\x1b[2J\u{202e}"))
+            .query(&mut r)
+            .unwrap();
         let status = run_hitcount(&["status", "--redis-url", &url]);
         let out = String::from_utf8_lossy(&status.stdout);
         assert!(
@@ -162,6 +184,9 @@ fn its_own_keys_damaged_stop_no_worker_and_block_no_lease() {
             String::from_utf8_lossy(&status.stderr)
         );
         assert!(out.contains(&format!("leader: {name}/")), "{out}");
+        let shown = format!("consumer evil{round}\\u{{1b}}[2J\\u{{202e}}:");
+        assert!(out.contains(&shown), "{out}");
+        assert!(!out.contains('\x1b') && !out.contains('\u{202e}'), "{out}");
         assert!(worker
             .stderr()
             .contains("took a lease from a key no holder wrote"));

@@ -109,7 +109,12 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let shard = crate::model::keys::Keys::shard_of_name(&args.name, args.common.stream.shards);
     let to =
         crate::model::keys::Keys::shard(&args.common.layout, &args.common.stream, shard, false);
-    outln!("sent {} x{}{value} to {}", args.name, args.count, to.stream);
+    outln!(
+        "sent {} x{}{value} to {}",
+        crate::model::event::printable(&args.name),
+        args.count,
+        to.stream
+    );
     Ok(())
 }
 

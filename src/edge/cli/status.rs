@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use super::Common;
 use crate::model::config::LeaderArgs;
+use crate::model::event::printable;
 use crate::service::shard_spread::{MasterShards, ShardMove};
 use crate::service::status::{Leader, Shard, Status};
 use crate::store::counters::format_utc;
@@ -108,13 +109,15 @@ fn render(s: &Status, now_ms: i64) -> String {
         let _ = writeln!(
             out,
             "group {}: lag {lag} (estimate), backlog age {:.1} s, pending {}, {last}",
-            g.name, g.backlog_age_secs, g.pending
+            printable(&g.name),
+            g.backlog_age_secs,
+            g.pending
         );
         for c in &g.consumers {
             let _ = writeln!(
                 out,
                 "  consumer {}: pending {}, idle {:.1} s",
-                c.name,
+                printable(&c.name),
                 c.pending,
                 c.idle_ms as f64 / 1000.0
             );
@@ -124,7 +127,7 @@ fn render(s: &Status, now_ms: i64) -> String {
         render_shards(&mut out, &s.shards);
     }
     render_masters(&mut out, &s.masters, &s.evening_moves);
-    let _ = writeln!(out, "leader: {}", holder(s.leader.as_ref()));
+    let _ = writeln!(out, "leader: {}", printable(&holder(s.leader.as_ref())));
     let _ = writeln!(out, "known counters: {}", s.known_counters);
     if s.known_stats > 0 {
         let _ = writeln!(out, "known statistics: {}", s.known_stats);

@@ -304,10 +304,17 @@ pub(crate) fn ts_of_ms(ms: i64) -> f64 {
 
 /// A name (or any text a producer wrote) as shown on a terminal: its
 /// control characters escaped (`\u{1b}`), so that a hostile name cannot
-/// move the cursor or recolour the terminal it is printed on, and its
-/// backslashes doubled, so that an escape is never mistaken for the text.
+/// move the cursor or recolour the terminal it is printed on, and so are
+/// the invisible ones that reorder or break a line (`\u{202e}`, a
+/// right-to-left override; `\u{2028}`); its backslashes doubled, so that an
+/// escape is never mistaken for the text.
 pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    let escaped = |c: char| c.is_control() || c == '\\';
+    let escaped = |c: char| {
+        c.is_control()
+            || c == '\\'
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2028}'
+                | '\u{2029}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+    };
     if !text.chars().any(escaped) {
         return text.into();
     }

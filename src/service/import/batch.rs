@@ -400,6 +400,10 @@ mod tests {
         let shown = |b: &[u8]| event::printable(&String::from_utf8_lossy(b)).into_owned();
         assert_eq!(shown(b"a\x1b[31mred\tb\xff"), "a\\u{1b}[31mred\\tb\u{fffd}");
         assert_eq!(shown(b"a\\u{1b}"), "a\\\\u{1b}");
+        assert_eq!(
+            shown("a\u{202e}b\u{2028}".as_bytes()),
+            "a\\u{202e}b\\u{2028}"
+        );
         // The last line has no line end: it is left for a later import.
         let held = "a line still being written".len();
         assert_eq!(batch.held_back, held as u64);

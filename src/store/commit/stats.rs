@@ -4,9 +4,9 @@
 //! and its arguments to `apply.lua` (which writes them under the chunk's
 //! marker, with the counts).
 //!
-//! Numbers go to Redis as Rust's shortest round-trip decimal (`{}` of an
-//! `f64`: no exponent, no digit lost), which Lua's `tonumber` reads back to
-//! the same `f64`, so min and max are exact.
+//! Numbers go to Redis as the shortest text that reads back as the same
+//! `f64` (plain or with an exponent: [`decimal`]), which Lua's `tonumber`
+//! reads back exactly, so min and max are exact.
 
 use std::collections::BTreeMap;
 
@@ -111,15 +111,27 @@ pub(crate) fn decode(blob: Option<&[u8]>) -> Result<OwnedStats, String> {
 /// bucket, count, sum, sumsq, min, max, H, then H (field `B:h:SUFFIX`,
 /// count) pairs: the whole field name, which the script would otherwise
 /// build per bin.
+/// The shortest text that reads back as `v`: Rust's shortest round-trip
+/// digits, written plain (`12.5`) or with an exponent (`1e100`, `1e-7`),
+/// whichever is shorter (a subnormal plain is over 300 characters).
+fn decimal(v: f64) -> String {
+    let (plain, exp) = (v.to_string(), format!("{v:e}"));
+    if exp.len() < plain.len() {
+        exp
+    } else {
+        plain
+    }
+}
+
 pub(crate) fn push_args(cmd: &mut Cmd, stats: &[StatCell<'_>]) {
     for s in stats {
         let m = s.summary;
         cmd.arg(s.bucket)
             .arg(m.count)
-            .arg(m.sum.to_string())
-            .arg(m.sumsq.to_string())
-            .arg(m.min.to_string())
-            .arg(m.max.to_string())
+            .arg(decimal(m.sum))
+            .arg(decimal(m.sumsq))
+            .arg(decimal(m.min))
+            .arg(decimal(m.max))
             .arg(m.histogram.len());
         for (b, n) in &m.histogram {
             cmd.arg(format!("{}:h:{}", s.bucket, b.suffix())).arg(*n);
@@ -179,6 +191,25 @@ mod tests {
     }
 
     #[test]
+    fn numbers_go_as_the_shortest_text_that_reads_back() {
+        for (v, text) in [
+            (12.5, "12.5"),
+            (-0.25, "-0.25"),
+            (100.0, "100"),
+            (1e100, "1e100"),
+            (1e-7, "1e-7"),
+            (1e22, "1e22"),
+            (123456.0, "123456"),
+        ] {
+            assert_eq!(decimal(v), text);
+        }
+        for v in [5e-324, f64::MAX, 0.1 + 0.2, -1.2345678901234567e-200] {
+            assert_eq!(decimal(v).parse::<f64>(), Ok(v));
+            assert!(decimal(v).len() <= 25, "{}", decimal(v));
+        }
+    }
+
+    #[test]
     fn recorded_statistics_read_back_exactly() {
         let a = summary(&[(0.1, 3), (-2.5, 1), (0.0, 2), (1e-7, 1)], true);
         let b = summary(&[(1e15 + 0.5, 1)], false);
@@ -207,7 +238,7 @@ mod tests {
     }
 
     #[test]
-    fn numbers_go_to_redis_losslessly_and_without_exponent() {
+    fn numbers_go_to_redis_losslessly_and_shortest() {
         let s = summary(&[(0.1, 1), (1e-7, 1), (123456789.125, 2)], true);
         let cell = StatCell {
             precision: 60,
@@ -227,9 +258,10 @@ mod tests {
             .collect();
         assert_eq!(args[0..2], ["0", "4"]);
         for (text, v) in args[2..6].iter().zip([s.sum, s.sumsq, s.min, s.max]) {
-            assert!(!text.contains('e'), "{text}");
+            assert_eq!(*text, decimal(v));
             assert_eq!(text.parse::<f64>().unwrap(), v);
         }
+        assert_eq!(args[4], "1e-7");
         assert_eq!(args[5], "123456789.125");
         assert_eq!(args[6], s.histogram.len().to_string());
         let (first, n) = s.histogram.iter().next().unwrap();

@@ -120,6 +120,17 @@ fn keys_of_another_type_are_left_alone_and_every_other_counter_served() {
         "{}",
         String::from_utf8_lossy(&raw)
     );
+    // As every answer of serve: nothing in it may load or run (a GET is
+    // answered 405, with the same policy).
+    let csp = "content-security-policy: default-src 'none'";
+    assert!(String::from_utf8_lossy(&raw).to_lowercase().contains(csp));
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /api/v1/read HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut refused = String::new();
+    s.read_to_string(&mut refused).unwrap();
+    assert!(refused.starts_with("HTTP/1.1 405 "), "{refused}");
+    assert!(refused.to_lowercase().contains(csp), "{refused}");
     let body = &raw[raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..];
     let answer = snap::raw::Decoder::new().decompress_vec(body).unwrap();
     let has = |label: &[u8]| answer.windows(label.len()).any(|w| w == label);

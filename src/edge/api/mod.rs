@@ -211,7 +211,9 @@ fn route(path: &str) -> Option<Route<'_>> {
 async fn handle(api: &Api, req: Request<Incoming>) -> Resp {
     let path = req.uri().path();
     if path == remote_read::PATH {
-        return remote_read::answer(api, req).await;
+        let mut resp = remote_read::answer(api, req).await;
+        forbid_content(&mut resp);
+        return resp;
     }
     if !path.starts_with("/api/") {
         return assets::answer(req.method(), path);

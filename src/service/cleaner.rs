@@ -338,12 +338,14 @@ async fn each<'a, T: redis::FromRedisValue>(
     keys: impl Iterator<Item = &'a String>,
 ) -> Result<Vec<Option<T>>, CleanError> {
     let replies = conn.each_key_apart(command, keys).await?;
-    let read = |reply: redis::RedisResult<Value>| match reply {
-        Ok(v) => Ok(Some(redis::from_redis_value(v)?)),
-        Err(e) if crate::store::client::wrong_type(&e) => Ok(None),
-        Err(e) => Err(e),
+    let read = |reply| match crate::store::client::unless_wrong_type(reply)? {
+        Some(v) => Ok(Some(redis::from_redis_value(v)?)),
+        None => Ok(None),
     };
-    Ok(replies.into_iter().map(read).collect::<Result<_, _>>()?)
+    Ok(replies
+        .into_iter()
+        .map(read)
+        .collect::<redis::RedisResult<_>>()?)
 }
 
 /// `hashes` (indexes into `lens`, their lengths) in runs whose lengths add

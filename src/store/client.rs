@@ -237,6 +237,15 @@ pub(crate) fn wrong_type(e: &redis::RedisError) -> bool {
     e.code() == Some("WRONGTYPE")
 }
 
+/// A reply of [`Conn::query_each_apart`] for a reader that leaves out a
+/// key of another type: `None` for it, any other error as it is.
+pub(crate) fn unless_wrong_type(reply: RedisResult<Value>) -> RedisResult<Option<Value>> {
+    match reply {
+        Err(e) if wrong_type(&e) => Ok(None),
+        reply => reply.map(Some),
+    }
+}
+
 impl Conn {
     /// Whether this is a cluster connection.
     pub fn is_cluster(&self) -> bool {

@@ -5,7 +5,7 @@ use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 
 use crate::model::keys::Keys;
-use crate::store::client::{wrong_type, Conn};
+use crate::store::client::{unless_wrong_type, Conn};
 
 /// One sample of a counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -81,12 +81,9 @@ pub(crate) async fn hgetall_each<T: redis::FromRedisValue, U>(
     let mut out = Vec::with_capacity(hashes.len());
     for page in hashes.chunks(HASHES_PER_TRIP) {
         for reply in conn.each_key_apart("HGETALL", page).await? {
-            let reply = match reply {
-                // A key that is no hash (written by something else) holds
-                // nothing of hitcount's.
-                Err(e) if wrong_type(&e) => Value::Array(Vec::new()),
-                reply => reply?,
-            };
+            // A key that is no hash (written by something else) holds
+            // nothing of hitcount's.
+            let reply = unless_wrong_type(reply)?.unwrap_or(Value::Array(Vec::new()));
             out.push(parse(redis::from_redis_value(reply)?));
         }
     }

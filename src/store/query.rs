@@ -280,10 +280,8 @@ pub(crate) async fn rank(
             .collect();
         let mut ranked = Vec::with_capacity(names.len());
         for (name, reply) in names.into_iter().zip(conn.query_each_apart(cmds).await?) {
-            match reply {
-                Ok(reply) => ranked.extend(by.ranked(name, reply)),
-                Err(e) if crate::store::client::wrong_type(&e) => {}
-                Err(e) => return Err(e),
+            if let Some(reply) = crate::store::client::unless_wrong_type(reply)? {
+                ranked.extend(by.ranked(name, reply));
             }
         }
         best.extend(ranked);

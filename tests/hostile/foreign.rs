@@ -10,19 +10,13 @@ use std::time::Duration;
 
 use crate::common::bin::{free_addr, run_hitcount, start_worker, wait_for};
 use crate::common::{server, unix_now};
-
-/// A plain (blocking) connection to the test's Redis.
-fn redis_of(url: &str) -> redis::Connection {
-    redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .unwrap()
-}
+use crate::redis;
 
 #[test]
 fn keys_of_another_type_are_left_alone_and_every_other_counter_served() {
     let srv = server();
     let url = srv.url();
-    let mut r = redis_of(&url);
+    let mut r = redis(&url);
     let now = unix_now();
     let (minute, old) = (now - now % 60, now - now % 60 - 200 * 60);
     let stats = |b: i64| [(format!("{b}:count"), 2), (format!("{b}:sum"), 5)];
@@ -145,7 +139,7 @@ fn keys_of_another_type_are_left_alone_and_every_other_counter_served() {
 fn its_own_keys_damaged_stop_no_worker_and_block_no_lease() {
     let srv = server();
     let url = srv.url();
-    let mut r = redis_of(&url);
+    let mut r = redis(&url);
     let recorded = |r: &mut redis::Connection| -> Option<String> {
         redis::cmd("HGET")
             .arg("hc:cleaner")
@@ -214,7 +208,7 @@ fn its_own_keys_damaged_stop_no_worker_and_block_no_lease() {
 fn a_dead_letter_stream_of_another_type_stops_the_worker_before_it_commits() {
     let srv = server();
     let url = srv.url();
-    let mut r = redis_of(&url);
+    let mut r = redis(&url);
     let mut pipe = redis::pipe();
     pipe.cmd("SET").arg("hits:dead").arg("another program's");
     for _ in 0..3 {

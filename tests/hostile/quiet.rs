@@ -8,13 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::bin::{free_addr, hitcount, run_hitcount, start_worker, wait_for, Child};
 use crate::common::server;
-
-/// A plain (blocking) connection to the test's Redis.
-fn redis(url: &str) -> redis::Connection {
-    redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .expect("connecting to the test's redis-server")
-}
+use crate::redis;
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

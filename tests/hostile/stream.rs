@@ -10,9 +10,7 @@ use crate::common::bin::{self, hitcount, Child};
 use crate::common::{server, server_with, unix_now};
 use hitcount_lab::kit::ServerOptions;
 
-fn redis(url: &str) -> redis::Connection {
-    redis::Client::open(url).unwrap().get_connection().unwrap()
-}
+use crate::redis;
 
 /// `hitcount ARGS` on `url`: exit code, stdout, stderr; a run still going
 /// after a minute fails the test (a hang is the bug here).

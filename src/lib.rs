@@ -26,7 +26,8 @@
 //!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐
 //!    │                      assets.rs: the dashboard page (assets/)          │
 //!    │                      stats.rs: /api/v1/stats/{name}; top.rs: /top     │
-//!    │                      remote_read/: Prometheus' remote read, /read     │
+//!    │                      remote_read/: Prometheus' remote read, /read;    │
+//!    │                      turn.rs: what the requests read at once          │
 //!    │       ingest/        `hitcount ingest`: POST /api/v1/hits; browser.rs │
 //!    │                      (CORS, /hitcount.js), rate.rs (per client),      │
 //!    │                      statsd.rs (StatsD over UDP and TCP)              │

@@ -16,8 +16,9 @@ pub struct Sample {
     pub count: i64,
 }
 
-/// The samples of counter `name` at `precision`, oldest first. Fields that
-/// are not integers (written by something else) are skipped; see
+/// The samples of counter `name` at `precision`, oldest first (none when
+/// its key is no hash). Fields that are not integers (written by something
+/// else) are skipped; see
 /// [`read_counter`] to learn about them.
 pub async fn read<C: ConnectionLike>(
     conn: &mut C,
@@ -47,10 +48,27 @@ pub async fn read_counter<C: ConnectionLike>(
     precision: u32,
     name: &str,
 ) -> RedisResult<Counter> {
-    let raw: Vec<(String, String)> = redis::Cmd::hgetall(keys.count(precision, name))
+    let reply = redis::Cmd::hgetall(keys.count(precision, name))
         .query_async(conn)
-        .await?;
-    Ok(parse(raw))
+        .await;
+    Ok(parse(whole_hash(reply)?))
+}
+
+/// The number of fields of hash `key` (one HLEN; 0 for a key that is no
+/// hash): what reading it whole costs.
+pub(crate) async fn fields<C: ConnectionLike>(conn: &mut C, key: &str) -> RedisResult<u64> {
+    let reply = redis::Cmd::hlen(key).query_async(conn).await;
+    Ok(match unless_wrong_type(reply)? {
+        Some(n) => redis::from_redis_value(n)?,
+        None => 0,
+    })
+}
+
+/// The reply of an HGETALL read as `T`, a key that is no hash (written by
+/// something else, holding nothing of hitcount's) as an empty hash.
+pub(crate) fn whole_hash<T: redis::FromRedisValue>(reply: RedisResult<Value>) -> RedisResult<T> {
+    let reply = unless_wrong_type(reply)?.unwrap_or(Value::Array(Vec::new()));
+    Ok(redis::from_redis_value(reply)?)
 }
 
 /// The counters of `(precision, name)` each, as [`read_counter`] reads one.
@@ -81,10 +99,7 @@ pub(crate) async fn hgetall_each<T: redis::FromRedisValue, U>(
     let mut out = Vec::with_capacity(hashes.len());
     for page in hashes.chunks(HASHES_PER_TRIP) {
         for reply in conn.each_key_apart("HGETALL", page).await? {
-            // A key that is no hash (written by something else) holds
-            // nothing of hitcount's.
-            let reply = unless_wrong_type(reply)?.unwrap_or(Value::Array(Vec::new()));
-            out.push(parse(redis::from_redis_value(reply)?));
+            out.push(parse(whole_hash(reply)?));
         }
     }
     Ok(out)

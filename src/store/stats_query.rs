@@ -30,7 +30,8 @@ pub async fn exists<C: ConnectionLike>(
 
 /// The statistics of `name` at `precision`, buckets oldest first, those
 /// with `from ≤ bucket ≤ until` only; `None` when there are none at all
-/// (no hash, no `stats:known:` member). Fields that are not UTF-8 or not
+/// (no hash, no `stats:known:` member; a key that is no hash is read as an
+/// empty one). Fields that are not UTF-8 or not
 /// well-formed are skipped and counted in [`StatsHash::skipped`], never an
 /// error.
 pub async fn read<C: ConnectionLike>(
@@ -41,9 +42,10 @@ pub async fn read<C: ConnectionLike>(
     from: Option<i64>,
     until: Option<i64>,
 ) -> RedisResult<Option<StatsHash>> {
-    let raw: Vec<(Vec<u8>, Vec<u8>)> = redis::Cmd::hgetall(keys.stats(precision, name))
+    let reply = redis::Cmd::hgetall(keys.stats(precision, name))
         .query_async(conn)
-        .await?;
+        .await;
+    let raw: Vec<(Vec<u8>, Vec<u8>)> = counters::whole_hash(reply)?;
     if raw.is_empty() && !query::is_listed(conn, keys, Family::Stats, precision, name).await? {
         return Ok(None);
     }

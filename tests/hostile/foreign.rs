@@ -91,9 +91,19 @@ fn keys_of_another_type_are_left_alone_and_every_other_counter_served() {
         assert!(!text.contains("other"), "{text}");
     }
 
+    let (_serve, addr) = crate::http::serve(&url, &[]);
+    // Each key alone, as the dashboard opens it: a name without samples
+    // (a 500 "Redis refused the query" before).
+    for (path, empty) in [
+        ("counters/other", r#""samples":[]"#),
+        ("stats/other", r#""buckets":[]"#),
+    ] {
+        let (status, _, body) = crate::http::get(&addr, &format!("/api/v1/{path}?precision=60"));
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(body.contains(empty), "{path}: {body}");
+    }
     // A remote read of every metric at precision 60: the counter's hits
     // and statistics (the other key reads as a counter without hits).
-    let (_serve, addr) = crate::http::serve(&url, &[]);
     let read = crate::http::remote_read(
         now - 600,
         now + 60,

@@ -279,7 +279,7 @@ async fn trickled_hits_starve_no_one() {
 }
 
 /// `(status, headers in lower case, body)` of `GET path`.
-fn get(addr: &str, path: &str) -> (u16, String, String) {
+pub(crate) fn get(addr: &str, path: &str) -> (u16, String, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -512,6 +512,77 @@ async fn a_counter_says_whether_it_has_statistics() {
         .unwrap();
     let (_, _, body) = get(&addr, "/api/v1/counters/n0?precision=60");
     assert_eq!(json(&body)["stats"], true, "{body}");
+}
+
+/// Hashes larger than serve reads at once are read whole, each in its
+/// turn, while a small counter is answered beside them. 48 reads of a
+/// 500,000-field counter at once used to keep every request, small ones
+/// included, past the reply timeout: 503 for all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hashes_larger_than_a_turn_are_read_whole_in_turn() {
+    /// Buckets of the large counter: two reads of it hold more fields
+    /// than serve reads at once (1,000,000), so one waits for the other.
+    const BUCKETS: i64 = 600_000;
+    /// Buckets of the statistics, 5 fields each: more than a hash read
+    /// without a turn (10,000 fields).
+    const STAT_BUCKETS: i64 = 2_400;
+    let srv = common::server();
+    let url = srv.url();
+    let now = unix_now();
+    let mut c = common::conn(&url).await;
+    for chunk in (now - BUCKETS + 1..=now).collect::<Vec<_>>().chunks(20_000) {
+        let fields: Vec<(i64, i64)> = chunk.iter().map(|&t| (t, 1)).collect();
+        let _: () = redis::pipe()
+            .hset_multiple("count:1:big", &fields)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let mut stats = Vec::new();
+    for t in now - STAT_BUCKETS + 1..=now {
+        for (f, v) in [
+            ("count", 2),
+            ("sum", 6),
+            ("sumsq", 20),
+            ("min", 2),
+            ("max", 4),
+        ] {
+            stats.push((format!("{t}:{f}"), v));
+        }
+    }
+    let _: () = redis::pipe()
+        .hset_multiple("stats:1:big", &stats)
+        .hset("count:1:small", now, 5)
+        .zadd("known:", "1:big", 0)
+        .zadd("known:", "1:small", 0)
+        .zadd("stats:known:", "1:big", 0)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let samples = (BUCKETS + 10).to_string();
+    let (_serve, addr) = serve(&url, &["--precisions", "1", "--samples", &samples]);
+    let addr: SocketAddr = addr.parse().unwrap();
+
+    let read = |ip: [u8; 4], path: &'static str| tokio::spawn(get_from(ip, addr, path));
+    let bigs = [1, 2].map(|i| read([127, 0, 2, i], "/api/v1/counters/big?precision=1"));
+    let stats = read([127, 0, 2, 3], "/api/v1/stats/big?precision=1");
+    let small = read([127, 0, 3, 1], "/api/v1/counters/small?precision=1");
+    for big in bigs {
+        let (status, _, body) = big.await.unwrap();
+        assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
+        let samples = json(&body)["samples"].as_array().unwrap().clone();
+        assert_eq!(samples.len() as i64, BUCKETS);
+        assert!(samples.iter().all(|s| s[1] == 1));
+        assert_eq!(samples.last().unwrap()[0], now);
+    }
+    let (status, _, body) = stats.await.unwrap();
+    assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
+    let buckets = json(&body)["buckets"].as_array().unwrap().clone();
+    assert_eq!(buckets.len() as i64, STAT_BUCKETS);
+    assert!(buckets.iter().all(|b| b["count"] == 2 && b["mean"] == 3.0));
+    let (status, _, body) = small.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["samples"], serde_json::json!([[now, 5]]));
 }
 
 #[test]

@@ -29,6 +29,7 @@ pub(crate) mod params;
 pub(crate) mod remote_read;
 pub(crate) mod stats;
 pub(crate) mod top;
+mod turn;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,6 +49,7 @@ use crate::service::ranking::{RankError, Rankings, KEEP};
 use crate::store::connect::{Client, Conn, ErrorClass};
 use crate::store::query;
 use params::{decode, Query};
+use turn::Turns;
 
 const JSON: &str = "application/json; charset=utf-8";
 /// Names per page of `/api/v1/counters` and `/api/v1/top` unless `limit`.
@@ -70,9 +72,8 @@ pub(crate) struct Api {
     /// The precisions whose statistics keep a quantile histogram.
     quantile_precisions: Vec<u32>,
     rankings: Rankings,
-    /// Samples the remote reads being answered may hold between them
-    /// ([`remote_read::SAMPLES_AT_ONCE`] permits, one a sample).
-    reading: tokio::sync::Semaphore,
+    /// What the requests under way may read at once.
+    turns: Turns,
 }
 
 impl Api {
@@ -89,7 +90,7 @@ impl Api {
             precisions: layout.precisions.clone(),
             samples: layout.samples.max(1),
             quantile_precisions: layout.quantile_precisions(),
-            reading: tokio::sync::Semaphore::new(remote_read::SAMPLES_AT_ONCE as usize),
+            turns: Turns::new(),
         }
     }
 
@@ -162,15 +163,25 @@ enum Failure {
     /// A body over the limits (413).
     TooLarge(String),
     NotFound(String),
-    /// Ask again after this long.
-    Busy(Duration),
+    /// Ask again after `retry` (429).
+    Busy {
+        why: String,
+        retry: Duration,
+    },
     Redis(RedisError),
 }
 
 impl From<RankError> for Failure {
     fn from(e: RankError) -> Failure {
         match e {
-            RankError::Busy(wait) => Failure::Busy(wait),
+            RankError::Busy(wait) => {
+                let secs = wait.as_secs().max(1);
+                let why = format!(
+                    "too many rankings asked: one scan at a time, {} a minute; retry in {secs} s",
+                    crate::service::ranking::SCANS_PER_MINUTE
+                );
+                Failure::Busy { why, retry: wait }
+            }
             RankError::Redis(e) => Failure::Redis(e),
         }
     }
@@ -240,12 +251,8 @@ async fn handle(api: &Api, req: Request<Incoming>) -> Resp {
         Err(Failure::BadRequest(why)) => error(StatusCode::BAD_REQUEST, &why),
         Err(Failure::NotFound(why)) => error(StatusCode::NOT_FOUND, &why),
         Err(Failure::TooLarge(why)) => error(StatusCode::PAYLOAD_TOO_LARGE, &why),
-        Err(Failure::Busy(wait)) => {
-            let secs = wait.as_secs().max(1);
-            let why = format!(
-                "too many rankings asked: one scan at a time, {} a minute; retry in {secs} s",
-                crate::service::ranking::SCANS_PER_MINUTE
-            );
+        Err(Failure::Busy { why, retry }) => {
+            let secs = retry.as_secs().max(1);
             let mut resp = error(StatusCode::TOO_MANY_REQUESTS, &why);
             resp.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from(secs));
@@ -343,9 +350,12 @@ impl Series {
 async fn counter(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
     let s = Series::parse(api, raw, q, "counter")?;
     let mut conn = api.conn().await?;
+    let key = api.keys.count(s.precision, &s.name);
+    let turn = api.turns.whole_hash(&mut conn, &key).await?;
     let samples = query::samples(&mut conn, &api.keys, s.precision, &s.name, s.from, s.until)
         .await?
         .ok_or_else(|| s.not_found("counter"))?;
+    drop(turn);
     let stats =
         crate::store::stats_query::exists(&mut conn, &api.keys, s.precision, &s.name).await?;
     to_json(&CounterBody {

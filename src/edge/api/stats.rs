@@ -22,6 +22,8 @@ struct StatsBody<'a> {
 pub(super) async fn stats(api: &Api, raw: &str, q: &Query) -> Result<String, Failure> {
     let s = Series::parse(api, raw, q, "statistics")?;
     let mut conn = api.conn().await?;
+    let key = api.keys.stats(s.precision, &s.name);
+    let _turn = api.turns.whole_hash(&mut conn, &key).await?;
     let stats = stats_query::read(&mut conn, &api.keys, s.precision, &s.name, s.from, s.until)
         .await?
         .ok_or_else(|| s.not_found("statistics for"))?;

@@ -53,14 +53,6 @@ pub(crate) const MAX_BODY: usize = 1024 * 1024;
 pub(crate) const MAX_DECODED: usize = 8 * 1024 * 1024;
 /// Most samples one read may answer (about 60 MB before compression).
 pub(crate) const MAX_SAMPLES: u64 = 5_000_000;
-/// Most samples the reads answered at once hold between them (one read
-/// of the most): a read holds about 40 bytes a sample while it is
-/// answered, so further reads wait for their turn instead of growing
-/// `serve` with their number.
-pub(crate) const SAMPLES_AT_ONCE: u64 = MAX_SAMPLES;
-/// Longest a read waits for its turn within [`SAMPLES_AT_ONCE`], well
-/// within a connection's 30 s.
-const TURN_WAIT: Duration = Duration::from_secs(15);
 /// Time allowed for the body to arrive once the headers have.
 const BODY_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -82,13 +74,7 @@ pub(super) async fn answer(api: &Api, req: Request<Incoming>) -> Resp {
         Err(Failure::BadRequest(why)) => text(StatusCode::BAD_REQUEST, &why),
         Err(Failure::TooLarge(why)) => text(StatusCode::PAYLOAD_TOO_LARGE, &why),
         Err(Failure::NotFound(why)) => text(StatusCode::NOT_FOUND, &why),
-        Err(Failure::Busy(wait)) => text(
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!(
-                "busy: other reads held the samples one may answer at once for {} s; read again",
-                wait.as_secs()
-            ),
-        ),
+        Err(Failure::Busy { why, .. }) => text(StatusCode::TOO_MANY_REQUESTS, &why),
         Err(Failure::Redis(e)) => {
             let (status, why) = api.redis_failed(&e).await;
             text(status, why)
@@ -137,10 +123,7 @@ async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
     }
     // A read that waits longer is answered 429, not cut off by the
     // connection's lifetime. (The semaphore is never closed.)
-    let turn = api.reading.acquire_many(samples.max(1) as u32);
-    let Ok(_turn) = tokio::time::timeout(TURN_WAIT, turn).await else {
-        return Err(Failure::Busy(TURN_WAIT));
-    };
+    let _turn = api.turns.samples(samples).await?;
     let mut results = Vec::with_capacity(selected.len());
     for (span, series) in &selected {
         let timeseries = series::read(&mut conn, &api.keys, series, span).await?;

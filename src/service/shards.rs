@@ -154,6 +154,7 @@ async fn record_shards(conn: &mut Conn, settings: &Settings) -> StoreResult<Opti
              count; to change it, drain the stream with the old count, then delete \
              {key}"
         )),
+        Recorded::Damaged { key, value } => Some(shard_count::damaged(&key, &value)),
         Recorded::Strands { key, stranded } => Some(format!(
             "HITCOUNT_SHARDS is {wanted}, which leaves {} unread (no shard count is \
              recorded in {key} yet): give every worker and producer the count those \

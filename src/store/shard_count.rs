@@ -42,6 +42,14 @@ pub(crate) enum Recorded {
         /// The key it is in.
         key: String,
     },
+    /// `key` holds a value that is no count (written by something else):
+    /// where hits go is unknown until someone who knows sets it right.
+    Damaged {
+        /// The key a count is recorded in.
+        key: String,
+        /// What it holds.
+        value: String,
+    },
     /// No count is recorded, and this one would leave these entries unread.
     Strands {
         /// The key a count is recorded in.
@@ -67,18 +75,36 @@ pub(crate) fn unsharded(layout: &LayoutArgs, stream: &StreamArgs, clustered: boo
     Keys::shard(layout, &base, 0, clustered)
 }
 
-/// The recorded shard count, if any (a value that is not a count in
-/// 1..=256 reads as none).
+/// The recorded shard count, if any: `Err` with the value when it is no
+/// count in 1..=256 (see [`Recorded::Damaged`]).
 pub(crate) async fn recorded(
     conn: &mut Conn,
     layout: &LayoutArgs,
     stream: &StreamArgs,
-) -> RedisResult<Option<u32>> {
+) -> RedisResult<Option<Result<u32, String>>> {
     let key = key(layout, stream, conn.is_cluster());
-    let value: Option<String> = redis::cmd("GET").arg(&key).query_async(conn).await?;
-    Ok(value
-        .and_then(|v| v.parse::<u32>().ok())
-        .filter(|n| (1..=crate::model::config::MAX_SHARDS).contains(n)))
+    let value: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query_async(conn).await?;
+    Ok(value.map(count))
+}
+
+/// A recorded value as a count; `Err` with the value as text when it is
+/// none in 1..=256.
+fn count(value: Vec<u8>) -> Result<u32, String> {
+    std::str::from_utf8(&value)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| (1..=crate::model::config::MAX_SHARDS).contains(n))
+        .ok_or_else(|| String::from_utf8_lossy(&value).into_owned())
+}
+
+/// Why nobody may send or read with a damaged record ([`Recorded::Damaged`]).
+pub(crate) fn damaged(key: &str, value: &str) -> String {
+    format!(
+        "{key} holds {value:?}, which is no shard count (1 to {}): something else wrote it, \
+         so where producers send hits is unknown; set it to the count they use \
+         (SET {key} N) or delete it",
+        crate::model::config::MAX_SHARDS
+    )
 }
 
 /// Records `stream.shards` as the stream's count unless one is recorded,
@@ -90,35 +116,34 @@ pub(crate) async fn record(
 ) -> RedisResult<Recorded> {
     let key = key(layout, stream, conn.is_cluster());
     let wanted = stream.shards.max(1);
-    let judge = |recorded: u32, key: &str| {
-        if recorded == wanted {
-            Recorded::Agreed
-        } else {
-            Recorded::Other {
-                recorded,
-                key: key.to_string(),
-            }
-        }
+    // The record as it is found, or as another wrote it meanwhile.
+    let found = |value: Result<u32, String>| match value {
+        Ok(recorded) if recorded == wanted => Recorded::Agreed,
+        Ok(recorded) => Recorded::Other {
+            recorded,
+            key: key.clone(),
+        },
+        Err(value) => Recorded::Damaged {
+            key: key.clone(),
+            value,
+        },
     };
-    if let Some(r) = recorded(conn, layout, stream).await? {
-        return Ok(judge(r, &key));
+    if let Some(value) = recorded(conn, layout, stream).await? {
+        return Ok(found(value));
     }
     let stranded = stranded(conn, layout, stream).await?;
     if !stranded.is_empty() {
         return Ok(Recorded::Strands { key, stranded });
     }
     // Another may record first meanwhile: then its count is the one.
-    let before: Option<String> = redis::cmd("SET")
+    let before: Option<Vec<u8>> = redis::cmd("SET")
         .arg(&key)
         .arg(wanted)
         .arg("NX")
         .arg("GET")
         .query_async(conn)
         .await?;
-    Ok(match before.and_then(|b| b.parse::<u32>().ok()) {
-        Some(r) => judge(r, &key),
-        None => Recorded::Agreed,
-    })
+    Ok(before.map_or(Recorded::Agreed, |b| found(count(b))))
 }
 
 /// The streams that `stream.shards` leaves unread and that hold entries

@@ -169,6 +169,14 @@ pub(crate) async fn shards_read(conn: &mut Conn, common: &mut Common) -> anyhow:
     let recorded = shard_count::recorded(conn, &common.layout, &common.stream)
         .await
         .map_err(|e| anyhow!("cannot read {key}: {}", cause(&e)))?;
+    let recorded = match recorded {
+        Some(Err(value)) => {
+            tracing::warn!("{}", shard_count::damaged(&key, &value));
+            None
+        }
+        Some(Ok(n)) => Some(n),
+        None => None,
+    };
     if let Some(recorded) = recorded.filter(|&r| r != common.stream.shards.max(1)) {
         tracing::warn!(
             "{}: using {recorded}",
@@ -209,6 +217,10 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
             "{}: hits sent now would go to streams no worker reads; give every producer the \
              workers' count (--shards / HITCOUNT_SHARDS)",
             mismatch(common.stream.shards, recorded, &key)
+        )),
+        Recorded::Damaged { key, value } => Err(anyhow!(
+            "{}; no hit is sent",
+            shard_count::damaged(&key, &value)
         )),
         Recorded::Strands { key, stranded } => Err(anyhow!(
             "HITCOUNT_SHARDS is {}, which leaves {} unread (no shard count is recorded in \

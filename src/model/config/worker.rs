@@ -193,6 +193,12 @@ impl WorkerArgs {
         CONSUMER_IDLE_MS.check(self.consumer_idle_ms)?;
         SHUTDOWN_TIMEOUT.check(self.shutdown_timeout_secs)?;
         WAIT_REPLICAS.check(self.wait_replicas)?;
+        if self.consumer.as_ref().is_some_and(|c| c.is_empty()) {
+            return Err(invalid(
+                "--consumer / HITCOUNT_CONSUMER",
+                "must not be empty: leave it unset for a name of the pod's or the process'",
+            ));
+        }
         if self
             .consumer
             .as_ref()

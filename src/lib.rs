@@ -62,6 +62,7 @@
 //!    │       memory.rs      writes refused for maxmemory (OOM), an evicting policy
 //!    │       scripts/       every Lua script (*.lua) and its loader
 //!    │       stream.rs  group.rs  counters.rs  time.rs (Redis' clock)
+//!    │       hashes.rs      a hash read whole in HSCAN pages, whatever it holds
 //!    │       shard_count.rs the stream's recorded shard count, entries another leaves unread
 //!    │       commit/        mod.rs, plan.rs, apply.rs, replies.rs, carry.rs, records.rs, stats.rs
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking

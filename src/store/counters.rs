@@ -2,10 +2,11 @@
 //! `count:PREC:NAME` as (bucket start, count), oldest first.
 
 use redis::aio::ConnectionLike;
-use redis::{RedisResult, Value};
+use redis::RedisResult;
 
 use crate::model::keys::Keys;
-use crate::store::client::{unless_wrong_type, Conn};
+use crate::store::client::Conn;
+use crate::store::hashes::{self, Fields};
 
 /// One sample of a counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -41,78 +42,45 @@ pub struct Counter {
     pub corrupt_example: Option<(String, String)>,
 }
 
-/// [`read`], also telling how many fields were not integers.
+/// [`read`], also telling how many fields were not integers. Cost: see
+/// [`hashes::whole`].
 pub async fn read_counter<C: ConnectionLike>(
     conn: &mut C,
     keys: &Keys,
     precision: u32,
     name: &str,
 ) -> RedisResult<Counter> {
-    let reply = redis::Cmd::hgetall(keys.count(precision, name))
-        .query_async(conn)
-        .await;
-    Ok(parse(whole_hash(reply)?))
-}
-
-/// The number of fields of hash `key` (one HLEN; 0 for a key that is no
-/// hash): what reading it whole costs.
-pub(crate) async fn fields<C: ConnectionLike>(conn: &mut C, key: &str) -> RedisResult<u64> {
-    let reply = redis::Cmd::hlen(key).query_async(conn).await;
-    Ok(match unless_wrong_type(reply)? {
-        Some(n) => redis::from_redis_value(n)?,
-        None => 0,
-    })
-}
-
-/// The reply of an HGETALL read as `T`, a key that is no hash (written by
-/// something else, holding nothing of hitcount's) as an empty hash.
-pub(crate) fn whole_hash<T: redis::FromRedisValue>(reply: RedisResult<Value>) -> RedisResult<T> {
-    let reply = unless_wrong_type(reply)?.unwrap_or(Value::Array(Vec::new()));
-    Ok(redis::from_redis_value(reply)?)
+    let key = keys.count(precision, name);
+    Ok(parse(hashes::whole(conn, &key).await?))
 }
 
 /// The counters of `(precision, name)` each, as [`read_counter`] reads one.
-/// Cost: see [`hgetall_each`].
+/// Cost: see [`hashes::whole_each`].
 pub(crate) async fn read_each(
     conn: &mut Conn,
     keys: &Keys,
     counters: &[(u32, String)],
 ) -> RedisResult<Vec<Counter>> {
-    let hashes = counters.iter().map(|(p, name)| keys.count(*p, name));
-    hgetall_each(conn, hashes.collect(), parse).await
+    let keys: Vec<String> = counters
+        .iter()
+        .map(|(p, name)| keys.count(*p, name))
+        .collect();
+    hashes::whole_each(conn, &keys, parse).await
 }
 
-/// Hashes read per round trip by [`hgetall_each`].
-const HASHES_PER_TRIP: usize = 1000;
-
-/// HGETALL of each of `hashes`, each reply read as `T` and then `parse`d,
-/// in order (a key that is no hash read as an empty one):
-/// [`HASHES_PER_TRIP`] a round trip ([`Conn::each_key`]: a
-/// pipeline on one node, all in flight at once on a cluster), each trip's
-/// replies parsed before the next (the replies are several times the size
-/// of what they parse into).
-pub(crate) async fn hgetall_each<T: redis::FromRedisValue, U>(
-    conn: &mut Conn,
-    hashes: Vec<String>,
-    parse: impl Fn(T) -> U,
-) -> RedisResult<Vec<U>> {
-    let mut out = Vec::with_capacity(hashes.len());
-    for page in hashes.chunks(HASHES_PER_TRIP) {
-        for reply in conn.each_key_apart("HGETALL", page).await? {
-            out.push(parse(whole_hash(reply)?));
-        }
-    }
-    Ok(out)
-}
-
-fn parse(raw: Vec<(String, String)>) -> Counter {
+fn parse(raw: Fields) -> Counter {
     let mut counter = Counter::default();
     for (t, c) in raw {
+        // Bytes that are not UTF-8 get replacement characters, then fail
+        // to parse and are counted.
+        let (t, c) = (String::from_utf8_lossy(&t), String::from_utf8_lossy(&c));
         match (t.parse(), c.parse()) {
             (Ok(time), Ok(count)) => counter.samples.push(Sample { time, count }),
             _ => {
                 counter.corrupt += 1;
-                counter.corrupt_example.get_or_insert((t, c));
+                counter
+                    .corrupt_example
+                    .get_or_insert((t.into_owned(), c.into_owned()));
             }
         }
     }
@@ -149,7 +117,7 @@ mod tests {
     #[test]
     fn fields_that_are_not_integers_are_counted_not_read() {
         let raw = [("120", "3"), ("60", "2"), ("x", "1"), ("180", "lots")]
-            .map(|(t, c)| (t.to_string(), c.to_string()));
+            .map(|(t, c)| (t.as_bytes().to_vec(), c.as_bytes().to_vec()));
         let c = parse(raw.to_vec());
         assert_eq!(
             c.samples,

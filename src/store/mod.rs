@@ -15,6 +15,7 @@ pub mod counters;
 pub(crate) mod detect;
 pub(crate) mod error;
 pub(crate) mod group;
+pub(crate) mod hashes;
 pub(crate) mod memory;
 pub(crate) mod query;
 pub(crate) mod scan;

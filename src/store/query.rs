@@ -1,7 +1,7 @@
 //! Read-only queries for the query API: counter names (or names with
 //! statistics) page by page, a counter's samples in a time range, and the
 //! ranking of one bucket by count or by mean. Only read commands
-//! (ZRANGEBYLEX, HGETALL, ZSCORE, HGET, HMGET), so a Redis user allowed
+//! (ZRANGEBYLEX, HSCAN, ZSCORE, HGET, HMGET), so a Redis user allowed
 //! `+@read` on `known:` and `count:*` (and `stats:*`) can run them all.
 //!
 //! `known:` members are `PREC:NAME`, all of score 0, so they sort by
@@ -116,8 +116,8 @@ fn merge(precisions: &[u32], lists: Vec<Vec<Vec<u8>>>, limit: usize) -> Page {
 
 /// The samples of `name` at `precision` with `from ≤ time ≤ until`, oldest
 /// first; `None` when there is no such counter (no hash and no `known:`
-/// member). Cost: one HGETALL (the hash holds about `samples` fields), and
-/// one ZSCORE when the hash is empty.
+/// member). Cost: the hash read in pages ([`counters::read_counter`]; it
+/// holds about `samples` fields), and one ZSCORE when it is empty.
 pub(crate) async fn samples<C: ConnectionLike>(
     conn: &mut C,
     keys: &Keys,

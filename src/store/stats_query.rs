@@ -1,5 +1,5 @@
 //! Reading statistics: one `stats:PREC:NAME` hash as a summary per bucket
-//! ([`crate::model::stats_hash`]), with one HGETALL (the hash holds about
+//! ([`crate::model::stats_hash`]), read in pages ([`hashes`]; the hash holds about
 //! `samples` buckets of a few dozen fields each), and one ZSCORE of
 //! `stats:known:` when it is empty. Names with statistics are listed by
 //! [`crate::store::query::list`] and ranked by mean by
@@ -11,7 +11,7 @@ use redis::RedisResult;
 use crate::model::keys::{Family, Keys};
 use crate::model::stats_hash::{self, StatsHash};
 use crate::store::client::Conn;
-use crate::store::counters;
+use crate::store::hashes::{self, Fields};
 use crate::store::query;
 
 /// Whether [`read`] finds statistics of `name` at `precision` (a hash, or a
@@ -42,10 +42,7 @@ pub async fn read<C: ConnectionLike>(
     from: Option<i64>,
     until: Option<i64>,
 ) -> RedisResult<Option<StatsHash>> {
-    let reply = redis::Cmd::hgetall(keys.stats(precision, name))
-        .query_async(conn)
-        .await;
-    let raw: Vec<(Vec<u8>, Vec<u8>)> = counters::whole_hash(reply)?;
+    let raw = hashes::whole(conn, &keys.stats(precision, name)).await?;
     if raw.is_empty() && !query::is_listed(conn, keys, Family::Stats, precision, name).await? {
         return Ok(None);
     }
@@ -55,18 +52,21 @@ pub async fn read<C: ConnectionLike>(
 }
 
 /// The statistics hashes of `(precision, name)` each, every bucket, as
-/// [`read`] parses one (empty where there is none). Cost: one HGETALL each
-/// ([`counters::hgetall_each`]).
+/// [`read`] parses one (empty where there is none). Cost: see
+/// [`hashes::whole_each`].
 pub(crate) async fn read_each(
     conn: &mut Conn,
     keys: &Keys,
     hashes: &[(u32, String)],
 ) -> RedisResult<Vec<StatsHash>> {
-    let names = hashes.iter().map(|(p, name)| keys.stats(*p, name));
-    counters::hgetall_each(conn, names.collect(), parse).await
+    let names: Vec<String> = hashes
+        .iter()
+        .map(|(p, name)| keys.stats(*p, name))
+        .collect();
+    hashes::whole_each(conn, &names, parse).await
 }
 
-fn parse(raw: Vec<(Vec<u8>, Vec<u8>)>) -> StatsHash {
+fn parse(raw: Fields) -> StatsHash {
     // Bytes that are not UTF-8 get replacement characters, then fail to
     // parse and are skipped.
     let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();

@@ -11,7 +11,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::Failure;
 use crate::store::client::Conn;
-use crate::store::counters;
+use crate::store::hashes;
 
 /// Samples the remote reads answered at once hold between them (one read
 /// of the most, [`super::remote_read::MAX_SAMPLES`]): a read holds about
@@ -57,7 +57,7 @@ impl Turns {
         conn: &mut Conn,
         key: &str,
     ) -> Result<Option<SemaphorePermit<'_>>, Failure> {
-        let fields = counters::fields(conn, key).await?;
+        let fields = hashes::len(conn, key).await?;
         if fields <= SMALL_HASH {
             return Ok(None);
         }

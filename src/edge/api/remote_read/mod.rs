@@ -13,7 +13,8 @@
 //! the precision keeps within the range ([`series`], so that Prometheus'
 //! lookback never carries a count into an empty bucket); names listed from
 //! `known:` and `stats:known:` only in the range of the name matchers'
-//! literal prefix ([`select`]); then one HGETALL per hash. Read commands
+//! literal prefix ([`select`]); then each hash read whole in HSCAN pages
+//! ([`crate::store::hashes`]). Read commands
 //! only, so `serve`'s read-only user runs it, with a key prefix and on a
 //! Redis Cluster alike.
 //!

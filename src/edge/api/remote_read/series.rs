@@ -86,7 +86,7 @@ fn ceil_div(a: i64, b: i64) -> i64 {
 }
 
 /// Samples of every series of `selected` that has any in `span`: one
-/// HGETALL per hash ([`counters::read_each`], [`stats_query::read_each`]).
+/// read of each hash ([`counters::read_each`], [`stats_query::read_each`]).
 pub(crate) async fn read(
     conn: &mut Conn,
     keys: &crate::model::keys::Keys,

@@ -635,12 +635,7 @@ async fn workers_run_on_a_cluster_as_the_least_privileged_user() {
     assert_exact(&mut c, &sent).await;
     for port in cluster.ports() {
         let mut node = node_conn(port).await;
-        let log: Vec<redis::Value> = redis::cmd("ACL")
-            .arg("LOG")
-            .query_async(&mut node)
-            .await
-            .unwrap();
-        assert!(log.is_empty(), "node {port} refused: {log:?}");
+        crate::common::assert_nothing_refused(&mut node, &format!("node {port}")).await;
     }
 }
 

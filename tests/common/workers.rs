@@ -18,6 +18,13 @@ pub async fn conn(url: &str) -> Conn {
     client.open(Duration::from_secs(10)).await.unwrap()
 }
 
+/// Asserts that Redis refused nothing (its `ACL LOG` is empty), naming
+/// `who` when it did.
+pub async fn assert_nothing_refused(c: &mut impl redis::aio::ConnectionLike, who: &str) {
+    let log: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query_async(c).await.unwrap();
+    assert!(log.is_empty(), "{who}: ACL LOG: {log:?}");
+}
+
 /// Settings for a worker on `url` with fast claims for tests.
 pub fn settings(url: &str, consumer: &str) -> Settings {
     Settings {

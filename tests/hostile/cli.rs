@@ -195,8 +195,8 @@ fn nonsense_values_are_refused_naming_the_setting_and_its_range() {
         &["standard input is not supported"],
     );
     // Half a client certificate, an empty file setting, a rate that is no
-    // number, ingest tokens with a hole, an empty consumer name: one line
-    // each, naming the setting.
+    // number, ingest tokens or precisions with a hole, an empty consumer
+    // name: one line each, naming the setting.
     refused(
         &["status", "--redis-url", "rediss://127.0.0.1:1"],
         &[("HITCOUNT_REDIS_CERT", "/nonexistent")],
@@ -226,6 +226,12 @@ fn nonsense_values_are_refused_naming_the_setting_and_its_range() {
         &[("HITCOUNT_CONSUMER", "")],
         1,
         &["HITCOUNT_CONSUMER", "must not be empty"],
+    );
+    refused(
+        &["hit", "x"],
+        &[("HITCOUNT_PRECISIONS", "60,,5")],
+        1,
+        &["HITCOUNT_PRECISIONS", "an empty item"],
     );
 }
 

@@ -59,10 +59,15 @@ pub struct LayoutArgs {
 /// (spaces around each allowed); empty is an empty list.
 fn parse_precision_list(text: &str) -> Result<Vec<u32>, String> {
     let precision = ranged::<u32>(1..=MAX_PRECISION.into());
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
     text.split(',')
         .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| precision(p).map_err(|e| format!("a precision in seconds: {e}")))
+        .map(|p| match p {
+            "" => Err(format!("an empty item in `{text}`: remove the extra comma")),
+            p => precision(p).map_err(|e| format!("a precision in seconds: {e}")),
+        })
         .collect()
 }
 

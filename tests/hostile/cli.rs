@@ -285,6 +285,20 @@ fn negative_numbers_get_the_range_error() {
         &["--precision", "1..=31536000"],
     );
     refused(&["top", "--limit", "-3"], &[], 2, &["--limit"]);
+    // Words that start with a minus: the same range error, not "unexpected
+    // argument '-i'".
+    refused(
+        &["hit", "x", "--value", "-inf"],
+        &[],
+        2,
+        &["--value", "not a finite number"],
+    );
+    refused(
+        &["hit", "x", "--at", "-inf"],
+        &[],
+        2,
+        &["--at", "unix seconds"],
+    );
 }
 
 /// Newcomer finding 8: the variable a value came from is named, with the

@@ -19,12 +19,12 @@ pub(crate) struct Args {
     /// At most a day ahead, and recent enough to be kept at some precision
     /// (within HITCOUNT_SAMPLES × the largest of HITCOUNT_PRECISIONS: 120
     /// days by default).
-    #[arg(long, value_parser = super::parse_unix_seconds, allow_negative_numbers = true)]
+    #[arg(long, value_parser = super::parse_unix_seconds, allow_hyphen_values = true)]
     at: Option<f64>,
     /// A measured value this hit carries (e.g. a response time in ms):
     /// `--count` observations of it go to the name's statistics
     /// (`stats:PREC:NAME`). A finite number, |value| ≤ 1e100.
-    #[arg(long, value_parser = parse_value, allow_negative_numbers = true)]
+    #[arg(long, value_parser = parse_value, allow_hyphen_values = true)]
     value: Option<f64>,
     #[command(flatten)]
     // It checks `--at` against the workers' layout too.

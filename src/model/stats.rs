@@ -213,7 +213,10 @@ impl Summary {
     /// value of the bucket holding the observation of rank `ceil(q × n)`,
     /// clamped to [min, max]. `None` without a histogram.
     pub fn quantile(&self, q: f64) -> Option<f64> {
-        let n: i64 = self.histogram.values().sum();
+        let n = self
+            .histogram
+            .values()
+            .fold(0i64, |n, &c| n.saturating_add(c));
         if n <= 0 {
             return None;
         }
@@ -223,11 +226,12 @@ impl Summary {
         buckets.sort_by_key(|(b, _)| b.sort_key());
         let mut seen = 0;
         for (b, c) in buckets {
-            seen += c;
+            seen = c.saturating_add(seen);
             if seen >= rank {
                 let v = b.representative();
+                // Not `clamp`, which panics on min > max (damaged data).
                 return Some(if self.count > 0 {
-                    v.clamp(self.min, self.max)
+                    v.min(self.max).max(self.min)
                 } else {
                     v
                 });
@@ -270,6 +274,23 @@ mod tests {
         }
         assert!(HistBucket::of(f64::MAX).is_some());
         assert!(HistBucket::of(f64::MIN_POSITIVE / 4.0).is_some());
+    }
+
+    /// A summary built from damaged data (a minimum above the maximum,
+    /// bins that overflow a sum) answers, never panics.
+    #[test]
+    fn a_damaged_summary_never_panics() {
+        let mut s = Summary {
+            count: 1,
+            sum: 3.0,
+            sumsq: 9.0,
+            min: 5.0,
+            max: 1.0,
+            histogram: BTreeMap::from([(HistBucket::Positive(30), i64::MAX)]),
+        };
+        s.histogram.insert(HistBucket::Positive(31), i64::MAX);
+        assert!(s.quantile(0.5).is_some());
+        assert!(s.mean().is_some() && s.stddev().is_some());
     }
 
     #[test]

@@ -20,7 +20,8 @@ pub(crate) fn bucket_of_field(field: &[u8]) -> Option<i64> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StatsHash {
     /// Per bucket start, its summary: only buckets whose `count`, `sum`,
-    /// `sumsq`, `min` and `max` are all well-formed, with `count > 0`.
+    /// `sumsq`, `min` and `max` are all well-formed, with `count > 0` and
+    /// `min ≤ max`.
     pub buckets: BTreeMap<i64, Summary>,
     /// Fields skipped: malformed ones, and every field of a bucket left out.
     pub skipped: usize,
@@ -67,7 +68,9 @@ impl Partial {
 
     fn finish(self) -> Result<Summary, Vec<(String, String)>> {
         match (self.count, self.sum, self.sumsq, self.min, self.max) {
-            (Some(count), Some(sum), Some(sumsq), Some(min), Some(max)) if count > 0 => {
+            (Some(count), Some(sum), Some(sumsq), Some(min), Some(max))
+                if count > 0 && min <= max =>
+            {
                 Ok(Summary {
                     count,
                     sum,
@@ -264,10 +267,17 @@ mod tests {
             ("180:sumsq", "0"),
             ("180:min", "0"),
             ("180:max", "0"),
+            // A minimum above the maximum (a quantile used to panic on it).
+            ("240:count", "1"),
+            ("240:sum", "3"),
+            ("240:sumsq", "9"),
+            ("240:min", "5"),
+            ("240:max", "1"),
+            ("240:h:30", "1"),
         ]));
         assert_eq!(got.buckets.keys().copied().collect::<Vec<_>>(), [0]);
         assert!(got.buckets[&0].histogram.is_empty());
-        assert_eq!(got.skipped, 5 + 4 + 5 + 5);
+        assert_eq!(got.skipped, 5 + 4 + 5 + 5 + 6);
         assert_eq!(
             got.skipped_example,
             Some(("0:h:oops".to_string(), "1".to_string()))

@@ -109,16 +109,7 @@ fn keys_of_another_type_are_left_alone_and_every_other_counter_served() {
         now + 60,
         &[("__name__", "hitcount_.*"), ("precision", "60")],
     );
-    let mut s = TcpStream::connect(&addr).unwrap();
-    let head = format!(
-        "POST /api/v1/read HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n\
-         Content-Encoding: snappy\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        read.len()
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    s.write_all(&read).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
+    let raw = crate::http::post_read(&addr, &read);
     assert!(
         raw.starts_with(b"HTTP/1.1 200 "),
         "{}",

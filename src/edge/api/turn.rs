@@ -25,6 +25,9 @@ const FIELDS_AT_ONCE: u32 = 1_000_000;
 /// A hash of at most this many fields (120 buckets of statistics with a
 /// wide histogram) is read without a turn.
 const SMALL_HASH: u64 = 10_000;
+/// Label matchers the remote reads under way hold between them, each
+/// regex at most 512 KiB with its cache (`select::REGEX_BYTES`): 128 MiB.
+const MATCHERS_AT_ONCE: u32 = 256;
 /// Longest a read waits for its turn, well within a connection's 30 s.
 const TURN_WAIT: Duration = Duration::from_secs(15);
 
@@ -32,6 +35,7 @@ const TURN_WAIT: Duration = Duration::from_secs(15);
 pub(super) struct Turns {
     samples: Semaphore,
     fields: Semaphore,
+    matchers: Semaphore,
 }
 
 impl Turns {
@@ -39,7 +43,21 @@ impl Turns {
         Turns {
             samples: Semaphore::new(SAMPLES_AT_ONCE as usize),
             fields: Semaphore::new(FIELDS_AT_ONCE as usize),
+            matchers: Semaphore::new(MATCHERS_AT_ONCE as usize),
         }
+    }
+
+    /// The turn of a remote read with `matchers` label matchers (at most
+    /// [`super::remote_read::MAX_MATCHERS`]), before they are compiled.
+    pub(super) async fn matchers(&self, matchers: u32) -> Result<SemaphorePermit<'_>, Failure> {
+        let held = "other reads held the label matchers compiled at once";
+        take(
+            &self.matchers,
+            matchers.min(MATCHERS_AT_ONCE),
+            TURN_WAIT,
+            held,
+        )
+        .await
     }
 
     /// The turn of a remote read that answers `samples` samples.

@@ -21,7 +21,9 @@
 //! # Limits
 //!
 //! A body over [`MAX_BODY`] bytes (or [`MAX_DECODED`] once decompressed)
-//! is a 413; one that does not decode a 400 with the reason. A read whose
+//! is a 413; one that does not decode a 400 with the reason, and so is one
+//! of more than [`MAX_MATCHERS`] queries or label matchers, or with a regex
+//! too big to compile within `select::REGEX_BYTES`. A read whose
 //! queries match more than [`select::MAX_SERIES`] series in all, or list
 //! more than [`select::MAX_LISTED`] names, is refused with a 400 before
 //! any hash is read (names are listed no further than the limits), and so
@@ -52,6 +54,9 @@ pub(crate) const PATH: &str = "/api/v1/read";
 pub(crate) const MAX_BODY: usize = 1024 * 1024;
 /// Largest request once decompressed.
 pub(crate) const MAX_DECODED: usize = 8 * 1024 * 1024;
+/// Most label matchers one read may hold, all its queries together
+/// (Prometheus sends one query a read, with a few).
+pub(crate) const MAX_MATCHERS: usize = 64;
 /// Most samples one read may answer (about 60 MB before compression).
 pub(crate) const MAX_SAMPLES: u64 = 5_000_000;
 /// Time allowed for the body to arrive once the headers have.
@@ -94,6 +99,15 @@ async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
             BodyError::Unreadable(why) => Failure::BadRequest(why),
         })?;
     let request = decode(&body)?;
+    let matchers: usize = request.queries.iter().map(|q| q.matchers.len()).sum();
+    if matchers > MAX_MATCHERS || request.queries.len() > MAX_MATCHERS {
+        return Err(Failure::BadRequest(format!(
+            "{} queries with {matchers} label matchers: one read may hold at most \
+             {MAX_MATCHERS} of each",
+            request.queries.len()
+        )));
+    }
+    let _compiled = api.turns.matchers(matchers as u32).await?;
     let now = crate::model::clock::unix_ms().div_euclid(1000);
     let mut conn = api.conn().await?;
     // Every query's series first, so that a read over the limit reads no

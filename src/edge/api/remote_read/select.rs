@@ -4,7 +4,7 @@
 //! of the name matchers' literal prefix, and refused beyond
 //! [`MAX_SERIES`].
 
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 
 use super::prompb::{Label, LabelMatcher, MatchType};
 use super::Failure;
@@ -99,6 +99,11 @@ impl Metric {
     }
 }
 
+/// Most memory one compiled regex may take, and its search cache: a name
+/// matcher is a prefix and a few alternatives, far below; a pattern such as
+/// `.{10000}` (8 MB compiled) is refused as too big.
+const REGEX_BYTES: usize = 256 * 1024;
+
 /// One label matcher, its regular expression compiled, fully anchored.
 struct Matcher {
     label: String,
@@ -113,8 +118,14 @@ impl Matcher {
             .map_err(|_| Failure::BadRequest(format!("unknown matcher type {}", m.r#type)))?;
         let re = match kind {
             MatchType::Re | MatchType::Nre => Some(
-                Regex::new(&format!("^(?:{})$", m.value))
-                    .map_err(|e| Failure::BadRequest(format!("bad regex for {}: {e}", m.name)))?,
+                RegexBuilder::new(&format!("^(?:{})$", m.value))
+                    .size_limit(REGEX_BYTES)
+                    .dfa_size_limit(REGEX_BYTES)
+                    .build()
+                    .map_err(|e| {
+                        let e = e.to_string().replace('\n', " ");
+                        Failure::BadRequest(format!("bad regex for {}: {e}", m.name))
+                    })?,
             ),
             _ => None,
         };

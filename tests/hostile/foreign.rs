@@ -198,6 +198,24 @@ fn its_own_keys_damaged_stop_no_worker_and_block_no_lease() {
             .contains("took a lease from a key no holder wrote"));
         assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
     }
+    // A cleaner's record written by something else: its text escaped, its
+    // numbers shown only as numbers (they were printed as stored).
+    let _: () = redis::pipe()
+        .del("hc:cleaner")
+        .hset_multiple(
+            "hc:cleaner",
+            &[
+                ("leader", "L\x1b[2J\r\nX"),
+                ("at_ms", "1"),
+                ("duration_ms", "abc"),
+            ],
+        )
+        .query(&mut r)
+        .unwrap();
+    let status = run_hitcount(&["status", "--redis-url", &url]);
+    let out = String::from_utf8_lossy(&status.stdout);
+    assert!(out.contains("by L\\u{1b}[2J\\r\\nX: took ? ms"), "{out}");
+    assert!(!out.contains('\x1b'), "{out}");
 }
 
 /// A dead-letter stream of another type (a `--dead-stream` that names

@@ -133,16 +133,21 @@ fn render(s: &Status, now_ms: i64) -> String {
         let _ = writeln!(out, "known statistics: {}", s.known_stats);
     }
     let p = &s.last_pass;
+    // The record may have been written by something else: its numbers are
+    // shown only as numbers, its text escaped.
     match p.get("at_ms").and_then(|v| v.parse::<i64>().ok()) {
-        Some(at) => {
-            let get = |k: &str| p.get(k).map(String::as_str).unwrap_or("?");
+        Some(at) if at >= 0 => {
+            let get = |k: &str| {
+                let n = p.get(k).and_then(|v| v.parse::<u64>().ok());
+                n.map_or("?".to_string(), |n| n.to_string())
+            };
             let _ = writeln!(
                 out,
                 "last cleaner pass: {} UTC ({:.0} s ago) by {}: took {} ms, {} counters scanned, \
                  {} samples removed, {} counters removed, {} stream entries trimmed",
                 format_utc(at.div_euclid(1000)),
                 (now_ms - at).max(0) as f64 / 1000.0,
-                get("leader"),
+                printable(p.get("leader").map_or("?", String::as_str)),
                 get("duration_ms"),
                 get("counters_scanned"),
                 get("samples_removed"),
@@ -150,7 +155,7 @@ fn render(s: &Status, now_ms: i64) -> String {
                 get("trimmed"),
             );
         }
-        None => {
+        _ => {
             let _ = writeln!(out, "last cleaner pass: none recorded");
         }
     }
@@ -167,6 +172,7 @@ fn render_shards(out: &mut String, shards: &[Shard]) {
     for sh in shards {
         let lag = sh.lag.map_or("?".to_string(), |l| l.to_string());
         let owner = holder(sh.owner.as_ref());
+        let owner = printable(&owner);
         let _ = writeln!(
             out,
             "{:>5}  {:<12} {:>9} {:>9} {:>9} {:>9.1} s {:>9}  {owner}",

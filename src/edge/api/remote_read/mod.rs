@@ -155,7 +155,11 @@ fn decode(body: &[u8]) -> Result<ReadRequest, Failure> {
     let bad = |what: &str, e: &dyn std::fmt::Display| {
         Failure::BadRequest(format!("{what}: {e}").replace('\n', " "))
     };
-    let len = snap::raw::decompress_len(body).map_err(|e| bad("not a snappy block", &e))?;
+    let len = match snap::raw::decompress_len(body) {
+        // A length beyond what snappy allows is over the limit too.
+        Err(snap::Error::TooBig { given, .. }) => given as usize,
+        len => len.map_err(|e| bad("not a snappy block", &e))?,
+    };
     if len > MAX_DECODED {
         return Err(Failure::TooLarge(format!(
             "the body decompresses to {len} bytes, over {MAX_DECODED} (the limit of one read)"
@@ -211,6 +215,9 @@ mod tests {
         // A block announcing 100 MiB (its length is a varint up front).
         let huge = [0x80, 0x80, 0x80, 0x32, 0x00];
         assert!(failure(&huge).starts_with("413 "), "{}", failure(&huge));
+        // And one announcing 4 GiB, more than snappy itself allows.
+        let beyond = [0x80, 0x80, 0x80, 0x80, 0x10, 0x00];
+        assert!(failure(&beyond).starts_with("413 "), "{}", failure(&beyond));
         let junk = snap::raw::Encoder::new()
             .compress_vec(b"\xff\xff\xff")
             .unwrap();

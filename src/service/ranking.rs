@@ -16,8 +16,11 @@
 //!
 //! A scan reads every name, so what anyone may ask must not decide how
 //! often Redis does that: one scan runs at a time, and scans start at most
-//! [`SCAN_BURST`] at once and [`SCANS_PER_MINUTE`] a minute in all
-//! (a token bucket). A request that would start a scan beyond that is
+//! [`SCAN_BURST`] at once and [`SCANS_PER_MINUTE`] a minute (a token
+//! bucket), counted apart for the current buckets (and the next) and for
+//! older ones, so that asking old bucket after old bucket, which anyone
+//! may, never spends the scans of the rankings a page shows now. A request
+//! that would start a scan beyond that is
 //! refused ([`RankError::Busy`], the API's 429 with `Retry-After`); a
 //! background scan beyond it is skipped and the last ranking served a
 //! while longer (never past [`STALE_LIMIT`]).
@@ -85,7 +88,8 @@ struct Inner {
     /// Held by the one scan that runs at a time, whatever the keys, so a
     /// burst of distinct buckets queues no work on Redis.
     scans: tokio::sync::Mutex<()>,
-    budget: Mutex<Budget>,
+    /// The scans of the current (and next) buckets, and of older ones.
+    budgets: Mutex<[Budget; 2]>,
 }
 
 /// The token bucket of scans: [`SCAN_BURST`] deep, refilled at
@@ -129,7 +133,7 @@ impl Rankings {
             keys,
             entries: Mutex::new(HashMap::new()),
             scans: tokio::sync::Mutex::new(()),
-            budget: Mutex::new(Budget::full()),
+            budgets: Mutex::new([Budget::full(), Budget::full()]),
         }))
     }
 
@@ -211,16 +215,14 @@ impl Rankings {
         let Ok(_scan) = self.0.scans.try_lock() else {
             return Err(RankError::Busy(Duration::from_secs(1)));
         };
-        let taken = self
-            .0
-            .budget
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let (by, precision, bucket) = which;
+        let now = crate::model::clock::unix_ms().div_euclid(1000);
+        let older = bucket < now - now.rem_euclid(i64::from(precision));
+        let taken = self.0.budgets.lock().unwrap_or_else(|e| e.into_inner())[usize::from(older)]
             .take(Instant::now());
         // Whole seconds, rounded up, for Retry-After.
         taken
             .map_err(|wait| RankError::Busy(Duration::from_secs_f64(wait.as_secs_f64().ceil())))?;
-        let (by, precision, bucket) = which;
         let ranking = query::rank(&mut conn, &self.0.keys, by, precision, bucket, KEEP).await?;
         Ok((Instant::now(), Arc::new(ranking)))
     }

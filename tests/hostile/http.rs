@@ -536,8 +536,19 @@ async fn a_burst_of_distinct_buckets_costs_at_most_three_scans() {
         scans <= 3,
         "{scans} scans for 24 buckets ({ok} answered 200)"
     );
+    // Old buckets asked one after another until their scans are spent...
+    let spent = buckets[24..].iter().any(|b| {
+        let path = format!("/api/v1/top?precision=60&bucket={b}&limit=3");
+        get(&addr, &path).0 == 429
+    });
+    assert!(spent, "six more old buckets, all scanned");
+    // ...spend none of the current one's: a page showing the hottest now
+    // is answered at once (one client asking old bucket after old bucket
+    // kept it refused).
+    let (status, _, body) = get(&addr, "/api/v1/top?precision=60&limit=3");
+    assert_eq!(status, 200, "{body}");
     // Asked again after Retry-After, as the page does, each is answered.
-    let path = format!("/api/v1/top?precision=60&bucket={}&limit=3", buckets[25]);
+    let path = format!("/api/v1/top?precision=60&bucket={}&limit=3", buckets[29]);
     let answered = get_after_retries(&addr, &path);
     assert!(answered.is_some(), "still refused after ten waits");
 }

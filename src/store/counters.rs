@@ -18,8 +18,8 @@ pub struct Sample {
 }
 
 /// The samples of counter `name` at `precision`, oldest first (none when
-/// its key is no hash). Fields that are not integers (written by something
-/// else) are skipped; see
+/// its key is no hash). Fields that are not a bucket start and an integer
+/// (written by something else) are skipped; see
 /// [`read_counter`] to learn about them.
 pub async fn read<C: ConnectionLike>(
     conn: &mut C,
@@ -35,8 +35,9 @@ pub async fn read<C: ConnectionLike>(
 pub struct Counter {
     /// The samples, oldest first.
     pub samples: Vec<Sample>,
-    /// Fields whose bucket or count is not an integer (the counter was
-    /// written by something else, or damaged), skipped.
+    /// Fields whose bucket is no bucket start of the precision or whose
+    /// count is not an integer (the counter was written by something else,
+    /// or damaged), skipped.
     pub corrupt: usize,
     /// The first of them, as (field, value).
     pub corrupt_example: Option<(String, String)>,
@@ -51,7 +52,7 @@ pub async fn read_counter<C: ConnectionLike>(
     name: &str,
 ) -> RedisResult<Counter> {
     let key = keys.count(precision, name);
-    Ok(parse(hashes::whole(conn, &key).await?))
+    Ok(parse(hashes::whole(conn, &key).await?, precision))
 }
 
 /// The counters of `(precision, name)` each, as [`read_counter`] reads one.
@@ -65,17 +66,31 @@ pub(crate) async fn read_each(
         .iter()
         .map(|(p, name)| keys.count(*p, name))
         .collect();
-    hashes::whole_each(conn, &keys, parse).await
+    let read = hashes::whole_each(conn, &keys, |f| f).await?;
+    let precisions = counters.iter().map(|(p, _)| *p);
+    Ok(read
+        .into_iter()
+        .zip(precisions)
+        .map(|(f, p)| parse(f, p))
+        .collect())
 }
 
-fn parse(raw: Fields) -> Counter {
+/// The fields of a counter at `precision`: a sample is a bucket start as
+/// hitcount writes it (a multiple of the precision, from 0, in plain digits:
+/// `060` or `+60` would be a second field for one bucket) with an integer.
+fn parse(raw: Fields, precision: u32) -> Counter {
     let mut counter = Counter::default();
+    let bucket = |t: &str| {
+        let time: i64 = t.parse().ok()?;
+        let plain = time >= 0 && time.to_string() == t;
+        (plain && time % i64::from(precision.max(1)) == 0).then_some(time)
+    };
     for (t, c) in raw {
         // Bytes that are not UTF-8 get replacement characters, then fail
         // to parse and are counted.
         let (t, c) = (String::from_utf8_lossy(&t), String::from_utf8_lossy(&c));
-        match (t.parse(), c.parse()) {
-            (Ok(time), Ok(count)) => counter.samples.push(Sample { time, count }),
+        match (bucket(&t), c.parse()) {
+            (Some(time), Ok(count)) => counter.samples.push(Sample { time, count }),
             _ => {
                 counter.corrupt += 1;
                 counter
@@ -116,9 +131,18 @@ mod tests {
 
     #[test]
     fn fields_that_are_not_integers_are_counted_not_read() {
-        let raw = [("120", "3"), ("60", "2"), ("x", "1"), ("180", "lots")]
-            .map(|(t, c)| (t.as_bytes().to_vec(), c.as_bytes().to_vec()));
-        let c = parse(raw.to_vec());
+        let raw = [
+            ("120", "3"),
+            ("60", "2"),
+            ("x", "1"),
+            ("180", "lots"),
+            ("060", "5"),
+            ("+60", "5"),
+            ("-60", "5"),
+            ("90", "5"),
+        ]
+        .map(|(t, c)| (t.as_bytes().to_vec(), c.as_bytes().to_vec()));
+        let c = parse(raw.to_vec(), 60);
         assert_eq!(
             c.samples,
             [
@@ -129,7 +153,7 @@ mod tests {
                 }
             ]
         );
-        assert_eq!(c.corrupt, 2);
+        assert_eq!(c.corrupt, 6);
         assert_eq!(c.corrupt_example, Some(("x".into(), "1".into())));
     }
 

@@ -50,7 +50,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         &key,
         counter.corrupt,
         &counter.corrupt_example,
-        "fields that are not integers",
+        "fields that are not integers, or no bucket's start",
     );
     let samples = counter.samples;
     if args.json {

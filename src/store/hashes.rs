@@ -36,6 +36,19 @@ fn length(reply: RedisResult<Value>) -> RedisResult<u64> {
     }
 }
 
+/// The fields of `hashes` together: their `HLEN`s, [`HASHES_PER_TRIP`] a
+/// round trip.
+pub(crate) async fn len_all(conn: &mut Conn, hashes: &[String]) -> RedisResult<u64> {
+    let mut all = 0u64;
+    for trip in hashes.chunks(HASHES_PER_TRIP) {
+        let lens = conn.query_each_apart(trip.iter().map(Cmd::hlen).collect());
+        for len in lens.await? {
+            all = all.saturating_add(length(len)?);
+        }
+    }
+    Ok(all)
+}
+
 /// Hash `key` read whole.
 pub(crate) async fn whole<C: ConnectionLike>(conn: &mut C, key: &str) -> RedisResult<Fields> {
     let fields = len(conn, key).await?;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::bin::{
-    counted, free_addr, hitcount, http_get, metric_value, post_hits, run_hitcount, start_ingest,
-    start_worker, wait_for, Child,
+    counted, free_addr, hitcount, http_get, metric_value, post_hits, run_hitcount, run_ok,
+    start_ingest, start_worker, wait_for, Child,
 };
 use crate::common::*;
 use hitcount_lab::kit::ServerOptions;
@@ -870,4 +870,104 @@ async fn ingest_runs_as_its_own_user_and_redis_refuses_nothing() {
         .query_async(&mut as_ingest)
         .await;
     assert!(refused.is_err());
+}
+
+/// The rules with the prefix `app1:` written in as docs/operations.md says
+/// (its rewrite of the key patterns, nothing else): a worker that leads,
+/// `hit`, `load` and `import` run as that user (and `ingest` as its own),
+/// count every hit, and Redis refuses nothing. The producers' batch numbers follow the
+/// stream, not the prefix, and the docs' rewrite once left them out: `hit`,
+/// `load` and `import` failed with NOPERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_needs_only_the_rewrite_the_docs_give() {
+    const PREFIX: &str = "app1:";
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap()
+        .replace('\n', " ");
+    // Each rewrite as the docs word it: "turns `FROM` into `TO`".
+    let mut rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/redis/hitcount.acl"
+    ))
+    .unwrap()
+    .trim()
+    .to_string();
+    for (from, to) in [
+        (
+            "~known: ~count:* ~stats:* ~hc:* ~hitcount:leader",
+            "~app1:known: ~app1:count:* ~app1:stats:* ~app1:hc:* ~app1:hitcount:leader",
+        ),
+        ("~{hits}:hc:*", "~app1:{hits}:hc:* ~{hits}:hc:producer:*"),
+    ] {
+        assert!(docs.contains(&format!("`{from}` into `{to}`")), "{from}");
+        assert!(rules.contains(from), "{from}");
+        rules = rules.replace(from, to);
+    }
+    let ingest_rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/redis/ingest.acl"
+    ))
+    .unwrap();
+    let server = server_with(ServerOptions {
+        extra: vec![
+            format!("user hitcount on >pw {rules}"),
+            format!("user ingest on >pw {}", ingest_rules.trim()),
+        ],
+        ..ServerOptions::default()
+    });
+    let admin_url = server.url();
+    let url = format!("redis://hitcount:pw@127.0.0.1:{}", server.port());
+    let ingest_url = format!("redis://ingest:pw@127.0.0.1:{}", server.port());
+    let mut admin = conn(&admin_url).await;
+    let prefix = ["--prefix", PREFIX];
+    let listen = free_addr();
+    let mut worker = start_worker(&url, "p-w1", &listen, &prefix);
+    run_ok(&url, &["hit", "page", "--count", "3", "--prefix", PREFIX]);
+    run_ok(
+        &url,
+        &["load", "--hits", "20", "--names", "1", "--prefix", PREFIX],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let when = hitcount_lab::bench::import::log_time(unix_now(), 0);
+    let line = format!("h - - [{when}] \"GET /p HTTP/1.1\" 200 1 \"-\" \"-\"\n");
+    std::fs::write(&log, line.repeat(4)).unwrap();
+    run_ok(&url, &["import", log.to_str().unwrap(), "--prefix", PREFIX]);
+    // ingest has its own user, whose rules name the stream's keys only.
+    let (mut ingest, addr) = start_ingest(&ingest_url, &[]);
+    let body = r#"[{"name":"posted","id":"a1"},{"name":"posted","id":"a1"}]"#;
+    let (status, _, answer) = post_hits(&addr, "application/json", &[], body);
+    assert_eq!(status, 202, "{answer}");
+
+    let total = |c: &mut redis::Connection, name: &str| -> i64 {
+        let counts: Vec<i64> = redis::cmd("HVALS")
+            .arg(format!("{PREFIX}count:86400:{name}"))
+            .query(c)
+            .unwrap();
+        counts.iter().sum()
+    };
+    let mut sync = redis::Client::open(admin_url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    wait_for("every hit counted", Duration::from_secs(60), || {
+        worker.assert_running();
+        let got = ["page", "/p", "posted", "page:0"].map(|n| total(&mut sync, n));
+        (got == [3, 4, 1, 20]).then_some(())
+    });
+    let leader: Option<String> = redis::cmd("GET")
+        .arg(format!("{PREFIX}hitcount:leader"))
+        .query(&mut sync)
+        .unwrap();
+    assert!(
+        leader.is_some_and(|l| l.starts_with("p-w1/")),
+        "the worker leads"
+    );
+    assert!(ingest.terminate(Duration::from_secs(30)).success());
+    assert!(
+        worker.terminate(Duration::from_secs(30)).success(),
+        "{}",
+        worker.stderr()
+    );
+    assert_nothing_refused(&mut admin, "the user").await;
 }

@@ -76,6 +76,13 @@ impl Turns {
         key: &str,
     ) -> Result<Option<SemaphorePermit<'_>>, Failure> {
         let fields = hashes::len(conn, key).await?;
+        self.fields(fields).await
+    }
+
+    /// The turn to read `fields` hash fields (a remote read's hashes
+    /// together): none for a small read, else their share of
+    /// [`FIELDS_AT_ONCE`], all of it for a larger read.
+    pub(super) async fn fields(&self, fields: u64) -> Result<Option<SemaphorePermit<'_>>, Failure> {
         if fields <= SMALL_HASH {
             return Ok(None);
         }

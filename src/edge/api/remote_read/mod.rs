@@ -43,6 +43,7 @@ use prost::Message as _;
 
 use super::{Api, Failure};
 use crate::edge::server::{self, BodyError, Resp};
+use crate::model::keys::Family;
 use prompb::{QueryResult, ReadRequest, ReadResponse};
 use select::{Budget, Selected, Selector};
 use series::Span;
@@ -57,6 +58,10 @@ pub(crate) const MAX_DECODED: usize = 8 * 1024 * 1024;
 /// Most label matchers one read may hold, all its queries together
 /// (Prometheus sends one query a read, with a few).
 pub(crate) const MAX_MATCHERS: usize = 64;
+/// Most hash fields one read may read, all its hashes together (a read
+/// holds about 100 bytes a field while it parses them): a counter holds a
+/// field a bucket, statistics a few dozen, histograms included.
+pub(crate) const MAX_FIELDS: u64 = 10_000_000;
 /// Most samples one read may answer (about 60 MB before compression).
 pub(crate) const MAX_SAMPLES: u64 = 5_000_000;
 /// Time allowed for the body to arrive once the headers have.
@@ -139,6 +144,25 @@ async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
     // A read that waits longer is answered 429, not cut off by the
     // connection's lifetime. (The semaphore is never closed.)
     let _turn = api.turns.samples(samples).await?;
+    // What the hashes hold, whatever the range asks: a hash of a million
+    // buckets is read whole for a minute of them. Large reads take turns
+    // with the API's reads of large hashes.
+    let hashes: Vec<String> = selected
+        .iter()
+        .flat_map(|(_, series)| series.iter())
+        .map(|s| match s.family {
+            Family::Counts => api.keys.count(s.precision, &s.name),
+            Family::Stats => api.keys.stats(s.precision, &s.name),
+        })
+        .collect();
+    let fields = crate::store::hashes::len_all(&mut conn, &hashes).await?;
+    if fields > MAX_FIELDS {
+        return Err(Failure::BadRequest(format!(
+            "the matching hashes hold {fields} fields, more than {MAX_FIELDS} (the limit of \
+             one read, whatever its time range): narrow the matchers"
+        )));
+    }
+    let _fields = api.turns.fields(fields).await?;
     let mut results = Vec::with_capacity(selected.len());
     for (span, series) in &selected {
         let timeseries = series::read(&mut conn, &api.keys, series, span).await?;

@@ -347,14 +347,7 @@ async fn a_remote_read_counts_the_fields_it_reads() {
     let url = srv.url();
     let now = unix_now();
     let mut c = common::conn(&url).await;
-    for chunk in (now - BUCKETS + 1..=now).collect::<Vec<_>>().chunks(20_000) {
-        let fields: Vec<(i64, i64)> = chunk.iter().map(|&t| (t, 1)).collect();
-        let () = redis::pipe()
-            .hset_multiple("count:1:big", &fields)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-    }
+    one_hit_a_second(&mut c, "count:1:big", now, BUCKETS).await;
     let () = redis::pipe()
         .zadd("known:", "1:big", 0)
         .query_async(&mut c)
@@ -378,6 +371,24 @@ async fn a_remote_read_counts_the_fields_it_reads() {
         "{}",
         String::from_utf8_lossy(&raw)
     );
+}
+
+/// Counter `key` at precision 1 with one hit in each of the `buckets`
+/// seconds up to `now`.
+async fn one_hit_a_second(
+    c: &mut hitcount::store::connect::Conn,
+    key: &str,
+    now: i64,
+    buckets: i64,
+) {
+    for chunk in (now - buckets + 1..=now).collect::<Vec<_>>().chunks(20_000) {
+        let fields: Vec<(i64, i64)> = chunk.iter().map(|&t| (t, 1)).collect();
+        let () = redis::pipe()
+            .hset_multiple(key, &fields)
+            .query_async(c)
+            .await
+            .unwrap();
+    }
 }
 
 /// `(status, headers in lower case, body)` of `GET path`.
@@ -643,14 +654,7 @@ async fn hashes_larger_than_a_turn_are_read_whole_in_turn() {
     let url = srv.url();
     let now = unix_now();
     let mut c = common::conn(&url).await;
-    for chunk in (now - BUCKETS + 1..=now).collect::<Vec<_>>().chunks(20_000) {
-        let fields: Vec<(i64, i64)> = chunk.iter().map(|&t| (t, 1)).collect();
-        let _: () = redis::pipe()
-            .hset_multiple("count:1:big", &fields)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-    }
+    one_hit_a_second(&mut c, "count:1:big", now, BUCKETS).await;
     let mut stats = Vec::new();
     for t in now - STAT_BUCKETS + 1..=now {
         for (f, v) in [

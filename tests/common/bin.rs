@@ -113,6 +113,24 @@ impl Child {
         }
     }
 
+    /// SIGSTOP, returning once every thread of the process is stopped: a
+    /// thread still running when the signal is sent (on a busy machine it
+    /// may wait for a CPU first) can otherwise send a few more commands.
+    pub fn stop(&self) {
+        self.signal(libc::SIGSTOP);
+        let tasks = format!("/proc/{}/task", self.pid());
+        wait_for("every thread stopped", Duration::from_secs(10), || {
+            let all = std::fs::read_dir(&tasks).ok()?.flatten().all(|t| {
+                // The state follows the command's closing parenthesis.
+                std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| {
+                    s.rsplit_once(") ")
+                        .is_some_and(|(_, rest)| rest.starts_with(['T', 't']))
+                })
+            });
+            all.then_some(())
+        });
+    }
+
     /// SIGKILL and reap, as a crash or an evicted pod. SIGKILL ends stopped
     /// processes too.
     pub fn kill(&mut self) {

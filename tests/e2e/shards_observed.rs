@@ -175,7 +175,7 @@ async fn shards_are_observed(url: &str) {
     // obs-a paused: its shards' new entries wait, and obs-b's sampler sees
     // them per shard and summed. Its leases are stretched meanwhile so that
     // nobody takes its shards over and drains them before a sample.
-    workers[0].signal(libc::SIGSTOP);
+    workers[0].stop();
     for &k in &sets[0] {
         let _: () = redis::cmd("PEXPIRE")
             .arg(keys[k as usize].shard_lease())
@@ -194,9 +194,10 @@ async fn shards_are_observed(url: &str) {
                 .unwrap();
         }
     }
-    // A paused process may have reads outstanding per shard (a blocked one
-    // and its reads ahead), which Redis serves with the new entries: those
-    // are pending, the others still in the stream. None can be
+    // A paused process may have one blocked read outstanding per shard
+    // (its reads ahead never block), which Redis serves with the first new
+    // entry: that one is pending, the next two still in the stream, so
+    // every paused shard has a backlog with an age. None can be
     // acknowledged while it is stopped: all three wait, lag or pending.
     let gauge = |m: &str, name: &str, k: u32| {
         metric_value(m, &format!("hitcount_shard_{name}{{shard=\"{k}\"}}")).unwrap()

@@ -24,7 +24,8 @@ use std::time::Duration;
 use http_body_util::Full;
 use hyper::body::{Body as _, Bytes, Incoming};
 use hyper::header::{
-    HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS,
+    HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, RETRY_AFTER,
+    X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -32,6 +33,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+use super::sending;
 
 /// Limits protecting the server from slow, malformed or too many clients.
 #[derive(Debug, Clone)]
@@ -156,6 +159,7 @@ where
 {
     let max = limits.max_connections.max(1);
     let peers = Peers::new(&limits);
+    let budget = Arc::new(sending::Budget::new());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut builder = http1::Builder::new();
     builder
@@ -186,16 +190,24 @@ where
         };
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
+        let (budget, sent) = (budget.clone(), sending::Sent::default());
         let conn = builder.serve_connection(
-            TokioIo::new(stream),
+            TokioIo::new(sending::Counted::new(stream, sent.clone())),
             service_fn(move |mut req: Request<Incoming>| {
                 // A body left unread leaves the connection unusable: close
                 // it rather than wait for the body to end.
                 let has_body = !req.body().is_end_stream();
+                // hyper sends no body in answer to HEAD.
+                let head = req.method() == Method::HEAD;
                 req.extensions_mut().insert(Peer(peer.ip().to_canonical()));
                 let answer = handle(req);
+                let (budget, sent) = (budget.clone(), sent.clone());
                 async move {
                     let mut resp = answer.await;
+                    let len = resp.body().size_hint().exact().unwrap_or(u64::MAX);
+                    if !head && !budget.take(len, &sent) {
+                        resp = too_busy_to_send(&resp);
+                    }
                     let read = resp.extensions_mut().remove::<BodyRead>().is_some();
                     if has_body && !read {
                         resp.headers_mut()
@@ -234,6 +246,33 @@ where
     let all = u32::try_from(max).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(limits.shutdown_grace, peers.permits.acquire_many(all)).await;
     Ok(())
+}
+
+/// 503 with `Retry-After: 1` in place of `answer`, too large to send while
+/// others hold the budget of [`sending`]: in JSON when `answer` was.
+fn too_busy_to_send(answer: &Resp) -> Resp {
+    let why = format!(
+        "busy: other large answers are being sent (at most {} MiB at once); retry",
+        sending::BUDGET >> 20
+    );
+    let json = answer
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    let mut resp = if json {
+        // Nothing in `why` needs escaping.
+        let body = format!("{{\"error\":\"{why}\"}}");
+        respond(StatusCode::SERVICE_UNAVAILABLE, "application/json", body)
+    } else {
+        respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain; charset=utf-8",
+            why,
+        )
+    };
+    resp.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
 }
 
 /// The address a request came from, in its extensions: a client's

@@ -524,3 +524,121 @@ async fn many_large_remote_reads_at_once_hold_serve_to_a_budget() {
         "six reads at once took {six} KiB at their peak, one alone {one} KiB"
     );
 }
+
+/// Clients that ask for a large answer and never read it hold `serve` to a
+/// budget: 10 of them, each asking for the whole of a 230,000-sample
+/// counter (7.6 MB of JSON, more than the kernel's socket buffers hold),
+/// once held every answer until their
+/// connections' deadline (250 such clients, 588 MB). Now the answers over
+/// 64 KiB being sent hold at most 64 MiB between them: the clients beyond
+/// are told 503 at once, with `Retry-After`, and once the readers are gone,
+/// a client that reads gets its answer whole. `serve`'s peak RSS stays
+/// within that budget and twice what one answer alone costs a `serve` of
+/// its own (the readers ask one after another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_hold_serve_to_a_budget() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BUCKETS: i64 = 230_000;
+    const COUNT: i64 = 1_000_000_000_000_000_000;
+    const READERS: u8 = 10;
+    const BUDGET_KIB: u64 = 64 * 1024;
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let now = unix_now();
+    // Counts of 19 digits: 33 bytes of JSON a sample, so that an answer
+    // larger than the socket buffers is quick to build.
+    for chunk in (now - BUCKETS + 1..=now).collect::<Vec<_>>().chunks(20_000) {
+        let fields: Vec<(i64, i64)> = chunk.iter().map(|&t| (t, COUNT)).collect();
+        let () = redis::pipe()
+            .hset_multiple("count:1:big", &fields)
+            .zadd("known:", "1:big", 0)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let samples = (BUCKETS + 10).to_string();
+    let args = ["--precisions", "1", "--samples", samples.as_str()];
+    const PATH: &str = "/api/v1/counters/big?precision=1";
+    // The whole answer of a client that reads it.
+    let read_whole = |addr: String| {
+        let (status, head, body) = crate::http::get(&addr, PATH);
+        assert_eq!(status, 200, "{head}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let samples = v["samples"].as_array().unwrap();
+        assert_eq!(samples.len() as i64, BUCKETS);
+        assert!(samples.iter().all(|s| s[1] == COUNT));
+        body.len()
+    };
+    let (alone, addr) = crate::http::serve(&srv.url(), &args);
+    let size = read_whole(addr.clone());
+    assert!(size > 4 * MIB, "an answer of {size} bytes");
+    let one = peak_rss_kib(alone.pid()).unwrap();
+    drop(alone);
+
+    let (serve, addr) = crate::http::serve(&srv.url(), &args);
+    let sock: std::net::SocketAddr = addr.parse().unwrap();
+    // A reader that asks, reads the status line and stops reading, with a
+    // receive buffer as small as the kernel allows.
+    let stall = |i: u8| async move {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket
+            .bind(std::net::SocketAddr::from(([127, 0, 6, 1 + i / 10], 0)))
+            .unwrap();
+        let mut s = socket.connect(sock).await.unwrap();
+        let req = format!("GET {PATH} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).await.unwrap();
+        let status = String::from_utf8_lossy(&head[9..12]).to_string();
+        let mut rest = Vec::new();
+        if status != "200" {
+            s.read_to_end(&mut rest).await.unwrap();
+        }
+        (status, String::from_utf8_lossy(&rest).to_string(), s)
+    };
+    // One after another (each answer built alone), until the budget is
+    // held: an answer of about 7,400 KiB takes as much of its 65,536, so 8
+    // are sent, and none of them can be written whole (the socket buffers
+    // of both ends hold about 5 MB) nor reach its connection's 30 s
+    // deadline (an answer takes about 1 s to build here).
+    let fits = BUDGET_KIB / (size as u64).div_ceil(1024);
+    let (mut sending, mut refused, mut held) = (0, 0, Vec::new());
+    for i in 0..READERS {
+        let (status, rest, s) = stall(i).await;
+        match status.as_str() {
+            "200" => sending += 1,
+            "503" => {
+                refused += 1;
+                assert!(
+                    rest.to_ascii_lowercase().contains("retry-after: 1\r\n"),
+                    "{rest}"
+                );
+                assert!(
+                    rest.contains(r#"{"error":"busy: other large answers"#),
+                    "{rest}"
+                );
+            }
+            other => panic!("reader {i} answered {other}: {rest}"),
+        }
+        held.push(s);
+    }
+    assert_eq!(
+        (sending, refused),
+        (fits, u64::from(READERS) - fits),
+        "answers of {size} bytes sent at once"
+    );
+    // One answer built at a time, and the budget held.
+    let peak = peak_rss_kib(serve.pid()).unwrap();
+    assert!(
+        peak <= 2 * one + BUDGET_KIB,
+        "{READERS} stalled readers took serve to {peak} KiB, one answer alone {one} KiB"
+    );
+    // Gone, they give the budget back: a reader gets its answer whole.
+    drop(held);
+    let addr2 = addr.clone();
+    let got = tokio::task::spawn_blocking(move || read_whole(addr2))
+        .await
+        .unwrap();
+    assert_eq!(got, size);
+}

@@ -306,6 +306,11 @@ fn a_shard_count_record_that_is_no_count_is_refused_by_name() {
             err.contains(&why) && err.contains("no hit is sent"),
             "{err}"
         );
+        let err = ingest_refused(&url);
+        assert!(
+            err.contains(&why) && err.contains("no hit is sent"),
+            "{err}"
+        );
         let len: i64 = redis::cmd("XLEN").arg("hits").query(&mut r).unwrap();
         assert_eq!(len, 0, "nothing sent");
         let out = run_hitcount(&["status", "--redis-url", &url]);
@@ -315,4 +320,38 @@ fn a_shard_count_record_that_is_no_count_is_refused_by_name() {
         let kept: String = redis::cmd("GET").arg(key).query(&mut r).unwrap();
         assert_eq!(kept, value, "left as it is");
     }
+}
+
+/// The stderr of `ingest` on `url`, which must refuse to start.
+fn ingest_refused(url: &str) -> String {
+    let mut cmd = crate::common::bin::hitcount();
+    cmd.args(["ingest", "--redis-url", url, "--listen", &free_addr()]);
+    let mut ingest = crate::common::bin::Child::spawn("ingest", cmd);
+    let status = ingest.wait(Duration::from_secs(60)).expect("it stops");
+    let err = ingest.stderr();
+    assert_eq!(status.code(), Some(1), "{err}");
+    err
+}
+
+/// `ingest` started with another shard count than the workers recorded
+/// would send hits where no worker reads: it refuses to start, naming both
+/// counts and the key, as `hit` does; with the recorded count it starts.
+#[test]
+fn ingest_refuses_another_shard_count_than_the_recorded_one() {
+    let srv = server();
+    let url = srv.url();
+    let mut r = redis(&url);
+    let key = "{hits}:hc:hitcount:shards";
+    let _: () = redis::cmd("SET").arg(key).arg(4).query(&mut r).unwrap();
+    let err = ingest_refused(&url);
+    assert!(
+        err.contains(&format!(
+            "HITCOUNT_SHARDS is 1, but this stream's workers read it as 4 shard(s) (recorded in {key})"
+        )),
+        "{err}"
+    );
+    let (_ingest, addr) = crate::common::bin::start_ingest(&url, &["--shards", "4"]);
+    let (status, _, body) =
+        crate::common::bin::post_hits(&addr, "application/json", &[], r#"{"name":"a"}"#);
+    assert_eq!(status, 202, "{body}");
 }

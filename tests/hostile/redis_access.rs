@@ -903,11 +903,18 @@ async fn a_prefix_needs_only_the_rewrite_the_docs_give() {
         assert!(rules.contains(from), "{from}");
         rules = rules.replace(from, to);
     }
-    let ingest_rules = std::fs::read_to_string(concat!(
+    let mut ingest_rules = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/deploy/redis/ingest.acl"
     ))
     .unwrap();
+    let (from, to) = (
+        "%R~{hits}:hc:hitcount:shards",
+        "%R~app1:{hits}:hc:hitcount:shards",
+    );
+    assert!(docs.contains(&format!("`{from}` into `{to}`")), "{from}");
+    assert!(ingest_rules.contains(from), "{from}");
+    ingest_rules = ingest_rules.replace(from, to);
     let server = server_with(ServerOptions {
         extra: vec![
             format!("user hitcount on >pw {rules}"),
@@ -934,7 +941,7 @@ async fn a_prefix_needs_only_the_rewrite_the_docs_give() {
     std::fs::write(&log, line.repeat(4)).unwrap();
     run_ok(&url, &["import", log.to_str().unwrap(), "--prefix", PREFIX]);
     // ingest has its own user, whose rules name the stream's keys only.
-    let (mut ingest, addr) = start_ingest(&ingest_url, &[]);
+    let (mut ingest, addr) = start_ingest(&ingest_url, &prefix);
     let body = r#"[{"name":"posted","id":"a1"},{"name":"posted","id":"a1"}]"#;
     let (status, _, answer) = post_hits(&addr, "application/json", &[], body);
     assert_eq!(status, 202, "{answer}");

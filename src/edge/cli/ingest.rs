@@ -116,11 +116,16 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     // As serve: a wrong password, a URL that is no Redis or a permission
     // the ACL lacks stops ingest here with one line; a Redis that is only
     // down is waited for: each request tries again.
-    if let Err(e) = ingest.check().await {
-        if crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
-            return Err(e.into());
+    // Hits sent with another shard count than the workers' would go to
+    // streams nobody reads: refused, as `hit` does.
+    match ingest.check().await {
+        Ok(()) => super::reach::check_recorded_shards(&args.common).await?,
+        Err(e) if crate::store::connect::classify(&e).0 == ErrorClass::Fatal => {
+            return Err(e.into())
         }
-        tracing::warn!(error = %e, "Redis unavailable at start: serving anyway, each request tries again");
+        Err(e) => {
+            tracing::warn!(error = %e, "Redis unavailable at start: serving anyway, each request tries again")
+        }
     }
     tracing::info!(address = %listener.local_addr()?, "taking hits on /api/v1/hits");
     let limits = Limits {

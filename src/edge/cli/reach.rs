@@ -211,6 +211,35 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
     let recorded = shard_count::record(&mut conn, &common.layout, &common.stream)
         .await
         .map_err(|e| anyhow!("cannot record the stream's shard count: {}", cause(&e)))?;
+    against_record(common, recorded)
+}
+
+/// For a producer that only reads the record (`ingest`, whose user may
+/// not write it): another shard count than the one recorded, or a damaged
+/// record, is refused as in [`check_shards`]; with nothing recorded, the
+/// first worker records its count.
+pub(crate) async fn check_recorded_shards(common: &Common) -> anyhow::Result<()> {
+    let mut conn = connect(&common.redis).await?;
+    let key = shard_count::key(&common.layout, &common.stream, conn.is_cluster());
+    let recorded = shard_count::recorded(&mut conn, &common.layout, &common.stream)
+        .await
+        .map_err(|e| {
+            anyhow!(
+                "cannot read the stream's shard count in {key}: {}",
+                cause(&e)
+            )
+        })?;
+    let recorded = match recorded {
+        Some(Ok(n)) if n != common.stream.shards.max(1) => Recorded::Other { recorded: n, key },
+        Some(Err(value)) => Recorded::Damaged { key, value },
+        _ => Recorded::Agreed,
+    };
+    against_record(common, recorded)
+}
+
+/// `Err` saying why no hit may be sent with `common`'s shard count, unless
+/// `recorded` agrees.
+fn against_record(common: &Common, recorded: Recorded) -> anyhow::Result<()> {
     match recorded {
         Recorded::Agreed => Ok(()),
         Recorded::Other { recorded, key } => Err(anyhow!(

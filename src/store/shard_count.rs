@@ -16,6 +16,7 @@ use redis::{RedisResult, Value};
 
 use crate::model::config::{LayoutArgs, StreamArgs};
 use crate::model::keys::Keys;
+use crate::store::client::unless_wrong_type;
 use crate::store::connect::Conn;
 use crate::store::group;
 
@@ -47,7 +48,8 @@ pub(crate) enum Recorded {
     Damaged {
         /// The key a count is recorded in.
         key: String,
-        /// What it holds.
+        /// What it holds, said for a reader: a string quoted, or the
+        /// key's other type.
         value: String,
     },
     /// No count is recorded, and this one would leave these entries unread.
@@ -75,15 +77,21 @@ pub(crate) fn unsharded(layout: &LayoutArgs, stream: &StreamArgs, clustered: boo
     Keys::shard(layout, &base, 0, clustered)
 }
 
-/// The recorded shard count, if any: `Err` with the value when it is no
-/// count in 1..=256 (see [`Recorded::Damaged`]).
+/// The recorded shard count, if any: `Err` saying what the key holds when
+/// it is no count in 1..=256 as hitcount writes it (see
+/// [`Recorded::Damaged`]).
 pub(crate) async fn recorded(
     conn: &mut Conn,
     layout: &LayoutArgs,
     stream: &StreamArgs,
 ) -> RedisResult<Option<Result<u32, String>>> {
     let key = key(layout, stream, conn.is_cluster());
-    let value: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query_async(conn).await?;
+    let reply = redis::cmd("GET").arg(&key).query_async(conn).await;
+    // A key of another type holds no count either.
+    let Some(value) = unless_wrong_type(reply)? else {
+        return Ok(Some(Err("a value of another type than a string".into())));
+    };
+    let value: Option<Vec<u8>> = redis::from_redis_value(value)?;
     Ok(value.map(count))
 }
 
@@ -92,15 +100,16 @@ pub(crate) async fn recorded(
 fn count(value: Vec<u8>) -> Result<u32, String> {
     std::str::from_utf8(&value)
         .ok()
-        .and_then(|v| v.parse().ok())
+        // As written: `+4` or `04` is something else's.
+        .and_then(|v| v.parse().ok().filter(|n: &u32| n.to_string() == v))
         .filter(|n| (1..=crate::model::config::MAX_SHARDS).contains(n))
-        .ok_or_else(|| String::from_utf8_lossy(&value).into_owned())
+        .ok_or_else(|| format!("{:?}", String::from_utf8_lossy(&value)))
 }
 
 /// Why nobody may send or read with a damaged record ([`Recorded::Damaged`]).
-pub(crate) fn damaged(key: &str, value: &str) -> String {
+pub(crate) fn damaged(key: &str, what: &str) -> String {
     format!(
-        "{key} holds {value:?}, which is no shard count (1 to {}): something else wrote it, \
+        "{key} holds {what}, which is no shard count (1 to {}): something else wrote it, \
          so where producers send hits is unknown; set it to the count they use \
          (SET {key} N) or delete it",
         crate::model::config::MAX_SHARDS

@@ -279,9 +279,10 @@ fn a_dead_letter_stream_of_another_type_stops_the_worker_before_it_commits() {
     assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
 }
 
-/// The stream's shard count record holding no count (`SET … abc`, another
-/// program's value): it decides which streams producers write and workers
-/// read, so nobody guesses. A worker stops and `hit` sends nothing, each
+/// The stream's shard count record holding no count (`SET … abc`, `+4`,
+/// or a hash: another program's value): it decides which streams producers
+/// write and workers read, so nobody guesses. A worker stops and `hit` and
+/// `ingest` send nothing, each
 /// naming the key and the fix; `status` warns and reads on. It used to be
 /// read as no record, and every worker and producer used its own count.
 #[test]
@@ -290,14 +291,27 @@ fn a_shard_count_record_that_is_no_count_is_refused_by_name() {
     let url = srv.url();
     let mut r = redis(&url);
     let key = "{hits}:hc:hitcount:shards";
-    for value in ["abc", "0", "\u{ff}"] {
-        let _: () = redis::cmd("SET").arg(key).arg(value).query(&mut r).unwrap();
+    // Strings that are no count as hitcount writes one, and a hash.
+    for value in ["abc", "0", "\u{ff}", "+4", "04", ""] {
+        let what = if value.is_empty() {
+            let _: () = redis::cmd("DEL").arg(key).query(&mut r).unwrap();
+            let _: () = redis::cmd("HSET")
+                .arg(key)
+                .arg("f")
+                .arg(4)
+                .query(&mut r)
+                .unwrap();
+            "a value of another type than a string".to_string()
+        } else {
+            let _: () = redis::cmd("SET").arg(key).arg(value).query(&mut r).unwrap();
+            format!("{value:?}")
+        };
         let cmd = crate::common::bin::worker(&url, "w1", &free_addr(), &["--shards", "4"]);
         let mut worker = crate::common::bin::Child::spawn("w1", cmd);
         let status = worker.wait(Duration::from_secs(60)).expect("it stops");
         let err = worker.stderr();
         assert_eq!(status.code(), Some(1), "{err}");
-        let why = format!("{key} holds {value:?}, which is no shard count (1 to 256)");
+        let why = format!("{key} holds {what}, which is no shard count (1 to 256)");
         assert!(err.contains(&why) && err.contains("delete it"), "{err}");
         let out = run_hitcount(&["hit", "a", "--redis-url", &url]);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -317,8 +331,10 @@ fn a_shard_count_record_that_is_no_count_is_refused_by_name() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{err}");
         assert!(err.contains(&why), "{err}");
-        let kept: String = redis::cmd("GET").arg(key).query(&mut r).unwrap();
-        assert_eq!(kept, value, "left as it is");
+        if !value.is_empty() {
+            let kept: String = redis::cmd("GET").arg(key).query(&mut r).unwrap();
+            assert_eq!(kept, value, "left as it is");
+        }
     }
 }
 

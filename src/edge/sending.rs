@@ -11,6 +11,7 @@
 //! at once, and the answer is dropped. Small answers (probes, metrics, most
 //! of the API) never wait for anything.
 
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -47,18 +48,23 @@ impl Budget {
             return false;
         };
         let mut held = sent.lock();
-        held.until = held.written + len;
-        held.permit = Some(permit);
+        // After what the connection has written, and after the answers it
+        // holds already (a client may ask again before reading).
+        let until = held.written.max(held.queued) + len;
+        held.queued = until;
+        held.answers.push_back((until, permit));
         true
     }
 }
 
-/// What one connection has written, and the budget it holds until then.
+/// What one connection has written, and the budget its answers hold, each
+/// until the connection has written that many bytes.
 #[derive(Default)]
 struct Written {
     written: u64,
-    until: u64,
-    permit: Option<OwnedSemaphorePermit>,
+    /// Where the last answer held ends.
+    queued: u64,
+    answers: VecDeque<(u64, OwnedSemaphorePermit)>,
 }
 
 /// A connection's [`Written`], shared by its socket and its requests; the
@@ -87,8 +93,12 @@ impl<S> Counted<S> {
     fn wrote(&self, n: usize) {
         let mut held = self.sent.lock();
         held.written += n as u64;
-        if held.written >= held.until {
-            held.permit = None;
+        while held
+            .answers
+            .front()
+            .is_some_and(|(until, _)| *until <= held.written)
+        {
+            held.answers.pop_front();
         }
     }
 }
@@ -169,6 +179,16 @@ mod tests {
         assert_eq!(free(), 0);
         socket.write_all(b"x").await.unwrap();
         assert_eq!(free(), half);
+        // Two answers asked on one connection before it wrote either: the
+        // first given back once written, the second once written too.
+        let (first, second) = (BUDGET / 4, BUDGET / 8);
+        assert!(budget.take(first, &sent));
+        assert!(budget.take(second, &sent));
+        assert_eq!(free(), BUDGET / 2 - first - second);
+        socket.write_all(&vec![0; first as usize]).await.unwrap();
+        assert_eq!(free(), BUDGET / 2 - second);
+        socket.write_all(&vec![0; second as usize]).await.unwrap();
+        assert_eq!(free(), BUDGET / 2);
         // A closed connection gives back what it held.
         drop(other);
         assert_eq!(free(), BUDGET);

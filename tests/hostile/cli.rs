@@ -478,7 +478,8 @@ fn an_argument_that_is_not_utf8_is_refused_not_a_panic() {
 
 /// A name a producer wrote with control characters (an escape sequence
 /// that would recolour a terminal) is printed by `top` escaped, never as
-/// the raw bytes.
+/// the raw bytes; in `--json` too, where C1 controls and a right-to-left
+/// override used to be printed raw.
 #[test]
 fn top_prints_a_hostile_name_escaped() {
     let srv = server();
@@ -519,4 +520,42 @@ fn top_prints_a_hostile_name_escaped() {
         "{}",
         o.stdout
     );
+    // And as JSON, with a C1 control (an 8-bit CSI) and a right-to-left
+    // override besides: written `\uXXXX`, read back as the name itself.
+    let other = "odd\u{9b}2J\u{202e}txt";
+    redis::pipe()
+        .cmd("HSET")
+        .arg(format!("count:3600:{other}"))
+        .arg(bucket)
+        .arg(4)
+        .cmd("ZADD")
+        .arg("known:")
+        .arg(0)
+        .arg(format!("3600:{other}"))
+        .query::<()>(&mut c)
+        .unwrap();
+    let o = run(
+        &[
+            "top",
+            "--precision",
+            "3600",
+            "--bucket",
+            &bucket.to_string(),
+            "--json",
+        ],
+        &[("REDIS_URL", &url)],
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    for raw in ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}'] {
+        assert!(!o.stdout.contains(raw), "{raw:?} in {:?}", o.stdout);
+    }
+    assert!(o.stdout.contains(r"odd\u009b2J\u202etxt"), "{}", o.stdout);
+    let top: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let names: Vec<&str> = top["counters"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{top}"))
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [name, other], "{top}");
 }

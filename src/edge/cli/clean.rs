@@ -105,7 +105,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         Err(CleanError::Store(e)) => return Err(e).context("cleaner pass failed"),
     };
     if args.json {
-        outln!("{}", serde_json::to_string(&last)?);
+        outln!("{}", super::json_text(&last, false)?);
     } else {
         let p = &last.pass;
         outln!(

@@ -54,7 +54,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     );
     let samples = counter.samples;
     if args.json {
-        outln!("{}", serde_json::to_string(&samples)?);
+        outln!("{}", super::json_text(&samples, false)?);
         return Ok(());
     }
     if samples.is_empty() {
@@ -84,7 +84,7 @@ async fn stats(
     );
     let rows: Vec<Row> = hash.buckets.iter().map(|(&t, s)| Row::of(t, s)).collect();
     if args.json {
-        outln!("{}", serde_json::to_string(&rows)?);
+        outln!("{}", super::json_text(&rows, false)?);
         return Ok(());
     }
     if rows.is_empty() {

@@ -270,6 +270,40 @@ pub(crate) fn out(text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// `value` as one line of JSON (`pretty`: indented) for a terminal or a
+/// script: besides what JSON escapes, the characters a terminal would obey
+/// or hide ([`unprintable`]: C1 controls, those that reorder or break a
+/// line) are written `\uXXXX`, so that a hostile name prints as itself and
+/// reads back the same.
+///
+/// [`unprintable`]: crate::model::event::unprintable
+pub(crate) fn json_text(value: &impl serde::Serialize, pretty: bool) -> anyhow::Result<String> {
+    let text = if pretty {
+        serde_json::to_string_pretty(value)?
+    } else {
+        serde_json::to_string(value)?
+    };
+    // Inside strings JSON escapes every control character below U+0020, so
+    // a line feed is the indentation's; outside strings, JSON holds none
+    // of the others.
+    let hidden = |c: char| c != '\n' && crate::model::event::unprintable(c);
+    if !text.chars().any(hidden) {
+        return Ok(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if hidden(c) {
+            let mut units = [0; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
 /// Most distinct names `load` and `demo` draw from (`page:0` ..): the
 /// samplers hold a few words per name.
 pub(crate) const MAX_NAMES: u64 = 10_000_000;

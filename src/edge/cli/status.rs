@@ -57,7 +57,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         );
     }
     if args.json {
-        outln!("{}", serde_json::to_string_pretty(&status)?);
+        outln!("{}", super::json_text(&status, true)?);
     } else {
         let mut text = render(&status, crate::model::clock::unix_ms());
         if let Some(unread) = unread {

@@ -70,7 +70,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     if args.json {
         // The fields of `/api/v1/top`'s answer, in its order, with `by`.
         let body = TopBody::new(precision, bucket, Some(by), &ranking, ranking.len());
-        outln!("{}", serde_json::to_string(&body)?);
+        outln!("{}", super::json_text(&body, false)?);
         return Ok(());
     }
     let when = format!("the {precision} s bucket from {} UTC", format_utc(bucket));

@@ -302,6 +302,14 @@ pub(crate) fn ts_of_ms(ms: i64) -> f64 {
     (ms as f64 + 0.5) / 1000.0
 }
 
+/// Whether `c` is a control character or an invisible one that reorders
+/// or breaks a line, which [`printable`] escapes.
+pub(crate) fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2028}'
+            | '\u{2029}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
 /// A name (or any text a producer wrote) as shown on a terminal: its
 /// control characters escaped (`\u{1b}`), so that a hostile name cannot
 /// move the cursor or recolour the terminal it is printed on, and so are
@@ -309,12 +317,7 @@ pub(crate) fn ts_of_ms(ms: i64) -> f64 {
 /// right-to-left override; `\u{2028}`); its backslashes doubled, so that an
 /// escape is never mistaken for the text.
 pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    let escaped = |c: char| {
-        c.is_control()
-            || c == '\\'
-            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2028}'
-                | '\u{2029}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
-    };
+    let escaped = |c: char| unprintable(c) || c == '\\';
     if !text.chars().any(escaped) {
         return text.into();
     }

@@ -486,71 +486,40 @@ fn top_prints_a_hostile_name_escaped() {
     let url = srv.url();
     let bucket = unix_now().div_euclid(3600) * 3600;
     let name = "evil\u{1b}[31mred\u{7}";
+    // A C1 control (an 8-bit CSI) and a right-to-left override.
+    let other = "odd\u{9b}2J\u{202e}txt";
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut c = client.get_connection().unwrap();
-    redis::pipe()
-        .cmd("HSET")
-        .arg(format!("count:3600:{name}"))
-        .arg(bucket)
-        .arg(5)
-        .cmd("ZADD")
-        .arg("known:")
-        .arg(0)
-        .arg(format!("3600:{name}"))
-        .query::<()>(&mut c)
-        .unwrap();
-    let o = run(
-        &[
-            "top",
-            "--precision",
-            "3600",
-            "--bucket",
-            &bucket.to_string(),
-        ],
-        &[("REDIS_URL", &url)],
-    );
-    assert_eq!(o.code, Some(0), "{}", o.stderr);
-    assert!(
-        !o.stdout.contains('\u{1b}') && !o.stdout.contains('\u{7}'),
-        "{:?}",
-        o.stdout
-    );
-    assert!(
-        o.stdout.contains("evil\\u{1b}[31mred\\u{7}"),
-        "{}",
-        o.stdout
-    );
-    // And as JSON, with a C1 control (an 8-bit CSI) and a right-to-left
-    // override besides: written `\uXXXX`, read back as the name itself.
-    let other = "odd\u{9b}2J\u{202e}txt";
-    redis::pipe()
-        .cmd("HSET")
-        .arg(format!("count:3600:{other}"))
-        .arg(bucket)
-        .arg(4)
-        .cmd("ZADD")
-        .arg("known:")
-        .arg(0)
-        .arg(format!("3600:{other}"))
-        .query::<()>(&mut c)
-        .unwrap();
-    let o = run(
-        &[
-            "top",
-            "--precision",
-            "3600",
-            "--bucket",
-            &bucket.to_string(),
-            "--json",
-        ],
-        &[("REDIS_URL", &url)],
-    );
-    assert_eq!(o.code, Some(0), "{}", o.stderr);
-    for raw in ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}'] {
-        assert!(!o.stdout.contains(raw), "{raw:?} in {:?}", o.stdout);
+    for (n, count) in [(name, 5), (other, 4)] {
+        redis::pipe()
+            .cmd("HSET")
+            .arg(format!("count:3600:{n}"))
+            .arg(bucket)
+            .arg(count)
+            .cmd("ZADD")
+            .arg("known:")
+            .arg(0)
+            .arg(format!("3600:{n}"))
+            .query::<()>(&mut c)
+            .unwrap();
     }
-    assert!(o.stdout.contains(r"odd\u009b2J\u202etxt"), "{}", o.stdout);
-    let top: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let bucket = bucket.to_string();
+    let top = |json: &[&str]| {
+        let args = [&["top", "--precision", "3600", "--bucket", &bucket], json].concat();
+        let o = run(&args, &[("REDIS_URL", &url)]);
+        assert_eq!(o.code, Some(0), "{}", o.stderr);
+        for raw in ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}'] {
+            assert!(!o.stdout.contains(raw), "{raw:?} in {:?}", o.stdout);
+        }
+        o.stdout
+    };
+    let text = top(&[]);
+    assert!(text.contains("evil\\u{1b}[31mred\\u{7}"), "{text}");
+    assert!(text.contains("odd\\u{9b}2J\\u{202e}txt"), "{text}");
+    // As JSON: written `\uXXXX`, read back as the names themselves.
+    let json = top(&["--json"]);
+    assert!(json.contains(r"odd\u009b2J\u202etxt"), "{json}");
+    let top: serde_json::Value = serde_json::from_str(&json).unwrap();
     let names: Vec<&str> = top["counters"]
         .as_array()
         .unwrap_or_else(|| panic!("{top}"))

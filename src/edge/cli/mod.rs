@@ -287,18 +287,14 @@ pub(crate) fn json_text(value: &impl serde::Serialize, pretty: bool) -> anyhow::
     // a line feed is the indentation's; outside strings, JSON holds none
     // of the others.
     let hidden = |c: char| c != '\n' && crate::model::event::unprintable(c);
-    if !text.chars().any(hidden) {
-        return Ok(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
+    let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if hidden(c) {
-            let mut units = [0; 2];
-            for unit in c.encode_utf16(&mut units) {
-                out.push_str(&format!("\\u{unit:04x}"));
-            }
-        } else {
+        if !hidden(c) {
             out.push(c);
+            continue;
+        }
+        for unit in c.encode_utf16(&mut [0; 2]) {
+            out.push_str(&format!("\\u{unit:04x}"));
         }
     }
     Ok(out)

@@ -533,8 +533,10 @@ async fn many_large_remote_reads_at_once_hold_serve_to_a_budget() {
 /// 64 KiB being sent hold at most 64 MiB between them: the clients beyond
 /// are told 503 at once, with `Retry-After`, and once the readers are gone,
 /// a client that reads gets its answer whole. `serve`'s peak RSS stays
-/// within that budget and twice what one answer alone costs a `serve` of
-/// its own (the readers ask one after another).
+/// within that budget and three times what one answer alone costs a
+/// `serve` of its own (the readers ask one after another). It runs alone
+/// (`scripts/run-tests`): it measures memory, and its builds of large
+/// answers are a load the other binaries' drains should not share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_never_read_hold_serve_to_a_budget() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -628,10 +630,11 @@ async fn clients_that_never_read_hold_serve_to_a_budget() {
         (fits, u64::from(READERS) - fits),
         "answers of {size} bytes sent at once"
     );
-    // One answer built at a time, and the budget held.
+    // The budget held, and one answer built at a time; but each of the
+    // runtime's two threads may keep the memory of a build it freed.
     let peak = peak_rss_kib(serve.pid()).unwrap();
     assert!(
-        peak <= 2 * one + BUDGET_KIB,
+        peak <= 3 * one + BUDGET_KIB,
         "{READERS} stalled readers took serve to {peak} KiB, one answer alone {one} KiB"
     );
     // Gone, they give the budget back: a reader gets its answer whole.

@@ -72,7 +72,12 @@ impl Workers {
 
 /// Waits until the group has read and acknowledged the whole stream.
 pub async fn wait_drained(conn: &mut Conn, keys: &Keys) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    wait_drained_within(conn, keys, Duration::from_secs(60)).await;
+}
+
+/// [`wait_drained`], for at most `within`.
+pub async fn wait_drained_within(conn: &mut Conn, keys: &Keys, within: Duration) {
+    let deadline = Instant::now() + within;
     while !super::plain::drained(conn, keys).await.unwrap() {
         if Instant::now() > deadline {
             // Say whether it was stuck (entries pending) or slow (lag).
@@ -82,7 +87,7 @@ pub async fn wait_drained(conn: &mut Conn, keys: &Keys) {
                 .query_async(conn)
                 .await
                 .unwrap();
-            panic!("stream not drained within 60 s: {groups:?}");
+            panic!("stream not drained within {within:?}: {groups:?}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -9,7 +9,9 @@
 //! [`Counted`], the connection's socket) or has closed. An answer that finds
 //! too little left is not sent: the client is told 503 with `Retry-After`,
 //! at once, and the answer is dropped. Small answers (probes, metrics, most
-//! of the API) never wait for anything.
+//! of the API) never wait for anything, and only answers to GET are ever
+//! refused (the server loop asks): a POST's answer may follow a change, such
+//! as `ingest`'s hits taken, which a client told 503 would make again.
 
 use std::collections::VecDeque;
 use std::io;

@@ -197,15 +197,17 @@ where
                 // A body left unread leaves the connection unusable: close
                 // it rather than wait for the body to end.
                 let has_body = !req.body().is_end_stream();
-                // hyper sends no body in answer to HEAD.
-                let head = req.method() == Method::HEAD;
+                // Only an answer to GET may be refused for the budget: it
+                // changed nothing (hyper sends no body in answer to HEAD; a
+                // POST's answer, ingest's, comes after its hits are taken).
+                let get = req.method() == Method::GET;
                 req.extensions_mut().insert(Peer(peer.ip().to_canonical()));
                 let answer = handle(req);
                 let (budget, sent) = (budget.clone(), sent.clone());
                 async move {
                     let mut resp = answer.await;
                     let len = resp.body().size_hint().exact().unwrap_or(u64::MAX);
-                    if !head && !budget.take(len, &sent) {
+                    if get && !budget.take(len, &sent) {
                         resp = too_busy_to_send(&resp);
                     }
                     let read = resp.extensions_mut().remove::<BodyRead>().is_some();

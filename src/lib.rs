@@ -29,8 +29,9 @@
 //!    │                      stats.rs: /api/v1/stats/{name}; top.rs: /top     │
 //!    │                      remote_read/: Prometheus' remote read, /read;    │
 //!    │                      turn.rs: what the requests read at once          │
-//!    │       ingest/        `hitcount ingest`: POST /api/v1/hits; browser.rs │
-//!    │                      (CORS, /hitcount.js), rate.rs (per client),      │
+//!    │       ingest/        `hitcount ingest`: POST /api/v1/hits; judge.rs   │
+//!    │                      (a body's hits), browser.rs (CORS,               │
+//!    │                      /hitcount.js), rate.rs (per client),             │
 //!    │                      statsd.rs (StatsD over UDP and TCP)              │
 //!    │       cli/           the binary's subcommands, one file each, and     │ behind the
 //!    │                      their text (status.rs: status, shard spread)     │ `cli` feature

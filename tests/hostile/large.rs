@@ -359,7 +359,10 @@ async fn large_entries_left_pending_by_a_gone_consumer_are_claimed_in_bounded_me
 /// stays within 256 MiB (judging a body holds about ten times its size:
 /// the 32 took 400 MiB at once before their judging had a budget; a
 /// refusal listed for each of half a million elements answered a megabyte
-/// with twenty).
+/// with twenty). No hit is appended twice: while bodies were judged on
+/// the runtime's threads, a busy machine (14 busy loops beside it) made
+/// an append's Redis reply outlast its timeout, the client was told 503
+/// after part of its body was appended, and sent it all again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_large_bodies_at_once_hold_ingest_to_a_budget() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

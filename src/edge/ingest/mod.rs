@@ -7,7 +7,7 @@
 //!   [`crate::model::event::json`]: each hit judged as the worker would.
 //!   202 once Redis holds the accepted hits, with `{"accepted": N,
 //!   "refused": [{"index": I, "reason": R}]}` (the first
-//!   [`LISTED_REFUSALS`] refusals; `"refused_unlisted": K` counts the
+//!   [`judge::LISTED_REFUSALS`] refusals; `"refused_unlisted": K` counts the
 //!   rest); 400 when nothing could be
 //!   read (with `{"error": …}`, as every other refusal), 401 without a
 //!   valid bearer token (when tokens are set; pages are governed by
@@ -23,6 +23,7 @@
 //! - and, on `HITCOUNT_STATSD_LISTEN`, StatsD over UDP and TCP ([`statsd`]).
 
 mod browser;
+mod judge;
 mod rate;
 pub(crate) mod statsd;
 
@@ -36,15 +37,15 @@ use hyper::header::{
     HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, ORIGIN, RETRY_AFTER, WWW_AUTHENTICATE,
 };
 use hyper::{Method, Request, StatusCode};
-use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::edge::server::{self, BodyError, BodyRead, Limits, Peer, Resp};
-use crate::model::event::json::{self, JsonHit, Layout};
+use crate::model::event::json::{JsonHit, Layout};
 use crate::model::metrics::{self, metrics};
 use crate::service::ingest::Appender;
 use crate::store::connect::ErrorClass;
 use browser::Browsers;
+use judge::Judged;
 use rate::Rate;
 
 const JSON: &str = "application/json; charset=utf-8";
@@ -62,9 +63,6 @@ const JUDGED_BYTES: usize = 4 << 20;
 /// Longest a read body waits for its turn within [`JUDGED_BYTES`], well
 /// within a connection's 30 s.
 const TURN_WAIT: Duration = Duration::from_secs(10);
-/// The reason of a page's hit whose name is outside the browser prefix.
-const OUTSIDE_PREFIX: &str = "outside_prefix";
-
 /// What `ingest` is told by its settings.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -194,32 +192,6 @@ async fn route(req: Request<Incoming>, ingest: &Ingest) -> Resp {
     }
 }
 
-/// Refused hits an answer lists at most: a body of a million refused
-/// elements would otherwise be answered with twenty times its size, held
-/// in memory until the client reads it.
-const LISTED_REFUSALS: usize = 1000;
-
-/// The answer to `POST /api/v1/hits`.
-#[derive(Serialize)]
-struct Answer {
-    accepted: usize,
-    /// The first [`LISTED_REFUSALS`] refused hits.
-    refused: Vec<Refused>,
-    /// How many more were refused, when there were more (absent otherwise).
-    #[serde(skip_serializing_if = "is_zero")]
-    refused_unlisted: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
-#[derive(Serialize)]
-struct Refused {
-    index: usize,
-    reason: &'static str,
-}
-
 /// `POST /api/v1/hits`: checks in order rate, origin or token, content
 /// type, body; then the hits.
 async fn hits(req: Request<Incoming>, ingest: &Ingest) -> Resp {
@@ -283,49 +255,23 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
     else {
         return send_again("busy judging other bodies: send again");
     };
-    let mut resp = judge(&body, layout, page, ingest).await;
+    let prefix = page.then(|| ingest.settings.browser_prefix.clone());
+    let judged = judge::judge(body, layout, prefix).await;
+    let mut resp = match judged {
+        Ok(judged) => append(judged, ingest).await,
+        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+    };
     resp.extensions_mut().insert(BodyRead);
     resp
 }
 
-async fn judge(body: &[u8], layout: Layout, page: bool, ingest: &Ingest) -> Resp {
-    let now = crate::model::clock::unix_ms();
-    let prefix = ingest.settings.browser_prefix.as_str();
-    let mut hits: Vec<JsonHit> = Vec::new();
-    let mut refused = Vec::new();
-    let mut refused_unlisted = 0;
-    // Each reason with how many hits it refused (a dozen reasons at most).
-    let mut reasons: Vec<(&'static str, u64)> = Vec::new();
-    let mut index = 0;
-    let read = json::read_body(body, layout, now, |hit| {
-        let reason = match hit {
-            Ok(hit) if page && !hit.name.starts_with(prefix) => OUTSIDE_PREFIX,
-            Ok(hit) => {
-                hits.push(hit);
-                index += 1;
-                return;
-            }
-            Err(refusal) => refusal.reason(),
-        };
-        if refused.len() < LISTED_REFUSALS {
-            refused.push(Refused { index, reason });
-        } else {
-            refused_unlisted += 1;
-        }
-        match reasons.iter_mut().find(|(r, _)| *r == reason) {
-            Some((_, n)) => *n += 1,
-            None => reasons.push((reason, 1)),
-        }
-        index += 1;
-    });
-    if let Err(e) = read {
-        return error(StatusCode::BAD_REQUEST, &e.to_string());
-    }
+/// Appends a judged body's accepted hits; the answer.
+async fn append(judged: Judged, ingest: &Ingest) -> Resp {
     // Counted once the body is known to be read.
-    for (reason, n) in reasons {
+    for (reason, n) in judged.reasons {
         metrics().ingest_refusals(reason, n);
     }
-    let accepted: Vec<&JsonHit> = hits.iter().collect();
+    let accepted: Vec<&JsonHit> = judged.accepted.iter().collect();
     if !accepted.is_empty() {
         match ingest.appender.append(&accepted).await {
             Ok(appended) => {
@@ -336,12 +282,7 @@ async fn judge(body: &[u8], layout: Layout, page: bool, ingest: &Ingest) -> Resp
             Err(e) => return redis_failed(&e),
         }
     }
-    let answer = Answer {
-        accepted: accepted.len(),
-        refused,
-        refused_unlisted,
-    };
-    let body = serde_json::to_string(&answer).expect("the answer is JSON");
+    let body = serde_json::to_string(&judged.answer).expect("the answer is JSON");
     server::respond(StatusCode::ACCEPTED, JSON, body)
 }
 

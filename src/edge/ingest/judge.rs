@@ -1,0 +1,105 @@
+//! How `ingest` judges a body's hits: each read as the worker would read
+//! it ([`crate::model::event::json`]), a page's held to the browser
+//! prefix, the refusals listed for the answer. A large body is judged on
+//! the blocking pool: on the runtime's threads (about a second for 80,000
+//! hits in a debug build, more on a busy machine) it would hold up other
+//! requests' Redis replies past their timeout, and a 503 after part of a
+//! body was appended makes its client send that part again.
+
+use hyper::body::Bytes;
+use serde::Serialize;
+
+use crate::model::event::json::{self, BadJson, JsonHit, Layout};
+
+/// Refused hits an answer lists at most: a body of a million refused
+/// elements would otherwise be answered with twenty times its size, held
+/// in memory until the client reads it.
+pub(super) const LISTED_REFUSALS: usize = 1000;
+/// The reason of a page's hit whose name is outside the browser prefix.
+const OUTSIDE_PREFIX: &str = "outside_prefix";
+/// Bodies up to this many bytes are judged on the runtime's thread (well
+/// under a millisecond), larger ones on the blocking pool.
+const INLINE: usize = 64 << 10;
+
+/// The answer to `POST /api/v1/hits` (when Redis took the hits).
+#[derive(Serialize)]
+pub(super) struct Answer {
+    accepted: usize,
+    /// The first [`LISTED_REFUSALS`] refused hits.
+    refused: Vec<Refused>,
+    /// How many more were refused, when there were more (absent otherwise).
+    #[serde(skip_serializing_if = "is_zero")]
+    refused_unlisted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+#[derive(Serialize)]
+struct Refused {
+    index: usize,
+    reason: &'static str,
+}
+
+/// A body's hits, judged.
+pub(super) struct Judged {
+    pub(super) accepted: Vec<JsonHit>,
+    /// What the client is told once they are appended.
+    pub(super) answer: Answer,
+    /// Each reason with how many hits it refused (a dozen reasons at most).
+    pub(super) reasons: Vec<(&'static str, u64)>,
+}
+
+/// Reads and judges `body`'s hits; a page's (`prefix` given) must have
+/// names starting with the prefix.
+pub(super) async fn judge(
+    body: Bytes,
+    layout: Layout,
+    prefix: Option<String>,
+) -> Result<Judged, BadJson> {
+    if body.len() <= INLINE {
+        return judge_now(&body, layout, prefix.as_deref());
+    }
+    tokio::task::spawn_blocking(move || judge_now(&body, layout, prefix.as_deref()))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+fn judge_now(body: &[u8], layout: Layout, prefix: Option<&str>) -> Result<Judged, BadJson> {
+    let now = crate::model::clock::unix_ms();
+    let mut judged = Judged {
+        accepted: Vec::new(),
+        answer: Answer {
+            accepted: 0,
+            refused: Vec::new(),
+            refused_unlisted: 0,
+        },
+        reasons: Vec::new(),
+    };
+    let mut index = 0;
+    json::read_body(body, layout, now, |hit| {
+        let reason = match hit {
+            Ok(hit) if prefix.is_some_and(|p| !hit.name.starts_with(p)) => OUTSIDE_PREFIX,
+            Ok(hit) => {
+                judged.accepted.push(hit);
+                index += 1;
+                return;
+            }
+            Err(refusal) => refusal.reason(),
+        };
+        let answer = &mut judged.answer;
+        if answer.refused.len() < LISTED_REFUSALS {
+            answer.refused.push(Refused { index, reason });
+        } else {
+            answer.refused_unlisted += 1;
+        }
+        match judged.reasons.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, n)) => *n += 1,
+            None => judged.reasons.push((reason, 1)),
+        }
+        index += 1;
+    })?;
+    judged.answer.accepted = judged.accepted.len();
+    Ok(judged)
+}

@@ -80,7 +80,7 @@ pub(crate) fn unsharded(layout: &LayoutArgs, stream: &StreamArgs, clustered: boo
 /// The recorded shard count, if any: `Err` saying what the key holds when
 /// it is no count in 1..=256 as hitcount writes it (see
 /// [`Recorded::Damaged`]).
-pub(crate) async fn recorded(
+async fn recorded(
     conn: &mut Conn,
     layout: &LayoutArgs,
     stream: &StreamArgs,
@@ -124,21 +124,8 @@ pub(crate) async fn record(
     stream: &StreamArgs,
 ) -> RedisResult<Recorded> {
     let key = key(layout, stream, conn.is_cluster());
-    let wanted = stream.shards.max(1);
-    // The record as it is found, or as another wrote it meanwhile.
-    let found = |value: Result<u32, String>| match value {
-        Ok(recorded) if recorded == wanted => Recorded::Agreed,
-        Ok(recorded) => Recorded::Other {
-            recorded,
-            key: key.clone(),
-        },
-        Err(value) => Recorded::Damaged {
-            key: key.clone(),
-            value,
-        },
-    };
     if let Some(value) = recorded(conn, layout, stream).await? {
-        return Ok(found(value));
+        return Ok(judged(key, stream, value));
     }
     let stranded = stranded(conn, layout, stream).await?;
     if !stranded.is_empty() {
@@ -147,12 +134,35 @@ pub(crate) async fn record(
     // Another may record first meanwhile: then its count is the one.
     let before: Option<Vec<u8>> = redis::cmd("SET")
         .arg(&key)
-        .arg(wanted)
+        .arg(stream.shards.max(1))
         .arg("NX")
         .arg("GET")
         .query_async(conn)
         .await?;
-    Ok(before.map_or(Recorded::Agreed, |b| found(count(b))))
+    // The record as another wrote it meanwhile, if one did.
+    Ok(before.map_or(Recorded::Agreed, |b| judged(key, stream, count(b))))
+}
+
+/// What is recorded, judged against `stream.shards`, without writing:
+/// with nothing recorded, [`Recorded::Agreed`] (the first worker records
+/// its count).
+pub(crate) async fn read(
+    conn: &mut Conn,
+    layout: &LayoutArgs,
+    stream: &StreamArgs,
+) -> RedisResult<Recorded> {
+    let key = key(layout, stream, conn.is_cluster());
+    let value = recorded(conn, layout, stream).await?;
+    Ok(value.map_or(Recorded::Agreed, |v| judged(key, stream, v)))
+}
+
+/// A recorded value (in `key`) judged against `stream.shards`.
+fn judged(key: String, stream: &StreamArgs, value: Result<u32, String>) -> Recorded {
+    match value {
+        Ok(recorded) if recorded == stream.shards.max(1) => Recorded::Agreed,
+        Ok(recorded) => Recorded::Other { recorded, key },
+        Err(value) => Recorded::Damaged { key, value },
+    }
 }
 
 /// The streams that `stream.shards` leaves unread and that hold entries

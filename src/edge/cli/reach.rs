@@ -165,24 +165,18 @@ fn mismatch(wanted: u32, recorded: u32, key: &str) -> String {
 /// `common`'s (see `service::shards`), it is used instead, with a warning
 /// naming both (the command would otherwise look at streams no worker reads).
 pub(crate) async fn shards_read(conn: &mut Conn, common: &mut Common) -> anyhow::Result<Vec<Keys>> {
-    let key = shard_count::key(&common.layout, &common.stream, conn.is_cluster());
-    let recorded = shard_count::recorded(conn, &common.layout, &common.stream)
-        .await
-        .map_err(|e| anyhow!("cannot read {key}: {}", cause(&e)))?;
-    let recorded = match recorded {
-        Some(Err(value)) => {
+    match read_record(conn, common).await? {
+        Recorded::Damaged { key, value } => {
             tracing::warn!("{}", shard_count::damaged(&key, &value));
-            None
         }
-        Some(Ok(n)) => Some(n),
-        None => None,
-    };
-    if let Some(recorded) = recorded.filter(|&r| r != common.stream.shards.max(1)) {
-        tracing::warn!(
-            "{}: using {recorded}",
-            mismatch(common.stream.shards, recorded, &key)
-        );
-        common.stream.shards = recorded;
+        Recorded::Other { recorded, key } => {
+            tracing::warn!(
+                "{}: using {recorded}",
+                mismatch(common.stream.shards, recorded, &key)
+            );
+            common.stream.shards = recorded;
+        }
+        Recorded::Agreed | Recorded::Strands { .. } => {}
     }
     Ok(Keys::all_shards(
         &common.layout,
@@ -220,21 +214,22 @@ async fn check_shards(common: &Common) -> anyhow::Result<()> {
 /// first worker records its count.
 pub(crate) async fn check_recorded_shards(common: &Common) -> anyhow::Result<()> {
     let mut conn = connect(&common.redis).await?;
+    let recorded = read_record(&mut conn, common).await?;
+    against_record(common, recorded)
+}
+
+/// The shard count recorded for `common`'s stream, judged against its own
+/// (read only); an error names the key (Redis' NOPERM does not).
+async fn read_record(conn: &mut Conn, common: &Common) -> anyhow::Result<Recorded> {
     let key = shard_count::key(&common.layout, &common.stream, conn.is_cluster());
-    let recorded = shard_count::recorded(&mut conn, &common.layout, &common.stream)
+    shard_count::read(conn, &common.layout, &common.stream)
         .await
         .map_err(|e| {
             anyhow!(
                 "cannot read the stream's shard count in {key}: {}",
                 cause(&e)
             )
-        })?;
-    let recorded = match recorded {
-        Some(Ok(n)) if n != common.stream.shards.max(1) => Recorded::Other { recorded: n, key },
-        Some(Err(value)) => Recorded::Damaged { key, value },
-        _ => Recorded::Agreed,
-    };
-    against_record(common, recorded)
+        })
 }
 
 /// `Err` saying why no hit may be sent with `common`'s shard count, unless

@@ -103,3 +103,54 @@ fn judge_now(body: &[u8], layout: Layout, prefix: Option<&str>) -> Result<Judged
     judged.answer.accepted = judged.accepted.len();
     Ok(judged)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// On a runtime of one thread, a task ticking every millisecond still
+    /// ticks while a large body is judged: the thread was not held (judged
+    /// on it, the body would take that thread for hundreds of ticks).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_large_body_is_judged_off_the_runtimes_thread() {
+        let hits = 200_000;
+        let body = format!("[{}]", vec![r#"{"name":"a"}"#; hits].join(","));
+        assert!(body.len() > INLINE);
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let counted = ticks.clone();
+        let ticker = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        tokio::task::yield_now().await;
+        let judged = judge(Bytes::from(body), Layout::Json, None).await.unwrap();
+        let ticked = ticks.load(Ordering::Relaxed);
+        ticker.abort();
+        assert_eq!(judged.accepted.len(), hits);
+        assert!(ticked > 0, "the runtime's thread was held while judging");
+    }
+
+    /// A page's hits outside the browser prefix are refused by name, and
+    /// the answer lists each refusal by its index.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_pages_hits_keep_to_the_prefix() {
+        let body = r#"[{"name":"web:a"},{"name":"b"},{"name":"web:c"}]"#;
+        let judged = judge(Bytes::from(body), Layout::Json, Some("web:".into()))
+            .await
+            .unwrap();
+        let names: Vec<&str> = judged.accepted.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["web:a", "web:c"]);
+        let answer = serde_json::to_value(&judged.answer).unwrap();
+        assert_eq!(
+            answer,
+            serde_json::json!({"accepted": 2, "refused": [{"index": 1, "reason": "outside_prefix"}]})
+        );
+        assert_eq!(judged.reasons, [(OUTSIDE_PREFIX, 1)]);
+    }
+}

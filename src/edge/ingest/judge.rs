@@ -52,16 +52,19 @@ pub(super) struct Judged {
 }
 
 /// Reads and judges `body`'s hits; a page's (`prefix` given) must have
-/// names starting with the prefix.
-pub(super) async fn judge(
+/// names starting with the prefix. `held` (the judging's turn) is given
+/// back once the judging has ended: it is held by the judging itself, so a
+/// request dropped meanwhile gives up no turn it still uses.
+pub(super) async fn judge<T: Send + 'static>(
     body: Bytes,
     layout: Layout,
     prefix: Option<String>,
-) -> Result<Judged, BadJson> {
+    held: T,
+) -> (T, Result<Judged, BadJson>) {
     if body.len() <= INLINE {
-        return judge_now(&body, layout, prefix.as_deref());
+        return (held, judge_now(&body, layout, prefix.as_deref()));
     }
-    tokio::task::spawn_blocking(move || judge_now(&body, layout, prefix.as_deref()))
+    tokio::task::spawn_blocking(move || (held, judge_now(&body, layout, prefix.as_deref())))
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
@@ -129,11 +132,32 @@ mod tests {
             }
         });
         tokio::task::yield_now().await;
-        let judged = judge(Bytes::from(body), Layout::Json, None).await.unwrap();
+        let (_, judged) = judge(Bytes::from(body), Layout::Json, None, ()).await;
+        let judged = judged.unwrap();
         let ticked = ticks.load(Ordering::Relaxed);
         ticker.abort();
         assert_eq!(judged.accepted.len(), hits);
         assert!(ticked > 0, "the runtime's thread was held while judging");
+    }
+
+    /// A request dropped while its large body is judged (its client gone)
+    /// gives its turn back only when the judging ends: the judging still
+    /// holds the memory the turn stands for.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_dropped_request_holds_its_turn_until_its_judging_ends() {
+        let turns = Arc::new(tokio::sync::Semaphore::new(1));
+        let turn = turns.clone().acquire_owned().await.unwrap();
+        let body = format!("[{}]", vec![r#"{"name":"a"}"#; 200_000].join(","));
+        let judging = judge(Bytes::from(body), Layout::Json, None, turn);
+        let dropped = tokio::time::timeout(Duration::from_millis(1), judging).await;
+        assert!(dropped.is_err(), "judged within a millisecond");
+        assert_eq!(
+            turns.available_permits(),
+            0,
+            "the turn was given back early"
+        );
+        let given_back = tokio::time::timeout(Duration::from_secs(60), turns.acquire()).await;
+        assert!(given_back.is_ok(), "the turn was never given back");
     }
 
     /// A page's hits outside the browser prefix are refused by name, and
@@ -141,9 +165,8 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_pages_hits_keep_to_the_prefix() {
         let body = r#"[{"name":"web:a"},{"name":"b"},{"name":"web:c"}]"#;
-        let judged = judge(Bytes::from(body), Layout::Json, Some("web:".into()))
-            .await
-            .unwrap();
+        let (_, judged) = judge(Bytes::from(body), Layout::Json, Some("web:".into()), ()).await;
+        let judged = judged.unwrap();
         let names: Vec<&str> = judged.accepted.iter().map(|h| h.name.as_str()).collect();
         assert_eq!(names, ["web:a", "web:c"]);
         let answer = serde_json::to_value(&judged.answer).unwrap();

@@ -85,7 +85,7 @@ pub(crate) struct Ingest {
     browsers: Browsers,
     rate: Rate,
     /// Permits of [`JUDGED_BYTES`]: one per byte of a body being judged.
-    judging: tokio::sync::Semaphore,
+    judging: Arc<tokio::sync::Semaphore>,
     stopping: AtomicBool,
 }
 
@@ -94,7 +94,9 @@ impl Ingest {
         Arc::new(Ingest {
             browsers: Browsers::new(&settings.origins, &settings.browser_prefix),
             rate: Rate::new(settings.rate),
-            judging: tokio::sync::Semaphore::new(settings.max_body.max(JUDGED_BYTES)),
+            judging: Arc::new(tokio::sync::Semaphore::new(
+                settings.max_body.max(JUDGED_BYTES),
+            )),
             settings,
             appender,
             stopping: AtomicBool::new(false),
@@ -251,12 +253,14 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
     let bytes = body.len().clamp(1, max.max(JUDGED_BYTES)) as u32;
     // A body that waits longer is answered 503 (send again), not cut off
     // by the connection's lifetime. (The semaphore is never closed.)
-    let Ok(_turn) = tokio::time::timeout(TURN_WAIT, ingest.judging.acquire_many(bytes)).await
-    else {
+    let turn = ingest.judging.clone().acquire_many_owned(bytes);
+    let Ok(Ok(turn)) = tokio::time::timeout(TURN_WAIT, turn).await else {
         return send_again("busy judging other bodies: send again");
     };
     let prefix = page.then(|| ingest.settings.browser_prefix.clone());
-    let judged = judge::judge(body, layout, prefix).await;
+    // The turn is held until the judging ends, even if this request is
+    // dropped meanwhile, and then until the hits are appended.
+    let (_turn, judged) = judge::judge(body, layout, prefix, turn).await;
     let mut resp = match judged {
         Ok(judged) => append(judged, ingest).await,
         Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),

@@ -63,6 +63,7 @@ const JUDGED_BYTES: usize = 4 << 20;
 /// Longest a read body waits for its turn within [`JUDGED_BYTES`], well
 /// within a connection's 30 s.
 const TURN_WAIT: Duration = Duration::from_secs(10);
+
 /// What `ingest` is told by its settings.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {

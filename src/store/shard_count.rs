@@ -77,16 +77,11 @@ pub(crate) fn unsharded(layout: &LayoutArgs, stream: &StreamArgs, clustered: boo
     Keys::shard(layout, &base, 0, clustered)
 }
 
-/// The recorded shard count, if any: `Err` saying what the key holds when
+/// The shard count recorded in `key`, if any: `Err` saying what it holds when
 /// it is no count in 1..=256 as hitcount writes it (see
 /// [`Recorded::Damaged`]).
-async fn recorded(
-    conn: &mut Conn,
-    layout: &LayoutArgs,
-    stream: &StreamArgs,
-) -> RedisResult<Option<Result<u32, String>>> {
-    let key = key(layout, stream, conn.is_cluster());
-    let reply = redis::cmd("GET").arg(&key).query_async(conn).await;
+async fn recorded(conn: &mut Conn, key: &str) -> RedisResult<Option<Result<u32, String>>> {
+    let reply = redis::cmd("GET").arg(key).query_async(conn).await;
     // A key of another type holds no count either.
     let Some(value) = unless_wrong_type(reply)? else {
         return Ok(Some(Err("a value of another type than a string".into())));
@@ -124,7 +119,7 @@ pub(crate) async fn record(
     stream: &StreamArgs,
 ) -> RedisResult<Recorded> {
     let key = key(layout, stream, conn.is_cluster());
-    if let Some(value) = recorded(conn, layout, stream).await? {
+    if let Some(value) = recorded(conn, &key).await? {
         return Ok(judged(key, stream, value));
     }
     let stranded = stranded(conn, layout, stream).await?;
@@ -152,7 +147,7 @@ pub(crate) async fn read(
     stream: &StreamArgs,
 ) -> RedisResult<Recorded> {
     let key = key(layout, stream, conn.is_cluster());
-    let value = recorded(conn, layout, stream).await?;
+    let value = recorded(conn, &key).await?;
     Ok(value.map_or(Recorded::Agreed, |v| judged(key, stream, v)))
 }
 

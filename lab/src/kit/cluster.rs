@@ -127,6 +127,17 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::port).collect()
     }
 
+    /// Gives every node's main thread the nice value `nice`, as
+    /// [`RedisServer::raise_priority`] does for one; returns whether all
+    /// were set.
+    pub fn raise_priority(&self, nice: i32) -> bool {
+        let mut all = true;
+        for node in &self.nodes {
+            all &= node.raise_priority(nice);
+        }
+        all
+    }
+
     /// Assigns slots and epochs, introduces every node, attaches the
     /// replicas and waits until the cluster is whole.
     fn form(&self, replicas: usize) -> Result<(), EmbeddedError> {

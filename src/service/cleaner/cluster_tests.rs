@@ -199,8 +199,11 @@ mod tests {
         (master, replica)
     }
 
-    /// Arms the 10 ms SLOWLOG on every master and empties it.
+    /// Arms the 10 ms SLOWLOG on every master and empties it, with every
+    /// node ahead of this test's own threads for a core (as the tests on
+    /// one Redis have it), so that SLOWLOG times commands, not waits.
     async fn arm_slowlog(cluster: &Cluster) {
+        common::note_priority(cluster.raise_priority(-10));
         for port in cluster.master_ports() {
             let mut n = node(port).await;
             let _: () = redis::cmd("CONFIG")

@@ -145,13 +145,18 @@ pub(crate) fn parse(fields: impl IntoIterator<Item = (String, String)>) -> Stats
     out
 }
 
-/// A bucket's observations and mean from its `count` and `sum` fields (as
-/// `HMGET` returns them), or `None` when either is missing or malformed or
-/// the count is not positive.
-pub(crate) fn mean_of(count: Option<&str>, sum: Option<&str>) -> Option<(i64, f64)> {
+/// A bucket's observations and mean from its `count`, `sum`, `min` and
+/// `max` fields (as `HMGET` returns them), or `None` when `count` or `sum`
+/// is missing or malformed or the count is not positive. The mean is kept
+/// within `[min, max]` when both are there, as the bucket's summary keeps
+/// it (`sum / count` may round just outside: three 0.1s).
+pub(crate) fn mean_of([count, sum, min, max]: [Option<&str>; 4]) -> Option<(i64, f64)> {
     let count = integer(count?).filter(|&c| c > 0)?;
-    let sum = decimal(sum?)?;
-    Some((count, sum / count as f64))
+    let mean = decimal(sum?)? / count as f64;
+    match (min.and_then(decimal), max.and_then(decimal)) {
+        (Some(min), Some(max)) if min <= max => Some((count, mean.min(max).max(min))),
+        _ => Some((count, mean)),
+    }
 }
 
 /// The numbers reported for one bucket (`get --stats`, the API): `null`
@@ -288,14 +293,28 @@ mod tests {
     }
 
     #[test]
-    fn a_means_fields_must_both_be_there() {
-        assert_eq!(mean_of(Some("4"), Some("10")), Some((4, 2.5)));
-        assert_eq!(mean_of(Some("4.0"), Some("-2")), Some((4, -0.5)));
-        assert_eq!(mean_of(None, Some("10")), None);
-        assert_eq!(mean_of(Some("4"), None), None);
-        assert_eq!(mean_of(Some("0"), Some("0")), None);
-        assert_eq!(mean_of(Some("2"), Some("nan")), None);
-        assert_eq!(mean_of(Some("x"), Some("1")), None);
+    fn a_mean_needs_count_and_sum_and_stays_within_min_and_max() {
+        let mean = |c, s| mean_of([c, s, None, None]);
+        assert_eq!(mean(Some("4"), Some("10")), Some((4, 2.5)));
+        assert_eq!(mean(Some("4.0"), Some("-2")), Some((4, -0.5)));
+        assert_eq!(mean(None, Some("10")), None);
+        assert_eq!(mean(Some("4"), None), None);
+        assert_eq!(mean(Some("0"), Some("0")), None);
+        assert_eq!(mean(Some("2"), Some("nan")), None);
+        assert_eq!(mean(Some("x"), Some("1")), None);
+        // Within min and max when both are there and in order.
+        let within = |min, max| mean_of([Some("2"), Some("1"), min, max]);
+        assert_eq!(within(Some("0.6"), Some("0.9")), Some((2, 0.6)));
+        assert_eq!(within(Some("0.1"), Some("0.4")), Some((2, 0.4)));
+        assert_eq!(within(None, Some("0.4")), Some((2, 0.5)));
+        assert_eq!(within(Some("0.9"), Some("0.6")), Some((2, 0.5)));
+        // Three 0.1s: their sum divided by three is 0.10000000000000002.
+        let sum = (0.1f64 + 0.1 + 0.1).to_string();
+        assert!(sum.parse::<f64>().unwrap() / 3.0 > 0.1);
+        assert_eq!(
+            mean_of([Some("3"), Some(&sum), Some("0.1"), Some("0.1")]),
+            Some((3, 0.1))
+        );
     }
 
     #[test]

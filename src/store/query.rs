@@ -175,7 +175,8 @@ pub(crate) enum By {
     #[default]
     Count,
     /// The mean of the bucket's statistics (`stats:PREC:NAME`, `B:sum /
-    /// B:count`), highest first: the slowest pages.
+    /// B:count` within `B:min` and `B:max`), highest first: the slowest
+    /// pages.
     Mean,
 }
 
@@ -201,13 +202,13 @@ impl By {
     }
 
     /// The read of `name`'s bucket: `HGET count:… B`, or `HMGET stats:…
-    /// B:count B:sum`.
+    /// B:count B:sum B:min B:max`.
     fn read(self, keys: &Keys, precision: u32, bucket: i64, name: &str) -> redis::Cmd {
         match self {
             By::Count => redis::Cmd::hget(keys.count(precision, name), bucket),
             By::Mean => redis::Cmd::hmget(
                 keys.stats(precision, name),
-                &[format!("{bucket}:count"), format!("{bucket}:sum")],
+                &["count", "sum", "min", "max"].map(|f| format!("{bucket}:{f}")),
             ),
         }
     }
@@ -222,8 +223,13 @@ impl By {
             }
             By::Mean => {
                 let fields: Vec<Option<String>> = redis::from_redis_value(reply).ok()?;
-                let (count, mean) =
-                    stats_hash::mean_of(fields.first()?.as_deref(), fields.get(1)?.as_deref())?;
+                let [count, sum, min, max] = <[Option<String>; 4]>::try_from(fields).ok()?;
+                let (count, mean) = stats_hash::mean_of([
+                    count.as_deref(),
+                    sum.as_deref(),
+                    min.as_deref(),
+                    max.as_deref(),
+                ])?;
                 (count, Some(mean))
             }
         };
@@ -405,10 +411,18 @@ mod tests {
     fn replies_that_are_not_a_bucket_are_left_out() {
         use redis::Value::{Array, BulkString, Nil};
         let bulk = |s: &str| BulkString(s.as_bytes().to_vec());
-        let r = By::Mean.ranked("a".into(), Array(vec![bulk("4"), bulk("10")]));
+        // HMGET's reply: count, sum, min, max.
+        let r = By::Mean.ranked("a".into(), Array(vec![bulk("4"), bulk("10"), Nil, Nil]));
         assert_eq!(r, Some(ranked("a", 4, Some(2.5))));
-        assert_eq!(By::Mean.ranked("a".into(), Array(vec![Nil, Nil])), None);
+        let within = Array(vec![bulk("4"), bulk("10"), bulk("3"), bulk("3")]);
+        assert_eq!(
+            By::Mean.ranked("a".into(), within),
+            Some(ranked("a", 4, Some(3.0)))
+        );
+        assert_eq!(By::Mean.ranked("a".into(), Array(vec![Nil; 4])), None);
         assert_eq!(By::Mean.ranked("a".into(), Array(vec![bulk("4")])), None);
+        let short = Array(vec![bulk("4"), bulk("10")]);
+        assert_eq!(By::Mean.ranked("a".into(), short), None);
         assert_eq!(By::Mean.ranked("a".into(), bulk("x")), None);
         assert_eq!(
             By::Count.ranked("a".into(), bulk("7")),

@@ -929,6 +929,29 @@ async fn top_by_mean_is_the_brute_force_ranking() {
         }
         want.push((name, m, count));
     }
+    // Three 0.1s as a worker writes them, min and max too: their sum over
+    // three is 0.10000000000000002, and the mean is kept within min and
+    // max, as `/api/v1/stats` keeps it.
+    let tenths = "three tenths";
+    pipe.cmd("ZADD")
+        .arg("stats:known:")
+        .arg(0)
+        .arg(format!("3600:{tenths}"));
+    let sum = (0.1f64 + 0.1 + 0.1).to_string();
+    let fields = [
+        ("count", "3"),
+        ("sum", &sum),
+        ("sumsq", "0.03"),
+        ("min", "0.1"),
+        ("max", "0.1"),
+    ];
+    pipe.cmd("HSET").arg(format!("stats:3600:{tenths}")).arg(
+        fields
+            .iter()
+            .map(|(f, v)| (format!("{bucket}:{f}"), *v))
+            .collect::<Vec<_>>(),
+    );
+    want.push((tenths.into(), 0.1, 3));
     let _: () = pipe.query_async(&mut c).await.unwrap();
     want.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let (_serve, addr) = serve(&url, OLD_BUCKETS);

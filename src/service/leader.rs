@@ -222,9 +222,14 @@ impl Lease {
     }
 }
 
-/// The current leader as Redis sees it: its token and the lease left (a
-/// key of another type is shown as such: the next worker to try takes it).
-pub(crate) async fn current(conn: &mut Conn, key: &str) -> RedisResult<Option<(String, Duration)>> {
+/// The current leader as Redis sees it: its token and the lease left,
+/// `None` for a key that holds no lease (a string without an expiry, or a
+/// key of another type, shown as such: the next worker to try takes it
+/// over, see `acquire.lua`).
+pub(crate) async fn current(
+    conn: &mut Conn,
+    key: &str,
+) -> RedisResult<Option<(String, Option<Duration>)>> {
     let (token, pttl): (RedisResult<Option<String>>, i64) = redis::pipe()
         .ignore_errors()
         .get(key)
@@ -232,12 +237,12 @@ pub(crate) async fn current(conn: &mut Conn, key: &str) -> RedisResult<Option<(S
         .query_async(conn)
         .await?;
     let token = match token {
-        Err(e) if crate::store::client::wrong_type(&e) => {
-            Some("(no lease: a key of another type)".into())
-        }
+        Err(e) if crate::store::client::wrong_type(&e) => Some("(a key of another type)".into()),
         token => token?,
     };
-    Ok(token.map(|t| (t, Duration::from_millis(pttl.max(0) as u64))))
+    // PTTL: -1 for a key without an expiry (-2 for none: gone meanwhile).
+    let left = (pttl != -1).then(|| Duration::from_millis(pttl.max(0) as u64));
+    Ok(token.map(|t| (t, left)))
 }
 
 #[cfg(test)]
@@ -260,6 +265,53 @@ mod tests {
         assert!(until > sent + lease.renew_every() * 2);
         lease.set(Some(sent - Duration::from_millis(1)));
         assert!(!lease.held(), "a passed deadline is not leadership");
+    }
+
+    /// A lease key written by something else, without an expiry or of
+    /// another type, is told apart from a lease.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_that_holds_no_lease_is_told_apart() {
+        let srv = crate::testing::server();
+        let mut c = crate::testing::conn(&srv.url()).await;
+        assert_eq!(current(&mut c, "lease").await.unwrap(), None);
+        let _: () = redis::cmd("SET")
+            .arg("lease")
+            .arg("pod-a/1")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(
+            current(&mut c, "lease").await.unwrap(),
+            Some(("pod-a/1".into(), None))
+        );
+        let _: () = redis::cmd("PEXPIRE")
+            .arg("lease")
+            .arg(60_000)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let (token, left) = current(&mut c, "lease").await.unwrap().unwrap();
+        assert_eq!(token, "pod-a/1");
+        assert!(
+            left.is_some_and(|l| l > Duration::from_secs(50)),
+            "{left:?}"
+        );
+        let _: () = redis::cmd("DEL")
+            .arg("lease")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg("lease")
+            .arg("f")
+            .arg("v")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(
+            current(&mut c, "lease").await.unwrap(),
+            Some(("(a key of another type)".into(), None))
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

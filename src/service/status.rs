@@ -127,8 +127,10 @@ pub(crate) struct Group {
 pub(crate) struct Leader {
     /// Its token: `consumer/random`.
     pub token: String,
-    /// Time left on its lease, in ms.
-    pub lease_left_ms: u64,
+    /// Time left on its lease, in ms; `None` (JSON null) for a key that
+    /// holds no lease (no expiry, or another type), which the next worker
+    /// to try takes over.
+    pub lease_left_ms: Option<u64>,
 }
 
 /// Reads the status from Redis: `shards` are the keys of every shard (one
@@ -199,7 +201,7 @@ async fn lease(conn: &mut Conn, key: &str) -> RedisResult<Option<Leader>> {
         .await?
         .map(|(token, left)| Leader {
             token,
-            lease_left_ms: left.as_millis() as u64,
+            lease_left_ms: left.map(|l| l.as_millis() as u64),
         }))
 }
 

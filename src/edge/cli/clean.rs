@@ -63,7 +63,9 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     // Said at once: a leader renews its lease every third of it and
     // cleans on its own, so waiting for a live one to let go is waiting
     // for nothing. The wait is for a leader that died or stopped.
-    if let Some((holder, left)) = crate::service::leader::current(&mut conn, lease.key()).await? {
+    if let Some((holder, Some(left))) =
+        crate::service::leader::current(&mut conn, lease.key()).await?
+    {
         if args.wait > 0 {
             tracing::warn!(
                 "the leader lease {} is held by {holder} ({:.1} s left), whose worker cleans on \
@@ -149,14 +151,15 @@ async fn acquire(
     wait: Duration,
 ) -> redis::RedisResult<Acquired> {
     let give_up = std::time::Instant::now() + wait;
-    let mut seen: Option<(String, Duration)> = None;
+    let mut seen: Option<(String, Option<Duration>)> = None;
     loop {
         if lease.try_acquire(conn).await? {
             return Ok(Acquired::Yes);
         }
         let now = crate::service::leader::current(conn, lease.key()).await?;
         if let (Some((was, was_left)), Some((holder, left))) = (&seen, &now) {
-            if was != holder || *left > *was_left + RENEWAL_SLACK {
+            let renewed = matches!((was_left, left), (Some(w), Some(l)) if *l > *w + RENEWAL_SLACK);
+            if was != holder || renewed {
                 return Ok(Acquired::Renewed(holder.clone()));
             }
         }

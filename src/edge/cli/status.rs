@@ -189,9 +189,12 @@ fn render_shards(out: &mut String, shards: &[Shard]) {
 
 /// Who holds a lease (the leader's, a shard's) and for how long yet.
 fn holder(lease: Option<&Leader>) -> String {
-    lease.map_or("none".to_string(), |l| {
-        let left = l.lease_left_ms as f64 / 1000.0;
-        format!("{} (lease left {left:.1} s)", l.token)
+    lease.map_or("none".to_string(), |l| match l.lease_left_ms {
+        Some(ms) => format!("{} (lease left {:.1} s)", l.token, ms as f64 / 1000.0),
+        None => format!(
+            "{} (holds no lease: the next worker to try takes it over)",
+            l.token
+        ),
     })
 }
 
@@ -245,10 +248,15 @@ mod tests {
         let mut shards = vec![
             shard(0, Some(3), 1, 0.0, &[("a", 1, 5)]),
             shard(1, None, 0, 0.0, &[]),
+            shard(2, None, 0, 0.0, &[]),
         ];
         shards[0].owner = Some(Leader {
             token: "pod-a/42".into(),
-            lease_left_ms: 8000,
+            lease_left_ms: Some(8000),
+        });
+        shards[1].owner = Some(Leader {
+            token: "set-by-hand".into(),
+            lease_left_ms: None,
         });
         let s = Status {
             stream: "hits".into(),
@@ -259,7 +267,7 @@ mod tests {
             ..Status::default()
         };
         let out = render(&s, 0);
-        assert!(out.contains("stream hits: 20 entries in 2 shards"), "{out}");
+        assert!(out.contains("stream hits: 20 entries in 3 shards"), "{out}");
         assert!(
             out.contains(
                 "group hitcount: lag unknown (estimate), backlog age 0.0 s, pending 1, all shards"
@@ -267,9 +275,14 @@ mod tests {
             "{out}"
         );
         let lines: Vec<&str> = out.lines().filter(|l| l.contains("hits:{")).collect();
-        assert_eq!(lines.len(), 2, "{out}");
+        assert_eq!(lines.len(), 3, "{out}");
         assert!(lines[0].ends_with("pod-a/42 (lease left 8.0 s)"), "{out}");
-        assert!(lines[1].ends_with("none"), "{out}");
+        assert!(
+            lines[1]
+                .ends_with("set-by-hand (holds no lease: the next worker to try takes it over)"),
+            "{out}"
+        );
+        assert!(lines[2].ends_with("none"), "{out}");
     }
 
     #[test]

@@ -236,13 +236,15 @@ pub(crate) async fn current(
         .pttl(key)
         .query_async(conn)
         .await?;
-    let token = match token {
-        Err(e) if crate::store::client::wrong_type(&e) => Some("(a key of another type)".into()),
-        token => token?,
-    };
     // PTTL: -1 for a key without an expiry (-2 for none: gone meanwhile).
     let left = (pttl != -1).then(|| Duration::from_millis(pttl.max(0) as u64));
-    Ok(token.map(|t| (t, left)))
+    Ok(match token {
+        // Another type holds no lease, expiring or not.
+        Err(e) if crate::store::client::wrong_type(&e) => {
+            Some(("(a key of another type)".into(), None))
+        }
+        token => token?.map(|t| (t, left)),
+    })
 }
 
 #[cfg(test)]
@@ -268,48 +270,35 @@ mod tests {
     }
 
     /// A lease key written by something else, without an expiry or of
-    /// another type, is told apart from a lease.
+    /// another type (expiring too), is told apart from a lease.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_key_that_holds_no_lease_is_told_apart() {
         let srv = crate::testing::server();
         let mut c = crate::testing::conn(&srv.url()).await;
-        assert_eq!(current(&mut c, "lease").await.unwrap(), None);
-        let _: () = redis::cmd("SET")
-            .arg("lease")
-            .arg("pod-a/1")
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        assert_eq!(
-            current(&mut c, "lease").await.unwrap(),
-            Some(("pod-a/1".into(), None))
-        );
-        let _: () = redis::cmd("PEXPIRE")
-            .arg("lease")
-            .arg(60_000)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        let (token, left) = current(&mut c, "lease").await.unwrap().unwrap();
+        let send = |words: &[&str]| {
+            let mut cmd = redis::cmd(words[0]);
+            cmd.arg(&words[1..]);
+            cmd
+        };
+        let mut now = async |words: &[&str]| {
+            let _: () = send(words).query_async(&mut c).await.unwrap();
+            current(&mut c, "lease").await.unwrap()
+        };
+        assert_eq!(now(&["DEL", "lease"]).await, None);
+        let unexpiring = now(&["SET", "lease", "pod-a/1"]).await;
+        assert_eq!(unexpiring, Some(("pod-a/1".into(), None)));
+        let (token, left) = now(&["PEXPIRE", "lease", "60000"]).await.unwrap();
         assert_eq!(token, "pod-a/1");
         assert!(
             left.is_some_and(|l| l > Duration::from_secs(50)),
             "{left:?}"
         );
-        let _: () = redis::cmd("DEL")
-            .arg("lease")
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        let _: () = redis::cmd("HSET")
-            .arg("lease")
-            .arg("f")
-            .arg("v")
-            .query_async(&mut c)
-            .await
-            .unwrap();
+        now(&["DEL", "lease"]).await;
+        let hash = now(&["HSET", "lease", "f", "v"]).await;
+        assert_eq!(hash, Some(("(a key of another type)".into(), None)));
+        let expiring_hash = now(&["PEXPIRE", "lease", "60000"]).await;
         assert_eq!(
-            current(&mut c, "lease").await.unwrap(),
+            expiring_hash,
             Some(("(a key of another type)".into(), None))
         );
     }

@@ -38,17 +38,52 @@ pub async fn zset_members(conn: &mut Conn, key: &str) -> Vec<String> {
 /// Every counter in Redis under the layout, read as the seeds read them.
 pub async fn read_all(conn: &mut Conn, keys: &Keys) -> Counts {
     let members = zset_members(conn, &keys.known()).await;
-    let mut out = Counts::new();
-    for m in members {
-        let (p, name) = m.split_once(':').unwrap();
-        let p: u32 = p.parse().unwrap();
-        let samples = hitcount::store::counters::read(conn, keys, p, name)
-            .await
-            .unwrap();
-        out.insert(
-            (p, name.to_string()),
-            samples.iter().map(|s| (s.time, s.count)).collect(),
-        );
+    let read = each_concurrently(conn, members, |mut conn, m| {
+        let keys = keys.clone();
+        async move {
+            let (p, name) = m.split_once(':').unwrap();
+            let p: u32 = p.parse().unwrap();
+            let samples = hitcount::store::counters::read(&mut conn, &keys, p, name)
+                .await
+                .unwrap();
+            (
+                (p, name.to_string()),
+                samples.iter().map(|s| (s.time, s.count)).collect(),
+            )
+        }
+    })
+    .await;
+    read.into_iter().collect()
+}
+
+/// `read(conn, item)` for every item, [`IN_FLIGHT`] at a time on clones of
+/// `conn`, whose multiplexed connection pipelines them; the results in no
+/// particular order. A test reading the 100,000 counters and statistics of
+/// a drain one round trip after another spent more time there than in
+/// the drain. A panic in `read` is the caller's.
+pub async fn each_concurrently<T, R, Fut>(
+    conn: &Conn,
+    items: impl IntoIterator<Item = T>,
+    read: impl Fn(Conn, T) -> Fut,
+) -> Vec<R>
+where
+    Fut: std::future::Future<Output = R> + Send + 'static,
+    R: Send + 'static,
+{
+    const IN_FLIGHT: usize = 64;
+    let joined = |r: Result<R, tokio::task::JoinError>| match r {
+        Ok(r) => r,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
+    let (mut reading, mut out) = (tokio::task::JoinSet::new(), Vec::new());
+    for item in items {
+        if reading.len() >= IN_FLIGHT {
+            out.push(joined(reading.join_next().await.unwrap()));
+        }
+        reading.spawn(read(conn.clone(), item));
+    }
+    while let Some(r) = reading.join_next().await {
+        out.push(joined(r));
     }
     out
 }

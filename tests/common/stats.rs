@@ -104,15 +104,22 @@ pub async fn read(conn: &mut Conn, keys: &Keys) -> Stats {
         .query_async(conn)
         .await
         .unwrap();
+    let hashes = super::counts::each_concurrently(conn, members, |mut conn, (m, score)| {
+        let key = keys.stats_of_member(&m);
+        async move {
+            assert_eq!(score, 0.0, "stats:known: member {m} has score 0");
+            let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            (m, fields)
+        }
+    })
+    .await;
     let mut out = Stats::new();
-    for (m, score) in members {
-        assert_eq!(score, 0.0, "stats:known: member {m} has score 0");
+    for (m, fields) in hashes {
         let (p, name) = m.split_once(':').unwrap();
-        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(keys.stats_of_member(&m))
-            .query_async(conn)
-            .await
-            .unwrap();
         let buckets = out
             .entry((p.parse().unwrap(), name.to_string()))
             .or_default();

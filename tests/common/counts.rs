@@ -56,7 +56,7 @@ pub async fn read_all(conn: &mut Conn, keys: &Keys) -> Counts {
     read.into_iter().collect()
 }
 
-/// `read(conn, item)` for every item, [`IN_FLIGHT`] at a time on clones of
+/// `read(conn, item)` for every item, 64 (`IN_FLIGHT`) at a time on clones of
 /// `conn`, whose multiplexed connection pipelines them; the results in no
 /// particular order. A test reading the 100,000 counters and statistics of
 /// a drain one round trip after another spent more time there than in

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use hitcount::edge::cli::{LogFormat, Refused};
 
 fn main() -> ExitCode {
+    bound_heap();
     let cli = match hitcount::edge::cli::parse(std::env::args_os().collect()) {
         Ok(cli) => cli,
         Err(Refused::Usage(e)) => return usage_error(e),
@@ -25,6 +26,30 @@ fn main() -> ExitCode {
         // The reader of our output has gone (`| head`): nothing to report.
         Err(e) if e.is::<hitcount::edge::cli::StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => failed(format == LogFormat::Json, &format!("{e:#}")),
+    }
+}
+
+/// Makes glibc's allocator give every large buffer (128 KiB and more) back
+/// to the system when it is freed. By default glibc raises that threshold
+/// up to 32 MiB as large buffers are freed, and from then on keeps them in
+/// its heaps, where the next ones rarely fit the holes they left: a worker
+/// draining a 1 M-entry backlog of 100,000 names peaked at 132-164 MiB of
+/// RSS for 101-104 MiB with the threshold fixed (and as fast). Elsewhere
+/// than glibc this does nothing.
+fn bound_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
+        }
+        /// glibc's `M_MMAP_THRESHOLD` (malloc.h); setting it also turns off
+        /// its growth.
+        const M_MMAP_THRESHOLD: std::ffi::c_int = -3;
+        // SAFETY: mallopt only changes the allocator's parameters, and is
+        // called before any other thread exists.
+        unsafe {
+            mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+        }
     }
 }
 

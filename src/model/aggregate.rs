@@ -23,7 +23,7 @@
 //! quantile histogram at the precisions given to
 //! [`Window::with_quantiles`]), kept in a side table keyed by cell, so
 //! count-only cells stay as they are and a hit without value pays one
-//! branch more. [`Window::stat_cells`] lists them for `stats:PREC:NAME`.
+//! branch more. [`Window::cell_lists`] lists them for `stats:PREC:NAME`.
 //!
 //! Arithmetic saturates: deltas and the count sum are `i64` and cannot
 //! overflow in practice (counts ≤ [`MAX_COUNT`](crate::model::event::MAX_COUNT) = 10^9
@@ -315,7 +315,7 @@ impl Window {
     /// Adds cells already aggregated elsewhere (another window's), summing
     /// each with this window's cell of the same precision, name and bucket.
     /// A cell of a precision this window does not count at is ignored.
-    /// Cells grouped by name (as [`Window::cells`] lists them) look each
+    /// Cells grouped by name (as [`Window::cell_lists`] lists them) look each
     /// name up once.
     pub(crate) fn merge(&mut self, cells: &[Cell<'_>]) {
         let mut last = None;
@@ -340,10 +340,18 @@ impl Window {
     }
 
     /// Adds another window's cells and statistics cells (see
-    /// [`Window::merge`] and [`Window::merge_stats`]).
-    pub(crate) fn merge_window(&mut self, other: &Window) {
-        let cells: Vec<Cell<'_>> = other.cells().collect();
-        let stats: Vec<StatCell<'_>> = other.stat_cells().collect();
+    /// [`Window::merge`] and [`Window::merge_stats`]), growing its slots to
+    /// at most `room` (or what they need beyond it) instead of doubling
+    /// them: a sum of a bounded number of cells never uses a doubled
+    /// list's second half, 24 bytes a slot (25 MB in a carry of a million
+    /// cells).
+    pub(crate) fn merge_window(&mut self, other: &Window, room: usize) {
+        let need = self.slots.len() + other.slots.len();
+        if need > self.slots.capacity() {
+            let grown = (self.slots.capacity() * 2).min(room).max(need);
+            self.slots.reserve_exact(grown - self.slots.len());
+        }
+        let (cells, stats) = other.cell_lists();
         self.merge(&cells);
         self.merge_stats(&stats);
     }
@@ -392,21 +400,41 @@ impl Window {
 
     /// Every distinct cell with its summed delta, in no particular order
     /// (grouped by name, then precision, newest bucket first).
+    #[cfg(any(test, feature = "bench"))]
     pub(crate) fn cells(&self) -> impl Iterator<Item = Cell<'_>> {
-        self.walk().map(|(_, c)| c)
+        walk(&self.names, &self.precisions, &self.heads, &self.slots).map(|(_, c)| c)
     }
 
     /// Cells with statistics (from hits with a value), in the order of
     /// [`Window::cells`]: grouped by name, then precision.
+    #[cfg(test)]
     pub(crate) fn stat_cells(&self) -> impl Iterator<Item = StatCell<'_>> {
-        self.walk().filter_map(|(slot, c)| {
-            self.stats.get(&slot).map(|summary| StatCell {
-                precision: c.precision,
-                name: c.name,
-                bucket: c.bucket,
-                summary,
-            })
-        })
+        self.cell_lists().1.into_iter()
+    }
+
+    /// Every distinct cell with its summed delta, in no particular order
+    /// (grouped by name, then precision, newest bucket first), and those
+    /// with statistics (hits with a value) in the same order.
+    pub(crate) fn cell_lists(&self) -> (Vec<Cell<'_>>, Vec<StatCell<'_>>) {
+        lists(
+            (&self.names, &self.precisions),
+            (&self.heads, &self.slots),
+            &self.stats,
+        )
+    }
+
+    /// [`Window::cell_lists`], its slots let go once listed: what is left
+    /// is only to be cleared ([`Window::clear`]). A carry of a million
+    /// cells is applied from its lists, and its slots (24 bytes a cell)
+    /// would hold nothing more meanwhile.
+    pub(crate) fn release_into_lists(&mut self) -> (Vec<Cell<'_>>, Vec<StatCell<'_>>) {
+        let slots = std::mem::take(&mut self.slots);
+        let heads = std::mem::take(&mut self.heads);
+        lists(
+            (&self.names, &self.precisions),
+            (&heads, &slots),
+            &self.stats,
+        )
     }
 
     /// What the window weighs against `--window-cells`: a cell 1, a
@@ -421,31 +449,6 @@ impl Window {
     /// `factor` (see [`crate::model::carry`]).
     pub(crate) fn weight_with_stats_times(&self, factor: usize) -> usize {
         self.slots.len() + factor * self.stats_weight / HIST_ENTRIES_PER_CELL
-    }
-
-    /// Every cell with its slot index.
-    fn walk(&self) -> impl Iterator<Item = (usize, Cell<'_>)> {
-        let np = self.precisions.len();
-        self.names.iter().flat_map(move |(name, &id)| {
-            self.precisions
-                .iter()
-                .enumerate()
-                .flat_map(move |(p, &precision)| {
-                    let mut cur = self.heads[id * np + p];
-                    std::iter::from_fn(move || {
-                        let at = cur;
-                        let slot = self.slots.get(at)?;
-                        cur = slot.next;
-                        let cell = Cell {
-                            precision,
-                            name,
-                            bucket: slot.bucket,
-                            delta: slot.delta,
-                        };
-                        Some((at, cell))
-                    })
-                })
-        })
     }
 
     /// `(precision, hits skipped as too old)` for every precision, zeros
@@ -480,6 +483,64 @@ impl Window {
     pub(crate) fn is_empty(&self) -> bool {
         self.hits == 0
     }
+}
+
+/// A window's cells (from its `names`, `precisions`, `heads` and `slots`)
+/// and those with statistics, each list allocated at its size: collected
+/// as they came, a million cells took up to twice their 40 MB.
+fn lists<'a>(
+    (names, precisions): (&'a HashMap<Box<str>, usize>, &'a [u32]),
+    (heads, slots): (&[usize], &[Slot]),
+    stats: &'a HashMap<usize, Summary>,
+) -> (Vec<Cell<'a>>, Vec<StatCell<'a>>) {
+    let mut cells = Vec::with_capacity(slots.len());
+    cells.extend(walk(names, precisions, heads, slots).map(|(_, c)| c));
+    let mut stat_cells = Vec::with_capacity(stats.len());
+    if stats.is_empty() {
+        return (cells, stat_cells);
+    }
+    stat_cells.extend(
+        walk(names, precisions, heads, slots).filter_map(|(slot, c)| {
+            stats.get(&slot).map(|summary| StatCell {
+                precision: c.precision,
+                name: c.name,
+                bucket: c.bucket,
+                summary,
+            })
+        }),
+    );
+    (cells, stat_cells)
+}
+
+/// Every cell of a window's lists with its slot index.
+fn walk<'a, 'b>(
+    names: &'a HashMap<Box<str>, usize>,
+    precisions: &'a [u32],
+    heads: &'b [usize],
+    slots: &'b [Slot],
+) -> impl Iterator<Item = (usize, Cell<'a>)> + use<'a, 'b> {
+    let np = precisions.len();
+    names.iter().flat_map(move |(name, &id)| {
+        precisions
+            .iter()
+            .enumerate()
+            .flat_map(move |(p, &precision)| {
+                // None once its lists were released: no cell.
+                let mut cur = heads.get(id * np + p).copied().unwrap_or(NONE);
+                std::iter::from_fn(move || {
+                    let at = cur;
+                    let slot = slots.get(at)?;
+                    cur = slot.next;
+                    let cell = Cell {
+                        precision,
+                        name,
+                        bucket: slot.bucket,
+                        delta: slot.delta,
+                    };
+                    Some((at, cell))
+                })
+            })
+    })
 }
 
 #[cfg(test)]
@@ -693,6 +754,53 @@ mod tests {
         w.add(&hit("b", 2, NOW_MS), NOW_MS);
         assert_eq!(w.names_len(), 1);
         assert!(w.cells().all(|c| c.name == "b" && c.delta == 2));
+    }
+
+    #[test]
+    fn a_sum_grows_to_its_room_and_lets_its_slots_go_once_listed() {
+        let mut w = Window::new(&[1], 120);
+        for i in 0..100 {
+            w.add(&valued(&format!("n{i}"), 1, NOW_MS, 5.0), NOW_MS);
+        }
+        let mut sum = w.empty_like();
+        sum.merge_window(&w, 150);
+        assert_eq!(
+            sum.slots.capacity(),
+            100,
+            "the first window's cells, not more"
+        );
+        let mut next = w.empty_like();
+        for i in 100..160 {
+            next.add(&hit(&format!("n{i}"), 1, NOW_MS), NOW_MS);
+        }
+        sum.merge_window(&next, 150);
+        assert_eq!(sum.slots.capacity(), 160, "past its room, what it needs");
+        sum.merge_window(&w, 150);
+        assert_eq!(sum.cells_len(), 160, "the same cells summed: no new slot");
+
+        let owned = |(cells, stats): (Vec<Cell<'_>>, Vec<StatCell<'_>>)| {
+            let cells: BTreeMap<String, i64> = cells
+                .iter()
+                .map(|c| (c.name.to_string(), c.delta))
+                .collect();
+            let stats: Vec<(String, i64)> = stats
+                .iter()
+                .map(|c| (c.name.to_string(), c.summary.count))
+                .collect();
+            (cells, stats)
+        };
+        let (listed, valued) = owned(sum.cell_lists());
+        assert_eq!((listed.len(), listed["n7"], listed["n107"]), (160, 2, 1));
+        assert_eq!(valued.len(), 100);
+        assert_eq!(owned(sum.release_into_lists()), (listed, valued));
+        assert_eq!(
+            (sum.slots.capacity(), sum.cells().count()),
+            (0, 0),
+            "released"
+        );
+        sum.clear();
+        sum.merge_window(&next, 150);
+        assert_eq!(sum.cells().count(), 60, "cleared, it sums again");
     }
 
     fn valued(name: &str, count: i64, ts_ms: i64, value: f64) -> Hit<'_> {

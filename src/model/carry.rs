@@ -39,9 +39,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::model::aggregate::Window;
-#[cfg(test)]
-use crate::model::aggregate::{Cell, StatCell};
+use crate::model::aggregate::{Cell, StatCell, Window};
 
 /// Entries whose windows a carry holds at most: their ids stay in memory
 /// until the carry is applied and acknowledges them, about 2 bytes each
@@ -79,6 +77,9 @@ pub(crate) struct Carry {
     opened: Option<Instant>,
     entries: usize,
     hold: Hold,
+    /// How many cells its sum grows to before it is applied (see
+    /// [`Carry::with_room`]).
+    room: usize,
 }
 
 /// Whether a carry of age waits for the head.
@@ -103,7 +104,16 @@ impl Carry {
             opened: None,
             entries: 0,
             hold: Hold::Open,
+            room: usize::MAX,
         }
+    }
+
+    /// A carry applied once it holds about `cells` cells (`--carry-cells`
+    /// and one window more): its sum's memory is sized for that many
+    /// (see [`Window::merge_window`]), not doubled past them.
+    pub(crate) fn with_room(mut self, cells: usize) -> Carry {
+        self.room = cells;
+        self
     }
 
     /// Adds a recorded window, leaving it empty. The first is taken whole
@@ -120,7 +130,7 @@ impl Carry {
             self.one_window = true;
         } else {
             self.fold_first();
-            self.cells.merge_window(window);
+            self.cells.merge_window(window, self.room);
             self.entries += entries;
             window.clear();
         }
@@ -133,7 +143,7 @@ impl Carry {
     fn fold_first(&mut self) {
         if self.one_window {
             self.one_window = false;
-            self.cells.merge_window(&self.first);
+            self.cells.merge_window(&self.first, self.room);
             self.first = self.first.empty_like();
         }
     }
@@ -218,6 +228,17 @@ impl Carry {
             &self.first
         } else {
             &self.cells
+        }
+    }
+
+    /// Its cells and statistics cells as [`Carry::window`] lists them,
+    /// its sum's slots let go ([`Window::release_into_lists`]): it is only
+    /// to be cleared afterwards.
+    pub(crate) fn release_into_lists(&mut self) -> (Vec<Cell<'_>>, Vec<StatCell<'_>>) {
+        if self.one_window {
+            self.first.release_into_lists()
+        } else {
+            self.cells.release_into_lists()
         }
     }
 

@@ -196,7 +196,7 @@ impl KnownCache {
 /// of thousands at once).
 ///
 /// Cost: names are compared only between runs of cells of one name (as
-/// [`crate::model::aggregate::Window::cells`] lists them: a name's cells
+/// [`crate::model::aggregate::Window::cell_lists`] lists them: a name's cells
 /// together), so a carry of 500,000 cells over 100,000 names sorts 100,000
 /// runs, not 500,000 cells; any order is sorted right, just slower.
 pub(crate) fn sort_by_member(cells: &mut [Cell<'_>]) {

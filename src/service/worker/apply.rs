@@ -24,7 +24,11 @@ impl Worker {
         self.seq += 1;
         let by_slot = self.link.current().is_some_and(|c| c.is_cluster());
         let outcome = {
-            let (cells, stats) = recorded(self.batch.window(), self.committer.keys(), by_slot);
+            let (cells, stats) = recorded(
+                self.batch.window().cell_lists(),
+                self.committer.keys(),
+                by_slot,
+            );
             let sealed = Sealed {
                 window: &window_id,
                 ids: self.batch.ids(),
@@ -92,16 +96,15 @@ impl Worker {
     }
 }
 
-/// A window's cells and statistics cells in the order it records them: as
+/// A window's cells and statistics cells ([`crate::model::aggregate::Window::cell_lists`])
+/// in the order it records them: as
 /// it aggregated them, on a cluster sorted by slot (see [`crate::store::commit::plan::plan`]), so that
 /// whoever applies the record chunks it alike.
 pub(super) fn recorded<'w>(
-    window: &'w crate::model::aggregate::Window,
+    (mut cells, mut stats): (Vec<Cell<'w>>, Vec<StatCell<'w>>),
     keys: &crate::model::keys::Keys,
     by_slot: bool,
 ) -> (Vec<Cell<'w>>, Vec<StatCell<'w>>) {
-    let mut cells: Vec<Cell<'_>> = window.cells().collect();
-    let mut stats: Vec<StatCell<'_>> = window.stat_cells().collect();
     if by_slot {
         sort_for_cluster(keys, &mut cells);
         sort_stats_for_cluster(keys, &mut stats);

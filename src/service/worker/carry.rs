@@ -104,7 +104,9 @@ impl Worker {
         self.seq += 1;
         let empty = match self.spare_carry.take() {
             Some(spare) => spare,
-            None => Carry::new(self.batch.window()),
+            None => {
+                Carry::new(self.batch.window()).with_room(super::carry_room(&self.settings.worker))
+            }
         };
         let job = Job {
             committer: self.committer.clone(),
@@ -213,7 +215,11 @@ impl Job {
         if window.committed.elapsed() > APPLY_GUARD {
             return Err(StoreError::Guard(APPLY_GUARD));
         }
-        let (cells, stats) = recorded(self.carry.window(), self.committer.keys(), self.by_slot);
+        let (cells, stats) = recorded(
+            self.carry.window().cell_lists(),
+            self.committer.keys(),
+            self.by_slot,
+        );
         let sum = Sum {
             id: &window.window,
             group: None,
@@ -241,8 +247,12 @@ impl Job {
         });
         let coming = Coming(group.as_ref().map(|(g, _)| g.clone()));
         let (grouper, id) = {
-            let (mut cells, stats) =
-                recorded(self.carry.window(), self.committer.keys(), self.by_slot);
+            // Alone, the carry is applied from its lists: its slots go.
+            let lists = match group {
+                Some(_) => self.carry.window().cell_lists(),
+                None => self.carry.release_into_lists(),
+            };
+            let (mut cells, stats) = recorded(lists, self.committer.keys(), self.by_slot);
             if !self.by_slot {
                 // Members new to `known:` then go in in its own order (cheaper).
                 crate::model::known::sort_by_member(&mut cells);

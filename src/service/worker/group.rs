@@ -294,7 +294,7 @@ async fn apply_group(
         let keys = committer.keys();
         let cells: Vec<(Vec<Cell<'_>>, Vec<StatCell<'_>>)> = batch
             .iter()
-            .map(|(s, _)| super::apply::recorded(s.carry.window(), keys, true))
+            .map(|(s, _)| super::apply::recorded(s.carry.window().cell_lists(), keys, true))
             .collect();
         let sums: Vec<Sum<'_>> = batch
             .iter()

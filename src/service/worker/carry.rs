@@ -104,9 +104,7 @@ impl Worker {
         self.seq += 1;
         let empty = match self.spare_carry.take() {
             Some(spare) => spare,
-            None => {
-                Carry::new(self.batch.window()).with_room(super::carry_room(&self.settings.worker))
-            }
+            None => super::new_carry(self.batch.window(), &self.settings.worker),
         };
         let job = Job {
             committer: self.committer.clone(),

@@ -61,10 +61,11 @@ const HOLD_POLL_MS: u64 = 50;
 /// up (the connection may be the thing that failed).
 const LAST_ERROR_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// The cells a carry grows to before it is applied: `--carry-cells`, and
-/// the window that makes it due.
-fn carry_room(worker: &WorkerArgs) -> usize {
-    worker.carry_cells.saturating_add(worker.window_cells)
+/// An empty carry for windows like `window`, sized for the cells it grows
+/// to before it is applied: `--carry-cells`, and the window that makes it
+/// due.
+fn new_carry(window: &crate::model::aggregate::Window, worker: &WorkerArgs) -> Carry {
+    Carry::new(window).with_room(worker.carry_cells.saturating_add(worker.window_cells))
 }
 
 /// Everything a worker needs.
@@ -165,7 +166,7 @@ impl Worker {
         let batch = Batch::new(&settings.layout.precisions, settings.layout.samples)
             .with_quantiles(&settings.layout.quantile_precisions());
         let known = KnownCache::new(batch.window().precisions(), settings.layout.samples);
-        let carry = Carry::new(batch.window()).with_room(carry_room(&settings.worker));
+        let carry = new_carry(batch.window(), &settings.worker);
         let now = Instant::now();
         Worker {
             carry_link: Reconnecting::new(client.clone(), "carry", connect::RESPONSE_TIMEOUT),

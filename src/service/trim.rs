@@ -96,11 +96,8 @@ pub(crate) async fn trim(
 /// Whether stream id `a` is older than `b`, an empty id (no group) being
 /// older than none: the ids compare as (ms, seq) numbers.
 fn older(a: &str, b: &str) -> bool {
-    let parse = |id: &str| -> Option<(u64, u64)> {
-        let (ms, seq) = id.split_once('-')?;
-        Some((ms.parse().ok()?, seq.parse().ok()?))
-    };
-    match (parse(a), parse(b)) {
+    use crate::store::stream::parse_id;
+    match (parse_id(a), parse_id(b)) {
         (Some(a), Some(b)) => a < b,
         (Some(_), None) => true,
         _ => false,

@@ -232,10 +232,18 @@ pub(crate) async fn own_groups(
 }
 
 /// The read of the first entry after a group's last-delivered id: the
-/// oldest entry the group has not yet received.
+/// oldest entry the group has not yet received. After the last possible id
+/// (a stream that took an explicit `MAX-MAX` id) none can come: Redis
+/// refuses `(MAX-MAX` as a start, so the range asked is empty instead.
 fn next_undelivered(keys: &Keys, last_delivered: &str) -> redis::Cmd {
+    if last_delivered == LAST_POSSIBLE_ID {
+        return redis::Cmd::xrange_count(&keys.stream, "+", "-", 1);
+    }
     redis::Cmd::xrange_count(&keys.stream, format!("({last_delivered}"), "+", 1)
 }
+
+/// The last id a stream can hold: once it took it, it takes no more entries.
+const LAST_POSSIBLE_ID: &str = "18446744073709551615-18446744073709551615";
 
 /// How long, in seconds, the entry of a [`next_undelivered`] reply has
 /// waited (its id carries the ms it was appended); `None` when there is

@@ -95,25 +95,56 @@ pub(crate) fn entry_list(list: &Value) -> Vec<EntryRef<'_>> {
         .collect()
 }
 
-/// Creates the stream and the group when absent; whether it created the
-/// group. The group starts at the beginning of the stream (hits sent before
+/// Creates the stream and the group when absent; where it made the group
+/// start when it did (`Some(None)`: at the stream's start). The group starts at the beginning of the stream (hits sent before
 /// the first worker ran count too), or after `after`: the newest entry a
 /// worker that finds its group gone has committed, so that what it counted
-/// is not counted again.
+/// is not counted again. Not after an `after` the stream never reached
+/// (its last generated id is older, or it is gone): that stream was deleted
+/// and made again since, none of its entries was counted, and a group made
+/// after `after` would receive none of them until its ids passed `after`
+/// (for good, when `after` was the last possible id).
 pub(crate) async fn ensure_group(
     conn: &mut Conn,
     keys: &Keys,
     after: Option<(u64, u64)>,
-) -> RedisResult<bool> {
+) -> RedisResult<Option<Option<(u64, u64)>>> {
+    let after = match after {
+        Some(after) => last_generated(conn, keys)
+            .await?
+            .filter(|last| *last >= after)
+            .map(|_| after),
+        None => None,
+    };
     let start = after.map_or_else(|| "0".to_string(), |(ms, seq)| format!("{ms}-{seq}"));
     let created: RedisResult<()> =
         redis::Cmd::xgroup_create_mkstream(&keys.stream, &keys.group, start)
             .query_async(conn)
             .await;
     match created {
-        Err(e) if e.code() == Some("BUSYGROUP") => Ok(false),
-        other => other.map(|()| true),
+        Err(e) if e.code() == Some("BUSYGROUP") => Ok(None),
+        other => other.map(|()| Some(after)),
     }
+}
+
+/// The stream's last generated id (`XINFO STREAM`); `None` when there is
+/// no stream.
+async fn last_generated(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<(u64, u64)>> {
+    let info: RedisResult<redis::streams::StreamInfoStreamReply> =
+        redis::Cmd::xinfo_stream(&keys.stream)
+            .query_async(conn)
+            .await;
+    match info {
+        Ok(info) => Ok(parse_id(&info.last_generated_id)),
+        Err(e) if e.code() == Some("ERR") && e.to_string().contains("no such key") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A stream id `MS-SEQ` as its two numbers, which order ids as Redis does.
+pub(crate) fn parse_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
 }
 
 /// Reads up to `count` new entries (`from` = `>`) for `consumer`, waiting up

@@ -432,3 +432,59 @@ fn a_group_destroyed_under_a_worker_counts_nothing_twice() {
     assert!(worker.stderr().contains("the consumer group was gone"));
     assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
 }
+
+/// A stream that took the last possible id, drained and then deleted, as
+/// the README advises: the worker makes the group again from the new
+/// stream's start, not after the old stream's newest id (which no new
+/// entry would ever pass: counting stopped for good).
+#[test]
+fn a_stream_deleted_after_the_last_possible_id_counts_its_new_entries() {
+    let srv = server();
+    let url = srv.url();
+    let mut r = redis(&url);
+    let counted = |r: &mut redis::Connection, name: &str| -> i64 {
+        let counts: Vec<i64> = redis::cmd("HVALS")
+            .arg(format!("count:86400:{name}"))
+            .query(r)
+            .unwrap();
+        counts.iter().sum()
+    };
+    let listen = bin::free_addr();
+    let mut worker = bin::start_worker(&url, "w1", &listen, &[]);
+    let _: String = redis::cmd("XADD")
+        .arg("hits")
+        .arg("18446744073709551615-18446744073709551615")
+        .arg("name")
+        .arg("last")
+        .query(&mut r)
+        .unwrap();
+    bin::wait_for("the last entry counted", Duration::from_secs(60), || {
+        (counted(&mut r, "last") == 1).then_some(())
+    });
+    let _: () = redis::cmd("DEL").arg("hits").query(&mut r).unwrap();
+    for _ in 0..3 {
+        let _: String = redis::cmd("XADD")
+            .arg("hits")
+            .arg("*")
+            .arg("name")
+            .arg("after")
+            .query(&mut r)
+            .unwrap();
+    }
+    bin::wait_for(
+        "the new stream's hits counted",
+        Duration::from_secs(60),
+        || {
+            worker.assert_running();
+            (counted(&mut r, "after") == 3).then_some(())
+        },
+    );
+    assert!(
+        worker
+            .stderr()
+            .contains("the stream was deleted and made again"),
+        "{}",
+        worker.stderr()
+    );
+    assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
+}

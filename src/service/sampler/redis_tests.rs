@@ -16,6 +16,18 @@ mod tests {
         Ok(all.pop().flatten())
     }
 
+    /// Appends a hit of name `a` with id `id`.
+    async fn xadd(c: &mut Conn, keys: &Keys, id: &str) {
+        let _: String = redis::cmd("XADD")
+            .arg(&keys.stream)
+            .arg(id)
+            .arg("name")
+            .arg("a")
+            .query_async(c)
+            .await
+            .unwrap();
+    }
+
     #[tokio::test]
     async fn samples_lag_pending_and_backlog_age() {
         let server = server();
@@ -27,14 +39,7 @@ mod tests {
         // Five entries stamped 40, 30, 20, 10 and 0 seconds ago.
         let now_ms = crate::model::clock::unix_ms();
         for age in [40, 30, 20, 10, 0] {
-            let _: String = redis::cmd("XADD")
-                .arg(&keys.stream)
-                .arg(format!("{}-0", now_ms - age * 1000))
-                .arg("name")
-                .arg("a")
-                .query_async(&mut c)
-                .await
-                .unwrap();
+            xadd(&mut c, &keys, &format!("{}-0", now_ms - age * 1000)).await;
         }
         crate::store::stream::ensure_group(&mut c, &keys, None)
             .await
@@ -65,6 +70,34 @@ mod tests {
             .unwrap();
         let got = sample(&mut c, &keys).await.unwrap().unwrap();
         assert_eq!((got.lag, got.pending, got.backlog_age), (Some(0), 5, 0.0));
+    }
+
+    /// A stream that took the last possible id (it takes no more entries)
+    /// is sampled, and its consumers and backlog read (as `status` does),
+    /// instead of failing on Redis' refusal of a range after that id.
+    #[tokio::test]
+    async fn a_stream_at_the_last_possible_id_is_sampled() {
+        let server = server();
+        let mut c = conn(&server.url()).await;
+        let keys = keys(&settings(&server.url(), "sampler-last-id"));
+        xadd(&mut c, &keys, "18446744073709551615-18446744073709551615").await;
+        crate::store::stream::ensure_group(&mut c, &keys, None)
+            .await
+            .unwrap();
+        let _: redis::Value = crate::store::stream::read(&mut c, &keys, "c1", 10, None, ">")
+            .await
+            .unwrap();
+        let got = sample(&mut c, &keys).await.unwrap().unwrap();
+        assert_eq!((got.lag, got.pending, got.backlog_age), (Some(0), 1, 0.0));
+        let group = crate::store::group::own_group(&mut c, &keys)
+            .await
+            .unwrap()
+            .unwrap();
+        let (consumers, lag, age) =
+            crate::store::group::consumers_and_backlog(&mut c, &keys, &group, 1)
+                .await
+                .unwrap();
+        assert_eq!((consumers.len(), lag, age), (1, Some(0), None));
     }
 
     const SHARDS: u32 = 4;

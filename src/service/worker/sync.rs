@@ -37,14 +37,23 @@ impl Worker {
             self.registration.acquire(conn).await?;
             self.registered = true;
         }
-        if stream::ensure_group(conn, &self.keys, self.newest_committed).await? {
-            if let Some((ms, seq)) = self.newest_committed {
+        let made = stream::ensure_group(conn, &self.keys, self.newest_committed).await?;
+        match (made, self.newest_committed) {
+            (Some(Some((ms, seq))), _) => {
                 tracing::warn!(consumer = %self.consumer, group = %self.keys.group,
                     after = %format!("{ms}-{seq}"),
                     "the consumer group was gone (destroyed?) and is made again after the \
                      newest entry this worker committed, not from the stream's start: what \
                      was counted is not counted again");
             }
+            (Some(None), Some((ms, seq))) => {
+                tracing::warn!(consumer = %self.consumer, group = %self.keys.group,
+                    committed = %format!("{ms}-{seq}"),
+                    "the stream was deleted and made again since this worker's last commit \
+                     (its ids are older than the newest entry the worker committed): the \
+                     consumer group is made again from the new stream's start");
+            }
+            _ => {}
         }
         // The epoch is read before the pending entries: a claim after this
         // read bumps it, so no window can hold entries claimed since.

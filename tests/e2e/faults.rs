@@ -425,3 +425,32 @@ async fn sigterm_and_ctrl_c_finish_the_window_in_flight_and_leave_the_group() {
     }
     assert_eq!(read_all(&mut c, &k).await, reference(&hits, &PRECISIONS));
 }
+
+/// A worker waiting for new entries on an idle stream with a `--block-ms`
+/// far beyond its `--shutdown-timeout` stops within that timeout after
+/// SIGTERM (its reads wait at most a quarter of it), says so at start,
+/// and leaves the group.
+#[test]
+fn an_idle_worker_with_a_long_block_stops_within_its_shutdown_timeout() {
+    let srv = server();
+    let url = srv.url();
+    let listen = bin::free_addr();
+    let args = [
+        "--block-ms",
+        "300000",
+        "--stuck-after",
+        "400",
+        "--shutdown-timeout",
+        "2",
+    ];
+    let mut w = bin::Child::spawn("idle", bin::worker(&url, "idle", &listen, &args));
+    bin::wait_ready(&mut w, &listen);
+    // Idle: its loop is in a read of new entries.
+    std::thread::sleep(Duration::from_secs(2));
+    w.assert_running();
+    // 300 s would go by with the read uncut; 25 s leaves a loaded machine room.
+    assert_eq!(w.terminate(Duration::from_secs(25)).code(), Some(0));
+    let log = w.stderr();
+    assert!(log.contains("reads wait at most 500 ms"), "{log}");
+    assert!(log.contains("worker stopped cleanly"), "{log}");
+}

@@ -50,7 +50,7 @@ impl Args {
     fn stuck_after(&self) -> anyhow::Result<Duration> {
         let bound = Duration::from_secs(self.stuck_after_secs);
         let longest_turn =
-            Duration::from_millis(self.worker.block_ms) + crate::store::connect::RESPONSE_TIMEOUT;
+            Duration::from_millis(self.worker.block_ms()) + crate::store::connect::RESPONSE_TIMEOUT;
         anyhow::ensure!(
             bound > longest_turn,
             "invalid --stuck-after / HITCOUNT_STUCK_AFTER: {}s must exceed the longest turn \
@@ -78,7 +78,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let consumer = settings.worker.consumer_name();
     settings.worker.consumer = Some(consumer.clone());
     args.leader.validate()?;
-    if let Some(cut) = settings.worker.carry_cut() {
+    for cut in [settings.worker.carry_cut(), settings.worker.block_cut()]
+        .into_iter()
+        .flatten()
+    {
         tracing::warn!("{cut}");
     }
     let client = crate::store::connect::client(&args.common.redis)?;

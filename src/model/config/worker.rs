@@ -17,6 +17,9 @@ pub(crate) const WAIT_TIMEOUT_MS: u64 = 100;
 const READ_COUNT: Whole = Whole::new("--read-count / HITCOUNT_READ_COUNT", 1, 5000);
 /// Accepted `--block-ms`: Redis reads a BLOCK of 0 as "for ever".
 const BLOCK_MS: Whole = Whole::new("--block-ms / HITCOUNT_BLOCK_MS", 1, 300_000);
+/// The shortest wait of an idle read, whatever `--shutdown-timeout` (see
+/// [`WorkerArgs::block_ms`]).
+const MIN_BLOCK_MS: u64 = 250;
 /// Accepted `--window-entries`.
 const WINDOW_ENTRIES: Whole =
     Whole::new("--window-entries / HITCOUNT_WINDOW_ENTRIES", 1, 10_000_000);
@@ -59,7 +62,9 @@ pub struct WorkerArgs {
           default_value_t = 1000, value_parser = READ_COUNT.parser::<usize>())]
     pub read_count: usize,
     /// Longest wait for new entries when idle (XREADGROUP BLOCK), in ms,
-    /// 1..=300000 (Redis reads 0 as "for ever").
+    /// 1..=300000 (Redis reads 0 as "for ever"); at most a quarter of
+    /// --shutdown-timeout (250 ms at least), so that a worker waiting on an
+    /// idle stream stops within it.
     #[arg(long, env = "HITCOUNT_BLOCK_MS", help_heading = ADVANCED, hide_short_help = true,
           default_value_t = 2000, value_parser = BLOCK_MS.parser::<u64>())]
     pub block_ms: u64,
@@ -161,6 +166,31 @@ impl WorkerArgs {
     pub(crate) fn carry_age(&self) -> Option<Duration> {
         let ms = self.carry_ms.min(self.claim_idle_ms / 4);
         (ms > 0 && self.carry_cells > 0).then(|| Duration::from_millis(ms))
+    }
+
+    /// How long a read waits for new entries when idle: `--block-ms`, at
+    /// most a quarter of `--shutdown-timeout` and at least [`MIN_BLOCK_MS`]
+    /// (a read under way holds up the stop that SIGTERM asks for).
+    pub(crate) fn block_ms(&self) -> u64 {
+        self.block_ms.min(self.block_cap_ms())
+    }
+
+    fn block_cap_ms(&self) -> u64 {
+        (self.shutdown_timeout_secs * 250).max(MIN_BLOCK_MS)
+    }
+
+    /// When `--block-ms` is longer than [`Self::block_ms`] lets a read wait,
+    /// what to warn of at start.
+    pub(crate) fn block_cut(&self) -> Option<String> {
+        let cap = self.block_cap_ms();
+        (self.block_ms > cap).then(|| {
+            format!(
+                "--block-ms / HITCOUNT_BLOCK_MS is {} ms, more than a quarter of \
+                 --shutdown-timeout ({} s): reads wait at most {cap} ms, so that the worker \
+                 stops within its shutdown timeout",
+                self.block_ms, self.shutdown_timeout_secs
+            )
+        })
     }
 
     /// The consumer name: the flag (`HITCOUNT_CONSUMER`), else the pod's name
@@ -323,5 +353,24 @@ mod tests {
         };
         let err = w.validate().unwrap_err().to_string();
         assert!(err.contains("HITCOUNT_BLOCK_MS"), "{err}");
+    }
+
+    #[test]
+    fn an_idle_read_waits_at_most_a_quarter_of_the_shutdown_timeout() {
+        let w = |block_ms, shutdown_timeout_secs| WorkerArgs {
+            block_ms,
+            shutdown_timeout_secs,
+            ..WorkerArgs::default()
+        };
+        // The defaults: 2 s, under a quarter of 20 s.
+        assert_eq!(WorkerArgs::default().block_ms(), 2000);
+        assert_eq!(WorkerArgs::default().block_cut(), None);
+        assert_eq!(w(300_000, 20).block_ms(), 5000);
+        assert_eq!(w(300_000, 2).block_ms(), 500);
+        assert_eq!(w(5000, 20).block_cut(), None);
+        // No shutdown timeout: still a wait, not a busy loop.
+        assert_eq!(w(2000, 0).block_ms(), MIN_BLOCK_MS);
+        let cut = w(60_000, 2).block_cut().unwrap();
+        assert!(cut.contains("reads wait at most 500 ms"), "{cut}");
     }
 }

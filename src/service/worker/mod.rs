@@ -173,7 +173,7 @@ impl Worker {
             link: Reconnecting::new(
                 client,
                 "worker",
-                Duration::from_millis(settings.worker.block_ms) + connect::RESPONSE_TIMEOUT,
+                Duration::from_millis(settings.worker.block_ms()) + connect::RESPONSE_TIMEOUT,
             ),
             synced: None,
             committer,
@@ -311,7 +311,7 @@ impl Worker {
                 Some(HOLD_POLL_MS)
             }
             (Cursor::New, None) if !self.carry.is_empty() => None,
-            (Cursor::New, None) => Some(self.settings.worker.block_ms),
+            (Cursor::New, None) => Some(self.settings.worker.block_ms()),
             (Cursor::New, Some(t)) => {
                 let left = Duration::from_millis(self.settings.worker.window_ms)
                     .saturating_sub(t.elapsed());

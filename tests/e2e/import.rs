@@ -541,3 +541,78 @@ async fn the_import_benchmark_times_each_log_and_cleans_up() {
         "{left:?}"
     );
 }
+
+/// A gzipped log cut short (a copy interrupted): every whole line before
+/// the cut is imported and recorded, as the error says, and a second run
+/// adds nothing; the batches read with the failed one were dropped before.
+/// A horizon too long for Redis' expiry (a billion samples of a year)
+/// keeps the progress for good instead of failing after the hits went in
+/// (each rerun appended the batch again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_gzip_keeps_its_whole_lines_and_a_long_horizon_its_progress() {
+    let (_srv, url, mut c, now) = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let text: String = (0..60_000)
+        .map(|i| combined(now - 10, "GET", &format!("/t/{i}"), 200) + "\n")
+        .collect();
+    gzip(Path::new(&path("cut.log.gz")), &text);
+    let mut gz = std::fs::read(path("cut.log.gz")).unwrap();
+    gz.truncate(gz.len() - 10);
+    std::fs::write(path("cut.log.gz"), &gz).unwrap();
+    // The whole lines the cut file still holds.
+    let mut decoded = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut decoded);
+    let whole = decoded.iter().filter(|b| **b == b'\n').count() as u64;
+    assert!(whole > 50_000, "{whole}");
+    for _ in 0..2 {
+        let out = import(&url, &[&path("cut.log.gz")]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains("the lines before are imported and recorded"),
+            "{err}"
+        );
+        assert_eq!(progress_lines(&mut c).await, whole, "{err}");
+        assert_eq!(
+            xlen(&mut c).await,
+            whole,
+            "one event a line: distinct names"
+        );
+    }
+
+    let (_srv, url, mut c, now) = start().await;
+    std::fs::write(
+        path("far.log"),
+        combined(now - 10, "GET", "/far", 200) + "\n",
+    )
+    .unwrap();
+    for run in 0..2 {
+        let out = import(&url, &[&path("far.log")])
+            .env("HITCOUNT_SAMPLES", "1000000000")
+            .env("HITCOUNT_PRECISIONS", "31536000")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if run == 1 {
+            assert!(text.contains("already imported (1 line)"), "{text}");
+        }
+        assert_eq!(xlen(&mut c).await, 1);
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*:hc:import:*")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(&keys[0])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(ttl, -1, "kept for good");
+}

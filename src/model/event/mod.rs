@@ -366,7 +366,7 @@ fn float_ts_ms(ts: f64) -> Result<i64, Reject> {
 
 /// A value as the contract takes it: finite, `|v|` ≤ [`MAX_ABS_VALUE`];
 /// `-0` is `0` (a minimum of `-0` would read back as text `-0`).
-fn check_value(v: f64) -> Result<f64, Reject> {
+pub(crate) fn check_value(v: f64) -> Result<f64, Reject> {
     let v = Some(v + 0.0).filter(|v| v.is_finite() && v.abs() <= MAX_ABS_VALUE);
     v.ok_or(Reject::BadValue)
 }

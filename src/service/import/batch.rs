@@ -166,6 +166,9 @@ pub(super) struct Lines<R> {
     examples_left: usize,
     /// The end of the file was reached.
     ended: bool,
+    /// A read that failed after whole lines of the batch then returned:
+    /// the next call's answer.
+    failed: Option<io::Error>,
 }
 
 impl<R: BufRead> Lines<R> {
@@ -181,20 +184,34 @@ impl<R: BufRead> Lines<R> {
             name: Vec::new(),
             examples_left: MAX_EXAMPLES,
             ended: false,
+            failed: None,
         }
     }
 
     /// The next batch; `None` at the end of the file.
     pub(super) fn next_batch(&mut self) -> io::Result<Option<Batch>> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
         if self.ended {
             return Ok(None);
         }
         let mut batch = Batch::new(self.at);
         while !batch.full() {
-            let Some((bytes, too_long, ended)) = read_line(&mut self.reader, &mut self.line)?
-            else {
-                self.ended = true;
-                break;
+            let (bytes, too_long, ended) = match read_line(&mut self.reader, &mut self.line) {
+                Ok(Some(line)) => line,
+                Ok(None) => {
+                    self.ended = true;
+                    break;
+                }
+                // The whole lines read before the error (a truncated gzip
+                // file) are a batch of their own; the error comes next.
+                Err(e) if batch.to != batch.from => {
+                    self.failed = Some(e);
+                    self.ended = true;
+                    break;
+                }
+                Err(e) => return Err(e),
             };
             if !ended {
                 // A line still being written, or cut off: left for a later
@@ -246,7 +263,11 @@ impl<R: BufRead> Lines<R> {
         if ts_ms > self.clock_ms.saturating_add(MAX_FUTURE_MS) {
             return Err(LineReject::Hit(Reject::FutureTimestamp).into());
         }
-        Ok((1, Some(ts_ms), request.value))
+        // A request time the worker would dead-letter (`bad_value`) is
+        // refused here, with its reason, like a JSON line's.
+        let value = request.value.map(crate::model::event::check_value);
+        let value = value.transpose().map_err(LineReject::Hit)?;
+        Ok((1, Some(ts_ms), value))
     }
 }
 
@@ -513,5 +534,51 @@ mod tests {
         assert_eq!((second.from, second.events.len()), (first.to, 10));
         assert_eq!(Progress::parse(&second.to.text()), Some(second.to));
         assert_eq!(Progress::parse("1:x"), None);
+    }
+    #[test]
+    fn a_request_time_the_worker_refuses_is_refused_as_bad_value() {
+        let template = Template::parse(DEFAULT_TEMPLATE).unwrap();
+        let format = LineFormat::AccessLog(Format::CombinedTime, template);
+        let ok = line("/a", "10/Oct/2020:13:55:36").replace('\n', " 0.25\n");
+        let huge =
+            line("/a", "10/Oct/2020:13:55:36").replace('\n', &format!(" 1{}\n", "0".repeat(150)));
+        let text = format!("{ok}{huge}");
+        let mut lines = Lines::new(
+            text.as_bytes(),
+            format,
+            Progress::default(),
+            1_800_000_000_000,
+        );
+        let batch = lines.next_batch().unwrap().unwrap();
+        assert_eq!(batch.counted, 1);
+        let refused: Vec<_> = batch.refused.iter().map(|(r, n)| (*r, *n)).collect();
+        assert_eq!(refused, [("bad_value", 1)]);
+    }
+
+    /// A read that fails after whole lines (a gzip file cut short): those
+    /// lines come as a batch, then the error, then nothing.
+    #[test]
+    fn the_whole_lines_before_a_failed_read_are_a_batch() {
+        struct Failing;
+        impl io::Read for Failing {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("cut short"))
+            }
+        }
+        let text = [
+            line("/a", "10/Oct/2020:13:55:36"),
+            line("/b", "10/Oct/2020:13:55:36"),
+            "a line cut".into(),
+        ]
+        .concat();
+        let reader = io::BufReader::new(io::Read::chain(text.as_bytes(), Failing));
+        let template = Template::parse(DEFAULT_TEMPLATE).unwrap();
+        let format = LineFormat::AccessLog(Format::Combined, template);
+        let mut lines = Lines::new(reader, format, Progress::default(), 1_800_000_000_000);
+        let batch = lines.next_batch().unwrap().unwrap();
+        assert_eq!((batch.counted, batch.to.lines), (2, 2));
+        let err = lines.next_batch().unwrap_err();
+        assert_eq!(err.to_string(), "cut short");
+        assert!(lines.next_batch().unwrap().is_none());
     }
 }

@@ -85,10 +85,17 @@ pub(crate) struct Tally {
 /// precision`) plus the day a hit may lie ahead. After that every line a
 /// file's import counted is too old for every precision, so importing it
 /// again counts nothing, and the key can go.
-pub(crate) fn progress_ttl_secs(layout: &LayoutArgs) -> u64 {
+/// Longer than [`MAX_PROGRESS_TTL_SECS`], the key is kept for good instead
+/// (`None`): Redis refuses an expiry past its clock's range, and a refused
+/// one would fail the import's script after its hits went in.
+pub(crate) fn progress_ttl_secs(layout: &LayoutArgs) -> Option<u64> {
     let largest = layout.precisions.iter().max().copied().unwrap_or(1);
-    u64::from(layout.samples) * u64::from(largest) + MAX_FUTURE_MS as u64 / 1000
+    let ttl = u64::from(layout.samples) * u64::from(largest) + MAX_FUTURE_MS as u64 / 1000;
+    (ttl <= MAX_PROGRESS_TTL_SECS).then_some(ttl)
 }
+
+/// The longest expiry given a progress key: a hundred years.
+const MAX_PROGRESS_TTL_SECS: u64 = 100 * 366 * 86_400;
 
 /// The shard a file's hits go to, by its identity.
 pub(crate) fn shard_of(file: &str, shards: u32) -> u32 {
@@ -170,7 +177,7 @@ pub(crate) struct Settings {
     /// Redis' clock (unix ms) the lines' times are judged against.
     pub clock_ms: i64,
     /// See [`progress_ttl_secs`].
-    pub ttl_secs: u64,
+    pub ttl_secs: Option<u64>,
 }
 
 /// Imports `source` into `keys`' stream from where its import stands.
@@ -240,12 +247,23 @@ pub(crate) async fn import<R: BufRead + Send + 'static>(
     let mut trip = Vec::with_capacity(BATCHES_PER_TRIP);
     let sent = async {
         while rx.recv_many(&mut trip, BATCHES_PER_TRIP).await > 0 {
-            let batches = trip.drain(..).collect::<io::Result<Vec<Batch>>>()?;
-            send(conn, &keys.stream, &key, &batches, settings.ttl_secs).await?;
+            // The batches before a failed read are sent, then it is told:
+            // what the error message says was imported was.
+            let mut failed = None;
+            let batches: Vec<Batch> = trip
+                .drain(..)
+                .map_while(|b| b.map_err(|e| failed = Some(e)).ok())
+                .collect();
+            if !batches.is_empty() {
+                send(conn, &keys.stream, &key, &batches, settings.ttl_secs).await?;
+            }
             for b in batches {
                 tally.add(b);
             }
             progress(&tally);
+            if let Some(e) = failed {
+                return Err(e.into());
+            }
         }
         Ok::<_, ImportError>(())
     }
@@ -263,7 +281,7 @@ async fn send(
     stream: &str,
     key: &str,
     batches: &[Batch],
-    ttl_secs: u64,
+    ttl_secs: Option<u64>,
 ) -> Result<(), ImportError> {
     let mut pipe = redis::pipe();
     for b in batches {
@@ -272,7 +290,7 @@ async fn send(
             .arg(key)
             .arg(b.from.text())
             .arg(b.to.text())
-            .arg(ttl_secs)
+            .arg(ttl_secs.unwrap_or(0))
             .arg(&b.events);
         pipe.add_command(cmd);
     }
@@ -310,5 +328,25 @@ impl Tally {
         }
         self.examples.extend(b.examples);
         self.held_back = b.held_back;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lives_as_long_as_the_coarsest_precision_keeps_hits() {
+        // 120 samples of a day, and the day a hit may lie ahead: 121 days.
+        assert_eq!(
+            progress_ttl_secs(&LayoutArgs::default()),
+            Some(121 * 86_400)
+        );
+        let far = LayoutArgs {
+            samples: 1_000_000_000,
+            precisions: vec![31_536_000],
+            ..LayoutArgs::default()
+        };
+        assert_eq!(progress_ttl_secs(&far), None, "kept for good");
     }
 }

@@ -6,7 +6,12 @@
 -- KEYS[1] stream   KEYS[2] the file's progress (same hash slot)
 -- ARGV[1] the progress this batch starts from ("0:0" for a file's start)
 -- ARGV[2] the progress after it ("BYTES:LINES")   ARGV[3] TTL of KEYS[2] in s
+--         (0: none, the key is kept)
 -- ARGV[4..] MessagePack hit events
+--
+-- Nothing may fail once the first hit is appended (a script's writes are not
+-- undone by a later error): a stream key of another type fails the XLEN
+-- first, and the worker gives a TTL Redis accepts.
 --
 -- A batch that does not start where the file's recorded progress stands
 -- (another import of the same file went on, or an earlier batch of the
@@ -17,8 +22,13 @@ local at = redis.call('GET', KEYS[2]) or '0:0'
 if at ~= ARGV[1] then
     return at
 end
+redis.call('XLEN', KEYS[1])
 for i = 4, #ARGV do
     redis.call('XADD', KEYS[1], '*', 'hit', ARGV[i])
 end
-redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+if ARGV[3] == '0' then
+    redis.call('SET', KEYS[2], ARGV[2])
+else
+    redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+end
 return ARGV[2]

@@ -143,6 +143,11 @@ impl Drop for Slot {
     }
 }
 
+/// How long a connection whose lifetime is over (or whose server stops)
+/// has to answer the request under way: a body's 10 s and a Redis reply's
+/// 5 s.
+const REQUEST_GRACE: Duration = Duration::from_secs(15);
+
 /// Serves `handle` on `listener` within `limits` until `shutdown`
 /// completes, then stops accepting and returns (open connections get
 /// [`Limits::shutdown_grace`]). The answer to a request whose body the
@@ -220,24 +225,33 @@ where
             }),
         );
         let mut stop = stop_rx.clone();
-        let deadline = limits.connection_timeout;
+        let lifetime = limits.connection_timeout;
         tokio::spawn(async move {
             let _slot = slot;
             tokio::pin!(conn);
-            let result = tokio::time::timeout(deadline, async {
-                tokio::select! {
-                    res = conn.as_mut() => res,
-                    () = async { drop(stop.wait_for(|s| *s).await) } => {
-                        conn.as_mut().graceful_shutdown();
-                        conn.as_mut().await
-                    }
+            // Its lifetime over, or the server stopping, a connection
+            // answers the request under way (whose hits ingest may have
+            // appended: cut off, its client would send them again), then
+            // closes; an idle one closes at once.
+            let result = tokio::select! {
+                res = conn.as_mut() => Ok(res),
+                () = async { drop(stop.wait_for(|s| *s).await) } => Err("stopping"),
+                () = tokio::time::sleep(lifetime) => Err("lifetime over"),
+            };
+            let result = match result {
+                Ok(res) => Some(res),
+                Err(why) => {
+                    tracing::debug!(%peer, why, "http connection closing");
+                    conn.as_mut().graceful_shutdown();
+                    tokio::time::timeout(REQUEST_GRACE, conn.as_mut())
+                        .await
+                        .ok()
                 }
-            })
-            .await;
+            };
             match result {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "http connection error"),
-                Err(_) => tracing::debug!(%peer, "http connection timed out"),
+                Some(Ok(())) => {}
+                Some(Err(e)) => tracing::debug!(%peer, error = %e, "http connection error"),
+                None => tracing::debug!(%peer, "http connection timed out"),
             }
         });
     }
@@ -348,4 +362,50 @@ pub(crate) fn method_not_allowed(content_type: &'static str, body: impl Into<Byt
     resp.headers_mut()
         .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    /// A request still being answered when its connection's lifetime ends
+    /// gets its answer (ingest may have appended its hits), then the
+    /// connection closes.
+    #[tokio::test]
+    async fn a_request_under_way_is_answered_past_the_connection_lifetime() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            connection_timeout: Duration::from_millis(200),
+            ..Limits::default()
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(run(
+            listener,
+            limits,
+            async move { drop(stopped.await) },
+            |_req| async {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                Response::new(Full::new(Bytes::from_static(b"taken")))
+            },
+        ));
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut answer))
+            .await
+            .expect("the connection closes after its answer")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.ends_with("taken"),
+            "{answer}"
+        );
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
 }

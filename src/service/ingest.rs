@@ -26,6 +26,17 @@ const CHUNK: usize = 250;
 /// Time allowed for one Redis reply.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A request's hits that Redis failed partway through.
+pub(crate) struct Failed {
+    /// Hits Redis took before (a call of them answered), those whose id it
+    /// had seen included: none when it failed at the first call.
+    pub taken: u64,
+    /// Of those, the hits appended.
+    pub appended: u64,
+    /// What failed.
+    pub error: RedisError,
+}
+
 /// Appends hits to the stream's shards on one shared connection.
 pub(crate) struct Appender {
     client: Client,
@@ -72,19 +83,28 @@ impl Appender {
 
     /// Appends `hits`; the number appended (hits whose id was seen within
     /// the horizon are not appended again). Hits of one shard keep their
-    /// order.
-    pub(crate) async fn append(&self, hits: &[&JsonHit]) -> Result<u64, RedisError> {
+    /// order. A failure says what Redis took before it.
+    pub(crate) async fn append(&self, hits: &[&JsonHit]) -> Result<u64, Failed> {
         let mut by_shard: Vec<Vec<&JsonHit>> = vec![Vec::new(); self.shards.len()];
         for hit in hits {
             let k = Keys::shard_of_name(&hit.name, self.shards.len() as u32);
             by_shard[k as usize].push(hit);
         }
-        let mut appended = 0;
+        let (mut taken, mut appended) = (0, 0);
         for (keys, hits) in self.shards.iter().zip(&by_shard) {
             for chunk in hits.chunks(CHUNK) {
                 let result = self.call(keys, chunk).await;
                 self.failed_if(&result).await;
-                appended += result?;
+                match result {
+                    Ok(n) => (taken, appended) = (taken + chunk.len() as u64, appended + n),
+                    Err(error) => {
+                        return Err(Failed {
+                            taken,
+                            appended,
+                            error,
+                        })
+                    }
+                }
             }
         }
         Ok(appended)

@@ -597,3 +597,70 @@ async fn redis_away_is_a_503_to_send_again_and_ingest_recovers() {
     assert_eq!(entries, 2);
     assert!(metric(&addr, "hitcount_ingest_requests_total{code=\"503\"}") >= 1.0);
 }
+
+/// Redis reaching its `maxmemory` in the middle of a large body: the 503
+/// says Redis is out of memory and how many hits it took before (they
+/// are in the stream and in the accepted metric), so that a client knows
+/// what sending it again would count twice; ingest says so in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_out_of_memory_mid_request_says_what_it_took() {
+    let srv = server();
+    let url = srv.url();
+    let (mut ingest, addr) = start_ingest(&url, &[]);
+    let mut admin = conn(&url).await;
+    let body = format!("[{}]", vec![r#"{"name":"oom"}"#; 50_000].join(","));
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let set_max = |bytes: u64| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .clone()
+    };
+    let _: () = set_max(used + 500_000)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let (status, head, answer) = post(&addr, "application/json", &[], &body);
+    let _: () = set_max(0).query_async(&mut admin).await.unwrap();
+    assert_eq!(status, 503, "{answer}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+    assert!(
+        answer.contains("Redis is out of memory (maxmemory): send again"),
+        "{answer}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let taken = json["accepted"].as_u64().unwrap();
+    assert!((1..50_000).contains(&taken), "{answer}");
+    let entries: u64 = redis::cmd("XLEN")
+        .arg("hits")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(entries, taken, "{answer}");
+    assert_eq!(
+        metric(&addr, "hitcount_ingest_hits_accepted_total"),
+        taken as f64
+    );
+    // Writes taken again: the whole body goes in.
+    assert_eq!(post(&addr, "application/json", &[], &body).0, 202);
+    assert_eq!(metric(&addr, "hitcount_redis_oom"), 0.0);
+    ingest.assert_running();
+    let _ = ingest.terminate(Duration::from_secs(20));
+    assert!(
+        ingest.stderr().contains("Redis is out of memory"),
+        "{}",
+        ingest.stderr()
+    );
+}

@@ -278,32 +278,66 @@ async fn append(judged: Judged, ingest: &Ingest) -> Resp {
     }
     let accepted: Vec<&JsonHit> = judged.accepted.iter().collect();
     if !accepted.is_empty() {
-        match ingest.appender.append(&accepted).await {
-            Ok(appended) => {
-                let m = metrics();
-                m.ingest_accepted.inc_by(accepted.len() as u64);
-                m.ingest_duplicates.inc_by(accepted.len() as u64 - appended);
-            }
-            Err(e) => return redis_failed(&e),
+        let (taken, appended, failed) = match ingest.appender.append(&accepted).await {
+            Ok(appended) => (accepted.len() as u64, appended, None),
+            Err(f) => (f.taken, f.appended, Some(f.error)),
+        };
+        let m = metrics();
+        m.ingest_accepted.inc_by(taken);
+        m.ingest_duplicates.inc_by(taken - appended);
+        match failed {
+            Some(e) => return redis_failed(&e, taken, accepted.len()),
+            None => crate::store::memory::set_out_of_memory(false),
         }
     }
     let body = serde_json::to_string(&judged.answer).expect("the answer is JSON");
     server::respond(StatusCode::ACCEPTED, JSON, body)
 }
 
-/// 503 for a Redis that could not be reached or answered (resend), 500 for
-/// one that refused (a permission: the operator must act).
-fn redis_failed(e: &redis::RedisError) -> Resp {
+/// 503 for a Redis that could not be reached or answered, or refused
+/// writes for its memory (resend), 500 for one that refused otherwise (a
+/// permission: the operator must act). When Redis took `taken` of the
+/// `total` hits before, the answer says so (`accepted`): those without an
+/// id would count twice if sent again.
+fn redis_failed(e: &redis::RedisError, taken: u64, total: usize) -> Resp {
+    use crate::store::memory::{is_oom, out_of_memory, set_out_of_memory, OUT_OF_MEMORY};
     let (class, _) = crate::store::connect::classify(e);
-    if class == ErrorClass::Fatal || e.code().is_some_and(|c| c == "NOPERM") {
+    let fatal = class == ErrorClass::Fatal || e.code().is_some_and(|c| c == "NOPERM");
+    let why = if fatal {
         tracing::error!(error = %crate::store::connect::first_cause(e), "Redis refused ingest's hits");
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Redis refused the hits (see ingest's log)",
-        );
+        "Redis refused the hits (see ingest's log)"
+    } else if is_oom(e) {
+        // Logged once until a request goes in again.
+        if !out_of_memory() {
+            tracing::warn!("{OUT_OF_MEMORY}: ingest answers 503 until it takes writes again");
+        }
+        set_out_of_memory(true);
+        "Redis is out of memory (maxmemory): send again"
+    } else {
+        tracing::debug!(error = %e, "Redis unavailable for ingest");
+        "Redis is unavailable: send again"
+    };
+    if taken == 0 {
+        return match fatal {
+            true => error(StatusCode::INTERNAL_SERVER_ERROR, why),
+            false => send_again(why),
+        };
     }
-    tracing::debug!(error = %e, "Redis unavailable for ingest");
-    send_again("Redis is unavailable: send again")
+    let text = format!(
+        "{why} (Redis took {taken} of the {total} hits accepted before it failed: sent \
+         again, those without an id count twice)"
+    );
+    let body = serde_json::json!({ "error": text, "accepted": taken }).to_string();
+    let status = match fatal {
+        true => StatusCode::INTERNAL_SERVER_ERROR,
+        false => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let mut resp = server::respond(status, JSON, body);
+    if !fatal {
+        resp.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
 }
 
 /// 503 with `Retry-After: 1`: the client sends the request again.

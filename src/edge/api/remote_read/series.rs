@@ -103,13 +103,19 @@ pub(crate) async fn read(
     let (hit_hashes, stat_hashes) = (hashes_of(&hits), hashes_of(&stats));
     let counters = counters::read_each(conn, keys, &hit_hashes).await?;
     let hashes = stats_query::read_each(conn, keys, &stat_hashes).await?;
-    // Each hash dropped once its series are built (by value).
+    // Each hash dropped once its series are built (by value). One without a
+    // field is none (gone since it was listed, or a key of another type
+    // that something else wrote): it gives no series, not one of zeros.
     let mut out: Vec<TimeSeries> = hits
         .iter()
         .zip(counters)
+        .filter(|(_, c)| !c.samples.is_empty() || c.corrupt > 0)
         .map(|(s, c)| hits_series(s, &c, span))
         .collect();
     for (s, hash) in stats.iter().zip(hashes) {
+        if hash.buckets.is_empty() && hash.skipped == 0 {
+            continue;
+        }
         let hash = &hash;
         out.extend(s.metrics.iter().map(|&m| stats_series(s, m, hash, span)));
     }
@@ -152,6 +158,52 @@ fn stats_series(s: &Selected, metric: Metric, hash: &StatsHash, span: &Span) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Selected hashes without a field (a key of another type that
+    /// something else wrote, or one gone since it was listed) give no
+    /// series; a counter with data gives its samples over zeros.
+    #[tokio::test]
+    async fn a_hash_without_a_field_gives_no_series() {
+        use crate::testing::{conn, keys, server, settings};
+        let srv = server();
+        let mut c = conn(&srv.url()).await;
+        let keys = keys(&settings(&srv.url(), "rr"));
+        let now = crate::testing::unix_now();
+        let bucket = now / 60 * 60;
+        let _: () = redis::pipe()
+            .hset(keys.count(60, "real"), bucket, 3)
+            .ignore()
+            .set(keys.count(60, "text"), "hello")
+            .ignore()
+            .set(keys.stats(60, "text"), "hello")
+            .ignore()
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let pick = |family, name: &str, metrics| Selected {
+            family,
+            precision: 60,
+            name: name.into(),
+            metrics,
+        };
+        let selected = [
+            pick(Family::Counts, "real", vec![Metric::Hits]),
+            pick(Family::Counts, "text", vec![Metric::Hits]),
+            pick(Family::Counts, "gone", vec![Metric::Hits]),
+            pick(Family::Stats, "text", vec![Metric::Count, Metric::Sum]),
+            pick(Family::Stats, "gone", vec![Metric::Count]),
+        ];
+        let span = Span {
+            start_ms: (now - 600) * 1000,
+            end_ms: now * 1000,
+            now,
+            samples: 120,
+        };
+        let got = read(&mut c, &keys, &selected, &span).await.unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        let last = got[0].samples.last().unwrap();
+        assert_eq!((last.timestamp, last.value), (bucket * 1000, 3.0));
+    }
 
     #[test]
     fn zeros_fill_the_kept_buckets_in_range_only() {

@@ -616,3 +616,43 @@ async fn a_truncated_gzip_keeps_its_whole_lines_and_a_long_horizon_its_progress(
         .unwrap();
     assert_eq!(ttl, -1, "kept for good");
 }
+
+/// Several files, one missing and one rewritten shorter in place: the
+/// others are imported, each failure is told with what to do (a rewritten
+/// file is not one to run again), and the run fails at the end naming them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_cannot_be_imported_leaves_the_others_going() {
+    let (_srv, url, mut c, now) = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let lines = |from: usize, n: usize| -> String {
+        (from..from + n)
+            .map(|i| combined(now - 10, "GET", &format!("/f/{i}"), 200) + "\n")
+            .collect()
+    };
+    std::fs::write(path("a.log"), lines(0, 100)).unwrap();
+    std::fs::write(path("b.log"), lines(100, 50)).unwrap();
+    import_ok(&url, &[&path("a.log")]);
+    // a.log rewritten in place, shorter, its first 4 KiB (its identity) kept.
+    std::fs::write(path("a.log"), lines(0, 60)).unwrap();
+    let files = [path("a.log"), path("missing.log"), path("b.log")];
+    let args: Vec<&str> = files.iter().map(String::as_str).collect();
+    let out = import(&url, &args).output().unwrap();
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{text} {err}");
+    assert!(
+        text.contains("b.log: 50 lines read, 50 counted"),
+        "{text} {err}"
+    );
+    assert!(err.contains("nothing more is imported from it"), "{err}");
+    assert!(!err.contains("run the same command again"), "{err}");
+    assert!(
+        err.contains("missing.log") && err.contains("the other files go on"),
+        "{err}"
+    );
+    assert!(err.contains("2 of 3 files not imported in full"), "{err}");
+    assert_eq!(xlen(&mut c).await, 150, "a.log's 100 lines and b.log's 50");
+}

@@ -113,9 +113,21 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     // took is recorded with the file's progress, none in part.
     let stop = crate::model::shutdown::signals();
     tokio::pin!(stop);
+    // With several files, one that cannot be imported is told and the
+    // others go on; the run fails at the end. Redis failing stops it.
+    let many = args.files.len() > 1;
+    let mut not_imported = Vec::new();
     for path in &args.files {
         let shown = path.display();
-        let opened = open(path).with_context(|| format!("cannot read {shown}"))?;
+        let opened = match open(path) {
+            Ok(opened) => opened,
+            Err(e) if many => {
+                tracing::error!("cannot read {shown}: {e}; the other files go on");
+                not_imported.push(shown.to_string());
+                continue;
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot read {shown}")),
+        };
         let shard = import::shard_of(&opened.source.id, args.common.stream.shards);
         let (layout, stream) = (&args.common.layout, &args.common.stream);
         let keys = Keys::shard(layout, stream, shard, conn.is_cluster());
@@ -137,20 +149,50 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
             }
         };
         bar.finish_and_clear();
-        let tally = tally.map_err(|e| {
-            let then = match e {
-                import::ImportError::Io(_) => "the lines before are imported and recorded",
-                _ => "what was imported is recorded: run the same command again to go on",
-            };
-            anyhow::anyhow!("{shown}: {e}; {then}")
-        })?;
+        let tally = match tally {
+            Ok(tally) => tally,
+            Err(e) => {
+                let line = format!("{shown}: {}", failure(&e));
+                if !many || matches!(e, import::ImportError::Redis(_)) {
+                    anyhow::bail!(line);
+                }
+                tracing::error!("{line}; the other files go on");
+                not_imported.push(shown.to_string());
+                continue;
+            }
+        };
         report(&shown.to_string(), &tally)?;
         total.add_up(tally);
     }
-    if args.files.len() > 1 {
+    if many {
         outln!("all {} files: {}", args.files.len(), summary(&total));
     }
+    anyhow::ensure!(
+        not_imported.is_empty(),
+        "{} of {} files not imported in full (said above): {}",
+        not_imported.len(),
+        args.files.len(),
+        not_imported.join(", ")
+    );
     Ok(())
+}
+
+/// What a failed import of a file says: the error, and what to do.
+fn failure(e: &import::ImportError) -> String {
+    use import::ImportError as E;
+    let then = match e {
+        E::Io(_) => "; the lines before are imported and recorded",
+        // It says that nothing more is imported from it.
+        E::Shrank { .. } => "",
+        E::BadProgress(_) => {
+            "; hitcount did not write it: delete the file's progress key to import it anew \
+             (docs/import.md)"
+        }
+        E::Redis(_) | E::Raced { .. } => {
+            "; what was imported is recorded: run the same command again to go on"
+        }
+    };
+    format!("{e}{then}")
 }
 
 /// What one file's import did: its summary, its first refused lines.

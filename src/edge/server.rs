@@ -24,8 +24,8 @@ use std::time::Duration;
 use http_body_util::Full;
 use hyper::body::{Body as _, Bytes, Incoming};
 use hyper::header::{
-    HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, RETRY_AFTER,
-    X_CONTENT_TYPE_OPTIONS,
+    HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
+    RETRY_AFTER, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -288,6 +288,11 @@ fn too_busy_to_send(answer: &Resp) -> Resp {
     };
     resp.headers_mut()
         .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    // What the answer forbade its page, the refusal forbids too.
+    if let Some(csp) = answer.headers().get(CONTENT_SECURITY_POLICY) {
+        resp.headers_mut()
+            .insert(CONTENT_SECURITY_POLICY, csp.clone());
+    }
     resp
 }
 

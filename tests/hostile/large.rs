@@ -623,6 +623,11 @@ async fn clients_that_never_read_hold_serve_to_a_budget() {
                     rest.contains(r#"{"error":"busy: other large answers"#),
                     "{rest}"
                 );
+                assert!(
+                    rest.to_ascii_lowercase()
+                        .contains("content-security-policy: default-src 'none'\r\n"),
+                    "{rest}"
+                );
             }
             other => panic!("reader {i} answered {other}: {rest}"),
         }

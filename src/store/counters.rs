@@ -55,13 +55,13 @@ pub async fn read_counter<C: ConnectionLike>(
     Ok(parse(hashes::whole(conn, &key).await?, precision))
 }
 
-/// The counters of `(precision, name)` each, as [`read_counter`] reads one.
-/// Cost: see [`hashes::whole_each`].
+/// The counters of `(precision, name)` each, as [`read_counter`] reads one
+/// (`None` for a key of another type). Cost: see [`hashes::whole_each`].
 pub(crate) async fn read_each(
     conn: &mut Conn,
     keys: &Keys,
     counters: &[(u32, String)],
-) -> RedisResult<Vec<Counter>> {
+) -> RedisResult<Vec<Option<Counter>>> {
     let keys: Vec<String> = counters
         .iter()
         .map(|(p, name)| keys.count(*p, name))
@@ -71,7 +71,7 @@ pub(crate) async fn read_each(
     Ok(read
         .into_iter()
         .zip(precisions)
-        .map(|(f, p)| parse(f, p))
+        .map(|(f, p)| f.map(|f| parse(f, p)))
         .collect())
 }
 

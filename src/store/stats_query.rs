@@ -52,13 +52,13 @@ pub async fn read<C: ConnectionLike>(
 }
 
 /// The statistics hashes of `(precision, name)` each, every bucket, as
-/// [`read`] parses one (empty where there is none). Cost: see
-/// [`hashes::whole_each`].
+/// [`read`] parses one (empty where there is none, `None` for a key of
+/// another type). Cost: see [`hashes::whole_each`].
 pub(crate) async fn read_each(
     conn: &mut Conn,
     keys: &Keys,
     hashes: &[(u32, String)],
-) -> RedisResult<Vec<StatsHash>> {
+) -> RedisResult<Vec<Option<StatsHash>>> {
     let names: Vec<String> = hashes
         .iter()
         .map(|(p, name)| keys.stats(*p, name))

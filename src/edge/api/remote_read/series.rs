@@ -103,20 +103,16 @@ pub(crate) async fn read(
     let (hit_hashes, stat_hashes) = (hashes_of(&hits), hashes_of(&stats));
     let counters = counters::read_each(conn, keys, &hit_hashes).await?;
     let hashes = stats_query::read_each(conn, keys, &stat_hashes).await?;
-    // Each hash dropped once its series are built (by value). One without a
-    // field is none (gone since it was listed, or a key of another type
-    // that something else wrote): it gives no series, not one of zeros.
+    // Each hash dropped once its series are built (by value). A key of
+    // another type (something else wrote it) gives no series; a name
+    // listed without a hash (no hits kept), zeros.
     let mut out: Vec<TimeSeries> = hits
         .iter()
         .zip(counters)
-        .filter(|(_, c)| !c.samples.is_empty() || c.corrupt > 0)
-        .map(|(s, c)| hits_series(s, &c, span))
+        .filter_map(|(s, c)| Some(hits_series(s, &c?, span)))
         .collect();
     for (s, hash) in stats.iter().zip(hashes) {
-        if hash.buckets.is_empty() && hash.skipped == 0 {
-            continue;
-        }
-        let hash = &hash;
+        let Some(hash) = &hash else { continue };
         out.extend(s.metrics.iter().map(|&m| stats_series(s, m, hash, span)));
     }
     out.retain(|ts| !ts.samples.is_empty());
@@ -159,11 +155,11 @@ fn stats_series(s: &Selected, metric: Metric, hash: &StatsHash, span: &Span) -> 
 mod tests {
     use super::*;
 
-    /// Selected hashes without a field (a key of another type that
-    /// something else wrote, or one gone since it was listed) give no
-    /// series; a counter with data gives its samples over zeros.
+    /// Selected keys of another type (something else wrote them) give no
+    /// series; a counter with data gives its samples over zeros, and one
+    /// listed without a hash (no hits kept) zeros alone.
     #[tokio::test]
-    async fn a_hash_without_a_field_gives_no_series() {
+    async fn a_key_of_another_type_gives_no_series() {
         use crate::testing::{conn, keys, server, settings};
         let srv = server();
         let mut c = conn(&srv.url()).await;
@@ -200,9 +196,22 @@ mod tests {
             samples: 120,
         };
         let got = read(&mut c, &keys, &selected, &span).await.unwrap();
-        assert_eq!(got.len(), 1, "{got:?}");
+        let names: Vec<&str> = got
+            .iter()
+            .map(|ts| {
+                ts.labels
+                    .iter()
+                    .find(|l| l.name == "name")
+                    .unwrap()
+                    .value
+                    .as_str()
+            })
+            .collect();
+        // `gone`: hits, and the statistics' count and sum, all zeros.
+        assert_eq!(names, ["real", "gone", "gone"], "{got:?}");
         let last = got[0].samples.last().unwrap();
         assert_eq!((last.timestamp, last.value), (bucket * 1000, 3.0));
+        assert!(got[1].samples.iter().all(|s| s.value == 0.0));
     }
 
     #[test]

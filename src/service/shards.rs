@@ -74,7 +74,7 @@ pub async fn run(
     // One name for every shard's consumer (the default is random).
     settings.worker.consumer = Some(settings.worker.consumer_name());
     let client = connect::client(&settings.redis)?;
-    let Some(clustered) = first_contact(&settings, &client, &shutdown).await else {
+    let Some(clustered) = first_contact(&settings, &client, &health, &shutdown).await else {
         return Ok(());
     };
     let shards = Keys::all_shards(&settings.layout, &settings.stream, clustered);
@@ -125,10 +125,18 @@ pub async fn run(
 /// Once Redis answers: whether it is a cluster, after recording this
 /// deployment's shard count or checking it against the recorded one
 /// (`None` at shutdown first, or when refused: then `shutdown` says why).
-async fn first_contact(settings: &Settings, client: &Client, shutdown: &Shutdown) -> Option<bool> {
+async fn first_contact(
+    settings: &Settings,
+    client: &Client,
+    health: &Health,
+    shutdown: &Shutdown,
+) -> Option<bool> {
     let mut link = Reconnecting::new(client.clone(), "worker", connect::RESPONSE_TIMEOUT);
     let mut stop = shutdown.clone();
     while !shutdown.is_triggered() {
+        // Each try is a turn: a Redis down at start fails readiness, never
+        // liveness (restarting the worker would not bring Redis back).
+        health.turned();
         let checked = link
             .call(async |conn| Ok((conn.is_cluster(), record_shards(conn, settings).await?)))
             .await;

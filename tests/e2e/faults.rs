@@ -454,3 +454,31 @@ fn an_idle_worker_with_a_long_block_stops_within_its_shutdown_timeout() {
     assert!(log.contains("reads wait at most 500 ms"), "{log}");
     assert!(log.contains("worker stopped cleanly"), "{log}");
 }
+
+/// A worker started while Redis is down turns its loop with each try to
+/// reach it: past `--stuck-after` it is still live (a restart would not
+/// bring Redis back), and not ready.
+#[test]
+fn a_worker_started_with_redis_down_stays_live_and_not_ready() {
+    // A port nothing listens on: taken, then given back.
+    let url = format!("redis://{}", bin::free_addr());
+    let listen = bin::free_addr();
+    let args = ["--block-ms", "200", "--stuck-after", "11"];
+    let mut w = bin::Child::spawn("down", bin::worker(&url, "down", &listen, &args));
+    bin::wait_for("the worker's HTTP server", Duration::from_secs(30), || {
+        w.assert_running();
+        bin::http_get(&listen, "/healthz")
+    });
+    // Past the liveness bound (11 s), with tries every 5 s at most.
+    std::thread::sleep(Duration::from_secs(14));
+    w.assert_running();
+    let (live, body) = bin::http_get(&listen, "/healthz").unwrap();
+    assert_eq!(live, 200, "{body}");
+    assert_eq!(bin::http_get(&listen, "/readyz").unwrap().0, 503);
+    assert_eq!(
+        w.terminate(Duration::from_secs(25)).code(),
+        Some(0),
+        "{}",
+        w.stderr()
+    );
+}

@@ -83,19 +83,30 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
             redact_url(&args.url)
         )));
     }
-    let read = |what: &'static str, path: &std::path::PathBuf| {
-        std::fs::read(path).map_err(|source| ConfigError::TlsFile {
+    // A file that holds no PEM block of its kind (a key given as the CA,
+    // say) is refused here, naming it: rustls would skip it and then blame
+    // Redis' certificate.
+    let read = |what: &'static str, path: &std::path::PathBuf, pem: &str| {
+        let failed = |reason| ConfigError::TlsFile {
             what,
             path: path.clone(),
-            source,
-        })
+            reason,
+        };
+        let bytes = std::fs::read(path).map_err(failed)?;
+        if !bytes.windows(pem.len()).any(|w| w == pem.as_bytes()) {
+            let why = format!("it holds no PEM block ending in \"{pem}\"");
+            return Err(failed(std::io::Error::other(why)));
+        }
+        Ok(bytes)
     };
     // Without TLS files both are None, and nothing is read.
-    let root_cert = args.ca.as_ref().map(|p| read("CA", p)).transpose()?;
+    const CERTIFICATE: &str = "CERTIFICATE-----";
+    let root_cert = args.ca.as_ref().map(|p| read("CA", p, CERTIFICATE));
+    let root_cert = root_cert.transpose()?;
     let client_tls = match (&args.cert, &args.key) {
         (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-            client_cert: read("client certificate", cert)?,
-            client_key: read("client key", key)?,
+            client_cert: read("client certificate", cert, CERTIFICATE)?,
+            client_key: read("client key", key, "PRIVATE KEY-----")?,
         }),
         _ => None,
     };

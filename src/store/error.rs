@@ -73,6 +73,11 @@ pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
         "grant the Redis user the command named (see docs/operations.md, \"ACL users\"), or use another user in REDIS_URL"
     } else if text.contains("HITCOUNT_CLUSTER=off") {
         "leave HITCOUNT_CLUSTER (--cluster) at auto, the default, or set it to on, to talk to the whole cluster"
+    } else if is_tls_refusal(err) {
+        "check the TLS settings: HITCOUNT_REDIS_CA must hold the CA that signed Redis' \
+         certificate (which must be valid now and name the URL's host), HITCOUNT_REDIS_CERT \
+         and HITCOUNT_REDIS_KEY a client certificate (X.509 v3) and its key when Redis asks \
+         for one (docs/operations.md, \"TLS\")"
     } else if err.kind() == redis::ErrorKind::InvalidClientConfig {
         "check REDIS_URL (--redis-url) and the TLS settings"
     } else if err.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") {
@@ -90,6 +95,25 @@ pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
     };
     Some(hint)
 }
+
+/// Whether `err` is a TLS handshake that failed for a certificate or key,
+/// Redis' or this client's (rustls' reasons, which reach hitcount as I/O
+/// errors): no retry fixes it, the settings must change.
+pub(crate) fn is_tls_refusal(err: &RedisError) -> bool {
+    let text = err.to_string();
+    TLS_REFUSALS.iter().any(|reason| text.contains(reason))
+}
+
+/// How rustls words a handshake refused for a certificate or key: one it
+/// cannot verify (unknown issuer, bad signature, expired, another name, an
+/// X.509 v1), none sent, an alert from Redis refusing this client's, or a
+/// key that is not the certificate's.
+const TLS_REFUSALS: [&str; 4] = [
+    "invalid peer certificate",
+    "peer sent no certificates",
+    "received fatal alert",
+    "keys may not be consistent",
+];
 
 /// What answered at the URL is not Redis (an HTTP server, say): a fatal
 /// error whose detail is the one line to print, naming the URL `shown`

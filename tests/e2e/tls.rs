@@ -151,6 +151,28 @@ async fn wrong_ca_fails_with_a_clear_error() {
         "{stderr}"
     );
     assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
+    // A worker and serve stop too (status 1, one line), instead of waiting
+    // for a Redis that is there and refuses them.
+    let (url, ca) = (server.url(), other_ca.to_str().unwrap().to_string());
+    let listen = common::bin::free_addr();
+    let ca_arg = ["--redis-ca", ca.as_str()];
+    let mut worker = common::bin::Child::spawn(
+        "worker",
+        common::bin::worker(&url, "tls-w", &listen, &ca_arg),
+    );
+    let mut serve_cmd = common::bin::hitcount();
+    serve_cmd
+        .args(["serve", "--listen", &common::bin::free_addr()])
+        .args(["--redis-url", &url])
+        .args(ca_arg);
+    let mut serve = common::bin::Child::spawn("serve", serve_cmd);
+    for child in [&mut worker, &mut serve] {
+        let status = child.wait(Duration::from_secs(25));
+        let log = child.stderr();
+        assert_eq!(status.and_then(|s| s.code()), Some(1), "{log}");
+        assert!(log.contains("invalid peer certificate"), "{log}");
+        assert!(log.contains("HITCOUNT_REDIS_CA"), "{log}");
+    }
     // Nothing reached the stream.
     let ok = run_hitcount(&[
         "get",
@@ -173,18 +195,28 @@ async fn wrong_ca_fails_with_a_clear_error() {
 
 #[test]
 fn missing_ca_file_is_a_configuration_error() {
-    let out = run_hitcount(&[
-        "hit",
-        "x",
-        "--redis-url",
-        "rediss://127.0.0.1:1",
-        "--redis-ca",
-        "/nonexistent/ca.crt",
-    ]);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let hit_with_ca = |ca: &str| {
+        let args = ["hit", "x", "--redis-url", "rediss://127.0.0.1:1"];
+        let out = run_hitcount(&[&args[..], &["--redis-ca", ca]].concat());
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = hit_with_ca("/nonexistent/ca.crt");
     assert!(
         stderr.contains("cannot read CA file /nonexistent/ca.crt"),
+        "{stderr}"
+    );
+    // Said once, not again by the error's chain.
+    assert_eq!(stderr.matches("No such file").count(), 1, "{stderr}");
+    // A key given as the CA: refused naming it, not skipped (rustls would
+    // then blame Redis' certificate).
+    let certs = tempfile::tempdir().unwrap();
+    make_test_certs(certs.path()).unwrap();
+    let key = certs.path().join(CLIENT_KEY_FILE);
+    let stderr = hit_with_ca(key.to_str().unwrap());
+    assert!(
+        stderr.contains(&format!("cannot read CA file {}", key.display()))
+            && stderr.contains("holds no PEM block ending in \"CERTIFICATE-----\""),
         "{stderr}"
     );
 }

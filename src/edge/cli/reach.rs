@@ -83,6 +83,9 @@ pub(crate) async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
     let failed = |e: RedisError| {
         if crate::store::error::is_not_redis(&e) {
             anyhow!(cause(&e))
+        } else if crate::store::error::is_tls_refusal(&e) {
+            // The certificates did not do, Redis' or this client's.
+            anyhow!("cannot connect to Redis at {url}: {}", cause(&e))
         } else if crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
             // No retry can help (the classes every command shares with the
             // worker).

@@ -147,14 +147,14 @@ pub enum ConfigError {
         reason: String,
     },
     /// A TLS file could not be read.
-    #[error("cannot read {what} file {path}: {source}")]
+    #[error("cannot read {what} file {path}: {reason}")]
     TlsFile {
         /// Which file (CA, certificate, key).
         what: &'static str,
         /// Its path.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// Why (said once: not a source, which a chain would say again).
+        reason: std::io::Error,
     },
 }
 

@@ -142,9 +142,12 @@ pub(crate) async fn samples<C: ConnectionLike>(
     ))
 }
 
-/// Whether `name` at `precision` is a member of `family`'s ZSET (one
-/// ZSCORE): a hash the cleaner has just emptied still exists for readers
-/// until its member goes.
+/// Whether `name` at `precision` is a member of `family`'s ZSET: a hash
+/// the cleaner has just emptied still exists for readers until its member
+/// goes. One ZRANGEBYLEX of that member alone, not a ZSCORE, which the
+/// worker's documented ACL does not grant (`hitcount get` runs as that
+/// user); the members' scores are all 0 (the cleaner sets any other back),
+/// so Redis orders them by name.
 pub(crate) async fn is_listed<C: ConnectionLike>(
     conn: &mut C,
     keys: &Keys,
@@ -152,11 +155,14 @@ pub(crate) async fn is_listed<C: ConnectionLike>(
     precision: u32,
     name: &str,
 ) -> RedisResult<bool> {
-    let score: Option<f64> =
-        redis::Cmd::zscore(keys.known_of(family), Keys::member(precision, name))
-            .query_async(conn)
-            .await?;
-    Ok(score.is_some())
+    let bound = [b"[".as_slice(), Keys::member(precision, name).as_bytes()].concat();
+    let found: Vec<Vec<u8>> = redis::cmd("ZRANGEBYLEX")
+        .arg(keys.known_of(family))
+        .arg(&bound)
+        .arg(&bound)
+        .query_async(conn)
+        .await?;
+    Ok(!found.is_empty())
 }
 
 /// Whether bucket `t` is within `from ≤ t ≤ until` (each bound optional).

@@ -198,6 +198,17 @@ async fn everything_runs_as_the_least_privileged_user() {
     );
     let samples: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(samples[0]["count"], 5, "{samples}");
+    // Statistics of a counter without any, and of a name never seen (each
+    // asks whether the name is listed).
+    for name in ["page:cli", "never:seen"] {
+        let args = ["get", name, "-p", "60", "--stats", "--json"];
+        let out = run_hitcount(&[&args[..], &["--redis-url", &url]].concat());
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 
     // The operator's commands, as the user.
     plant_old(&mut admin, &k, "once").await;

@@ -593,7 +593,9 @@ async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
 }
 
 /// Least privilege on a cluster: workers over shards run as the user of
-/// `deploy/redis/hitcount.acl`, and no node's ACL LOG shows a refusal.
+/// `deploy/redis/hitcount.acl` while slots move (a counter's, `known:`'s
+/// and a shard's, each half-moved for a while: ASK redirects, which need
+/// `ASKING`), every hit counts once, and no node's ACL LOG shows a refusal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_run_on_a_cluster_as_the_least_privileged_user() {
     let cluster = Cluster::start();
@@ -631,6 +633,23 @@ async fn workers_run_on_a_cluster_as_the_least_privileged_user() {
         sent.extend(send(&mut c, &k.stream, &names, 1000, i as u64).await);
     }
     let mut workers = start_workers(&user_url, 2, &["--shards", "4"]);
+    eventually!(60, "some hits counted", {
+        let n: i64 = redis::cmd("ZCARD")
+            .arg("known:")
+            .query_async(&mut c)
+            .await
+            .unwrap_or(0);
+        n > 0
+    });
+    for name in ["count:60:acl1", "known:", "hits:{1}"] {
+        let slot = cluster.slot_of(name);
+        let from = cluster.owner_of(slot);
+        let to = *cluster.masters().iter().find(|&&m| m != from).unwrap();
+        let moved = cluster
+            .migrate_slot_paced(slot, to, 1, Duration::from_millis(20))
+            .await;
+        eprintln!("slot {slot} ({name}): {moved} keys moved {from} -> {to}");
+    }
     drain_and_stop(&mut c, &shards, &mut workers).await;
     assert_exact(&mut c, &sent).await;
     for port in cluster.ports() {

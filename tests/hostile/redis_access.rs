@@ -978,3 +978,51 @@ async fn a_prefix_needs_only_the_rewrite_the_docs_give() {
     );
     assert_nothing_refused(&mut admin, "the user").await;
 }
+
+/// Another stream name, with the worker's rules rewritten as the docs word
+/// it: a worker and `hit` run as that user, count, and Redis refuses
+/// nothing (with only `~s ~{s}:hc:*`, the first comer's check of the
+/// stream's shards `s:{k}` was refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_stream_needs_only_the_rewrite_the_docs_give() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap()
+        .replace('\n', " ");
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/redis/hitcount.acl"
+    ))
+    .unwrap();
+    let (from, to) = ("~hits ~hits:* ~{hits}:hc:*", "~s ~s:* ~{s}:hc:*");
+    assert!(docs.contains(&format!("`{from}` into `{to}`")), "{from}");
+    assert!(docs.contains("so add `~hits:dead`"));
+    let rules = rules.trim().replace(from, &format!("{to} ~hits:dead"));
+    let server = server_with(ServerOptions {
+        extra: vec![format!("user hitcount on >pw {rules}")],
+        ..ServerOptions::default()
+    });
+    let url = format!("redis://hitcount:pw@127.0.0.1:{}", server.port());
+    let mut admin = conn(&server.url()).await;
+    let stream = ["--stream", "s"];
+    let listen = free_addr();
+    let mut worker = start_worker(&url, "s-w1", &listen, &stream);
+    run_ok(&url, &["hit", "page", "--count", "3", "--stream", "s"]);
+    let mut sync = redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    wait_for("the hits counted", Duration::from_secs(60), || {
+        worker.assert_running();
+        let counts: Vec<i64> = redis::cmd("HVALS")
+            .arg("count:86400:page")
+            .query(&mut sync)
+            .unwrap();
+        (counts.iter().sum::<i64>() == 3).then_some(())
+    });
+    assert!(
+        worker.terminate(Duration::from_secs(30)).success(),
+        "{}",
+        worker.stderr()
+    );
+    assert_nothing_refused(&mut admin, "the user").await;
+}

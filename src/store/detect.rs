@@ -48,29 +48,71 @@ fn cluster_disabled(error: &str) -> bool {
 }
 
 /// With `HITCOUNT_CLUSTER=off`, refuses a node that serves one master's
-/// share of a cluster of several (`cluster_size` in `CLUSTER INFO`): the
-/// other masters' keys would answer MOVED on every call, for good. A node
-/// that is no cluster, a cluster of one master, or a proxy that does not
-/// answer `CLUSTER INFO` is talked to as one Redis, as asked.
+/// share of a cluster of several (`cluster_size` in `CLUSTER INFO`, else
+/// the masters of `CLUSTER SLOTS`): the other masters' keys would answer
+/// MOVED on every call, for good. A cluster node whose masters this user
+/// may not count (serve's and ingest's documented users are granted
+/// neither command, only `INFO`) is refused too. A node that is no
+/// cluster, a cluster of one master, or a proxy that does not answer
+/// `CLUSTER INFO` is talked to as one Redis, as asked.
 pub(crate) async fn refuse_several_masters(single: &mut MultiplexedConnection) -> RedisResult<()> {
     let info: RedisResult<String> = redis::cmd("CLUSTER").arg("INFO").query_async(single).await;
-    let info = match info {
-        Ok(info) => info,
+    let masters = match info {
+        Ok(info) => masters_serving(&info),
         // Not Redis at all: said as such by the caller.
         Err(e) if e.kind() == redis::ErrorKind::Parse => return Err(e),
+        Err(e) if e.code() == Some("NOPERM") => {
+            let info: String = redis::cmd("INFO")
+                .arg("cluster")
+                .query_async(single)
+                .await?;
+            if !cluster_enabled(&info) {
+                return Ok(());
+            }
+            let slots: RedisResult<redis::Value> =
+                redis::cmd("CLUSTER").arg("SLOTS").query_async(single).await;
+            match slots {
+                Ok(slots) => Some(masters_of_slots(&slots)),
+                Err(_) => return Err(off_refused(
+                    "this user may not ask how many masters it has (CLUSTER INFO, CLUSTER SLOTS)"
+                        .into(),
+                )),
+            }
+        }
         Err(_) => return Ok(()),
     };
-    match masters_serving(&info) {
-        Some(n) if n > 1 => Err(redis::RedisError::from((
-            redis::ErrorKind::InvalidClientConfig,
-            "cluster mode off",
-            format!(
-                "HITCOUNT_CLUSTER=off, but this node is one of the {n} masters of a Redis \
-                 Cluster (the others' keys would answer MOVED)"
-            ),
+    match masters {
+        Some(n) if n > 1 => Err(off_refused(format!(
+            "this node is one of the {n} masters of a Redis Cluster (the others' keys would \
+             answer MOVED)"
         ))),
         _ => Ok(()),
     }
+}
+
+/// The refusal of `HITCOUNT_CLUSTER=off` on a cluster node, saying why.
+fn off_refused(why: String) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "cluster mode off",
+        format!("HITCOUNT_CLUSTER=off, but {why}"),
+    ))
+}
+
+/// The masters serving slots in a `CLUSTER SLOTS` reply: each range's
+/// first node, counted once.
+fn masters_of_slots(slots: &redis::Value) -> u64 {
+    let redis::Value::Array(ranges) = slots else {
+        return 0;
+    };
+    let masters: std::collections::BTreeSet<String> = ranges
+        .iter()
+        .filter_map(|range| match range {
+            redis::Value::Array(r) => r.get(2).map(|node| format!("{node:?}")),
+            _ => None,
+        })
+        .collect();
+    masters.len() as u64
 }
 
 /// The masters serving slots, from a `CLUSTER INFO` reply.

@@ -176,6 +176,32 @@ async fn demo_runs_on_a_cluster_and_cluster_off_is_refused() {
     );
     let stderr = worker_that_stops(&node, &[("HITCOUNT_CLUSTER", "off")]);
     assert!(stderr.contains("HITCOUNT_CLUSTER=off, but"), "{stderr}");
+    // serve as its documented read-only user, who may not run CLUSTER
+    // INFO: refused too, with or without what a cluster adds (it was let
+    // start, then answered 503 for the other masters' counters).
+    let mut first = common::conn(&node).await;
+    for (user, extra) in [("ro-off", ""), ("ro-off-slots", ON_A_CLUSTER)] {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg(user)
+            .arg("reset")
+            .arg("on")
+            .arg(">pw");
+        for rule in READ_ONLY.split_whitespace().chain(extra.split_whitespace()) {
+            cmd.arg(rule);
+        }
+        let _: () = cmd.query_async(&mut first).await.unwrap();
+        let url = node.replacen("redis://", &format!("redis://{user}:pw@"), 1);
+        let out = bin::hitcount()
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("REDIS_URL", &url)
+            .env("HITCOUNT_CLUSTER", "off")
+            .output()
+            .unwrap();
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{user}: {said}");
+        assert!(said.contains("HITCOUNT_CLUSTER=off, but"), "{user}: {said}");
+    }
     // A password the nodes refuse, given with several seed nodes (the
     // cluster client wraps the refusal in an error of its own): the worker
     // stops with the hint, as on one Redis, instead of retrying for good.

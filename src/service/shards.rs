@@ -181,12 +181,8 @@ async fn record_shards(conn: &mut Conn, settings: &Settings) -> StoreResult<Opti
     if refusal.is_none() {
         let stranded = shard_count::stranded(conn, layout, stream).await?;
         if !stranded.is_empty() {
-            tracing::warn!(
-                shards = wanted,
-                "{} are not read with HITCOUNT_SHARDS={wanted}: they were sent with another \
-                 shard count; run workers with that count until they drain, or delete them",
-                shard_count::describe(&stranded)
-            );
+            let warning = shard_count::unread_warning(&stranded, wanted);
+            tracing::warn!(shards = wanted, "{warning}");
         }
     }
     Ok(refusal)

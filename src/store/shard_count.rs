@@ -212,6 +212,19 @@ pub(crate) async fn stranded(
         .collect())
 }
 
+/// The warning about `stranded` entries that `count` shards leave unread,
+/// with the way to count them the shard-count rule allows: workers with
+/// another count are refused while this one is recorded.
+pub(crate) fn unread_warning(stranded: &[Stranded], count: u32) -> String {
+    format!(
+        "{} are not read with HITCOUNT_SHARDS={count}: they were sent with another shard \
+         count. To count them, drain the stream with this count, delete the recorded count \
+         ({{STREAM}}:hc:GROUP:shards), run workers with theirs until those drain, then do the \
+         same back (docs/cluster.md, \"The shard-count rule\"); or delete them",
+        describe(stranded)
+    )
+}
+
 /// The stranded entries in a few words: `1005 entries in fr`, or `12
 /// entries in 3 streams (hits:{0}, hits:{1}, hits:{2})` (at most four
 /// names, then `…`).

@@ -359,6 +359,13 @@ fn producers_and_workers_agree_on_the_shard_count() {
             .contains("1 entries in fr:{3} are not read with HITCOUNT_SHARDS=1")
             .then_some(())
     });
+    // The way to count them that the shard-count rule allows (workers with
+    // another count are refused while this one is recorded).
+    let said = w2.stderr();
+    assert!(
+        said.contains("drain the stream with this count, delete the recorded count"),
+        "{said}"
+    );
     let out = bin::run_ok(&url, &["status", "--stream", "fr"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -50,11 +50,9 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let count = stream.shards.max(1);
     let unread =
         (!status.unread.is_empty()).then(|| crate::store::shard_count::describe(&status.unread));
-    if let Some(unread) = &unread {
-        tracing::warn!(
-            "{unread} are not read with HITCOUNT_SHARDS={count}: they were sent with another \
-             shard count; run workers with that count until they drain, or delete them"
-        );
+    if unread.is_some() {
+        let warning = crate::store::shard_count::unread_warning(&status.unread, count);
+        tracing::warn!("{warning}");
     }
     if args.json {
         outln!("{}", super::json_text(&status, true)?);

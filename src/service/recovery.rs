@@ -146,8 +146,9 @@ fn claim_reply(reply: Value) -> StoreResult<(Value, u64, bool)> {
     }
 }
 
-/// Removes consumers idle for `min_idle_ms` that own no pending entry, and
-/// `leaving` (this worker at shutdown) if it owns none. Returns their names.
+/// Removes consumers idle for `min_idle_ms` that own no pending entry and
+/// whose worker is gone (no live registration), and `leaving` (this
+/// worker at shutdown) if it owns none. Returns their names.
 pub(crate) async fn remove_gone_consumers(
     conn: &mut Conn,
     keys: &Keys,
@@ -161,6 +162,7 @@ pub(crate) async fn remove_gone_consumers(
         .arg(&keys.group)
         .arg(min_idle_ms)
         .arg(leaving)
+        .arg(keys.consumer_registration(""))
         .query_async(conn)
         .await?;
     if !removed.is_empty() {
@@ -172,6 +174,67 @@ pub(crate) async fn remove_gone_consumers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Idle consumers that own nothing leave the group unless their worker
+    /// is live (its registration stands: Redis 7.0 finds a worker blocked
+    /// on an empty stream idle); one that owns entries stays; the leaving
+    /// worker goes whatever its registration.
+    #[tokio::test]
+    async fn gone_consumers_leave_and_live_idle_ones_stay() {
+        use crate::testing::{conn, keys, server, settings};
+        let srv = server();
+        let mut c = conn(&srv.url()).await;
+        let keys = keys(&settings(&srv.url(), "gc"));
+        crate::store::scripts::load_all(&mut c).await.unwrap();
+        crate::store::stream::ensure_group(&mut c, &keys, None)
+            .await
+            .unwrap();
+        for consumer in ["live", "gone", "owner", "leaving"] {
+            let _: Value = redis::cmd("XADD")
+                .arg(&keys.stream)
+                .arg("*")
+                .arg("name")
+                .arg("a")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            let reply = crate::store::stream::read(&mut c, &keys, consumer, 1, None, ">")
+                .await
+                .unwrap();
+            if consumer != "owner" {
+                let ids: Vec<String> = crate::store::stream::read_reply_entries(&reply)
+                    .iter()
+                    .map(|e| e.id_str().to_string())
+                    .collect();
+                let _: i64 = redis::Cmd::xack(&keys.stream, &keys.group, &ids)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+            }
+        }
+        for live in ["live", "leaving"] {
+            let _: () = redis::cmd("SET")
+                .arg(keys.consumer_registration(live))
+                .arg("token")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+        }
+        let removed = remove_gone_consumers(&mut c, &keys, 0, "leaving")
+            .await
+            .unwrap();
+        assert_eq!(removed, ["gone", "leaving"]);
+        let left: Value = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg(&keys.stream)
+            .arg(&keys.group)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let left = crate::store::group::ConsumerInfo::parse_all(&left);
+        let names: Vec<&str> = left.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["live", "owner"]);
+    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

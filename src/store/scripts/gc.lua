@@ -6,6 +6,11 @@
 -- KEYS[1] stream  KEYS[2] last errors
 -- ARGV[1] group   ARGV[2] min idle ms   ARGV[3] consumer to remove whatever its
 -- idle time (this worker leaving), or ''
+-- ARGV[4] the consumers' registrations' key, but for the name (see
+--         register.lua): a consumer whose registration lives is a live
+--         worker's, however idle Redis finds it (Redis 7.0 does not count a
+--         blocked read that found nothing as activity), and stays. Those
+--         keys are in the stream's slot.
 -- Returns the names removed.
 
 local removed = {}
@@ -16,7 +21,9 @@ for _, c in ipairs(consumers) do
         info[c[i]] = c[i + 1]
     end
     local leaving = info['name'] == ARGV[3]
-    if info['pending'] == 0 and (leaving or info['idle'] >= tonumber(ARGV[2])) then
+    local gone = info['idle'] >= tonumber(ARGV[2])
+        and redis.call('EXISTS', ARGV[4] .. info['name']) == 0
+    if info['pending'] == 0 and (leaving or gone) then
         redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], info['name'])
         redis.call('HDEL', KEYS[2], info['name'])
         removed[#removed + 1] = info['name']

@@ -45,7 +45,7 @@ pub(crate) struct Status {
     /// Members of `stats:known:`: statistics hashes (hits with a value).
     pub known_stats: u64,
     /// The leader's last pass as it recorded it (field → value); numbers
-    /// are JSON numbers.
+    /// are JSON numbers; null in JSON when none is recorded.
     #[serde(serialize_with = "numbers_as_numbers")]
     pub last_pass: BTreeMap<String, String>,
     /// Every shard of the stream, in order (one with an unsharded stream).
@@ -96,6 +96,10 @@ fn numbers_as_numbers<S: serde::Serializer>(
         v.parse::<i64>()
             .map_or(serde_json::Value::from(v), Into::into)
     };
+    if map.is_empty() {
+        // No pass recorded yet: null, not an object of another shape.
+        return ser.serialize_none();
+    }
     ser.collect_map(map.iter().map(|(k, v)| (k, value(v))))
 }
 

@@ -586,6 +586,11 @@ fn help_and_errors_match_the_binary() {
 async fn clean_and_status_json_give_the_pass_in_one_shape() {
     let srv = server();
     let url = srv.url();
+    // Before any pass: null, not an object of another shape.
+    let o = run_hitcount(&["status", "--json", "--redis-url", &url]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let before: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(before["last_pass"].is_null(), "{before}");
     let o = run_hitcount(&["clean", "--once", "--json", "--redis-url", &url]);
     assert!(o.status.success(), "{}", stderr(&o));
     let clean: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -586,7 +586,7 @@ fn a_bad_listen_address_exits_1_saying_so() {
         assert_eq!(lines.len(), 1, "{err}");
         assert!(
             lines[0].contains(&format!(
-                "cannot listen on {listen} (HITCOUNT_SERVE_LISTEN)"
+                "cannot listen on {listen} (--listen / HITCOUNT_SERVE_LISTEN)"
             )),
             "{err}"
         );

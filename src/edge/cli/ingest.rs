@@ -99,7 +99,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let client = crate::store::connect::client(&args.common.redis)?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
-        .with_context(|| format!("cannot listen on {} (HITCOUNT_INGEST_LISTEN)", args.listen))?;
+        .with_context(|| format!("cannot listen on {} (--listen / HITCOUNT_INGEST_LISTEN)", args.listen))?;
     let statsd = match args.statsd_listen.as_str() {
         "" => None,
         addr => Some(bind_statsd(addr).await?),
@@ -169,7 +169,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
 
 /// StatsD's UDP socket and TCP listener on one address.
 async fn bind_statsd(addr: &str) -> anyhow::Result<(UdpSocket, TcpListener)> {
-    let what = || format!("cannot listen on {addr} (HITCOUNT_STATSD_LISTEN)");
+    let what = || format!("cannot listen on {addr} (--statsd-listen / HITCOUNT_STATSD_LISTEN)");
     let udp = UdpSocket::bind(addr).await.with_context(what)?;
     // An address with port 0 takes the UDP port for TCP too.
     let tcp = TcpListener::bind(udp.local_addr()?)

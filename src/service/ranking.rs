@@ -140,6 +140,15 @@ impl Rankings {
     /// The ranking by `by` of `bucket` at `precision` (see the module for
     /// how fresh it is). `now` is the current unix second, `conn` reads
     /// Redis (cloned for background scans).
+    /// The last ranking of `(by, precision, bucket)` while it may still be
+    /// served (younger than [`STALE_LIMIT`]), without asking Redis: what a
+    /// request gets when Redis cannot be reached to refresh it.
+    pub(crate) fn last(&self, by: By, precision: u32, bucket: i64) -> Option<Ranking> {
+        let entries = self.lock();
+        let (at, ranking) = entries.get(&(by, precision, bucket))?.last.clone()?;
+        (at.elapsed() < STALE_LIMIT).then_some(ranking)
+    }
+
     pub(crate) async fn get(
         &self,
         conn: &mut Conn,

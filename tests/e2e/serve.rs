@@ -1083,3 +1083,30 @@ fn top_and_get_stats_refuse_bad_input() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("no statistics in the 3600 s bucket"));
 }
+
+/// Redis gone, and the shared connection dropped by another request's
+/// failure: `top` still answers from its last ranking (young enough to
+/// serve), as it does while a scan computes the next; other paths are 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_answers_from_its_last_ranking_while_redis_is_gone() {
+    let mut server = server();
+    let mut c = conn(&server.url()).await;
+    let bucket = unix_now() / 3600 * 3600;
+    let _: () = redis::pipe()
+        .hset("count:3600:a", bucket, 5)
+        .ignore()
+        .zadd("known:", "3600:a", 0)
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let (_serve, addr) = serve(&server.url(), &[]);
+    let path = format!("/api/v1/top?precision=3600&bucket={bucket}");
+    let ranked = get(&addr, &path);
+    assert_eq!(ranked.status, 200, "{}", ranked.body);
+    server.stop();
+    let other = request(&addr, "GET", "/api/v1/counters").unwrap();
+    assert_eq!(other.status, 503, "{}", other.body);
+    let again = get(&addr, &path);
+    assert_eq!((again.status, again.json()), (200, ranked.json()));
+}

@@ -62,11 +62,16 @@ pub(super) async fn top(api: &Api, q: &Query) -> Result<String, Failure> {
     let by: By = q.get("by").map(str::parse).transpose()?.unwrap_or_default();
     let now = crate::model::clock::unix_ms().div_euclid(1000);
     let bucket = top_bucket(q.int("bucket")?, precision, api.samples, now)?;
-    let mut conn = api.conn().await?;
-    let ranking = api
-        .rankings
-        .get(&mut conn, by, precision, bucket, now)
-        .await?;
+    // Redis out of reach: the last ranking still serves, as it does while
+    // a scan computes the next.
+    let ranking = match api.conn().await {
+        Ok(mut conn) => {
+            api.rankings
+                .get(&mut conn, by, precision, bucket, now)
+                .await?
+        }
+        Err(e) => api.rankings.last(by, precision, bucket).ok_or(e)?,
+    };
     let by = (by == By::Mean).then_some("mean");
     to_json(&TopBody::new(precision, bucket, by, &ranking, limit))
 }

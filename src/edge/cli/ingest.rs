@@ -99,7 +99,12 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let client = crate::store::connect::client(&args.common.redis)?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
-        .with_context(|| format!("cannot listen on {} (--listen / HITCOUNT_INGEST_LISTEN)", args.listen))?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (--listen / HITCOUNT_INGEST_LISTEN)",
+                args.listen
+            )
+        })?;
     let statsd = match args.statsd_listen.as_str() {
         "" => None,
         addr => Some(bind_statsd(addr).await?),

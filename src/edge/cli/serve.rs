@@ -27,7 +27,12 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let client = crate::store::connect::client(&args.redis)?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
-        .with_context(|| format!("cannot listen on {} (--listen / HITCOUNT_SERVE_LISTEN)", args.listen))?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (--listen / HITCOUNT_SERVE_LISTEN)",
+                args.listen
+            )
+        })?;
     let api = Api::new(client.clone(), &args.layout);
     // Redis as this user, once, before serving: a wrong password, a URL
     // that is no Redis or a permission the ACL lacks (INFO, a key pattern)

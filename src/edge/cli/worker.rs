@@ -92,7 +92,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let health = crate::service::health::Health::new(stuck_after);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
-        .with_context(|| format!("cannot listen on {} (--listen / HITCOUNT_LISTEN)", args.listen))?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (--listen / HITCOUNT_LISTEN)",
+                args.listen
+            )
+        })?;
     tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
     let (http_trigger, mut http_stop) = crate::model::shutdown::channel();
     let http = tokio::spawn(crate::edge::http::serve(

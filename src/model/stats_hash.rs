@@ -147,14 +147,16 @@ pub(crate) fn parse(fields: impl IntoIterator<Item = (String, String)>) -> Stats
 
 /// A bucket's observations and mean from its `count`, `sum`, `min` and
 /// `max` fields (as `HMGET` returns them), or `None` when `count` or `sum`
-/// is missing or malformed or the count is not positive. The mean is kept
-/// within `[min, max]` when both are there, as the bucket's summary keeps
-/// it (`sum / count` may round just outside: three 0.1s).
+/// is missing or malformed or the count is not positive, or when `min` is
+/// above `max` (a damaged bucket, which `get --stats` leaves out too). The
+/// mean is kept within `[min, max]` when both are there, as the bucket's
+/// summary keeps it (`sum / count` may round just outside: three 0.1s).
 pub(crate) fn mean_of([count, sum, min, max]: [Option<&str>; 4]) -> Option<(i64, f64)> {
     let count = integer(count?).filter(|&c| c > 0)?;
     let mean = decimal(sum?)? / count as f64;
     match (min.and_then(decimal), max.and_then(decimal)) {
         (Some(min), Some(max)) if min <= max => Some((count, mean.min(max).max(min))),
+        (Some(_), Some(_)) => None,
         _ => Some((count, mean)),
     }
 }
@@ -307,7 +309,9 @@ mod tests {
         assert_eq!(within(Some("0.6"), Some("0.9")), Some((2, 0.6)));
         assert_eq!(within(Some("0.1"), Some("0.4")), Some((2, 0.4)));
         assert_eq!(within(None, Some("0.4")), Some((2, 0.5)));
-        assert_eq!(within(Some("0.9"), Some("0.6")), Some((2, 0.5)));
+        // A minimum above the maximum: a damaged bucket, left out as
+        // `get --stats` leaves it out.
+        assert_eq!(within(Some("0.9"), Some("0.6")), None);
         // Three 0.1s: their sum divided by three is 0.10000000000000002.
         let sum = (0.1f64 + 0.1 + 0.1).to_string();
         assert!(sum.parse::<f64>().unwrap() / 3.0 > 0.1);

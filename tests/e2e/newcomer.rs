@@ -382,6 +382,34 @@ async fn get_warns_about_fields_that_are_not_integers() {
         err.contains("not integers") && err.contains("lots"),
         "{err}"
     );
+    // A key of another type reads as no samples, with a warning naming it;
+    // with --stats too; a name never seen, without one.
+    for key in ["count:60:page:text", "stats:60:page:text"] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg("junk")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    for (name, stats, warned) in [
+        ("page:text", false, true),
+        ("page:text", true, true),
+        ("page:never", false, false),
+    ] {
+        let mut args = vec!["get", name, "-p", "60", "--redis-url", &url];
+        if stats {
+            args.push("--stats");
+        }
+        let o = run_hitcount(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(
+            err.contains("a key of another type"),
+            warned,
+            "{name} {stats}: {err}"
+        );
+    }
 }
 
 /// Finding 7: the seeds' Python figure is quoted, not passed off as

@@ -53,6 +53,9 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         "fields that are not integers, or no bucket's start",
     );
     let samples = counter.samples;
+    if samples.is_empty() {
+        warn_if_another_type(&mut conn, &key).await?;
+    }
     if args.json {
         outln!("{}", super::json_text(&samples, false)?);
         return Ok(());
@@ -82,6 +85,9 @@ async fn stats(
         &hash.skipped_example,
         "malformed statistics fields",
     );
+    if hash.buckets.is_empty() {
+        warn_if_another_type(conn, &key).await?;
+    }
     let rows: Vec<Row> = hash.buckets.iter().map(|(&t, s)| Row::of(t, s)).collect();
     if args.json {
         outln!("{}", super::json_text(&rows, false)?);
@@ -112,6 +118,23 @@ async fn stats(
         ];
         let time = counters::format_utc(r.t);
         outln!("{}", line(&time, r.count.to_string(), figures.map(number)));
+    }
+    Ok(())
+}
+
+/// Warns when `key`, read as empty, is a key of another type (written by
+/// something else): it reads as no samples, and is left alone. One `HLEN`,
+/// which the worker's ACL grants (not `TYPE`).
+async fn warn_if_another_type(
+    conn: &mut crate::store::connect::Conn,
+    key: &str,
+) -> anyhow::Result<()> {
+    let len = redis::Cmd::hlen(key).query_async(conn).await;
+    if crate::store::client::unless_wrong_type(len)?.is_none() {
+        tracing::warn!(
+            key,
+            "a key of another type (not written by hitcount): read as empty, and left alone"
+        );
     }
     Ok(())
 }

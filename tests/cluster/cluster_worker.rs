@@ -658,6 +658,81 @@ async fn workers_run_on_a_cluster_as_the_least_privileged_user() {
     }
 }
 
+/// ingest on a cluster as the user of `deploy/redis/ingest.acl`, with what
+/// a cluster adds, while the stream's slot moves: the stream moves first
+/// (the slot's newest key), then a hundred older keys one at a time, so
+/// that hits are sent to a stream on the importing side (ASK redirects,
+/// which need `ASKING`): every request is taken (202), the stream holds
+/// every hit, and no node's ACL LOG shows a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_runs_as_its_user_while_the_streams_slot_moves() {
+    let cluster = Cluster::start();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/redis/ingest.acl");
+    let rules = std::fs::read_to_string(path).unwrap();
+    for port in cluster.ports() {
+        let mut node = node_conn(port).await;
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg("ingest")
+            .arg("reset")
+            .arg("on")
+            .arg(">in-pw");
+        for rule in rules.split_whitespace().chain(["+cluster|slots"]) {
+            cmd.arg(rule);
+        }
+        let _: () = cmd.query_async(&mut node).await.unwrap();
+    }
+    let user_url = cluster
+        .masters()
+        .iter()
+        .map(|p| format!("redis://ingest:in-pw@127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut c = common::conn(&cluster.seed_url()).await;
+    for i in 0..100 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("{{hits}}:pad:{i}"))
+            .arg(i)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let (mut ingest, addr) = bin::start_ingest(&user_url, &[]);
+    let post = |addr: &str, body: &str| bin::post_hits(addr, "application/json", &[], body).0;
+    assert_eq!(post(&addr, r#"[{"name":"mv"}]"#), 202);
+    let slot = cluster.slot_of("hits");
+    let from = cluster.owner_of(slot);
+    let to = *cluster.masters().iter().find(|&&m| m != from).unwrap();
+    let during = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            (0..40)
+                .map(|_| {
+                    std::thread::sleep(Duration::from_millis(40));
+                    post(&addr, r#"[{"name":"mv"}]"#)
+                })
+                .collect::<Vec<u16>>()
+        })
+    };
+    let moved = cluster
+        .migrate_slot_paced(slot, to, 1, Duration::from_millis(20))
+        .await;
+    let statuses = during.join().unwrap();
+    assert!(moved > 100, "{moved} keys moved");
+    assert!(statuses.iter().all(|s| *s == 202), "{statuses:?}");
+    let entries: u64 = redis::cmd("XLEN")
+        .arg("hits")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(entries, 41);
+    for port in cluster.ports() {
+        let mut node = node_conn(port).await;
+        crate::common::assert_nothing_refused(&mut node, &format!("node {port}")).await;
+    }
+    assert!(ingest.terminate(Duration::from_secs(20)).success());
+}
+
 /// A worker paused past its shard leases and the claim time, and every
 /// client connection on every master killed mid-drain: nothing is counted
 /// twice or lost (the paused worker's windows are fenced when it wakes).

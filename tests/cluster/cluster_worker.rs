@@ -592,6 +592,33 @@ async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// The user `name` with the rules of `deploy/redis/FILE` and `more` on
+/// every node (ACLs are not shared: masters and replicas, each on a
+/// connection of its own); the URL of the masters as that user.
+async fn user_on_every_node(cluster: &Cluster, name: &str, file: &str, more: &str) -> String {
+    let path = format!("{}/deploy/redis/{file}", env!("CARGO_MANIFEST_DIR"));
+    let rules = std::fs::read_to_string(path).unwrap();
+    for port in cluster.ports() {
+        let mut node = node_conn(port).await;
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg(name)
+            .arg("reset")
+            .arg("on")
+            .arg(">acl-pw");
+        for rule in rules.split_whitespace().chain(more.split_whitespace()) {
+            cmd.arg(rule);
+        }
+        let _: () = cmd.query_async(&mut node).await.unwrap();
+    }
+    cluster
+        .masters()
+        .iter()
+        .map(|p| format!("redis://{name}:acl-pw@127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Least privilege on a cluster: workers over shards run as the user of
 /// `deploy/redis/hitcount.acl` while slots move (a counter's, `known:`'s
 /// and a shard's, each half-moved for a while: ASK redirects, which need
@@ -599,28 +626,7 @@ async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_run_on_a_cluster_as_the_least_privileged_user() {
     let cluster = Cluster::start();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/redis/hitcount.acl");
-    let rules = std::fs::read_to_string(path).unwrap();
-    // Every node, masters and replicas, each on a connection of its own.
-    for port in cluster.ports() {
-        let mut node = node_conn(port).await;
-        let mut cmd = redis::cmd("ACL");
-        cmd.arg("SETUSER")
-            .arg("hitcount")
-            .arg("reset")
-            .arg("on")
-            .arg(">acl-pw");
-        for rule in rules.split_whitespace() {
-            cmd.arg(rule);
-        }
-        let _: () = cmd.query_async(&mut node).await.unwrap();
-    }
-    let user_url = cluster
-        .masters()
-        .iter()
-        .map(|p| format!("redis://hitcount:acl-pw@127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let user_url = user_on_every_node(&cluster, "hitcount", "hitcount.acl", "").await;
     let mut c = common::conn(&cluster.seed_url()).await;
     let stream = StreamArgs {
         shards: 4,
@@ -667,27 +673,8 @@ async fn workers_run_on_a_cluster_as_the_least_privileged_user() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_runs_as_its_user_while_the_streams_slot_moves() {
     let cluster = Cluster::start();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/redis/ingest.acl");
-    let rules = std::fs::read_to_string(path).unwrap();
-    for port in cluster.ports() {
-        let mut node = node_conn(port).await;
-        let mut cmd = redis::cmd("ACL");
-        cmd.arg("SETUSER")
-            .arg("ingest")
-            .arg("reset")
-            .arg("on")
-            .arg(">in-pw");
-        for rule in rules.split_whitespace().chain(["+cluster|slots"]) {
-            cmd.arg(rule);
-        }
-        let _: () = cmd.query_async(&mut node).await.unwrap();
-    }
-    let user_url = cluster
-        .masters()
-        .iter()
-        .map(|p| format!("redis://ingest:in-pw@127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    // What docs/operations.md says a cluster adds to ingest's rules.
+    let user_url = user_on_every_node(&cluster, "ingest", "ingest.acl", "+cluster|slots").await;
     let mut c = common::conn(&cluster.seed_url()).await;
     for i in 0..100 {
         let _: () = redis::cmd("SET")

@@ -346,14 +346,7 @@ where
             "2000",
         ],
     );
-    eventually!(60, "some hits counted", {
-        let n: i64 = redis::cmd("ZCARD")
-            .arg("known:")
-            .query_async(&mut c)
-            .await
-            .unwrap_or(0);
-        n > 0
-    });
+    some_counted(&mut c).await;
     let (cluster, mut workers) = chaos(cluster, workers).await;
     let mut c = common::conn(&cluster.seed_url()).await;
     drain_and_stop(&mut c, &keys, &mut workers).await;
@@ -410,13 +403,7 @@ async fn counter_slots_migrate_mid_drain_and_every_hit_counts_once() {
         // Slots of busy counters move to another master, half-moved for a
         // while (ASK redirects, TRYAGAIN for scripts spanning both sides).
         for name in ["count:60:p1", "count:3600:p2", "count:86400:p3", "known:"] {
-            let slot = cluster.slot_of(name);
-            let from = cluster.owner_of(slot);
-            let to = *cluster.masters().iter().find(|&&m| m != from).unwrap();
-            let moved = cluster
-                .migrate_slot_paced(slot, to, 1, Duration::from_millis(20))
-                .await;
-            eprintln!("slot {slot} ({name}): {moved} keys moved {from} -> {to}");
+            move_slot_slowly(&cluster, name).await;
         }
         (cluster, workers)
     })
@@ -592,6 +579,32 @@ async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// Waits until the workers counted some hits (`known:` has a member).
+async fn some_counted(c: &mut Conn) {
+    eventually!(60, "some hits counted", {
+        let n: i64 = redis::cmd("ZCARD")
+            .arg("known:")
+            .query_async(c)
+            .await
+            .unwrap_or(0);
+        n > 0
+    });
+}
+
+/// Moves the slot of `key` live to another master one key per 20 ms, so
+/// that it stays half-moved (ASK redirects, TRYAGAIN for scripts spanning
+/// both sides) while the slot holds keys; how many keys moved.
+async fn move_slot_slowly(cluster: &Cluster, key: &str) -> usize {
+    let slot = cluster.slot_of(key);
+    let from = cluster.owner_of(slot);
+    let to = *cluster.masters().iter().find(|&&m| m != from).unwrap();
+    let moved = cluster
+        .migrate_slot_paced(slot, to, 1, Duration::from_millis(20))
+        .await;
+    eprintln!("slot {slot} ({key}): {moved} keys moved {from} -> {to}");
+    moved
+}
+
 /// The user `name` with the rules of `deploy/redis/FILE` and `more` on
 /// every node (ACLs are not shared: masters and replicas, each on a
 /// connection of its own); the URL of the masters as that user.
@@ -639,22 +652,9 @@ async fn workers_run_on_a_cluster_as_the_least_privileged_user() {
         sent.extend(send(&mut c, &k.stream, &names, 1000, i as u64).await);
     }
     let mut workers = start_workers(&user_url, 2, &["--shards", "4"]);
-    eventually!(60, "some hits counted", {
-        let n: i64 = redis::cmd("ZCARD")
-            .arg("known:")
-            .query_async(&mut c)
-            .await
-            .unwrap_or(0);
-        n > 0
-    });
+    some_counted(&mut c).await;
     for name in ["count:60:acl1", "known:", "hits:{1}"] {
-        let slot = cluster.slot_of(name);
-        let from = cluster.owner_of(slot);
-        let to = *cluster.masters().iter().find(|&&m| m != from).unwrap();
-        let moved = cluster
-            .migrate_slot_paced(slot, to, 1, Duration::from_millis(20))
-            .await;
-        eprintln!("slot {slot} ({name}): {moved} keys moved {from} -> {to}");
+        move_slot_slowly(&cluster, name).await;
     }
     drain_and_stop(&mut c, &shards, &mut workers).await;
     assert_exact(&mut c, &sent).await;
@@ -687,9 +687,6 @@ async fn ingest_runs_as_its_user_while_the_streams_slot_moves() {
     let (mut ingest, addr) = bin::start_ingest(&user_url, &[]);
     let post = |addr: &str, body: &str| bin::post_hits(addr, "application/json", &[], body).0;
     assert_eq!(post(&addr, r#"[{"name":"mv"}]"#), 202);
-    let slot = cluster.slot_of("hits");
-    let from = cluster.owner_of(slot);
-    let to = *cluster.masters().iter().find(|&&m| m != from).unwrap();
     let during = {
         let addr = addr.clone();
         std::thread::spawn(move || {
@@ -701,9 +698,7 @@ async fn ingest_runs_as_its_user_while_the_streams_slot_moves() {
                 .collect::<Vec<u16>>()
         })
     };
-    let moved = cluster
-        .migrate_slot_paced(slot, to, 1, Duration::from_millis(20))
-        .await;
+    let moved = move_slot_slowly(&cluster, "hits").await;
     let statuses = during.join().unwrap();
     assert!(moved > 100, "{moved} keys moved");
     assert!(statuses.iter().all(|s| *s == 202), "{statuses:?}");

@@ -310,8 +310,10 @@ pub(crate) struct BodyRead;
 pub(crate) enum BodyError {
     /// Over the limit, announced or sent.
     TooLarge,
-    /// Cut off, malformed or too slow: the reason in one line.
+    /// Cut off or malformed: the reason in one line.
     Unreadable(String),
+    /// Not all there within the deadline (408): the reason in one line.
+    TooSlow(String),
 }
 
 /// A request's body in full: at most `limit` bytes (a larger
@@ -333,7 +335,7 @@ pub(crate) async fn read_body(
         Ok(Err(e)) => Err(BodyError::Unreadable(format!(
             "the body is unreadable: {e}"
         ))),
-        Err(_) => Err(BodyError::Unreadable(format!(
+        Err(_) => Err(BodyError::TooSlow(format!(
             "the body did not arrive within {} s",
             deadline.as_secs()
         ))),

@@ -242,11 +242,8 @@ pub enum Conn {
     Cluster(ClusterConnection, Duration),
 }
 
-/// Whether `e` is Redis' `WRONGTYPE`: the key holds another type than the
-/// command reads (a key named as hitcount's, written by something else).
-pub(crate) fn wrong_type(e: &redis::RedisError) -> bool {
-    e.code() == Some("WRONGTYPE")
-}
+use crate::store::error::naming_key;
+pub(crate) use crate::store::error::wrong_type;
 
 /// A reply of [`Conn::query_each_apart`] for a reader that leaves out a
 /// key of another type: `None` for it, any other error as it is.
@@ -289,13 +286,20 @@ impl Conn {
                 pipe.add_command(c);
             }
             let replies: Vec<Value> = pipe.query_async(self).await?;
-            return Ok(replies.into_iter().map(Value::extract_error).collect());
+            return Ok(replies
+                .into_iter()
+                .zip(pipe.cmd_iter())
+                .map(|(reply, cmd)| reply.extract_error().map_err(|e| naming_key(cmd, e)))
+                .collect());
         }
         let n = cmds.len();
         let mut tasks = tokio::task::JoinSet::new();
         for (i, cmd) in cmds.into_iter().enumerate() {
             let mut conn = self.clone();
-            tasks.spawn(async move { (i, cmd.query_async::<Value>(&mut conn).await) });
+            tasks.spawn(async move {
+                let reply = cmd.query_async::<Value>(&mut conn).await;
+                (i, reply.map_err(|e| naming_key(&cmd, e)))
+            });
         }
         let mut replies: Vec<RedisResult<Value>> = (0..n).map(|_| Ok(Value::Nil)).collect();
         while let Some(done) = tasks.join_next().await {

@@ -50,6 +50,13 @@ pub(crate) fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
     (ErrorClass::Transient, kind)
 }
 
+/// Whether Redis says the stream or its consumer group was deleted under
+/// this call (`NOGROUP`, or a blocked read `UNBLOCKED`): not an outage; the
+/// resync that follows makes them again and says so.
+pub(crate) fn is_deleted_under(err: &RedisError) -> bool {
+    matches!(err.code(), Some("NOGROUP" | "UNBLOCKED"))
+}
+
 /// Whether an error says the connection itself broke (not Redis' answer).
 pub(crate) fn is_broken_link(err: &RedisError) -> bool {
     err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
@@ -82,7 +89,9 @@ pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
         "check REDIS_URL (--redis-url) and the TLS settings"
     } else if err.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") {
         // Anywhere in the text: a pipeline's failure names it after its index.
-        "a key hitcount uses holds another type: check HITCOUNT_STREAM, HITCOUNT_DEAD_STREAM and HITCOUNT_PREFIX"
+        "a key hitcount uses (named above unless a script met it) holds another type, written by \
+         something else: delete or rename that key, or keep hitcount's keys apart with \
+         HITCOUNT_PREFIX, HITCOUNT_STREAM and HITCOUNT_DEAD_STREAM"
     } else if text.contains("exhausted the last possible ID") {
         "the stream's last entry ID is the largest possible (an XADD with an explicit ID?), \
          so nothing can be added to it: let the workers drain it, then delete it, or use another --stream / HITCOUNT_STREAM"
@@ -265,6 +274,43 @@ where
     Ok(outcome?)
 }
 
+/// Whether `e` is Redis' `WRONGTYPE`: the key holds another type than the
+/// command reads (a key named as hitcount's, written by something else).
+pub(crate) fn wrong_type(e: &redis::RedisError) -> bool {
+    e.code() == Some("WRONGTYPE")
+}
+
+/// `err`, one of `cmd`'s, naming the key `cmd` acts on when it is a
+/// [`wrong_type`] (Redis' words name none, and an operator must find the
+/// key written by something else): the same error code, with ` (key K)`.
+/// A script's keys are left unnamed (which one failed is not known).
+pub(crate) fn naming_key(cmd: &redis::Cmd, err: redis::RedisError) -> redis::RedisError {
+    if !wrong_type(&err) {
+        return err;
+    }
+    let mut args = cmd.args_iter().filter_map(|a| match a {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let (Some(name), Some(key)) = (args.next(), args.next()) else {
+        return err;
+    };
+    if [&b"EVALSHA"[..], b"EVAL", b"FCALL"]
+        .iter()
+        .any(|s| name.eq_ignore_ascii_case(s))
+    {
+        return err;
+    }
+    let key = String::from_utf8_lossy(key);
+    let key = crate::model::event::printable(&key);
+    let detail = err.detail().unwrap_or("").replace(['\r', '\n'], " ");
+    let reply = format!("-WRONGTYPE {detail} (key {key})\r\n");
+    match redis::parse_redis_value(reply.as_bytes()).and_then(redis::Value::extract_error) {
+        Err(named) if wrong_type(&named) => named,
+        _ => err,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,5 +336,42 @@ mod tests {
             "Connection refused (os error 111)".to_string(),
         ));
         assert_eq!(classify(&refused).0, ErrorClass::Transient);
+    }
+
+    /// A WRONGTYPE names its key (with its code kept, so that it is told
+    /// apart and judged fatal as before), on one node and on a cluster; a
+    /// script's is left as Redis words it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_of_another_type_is_named() {
+        let srv = crate::testing::server();
+        let cluster = crate::testing::cluster(3, 0);
+        for url in [srv.url(), cluster.url()] {
+            let mut c = crate::testing::conn(&url).await;
+            let () = redis::cmd("SET")
+                .arg("known:")
+                .arg("x")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg("known:").arg(0).arg("60:a");
+            let mut script = redis::cmd("EVAL");
+            script
+                .arg("return redis.call('ZADD', KEYS[1], 0, 'm')")
+                .arg(1)
+                .arg("known:");
+            let mut ok = redis::cmd("SET");
+            ok.arg("other").arg("y");
+            let replies = c.query_each_apart(vec![ok, zadd, script]).await.unwrap();
+            assert!(replies[0].is_ok(), "{:?}", replies[0]);
+            let named = replies[1].as_ref().unwrap_err();
+            assert!(wrong_type(named), "{named}");
+            assert!(named.to_string().contains("(key known:)"), "{named}");
+            let fatal = fatal_hint(named).unwrap();
+            assert!(fatal.contains("named above"), "{fatal}");
+            let unnamed = replies[2].as_ref().unwrap_err();
+            assert!(wrong_type(unnamed), "{unnamed}");
+            assert!(!unnamed.to_string().contains("(key"), "{unnamed}");
+        }
     }
 }

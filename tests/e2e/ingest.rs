@@ -172,6 +172,15 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
     )
     .unwrap();
     assert_eq!(status, 415);
+    // A compressed body: 415 saying so (it was judged as bad JSON: 400).
+    let (status, _, body) = post(
+        &addr,
+        json,
+        &[auth, "Content-Encoding: gzip"],
+        "\u{1f}\u{8b}\u{8}",
+    );
+    assert_eq!(status, 415, "{body}");
+    assert!(body.contains("Content-Encoding"), "{body}");
     // Another method: 405, saying which are taken.
     let (status, head, _) = http_raw(&addr, "GET /api/v1/hits HTTP/1.1\r\nHost: x", b"").unwrap();
     assert_eq!(status, 405);
@@ -261,7 +270,7 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
     let (status, _, _) = post(&addr, json, &[auth], r#"{"name":"a"}"#);
     assert_eq!(status, 202);
     let (took, raw) = trickle.join().unwrap();
-    assert!(raw.starts_with("HTTP/1.1 400"), "{raw}");
+    assert!(raw.starts_with("HTTP/1.1 408"), "{raw}");
     assert!(raw.contains("did not arrive within 10 s"), "{raw}");
     assert!(took < Duration::from_secs(15), "{took:?}");
 
@@ -307,7 +316,7 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
         ("hitcount_ingest_requests_total{code=\"202\"}", 6.0),
         ("hitcount_ingest_requests_total{code=\"401\"}", 3.0),
         ("hitcount_ingest_requests_total{code=\"413\"}", 2.0),
-        ("hitcount_ingest_requests_total{code=\"415\"}", 3.0),
+        ("hitcount_ingest_requests_total{code=\"415\"}", 4.0),
     ] {
         assert_eq!(metric(&addr, series), want, "{series}");
     }

@@ -186,6 +186,16 @@ async fn promql_over_counters_and_statistics_is_exact() {
     );
     let count_60 = "hitcount_value_count{name=\"slow\",precision=\"60\"}";
     assert_eq!(one(&prom, count_60, b0 - 240 + 30), 0.0, "zero-filled");
+    // No min, max or quantile in an empty bucket: not the bucket before
+    // carried on by the lookback (serve marks them stale).
+    for q in [
+        "hitcount_value_min{name=\"slow\"}",
+        "hitcount_value_max{name=\"slow\"}",
+        "hitcount_value{name=\"slow\",quantile=\"0.5\"}",
+    ] {
+        assert!(at(&prom, q, b0 - 240 + 30).is_empty(), "{q}");
+        assert!(!at(&prom, q, b0 - 300 + 30).is_empty(), "{q}");
+    }
 }
 
 /// Hits and values a real worker counted behind a key prefix, read by
@@ -389,6 +399,22 @@ async fn bad_bodies_are_refused_saying_why() {
     let now = unix_now();
     seed(&mut c, 60, "x", &[(now - now % 60, 1)]).await;
     let (_serve, addr) = serve(&server.url(), &[]);
+    // A body that never all arrives: 408 once its 10 s are up.
+    let slow = std::thread::spawn({
+        let addr = addr.clone();
+        move || {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            write!(
+                s,
+                "POST /api/v1/read HTTP/1.1\r\nHost: x\r\nContent-Length: 85\r\n\r\n0123456789"
+            )
+            .unwrap();
+            let mut raw = String::new();
+            let _ = s.read_to_string(&mut raw);
+            raw
+        }
+    });
     // Not snappy: an empty body, a varint that never ends.
     for body in [&b""[..], b"\xff\xff\xff\xff\xff\xff"] {
         let (status, head, text) = post(&addr, body, None);
@@ -436,6 +462,23 @@ async fn bad_bodies_are_refused_saying_why() {
         None,
     );
     assert_eq!((status, text.trim()), (400, "unknown matcher type 7"));
+    // Response types: SAMPLES (0) listed or none listed is answered; only
+    // the streamed chunks (1), or an unknown type, is refused saying so.
+    let typed = |types: &[u8]| {
+        let mut q = vec![0x0a, 0];
+        q.extend([min.clone(), max.clone(), matcher(0, b"x")].concat());
+        q[1] = (q.len() - 2) as u8;
+        q.extend([0x12, types.len() as u8]);
+        q.extend_from_slice(types);
+        snap::raw::Encoder::new().compress_vec(&q).unwrap()
+    };
+    for (types, want) in [(&[1u8, 0][..], 200), (&[1], 400), (&[7], 400)] {
+        let (status, _, text) = post(&addr, &typed(types), None);
+        assert_eq!(status, want, "{types:?}: {text}");
+        if want == 400 {
+            assert!(text.contains("only SAMPLES (0) is"), "{text}");
+        }
+    }
     let (status, _, text) = post(
         &addr,
         &query(&[min, max, matcher(0, b"\xff")].concat()),
@@ -468,6 +511,9 @@ async fn bad_bodies_are_refused_saying_why() {
         200,
         "serve still answers"
     );
+    let raw = slow.join().unwrap();
+    assert!(raw.starts_with("HTTP/1.1 408"), "{raw}");
+    assert!(raw.contains("did not arrive within 10 s"), "{raw}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

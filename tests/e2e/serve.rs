@@ -397,6 +397,11 @@ async fn every_refusal_is_json_and_says_why() {
             "from must be a whole number",
         ),
         (
+            "/api/v1/counters/page:home?precision=60&from=99999999999999999999",
+            400,
+            "from must be a whole number from -9223372036854775808 to 9223372036854775807",
+        ),
+        (
             "/api/v1/counters/page:home?precision=60&until=1.5",
             400,
             "until must be",

@@ -218,6 +218,18 @@ fn its_own_keys_damaged_stop_no_worker_and_block_no_lease() {
     assert!(!out.contains('\x1b'), "{out}");
 }
 
+/// What a worker started on `url` said as it stopped with status 1, as it
+/// must (a key of hitcount's of another type).
+fn stopped_worker(url: &str) -> String {
+    let mut worker = start_worker(url, "w1", &free_addr(), &[]);
+    let status = worker
+        .wait(Duration::from_secs(60))
+        .expect("the worker stops");
+    let err = worker.stderr();
+    assert_eq!(status.code(), Some(1), "{err}");
+    err
+}
+
 /// A dead-letter stream of another type (a `--dead-stream` that names
 /// another program's key): the worker stops in one line naming the setting,
 /// before it commits anything. Its commit script used to fail halfway, the
@@ -239,12 +251,7 @@ fn a_dead_letter_stream_of_another_type_stops_the_worker_before_it_commits() {
     }
     pipe.cmd("XADD").arg("hits").arg("*").arg("nope").arg("x");
     let _: () = pipe.query(&mut r).unwrap();
-    let mut worker = start_worker(&url, "w1", &free_addr(), &[]);
-    let status = worker
-        .wait(Duration::from_secs(60))
-        .expect("the worker stops");
-    let err = worker.stderr();
-    assert_eq!(status.code(), Some(1), "{err}");
+    let err = stopped_worker(&url);
     assert!(err.contains("HITCOUNT_DEAD_STREAM"), "{err}");
     let pending = |r: &mut redis::Connection| -> i64 {
         let summary: (i64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
@@ -276,6 +283,44 @@ fn a_dead_letter_stream_of_another_type_stops_the_worker_before_it_commits() {
     });
     let dead: i64 = redis::cmd("XLEN").arg("hits:dead").query(&mut r).unwrap();
     assert_eq!((counted(&mut r), dead), (3, 1));
+    assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
+}
+
+/// `known:` of another type (another program's key, or a slip in
+/// redis-cli): the worker stops in one line naming that key (Redis' own
+/// words name none, and the line named only the stream settings); set
+/// right, every hit counts once.
+#[test]
+fn a_known_set_of_another_type_stops_the_worker_naming_it() {
+    let srv = server();
+    let url = srv.url();
+    let mut r = redis(&url);
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg("known:").arg("another program's");
+    for _ in 0..3 {
+        pipe.cmd("XADD").arg("hits").arg("*").arg("name").arg("kn");
+    }
+    let _: () = pipe.query(&mut r).unwrap();
+    let err = stopped_worker(&url);
+    assert!(err.contains("(key known:)"), "{err}");
+    assert!(err.contains("delete or rename that key"), "{err}");
+    let _: () = redis::cmd("DEL").arg("known:").query(&mut r).unwrap();
+    let mut worker = start_worker(&url, "w2", &free_addr(), &["--claim-idle-ms", "1000"]);
+    let counted = |r: &mut redis::Connection| -> i64 {
+        let counts: Vec<i64> = redis::cmd("HVALS").arg("count:86400:kn").query(r).unwrap();
+        counts.iter().sum()
+    };
+    wait_for("every hit counted", Duration::from_secs(60), || {
+        worker.assert_running();
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg("known:")
+            .arg(0)
+            .arg(-1)
+            .query(&mut r)
+            .unwrap();
+        (members.contains(&"86400:kn".to_string())).then_some(())
+    });
+    assert_eq!(counted(&mut r), 3);
     assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
 }
 

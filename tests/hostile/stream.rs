@@ -437,6 +437,13 @@ fn a_group_destroyed_under_a_worker_counts_nothing_twice() {
     );
     assert_eq!(counted(&mut r), 200, "{}", worker.stderr());
     assert!(worker.stderr().contains("the consumer group was gone"));
+    // Redis never went away: no outage is logged (the NOGROUP or
+    // UNBLOCKED that tells of the deletion was logged as one).
+    assert!(
+        !worker.stderr().contains("Redis unavailable"),
+        "{}",
+        worker.stderr()
+    );
     assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
 }
 

@@ -162,6 +162,8 @@ enum Failure {
     BadRequest(String),
     /// A body over the limits (413).
     TooLarge(String),
+    /// A body that did not arrive in time (408).
+    TooSlow(String),
     NotFound(String),
     /// Ask again after `retry` (429).
     Busy {
@@ -251,6 +253,7 @@ async fn handle(api: &Api, req: Request<Incoming>) -> Resp {
         Err(Failure::BadRequest(why)) => error(StatusCode::BAD_REQUEST, &why),
         Err(Failure::NotFound(why)) => error(StatusCode::NOT_FOUND, &why),
         Err(Failure::TooLarge(why)) => error(StatusCode::PAYLOAD_TOO_LARGE, &why),
+        Err(Failure::TooSlow(why)) => error(StatusCode::REQUEST_TIMEOUT, &why),
         Err(Failure::Busy { why, retry }) => {
             let secs = retry.as_secs().max(1);
             let mut resp = error(StatusCode::TOO_MANY_REQUESTS, &why);

@@ -53,8 +53,17 @@ impl Query {
     pub(crate) fn int(&self, name: &str) -> Result<Option<i64>, String> {
         self.get(name)
             .map(|v| {
-                v.parse()
-                    .map_err(|_| format!("{name} must be a whole number, not `{v}`"))
+                v.parse().map_err(|e: std::num::ParseIntError| {
+                    use std::num::IntErrorKind::{NegOverflow, PosOverflow};
+                    match e.kind() {
+                        PosOverflow | NegOverflow => format!(
+                            "{name} must be a whole number from {} to {}, not `{v}`",
+                            i64::MIN,
+                            i64::MAX
+                        ),
+                        _ => format!("{name} must be a whole number, not `{v}`"),
+                    }
+                })
             })
             .transpose()
     }

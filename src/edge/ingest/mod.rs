@@ -34,7 +34,8 @@ use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
 use hyper::header::{
-    HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, ORIGIN, RETRY_AFTER, WWW_AUTHENTICATE,
+    HeaderValue, ALLOW, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, ORIGIN, RETRY_AFTER,
+    WWW_AUTHENTICATE,
 };
 use hyper::{Method, Request, StatusCode};
 use tokio::net::TcpListener;
@@ -224,7 +225,16 @@ async fn hits(req: Request<Incoming>, ingest: &Ingest) -> Resp {
         }
         None => {}
     }
+    // A compressed body would be judged as bad JSON: say what is wrong.
+    let encoded = req
+        .headers()
+        .get(CONTENT_ENCODING)
+        .is_some_and(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"));
     let resp = match layout(header(&req, CONTENT_TYPE)) {
+        _ if encoded => error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Encoding is not taken: send the body uncompressed",
+        ),
         Some(layout) => read(req, layout, origin.is_some(), ingest).await,
         None => error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -249,6 +259,7 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
             )
         }
         Err(BodyError::Unreadable(why)) => return error(StatusCode::BAD_REQUEST, &why),
+        Err(BodyError::TooSlow(why)) => return error(StatusCode::REQUEST_TIMEOUT, &why),
     };
     // Within the budget (a read body takes no permit while it trickles in).
     let bytes = body.len().clamp(1, max.max(JUDGED_BYTES)) as u32;

@@ -84,6 +84,7 @@ pub(super) async fn answer(api: &Api, req: Request<Incoming>) -> Resp {
         }
         Err(Failure::BadRequest(why)) => text(StatusCode::BAD_REQUEST, &why),
         Err(Failure::TooLarge(why)) => text(StatusCode::PAYLOAD_TOO_LARGE, &why),
+        Err(Failure::TooSlow(why)) => text(StatusCode::REQUEST_TIMEOUT, &why),
         Err(Failure::NotFound(why)) => text(StatusCode::NOT_FOUND, &why),
         Err(Failure::Busy { why, .. }) => text(StatusCode::TOO_MANY_REQUESTS, &why),
         Err(Failure::Redis(e)) => {
@@ -102,8 +103,16 @@ async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
                 "the body is over {MAX_BODY} bytes (the limit of one read)"
             )),
             BodyError::Unreadable(why) => Failure::BadRequest(why),
+            BodyError::TooSlow(why) => Failure::TooSlow(why),
         })?;
     let request = decode(&body)?;
+    // None listed means SAMPLES, the only type answered here.
+    let types = &request.accepted_response_types;
+    if !types.is_empty() && !types.contains(&0) {
+        return Err(Failure::BadRequest(format!(
+            "none of the accepted response types {types:?} is served: only SAMPLES (0) is"
+        )));
+    }
     let matchers: usize = request.queries.iter().map(|q| q.matchers.len()).sum();
     if matchers > MAX_MATCHERS || request.queries.len() > MAX_MATCHERS {
         return Err(Failure::BadRequest(format!(

@@ -57,17 +57,15 @@ impl Span {
     }
 
     /// The samples of one series: `values` of the buckets in range, over
-    /// zeros in the buckets kept where `zeros`.
+    /// `fill` in every bucket kept in range.
     fn samples(
         &self,
         precision: u32,
-        zeros: bool,
+        fill: f64,
         values: impl Iterator<Item = (i64, f64)>,
     ) -> Vec<Sample> {
         let mut by_time: BTreeMap<i64, f64> = BTreeMap::new();
-        if zeros {
-            by_time.extend(self.kept(precision).map(|t| (t, 0.0)));
-        }
+        by_time.extend(self.kept(precision).map(|t| (t, fill)));
         by_time.extend(values.filter(|&(t, _)| self.within(t)));
         by_time
             .into_iter()
@@ -119,11 +117,15 @@ pub(crate) async fn read(
     Ok(out)
 }
 
+/// Prometheus' staleness marker: the series has no value from this
+/// sample on (a NaN of its own bit pattern, which queries skip).
+const STALE_NAN: f64 = f64::from_bits(0x7ff0_0000_0000_0002);
+
 fn hits_series(s: &Selected, counter: &Counter, span: &Span) -> TimeSeries {
     let values = counter.samples.iter().map(|x| (x.time, x.count as f64));
     TimeSeries {
         labels: Metric::Hits.labels(&s.name, s.precision),
-        samples: span.samples(s.precision, true, values),
+        samples: span.samples(s.precision, 0.0, values),
     }
 }
 
@@ -144,10 +146,16 @@ fn stats_series(s: &Selected, metric: Metric, hash: &StatsHash, span: &Span) -> 
         .buckets
         .iter()
         .filter_map(|(&t, summary)| Some((t, value(t, summary)?)));
-    let zeros = matches!(metric, Metric::Count | Metric::Sum);
+    // An empty bucket counts 0 values, of sum 0; it has no min, max or
+    // quantile: a staleness marker there, so that Prometheus' lookback
+    // does not carry the bucket before into it.
+    let fill = match metric {
+        Metric::Count | Metric::Sum => 0.0,
+        _ => STALE_NAN,
+    };
     TimeSeries {
         labels: metric.labels(&s.name, s.precision),
-        samples: span.samples(s.precision, zeros, values),
+        samples: span.samples(s.precision, fill, values),
     }
 }
 
@@ -228,7 +236,7 @@ mod tests {
         assert_eq!(span.kept_count(60), 3);
         let got = span.samples(
             60,
-            true,
+            0.0,
             [(1_260, 5.0), (960, 9.0), (1_080, 2.0)].into_iter(),
         );
         let got: Vec<(i64, f64)> = got.iter().map(|s| (s.timestamp, s.value)).collect();
@@ -242,8 +250,21 @@ mod tests {
             ],
             "a bucket older than those kept is served while it is there, none before the range"
         );
-        let none = span.samples(60, false, [(1_260, 5.0)].into_iter());
-        assert_eq!(none.len(), 1);
+        // Statistics without a value there: staleness markers, bit for bit.
+        let stale = span.samples(60, STALE_NAN, [(1_260, 5.0)].into_iter());
+        let got: Vec<(i64, u64)> = stale
+            .iter()
+            .map(|s| (s.timestamp, s.value.to_bits()))
+            .collect();
+        let marker = 0x7ff0_0000_0000_0002;
+        assert_eq!(
+            got,
+            vec![
+                (1_200_000, marker),
+                (1_260_000, 5f64.to_bits()),
+                (1_320_000, marker)
+            ]
+        );
         // The range's end bounds it too; a range in the future has none.
         let early = Span {
             end_ms: 1_230_000,
@@ -264,9 +285,9 @@ mod tests {
         };
         assert_eq!(all.kept(60).collect::<Vec<_>>(), vec![1_200, 1_260, 1_320]);
         assert_eq!(
-            all.samples(60, false, [(i64::MIN / 1000, 1.0)].into_iter())
+            all.samples(60, 0.0, [(i64::MIN / 1000, 1.0)].into_iter())
                 .len(),
-            1
+            4
         );
         let backwards = Span {
             start_ms: 1_500_000,

@@ -632,9 +632,21 @@ async fn a_file_that_cannot_be_imported_leaves_the_others_going() {
     };
     std::fs::write(path("a.log"), lines(0, 100)).unwrap();
     std::fs::write(path("b.log"), lines(100, 50)).unwrap();
+    std::fs::write(path("c.log"), lines(300, 100)).unwrap();
     import_ok(&url, &[&path("a.log")]);
+    import_ok(&url, &[&path("c.log")]);
     // a.log rewritten in place, shorter, its first 4 KiB (its identity) kept.
     std::fs::write(path("a.log"), lines(0, 60)).unwrap();
+    // c.log rewritten longer, its first 4 KiB kept and its lines after them
+    // longer: its recorded progress falls inside a line.
+    let longer: String = (60..200)
+        .map(|i| combined(now - 10, "GET", &format!("/long/{i}"), 200) + "\n")
+        .collect();
+    std::fs::write(path("c.log"), lines(300, 60) + &longer).unwrap();
+    let out = import(&url, &[&path("c.log")]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("ends no line: it was rewritten"), "{err}");
     let files = [path("a.log"), path("missing.log"), path("b.log")];
     let args: Vec<&str> = files.iter().map(String::as_str).collect();
     let out = import(&url, &args).output().unwrap();
@@ -654,5 +666,9 @@ async fn a_file_that_cannot_be_imported_leaves_the_others_going() {
         "{err}"
     );
     assert!(err.contains("2 of 3 files not imported in full"), "{err}");
-    assert_eq!(xlen(&mut c).await, 150, "a.log's 100 lines and b.log's 50");
+    assert_eq!(
+        xlen(&mut c).await,
+        250,
+        "a.log's 100 lines, c.log's 100 and b.log's 50"
+    );
 }

@@ -55,10 +55,16 @@ async fn statsd_lines_of_every_type_count_exactly() {
     tcp.write_all(&[vec![b'y'; 100_000], b"\ntcp.b:4|c".to_vec()].concat())
         .unwrap();
     drop(tcp);
+    // A stream reset after a line without its newline (`tcp.c:5|c` of
+    // `tcp.c:5|c|@0.1`): that line is refused as cut off, not taken as 5.
+    let tcp = TcpStream::connect(&statsd).unwrap();
+    (&tcp).write_all(b"tcp.c:1|c\ntcp.c:5|c").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    reset(tcp);
 
     let hits = |body: &str| metric_value(body, "hitcount_statsd_hits_total");
     eventually!(30, "every StatsD hit taken", {
-        http_get(&addr, "/metrics").and_then(|(_, b)| hits(&b)) == Some(13.0)
+        http_get(&addr, "/metrics").and_then(|(_, b)| hits(&b)) == Some(14.0)
     });
     let listen = free_addr();
     let mut worker = start_worker(&url, "w", &listen, &[]);
@@ -75,6 +81,7 @@ async fn statsd_lines_of_every_type_count_exactly() {
     assert_eq!(counted(&mut admin, "late").await, 1);
     assert_eq!(counted(&mut admin, "tcp.a").await, 6);
     assert_eq!(counted(&mut admin, "tcp.b").await, 7);
+    assert_eq!(counted(&mut admin, "tcp.c").await, 1);
     for ignored in ["gauge", "set", "odd", "bad", "neg"] {
         assert_eq!(counted(&mut admin, ignored).await, 0, "{ignored}");
     }
@@ -110,6 +117,10 @@ async fn statsd_lines_of_every_type_count_exactly() {
             "hitcount_statsd_lines_refused_total{reason=\"bad_count\"}",
             1.0,
         ),
+        (
+            "hitcount_statsd_lines_refused_total{reason=\"cut_off\"}",
+            1.0,
+        ),
         ("hitcount_statsd_dropped_total{where=\"socket\"}", 0.0),
         ("hitcount_statsd_dropped_total{where=\"queue\"}", 0.0),
     ] {
@@ -122,4 +133,26 @@ async fn statsd_lines_of_every_type_count_exactly() {
         "{}",
         ingest.stderr()
     );
+}
+
+/// Closes `tcp` with a reset (SO_LINGER 0), as a crashed client's kernel
+/// does, instead of a clean end of stream.
+fn reset(tcp: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket and a `linger` of the size given.
+    let set = unsafe {
+        libc::setsockopt(
+            tcp.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0, "SO_LINGER");
+    drop(tcp);
 }

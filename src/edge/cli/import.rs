@@ -183,7 +183,7 @@ fn failure(e: &import::ImportError) -> String {
     let then = match e {
         E::Io(_) => "; the lines before are imported and recorded",
         // It says that nothing more is imported from it.
-        E::Shrank { .. } => "",
+        E::Shrank { .. } | E::Rewritten { .. } => "",
         E::BadProgress(_) => {
             "; hitcount did not write it: delete the file's progress key to import it anew \
              (docs/import.md)"

@@ -98,7 +98,8 @@ async fn accept(tcp: TcpListener, producer: Arc<Producer>, mut stop: Shutdown) {
 }
 
 /// One TCP stream's lines, until it ends, sends nothing for [`TCP_IDLE`]
-/// or shutdown. A line longer than [`MAX_PACKET`] is refused as
+/// or shutdown (a last line without a newline is taken only when the
+/// stream ended cleanly: see [`cut_off`]). A line longer than [`MAX_PACKET`] is refused as
 /// `line_too_long` (whether it came whole or a byte at a time) and the
 /// lines after it are read.
 async fn read_stream(mut stream: TcpStream, producer: &Producer, mut stop: Shutdown) {
@@ -108,15 +109,16 @@ async fn read_stream(mut stream: TcpStream, producer: &Producer, mut stop: Shutd
     let mut skipping = false;
     loop {
         let n = tokio::select! {
-            () = stop.wait() => return,
+            () = stop.wait() => return cut_off(&pending),
             got = tokio::time::timeout(TCP_IDLE, stream.read(&mut buf)) => match got {
                 Ok(Ok(n)) => n,
-                // Ended, failed or idle: done.
-                _ => 0,
+                // Reset or idle: a last line without its newline may be
+                // only the start of one (`a:5|c` of `a:5|c|@0.1`).
+                _ => return cut_off(&pending),
             },
         };
         if n == 0 {
-            // The last line needs no newline.
+            // Ended cleanly: the last line needs no newline.
             take(&pending, producer);
             return;
         }
@@ -142,6 +144,14 @@ async fn read_stream(mut stream: TcpStream, producer: &Producer, mut stop: Shutd
 
 /// Why a line longer than [`MAX_PACKET`] is refused.
 const TOO_LONG: &str = "line_too_long";
+
+/// A stream's last line, left without its newline by a reset, an idle
+/// stream or ingest's shutdown: refused as `cut_off`, never taken whole.
+fn cut_off(pending: &[u8]) {
+    if !pending.trim_ascii().is_empty() {
+        metrics().statsd_refusal("cut_off");
+    }
+}
 
 /// Every line of `packet`: its hit to the producer, or counted.
 fn take(packet: &[u8], producer: &Producer) {

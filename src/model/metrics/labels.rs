@@ -64,9 +64,10 @@ const fn then<const A: usize, const B: usize, const N: usize>(
 
 /// Every value of the `reason` label of `hitcount_statsd_lines_refused_total`:
 /// a line's own four, then the worker's reasons a StatsD hit can meet.
-pub(crate) const STATSD_REFUSAL_REASONS: [&str; 8] = [
+pub(crate) const STATSD_REFUSAL_REASONS: [&str; 9] = [
     "bad_format",
     "line_too_long",
+    "cut_off",
     "bad_rate",
     "bad_value",
     "empty_name",

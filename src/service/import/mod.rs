@@ -56,6 +56,12 @@ pub(crate) enum ImportError {
          was truncated or rewritten; nothing more is imported from it"
     )]
     Shrank { len: u64, recorded: u64 },
+    /// The file's byte where the recorded progress ends is no line's end.
+    #[error(
+        "the file's byte {recorded}, where an earlier import of it stopped, ends no line: it \
+         was rewritten; nothing more is imported from it"
+    )]
+    Rewritten { recorded: u64 },
     #[error("recorded progress {0:?} is not BYTES:LINES")]
     BadProgress(String),
 }
@@ -202,15 +208,26 @@ pub(crate) async fn import<R: BufRead + Send + 'static>(
             recorded: at.bytes,
         });
     }
+    // The recorded progress ends a line: a file whose byte there ends none
+    // was rewritten (its first bytes, its identity, kept), and going on
+    // would count the rest of a line of another file.
     let skipped = io::copy(
-        &mut Read::by_ref(&mut reader).take(at.bytes),
+        &mut Read::by_ref(&mut reader).take(at.bytes.saturating_sub(1)),
         &mut io::sink(),
     )?;
-    if skipped < at.bytes {
+    let mut last = [b'\n'];
+    let read = match at.bytes {
+        0 => 0,
+        _ => reader.read(&mut last)? as u64,
+    };
+    if skipped + read < at.bytes {
         return Err(ImportError::Shrank {
-            len: skipped,
+            len: skipped + read,
             recorded: at.bytes,
         });
+    }
+    if last[0] != b'\n' {
+        return Err(ImportError::Rewritten { recorded: at.bytes });
     }
     let (tx, mut rx) = mpsc::channel::<io::Result<Batch>>(READ_AHEAD);
     let (format, clock_ms) = (settings.format.clone(), settings.clock_ms);

@@ -156,8 +156,9 @@ fn split_request(request: &[u8]) -> Option<(&[u8], &[u8])> {
     well_formed.then_some((method, target))
 }
 
-/// The host of an absolute target and the path without query or fragment
-/// (`/` for an absolute target with no path).
+/// The host of an absolute target (its port kept, any user and password
+/// left out) and the path without query or fragment (`/` for an absolute
+/// target with no path).
 fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
     let lower = |n: usize| target.get(..n).map(<[u8]>::to_ascii_lowercase);
     let scheme = [7, 8]
@@ -170,7 +171,13 @@ fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
                 .iter()
                 .position(|b| matches!(b, b'/' | b'?' | b'#'))
                 .unwrap_or(rest.len());
-            (Some(&rest[..cut]).filter(|h| !h.is_empty()), &rest[cut..])
+            // Without the `user:password@` a URI may carry: never a name.
+            let authority = &rest[..cut];
+            let host = match authority.iter().rposition(|&b| b == b'@') {
+                Some(at) => &authority[at + 1..],
+                None => authority,
+            };
+            (Some(host).filter(|h| !h.is_empty()), &rest[cut..])
         }
         None => (None, target),
     };
@@ -280,9 +287,13 @@ impl Template {
                 _ => None,
             });
             let (Some(part), Some(close)) = (part, close) else {
+                let what = match close {
+                    Some(c) => format!("`{}` is no part", &rest[..=c]),
+                    None => "a brace is alone".into(),
+                };
                 return Err(format!(
-                    "`{text}` is not a name template: text with {{path}}, {{method}}, \
-                     {{host}} or {{status}} in it"
+                    "`{text}` is not a name template ({what}): text without braces, with \
+                     {{path}}, {{method}}, {{host}} or {{status}} in it"
                 ));
             };
             parts.push(part);
@@ -303,13 +314,17 @@ impl Template {
     ) -> Result<&'o str, LineReject> {
         out.clear();
         for part in &self.parts {
-            out.extend_from_slice(match part {
-                Part::Text(t) => t,
-                Part::Path => request.path,
-                Part::Method => request.method,
-                Part::Host => request.host.ok_or(LineReject::NoHost)?,
-                Part::Status => request.status,
-            });
+            match part {
+                // Host names are case-insensitive: one counter for each.
+                Part::Host => {
+                    let host = request.host.ok_or(LineReject::NoHost)?;
+                    out.extend(host.iter().map(u8::to_ascii_lowercase));
+                }
+                Part::Text(t) => out.extend_from_slice(t),
+                Part::Path => out.extend_from_slice(request.path),
+                Part::Method => out.extend_from_slice(request.method),
+                Part::Status => out.extend_from_slice(request.status),
+            }
         }
         event::check_name(out).map_err(LineReject::Hit)
     }
@@ -351,7 +366,13 @@ mod tests {
         assert_eq!(name("web:{status}", LINE, f).unwrap(), "web:200");
         assert_eq!(name("{host}{path}", LINE, f), Err(LineReject::NoHost));
         let absolute = br#"h - - [10/Oct/2000:13:55:36 +0000] "GET https://Example.org?q HTTP/1.1" 301 0 "-" "-""#;
-        assert_eq!(name("{host}{path}", absolute, f).unwrap(), "Example.org/");
+        assert_eq!(name("{host}{path}", absolute, f).unwrap(), "example.org/");
+        // A user and password in the URI are left out; a port is kept.
+        let with_user = br#"h - - [10/Oct/2000:13:55:36 +0000] "GET http://alice:s3cret@API.example:8080/x?a@b HTTP/1.1" 200 0 "-" "-""#;
+        assert_eq!(
+            name("{host} {path}", with_user, f).unwrap(),
+            "api.example:8080 /x"
+        );
         for bad in ["", "{nope}", "{path", "a}b", "{}"] {
             assert!(Template::parse(bad).is_err(), "{bad}");
         }

@@ -635,6 +635,12 @@ async fn a_file_that_cannot_be_imported_leaves_the_others_going() {
     std::fs::write(path("c.log"), lines(300, 100)).unwrap();
     import_ok(&url, &[&path("a.log")]);
     import_ok(&url, &[&path("c.log")]);
+    // A log under 4 KiB is imported, with a warning that it must not grow.
+    std::fs::write(path("d.log"), lines(500, 2)).unwrap();
+    let out = import(&url, &[&path("d.log")]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("holds less than 4096 bytes"), "{err}");
     // a.log rewritten in place, shorter, its first 4 KiB (its identity) kept.
     std::fs::write(path("a.log"), lines(0, 60)).unwrap();
     // c.log rewritten longer, its first 4 KiB kept and its lines after them
@@ -666,9 +672,11 @@ async fn a_file_that_cannot_be_imported_leaves_the_others_going() {
         "{err}"
     );
     assert!(err.contains("2 of 3 files not imported in full"), "{err}");
+    assert!(text.contains("the 1 of 3 files imported: "), "{text}");
+    assert!(!text.contains("all 3 files"), "{text}");
     assert_eq!(
         xlen(&mut c).await,
-        250,
-        "a.log's 100 lines, c.log's 100 and b.log's 50"
+        252,
+        "a.log's 100 lines, c.log's 100, d.log's 2 and b.log's 50"
     );
 }

@@ -164,8 +164,13 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         report(&shown.to_string(), &tally)?;
         total.add_up(tally);
     }
-    if many {
-        outln!("all {} files: {}", args.files.len(), summary(&total));
+    let imported = args.files.len() - not_imported.len();
+    if many && imported > 0 {
+        let of = match not_imported.len() {
+            0 => format!("all {imported} files"),
+            _ => format!("the {imported} of {} files imported", args.files.len()),
+        };
+        outln!("{of}: {}", summary(&total));
     }
     anyhow::ensure!(
         not_imported.is_empty(),
@@ -303,6 +308,14 @@ fn open(path: &Path) -> io::Result<Opened> {
     lines(Arc::new(AtomicU64::new(0)))?
         .take(IDENTITY_BYTES)
         .read_to_end(&mut head)?;
+    if (head.len() as u64) < IDENTITY_BYTES {
+        tracing::warn!(
+            "{} holds less than {IDENTITY_BYTES} bytes: its whole content is its identity, so \
+             once lines are added it is another file and all its lines count again (import a \
+             log once it is complete)",
+            path.display()
+        );
+    }
     let id = sha1_smol::Sha1::from(&head).digest().to_string();
     let source = import::Source {
         id,

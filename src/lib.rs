@@ -32,7 +32,8 @@
 //!    │       ingest/        `hitcount ingest`: POST /api/v1/hits; judge.rs   │
 //!    │                      (a body's hits), browser.rs (CORS,               │
 //!    │                      /hitcount.js), rate.rs (per client),             │
-//!    │                      statsd.rs (StatsD over UDP and TCP)              │
+//!    │                      statsd.rs (StatsD over UDP and TCP), failed.rs   │
+//!    │                      (answers when Redis fails a body's hits)         │
 //!    │       cli/           the binary's subcommands, one file each, and     │ behind the
 //!    │                      their text (status.rs: status, shard spread)     │ `cli` feature
 //!    │       bench/         `hitcount bench`: ceiling.rs, workers.rs, report.rs (default)

@@ -172,6 +172,17 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
     )
     .unwrap();
     assert_eq!(status, 415);
+    // A body beginning with a UTF-8 byte order mark is read past it.
+    let (status, _, body) = post(
+        &addr,
+        "application/x-ndjson",
+        &[auth],
+        "\u{feff}{\"name\":\"bom\"}\n",
+    );
+    assert_eq!(
+        (status, body.as_str()),
+        (202, r#"{"accepted":1,"refused":[]}"#)
+    );
     // A compressed body: 415 saying so (it was judged as bad JSON: 400).
     let (status, _, body) = post(
         &addr,
@@ -282,6 +293,7 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
     assert_eq!(counted(&mut admin, "b").await, 1);
     assert_eq!(counted(&mut admin, "c").await, 5 + 1);
     assert_eq!(counted(&mut admin, "web:/home").await, 1);
+    assert_eq!(counted(&mut admin, "bom").await, 1);
     let stats: Vec<String> = redis::cmd("HVALS")
         .arg("stats:60:b")
         .query_async(&mut admin)
@@ -291,7 +303,7 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
     assert!(dead_letters(&mut admin).await.is_empty());
     // Metrics: answers by code, hits by outcome and reason.
     for (series, want) in [
-        ("hitcount_ingest_hits_accepted_total", 7.0),
+        ("hitcount_ingest_hits_accepted_total", 8.0),
         (
             "hitcount_ingest_hits_refused_total{reason=\"bad_count\"}",
             2.0,
@@ -313,7 +325,7 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
             "hitcount_ingest_hits_refused_total{reason=\"bad_msgpack\"}",
             1005.0,
         ),
-        ("hitcount_ingest_requests_total{code=\"202\"}", 6.0),
+        ("hitcount_ingest_requests_total{code=\"202\"}", 7.0),
         ("hitcount_ingest_requests_total{code=\"401\"}", 3.0),
         ("hitcount_ingest_requests_total{code=\"413\"}", 2.0),
         ("hitcount_ingest_requests_total{code=\"415\"}", 4.0),
@@ -588,6 +600,7 @@ async fn redis_away_is_a_503_to_send_again_and_ingest_recovers() {
     assert_eq!(status, 503, "{answer}");
     assert!(head.contains("retry-after: 1"), "{head}");
     assert!(answer.contains("send again"), "{answer}");
+    assert_eq!(post(&addr, "application/json", &[], body).0, 503);
     assert_eq!(http_get(&addr, "/readyz").unwrap().0, 503);
     assert_eq!(http_get(&addr, "/healthz").unwrap().0, 200);
     srv.restart().unwrap();
@@ -605,6 +618,16 @@ async fn redis_away_is_a_503_to_send_again_and_ingest_recovers() {
         .unwrap();
     assert_eq!(entries, 2);
     assert!(metric(&addr, "hitcount_ingest_requests_total{code=\"503\"}") >= 1.0);
+    // The outage is in the log, once, and its end.
+    assert!(ingest.terminate(Duration::from_secs(15)).success());
+    let log = ingest.stderr();
+    assert_eq!(
+        log.matches("ingest: Redis unavailable; answering 503")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("ingest: Redis reachable again"), "{log}");
 }
 
 /// Redis reaching its `maxmemory` in the middle of a large body: the 503

@@ -23,6 +23,7 @@
 //! - and, on `HITCOUNT_STATSD_LISTEN`, StatsD over UDP and TCP ([`statsd`]).
 
 mod browser;
+mod failed;
 mod judge;
 mod rate;
 pub(crate) mod statsd;
@@ -44,7 +45,6 @@ use crate::edge::server::{self, BodyError, BodyRead, Limits, Peer, Resp};
 use crate::model::event::json::{JsonHit, Layout};
 use crate::model::metrics::{self, metrics};
 use crate::service::ingest::Appender;
-use crate::store::connect::ErrorClass;
 use browser::Browsers;
 use judge::Judged;
 use rate::Rate;
@@ -269,6 +269,11 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
     let Ok(Ok(turn)) = tokio::time::timeout(TURN_WAIT, turn).await else {
         return send_again("busy judging other bodies: send again");
     };
+    // A UTF-8 byte order mark (some Windows tools write one) is no JSON.
+    let body = match body.starts_with(b"\xEF\xBB\xBF") {
+        true => body.slice(3..),
+        false => body,
+    };
     let prefix = page.then(|| ingest.settings.browser_prefix.clone());
     // The turn is held until the judging ends, even if this request is
     // dropped meanwhile, and then until the hits are appended.
@@ -297,58 +302,12 @@ async fn append(judged: Judged, ingest: &Ingest) -> Resp {
         m.ingest_accepted.inc_by(taken);
         m.ingest_duplicates.inc_by(taken - appended);
         match failed {
-            Some(e) => return redis_failed(&e, taken, accepted.len()),
-            None => crate::store::memory::set_out_of_memory(false),
+            Some(e) => return failed::redis_failed(&e, taken, accepted.len()),
+            None => failed::took_hits(),
         }
     }
     let body = serde_json::to_string(&judged.answer).expect("the answer is JSON");
     server::respond(StatusCode::ACCEPTED, JSON, body)
-}
-
-/// 503 for a Redis that could not be reached or answered, or refused
-/// writes for its memory (resend), 500 for one that refused otherwise (a
-/// permission: the operator must act). When Redis took `taken` of the
-/// `total` hits before, the answer says so (`accepted`): those without an
-/// id would count twice if sent again.
-fn redis_failed(e: &redis::RedisError, taken: u64, total: usize) -> Resp {
-    use crate::store::memory::{is_oom, out_of_memory, set_out_of_memory, OUT_OF_MEMORY};
-    let (class, _) = crate::store::connect::classify(e);
-    let fatal = class == ErrorClass::Fatal || e.code().is_some_and(|c| c == "NOPERM");
-    let why = if fatal {
-        tracing::error!(error = %crate::store::connect::first_cause(e), "Redis refused ingest's hits");
-        "Redis refused the hits (see ingest's log)"
-    } else if is_oom(e) {
-        // Logged once until a request goes in again.
-        if !out_of_memory() {
-            tracing::warn!("{OUT_OF_MEMORY}: ingest answers 503 until it takes writes again");
-        }
-        set_out_of_memory(true);
-        "Redis is out of memory (maxmemory): send again"
-    } else {
-        tracing::debug!(error = %e, "Redis unavailable for ingest");
-        "Redis is unavailable: send again"
-    };
-    if taken == 0 {
-        return match fatal {
-            true => error(StatusCode::INTERNAL_SERVER_ERROR, why),
-            false => send_again(why),
-        };
-    }
-    let text = format!(
-        "{why} (Redis took {taken} of the {total} hits accepted before it failed: sent \
-         again, those without an id count twice)"
-    );
-    let body = serde_json::json!({ "error": text, "accepted": taken }).to_string();
-    let status = match fatal {
-        true => StatusCode::INTERNAL_SERVER_ERROR,
-        false => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    let mut resp = server::respond(status, JSON, body);
-    if !fatal {
-        resp.headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    resp
 }
 
 /// 503 with `Retry-After: 1`: the client sends the request again.

@@ -1,0 +1,74 @@
+//! What `ingest` answers and logs when Redis fails a body's hits: 503
+//! (send again) for an outage or a full Redis, each logged once until hits
+//! go in again, 500 for a refusal an operator must fix; and what Redis took
+//! before it failed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use hyper::header::{HeaderValue, RETRY_AFTER};
+use hyper::StatusCode;
+
+use super::{error, send_again, JSON};
+use crate::edge::server::{self, Resp};
+use crate::store::connect::ErrorClass;
+
+/// Redis took a body's hits: an outage or a full Redis logged is over.
+pub(super) fn took_hits() {
+    crate::store::memory::set_out_of_memory(false);
+    if UNAVAILABLE.swap(false, Ordering::Relaxed) {
+        tracing::warn!("ingest: Redis reachable again");
+    }
+}
+
+/// Whether Redis was last found unavailable (logged once until a request
+/// goes in again).
+static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+
+/// 503 for a Redis that could not be reached or answered, or refused
+/// writes for its memory (resend), 500 for one that refused otherwise (a
+/// permission: the operator must act). When Redis took `taken` of the
+/// `total` hits before, the answer says so (`accepted`): those without an
+/// id would count twice if sent again.
+pub(super) fn redis_failed(e: &redis::RedisError, taken: u64, total: usize) -> Resp {
+    use crate::store::memory::{is_oom, out_of_memory, set_out_of_memory, OUT_OF_MEMORY};
+    let (class, _) = crate::store::connect::classify(e);
+    let fatal = class == ErrorClass::Fatal || e.code().is_some_and(|c| c == "NOPERM");
+    let why = if fatal {
+        tracing::error!(error = %crate::store::connect::first_cause(e), "Redis refused ingest's hits");
+        "Redis refused the hits (see ingest's log)"
+    } else if is_oom(e) {
+        // Logged once until a request goes in again.
+        if !out_of_memory() {
+            tracing::warn!("{OUT_OF_MEMORY}: ingest answers 503 until it takes writes again");
+        }
+        set_out_of_memory(true);
+        "Redis is out of memory (maxmemory): send again"
+    } else {
+        // Logged once until a request goes in again.
+        if !UNAVAILABLE.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, "ingest: Redis unavailable; answering 503 (send again) until it takes hits again");
+        }
+        "Redis is unavailable: send again"
+    };
+    if taken == 0 {
+        return match fatal {
+            true => error(StatusCode::INTERNAL_SERVER_ERROR, why),
+            false => send_again(why),
+        };
+    }
+    let text = format!(
+        "{why} (Redis took {taken} of the {total} hits accepted before it failed: sent \
+         again, those without an id count twice)"
+    );
+    let body = serde_json::json!({ "error": text, "accepted": taken }).to_string();
+    let status = match fatal {
+        true => StatusCode::INTERNAL_SERVER_ERROR,
+        false => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let mut resp = server::respond(status, JSON, body);
+    if !fatal {
+        resp.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}

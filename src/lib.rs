@@ -138,13 +138,19 @@
 //!   them yourself: [`model::event`]).
 //! - Name the keys: [`model::keys::Keys`], from the settings of
 //!   [`model::config`].
-//! - Read counters and statistics: [`store::connect::client`] opens a
-//!   [`store::connect::Conn`]; then [`store::counters`] and
-//!   [`store::stats_query`] (values: [`model::stats`], [`model::stats_hash`]).
+//! - Read counters and statistics: [`store::connect::client`] gives a
+//!   client whose `open` gives a [`store::connect::Conn`]; then
+//!   [`store::counters`] and [`store::stats_query`] (values:
+//!   [`model::stats`], [`model::stats_hash`]).
 //! - Run a worker in-process: [`service::shards::run`] with
 //!   [`service::worker::Settings`], a [`service::health::Health`] and a
-//!   [`model::shutdown`] signal; [`edge::http`] serves its probes and
-//!   metrics.
+//!   [`model::shutdown`] signal, whose trigger tells why it stopped on its
+//!   own ([`model::shutdown::Trigger::fatal`]); [`edge::http`] serves its
+//!   probes and metrics. The leader's duties (cleaning, trimming) stay with
+//!   `hitcount worker` processes.
+//!
+//! With `default-features = false` the library leaves out the `cli`
+//! feature's commands and their dependencies (`scripts/test` builds it so).
 //! - Place stream shards on a cluster's masters: [`model::slots`].
 
 #![warn(missing_docs, unreachable_pub)]

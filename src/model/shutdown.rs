@@ -61,8 +61,10 @@ impl Trigger {
         self.tx.send_replace(true);
     }
 
-    /// The first fatal error reported by any task, if one was.
-    pub(crate) fn fatal(&self) -> Option<String> {
+    /// The first fatal error reported by any task, if one was: why workers
+    /// run in-process (`service::shards::run`) stopped on their own, in
+    /// one line (it is logged too).
+    pub fn fatal(&self) -> Option<String> {
         self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod duties;
 pub(crate) mod fence;
 pub(crate) mod forget;
 pub mod health;
+#[cfg(feature = "cli")]
 pub(crate) mod import;
 #[cfg(feature = "cli")]
 pub(crate) mod ingest;

@@ -54,7 +54,11 @@ const SETTLE: Duration = Duration::from_millis(500);
 /// Runs this process' workers until `shutdown`: waits for Redis to learn
 /// whether it is a cluster, then reads the one stream, or its share of the
 /// shards. Settings errors are returned before anything starts; a fatal
-/// Redis error stops `shutdown` with its cause.
+/// Redis error (a permission refused, a key of another type) stops
+/// `shutdown` with its cause, and this returns `Ok`: the cause is
+/// [`crate::model::shutdown::Trigger::fatal`] of its trigger. The leader's
+/// duties (cleaning old samples, trimming the stream) are not run here:
+/// `hitcount worker` processes run them.
 ///
 /// Memory: on glibc, the `hitcount` binary fixes the allocator's mmap
 /// threshold at 128 KiB before it starts anything, so that the large

@@ -717,3 +717,28 @@ fn a_producer_with_another_shard_count_than_the_workers_is_refused() {
         worker.stderr()
     );
 }
+
+/// A worker run in-process through the library that meets an error no
+/// retry fixes (the stream key holds a string) stops on its own, and its
+/// trigger says why: the cause was only logged, which a program without a
+/// tracing subscriber never saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_worker_stopped_by_a_fatal_error_tells_why() {
+    let srv = server();
+    let mut c = conn(&srv.url()).await;
+    let () = redis::cmd("SET")
+        .arg("hits")
+        .arg("a string")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let (trigger, stop) = hitcount::model::shutdown::channel();
+    let health = hitcount::service::health::Health::new(Duration::from_secs(60));
+    let run = hitcount::service::shards::run(settings(&srv.url(), "lib"), health, stop);
+    let ran = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the worker stops on its own");
+    assert!(ran.is_ok(), "{ran:?}");
+    let why = trigger.fatal().expect("a cause");
+    assert!(why.contains("WRONGTYPE"), "{why}");
+}

@@ -50,11 +50,12 @@ pub(crate) fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
     (ErrorClass::Transient, kind)
 }
 
-/// Whether Redis says the stream or its consumer group was deleted under
-/// this call (`NOGROUP`, or a blocked read `UNBLOCKED`): not an outage; the
-/// resync that follows makes them again and says so.
+/// Whether Redis says it lost what hitcount keeps there under this call:
+/// the stream or its consumer group deleted (`NOGROUP`, or a blocked read
+/// `UNBLOCKED`), its scripts flushed (`NOSCRIPT`). Not an outage: the
+/// resync that follows makes them again (and says so for the group).
 pub(crate) fn is_deleted_under(err: &RedisError) -> bool {
-    matches!(err.code(), Some("NOGROUP" | "UNBLOCKED"))
+    matches!(err.code(), Some("NOGROUP" | "UNBLOCKED" | "NOSCRIPT"))
 }
 
 /// Whether an error says the connection itself broke (not Redis' answer).
@@ -95,8 +96,16 @@ pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
     } else if text.contains("exhausted the last possible ID") {
         "the stream's last entry ID is the largest possible (an XADD with an explicit ID?), \
          so nothing can be added to it: let the workers drain it, then delete it, or use another --stream / HITCOUNT_STREAM"
+    } else if text.to_ascii_lowercase().contains("unknown redis command") {
+        // Redis' words for a command a script calls that it does not know.
+        "a command hitcount's scripts call is unknown to this Redis (renamed or removed by \
+         rename-command?): hitcount needs Redis 7.0 or newer with its commands under their \
+         own names"
     } else if lower.contains("unknown command") || text.contains("unknown command") {
         "hitcount needs Redis 7.0 or newer with scripting and streams"
+    } else if text.contains("DB index is out of range") {
+        "the database number in REDIS_URL (redis://host:port/DB) is over this Redis' \
+         `databases` setting: use a lower one"
     } else if lower.contains("error compiling script") || lower.contains("scripting is disabled") {
         "Redis refused hitcount's Lua scripts: it needs Redis 7.0 or newer with EVAL allowed"
     } else {
@@ -314,6 +323,31 @@ pub(crate) fn naming_key(cmd: &redis::Cmd, err: redis::RedisError) -> redis::Red
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error Redis words itself (`-CODE detail`).
+    fn reply(text: &str) -> RedisError {
+        redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
+            .and_then(redis::Value::extract_error)
+            .unwrap_err()
+    }
+
+    /// Settings no retry fixes stop with a hint: a command a script calls
+    /// renamed away, a database number over `databases`.
+    #[test]
+    fn a_renamed_command_and_a_database_out_of_range_are_fatal() {
+        let renamed =
+            reply("ERR Unknown Redis command called from script script: 0123, on @user_script:7.");
+        assert_eq!(classify(&renamed).0, ErrorClass::Fatal);
+        assert!(fatal_hint(&renamed).unwrap().contains("rename-command"));
+        let db = RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "Redis server refused to switch database",
+            "ERR DB index is out of range".to_string(),
+        ));
+        assert_eq!(classify(&db).0, ErrorClass::Fatal, "{db}");
+        assert!(fatal_hint(&db).unwrap().contains("REDIS_URL"));
+        assert!(is_deleted_under(&reply("NOSCRIPT No matching script.")));
+    }
 
     #[test]
     fn a_broken_connection_is_no_oom() {

@@ -455,6 +455,42 @@ fn an_idle_worker_with_a_long_block_stops_within_its_shutdown_timeout() {
     assert!(log.contains("worker stopped cleanly"), "{log}");
 }
 
+/// A worker stopping while Redis stalls (`CLIENT PAUSE … WRITE`: its
+/// read, its scripts and the release of its name wait for replies) exits
+/// once `--shutdown-timeout` and 2 s more have passed, saying so: it took
+/// over 16 s with a timeout of 3, past a Kubernetes grace period. Its
+/// entries stay pending for other workers.
+#[test]
+fn a_worker_stopping_while_redis_stalls_exits_within_its_timeout() {
+    let srv = server();
+    let url = srv.url();
+    let listen = bin::free_addr();
+    let args = ["--shutdown-timeout", "2"];
+    let mut w = bin::Child::spawn("stalled", bin::worker(&url, "stalled", &listen, &args));
+    bin::wait_ready(&mut w, &listen);
+    let mut r = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(60_000)
+        .arg("WRITE")
+        .query(&mut r)
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let started = std::time::Instant::now();
+    let status = w.terminate(Duration::from_secs(30));
+    let took = started.elapsed();
+    let () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut r).unwrap();
+    let log = w.stderr();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("exiting now"), "{log}");
+    // 4 s by the settings; the rest is room for a loaded machine, well
+    // short of what the stalled replies took.
+    assert!(took < Duration::from_secs(10), "{took:?}: {log}");
+}
+
 /// A worker started while Redis is down turns its loop with each try to
 /// reach it: past `--stuck-after` it is still live (a restart would not
 /// bring Redis back), and not ready.

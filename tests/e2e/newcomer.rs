@@ -742,3 +742,62 @@ async fn a_library_worker_stopped_by_a_fatal_error_tells_why() {
     let why = trigger.fatal().expect("a cause");
     assert!(why.contains("WRONGTYPE"), "{why}");
 }
+
+/// Settings no retry fixes stop a worker with a hint instead of retrying
+/// for ever behind "Redis unavailable": a database number over the
+/// server's `databases`, and a command its scripts call renamed away
+/// (`rename-command XCLAIM ""`: the claim of a dead consumer's entries
+/// failed again and again while /readyz said ok and those hits waited).
+#[test]
+fn a_database_out_of_range_and_a_renamed_command_stop_a_worker_saying_why() {
+    let srv = server_with(ServerOptions {
+        extra: vec!["rename-command XCLAIM \"\"".into()],
+        ..ServerOptions::default()
+    });
+    let url = srv.url();
+    let listen = common::bin::free_addr();
+    let db = format!("{url}/16");
+    let (code, _, err) =
+        run_within_a_minute("db16", &["worker", "--listen", &listen, "--redis-url", &db]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("DB index is out of range"), "{err}");
+    assert!(err.contains("`databases` setting"), "{err}");
+
+    // A hit delivered to a consumer that died: a worker must claim it.
+    let o = run_hitcount(&["hit", "cx", "--redis-url", &url]);
+    assert!(o.status.success(), "{o:?}");
+    let mut r = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("hits")
+        .arg("hitcount")
+        .arg("0")
+        .query(&mut r)
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("hitcount")
+        .arg("dead")
+        .arg("STREAMS")
+        .arg("hits")
+        .arg(">")
+        .query(&mut r)
+        .unwrap();
+    let (code, _, err) = run_within_a_minute(
+        "renamed",
+        &[
+            "worker",
+            "--listen",
+            &listen,
+            "--claim-idle-ms",
+            "1000",
+            "--redis-url",
+            &url,
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("rename-command"), "{err}");
+}

@@ -130,6 +130,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         &shutdown,
         &done,
     );
+    let deadline = settings.worker.shutdown_timeout() + OVERRUN;
     let signals = tokio::spawn({
         let trigger = trigger.clone();
         let health = health.clone();
@@ -138,6 +139,17 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             health.set_stopping();
             tracing::info!("shutdown requested: finishing the window in flight");
             trigger.trigger();
+            // A Redis that stalls (a reply that never comes, a CLIENT PAUSE)
+            // must not hold the process past its grace period: exiting is
+            // what a crash is, which every hit survives.
+            tokio::time::sleep(deadline).await;
+            tracing::error!(
+                "still stopping {} s after the signal (--shutdown-timeout plus {} s): exiting \
+                 now; this worker's pending entries go to other workers after --claim-idle-ms",
+                deadline.as_secs(),
+                OVERRUN.as_secs()
+            );
+            std::process::exit(1);
         }
     });
     let worker_task = tokio::spawn(crate::service::shards::run(
@@ -167,6 +179,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         None => Ok(()),
     }
 }
+
+/// How long past `--shutdown-timeout` a stopping worker may take (to leave
+/// the group, release its name and lease) before it exits anyway.
+const OVERRUN: Duration = Duration::from_secs(2);
 
 /// Starts the lease keeper (until `done`, then it releases the lease) and
 /// the leader's duties (until `shutdown`).

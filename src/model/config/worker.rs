@@ -144,6 +144,7 @@ pub struct WorkerArgs {
     /// Seconds to finish the window in flight after SIGTERM before exiting
     /// anyway (Kubernetes' grace period is 30 s), 0..=3600; 0 exits at once,
     /// leaving the window's entries pending for another worker to claim.
+    /// Whatever Redis does, the process exits 2 s after it (status 1).
     #[arg(long = "shutdown-timeout", env = "HITCOUNT_SHUTDOWN_TIMEOUT",
           default_value_t = 20, value_parser = SHUTDOWN_TIMEOUT.parser::<u64>())]
     pub shutdown_timeout_secs: u64,

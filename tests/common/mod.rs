@@ -69,6 +69,12 @@ pub fn slowlog_server() -> RedisServer {
     slowlog_server_with(ServerOptions::default())
 }
 
+/// A plain blocking connection to the node at `url`, for a test's own
+/// commands.
+pub fn sync_conn(url: &str) -> redis::Connection {
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

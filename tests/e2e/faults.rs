@@ -468,10 +468,7 @@ fn a_worker_stopping_while_redis_stalls_exits_within_its_timeout() {
     let args = ["--shutdown-timeout", "2"];
     let mut w = bin::Child::spawn("stalled", bin::worker(&url, "stalled", &listen, &args));
     bin::wait_ready(&mut w, &listen);
-    let mut r = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut r = sync_conn(&url);
     let () = redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(60_000)

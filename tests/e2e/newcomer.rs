@@ -666,10 +666,7 @@ fn a_producer_with_another_shard_count_than_the_workers_is_refused() {
     };
     refused(&["hit", "page:home"]);
     refused(&["load", "--hits", "10", "--names", "2"]);
-    let mut c = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut c = sync_conn(&url);
     let exists: i64 = redis::cmd("EXISTS").arg("hits").query(&mut c).unwrap();
     assert_eq!(exists, 0, "a refused producer sent nothing to hits");
     // `status` without the count looks at the workers' shards, and says
@@ -766,10 +763,7 @@ fn a_database_out_of_range_and_a_renamed_command_stop_a_worker_saying_why() {
     // A hit delivered to a consumer that died: a worker must claim it.
     let o = run_hitcount(&["hit", "cx", "--redis-url", &url]);
     assert!(o.status.success(), "{o:?}");
-    let mut r = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut r = sync_conn(&url);
     let () = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg("hits")

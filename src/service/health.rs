@@ -215,6 +215,10 @@ impl Health {
             // Redis answers, but refuses writes: no network fault to chase.
             problems.push(if crate::store::memory::out_of_memory() {
                 format!("{}: writes refused", crate::store::memory::OUT_OF_MEMORY)
+            } else if crate::store::error::read_only() {
+                "Redis answers as a read-only replica: writes refused (REDIS_URL must name a \
+                 master)"
+                    .to_string()
             } else {
                 "redis not connected".to_string()
             });

@@ -55,6 +55,9 @@ pub(crate) struct Reconnecting {
     /// Whether this task's last failure was Redis refusing a write for its
     /// memory (`OOM`).
     refused_for_memory: bool,
+    /// The last failure was a replica's READONLY (see
+    /// [`crate::store::error::read_only`]).
+    refused_read_only: bool,
     opened: u64,
     outage: Outage,
     backoff: Backoff,
@@ -73,6 +76,7 @@ impl Reconnecting {
             used: None,
             proven: false,
             refused_for_memory: false,
+            refused_read_only: false,
             opened: 0,
             outage: Outage::default(),
             backoff: Backoff::default(),
@@ -149,6 +153,9 @@ impl Reconnecting {
         if std::mem::take(&mut self.refused_for_memory) {
             crate::store::memory::set_out_of_memory(false);
         }
+        if std::mem::take(&mut self.refused_read_only) {
+            crate::store::error::set_read_only(false);
+        }
         self.outage.recovered(self.what);
         self.backoff.reset();
     }
@@ -177,6 +184,11 @@ impl Reconnecting {
         self.refused_for_memory = oom;
         if oom {
             crate::store::memory::set_out_of_memory(true);
+        }
+        let read_only = matches!(err, StoreError::Redis(e) if e.code() == Some("READONLY"));
+        self.refused_read_only = read_only;
+        if read_only {
+            crate::store::error::set_read_only(true);
         }
         match (class, shutdown) {
             (ErrorClass::Fatal, Some(shutdown)) => {

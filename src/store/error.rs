@@ -50,6 +50,21 @@ pub(crate) fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
     (ErrorClass::Transient, kind)
 }
 
+/// A write refused with READONLY by this process' last try on some
+/// connection: `/readyz` says so instead of "redis not connected".
+static READ_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records whether the Redis written to answers as a read-only replica.
+pub(crate) fn set_read_only(refusing: bool) {
+    READ_ONLY.store(refusing, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the last write was refused by a read-only replica (a `REDIS_URL`
+/// naming a replica, or a cluster's failover under way).
+pub(crate) fn read_only() -> bool {
+    READ_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Whether Redis says it lost what hitcount keeps there under this call:
 /// the stream or its consumer group deleted (`NOGROUP`, or a blocked read
 /// `UNBLOCKED`), its scripts flushed (`NOSCRIPT`). Not an outage: the

@@ -488,6 +488,36 @@ fn a_worker_stopping_while_redis_stalls_exits_within_its_timeout() {
     assert!(took < Duration::from_secs(10), "{took:?}: {log}");
 }
 
+/// A worker pointed at a read-only replica is not ready, and `/readyz`
+/// says why (it said "redis not connected", sending an operator after the
+/// network); it stays live, since the replica may be promoted.
+#[test]
+fn a_worker_on_a_replica_says_so_on_readyz() {
+    let master = server();
+    let replica = server_with(ServerOptions {
+        extra: vec![format!("replicaof 127.0.0.1 {}", master.port())],
+        ..ServerOptions::default()
+    });
+    let listen = bin::free_addr();
+    let mut w = bin::Child::spawn(
+        "replica",
+        bin::worker(&replica.url(), "replica", &listen, &[]),
+    );
+    let said = bin::wait_for("readyz naming the replica", Duration::from_secs(60), || {
+        w.assert_running();
+        bin::http_get(&listen, "/readyz")
+            .filter(|(status, body)| *status == 503 && body.contains("read-only replica"))
+    });
+    assert!(said.1.contains("REDIS_URL must name a master"), "{said:?}");
+    assert_eq!(bin::http_get(&listen, "/healthz").unwrap().0, 200);
+    assert_eq!(
+        w.terminate(Duration::from_secs(30)).code(),
+        Some(0),
+        "{}",
+        w.stderr()
+    );
+}
+
 /// A worker started while Redis is down turns its loop with each try to
 /// reach it: past `--stuck-after` it is still live (a restart would not
 /// bring Redis back), and not ready.

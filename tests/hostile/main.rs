@@ -13,7 +13,5 @@ mod stream;
 
 /// A plain (blocking) connection to the test's Redis at `url`.
 fn redis(url: &str) -> redis::Connection {
-    redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .expect("connecting to the test's redis-server")
+    common::sync_conn(url)
 }

@@ -377,6 +377,29 @@ fn producers_and_workers_agree_on_the_shard_count() {
     }
 }
 
+/// Appends `n` plain hits of `name` in one pipeline.
+fn send_hits(r: &mut redis::Connection, name: &str, n: usize) {
+    let mut pipe = redis::pipe();
+    for _ in 0..n {
+        pipe.cmd("XADD")
+            .arg("hits")
+            .arg("*")
+            .arg("name")
+            .arg(name)
+            .ignore();
+    }
+    let _: () = pipe.query(r).unwrap();
+}
+
+/// The hits of `name` counted at the day precision.
+fn day_count(r: &mut redis::Connection, name: &str) -> i64 {
+    let counts: Vec<i64> = redis::cmd("HVALS")
+        .arg(format!("count:86400:{name}"))
+        .query(r)
+        .unwrap();
+    counts.iter().sum()
+}
+
 /// `XGROUP DESTROY` under a running worker: the group is made again after
 /// the newest entry the worker committed, so what it counted is not counted
 /// again (it was made again from the stream's start: every entry still in
@@ -386,22 +409,8 @@ fn a_group_destroyed_under_a_worker_counts_nothing_twice() {
     let srv = server();
     let url = srv.url();
     let mut r = redis(&url);
-    let send = |r: &mut redis::Connection, n: usize| {
-        let mut pipe = redis::pipe();
-        for _ in 0..n {
-            pipe.cmd("XADD")
-                .arg("hits")
-                .arg("*")
-                .arg("name")
-                .arg("g")
-                .ignore();
-        }
-        let _: () = pipe.query(r).unwrap();
-    };
-    let counted = |r: &mut redis::Connection| -> i64 {
-        let counts: Vec<i64> = redis::cmd("HVALS").arg("count:86400:g").query(r).unwrap();
-        counts.iter().sum()
-    };
+    let send = |r: &mut redis::Connection, n: usize| send_hits(r, "g", n);
+    let counted = |r: &mut redis::Connection| day_count(r, "g");
     // Every entry the group has read and acknowledged: the count is final.
     let settled = |r: &mut redis::Connection| -> bool {
         let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
@@ -447,6 +456,38 @@ fn a_group_destroyed_under_a_worker_counts_nothing_twice() {
     assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
 }
 
+/// `SCRIPT FLUSH` under a running worker: it loads its scripts again on a
+/// new connection and counts every hit once, without calling it an outage.
+#[test]
+fn flushed_scripts_are_loaded_again_and_nothing_counts_twice() {
+    let srv = server();
+    let url = srv.url();
+    let mut r = redis(&url);
+    let send = |r: &mut redis::Connection| send_hits(r, "sf", 100);
+    let counted = |r: &mut redis::Connection| day_count(r, "sf");
+    let mut worker = bin::start_worker(&url, "w1", &bin::free_addr(), &[]);
+    send(&mut r);
+    bin::wait_for("the first hits counted", Duration::from_secs(60), || {
+        (counted(&mut r) == 100).then_some(())
+    });
+    for _ in 0..3 {
+        let () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut r).unwrap();
+        send(&mut r);
+    }
+    bin::wait_for("every hit counted", Duration::from_secs(60), || {
+        worker.assert_running();
+        (counted(&mut r) >= 400).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(counted(&mut r), 400, "{}", worker.stderr());
+    assert!(
+        !worker.stderr().contains("Redis unavailable"),
+        "{}",
+        worker.stderr()
+    );
+    assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
+}
+
 /// A stream that took the last possible id, drained and then deleted, as
 /// the README advises: the worker makes the group again from the new
 /// stream's start, not after the old stream's newest id (which no new
@@ -456,13 +497,7 @@ fn a_stream_deleted_after_the_last_possible_id_counts_its_new_entries() {
     let srv = server();
     let url = srv.url();
     let mut r = redis(&url);
-    let counted = |r: &mut redis::Connection, name: &str| -> i64 {
-        let counts: Vec<i64> = redis::cmd("HVALS")
-            .arg(format!("count:86400:{name}"))
-            .query(r)
-            .unwrap();
-        counts.iter().sum()
-    };
+    let counted = day_count;
     let listen = bin::free_addr();
     let mut worker = bin::start_worker(&url, "w1", &listen, &[]);
     let _: String = redis::cmd("XADD")

@@ -172,6 +172,19 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
     )
     .unwrap();
     assert_eq!(status, 415);
+    // No body at all (HTTP/1.0 without Content-Length sends none): 400
+    // saying so (it was a parser's "EOF while parsing a value").
+    let mut s = TcpStream::connect(&addr).unwrap();
+    write!(
+        s,
+        "POST /api/v1/hits HTTP/1.0\r\n{auth}\r\nContent-Type: {json}\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.read_to_string(&mut raw);
+    assert!(raw.starts_with("HTTP/1.0 400"), "{raw}");
+    assert!(raw.contains("it is empty"), "{raw}");
     // A body beginning with a UTF-8 byte order mark is read past it.
     let (status, _, body) = post(
         &addr,

@@ -274,13 +274,19 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
         true => body.slice(3..),
         false => body,
     };
-    let prefix = page.then(|| ingest.settings.browser_prefix.clone());
-    // The turn is held until the judging ends, even if this request is
-    // dropped meanwhile, and then until the hits are appended.
-    let (_turn, judged) = judge::judge(body, layout, prefix, turn).await;
-    let mut resp = match judged {
-        Ok(judged) => append(judged, ingest).await,
-        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+    let mut resp = if body.trim_ascii().is_empty() && layout == Layout::Json {
+        let why = "body is not a JSON hit or array of hits: it is empty (without \
+                   Content-Length or chunks a request sends none)";
+        error(StatusCode::BAD_REQUEST, why)
+    } else {
+        let prefix = page.then(|| ingest.settings.browser_prefix.clone());
+        // The turn is held until the judging ends, even if this request is
+        // dropped meanwhile, and then until the hits are appended.
+        let (_turn, judged) = judge::judge(body, layout, prefix, turn).await;
+        match judged {
+            Ok(judged) => append(judged, ingest).await,
+            Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+        }
     };
     resp.extensions_mut().insert(BodyRead);
     resp

@@ -95,7 +95,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         .is_err()
     {
         anyhow::bail!(
-            "could not reach Redis at {} within {SEND_TIMEOUT:?}",
+            "Redis at {} did not take the hit within {SEND_TIMEOUT:?} of tries (the warning \
+             above says why; a hash slot being moved answers TRYAGAIN until the move ends)",
             crate::model::config::redact_url(&args.common.redis.url)
         );
     }

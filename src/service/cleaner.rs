@@ -247,7 +247,8 @@ impl Pass<'_> {
             .map(|i| due[i].key.as_str())
             .collect();
         if let [first, ..] = foreign.as_slice() {
-            tracing::warn!(keys = foreign.len(), example = %first,
+            let example = crate::model::event::printable(first);
+            tracing::warn!(keys = foreign.len(), example = %example,
                 "left alone: keys named as hitcount's that are no hash (written by something else)");
         }
         let big = match family {

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::bin::{hitcount, wait_for, Child};
-use crate::common::{server, unix_now};
+use crate::common::{server, sync_conn, unix_now};
 
 /// What a finished run printed, and its exit code.
 struct Output {
@@ -488,9 +488,10 @@ fn top_prints_a_hostile_name_escaped() {
     let name = "evil\u{1b}[31mred\u{7}";
     // A C1 control (an 8-bit CSI) and a right-to-left override.
     let other = "odd\u{9b}2J\u{202e}txt";
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut c = client.get_connection().unwrap();
-    for (n, count) in [(name, 5), (other, 4)] {
+    // Format characters that print as nothing: a soft hyphen, a bidi mark.
+    let hidden = "pa\u{ad}ge\u{61c}";
+    let mut c = sync_conn(&url);
+    for (n, count) in [(name, 5), (other, 4), (hidden, 3)] {
         redis::pipe()
             .cmd("HSET")
             .arg(format!("count:3600:{n}"))
@@ -508,7 +509,7 @@ fn top_prints_a_hostile_name_escaped() {
         let args = [&["top", "--precision", "3600", "--bucket", &bucket], json].concat();
         let o = run(&args, &[("REDIS_URL", &url)]);
         assert_eq!(o.code, Some(0), "{}", o.stderr);
-        for raw in ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}'] {
+        for raw in ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}', '\u{ad}', '\u{61c}'] {
             assert!(!o.stdout.contains(raw), "{raw:?} in {:?}", o.stdout);
         }
         o.stdout
@@ -516,6 +517,15 @@ fn top_prints_a_hostile_name_escaped() {
     let text = top(&[]);
     assert!(text.contains("evil\\u{1b}[31mred\\u{7}"), "{text}");
     assert!(text.contains("odd\\u{9b}2J\\u{202e}txt"), "{text}");
+    assert!(text.contains("pa\\u{ad}ge\\u{61c}"), "{text}");
+    // `get` of a name with nothing saying so, the name escaped too.
+    let o = run(&["get", name, "--precision", "60"], &[("REDIS_URL", &url)]);
+    assert!(
+        o.stdout.contains("no samples for evil\\u{1b}"),
+        "{:?}",
+        o.stdout
+    );
+    assert!(!o.stdout.contains('\u{1b}'), "{:?}", o.stdout);
     // As JSON: written `\uXXXX`, read back as the names themselves.
     let json = top(&["--json"]);
     assert!(json.contains(r"odd\u009b2J\u202etxt"), "{json}");
@@ -526,5 +536,5 @@ fn top_prints_a_hostile_name_escaped() {
         .iter()
         .map(|e| e["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, [name, other], "{top}");
+    assert_eq!(names, [name, other, hidden], "{top}");
 }

@@ -230,6 +230,36 @@ fn stopped_worker(url: &str) -> String {
     err
 }
 
+/// A counter key of another type whose name holds a newline and a fake log
+/// line: the cleaner's warning names it escaped, on one line (it was
+/// printed raw, so a counter name could forge a line of the log).
+#[test]
+fn a_foreign_key_is_named_escaped_in_the_log() {
+    let srv = server();
+    let url = srv.url();
+    let mut r = redis(&url);
+    let name = "x\nERROR hitcount: FORGED\u{1b}[2J";
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(format!("count:60:{name}"))
+        .arg("s")
+        .cmd("ZADD")
+        .arg("known:")
+        .arg(0)
+        .arg(format!("60:{name}"))
+        .query(&mut r)
+        .unwrap();
+    let out = run_hitcount(&["clean", "--once", "--redis-url", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("example=count:60:x\\nERROR hitcount: FORGED\\u{1b}[2J"),
+        "{err}"
+    );
+    assert!(!err.lines().any(|l| l.starts_with("ERROR")), "{err}");
+    assert!(!err.contains('\u{1b}'), "{err}");
+}
+
 /// A dead-letter stream of another type (a `--dead-stream` that names
 /// another program's key): the worker stops in one line naming the setting,
 /// before it commits anything. Its commit script used to fail halfway, the

@@ -156,7 +156,7 @@ fn warn_skipped(key: &str, skipped: usize, example: &Option<(String, String)>, w
 fn nothing(args: &Args, what: &str) -> anyhow::Result<()> {
     outln!(
         "no {what} for {} at precision {} s",
-        args.name,
+        crate::model::event::printable(&args.name),
         args.precision
     );
     Ok(())

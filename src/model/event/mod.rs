@@ -302,12 +302,18 @@ pub(crate) fn ts_of_ms(ms: i64) -> f64 {
     (ms as f64 + 0.5) / 1000.0
 }
 
-/// Whether `c` is a control character or an invisible one that reorders
-/// or breaks a line, which [`printable`] escapes.
+/// Whether `c` is a control character, or an invisible one (Unicode's
+/// format characters, which reorder text, join or hide; the line and
+/// paragraph separators), which [`printable`] escapes: `pa\u{ad}ge` must
+/// not print as `page`.
 pub(crate) fn unprintable(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2028}'
-            | '\u{2029}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+        || matches!(c, '\u{ad}' | '\u{600}'..='\u{605}' | '\u{61c}' | '\u{6dd}' | '\u{70f}'
+            | '\u{890}' | '\u{891}' | '\u{8e2}' | '\u{180e}' | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}' | '\u{2028}' | '\u{2029}' | '\u{2060}'..='\u{206f}'
+            | '\u{feff}' | '\u{fff9}'..='\u{fffb}' | '\u{110bd}' | '\u{110cd}'
+            | '\u{13430}'..='\u{1343f}' | '\u{1bca0}'..='\u{1bca3}' | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0001}' | '\u{e0020}'..='\u{e007f}')
 }
 
 /// A name (or any text a producer wrote) as shown on a terminal: its

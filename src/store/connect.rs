@@ -174,9 +174,9 @@ impl Reconnecting {
         self.conn = None;
         let class = err.record();
         // A connection that served calls and then broke (Redis restarted,
-        // a proxy closed it), or whose stream or group was deleted under
-        // it, is replaced at once: only if the new one fails too is Redis
-        // unavailable.
+        // a proxy closed it), or under which Redis lost hitcount's stream,
+        // group or scripts (`is_deleted_under`), is replaced at once: only
+        // if the new one fails too is Redis unavailable.
         let broken = std::mem::take(&mut self.proven)
             && matches!(err, StoreError::Redis(e) if crate::store::error::is_broken_link(e)
                 || crate::store::error::is_deleted_under(e));

@@ -118,6 +118,10 @@ pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
          own names"
     } else if lower.contains("unknown command") || text.contains("unknown command") {
         "hitcount needs Redis 7.0 or newer with scripting and streams"
+    } else if text.contains("cluster support disabled") {
+        // The cluster client's first call to a node that is no cluster.
+        "REDIS_URL names a Redis that is no cluster node while HITCOUNT_CLUSTER (--cluster) \
+         is on: leave it at auto, the default, or set it to off"
     } else if text.contains("DB index is out of range") {
         "the database number in REDIS_URL (redis://host:port/DB) is over this Redis' \
          `databases` setting: use a lower one"
@@ -362,6 +366,11 @@ mod tests {
         assert_eq!(classify(&db).0, ErrorClass::Fatal, "{db}");
         assert!(fatal_hint(&db).unwrap().contains("REDIS_URL"));
         assert!(is_deleted_under(&reply("NOSCRIPT No matching script.")));
+        let no_cluster = reply("ERR This instance has cluster support disabled");
+        assert_eq!(classify(&no_cluster).0, ErrorClass::Fatal);
+        assert!(fatal_hint(&no_cluster)
+            .unwrap()
+            .contains("HITCOUNT_CLUSTER"));
     }
 
     #[test]

@@ -742,11 +742,12 @@ async fn a_library_worker_stopped_by_a_fatal_error_tells_why() {
 
 /// Settings no retry fixes stop a worker with a hint instead of retrying
 /// for ever behind "Redis unavailable": a database number over the
-/// server's `databases`, and a command its scripts call renamed away
+/// server's `databases`, `--cluster on` for a Redis that is no cluster
+/// node, and a command its scripts call renamed away
 /// (`rename-command XCLAIM ""`: the claim of a dead consumer's entries
 /// failed again and again while /readyz said ok and those hits waited).
 #[test]
-fn a_database_out_of_range_and_a_renamed_command_stop_a_worker_saying_why() {
+fn settings_no_retry_fixes_stop_a_worker_saying_why() {
     let srv = server_with(ServerOptions {
         extra: vec!["rename-command XCLAIM \"\"".into()],
         ..ServerOptions::default()
@@ -759,6 +760,23 @@ fn a_database_out_of_range_and_a_renamed_command_stop_a_worker_saying_why() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("DB index is out of range"), "{err}");
     assert!(err.contains("`databases` setting"), "{err}");
+    // HITCOUNT_CLUSTER=on against a Redis that is no cluster: the cluster
+    // manifests promise a fast failure (it was retried as an outage).
+    let (code, _, err) = run_within_a_minute(
+        "cluster-on",
+        &[
+            "worker",
+            "--listen",
+            &listen,
+            "--cluster",
+            "on",
+            "--redis-url",
+            &url,
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("cluster support disabled"), "{err}");
+    assert!(err.contains("leave it at auto"), "{err}");
 
     // A hit delivered to a consumer that died: a worker must claim it.
     let o = run_hitcount(&["hit", "cx", "--redis-url", &url]);

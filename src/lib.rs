@@ -143,7 +143,8 @@
 //!   [`store::counters`] and [`store::stats_query`] (values:
 //!   [`model::stats`], [`model::stats_hash`]).
 //! - Run a worker in-process: [`service::shards::run`] with
-//!   [`service::worker::Settings`], a [`service::health::Health`] and a
+//!   [`service::worker::Settings`], a [`service::health::Health`] (which
+//!   tells what the probes would: `liveness_problem`, `readiness_problems`) and a
 //!   [`model::shutdown`] signal, whose trigger tells why it stopped on its
 //!   own ([`model::shutdown::Trigger::fatal`]); [`edge::http`] serves its
 //!   probes and metrics. The leader's duties (cleaning, trimming) stay with

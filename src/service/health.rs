@@ -189,8 +189,9 @@ impl Health {
         self.readiness_problems().is_empty()
     }
 
-    /// Why the worker is not live, if it is not.
-    pub(crate) fn liveness_problem(&self) -> Option<String> {
+    /// Why the worker is not live, if it is not (what `/healthz` answers
+    /// 503 with): its loop stuck past `stuck_after`, or a fatal error.
+    pub fn liveness_problem(&self) -> Option<String> {
         if self.fatal.load(Ordering::Relaxed) {
             return Some("stopping on a fatal error".to_string());
         }
@@ -205,8 +206,10 @@ impl Health {
         })
     }
 
-    /// Every readiness condition that fails, empty when ready.
-    pub(crate) fn readiness_problems(&self) -> Vec<String> {
+    /// Every readiness condition that fails, empty when ready (what
+    /// `/readyz` answers 503 with): Redis not reached or refusing writes,
+    /// not in the consumer group, shutting down, not live.
+    pub fn readiness_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if self.stopping.load(Ordering::Relaxed) {
             problems.push("shutting down".to_string());

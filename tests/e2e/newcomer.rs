@@ -731,13 +731,19 @@ async fn a_library_worker_stopped_by_a_fatal_error_tells_why() {
         .unwrap();
     let (trigger, stop) = hitcount::model::shutdown::channel();
     let health = hitcount::service::health::Health::new(Duration::from_secs(60));
-    let run = hitcount::service::shards::run(settings(&srv.url(), "lib"), health, stop);
+    let run = hitcount::service::shards::run(settings(&srv.url(), "lib"), health.clone(), stop);
     let ran = tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .expect("the worker stops on its own");
     assert!(ran.is_ok(), "{ran:?}");
     let why = trigger.fatal().expect("a cause");
     assert!(why.contains("WRONGTYPE"), "{why}");
+    // What the probes would answer, readable in-process too.
+    assert_eq!(
+        health.liveness_problem().as_deref(),
+        Some("stopping on a fatal error")
+    );
+    assert!(!health.readiness_problems().is_empty());
 }
 
 /// Settings no retry fixes stop a worker with a hint instead of retrying

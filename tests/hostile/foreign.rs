@@ -221,11 +221,14 @@ fn its_own_keys_damaged_stop_no_worker_and_block_no_lease() {
 /// What a worker started on `url` said as it stopped with status 1, as it
 /// must (a key of hitcount's of another type).
 fn stopped_worker(url: &str) -> String {
-    let mut worker = start_worker(url, "w1", &free_addr(), &[]);
-    let status = worker
-        .wait(Duration::from_secs(60))
-        .expect("the worker stops");
-    let err = worker.stderr();
+    failed(start_worker(url, "w1", &free_addr(), &[]))
+}
+
+/// What `child` said as it stopped on its own within a minute, with status
+/// 1 as it must.
+fn failed(mut child: crate::common::bin::Child) -> String {
+    let status = child.wait(Duration::from_secs(60)).expect("it stops");
+    let err = child.stderr();
     assert_eq!(status.code(), Some(1), "{err}");
     err
 }
@@ -417,11 +420,7 @@ fn a_shard_count_record_that_is_no_count_is_refused_by_name() {
 fn ingest_refused(url: &str) -> String {
     let mut cmd = crate::common::bin::hitcount();
     cmd.args(["ingest", "--redis-url", url, "--listen", &free_addr()]);
-    let mut ingest = crate::common::bin::Child::spawn("ingest", cmd);
-    let status = ingest.wait(Duration::from_secs(60)).expect("it stops");
-    let err = ingest.stderr();
-    assert_eq!(status.code(), Some(1), "{err}");
-    err
+    failed(crate::common::bin::Child::spawn("ingest", cmd))
 }
 
 /// `ingest` started with another shard count than the workers recorded

@@ -74,7 +74,8 @@ const READ_FIELDS: usize = PAGE * BIG_HASH;
 /// HSCAN COUNT when paging a big hash: HSCAN COUNT 1000 on a hash of a
 /// million fields was measured at 5 ms on a 2-core VM, so 100.
 const SCAN_COUNT: usize = 100;
-/// The seeds' pass rhythm: a counter of precision P is due every P/60 passes.
+/// The seeds' pass rhythm: a pass a minute, a counter of precision P due
+/// every P/60 passes (see [`Cleaner::every`] for other intervals).
 const PASS_SECONDS: u32 = 60;
 
 /// Why a pass stopped early.
@@ -101,6 +102,8 @@ pub(crate) struct Cleaner {
     samples: i64,
     lease: Arc<Lease>,
     passes: u64,
+    /// Seconds between two passes' starts.
+    interval: u32,
 }
 
 /// A counter or statistics hash due this pass: its member, its key and
@@ -128,12 +131,22 @@ impl Cleaner {
             samples: i64::from(layout.samples),
             lease,
             passes: 0,
+            interval: PASS_SECONDS,
         }
     }
 
-    /// Whether a counter of precision `prec` is cleaned on pass `pass`.
-    pub(crate) fn due(prec: u32, pass: u64) -> bool {
-        let every = u64::from((prec / PASS_SECONDS).max(1));
+    /// A cleaner whose passes start `interval` apart (`--clean-interval`;
+    /// a minute unless told).
+    pub(crate) fn every(mut self, interval: std::time::Duration) -> Cleaner {
+        self.interval = u32::try_from(interval.as_secs()).unwrap_or(u32::MAX).max(1);
+        self
+    }
+
+    /// Whether a counter of precision `prec` is cleaned on pass `pass` of
+    /// passes `interval` seconds apart: about once per `prec` seconds, and
+    /// on every pass when passes come further apart than that.
+    pub(crate) fn due(prec: u32, pass: u64, interval: u32) -> bool {
+        let every = u64::from((prec / interval.max(1)).max(1));
         pass.is_multiple_of(every)
     }
 
@@ -218,11 +231,13 @@ impl Pass<'_> {
                 .filter_map(|m| {
                     let m = std::str::from_utf8(m).ok()?;
                     let prec: u32 = m.split_once(':')?.0.parse().ok()?;
-                    (prec > 0 && Cleaner::due(prec, self.report.pass)).then(|| Due {
-                        member: m.to_string(),
-                        key: keys.hash_of_member(family, m),
-                        cutoff: now - self.cleaner.samples * i64::from(prec),
-                    })
+                    (prec > 0 && Cleaner::due(prec, self.report.pass, self.cleaner.interval)).then(
+                        || Due {
+                            member: m.to_string(),
+                            key: keys.hash_of_member(family, m),
+                            cutoff: now - self.cleaner.samples * i64::from(prec),
+                        },
+                    )
                 })
                 .collect();
             self.clean_page(family, &due).await?;
@@ -408,15 +423,39 @@ mod tests {
     #[test]
     fn coarse_counters_are_cleaned_every_prec_over_60_passes() {
         for pass in 0..10 {
-            assert!(Cleaner::due(1, pass));
-            assert!(Cleaner::due(60, pass));
-            assert!(Cleaner::due(119, pass), "119/60 = 1: every pass");
+            assert!(Cleaner::due(1, pass, 60));
+            assert!(Cleaner::due(60, pass, 60));
+            assert!(Cleaner::due(119, pass, 60), "119/60 = 1: every pass");
         }
-        let due: Vec<u64> = (0..12).filter(|&p| Cleaner::due(300, p)).collect();
+        let due: Vec<u64> = (0..12).filter(|&p| Cleaner::due(300, p, 60)).collect();
         assert_eq!(due, vec![0, 5, 10]);
-        assert!(Cleaner::due(86400, 0));
-        assert!(!Cleaner::due(86400, 1439));
-        assert!(Cleaner::due(86400, 1440));
+        assert!(Cleaner::due(86400, 0, 60));
+        assert!(!Cleaner::due(86400, 1439, 60));
+        assert!(Cleaner::due(86400, 1440, 60));
+    }
+
+    /// With passes an hour apart, day counters are cleaned every 24 passes
+    /// (a day), not every 1,440 (60 days), and every finer counter on every
+    /// pass; with passes 10 s apart, minute counters every 6th.
+    #[test]
+    fn counters_are_cleaned_about_once_per_precision_whatever_the_interval() {
+        let due = |prec, interval| -> Vec<u64> {
+            (0..50)
+                .filter(|&p| Cleaner::due(prec, p, interval))
+                .collect()
+        };
+        assert_eq!(due(86400, 3600), vec![0, 24, 48]);
+        assert_eq!(due(3600, 3600).len(), 50);
+        assert_eq!(due(300, 3600).len(), 50);
+        assert_eq!(due(60, 10), (0..50).step_by(6).collect::<Vec<_>>());
+        assert_eq!(due(1, 86400).len(), 50);
+        let cleaner = |secs| {
+            let (keys, layout) = (Keys::named("s", "g", ""), LayoutArgs::default());
+            let lease = Arc::new(Lease::new(&keys, &Default::default(), "c"));
+            Cleaner::new(keys, &layout, lease).every(std::time::Duration::from_secs(secs))
+        };
+        assert_eq!(cleaner(3600).interval, 3600);
+        assert_eq!(cleaner(0).interval, 1);
     }
 
     #[test]

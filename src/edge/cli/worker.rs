@@ -198,7 +198,8 @@ fn spawn_leader(
     let keys = crate::model::keys::Keys::new(&settings.layout, &settings.stream);
     let lease = Arc::new(crate::service::leader::Lease::new(&keys, leader, consumer));
     let cleaner =
-        crate::service::cleaner::Cleaner::new(keys.clone(), &settings.layout, lease.clone());
+        crate::service::cleaner::Cleaner::new(keys.clone(), &settings.layout, lease.clone())
+            .every(leader.clean_interval());
     tasks.spawn(
         "leader lease",
         lease

@@ -30,7 +30,8 @@ pub struct LeaderArgs {
     pub lease_ms: u64,
     /// Seconds between the starts of two cleaner passes, 1..=86400 (the
     /// seeds clean once a minute); a pass longer than this is followed by a
-    /// 1 s pause.
+    /// 1 s pause. A counter of precision P is cleaned about every P
+    /// seconds, on every pass when P is shorter.
     #[arg(long = "clean-interval", env = "HITCOUNT_CLEAN_INTERVAL",
           default_value_t = 60, value_parser = CLEAN_INTERVAL.parser::<u64>())]
     pub clean_interval_secs: u64,

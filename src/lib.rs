@@ -67,6 +67,7 @@
 //!    │       stream.rs  group.rs  counters.rs  time.rs (Redis' clock)
 //!    │       hashes.rs      a hash read whole in HSCAN pages, whatever it holds
 //!    │       shard_count.rs the stream's recorded shard count, entries another leaves unread
+//!    │       layout_record.rs the stream's recorded counter layout: one for every worker
 //!    │       commit/        mod.rs, plan.rs, apply.rs, replies.rs, carry.rs, records.rs, stats.rs
 //!    │       query.rs       read-only: names page by page, samples, a bucket's ranking
 //!    │       stats_query.rs read-only: a statistics hash, bucket by bucket

@@ -295,6 +295,14 @@ impl Keys {
         format!("{}:shards", self.state)
     }
 
+    /// STRING: the counter layout the stream's workers count with
+    /// (precisions, samples, quantile precisions), recorded by the first
+    /// worker; a worker with another is refused. One key for every shard
+    /// (in the unsharded stream name's slot).
+    pub(crate) fn layout(&self) -> String {
+        format!("{}:layout", self.state)
+    }
+
     /// STRING: the lease of this shard, holding its reader's token (only
     /// with several shards: one shard is read by every worker).
     pub fn shard_lease(&self) -> String {

@@ -34,6 +34,7 @@ use crate::service::leader::Lease;
 use crate::service::worker::group::Grouper;
 use crate::service::worker::{Settings, Worker};
 use crate::store::connect::{self, Client, Conn, Reconnecting, StoreResult};
+use crate::store::layout_record;
 use crate::store::scripts::MEMBERS;
 use crate::store::shard_count::{self, Recorded};
 
@@ -157,9 +158,10 @@ async fn first_contact(
 }
 
 /// Records the shard count the stream is read with (see
-/// [`crate::store::shard_count`]), or returns why this worker must not
-/// start: another count is recorded, or none is and this one would leave
-/// entries unread. Workers with different counts would leave shards
+/// [`crate::store::shard_count`]) and the counter layout it is counted with
+/// ([`crate::store::layout_record`]), or returns why this worker must not
+/// start: another count or layout is recorded, or no count is and this one
+/// would leave entries unread. Workers with different counts would leave shards
 /// unread, or read streams producers no longer write; the first to come
 /// records it, every later one must agree. Entries in streams the count
 /// leaves unread (sent with another count) are warned about.
@@ -181,6 +183,12 @@ async fn record_shards(conn: &mut Conn, settings: &Settings) -> StoreResult<Opti
              hits were sent with, or delete those streams",
             shard_count::describe(&stranded)
         )),
+    };
+    let refusal = match refusal {
+        None => layout_record::record(conn, layout, stream)
+            .await?
+            .map(|other| other.refusal(layout)),
+        refused => refused,
     };
     if refusal.is_none() {
         let stranded = shard_count::stranded(conn, layout, stream).await?;

@@ -4,7 +4,8 @@
 //! ([`query`]), `SCAN` over every master ([`scan`]), a cluster's masters
 //! and their slots ([`topology`]), the stream and its consumer group ([`stream`]),
 //! a window's exactly-once way into the counters ([`commit`]), the
-//! stream's recorded shard count ([`shard_count`]), Redis' clock
+//! stream's recorded shard count ([`shard_count`]) and counter layout
+//! ([`layout_record`]), Redis' clock
 //! ([`time`]) and Redis' memory: writes refused for `maxmemory`, an
 //! evicting policy ([`memory`]). Uses the model floor only.
 
@@ -16,6 +17,7 @@ pub(crate) mod detect;
 pub(crate) mod error;
 pub(crate) mod group;
 pub(crate) mod hashes;
+pub(crate) mod layout_record;
 pub(crate) mod memory;
 pub(crate) mod query;
 pub(crate) mod scan;

@@ -819,3 +819,88 @@ fn settings_no_retry_fixes_stop_a_worker_saying_why() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("rename-command"), "{err}");
 }
+
+/// Workers of one stream with different precisions split the counts (each
+/// hit counted at the precisions of whichever worker read it), and a
+/// leader with fewer samples cleans samples the others still keep: the
+/// first worker records its layout, a worker or `clean` with another is
+/// refused naming both and the remedy, and the remedy works.
+#[test]
+fn a_worker_with_another_layout_is_refused_and_no_count_is_split() {
+    let srv = common::server();
+    let url = srv.url();
+    let listen = common::bin::free_addr();
+    let mut first = common::bin::start_worker(&url, "first", &listen, &[]);
+    let key = "{hits}:hc:hitcount:layout";
+    let recorded_now = || -> String {
+        redis::cmd("GET")
+            .arg(key)
+            .query(&mut sync_conn(&url))
+            .unwrap()
+    };
+    let recorded = recorded_now();
+    assert_eq!(
+        recorded,
+        "precisions=1,5,60,300,3600,18000,86400 samples=120 quantile_precisions=60,3600,86400"
+    );
+    let other = common::bin::free_addr();
+    let (code, _, err) = run_within_a_minute(
+        "other-layout",
+        &[
+            "worker",
+            "--redis-url",
+            &url,
+            "--listen",
+            &other,
+            "--consumer",
+            "other",
+            "--precisions",
+            "1,7,60",
+            "--samples",
+            "5",
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    for said in [
+        "`precisions=1,7,60 samples=5 quantile_precisions=60`",
+        &format!("`{recorded}` (recorded in {key})"),
+        &format!("stop every worker, then delete {key}"),
+    ] {
+        assert!(err.contains(said), "{said}\n{err}");
+    }
+    let o = run_hitcount(&["clean", "--once", "--redis-url", &url, "--samples", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("samples=1 ") && err.contains("nothing was cleaned"),
+        "{err}"
+    );
+    // Every hit counted at every precision of the one layout.
+    let o = run_hitcount(&["load", "--redis-url", &url, "--hits", "300", "--names", "1"]);
+    assert!(o.status.success(), "{o:?}");
+    for prec in ["1", "5", "60", "86400"] {
+        common::bin::wait_for("every hit counted", Duration::from_secs(30), || {
+            let counts: Vec<i64> = redis::cmd("HVALS")
+                .arg(format!("count:{prec}:page:0"))
+                .query(&mut sync_conn(&url))
+                .unwrap();
+            (counts.iter().sum::<i64>() == 300).then_some(())
+        });
+    }
+    // The remedy: every worker stopped, the record deleted.
+    first.terminate(Duration::from_secs(30));
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut sync_conn(&url))
+        .unwrap();
+    let _second = common::bin::start_worker(
+        &url,
+        "second",
+        &other,
+        &["--precisions", "1,7,60", "--samples", "5"],
+    );
+    assert_eq!(
+        recorded_now(),
+        "precisions=1,7,60 samples=5 quantile_precisions=60"
+    );
+}

@@ -222,14 +222,15 @@ impl Window {
         let ts_s = hit.ts_ms.div_euclid(1000);
         let mut kept = false;
         for (p, &prec) in self.precisions.iter().enumerate() {
-            let prec = i64::from(prec);
-            let bucket = ts_s.div_euclid(prec) * prec;
-            if bucket <= now_s.saturating_sub(self.spans[p]) {
-                self.skipped[p] += 1;
-                self.scratch[p] = SKIP;
-            } else {
-                self.scratch[p] = bucket;
-                kept = true;
+            match kept_bucket(ts_s, now_s, prec, self.spans[p]) {
+                None => {
+                    self.skipped[p] += 1;
+                    self.scratch[p] = SKIP;
+                }
+                Some(bucket) => {
+                    self.scratch[p] = bucket;
+                    kept = true;
+                }
             }
         }
         if !kept {
@@ -541,6 +542,16 @@ fn walk<'a, 'b>(
                 })
             })
     })
+}
+
+/// The bucket of a hit at `ts_s` at precision `prec`, unless it starts at
+/// or before `now_s - span` (`span` = samples × `prec`, the cleaner's
+/// horizon: it would be deleted at once, so it is never written). Unix
+/// seconds.
+pub(crate) fn kept_bucket(ts_s: i64, now_s: i64, prec: u32, span: i64) -> Option<i64> {
+    let prec = i64::from(prec);
+    let bucket = ts_s.div_euclid(prec) * prec;
+    (bucket > now_s.saturating_sub(span)).then_some(bucket)
 }
 
 #[cfg(test)]

@@ -211,13 +211,16 @@ impl Summary {
 
     /// The `q` quantile (0 < q ≤ 1) from the histogram: the representative
     /// value of the bucket holding the observation of rank `ceil(q × n)`,
-    /// clamped to [min, max]. `None` without a histogram.
+    /// clamped to [min, max]. `None` without a histogram, and when the
+    /// histogram holds another number of observations than `count` (a
+    /// bucket written partly while its precision kept no histogram: its
+    /// quantiles would be those of some observations only).
     pub fn quantile(&self, q: f64) -> Option<f64> {
         let n = self
             .histogram
             .values()
             .fold(0i64, |n, &c| n.saturating_add(c));
-        if n <= 0 {
+        if n <= 0 || (self.count > 0 && n != self.count) {
             return None;
         }
         let rank = ((q * n as f64).ceil() as i64).clamp(1, n);
@@ -281,7 +284,8 @@ mod tests {
     #[test]
     fn a_damaged_summary_never_panics() {
         let mut s = Summary {
-            count: 1,
+            // As many as the bins' saturated sum: a histogram of them all.
+            count: i64::MAX,
             sum: 3.0,
             sumsq: 9.0,
             min: 5.0,
@@ -333,6 +337,19 @@ mod tests {
         }
         let lowest = s.quantile(1e-9).unwrap();
         assert!(lowest >= -1000.0 && (lowest + 1000.0).abs() <= 1000.0 * RELATIVE_ACCURACY);
+    }
+
+    #[test]
+    fn a_histogram_of_some_observations_only_gives_no_quantile() {
+        let mut s = Summary::default();
+        s.observe(1.0, 3, false);
+        s.observe(1000.0, 1, true);
+        assert_eq!((s.count, s.quantile(0.5)), (4, None));
+        s.observe(1.0, 3, true);
+        s.count = 3;
+        assert_eq!(s.quantile(0.5), None, "more in the histogram than counted");
+        s.count = 4;
+        assert_eq!(s.quantile(0.5), Some(1.0));
     }
 
     #[test]

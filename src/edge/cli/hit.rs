@@ -56,20 +56,29 @@ fn refuse_at(ts: f64, now_ms: i64, precisions: &[u32], samples: u32) -> Option<S
             now_ms / 1000
         ));
     }
-    // Kept at precision P while its bucket starts after now - SAMPLES * P;
-    // the largest precision keeps it longest.
-    let p = i64::from(*precisions.iter().max()?);
+    // Kept at precision P while its bucket starts after now - SAMPLES * P,
+    // as the worker keeps it.
     let now_s = now_ms.div_euclid(1000);
-    let bucket = ts_ms.div_euclid(1000).div_euclid(p) * p;
-    let horizon = i64::from(samples) * p;
-    if bucket <= now_s - horizon {
-        return Some(format!(
-            "invalid --at: {ts} is older than every precision keeps ({samples} samples × {p} s = {} days \
-             before now, see --samples and --precisions); the worker would count it nowhere",
-            horizon / 86_400
-        ));
+    let ts_s = ts_ms.div_euclid(1000);
+    let span = |p: u32| i64::from(samples) * i64::from(p);
+    if precisions
+        .iter()
+        .any(|&p| crate::model::aggregate::kept_bucket(ts_s, now_s, p, span(p)).is_some())
+    {
+        return None;
     }
-    None
+    let p = *precisions.iter().max()?;
+    let horizon = span(p);
+    let days = if horizon >= 86_400 {
+        format!(" ({:.1} days)", horizon as f64 / 86_400.0)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "invalid --at: {ts} is older than every precision keeps (the longest: {samples} samples \
+         × {p} s = {horizon} s{days} before now, see --samples and --precisions); the worker \
+         would count it nowhere"
+    ))
 }
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
@@ -146,6 +155,17 @@ mod tests {
         assert!(ok(now - 121.0 * 86_400.0).unwrap().contains("nowhere"));
         assert!(ok(0.0).unwrap().contains("nowhere"));
         // Only the configured layout counts.
-        assert!(refuse_at(now - 7_200.0, now_ms, &[1, 60], 120).is_some());
+        let why = refuse_at(now - 7_200.0, now_ms, &[1, 60], 120).unwrap();
+        assert!(
+            why.contains("120 samples × 60 s = 7200 s before now"),
+            "{why}"
+        );
+        // Kept at a finer precision than the longest: counted there, as
+        // the worker counts it (7 s: its bucket starts after now - 7; 10 s:
+        // at now - 10, the horizon).
+        let now_ms = 1_795_000_000_000;
+        let at = (now_ms / 1000 - 1) as f64;
+        assert_eq!(refuse_at(at, now_ms, &[7, 10], 1), None);
+        assert!(refuse_at(at - 10.0, now_ms, &[7, 10], 1).is_some());
     }
 }

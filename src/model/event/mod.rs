@@ -22,9 +22,9 @@
 //!
 //! Without `ts`, the hit happened at the entry ID's millisecond part (IDs are
 //! `<ms>-<seq>`), which is when Redis accepted it; unless that is more than
-//! [`MAX_FUTURE_MS`] ahead of Redis' clock (one `XADD` with an explicit ID
-//! far ahead pushes every later ID at least that high): then the hit
-//! happened when the worker read it, by Redis' clock ([`decode_at`],
+//! [`MAX_ID_AHEAD_MS`] ahead of Redis' clock (one `XADD` with an explicit ID
+//! ahead pushes every later ID at least that high): then the hit happened
+//! when the worker read it, by Redis' clock ([`decode_at`],
 //! [`HitTime::Clock`]).
 //!
 //! Rules, each with its [`Reject`] reason:
@@ -90,11 +90,19 @@ pub const MAX_NAME_BYTES: usize = 4096;
 /// `i64` overflow even for windows of millions of hits.
 pub const MAX_COUNT: i64 = 1_000_000_000;
 
-/// How far (in ms, one day) a hit's time may lie ahead of Redis' clock: a
+/// How far (in ms, one day) a hit's `ts` may lie ahead of Redis' clock: a
 /// later `ts` is almost surely a clock or unit bug (ms sent as seconds) and
-/// would create counters no one will ever read; a later entry ID is not
-/// taken as the hit's time (see [`HitTime::Clock`]).
+/// would create counters no one will ever read.
 pub const MAX_FUTURE_MS: i64 = 86_400_000;
+
+/// How far (in ms, a minute) an entry ID may lie ahead of Redis' clock and
+/// still be a hit's time. Redis gives IDs from its own clock: one further
+/// ahead was given by a producer (`XADD` with an explicit ID), and every
+/// later ID is pushed at least as high, so every later hit without `ts`
+/// would land in that one future bucket (for up to a day when this was a
+/// day). The minute leaves room for clocks of a cluster's nodes that differ
+/// (the worker reads Redis' clock from one).
+pub const MAX_ID_AHEAD_MS: i64 = 60_000;
 
 /// Largest accepted magnitude of a `value` (10^100): far beyond any
 /// measurement, and small enough that a window's sum of squares
@@ -220,8 +228,8 @@ pub(crate) enum HitTime {
     /// The entry ID's millisecond part: when Redis accepted it.
     EntryId,
     /// Redis' clock when the worker read the entry: the event has no `ts`
-    /// and its entry ID is more than [`MAX_FUTURE_MS`] ahead of that clock
-    /// (an explicit ID far in the future moves every later ID there too).
+    /// and its entry ID is more than [`MAX_ID_AHEAD_MS`] ahead of that clock
+    /// (an explicit ID in the future moves every later ID there too).
     Clock,
 }
 
@@ -242,8 +250,8 @@ where
 
 /// Decodes one stream entry read when Redis' clock said `clock_ms` (unix
 /// ms): a `ts` more than [`MAX_FUTURE_MS`] ahead of it is rejected, and a
-/// hit without `ts` whose entry ID is that far ahead takes `clock_ms` as
-/// its time ([`HitTime::Clock`]). Also says where the hit's time came from.
+/// hit without `ts` whose entry ID is more than [`MAX_ID_AHEAD_MS`] ahead
+/// takes `clock_ms` as its time ([`HitTime::Clock`]). Also says where the hit's time came from.
 pub(crate) fn decode_at<'a, I>(
     id: &[u8],
     fields: I,
@@ -283,7 +291,7 @@ where
     let (ts_ms, from) = match ts_ms {
         Some(t) if t > latest => return Err(Reject::FutureTimestamp),
         Some(t) => (t, HitTime::Stated),
-        None if id_ms > latest => (clock_ms, HitTime::Clock),
+        None if id_ms > clock_ms.saturating_add(MAX_ID_AHEAD_MS) => (clock_ms, HitTime::Clock),
         None => (id_ms, HitTime::EntryId),
     };
     let hit = Hit {
@@ -611,10 +619,14 @@ mod tests {
             decode_at(b"1-18446744073709551616", name, ID_MS),
             Err(Reject::BadEntryId)
         );
-        // Up to a day ahead, the ID is the time.
-        let day = format!("{}-0", ID_MS + MAX_FUTURE_MS);
-        let (h, from) = decode_at(day.as_bytes(), name, ID_MS).unwrap();
-        assert_eq!((h.ts_ms, from), (ID_MS + MAX_FUTURE_MS, HitTime::EntryId));
+        // Up to a minute ahead, the ID is the time; past it (an hour
+        // ahead: a producer's explicit ID), Redis' clock is.
+        let minute = format!("{}-0", ID_MS + MAX_ID_AHEAD_MS);
+        let (h, from) = decode_at(minute.as_bytes(), name, ID_MS).unwrap();
+        assert_eq!((h.ts_ms, from), (ID_MS + MAX_ID_AHEAD_MS, HitTime::EntryId));
+        let hour = format!("{}-0", ID_MS + 3_600_000);
+        let (h, from) = decode_at(hour.as_bytes(), name, ID_MS).unwrap();
+        assert_eq!((h.ts_ms, from), (ID_MS, HitTime::Clock));
         let (h, from) = decode_at(ID, name, ID_MS + 5).unwrap();
         assert_eq!((h.ts_ms, from), (ID_MS, HitTime::EntryId));
         // A stated ts is judged against the clock, not the ID.

@@ -84,10 +84,13 @@ families! {
     /// (new and claimed), in entries.
     events_read: IntCounter =
         counter("hitcount_events_read_total", "Stream entries read by this worker.");
-    /// `hitcount_events_applied_total`: events whose hits were written to
-    /// counters and acknowledged, in events.
-    events_applied: IntCounter =
-        counter("hitcount_events_applied_total", "Events written to counters and acknowledged.");
+    /// `hitcount_events_applied_total`: events whose hits were counted (at
+    /// every precision that keeps them: [`Metrics::hits_too_old`] counts
+    /// the others) and acknowledged, in events.
+    events_applied: IntCounter = counter(
+        "hitcount_events_applied_total",
+        "Events counted, at every precision that keeps them, and acknowledged.",
+    );
     /// `hitcount_events_dead_lettered_total{reason}`: events set aside as
     /// unprocessable, by reason (one of [`DEAD_LETTER_REASONS`]).
     events_dead_lettered: IntCounterVec = counter_vec(
@@ -110,12 +113,12 @@ families! {
         &[],
     );
     /// `hitcount_hits_future_id_total`: hits without `ts` whose entry ID was
-    /// more than a day ahead of Redis' clock (an `XADD` with an explicit ID
-    /// far ahead moves every later ID there), counted at Redis' clock when
+    /// more than a minute ahead of Redis' clock (an `XADD` with an explicit
+    /// ID ahead moves every later ID there), counted at Redis' clock when
     /// the worker read them instead.
     hits_future_id: IntCounter = counter(
         "hitcount_hits_future_id_total",
-        "Hits without ts whose entry ID was more than a day ahead of Redis' clock, counted at Redis' clock instead.",
+        "Hits without ts whose entry ID was more than a minute ahead of Redis' clock, counted at Redis' clock instead.",
     );
     /// `hitcount_windows_applied_total`: aggregated windows written to Redis.
     windows_applied: IntCounter =

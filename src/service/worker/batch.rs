@@ -38,7 +38,7 @@ pub(crate) struct Batch {
     /// Oldest entry id time in the window (unix ms), for the delay metric.
     oldest_ms: i64,
     /// Hits in the window counted at Redis' clock: their entry IDs are
-    /// more than a day ahead of it.
+    /// more than a minute ahead of it.
     future_ids: u64,
 }
 
@@ -216,7 +216,7 @@ pub(crate) fn count_failures(failures: &[Failure]) {
 }
 
 /// Warns, at most once a minute, about hits that took Redis' clock
-/// because their entry IDs are more than a day ahead of it (counted with
+/// because their entry IDs are more than a minute ahead of it (counted with
 /// their window, [`Batch::count_recorded`]).
 fn warn_future_ids(n: u64, first_id: &str, clock_ms: i64) {
     let mut seen = FUTURE_IDS.lock().unwrap_or_else(|e| e.into_inner());
@@ -228,7 +228,7 @@ fn warn_future_ids(n: u64, first_id: &str, clock_ms: i64) {
         hits = seen.1,
         entry_id = first_id,
         redis_clock_ms = clock_ms,
-        "stream entry IDs more than a day ahead of Redis' clock (an XADD with an explicit \
+        "stream entry IDs more than a minute ahead of Redis' clock (an XADD with an explicit \
          ID?): their hits are counted at Redis' clock instead; every later ID stays that \
          high until the stream is recreated"
     );

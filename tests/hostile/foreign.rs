@@ -152,6 +152,9 @@ fn its_own_keys_damaged_stop_no_worker_and_block_no_lease() {
     let leader = |r: &mut redis::Connection| -> redis::Value {
         redis::cmd("GET").arg("hitcount:leader").query(r).unwrap()
     };
+    let leader_kind = |r: &mut redis::Connection| -> String {
+        redis::cmd("TYPE").arg("hitcount:leader").query(r).unwrap()
+    };
     for (round, damage) in ["RPUSH", "SET"].into_iter().enumerate() {
         let _: () = redis::pipe()
             .cmd("DEL")
@@ -167,13 +170,32 @@ fn its_own_keys_damaged_stop_no_worker_and_block_no_lease() {
             .unwrap();
         let listen = free_addr();
         let name = format!("w{round}");
-        let mut worker = start_worker(&url, &name, &listen, &["--clean-interval", "1"]);
+        let mut worker = start_worker(
+            &url,
+            &name,
+            &listen,
+            &["--clean-interval", "1", "--lease-ms", "1500"],
+        );
         let token = wait_for("a pass recorded", Duration::from_secs(60), || {
             worker.assert_running();
             recorded(&mut r)
         });
         assert!(token.starts_with(&format!("{name}/")), "{token}");
-        assert_eq!(leader(&mut r), redis::Value::BulkString(token.into_bytes()));
+        let held = redis::Value::BulkString(token.into_bytes());
+        assert_eq!(leader(&mut r), held);
+        // The lease made a hash under its holder: its renewal loses it and
+        // the next try takes it back (the holder used to stop, for good,
+        // on WRONGTYPE, while any other worker took it over).
+        let _: () = redis::pipe()
+            .del("hitcount:leader")
+            .hset("hitcount:leader", "a", "b")
+            .query(&mut r)
+            .unwrap();
+        wait_for("the lease taken back", Duration::from_secs(30), || {
+            worker.assert_running();
+            (leader_kind(&mut r) == "string").then_some(())
+        });
+        assert_eq!(leader(&mut r), held);
         // A consumer named to clear the screen is shown escaped.
         let _: i64 = redis::cmd("XGROUP")
             .arg("CREATECONSUMER")
@@ -196,7 +218,18 @@ fn its_own_keys_damaged_stop_no_worker_and_block_no_lease() {
         assert!(worker
             .stderr()
             .contains("took a lease from a key no holder wrote"));
+        // And a hash at shutdown is no lease of its to release.
+        let _: () = redis::pipe()
+            .del("hitcount:leader")
+            .hset("hitcount:leader", "a", "b")
+            .query(&mut r)
+            .unwrap();
         assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
+        assert!(
+            !worker.stderr().contains("WRONGTYPE"),
+            "{}",
+            worker.stderr()
+        );
     }
     // A cleaner's record written by something else: its text escaped, its
     // numbers shown only as numbers (they were printed as stored).

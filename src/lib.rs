@@ -42,6 +42,7 @@
 //!    ▼
 //!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window), carry.rs
 //!    │       shards.rs      which stream shards this process reads: leases, one worker each
+//!    │       agreement.rs   the shard count and layout every worker shares, checked while it runs
 //!    │       recovery.rs    claims, and windows finished for stopped workers
 //!    │       registration.rs one live process per consumer name
 //!    │       leader.rs  duties.rs  cleaner.rs  trim.rs   the lease and its duties;

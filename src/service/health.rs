@@ -240,6 +240,9 @@ mod tests {
 
     #[test]
     fn readiness_lists_the_shards_read() {
+        let _alone = crate::model::metrics::labels::tests::SHARD_GAUGES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let h = Health::new(Duration::from_secs(60));
         assert_eq!(h.shard_detail(), None, "not known yet");
         h.set_reading(1, &[0]);
@@ -259,6 +262,9 @@ mod tests {
 
     #[test]
     fn the_process_is_in_the_group_on_every_shard_it_reads() {
+        let _alone = crate::model::metrics::labels::tests::SHARD_GAUGES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let h = Health::new(Duration::from_secs(60));
         h.set_redis_connected(true);
         h.set_reading(4, &[]);

@@ -1,5 +1,6 @@
 //! The long-running parts, built on the store: the [`worker`] of a stream
-//! shard, the [`shards`] a process reads, and what a worker
+//! shard, the [`shards`] a process reads, what every worker of a stream
+//! must agree on ([`agreement`]), and what a worker
 //! does for stopped workers ([`recovery`]), the consumer name
 //! [`registration`], the [`leader`] lease and its [`duties`] ([`cleaner`]
 //! with its [`purge`] of old samples and, on a cluster, [`forget`] of
@@ -9,6 +10,7 @@
 //! fire-and-forget [`producer`], what `ingest` appends ([`ingest`]), the exactly-once [`import`] of files, and the query API's cached bucket
 //! [`ranking`]s.
 
+pub(crate) mod agreement;
 pub(crate) mod cleaner;
 pub(crate) mod duties;
 pub(crate) mod fence;

@@ -29,14 +29,14 @@ use crate::model::config::ConfigError;
 use crate::model::keys::Keys;
 use crate::model::known::KnownCache;
 use crate::model::shutdown::{Shutdown, Trigger};
+use crate::service::agreement;
 use crate::service::health::Health;
 use crate::service::leader::Lease;
 use crate::service::worker::group::Grouper;
 use crate::service::worker::{Settings, Worker};
 use crate::store::connect::{self, Client, Conn, Reconnecting, StoreResult};
-use crate::store::layout_record;
 use crate::store::scripts::MEMBERS;
-use crate::store::shard_count::{self, Recorded};
+use crate::store::shard_count;
 
 /// How long a shard's lease lives without renewal: the longest a dead
 /// process' shards wait for another reader.
@@ -143,7 +143,13 @@ async fn first_contact(
         // liveness (restarting the worker would not bring Redis back).
         health.turned();
         let checked = link
-            .call(async |conn| Ok((conn.is_cluster(), record_shards(conn, settings).await?)))
+            .call(async |conn| {
+                let refusal = agreement::refusal(conn, &settings.layout, &settings.stream).await?;
+                if refusal.is_none() {
+                    agreement::warn_unread(conn, &settings.layout, &settings.stream).await?;
+                }
+                Ok((conn.is_cluster(), refusal))
+            })
             .await;
         match checked {
             Ok((clustered, None)) => return Some(clustered),
@@ -155,49 +161,6 @@ async fn first_contact(
         }
     }
     None
-}
-
-/// Records the shard count the stream is read with (see
-/// [`crate::store::shard_count`]) and the counter layout it is counted with
-/// ([`crate::store::layout_record`]), or returns why this worker must not
-/// start: another count or layout is recorded, or no count is and this one
-/// would leave entries unread. Workers with different counts would leave shards
-/// unread, or read streams producers no longer write; the first to come
-/// records it, every later one must agree. Entries in streams the count
-/// leaves unread (sent with another count) are warned about.
-async fn record_shards(conn: &mut Conn, settings: &Settings) -> StoreResult<Option<String>> {
-    let (layout, stream) = (&settings.layout, &settings.stream);
-    let wanted = stream.shards.max(1);
-    let refusal = match shard_count::record(conn, layout, stream).await? {
-        Recorded::Agreed => None,
-        Recorded::Other { recorded, key } => Some(format!(
-            "HITCOUNT_SHARDS is {wanted}, but this stream's workers read it as {recorded} \
-             shard(s) (recorded in {key}): give every worker and producer the same \
-             count; to change it, drain the stream with the old count, then delete \
-             {key}"
-        )),
-        Recorded::Damaged { key, value } => Some(shard_count::damaged(&key, &value)),
-        Recorded::Strands { key, stranded } => Some(format!(
-            "HITCOUNT_SHARDS is {wanted}, which leaves {} unread (no shard count is \
-             recorded in {key} yet): give every worker and producer the count those \
-             hits were sent with, or delete those streams",
-            shard_count::describe(&stranded)
-        )),
-    };
-    let refusal = match refusal {
-        None => layout_record::record(conn, layout, stream)
-            .await?
-            .map(|other| other.refusal(layout)),
-        refused => refused,
-    };
-    if refusal.is_none() {
-        let stranded = shard_count::stranded(conn, layout, stream).await?;
-        if !stranded.is_empty() {
-            let warning = shard_count::unread_warning(&stranded, wanted);
-            tracing::warn!(shards = wanted, "{warning}");
-        }
-    }
-    Ok(refusal)
 }
 
 /// A shard this process reads (or is stopping).

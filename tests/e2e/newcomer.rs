@@ -904,3 +904,43 @@ fn a_worker_with_another_layout_is_refused_and_no_count_is_split() {
         "precisions=1,7,60 samples=5 quantile_precisions=60"
     );
 }
+
+/// A running worker checks the stream's records again (every few seconds,
+/// with its claims): a Redis restarted empty lets a producer record
+/// another shard count (its hits then go where no worker reads, while the
+/// workers' probes said ok), or a worker another layout. Each worker then
+/// stops, saying why, instead of counting on silently.
+#[test]
+fn running_workers_stop_when_the_records_they_count_by_change() {
+    let srv = common::server();
+    let url = srv.url();
+    for (key, other, said, extra) in [
+        (
+            "{hits}:hc:hitcount:shards",
+            "1",
+            "HITCOUNT_SHARDS is 2, but this stream's workers read it as 1",
+            &["--shards", "2"][..],
+        ),
+        (
+            "{hits}:hc:hitcount:layout",
+            "precisions=60 samples=1 quantile_precisions=",
+            "this stream's workers count with `precisions=60 samples=1 quantile_precisions=`",
+            &[][..],
+        ),
+    ] {
+        let _: () = redis::cmd("FLUSHALL").query(&mut sync_conn(&url)).unwrap();
+        let listen = common::bin::free_addr();
+        let mut worker = common::bin::start_worker(&url, "w", &listen, extra);
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(other)
+            .query(&mut sync_conn(&url))
+            .unwrap();
+        let status = worker
+            .wait(Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("still running after {key} changed"));
+        let err = worker.stderr();
+        assert_eq!(status.code(), Some(1), "{err}");
+        assert!(err.contains(said), "{said}\n{err}");
+    }
+}

@@ -182,9 +182,14 @@ fn known_or<'a>(value: &'a str, known: &[&str], other: &'a str) -> &'a str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::metrics::metrics;
+
+    /// Held by the tests that set the process' shard gauges (one registry
+    /// for the whole test binary), so that one's shards do not show in
+    /// another's render.
+    pub(crate) static SHARD_GAUGES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// Records one failed Redis operation of `kind`, which should be one of
     /// [`REDIS_ERROR_KINDS`]; any other value is counted as "other" so the
@@ -255,6 +260,7 @@ mod tests {
 
     #[test]
     fn shard_labels_stay_within_the_shards() {
+        let _alone = SHARD_GAUGES.lock().unwrap_or_else(|p| p.into_inner());
         let m = metrics();
         m.set_owned(3, &[0, 2, 7]);
         assert_eq!(m.shards_owned.get(), 2);

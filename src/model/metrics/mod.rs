@@ -26,7 +26,7 @@ use prometheus::{
     TextEncoder,
 };
 
-mod labels;
+pub(crate) mod labels;
 mod register;
 
 pub(crate) use labels::{

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Cursor, Worker, LAST_ERROR_TIMEOUT};
-use crate::service::recovery;
+use crate::service::{agreement, recovery};
 use crate::store::connect::{ErrorClass, StoreError, StoreResult};
 use crate::store::stream;
 
@@ -84,6 +84,13 @@ impl Worker {
             let dead_maxlen = self.settings.stream.dead_maxlen;
             let (committer, consumer) = (self.committer.clone(), self.consumer.clone());
             recovery::finish_stopped(self.conn()?, &committer, &w).await?;
+            // Still the stream's shard count and layout (a Redis restarted
+            // empty lets a producer record another; see `agreement`).
+            let (layout, stream) = (self.settings.layout.clone(), self.settings.stream.clone());
+            if let Some(refusal) = agreement::refusal(self.conn()?, &layout, &stream).await? {
+                self.shutdown.fail(refusal);
+                return Ok(());
+            }
             // A dead worker's entries come back a few batches a window
             // while batches come back full, each a script of its own.
             for _ in 0..CLAIMS_PER_WINDOW {

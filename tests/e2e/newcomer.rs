@@ -503,6 +503,38 @@ fn bench_says_where_redis_time_goes_by_command() {
     assert!(run >= valued / 2.0, "{json}");
 }
 
+/// The demo with the fewest names `--help` allows (1 and 2) prints its
+/// samples and checks its totals: the samples it shows of the second and
+/// third most hit names fall back to the last name there is.
+#[test]
+fn demo_counts_one_or_two_names() {
+    let srv = server();
+    let url = srv.url();
+    for names in ["1", "2"] {
+        let args = [
+            "demo",
+            "--redis-url",
+            &url,
+            "--hits",
+            "10",
+            "--names",
+            names,
+        ];
+        let (code, out, err) = run_within_a_minute("demo", &args);
+        assert_eq!(code, Some(0), "--names {names}:\n{out}\n{err}");
+        assert!(!err.contains("panicked"), "--names {names}: {err}");
+        assert!(
+            out.contains("total at the 1-day precision: 10 of 10 sent: exact"),
+            "--names {names}:\n{out}"
+        );
+        let last = format!(
+            "page:{} at 86400 s precision: ",
+            names.parse::<u8>().unwrap() - 1
+        );
+        assert!(out.contains(&last), "--names {names}:\n{out}");
+    }
+}
+
 /// The flags of `hitcount bench` that moved to the lab are still taken,
 /// unshown, and refused with one line naming the lab's command (exit 2):
 /// never ignored, never an unknown flag.

@@ -176,7 +176,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         sent.hits as f64 / elapsed.as_secs_f64()
     );
 
-    for (rank, precision) in [(0usize, 1u32), (0, 60), (1, 300), (2, 86400)] {
+    for (rank, precision) in SHOWN {
+        // With fewer names than the sample ranks, the least popular there is.
+        let rank = rank.min(names.len() - 1);
         let name = Names::name(rank);
         let samples = counters::read(&mut conn, &keys, precision, &name).await?;
         let total: i64 = samples.iter().map(|s| s.count).sum();
@@ -254,6 +256,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     drop(server);
     Ok(())
 }
+
+/// The counters the demo prints a few samples of: (name rank, precision).
+/// A rank beyond `--names` shows the last name instead.
+const SHOWN: [(usize, u32); 4] = [(0, 1), (0, 60), (1, 300), (2, 86400)];
 
 /// The name the demo's page views over HTTP count under.
 const HTTP_NAME: &str = "web:/demo";

@@ -535,6 +535,39 @@ fn demo_counts_one_or_two_names() {
     }
 }
 
+/// The bench takes `REDIS_URL` only: the shell's `HITCOUNT_*` settings,
+/// meant for a deployment's workers, do not reach the bench's own (with
+/// `HITCOUNT_SHARDS=2` a worker would exit, with `HITCOUNT_PRECISIONS=60`
+/// count nothing at the day precision the bench checks).
+#[test]
+fn the_bench_workers_ignore_the_shells_settings() {
+    let srv = server();
+    let mut cmd = hitcount();
+    cmd.args([
+        "bench",
+        "--redis-url",
+        &srv.url(),
+        "--entries",
+        "300",
+        "--workers",
+        "1",
+        "--workload",
+        "zipf",
+    ])
+    .env("HITCOUNT_SHARDS", "2")
+    .env("HITCOUNT_PRECISIONS", "60");
+    let mut bench = Child::spawn("bench", cmd);
+    let status = bench
+        .wait(Duration::from_secs(120))
+        .expect("the bench ends within 2 minutes");
+    assert!(status.success(), "{}\n{}", bench.stdout(), bench.stderr());
+    assert!(
+        bench.stdout().contains("| workload |"),
+        "{}",
+        bench.stdout()
+    );
+}
+
 /// The flags of `hitcount bench` that moved to the lab are still taken,
 /// unshown, and refused with one line naming the lab's command (exit 2):
 /// never ignored, never an unknown flag.

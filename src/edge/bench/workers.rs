@@ -2,6 +2,8 @@
 //! draining a prefilled stream to empty; then the counters are checked and
 //! each process' peak RSS read from `/proc/<pid>/status`.
 
+use std::ffi::OsString;
+use std::path::Path;
 use std::process::Stdio;
 
 use anyhow::Context as _;
@@ -39,36 +41,71 @@ fn spawn(
     let mut children = Vec::new();
     for i in 0..workers {
         let log = std::env::temp_dir().join(format!("hitcount-bench-worker-{i}.log"));
-        let mut cmd = Command::new(&exe);
-        // The URL (password included) goes in the environment, which
-        // other local users cannot read, never on the command line,
-        // which `ps` shows them.
-        cmd.arg("worker")
-            .env("REDIS_URL", &redis.url)
-            .args(["--stream", &k.stream])
-            .args(["--group", &k.group])
-            .args(["--dead-stream", &k.dead])
-            .args(["--prefix", k.prefix()])
-            .args(["--consumer", &format!("bench-{i}")])
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log)?)
-            .kill_on_drop(true);
-        for (flag, file) in [
-            ("--redis-ca", &redis.ca),
-            ("--redis-cert", &redis.cert),
-            ("--redis-key", &redis.key),
-        ] {
-            if let Some(f) = file {
-                cmd.arg(flag).arg(f);
-            }
-        }
+        let inherited = std::env::vars_os().map(|(name, _)| name);
+        let mut cmd = command(&exe, redis, k, i, extra, inherited);
+        cmd.stderr(std::fs::File::create(log)?);
         children.push(cmd.spawn()?);
     }
     Ok(children)
+}
+
+/// The command of worker `i` (`exe worker …`, its stderr left to the
+/// caller): the keys `k` on `redis` and the `extra` flags, and none of the
+/// settings among the `inherited` variables' names (see [`own_settings_only`]).
+fn command(
+    exe: &Path,
+    redis: &RedisArgs,
+    k: &Keys,
+    i: usize,
+    extra: &[String],
+    inherited: impl IntoIterator<Item = OsString>,
+) -> Command {
+    let mut cmd = Command::new(exe);
+    own_settings_only(&mut cmd, inherited);
+    // The URL (password included) goes in the environment, which
+    // other local users cannot read, never on the command line,
+    // which `ps` shows them.
+    cmd.arg("worker")
+        .env("REDIS_URL", &redis.url)
+        .args(["--stream", &k.stream])
+        .args(["--group", &k.group])
+        .args(["--dead-stream", &k.dead])
+        .args(["--prefix", k.prefix()])
+        .args(["--consumer", &format!("bench-{i}")])
+        .args(["--listen", "127.0.0.1:0"])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    for (flag, file) in [
+        ("--redis-ca", &redis.ca),
+        ("--redis-cert", &redis.cert),
+        ("--redis-key", &redis.key),
+    ] {
+        if let Some(f) = file {
+            cmd.arg(flag).arg(f);
+        }
+    }
+    cmd
+}
+
+/// Keeps the settings of the shell that runs the bench (its `HITCOUNT_*`
+/// variables and `REDIS_URL`, among the `inherited` variables' names) out
+/// of `cmd`'s environment: a worker runs with the flags the bench gives it
+/// (and `--worker-arg`'s) alone, as the bench takes `REDIS_URL` only. A
+/// `HITCOUNT_SHARDS` or `HITCOUNT_PRECISIONS` meant for the deployment
+/// would otherwise make the workers read other streams or count other
+/// precisions than the bench checks.
+fn own_settings_only(cmd: &mut Command, inherited: impl IntoIterator<Item = OsString>) {
+    for name in inherited {
+        let setting = name
+            .to_str()
+            .is_some_and(|n| n.starts_with("HITCOUNT_") || n == "REDIS_URL");
+        if setting {
+            cmd.env_remove(name);
+        }
+    }
 }
 
 /// One command's share of a run, as Redis counts it (`INFO
@@ -246,4 +283,32 @@ async fn day_total(conn: &mut Conn, k: &Keys, per_name: &[u64]) -> anyhow::Resul
         total += values.iter().flatten().sum::<i64>();
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shell's `HITCOUNT_*` and `REDIS_URL` never reach a worker: only
+    /// the bench's own `REDIS_URL` and flags do; other variables pass.
+    #[test]
+    fn a_worker_gets_none_of_the_shells_settings() {
+        let redis = RedisArgs::from_url("redis://127.0.0.1:7000");
+        let k = Keys::named("bench:hot:hits", &group(1), "bench:hot:w1:");
+        let settings = ["HITCOUNT_SHARDS", "HITCOUNT_PRECISIONS", "REDIS_URL"];
+        let inherited = settings.iter().chain(&["PATH"]).map(OsString::from);
+        let cmd = command(Path::new("hitcount"), &redis, &k, 0, &[], inherited);
+        let text = |s: &std::ffi::OsStr| s.to_string_lossy().into_owned();
+        let envs: Vec<(String, Option<String>)> = cmd
+            .as_std()
+            .get_envs()
+            .map(|(k, v)| (text(k), v.map(text)))
+            .collect();
+        for name in &settings[..2] {
+            assert!(envs.contains(&(name.to_string(), None)), "{name}: {envs:?}");
+        }
+        let given = Some(redis.url.clone());
+        assert!(envs.contains(&("REDIS_URL".into(), given)), "{envs:?}");
+        assert!(envs.iter().all(|(k, _)| k != "PATH"), "{envs:?}");
+    }
 }

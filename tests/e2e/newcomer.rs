@@ -535,6 +535,80 @@ fn demo_counts_one_or_two_names() {
     }
 }
 
+/// The processes whose parent is `pid`: their ids and command lines
+/// (arguments joined by spaces).
+fn children_of(pid: i32) -> Vec<(i32, String)> {
+    let parent = pid.to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let child: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // The parent's id is the second field after the command's
+            // closing parenthesis.
+            let (_, rest) = stat.rsplit_once(") ")?;
+            (rest.split(' ').nth(1)? == parent).then_some(())?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            Some((child, cmdline))
+        })
+        .collect()
+}
+
+/// Whether process `pid` still runs the program whose command line was
+/// `cmdline` (a zombie's is empty; an id reused by another program does not
+/// count).
+fn still_runs(pid: i32, cmdline: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| !c.is_empty() && String::from_utf8_lossy(&c).replace('\0', " ") == cmdline)
+}
+
+/// SIGTERM to `hitcount bench` while its workers drain stops them and the
+/// throwaway redis-server it started, and the bench exits non-zero saying
+/// so: no `hitcount worker` is left running, reparented to init.
+#[test]
+fn a_signalled_bench_stops_its_workers_and_its_redis() {
+    let mut cmd = hitcount();
+    cmd.args([
+        "bench",
+        "--entries",
+        "100000",
+        "--workers",
+        "2",
+        "--workload",
+        "uniform",
+    ]);
+    let mut bench = Child::spawn("bench", cmd);
+    let pid = bench.pid();
+    let started = common::bin::wait_for("the bench's workers", Duration::from_secs(120), || {
+        bench.assert_running();
+        let children = children_of(pid);
+        let workers = children
+            .iter()
+            .filter(|(_, c)| c.contains(" worker --stream bench:"));
+        (workers.count() == 2).then_some(children)
+    });
+    assert!(
+        started.iter().any(|(_, c)| c.contains("redis-server")),
+        "the throwaway Redis is the bench's child: {started:?}"
+    );
+    bench.signal(libc::SIGTERM);
+    let status = bench
+        .wait(Duration::from_secs(30))
+        .expect("the bench exits on SIGTERM");
+    assert!(!status.success(), "{status}");
+    let err = bench.stderr();
+    assert!(
+        err.contains("interrupted: stopped the bench's workers and its throwaway Redis"),
+        "{err}"
+    );
+    common::bin::wait_for("the bench's children gone", Duration::from_secs(10), || {
+        let left: Vec<_> = started.iter().filter(|(p, c)| still_runs(*p, c)).collect();
+        left.is_empty().then_some(())
+    });
+}
+
 /// The bench takes `REDIS_URL` only: the shell's `HITCOUNT_*` settings,
 /// meant for a deployment's workers, do not reach the bench's own (with
 /// `HITCOUNT_SHARDS=2` a worker would exit, with `HITCOUNT_PRECISIONS=60`

@@ -92,7 +92,23 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let nice = server
         .as_ref()
         .and_then(|s| renice(s.pid(), REDIS_NICE).then_some(REDIS_NICE));
-    let mut report = crate::edge::bench::run(&args.opts).await?;
+    // SIGTERM or Ctrl-C ends the run: leaving the select drops the run,
+    // whose worker processes are killed when dropped, and the throwaway
+    // Redis goes with `server`; a signal's default action would leave
+    // both running.
+    let mut report = tokio::select! {
+        report = crate::edge::bench::run(&args.opts) => report?,
+        () = crate::model::shutdown::signals() => {
+            let left = match server {
+                Some(server) => {
+                    drop(server);
+                    " and its throwaway Redis"
+                }
+                None => "; the next bench deletes the bench:* keys it left",
+            };
+            anyhow::bail!("interrupted: stopped the bench's workers{left}");
+        }
+    };
     report.redis_nice = nice;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);

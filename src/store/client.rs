@@ -11,7 +11,9 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use crate::model::config::{invalid, redact_url, ClusterMode, ConfigError, RedisArgs};
+use crate::model::config::{
+    ignored_url_field, invalid, redact_url, ClusterMode, ConfigError, RedisArgs,
+};
 
 /// Time allowed to open a connection (TCP, TLS, AUTH).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -55,6 +57,9 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
                 nodes.len()
             ),
         ));
+    }
+    if let Some(why) = nodes.iter().find_map(|u| ignored_url_field(u)) {
+        return Err(bad_url(why));
     }
     let tls_urls = nodes.iter().filter(|u| u.starts_with("rediss://")).count();
     if tls_urls != 0 && tls_urls != nodes.len() {

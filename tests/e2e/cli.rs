@@ -418,3 +418,131 @@ fn an_operator_sees_at_most_24_settings() {
         "worker --help lists every setting:\n{long}"
     );
 }
+
+/// A failed run's stderr, which must be one line.
+fn one_line_failure(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let lines = err.lines().filter(|l| !l.trim().is_empty()).count();
+    assert_eq!(lines, 1, "one line:\n{err}");
+    err
+}
+
+/// A command line, its environment and the words its refusal must hold.
+type Refusal<'a> = (&'a [&'a str], Vec<(&'a str, &'a str)>, &'a str);
+
+/// Settings a deployment gets wrong by a stray character are refused at
+/// start, in one line naming the setting, before any Redis is reached (the
+/// URL names a port nothing listens on): a group `hitcount\n` would be a
+/// second group counting every entry again, a stream `hits\n` one no
+/// worker reads; a consumer name from POD_NAME is checked as
+/// --consumer's and named as POD_NAME; a URL query field the client would
+/// ignore (`?db=3` is database 0) is named; `top` without --precision
+/// blames its default, not a flag that was not given.
+#[test]
+fn settings_with_stray_characters_are_refused_naming_them() {
+    let nowhere = format!("redis://127.0.0.1:{}", hitcount_lab::kit::free_port());
+    let listen = ("HITCOUNT_LISTEN", "127.0.0.1:0");
+    let url = ("REDIS_URL", nowhere.as_str());
+    let cases: Vec<Refusal> = vec![
+        (
+            &["worker"],
+            vec![listen, url, ("HITCOUNT_GROUP", "hitcount\n")],
+            "invalid --group / HITCOUNT_GROUP: \"hitcount\\n\" must not have",
+        ),
+        (
+            &["hit", "x"],
+            vec![url, ("HITCOUNT_STREAM", "hits\n")],
+            "invalid --stream / HITCOUNT_STREAM: ",
+        ),
+        (
+            &["status"],
+            vec![url, ("HITCOUNT_STREAM", " ")],
+            "invalid --stream / HITCOUNT_STREAM: ",
+        ),
+        (
+            &["status"],
+            vec![url, ("HITCOUNT_PREFIX", "a\nb")],
+            "invalid --prefix / HITCOUNT_PREFIX: ",
+        ),
+        (
+            &["worker"],
+            vec![listen, url, ("HITCOUNT_DEAD_STREAM", "hits:dead ")],
+            "invalid --dead-stream / HITCOUNT_DEAD_STREAM: ",
+        ),
+        (
+            &["worker"],
+            vec![listen, url, ("HITCOUNT_LEADER_KEY", "hitcount:leader\n")],
+            "invalid --leader-key / HITCOUNT_LEADER_KEY: ",
+        ),
+        (
+            &["worker"],
+            vec![listen, url, ("POD_NAME", "pod\nx")],
+            "invalid POD_NAME (the consumer name, as --consumer / HITCOUNT_CONSUMER is not set)",
+        ),
+        (
+            &["status", "--redis-url", "redis://127.0.0.1:6379/?db=3"],
+            vec![],
+            "invalid --redis-url / REDIS_URL: the query field `db` is ignored",
+        ),
+        (
+            &["status"],
+            vec![("REDIS_URL", "redis+unix:///tmp/r.sock?user=a&password=b")],
+            "?pass=PASSWORD",
+        ),
+        (
+            &["top"],
+            vec![url, ("HITCOUNT_PRECISIONS", "5,60")],
+            "--precision is required here: its default, 3600 s, is not a configured precision",
+        ),
+    ];
+    for (args, env, expected) in cases {
+        // A worker that takes the setting retries the missing Redis for
+        // ever: it must have stopped well within 30 s.
+        let mut cmd = common::bin::hitcount();
+        cmd.args(args)
+            .env_remove("POD_NAME")
+            .envs(env.iter().copied());
+        let mut child = common::bin::Child::spawn("refused", cmd);
+        let status = child.wait(std::time::Duration::from_secs(30));
+        let err = child.stderr();
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(1),
+            "{args:?} {env:?}:\n{err}"
+        );
+        let lines = err.lines().filter(|l| !l.trim().is_empty()).count();
+        assert_eq!(lines, 1, "one line:\n{err}");
+        assert!(err.contains(expected), "{args:?} {env:?}:\n{err}");
+        assert!(!err.contains("connect"), "refused before Redis: {err}");
+    }
+}
+
+/// `--log-format` wins over HITCOUNT_LOG_FORMAT, before the subcommand or
+/// after it, as every flag wins over its variable; the variable alone is
+/// still checked.
+#[test]
+fn the_log_format_flag_wins_over_its_variable() {
+    let nowhere = format!("redis://127.0.0.1:{}", hitcount_lab::kit::free_port());
+    let env = [
+        ("HITCOUNT_LOG_FORMAT", "xml"),
+        ("REDIS_URL", nowhere.as_str()),
+    ];
+    for args in [
+        &["--log-format", "json", "status"][..],
+        &["status", "--log-format", "json"],
+        &["status", "--log-format=json"],
+    ] {
+        let o = hitcount(args, &env);
+        let err = one_line_failure(&o);
+        assert!(!err.contains("HITCOUNT_LOG_FORMAT"), "{args:?}: {err}");
+        // The status ran, and failed to reach Redis, in JSON.
+        assert!(
+            err.starts_with('{') && err.contains("cannot connect"),
+            "{args:?}: {err}"
+        );
+    }
+    let o = hitcount(&["status"], &env);
+    let err = one_line_failure(&o);
+    assert!(err.contains("invalid HITCOUNT_LOG_FORMAT='xml'"), "{err}");
+}

@@ -38,7 +38,7 @@ impl super::Uses for Uses {
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
-    super::configured_precision(&args.common.layout.precisions, args.precision)?;
+    super::configured_precision(&args.common.layout.precisions, Some(args.precision), None)?;
     let mut conn = super::connect(&args.common.redis).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);
     if args.stats {

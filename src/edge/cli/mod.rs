@@ -31,7 +31,7 @@ mod status;
 mod top;
 mod worker;
 
-pub(crate) use settings::{Group, Pick, Uses};
+pub(crate) use settings::{configured_precision, Group, Pick, Uses};
 
 pub(crate) use reach::{check_sending, check_stream, checked_producer, connect, one_line, refused};
 
@@ -123,6 +123,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    cmd = settings::global_flags_win(cmd, &text);
     let matches =
         cmd.try_get_matches_from_mut(args).map_err(|e| {
             match settings::refused_setting(e, &cmd, &text) {
@@ -386,20 +387,6 @@ pub(crate) fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// `precision` if it is one of the configured `precisions`, else an error
-/// naming them (`get --precision`, `top --precision`).
-pub(crate) fn configured_precision(precisions: &[u32], precision: u32) -> anyhow::Result<u32> {
-    if precisions.contains(&precision) {
-        return Ok(precision);
-    }
-    let list: Vec<String> = precisions.iter().map(u32::to_string).collect();
-    anyhow::bail!(
-        "invalid --precision: {precision} s is not a configured precision; the configured ones \
-         are {} (--precisions / HITCOUNT_PRECISIONS)",
-        list.join(", ")
-    )
-}
-
 /// A measured value for a table: up to 3 decimals, trailing zeros cut,
 /// scientific notation when very large or small; `-` for none.
 pub(crate) fn number(v: Option<f64>) -> String {
@@ -506,11 +493,33 @@ mod tests {
         assert_eq!(parse_unix_seconds("1795433810.5"), Ok(1_795_433_810.5));
         assert_eq!(plural(1u64, "sample", "samples"), "1 sample");
         assert_eq!(plural(2u64, "sample", "samples"), "2 samples");
-        assert!(configured_precision(&[1, 60], 5)
+        assert!(configured_precision(&[1, 60], Some(5), None)
             .unwrap_err()
             .to_string()
             .contains("the configured ones are 1, 60"));
-        assert_eq!(configured_precision(&[1, 60], 60).unwrap(), 60);
+        assert_eq!(configured_precision(&[1, 60], Some(60), None).unwrap(), 60);
+        // A flag not given is not blamed: its default is (`top`'s 3600).
+        let default = configured_precision(&[5, 60], None, Some(3600))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            !default.starts_with("invalid --precision: 3600"),
+            "{default}"
+        );
+        assert!(default.contains("its default, 3600 s, is not"), "{default}");
+        assert!(
+            default.contains("the configured ones are 5, 60"),
+            "{default}"
+        );
+        let given = configured_precision(&[5, 60], Some(3600), Some(3600))
+            .unwrap_err()
+            .to_string();
+        assert!(given.starts_with("invalid --precision: 3600 s"), "{given}");
+        assert_eq!(configured_precision(&[5, 60], None, Some(60)).unwrap(), 60);
+        assert_eq!(
+            configured_precision(&[5, 60], Some(5), Some(60)).unwrap(),
+            5
+        );
     }
 
     #[test]

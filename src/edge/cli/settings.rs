@@ -4,7 +4,9 @@
 //! `HITCOUNT_*` variable of the deployment is never read; and a refused
 //! value of a setting is reported in one line naming its flag and its
 //! environment variable, the variable first when the value came from it
-//! ([`refused_setting`]).
+//! ([`refused_setting`]); a flag given wins over its variable, also for a
+//! global one ([`global_flags_win`]); a command's `--precision` is one of
+//! the deployment's ([`configured_precision`]).
 
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
@@ -182,12 +184,63 @@ pub(crate) fn refused_setting(
         _ if value.is_empty() => "an empty value is not accepted: leave it unset".to_string(),
         _ => "not accepted".to_string(),
     };
-    let given = args
-        .iter()
-        .any(|a| *a == flag || a.starts_with(&format!("{flag}=")));
+    let given = flag_given(args, &flag);
     Ok(if given || std::env::var_os(&env).is_none() {
         format!("invalid {flag} / {env}: {reason}")
     } else {
         format!("invalid {env}='{value}' (from the environment; the flag is {flag}): {reason}")
     })
+}
+
+/// Whether the command line `args` gives the flag `flag` (`--log-format`),
+/// as `--log-format json` or `--log-format=json`.
+pub(crate) fn flag_given(args: &[String], flag: &str) -> bool {
+    args.iter()
+        .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|v| v.starts_with('=')))
+}
+
+/// `cmd` with the variable of every global setting whose flag is on the
+/// command line `args` left unread, so that the flag wins over it as for
+/// every other setting: clap reads a global argument's variable on each
+/// level of the command line where the flag is not (before the subcommand
+/// or after it), and would refuse a bad `HITCOUNT_LOG_FORMAT` there though
+/// `--log-format` is given.
+pub(crate) fn global_flags_win(cmd: Command, args: &[String]) -> Command {
+    let given: Vec<clap::Id> = cmd
+        .get_arguments()
+        .filter(|a| a.is_global_set() && a.get_env().is_some())
+        .filter(|a| {
+            a.get_long()
+                .is_some_and(|l| flag_given(args, &format!("--{l}")))
+        })
+        .map(|a| a.get_id().clone())
+        .collect();
+    given
+        .into_iter()
+        .fold(cmd, |cmd, id| cmd.mut_arg(id, |arg| arg.env(None)))
+}
+
+/// The precision a command reads: `given` (`--precision`), else its
+/// `default` (`top`'s), if it is one of the configured `precisions`; else an
+/// error naming them, and saying whether the flag or its default is not
+/// configured (`get --precision`, `top --precision`).
+pub(crate) fn configured_precision(
+    precisions: &[u32],
+    given: Option<u32>,
+    default: Option<u32>,
+) -> anyhow::Result<u32> {
+    let list: Vec<String> = precisions.iter().map(u32::to_string).collect();
+    let list = list.join(", ");
+    match (given, default) {
+        (Some(p), _) | (None, Some(p)) if precisions.contains(&p) => Ok(p),
+        (Some(p), _) => anyhow::bail!(
+            "invalid --precision: {p} s is not a configured precision; the configured ones \
+             are {list} (--precisions / HITCOUNT_PRECISIONS)"
+        ),
+        (None, Some(d)) => anyhow::bail!(
+            "--precision is required here: its default, {d} s, is not a configured \
+             precision; the configured ones are {list} (--precisions / HITCOUNT_PRECISIONS)"
+        ),
+        (None, None) => anyhow::bail!("--precision is required: one of {list}"),
+    }
 }

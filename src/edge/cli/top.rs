@@ -18,9 +18,10 @@ pub(crate) struct Args {
     /// value sent with them, highest first).
     #[arg(long, default_value = "count", value_parser = str::parse::<By>)]
     by: By,
-    /// Precision in seconds (one of the configured precisions).
-    #[arg(long, short, default_value_t = 3600)]
-    precision: u32,
+    /// Precision in seconds (one of the configured precisions); default:
+    /// 3600.
+    #[arg(long, short)]
+    precision: Option<u32>,
     /// The bucket's start in unix seconds (default: the current bucket): a
     /// multiple of the precision, not after now and not older than the
     /// precision keeps (SAMPLES × PRECISION seconds).
@@ -47,7 +48,11 @@ impl super::Uses for Uses {
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
-    let precision = super::configured_precision(&args.common.layout.precisions, args.precision)?;
+    let precision = super::configured_precision(
+        &args.common.layout.precisions,
+        args.precision,
+        Some(crate::edge::api::TOP_DEFAULT_PRECISION),
+    )?;
     let now = crate::model::clock::unix_ms().div_euclid(1000);
     let bucket = top_bucket(args.bucket, precision, args.common.layout.samples, now)
         .map_err(|why| anyhow::anyhow!("invalid --bucket: {why}"))?;

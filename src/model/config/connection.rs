@@ -1,6 +1,7 @@
 //! How to reach Redis: the URL (one node, or several nodes of a Redis
 //! Cluster), cluster mode and the TLS files ([`RedisArgs`]), their defaults,
-//! and [`redact_url`] to print a URL without its password.
+//! [`ignored_url_field`] to refuse a URL the Redis client would read only in
+//! part, and [`redact_url`] to print a URL without its password.
 
 use std::path::PathBuf;
 
@@ -80,6 +81,73 @@ impl RedisArgs {
             .filter(|u| !u.is_empty())
             .collect()
     }
+}
+
+/// The query fields the Redis client reads in a URL of a TCP scheme
+/// (`redis://`, `rediss://` and valkey's): the protocol only; the database
+/// is the path, the user and password come before the host.
+const TCP_QUERY_FIELDS: [&str; 1] = ["protocol"];
+/// The query fields the Redis client reads in a unix socket's URL
+/// (`redis+unix://`, `unix://`, `valkey+unix://`).
+const UNIX_QUERY_FIELDS: [&str; 4] = ["db", "user", "pass", "protocol"];
+
+/// Why the Redis client would ignore part of one node's URL `url`: a query
+/// field it does not read for the URL's scheme (`redis://h:6379/?db=3`
+/// connects to database 0, `redis+unix:///s?password=x` sends no
+/// password), naming the field and the form that works; `None` when it
+/// reads every field. A field's value is never repeated (it may be a
+/// password). Other schemes are left to the client, which refuses them.
+pub(crate) fn ignored_url_field(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let tcp = matches!(scheme.as_str(), "redis" | "rediss" | "valkey" | "valkeys");
+    let unix = matches!(scheme.as_str(), "unix" | "redis+unix" | "valkey+unix");
+    if !tcp && !unix {
+        return None;
+    }
+    // The query ends at the fragment (`#insecure`).
+    let query = rest.split_once('?')?.1;
+    let query = query.split('#').next().unwrap_or_default();
+    let field = query
+        .split('&')
+        .filter(|f| !f.is_empty())
+        .map(|f| f.split_once('=').map_or(f, |(key, _)| key))
+        .find(|key| {
+            let read: &[&str] = if tcp {
+                &TCP_QUERY_FIELDS
+            } else {
+                &UNIX_QUERY_FIELDS
+            };
+            !read.contains(key)
+        })?;
+    let ignored = format!("the query field `{field}` is ignored by the Redis client");
+    Some(match (tcp, field) {
+        (true, "db" | "database") => format!(
+            "{ignored}, which would use database 0: give the database as the URL's path, \
+             {scheme}://HOST:PORT/DB"
+        ),
+        (true, "user" | "username" | "pass" | "password") => format!(
+            "{ignored}, which would send no {field}: give them before the host, \
+             {scheme}://USER:PASSWORD@HOST:PORT, or {scheme}://:PASSWORD@HOST:PORT for the \
+             default user"
+        ),
+        (true, _) => format!(
+            "{ignored} (it reads only `protocol` there): remove it; the database is the URL's \
+             path ({scheme}://HOST:PORT/DB), the user and password come before the host \
+             ({scheme}://USER:PASSWORD@HOST:PORT)"
+        ),
+        (false, "password") => format!(
+            "{ignored}, which would send no password: a unix socket's password is \
+             `?pass=PASSWORD`"
+        ),
+        (false, "username") => format!(
+            "{ignored}, which would send no user name: a unix socket's user is `?user=USER`"
+        ),
+        (false, _) => format!(
+            "{ignored} (it reads only `db`, `user`, `pass` and `protocol` for a unix socket: \
+             {scheme}:///PATH?pass=PASSWORD&user=USER&db=N): remove it"
+        ),
+    })
 }
 
 /// Removes the passwords from a Redis URL (or a comma-separated list of
@@ -206,6 +274,44 @@ mod tests {
             "unix:///s?pass=SE#CRET",
         ] {
             assert!(!redact_url(careless).contains("CRET"), "{careless}");
+        }
+    }
+
+    /// A query field the Redis client does not read is named with the form
+    /// that works (it would connect to database 0, or send no password);
+    /// every field it reads is accepted, for each scheme.
+    #[test]
+    fn url_query_fields_the_client_ignores_are_named() {
+        let db = ignored_url_field("redis://127.0.0.1:6379/?db=3").unwrap();
+        assert!(
+            db.contains("`db`") && db.contains("redis://HOST:PORT/DB"),
+            "{db}"
+        );
+        let pass = ignored_url_field("rediss://h:1?password=SECRET").unwrap();
+        assert!(pass.contains("`password`"), "{pass}");
+        assert!(pass.contains("rediss://:PASSWORD@HOST:PORT"), "{pass}");
+        assert!(!pass.contains("SECRET"), "{pass}");
+        let unix = ignored_url_field("redis+unix:///s.sock?user=a&password=b").unwrap();
+        assert!(
+            unix.contains("`password`") && unix.contains("?pass="),
+            "{unix}"
+        );
+        let other = ignored_url_field("redis://h:1/0?timeout=5").unwrap();
+        assert!(other.contains("`timeout`"), "{other}");
+        for fine in [
+            "redis://127.0.0.1:6379",
+            "redis://u:p@h:1/3",
+            "redis://h:1/?protocol=resp3",
+            "rediss://h:1/#insecure",
+            "rediss://h:1/?protocol=2#insecure",
+            "valkey://h:1?protocol=3",
+            "redis+unix:///s.sock?pass=x&user=u&db=2&protocol=3",
+            "unix:///s.sock?pass=x",
+            "unix:///s.sock",
+            "redis://h:1/?",
+            "127.0.0.1:6379",
+        ] {
+            assert_eq!(ignored_url_field(fine), None, "{fine}");
         }
     }
 

@@ -5,7 +5,7 @@
 
 use clap::Args;
 
-use super::{invalid, ranged, ConfigError};
+use super::{invalid, plain_name, ranged, ConfigError};
 use crate::model::stats::DEFAULT_QUANTILE_PRECISIONS;
 
 /// The seeds' precisions: 1 s, 5 s, 1 min, 5 min, 1 h, 5 h, 1 day.
@@ -89,8 +89,10 @@ pub(crate) fn parse_precisions(text: &str) -> Result<Vec<u32>, String> {
 }
 
 impl LayoutArgs {
-    /// Checks the precisions and samples; sorts and dedups the precisions.
+    /// Checks the key prefix ([`plain_name`]), the precisions and samples;
+    /// sorts and dedups the precisions.
     pub fn validate(&mut self) -> Result<(), ConfigError> {
+        plain_name("--prefix / HITCOUNT_PREFIX", &self.prefix)?;
         let precisions = |reason: &str| invalid("--precisions / HITCOUNT_PRECISIONS", reason);
         if self.precisions.is_empty() {
             return Err(precisions("at least one precision is needed"));
@@ -162,8 +164,11 @@ pub struct StreamArgs {
 }
 
 impl StreamArgs {
-    /// Refuses empty names and a dead-letter stream equal to the stream
-    /// (each dead letter would be read back and dead-lettered again, for ever).
+    /// Refuses empty names, names with leading or trailing spaces or control
+    /// characters ([`plain_name`]: `hits\n` is another stream than the
+    /// workers' `hits`, `hitcount\n` another group, which would count every
+    /// entry again), and a dead-letter stream equal to the stream (each dead
+    /// letter would be read back and dead-lettered again, for ever).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let names = [
             ("--stream / HITCOUNT_STREAM", &self.stream),
@@ -174,6 +179,7 @@ impl StreamArgs {
             if value.is_empty() {
                 return Err(invalid(setting, "must not be empty"));
             }
+            plain_name(setting, value)?;
         }
         if !(1..=MAX_SHARDS).contains(&self.shards) {
             return Err(invalid(
@@ -316,6 +322,69 @@ mod tests {
             "one shard: the name as given"
         );
         assert!(tagged("h}x", 4).validate().is_ok());
+    }
+
+    /// A name with a stray newline or space is another key or group than
+    /// the deployment's (`hitcount\n`: a second group that counts every
+    /// entry again): refused, naming the setting, for every name and the
+    /// prefix alike.
+    #[test]
+    fn names_with_stray_spaces_or_control_characters_are_refused() {
+        for bad in ["hits\n", " hits", "hits ", " ", "a\nb", "a\tb", "\u{7f}x"] {
+            let cases = [
+                (
+                    StreamArgs {
+                        stream: bad.into(),
+                        ..StreamArgs::default()
+                    },
+                    "--stream / HITCOUNT_STREAM",
+                ),
+                (
+                    StreamArgs {
+                        group: bad.into(),
+                        ..StreamArgs::default()
+                    },
+                    "--group / HITCOUNT_GROUP",
+                ),
+                (
+                    StreamArgs {
+                        dead_stream: bad.into(),
+                        ..StreamArgs::default()
+                    },
+                    "--dead-stream / HITCOUNT_DEAD_STREAM",
+                ),
+            ];
+            for (args, setting) in cases {
+                let err = args.validate().unwrap_err().to_string();
+                assert!(
+                    err.starts_with(&format!("invalid {setting}: ")),
+                    "{bad:?}: {err}"
+                );
+                assert!(err.contains("trailing spaces or control"), "{err}");
+            }
+            let mut layout = LayoutArgs {
+                prefix: bad.into(),
+                ..LayoutArgs::default()
+            };
+            let err = layout.validate().unwrap_err().to_string();
+            assert!(
+                err.starts_with("invalid --prefix / HITCOUNT_PREFIX: "),
+                "{bad:?}: {err}"
+            );
+        }
+        // Spaces and any other character inside a name stay accepted.
+        let inside = StreamArgs {
+            stream: "my hits".into(),
+            group: "hit:count{1}".into(),
+            dead_stream: "héllo dead".into(),
+            ..StreamArgs::default()
+        };
+        inside.validate().unwrap();
+        let mut layout = LayoutArgs {
+            prefix: "app 1:".into(),
+            ..LayoutArgs::default()
+        };
+        layout.validate().unwrap();
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{invalid, ConfigError, Whole};
+use super::{invalid, plain_name, ConfigError, Whole};
 
 /// Accepted `--lease-ms`: from 300 ms, where a renewal (every third) still
 /// fits in a round trip with room to spare on a busy machine, to 10 minutes.
@@ -40,17 +40,17 @@ pub struct LeaderArgs {
 impl LeaderArgs {
     /// Checks the settings: the whole numbers in their ranges (the command
     /// line's parser refuses the rest already; a struct built in code has
-    /// not met it) and the key.
+    /// not met it) and the key: not empty, no leading or trailing spaces or
+    /// control characters ([`plain_name`]: a stray newline would make a
+    /// second lease, and two leaders).
     pub fn validate(&self) -> Result<(), ConfigError> {
         LEASE_MS.check(self.lease_ms)?;
         CLEAN_INTERVAL.check(self.clean_interval_secs)?;
+        let setting = "--leader-key / HITCOUNT_LEADER_KEY";
         if self.leader_key.is_empty() {
-            return Err(invalid(
-                "--leader-key / HITCOUNT_LEADER_KEY",
-                "must not be empty",
-            ));
+            return Err(invalid(setting, "must not be empty"));
         }
-        Ok(())
+        plain_name(setting, &self.leader_key)
     }
 
     /// The lease length.
@@ -71,5 +71,22 @@ mod tests {
     #[test]
     fn clap_defaults_match_default() {
         crate::model::config::tests::assert_clap_defaults::<LeaderArgs>();
+    }
+
+    /// A lease key with a stray newline is a second lease: two leaders.
+    #[test]
+    fn a_leader_key_with_stray_spaces_or_control_characters_is_refused() {
+        LeaderArgs::default().validate().unwrap();
+        for bad in ["hitcount:leader\n", " hitcount:leader", "a\rb"] {
+            let args = LeaderArgs {
+                leader_key: bad.into(),
+                ..LeaderArgs::default()
+            };
+            let err = args.validate().unwrap_err().to_string();
+            assert!(
+                err.starts_with("invalid --leader-key / HITCOUNT_LEADER_KEY: "),
+                "{err}"
+            );
+        }
     }
 }

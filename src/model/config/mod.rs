@@ -131,6 +131,23 @@ pub(crate) fn invalid(setting: &'static str, reason: impl Into<String>) -> Confi
     ConfigError::Invalid { setting, reason }
 }
 
+/// Refuses a name hitcount passes to Redis as it is (a key, a key prefix,
+/// a consumer group or consumer name) with leading or trailing spaces or a
+/// control character anywhere: one set by mistake (a trailing newline from a
+/// file or a heredoc) names another key or group than the rest of the
+/// deployment's, where no worker reads or every entry is counted again, and
+/// a log line holding it would be cut in two. Emptiness is the caller's
+/// rule (an empty prefix is the default).
+pub(crate) fn plain_name(setting: &'static str, value: &str) -> Result<(), ConfigError> {
+    if value.trim() != value || value.contains(char::is_control) {
+        return Err(invalid(
+            setting,
+            format!("{value:?} must not have leading or trailing spaces or control characters"),
+        ));
+    }
+    Ok(())
+}
+
 fn not_in(n: i128, range: &RangeInclusive<i128>) -> String {
     format!("{n} is not in {}..={}", range.start(), range.end())
 }

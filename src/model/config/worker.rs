@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{invalid, ConfigError, Whole, ADVANCED};
+use super::{invalid, plain_name, ConfigError, Whole, ADVANCED};
 
 /// Longest wait for replicas' confirmation of one step, in ms: a master left
 /// without a replica slows each window by about this much, never stops it.
@@ -201,7 +201,12 @@ impl WorkerArgs {
     /// stable name is still better where there is one, since a restarted pod
     /// then resumes its own pending entries at once.
     pub(crate) fn consumer_name(&self) -> String {
-        [self.consumer.clone(), std::env::var("POD_NAME").ok()]
+        self.consumer_name_with(pod_name())
+    }
+
+    /// [`Self::consumer_name`] with `pod` as the pod's name.
+    fn consumer_name_with(&self, pod: Option<String>) -> String {
+        [self.consumer.clone(), pod]
             .into_iter()
             .flatten()
             .find(|name| !name.is_empty())
@@ -210,8 +215,14 @@ impl WorkerArgs {
 
     /// Checks the settings: each whole number in its range (the command
     /// line's parser refuses the rest already; a struct built in code has
-    /// not met it) and the consumer name.
+    /// not met it) and the consumer name, from `--consumer` or, when that is
+    /// not set, from `POD_NAME` (named as such when it is the one refused).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_with(pod_name().as_deref())
+    }
+
+    /// [`Self::validate`] with `pod` as the pod's name.
+    fn validate_with(&self, pod: Option<&str>) -> Result<(), ConfigError> {
         READ_COUNT.check(self.read_count)?;
         BLOCK_MS.check(self.block_ms)?;
         WINDOW_ENTRIES.check(self.window_entries)?;
@@ -224,23 +235,19 @@ impl WorkerArgs {
         CONSUMER_IDLE_MS.check(self.consumer_idle_ms)?;
         SHUTDOWN_TIMEOUT.check(self.shutdown_timeout_secs)?;
         WAIT_REPLICAS.check(self.wait_replicas)?;
-        if self.consumer.as_ref().is_some_and(|c| c.is_empty()) {
-            return Err(invalid(
+        match (self.consumer.as_deref(), pod) {
+            (Some(""), _) => Err(invalid(
                 "--consumer / HITCOUNT_CONSUMER",
                 "must not be empty: leave it unset for a name of the pod's or the process'",
-            ));
+            )),
+            (Some(consumer), _) => plain_name("--consumer / HITCOUNT_CONSUMER", consumer),
+            // An empty POD_NAME is as good as none: the process' own name.
+            (None, Some(pod)) if !pod.is_empty() => plain_name(
+                "POD_NAME (the consumer name, as --consumer / HITCOUNT_CONSUMER is not set)",
+                pod,
+            ),
+            (None, _) => Ok(()),
         }
-        if self
-            .consumer
-            .as_ref()
-            .is_some_and(|c| c.trim() != c || c.contains(char::is_control))
-        {
-            return Err(invalid(
-                "--consumer / HITCOUNT_CONSUMER",
-                "must not have leading or trailing spaces or control characters",
-            ));
-        }
-        Ok(())
     }
 
     /// When `--carry-ms` is longer than [`Self::carry_age`] lets cells wait
@@ -261,6 +268,12 @@ impl WorkerArgs {
     pub(crate) fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout_secs)
     }
+}
+
+/// The pod's name (`POD_NAME`), the consumer name when `--consumer` is not
+/// set; `None` when unset or not UTF-8.
+fn pod_name() -> Option<String> {
+    std::env::var("POD_NAME").ok()
 }
 
 /// `HOST-PID-RANDOM`: a consumer name no other process uses.
@@ -294,6 +307,37 @@ mod tests {
             ..WorkerArgs::default()
         };
         assert_eq!(w.consumer_name(), "pod-1");
+    }
+
+    /// A consumer name taken from POD_NAME meets the rule of
+    /// `--consumer`'s, and a refusal names POD_NAME, not the flag that was
+    /// never set; `--consumer` wins over it, and an empty one is none.
+    #[test]
+    fn a_consumer_name_from_pod_name_is_checked_and_named() {
+        let unset = WorkerArgs::default();
+        let err = unset.validate_with(Some("pod\nx")).unwrap_err().to_string();
+        assert!(err.starts_with("invalid POD_NAME "), "{err}");
+        assert!(err.contains("control characters"), "{err}");
+        assert!(unset.validate_with(Some(" pod")).is_err());
+        unset.validate_with(Some("pod-1")).unwrap();
+        unset.validate_with(Some("")).unwrap();
+        assert_eq!(unset.consumer_name_with(Some("pod-1".into())), "pod-1");
+        assert_ne!(unset.consumer_name_with(Some(String::new())), "");
+        let flag = WorkerArgs {
+            consumer: Some("w1".into()),
+            ..WorkerArgs::default()
+        };
+        flag.validate_with(Some("pod\nx")).unwrap();
+        assert_eq!(flag.consumer_name_with(Some("pod\nx".into())), "w1");
+        let bad_flag = WorkerArgs {
+            consumer: Some("w1\n".into()),
+            ..WorkerArgs::default()
+        };
+        let err = bad_flag.validate_with(None).unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid --consumer / HITCOUNT_CONSUMER: "),
+            "{err}"
+        );
     }
 
     #[test]

@@ -61,7 +61,7 @@
 //!    │                      `cluster_tests.rs`), as edge's http/ and store's commit/, scripts/
 //!    ▼
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
-//!    │       detect.rs      a cluster node or not: INFO cluster (+info)
+//!    │       detect.rs      a cluster node or not: INFO cluster (+info); why a connect failed
 //!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
 //!    │       memory.rs      writes refused for maxmemory (OOM), an evicting policy
 //!    │       scripts/       every Lua script (*.lua) and its loader

@@ -152,9 +152,17 @@ impl Client {
     /// deadline. With `auto`, the first open asks the server whether it is
     /// a cluster.
     pub async fn open(&self, response_timeout: Duration) -> RedisResult<Conn> {
-        self.open_any(response_timeout)
-            .await
-            .map_err(|e| self.not_redis(e))
+        self.explained(self.open_any(response_timeout).await).await
+    }
+
+    /// A failed open told in the words that say why: [`Self::not_redis`],
+    /// and what `store::detect` finds out.
+    async fn explained<T>(&self, opened: RedisResult<T>) -> RedisResult<T> {
+        use crate::store::detect::{needless_password, tls_silence};
+        let Err(err) = opened else { return opened };
+        let err = self.not_redis(err);
+        let err = needless_password(&self.first, self.tls.as_ref(), CONNECT_TIMEOUT, err).await;
+        Err(tls_silence(&self.first, CONNECT_TIMEOUT, err).await)
     }
 
     async fn open_any(&self, response_timeout: Duration) -> RedisResult<Conn> {
@@ -191,10 +199,8 @@ impl Client {
     /// of several masters: for reading that node's own figures (`INFO`),
     /// never for keys, which the other masters' slots answer with MOVED.
     pub async fn open_this_node(&self, response_timeout: Duration) -> RedisResult<Conn> {
-        self.open_single(response_timeout)
-            .await
-            .map(Conn::Single)
-            .map_err(|e| self.not_redis(e))
+        let opened = self.open_single(response_timeout).await;
+        self.explained(opened.map(Conn::Single)).await
     }
 
     async fn open_single(&self, response_timeout: Duration) -> RedisResult<MultiplexedConnection> {

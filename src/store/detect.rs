@@ -1,9 +1,14 @@
 //! Which kind of Redis a URL names: a cluster node or not (`INFO
 //! cluster`, which a read-only user's `+info` allows), and, with
-//! `HITCOUNT_CLUSTER=off`, refusing one master of a cluster of several.
+//! `HITCOUNT_CLUSTER=off`, refusing one master of a cluster of several;
+//! and, when a connection failed, what the client's error leaves unsaid: a
+//! Redis with no password to check ([`needless_password`]), a port that
+//! does not speak TLS ([`tls_silence`]).
+
+use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::RedisResult;
+use redis::{RedisError, RedisResult};
 
 /// Whether the server is a cluster node: `cluster_enabled:1` in `INFO
 /// cluster`, which `+info` allows (a read-only user needs nothing more). A
@@ -118,6 +123,87 @@ fn masters_of_slots(slots: &redis::Value) -> u64 {
 /// The masters serving slots, from a `CLUSTER INFO` reply.
 fn masters_serving(info: &str) -> Option<u64> {
     info_field(info, "cluster_size")?.parse().ok()
+}
+
+/// A refused `AUTH` that Redis refused for having no password to check:
+/// the client reports every refusal as "Password authentication
+/// failed", a wrong password, also when Redis said `AUTH <password>
+/// called without any password configured`. The URL's `AUTH` is sent
+/// again (within `within`) on a connection opened without it, and that
+/// refusal returned; `err` as it was for any other error or answer (a
+/// wrong password, whose words every command already has).
+pub(crate) async fn needless_password(
+    client: &redis::Client,
+    tls: Option<&redis::TlsCertificates>,
+    within: Duration,
+    err: RedisError,
+) -> RedisError {
+    if err.kind() != redis::ErrorKind::AuthenticationFailed {
+        return err;
+    }
+    let info = client.get_connection_info();
+    let settings = info.redis_settings();
+    let Some(password) = settings.password() else {
+        return err;
+    };
+    let bare = info
+        .clone()
+        .set_redis_settings(redis::RedisConnectionInfo::default());
+    let bare = match tls {
+        Some(certs) => redis::Client::build_with_tls(bare, certs.clone()),
+        None => redis::Client::open(bare),
+    };
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(within))
+        .set_response_timeout(Some(within));
+    let Ok(mut conn) = async {
+        bare?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+    .await
+    else {
+        return err;
+    };
+    let mut auth = redis::cmd("AUTH");
+    if let Some(user) = settings.username() {
+        auth.arg(user);
+    }
+    match auth.arg(password).query_async::<()>(&mut conn).await {
+        Err(said) if crate::store::error::is_needless_password(&said) => said,
+        _ => err,
+    }
+}
+
+/// A `rediss://` connection that timed out while the port takes TCP
+/// connections (within `within`): the TLS handshake got no answer, as
+/// from a port that does not speak TLS (a plain Redis waits for the rest
+/// of what it takes for a command), which the timeout alone does not say.
+/// Still a timeout (retried as one); `err` as it was otherwise.
+pub(crate) async fn tls_silence(
+    client: &redis::Client,
+    within: Duration,
+    err: RedisError,
+) -> RedisError {
+    let redis::ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr()
+    else {
+        return err;
+    };
+    if !err.is_timeout() {
+        return err;
+    }
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), *port));
+    if !matches!(tokio::time::timeout(within, tcp).await, Ok(Ok(_))) {
+        return err;
+    }
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "timed out in the TLS handshake with {host}:{port}, which takes TCP \
+             connections: that port may not speak TLS (a plain Redis never answers a \
+             handshake): use redis:// for it, or the port Redis serves TLS on (its tls-port)"
+        ),
+    ))
 }
 
 #[cfg(test)]

@@ -82,7 +82,9 @@ pub(crate) fn is_broken_link(err: &RedisError) -> bool {
 pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
     let text = err.to_string();
     let lower = err.detail().unwrap_or("").to_ascii_lowercase();
-    let hint = if err.kind() == redis::ErrorKind::AuthenticationFailed
+    let hint = if text.contains(NO_PASSWORD_SET) {
+        NEEDLESS_PASSWORD
+    } else if err.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(err.code(), Some("WRONGPASS" | "NOAUTH"))
         || text.contains("WRONGPASS")
         || text.contains("NOAUTH")
@@ -125,12 +127,38 @@ pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
     } else if text.contains("DB index is out of range") {
         "the database number in REDIS_URL (redis://host:port/DB) is over this Redis' \
          `databases` setting: use a lower one"
+    } else if text.contains(SELECT_REFUSED) {
+        // Redis' reason comes without its code (a NOPERM reads "User u has
+        // no permissions to run the 'select' command").
+        "Redis refused to switch to the database number in REDIS_URL (redis://host:port/DB): \
+         the number must be within this Redis' `databases` setting and the Redis user needs \
+         the SELECT command (+select, see docs/operations.md, \"ACL users\"); or leave the \
+         number out for database 0"
     } else if lower.contains("error compiling script") || lower.contains("scripting is disabled") {
         "Redis refused hitcount's Lua scripts: it needs Redis 7.0 or newer with EVAL allowed"
     } else {
         return None;
     };
     Some(hint)
+}
+
+/// How the Redis client words a `SELECT` of the URL's database that Redis
+/// refused (a number out of range, a user without `select`).
+const SELECT_REFUSED: &str = "refused to switch database";
+
+/// Redis' words for an `AUTH` with a password it has none to check against
+/// (no `requirepass`, the default user `nopass`).
+const NO_PASSWORD_SET: &str = "called without any password configured";
+
+/// What to do about [`NO_PASSWORD_SET`].
+pub(crate) const NEEDLESS_PASSWORD: &str =
+    "REDIS_URL (--redis-url) carries a password, but this Redis has none set (no \
+     requirepass): remove the password from the URL, or set one on Redis";
+
+/// Whether `err` is Redis saying it has no password for the one sent
+/// ([`NO_PASSWORD_SET`]).
+pub(crate) fn is_needless_password(err: &RedisError) -> bool {
+    err.to_string().contains(NO_PASSWORD_SET)
 }
 
 /// Whether `err` is a TLS handshake that failed for a certificate or key,
@@ -371,6 +399,46 @@ mod tests {
         assert!(fatal_hint(&no_cluster)
             .unwrap()
             .contains("HITCOUNT_CLUSTER"));
+    }
+
+    /// A SELECT Redis refused, which the client reports without Redis'
+    /// code (a user without `select`, a number past 2^31): no retry fixes
+    /// it, so it stops with a hint naming REDIS_URL instead of retrying for
+    /// ever.
+    #[test]
+    fn a_refused_select_is_fatal() {
+        for reason in [
+            "User ro has no permissions to run the 'select' command",
+            "value is out of range, value must between -2147483648 and 2147483647",
+        ] {
+            let select = RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "Redis server refused to switch database",
+                reason.to_string(),
+            ));
+            assert_eq!(classify(&select).0, ErrorClass::Fatal, "{select}");
+            let hint = fatal_hint(&select).unwrap();
+            assert!(
+                hint.contains("REDIS_URL") && hint.contains("+select"),
+                "{hint}"
+            );
+        }
+    }
+
+    /// A password sent to a Redis that has none: Redis' words, and a hint
+    /// that says so, not "wrong password".
+    #[test]
+    fn a_password_redis_does_not_have_is_named_so() {
+        let needless = reply(
+            "ERR AUTH <password> called without any password configured for the default \
+             user. Are you sure your configuration is correct?",
+        );
+        assert!(is_needless_password(&needless));
+        assert_eq!(classify(&needless).0, ErrorClass::Fatal);
+        assert_eq!(fatal_hint(&needless), Some(NEEDLESS_PASSWORD));
+        assert!(!is_needless_password(&reply(
+            "WRONGPASS invalid username-password pair"
+        )));
     }
 
     #[test]

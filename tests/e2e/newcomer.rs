@@ -894,7 +894,11 @@ async fn a_library_worker_stopped_by_a_fatal_error_tells_why() {
 #[test]
 fn settings_no_retry_fixes_stop_a_worker_saying_why() {
     let srv = server_with(ServerOptions {
-        extra: vec!["rename-command XCLAIM \"\"".into()],
+        extra: vec![
+            "rename-command XCLAIM \"\"".into(),
+            // A user that may not SELECT another database.
+            "user ro on >ro ~* +@read +ping +hello +client +info".into(),
+        ],
         ..ServerOptions::default()
     });
     let url = srv.url();
@@ -905,6 +909,19 @@ fn settings_no_retry_fixes_stop_a_worker_saying_why() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("DB index is out of range"), "{err}");
     assert!(err.contains("`databases` setting"), "{err}");
+    // A SELECT Redis refuses in other words (a user without `select`, a
+    // number past 2^31), which the client reports without a code: it was
+    // retried for ever as "redis not connected".
+    let no_select = format!("redis://ro:ro@127.0.0.1:{}/2", srv.port());
+    let past = format!("{url}/99999999999");
+    for (name, db) in [("no-select", &no_select), ("db-past-2^31", &past)] {
+        let (code, _, err) =
+            run_within_a_minute(name, &["worker", "--listen", &listen, "--redis-url", db]);
+        assert_eq!(code, Some(1), "{name}: {err}");
+        assert!(err.contains("refused to switch"), "{name}: {err}");
+        assert!(err.contains("+select"), "{name}: {err}");
+        assert!(!err.contains("ro:ro@"), "{name} hides the password: {err}");
+    }
     // HITCOUNT_CLUSTER=on against a Redis that is no cluster: the cluster
     // manifests promise a fast failure (it was retried as an outage).
     let (code, _, err) = run_within_a_minute(
@@ -1082,4 +1099,36 @@ fn running_workers_stop_when_the_records_they_count_by_change() {
         assert_eq!(status.code(), Some(1), "{err}");
         assert!(err.contains(said), "{said}\n{err}");
     }
+}
+
+/// A password sent to a Redis that has none is said so, in Redis' words,
+/// not as a wrong password; a `rediss://` URL naming a plain Redis port
+/// says that port may not speak TLS instead of only "timed out".
+#[test]
+fn a_password_or_tls_a_plain_redis_does_not_have_is_named() {
+    let srv = server();
+    let host = format!("127.0.0.1:{}", srv.port());
+    let needless = format!("redis://:x@{host}");
+    for cmd in [&["status"][..], &["hit", "x"]] {
+        let args = [cmd, &["--redis-url", &needless]].concat();
+        let (code, _, err) = run_within_a_minute("needless", &args);
+        assert_one_line_failure(&format!("{cmd:?}"), code, &err);
+        assert!(
+            err.contains("called without any password configured"),
+            "{cmd:?}: {err}"
+        );
+        assert!(err.contains("remove the password"), "{cmd:?}: {err}");
+        assert!(!err.contains("WRONGPASS"), "{cmd:?}: {err}");
+    }
+    let listen = common::bin::free_addr();
+    let (code, _, err) = run_within_a_minute(
+        "needless-worker",
+        &["worker", "--listen", &listen, "--redis-url", &needless],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("remove the password"), "{err}");
+    let tls = format!("rediss://{host}");
+    let (code, _, err) = run_within_a_minute("tls", &["status", "--redis-url", &tls]);
+    assert_one_line_failure("rediss:// to a plain port", code, &err);
+    assert!(err.contains("may not speak TLS"), "{err}");
 }

@@ -37,8 +37,13 @@ pub(crate) fn cause(err: &RedisError) -> String {
         None => code.to_string(),
     };
     match code {
-        "NOAUTH" => {
-            line.push_str(" (the Redis URL carries no password: redis://[USER:]PASSWORD@HOST:PORT)")
+        // Not `redis://PASSWORD@HOST`: the client reads that as a user name.
+        "NOAUTH" => line.push_str(
+            " (the Redis URL carries no password: redis://:PASSWORD@HOST:PORT, or \
+             redis://USER:PASSWORD@HOST:PORT for a user of Redis' ACL)",
+        ),
+        _ if crate::store::error::is_needless_password(err) => {
+            line.push_str(&format!(" ({})", crate::store::error::NEEDLESS_PASSWORD));
         }
         "NOPERM" => line.push_str(
             " (the user lacks a command or key hitcount needs: see deploy/redis/hitcount.acl)",
@@ -299,5 +304,41 @@ pub(crate) fn refused(
             common.stream.stream,
             redact_url(&common.redis.url)
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cause;
+
+    /// An error as Redis words it (`-CODE detail`).
+    fn reply(text: &str) -> redis::RedisError {
+        redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
+            .and_then(redis::Value::extract_error)
+            .unwrap_err()
+    }
+
+    /// A missing password is shown with the colon that makes it one
+    /// (`redis://PASSWORD@HOST` is read as a user name); a password Redis
+    /// has none for is said so, not as a wrong one.
+    #[test]
+    fn password_refusals_show_the_form_that_works() {
+        let noauth = cause(&reply("NOAUTH Authentication required."));
+        assert!(noauth.contains("redis://:PASSWORD@HOST:PORT"), "{noauth}");
+        assert!(
+            noauth.contains("redis://USER:PASSWORD@HOST:PORT"),
+            "{noauth}"
+        );
+        assert!(!noauth.contains("[USER:]PASSWORD"), "{noauth}");
+        let needless = cause(&reply(
+            "ERR AUTH <password> called without any password configured for the default user. \
+             Are you sure your configuration is correct?",
+        ));
+        assert!(
+            needless.contains("called without any password configured"),
+            "{needless}"
+        );
+        assert!(needless.contains("remove the password"), "{needless}");
+        assert!(!needless.contains("WRONGPASS"), "{needless}");
     }
 }

@@ -105,6 +105,9 @@ pub(crate) fn ignored_url_field(url: &str) -> Option<String> {
     if !tcp && !unix {
         return None;
     }
+    // After the user info, as `redact_url` reads it: a `?` in a password
+    // the URL failed to encode is no query, and none of it is repeated.
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, after)| after);
     // The query ends at the fragment (`#insecure`).
     let query = rest.split_once('?')?.1;
     let query = query.split('#').next().unwrap_or_default();
@@ -310,6 +313,8 @@ mod tests {
             "unix:///s.sock",
             "redis://h:1/?",
             "127.0.0.1:6379",
+            // Left to the client, which refuses it without a word of it.
+            "redis://:SE?CRET@h:1",
         ] {
             assert_eq!(ignored_url_field(fine), None, "{fine}");
         }

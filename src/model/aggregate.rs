@@ -46,6 +46,13 @@ pub(crate) const STAT_CELL_WINDOW_WEIGHT: usize = 3;
 /// entry shares its histogram's allocation and is two short script
 /// arguments.
 pub(crate) const HIST_ENTRIES_PER_CELL: usize = 4;
+/// Bytes of a name that weigh one more cell against `--window-cells`, at
+/// each precision: a cell carries its name into its key, its `known:`
+/// member, its record and its script arguments, so a cell of a 4 KiB name
+/// cost the worker about 13 KiB (10,000 distinct 4 KiB names drained with
+/// a peak RSS over 900 MiB when names weighed nothing). Names under this
+/// length weigh nothing more.
+pub(crate) const NAME_BYTES_PER_CELL: usize = 128;
 /// "No cell" link in the bucket lists.
 const NONE: usize = usize::MAX;
 /// Scratch marker for "skipped at this precision"; no real bucket is this low
@@ -123,6 +130,9 @@ pub(crate) struct Window {
     /// [`STAT_CELL_WINDOW_WEIGHT`] cells each plus a quarter per histogram
     /// entry, kept as they are added.
     stats_weight: usize,
+    /// The names' extra weight in cells: per name, [`NAME_BYTES_PER_CELL`]
+    /// of its bytes weigh one cell at each precision.
+    name_weight: usize,
 }
 
 impl Window {
@@ -163,6 +173,7 @@ impl Window {
             count_sum: 0,
             stats: HashMap::new(),
             stats_weight: 0,
+            name_weight: 0,
         }
     }
 
@@ -195,6 +206,7 @@ impl Window {
             quantiles: self.quantiles.clone(),
             stats: HashMap::new(),
             stats_weight: 0,
+            name_weight: 0,
         }
     }
 
@@ -278,6 +290,7 @@ impl Window {
         }
         let id = self.names.len();
         self.names.insert(name.into(), id);
+        self.name_weight += name.len() / NAME_BYTES_PER_CELL * self.precisions.len();
         self.heads
             .extend(std::iter::repeat_n(NONE, self.precisions.len()));
         id
@@ -440,16 +453,19 @@ impl Window {
 
     /// What the window weighs against `--window-cells`: a cell 1, a
     /// statistics cell [`STAT_CELL_WINDOW_WEIGHT`] plus one per
-    /// [`HIST_ENTRIES_PER_CELL`] histogram entries (about what each costs in
-    /// worker memory).
+    /// [`HIST_ENTRIES_PER_CELL`] histogram entries, a long name one more per
+    /// [`NAME_BYTES_PER_CELL`] of its bytes at each precision (about what
+    /// each costs in worker memory).
     pub(crate) fn weight(&self) -> usize {
-        self.weight_with_stats_times(1)
+        self.weight_with(1, 1)
     }
 
     /// [`Window::weight`] with its statistics cells' share multiplied by
-    /// `factor` (see [`crate::model::carry`]).
-    pub(crate) fn weight_with_stats_times(&self, factor: usize) -> usize {
-        self.slots.len() + factor * self.stats_weight / HIST_ENTRIES_PER_CELL
+    /// `stats` and its long names' by `names` (see [`crate::model::carry`]).
+    pub(crate) fn weight_with(&self, stats: usize, names: usize) -> usize {
+        self.slots.len()
+            + stats * self.stats_weight / HIST_ENTRIES_PER_CELL
+            + names * self.name_weight
     }
 
     /// `(precision, hits skipped as too old)` for every precision, zeros
@@ -469,6 +485,7 @@ impl Window {
         self.slots.clear();
         self.stats.clear();
         self.stats_weight = 0;
+        self.name_weight = 0;
         self.skipped.fill(0);
         self.hits = 0;
         #[cfg(test)]

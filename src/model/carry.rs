@@ -63,6 +63,12 @@ pub(crate) const HOLD_FRACTION: u32 = 1;
 /// carry weight (Zipf over 100k names) against about 100 without values.
 pub(crate) const STATS_WEIGHT_FACTOR: usize = 3;
 
+/// How many times more a long name weighs in a carry than in a window
+/// ([`crate::model::aggregate::NAME_BYTES_PER_CELL`]): a carry's unit of
+/// weight is about 100 bytes of the worker's memory, a window's about 500,
+/// and a name's bytes cost alike in both.
+pub(crate) const NAME_WEIGHT_FACTOR: usize = 5;
+
 /// The count and statistics cells of windows recorded but not applied,
 /// summed.
 #[derive(Debug)]
@@ -169,7 +175,8 @@ impl Carry {
     /// [`STATS_WEIGHT_FACTOR`] times its weight in a window
     /// ([`Window::weight`]).
     pub(crate) fn weight(&self) -> usize {
-        self.window().weight_with_stats_times(STATS_WEIGHT_FACTOR)
+        self.window()
+            .weight_with(STATS_WEIGHT_FACTOR, NAME_WEIGHT_FACTOR)
     }
 
     /// Whether no window waits.
@@ -315,6 +322,37 @@ mod tests {
             c.is_due(Duration::from_secs(3600), c.weight()),
             "full at its weight"
         );
+    }
+
+    /// 10,000 distinct 4 KiB names once took the worker past 900 MiB: a
+    /// long name weighs more, in a window and more again in a carry, so
+    /// both are applied before their memory grows with the names.
+    #[test]
+    fn a_long_name_weighs_more_in_a_carry_than_in_a_window() {
+        use crate::model::aggregate::NAME_BYTES_PER_CELL;
+        let long = "n".repeat(4096);
+        let mut w = Window::new(&[1, 60], 120);
+        for name in ["short", long.as_str()] {
+            let hit = crate::model::event::Hit {
+                name,
+                count: 1,
+                ts_ms: 0,
+                value: None,
+            };
+            w.add(&hit, 0);
+        }
+        let extra = 4096 / NAME_BYTES_PER_CELL * 2;
+        assert_eq!(
+            w.weight(),
+            4 + extra,
+            "two cells a name, the long one 64 more"
+        );
+        let mut c = Carry::new(&Window::new(&[1, 60], 120));
+        c.add_window(&mut w);
+        assert_eq!(c.weight(), 4 + NAME_WEIGHT_FACTOR * extra);
+        assert!(c.is_due(Duration::from_secs(3600), c.weight()));
+        w.clear();
+        assert_eq!(w.weight(), 0);
     }
 
     #[test]

@@ -42,10 +42,47 @@ use crate::store::stream;
 /// carry of a million cells is never built whole in memory (with 64, the
 /// 1 M-entry Zipf backlog peaked 10 MiB higher, no faster).
 const SCRIPTS_AT_ONCE: usize = 16;
+/// Bytes of names the scripts sent at once carry at most (at least one
+/// script goes, whatever it holds): each name goes out in its cell's key
+/// and its `known:` member, so sixteen scripts of 4 KiB names (500 cells
+/// each) held some 200 MiB of arguments while one batch was in flight and
+/// the next built.
+const NAME_BYTES_AT_ONCE: usize = 4 << 20;
 
 /// XACK commands per round trip when acknowledging many ids alone: 8 of
 /// [`ACK_IDS`] ids, about 0.5 MB of commands.
 const ACKS_AT_ONCE: usize = 8;
+
+/// `scripts` in batches sent at once: at most [`SCRIPTS_AT_ONCE`] scripts
+/// and [`NAME_BYTES_AT_ONCE`] of names each, one script at least.
+fn batches<'s>(scripts: &'s [Script], sums: &[Sum<'_>]) -> Vec<&'s [Script]> {
+    let names = |script: &Script| -> usize {
+        script
+            .parts
+            .iter()
+            .map(|p| {
+                let sum = &sums[p.sum];
+                let cells = sum.cells[p.cells.clone()].iter().map(|c| c.name.len());
+                let stats = sum.stats[p.stats.clone()].iter().map(|c| c.name.len());
+                cells.chain(stats).sum::<usize>()
+            })
+            .sum()
+    };
+    let mut out = Vec::new();
+    let (mut from, mut bytes) = (0, 0);
+    for (i, script) in scripts.iter().enumerate() {
+        let b = names(script);
+        if i > from && (i - from == SCRIPTS_AT_ONCE || bytes + b > NAME_BYTES_AT_ONCE) {
+            out.push(&scripts[from..i]);
+            (from, bytes) = (i, 0);
+        }
+        bytes += b;
+    }
+    if from < scripts.len() {
+        out.push(&scripts[from..]);
+    }
+    out
+}
 
 /// The calls of `scripts`, and per script the cells (sum, index) whose
 /// member the worker adds to `known:` after it (those `known` does not
@@ -242,7 +279,7 @@ impl Committer {
             // One batch in flight while the next is built: Redis runs the
             // one while the worker builds the other.
             let mut in_flight: Option<(&[Script], usize, Zadded, Replies)> = None;
-            for batch in scripts.chunks(SCRIPTS_AT_ONCE) {
+            for batch in batches(&scripts, sums) {
                 let (mut cmds, zadded) = {
                     let k = lock();
                     commands(&self.keys, sums, batch, k.as_deref().map(|k| (k, now_s)))
@@ -353,5 +390,46 @@ impl Committer {
                 async move { acks.query_async::<()>(&mut c).await },
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::aggregate::Cell;
+    use crate::model::keys::Keys;
+
+    /// Sixteen scripts of short names go at once; of 1 KiB names, only as
+    /// many as hold 4 MiB of them (500 KB a script: eight); a script over
+    /// the budget alone.
+    #[test]
+    fn scripts_go_in_batches_bounded_by_their_names_bytes() {
+        let sizes = |name_len: usize, cells: usize| -> Vec<usize> {
+            let names: Vec<String> = (0..cells)
+                .map(|i| format!("{i:08}{}", "n".repeat(name_len.saturating_sub(8))))
+                .collect();
+            let cells: Vec<Cell<'_>> = names
+                .iter()
+                .map(|name| Cell {
+                    precision: 60,
+                    name,
+                    bucket: 0,
+                    delta: 1,
+                })
+                .collect();
+            let sum = Sum {
+                id: "w",
+                group: None,
+                cells: &cells,
+                stats: &[],
+                chunk: crate::store::commit::CHUNK_CELLS,
+            };
+            let keys = Keys::named("hits", "hitcount", "");
+            let scripts = scripts(&keys, &[sum], false);
+            batches(&scripts, &[sum]).iter().map(|b| b.len()).collect()
+        };
+        assert_eq!(sizes(10, 20_000), [16, 16, 8]);
+        assert_eq!(sizes(1024, 20_000), [8, 8, 8, 8, 8]);
+        assert_eq!(sizes(10_000, 1_000), [1, 1]);
     }
 }

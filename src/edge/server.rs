@@ -180,10 +180,7 @@ where
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
                 Err(e) => {
-                    // Usually transient (EMFILE, ECONNABORTED): back off
-                    // briefly rather than spin.
-                    tracing::debug!(error = %e, "http accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    accept_failed("http", &e).await;
                     continue;
                 }
             },
@@ -369,6 +366,32 @@ pub(crate) fn method_not_allowed(content_type: &'static str, body: impl Into<Byt
     resp.headers_mut()
         .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
     resp
+}
+
+/// When a warning about connections refused for want of file descriptors
+/// was last logged (one a minute at most, for every listener).
+static FILES_WARNED: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
+/// After a failed `accept` on `listener`: usually transient (a connection
+/// aborted before it was taken), logged at debug; out of file descriptors
+/// (EMFILE, ENFILE) every new connection waits, the probes' included, so
+/// that is a warning naming the limit, once a minute at most. Backs off
+/// briefly rather than spin.
+pub(crate) async fn accept_failed(listener: &str, e: &std::io::Error) {
+    // EMFILE and ENFILE on Linux (std has no kind for them yet).
+    const OUT_OF_FILES: [i32; 2] = [24, 23];
+    let out_of_files = e.raw_os_error().is_some_and(|n| OUT_OF_FILES.contains(&n));
+    if out_of_files {
+        let mut last = FILES_WARNED.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            *last = Some(std::time::Instant::now());
+            tracing::warn!(error = %e, "{listener}: new connections wait: this process is out of \
+                file descriptors (ulimit -n); they are taken again as open ones close");
+        }
+    } else {
+        tracing::debug!(error = %e, "{listener} accept failed");
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
 #[cfg(test)]

@@ -760,3 +760,46 @@ async fn idle_statsd_streams_of_one_address_starve_no_one() {
     assert_eq!(hits(), Some(1.0), "the other client's line was not taken");
     drop(idle);
 }
+
+/// A worker out of file descriptors (`ulimit -n`) takes no new connection,
+/// its probes' included, until open ones close: it says so in its log (it
+/// said nothing at the default level), and answers again once they close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_out_of_file_descriptors_says_so_and_recovers() {
+    let srv = common::server();
+    let listen = bin::free_addr();
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg("ulimit -n 64 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_hitcount"))
+        .args(["worker", "--redis-url", &srv.url(), "--listen", &listen]);
+    let mut worker = Child::spawn("few-files", cmd);
+    bin::wait_ready(&mut worker, &listen);
+    let addr: SocketAddr = listen.parse().unwrap();
+    // Sixteen addresses, eight connections each: more than 64 files.
+    let mut held = Vec::new();
+    for a in 0..16u8 {
+        for _ in 0..8 {
+            if let Ok(s) = connect_from([127, 0, 9, a + 1], addr).await {
+                held.push(s);
+            }
+        }
+    }
+    bin::wait_for("the warning", Duration::from_secs(10), || {
+        worker.assert_running();
+        worker
+            .stderr()
+            .contains("out of file descriptors (ulimit -n)")
+            .then_some(())
+    });
+    drop(held);
+    bin::wait_for("/healthz answered again", Duration::from_secs(30), || {
+        bin::http_get(&listen, "/healthz").filter(|(status, _)| *status == 200)
+    });
+    assert_eq!(
+        worker.stderr().matches("out of file descriptors").count(),
+        1,
+        "once a minute at most:\n{}",
+        worker.stderr()
+    );
+}

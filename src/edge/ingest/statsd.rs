@@ -80,8 +80,7 @@ async fn accept(tcp: TcpListener, producer: Arc<Producer>, mut stop: Shutdown) {
             got = tcp.accept() => match got {
                 Ok(conn) => conn,
                 Err(e) => {
-                    tracing::debug!(error = %e, "statsd accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    crate::edge::server::accept_failed("statsd", &e).await;
                     continue;
                 }
             },

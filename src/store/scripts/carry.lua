@@ -52,7 +52,7 @@ end
 local pieces = tonumber(redis.call('HGET', KEYS[2], 'pieces'))
 local stats = tonumber(redis.call('HGET', KEYS[2], 'stats_pieces'))
 if not pieces or not stats or redis.call('HLEN', KEYS[2]) ~= pieces + stats + 2 then
-    return redis.error_reply('the carry ' .. ARGV[4] .. ' has no cells written')
+    return redis.error_reply('ERR the carry ' .. ARGV[4] .. ' has no cells written')
 end
 
 local n = tonumber(ARGV[6])

@@ -84,7 +84,7 @@ if holder ~= token then
 end
 -- ids and cells at least (HLEN, not HGET: the cells are a megabyte).
 if redis.call('HLEN', KEYS[6]) < 2 then
-    return redis.error_reply('the window ' .. window .. ' has no cells written')
+    return redis.error_reply('ERR the window ' .. window .. ' has no cells written')
 end
 
 local t = redis.call('TIME')

@@ -56,6 +56,17 @@ mod tests {
                 .unwrap();
         }
 
+        // A carry whose cells were not written first is refused with an
+        // error code, so that the log names the refusal, not its first word.
+        let refused = run("carry0", &["w1"])
+            .query_async::<Vec<String>>(&mut c)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Some("ERR"), "{refused}");
+        assert!(
+            refused.to_string().contains("has no cells written"),
+            "{refused}"
+        );
         let ok: Vec<String> = run("carry1", &["w1", "w2"])
             .query_async(&mut c)
             .await

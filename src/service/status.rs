@@ -158,9 +158,11 @@ pub(crate) async fn gather(
         ..Status::default()
     };
     let mut added = Vec::with_capacity(shards.len());
+    let mut grouped = false;
     for k in shards {
-        let (s, entries_added) = shard(conn, k).await?;
+        let (s, entries_added, has_group) = shard(conn, k).await?;
         status.exists |= entries_added.is_some();
+        grouped |= has_group;
         status.shards.push(s);
         added.push(entries_added.unwrap_or(0));
     }
@@ -172,7 +174,9 @@ pub(crate) async fn gather(
         }
         status.stream = base_stream(&keys.stream);
         status.length = status.shards.iter().map(|s| s.length).sum();
-        if status.exists {
+        // No shard has the group yet (no worker started): none, as on one
+        // stream, not one made up of lags nobody measured.
+        if status.exists && grouped {
             status.groups = vec![over_shards(&keys.group, &status.shards)];
         }
         return Ok(status);
@@ -209,9 +213,9 @@ async fn lease(conn: &mut Conn, key: &str) -> RedisResult<Option<Leader>> {
         }))
 }
 
-/// A shard's status, and the entries ever added to it (0 when unknown;
-/// `None` when its stream does not exist).
-async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, Option<u64>)> {
+/// A shard's status, the entries ever added to it (0 when unknown; `None`
+/// when its stream does not exist), and whether it has the group.
+async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, Option<u64>, bool)> {
     let mut out = Shard {
         shard: k.shard,
         stream: k.stream.clone(),
@@ -221,17 +225,19 @@ async fn shard(conn: &mut Conn, k: &Keys) -> RedisResult<(Shard, Option<u64>)> {
         out.owner = lease(conn, &k.shard_lease()).await?;
     }
     let Some((info, groups)) = group::stream_and_groups(conn, k).await? else {
-        return Ok((out, None));
+        return Ok((out, None, false));
     };
     out.length = info.length;
-    if let Some(g) = groups.into_iter().find(|g| g.name == k.group) {
+    let group = groups.into_iter().find(|g| g.name == k.group);
+    let has_group = group.is_some();
+    if let Some(g) = group {
         let (consumers, lag, age) = group::consumers_and_backlog(conn, k, &g, info.length).await?;
         out.lag = lag;
         out.pending = g.pending;
         out.backlog_age_secs = age.unwrap_or(0.0);
         out.consumers = consumers;
     }
-    Ok((out, Some(info.entries_added.unwrap_or(0))))
+    Ok((out, Some(info.entries_added.unwrap_or(0)), has_group))
 }
 
 /// The configured stream's name from shard 0's (`hits:{0}` → `hits`).

@@ -546,3 +546,23 @@ fn the_log_format_flag_wins_over_its_variable() {
     let err = one_line_failure(&o);
     assert!(err.contains("invalid HITCOUNT_LOG_FORMAT='xml'"), "{err}");
 }
+
+/// Shards with entries that no worker has read yet have no group: `status`
+/// says so, as for one stream, instead of a group of lags nobody measured
+/// ("lag unknown, backlog age 0.0 s", `"behind": false`).
+#[test]
+fn status_of_shards_no_worker_read_shows_no_group() {
+    let srv = common::server();
+    let url = srv.url();
+    let env = [("REDIS_URL", url.as_str()), ("HITCOUNT_SHARDS", "4")];
+    let o = hitcount(&["load", "--hits", "200"], &env);
+    assert!(o.status.success(), "{o:?}");
+    let o = hitcount(&["status"], &env);
+    let out = stdout(&o);
+    assert!(out.contains("no consumer group"), "{out}");
+    assert!(!out.contains("backlog age"), "{out}");
+    let o = hitcount(&["status", "--json"], &env);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(json["groups"], serde_json::json!([]), "{json}");
+    assert_eq!(json["length"], 200, "{json}");
+}

@@ -58,22 +58,23 @@ impl Appender {
         }
     }
 
-    /// The shared connection, opened now (scripts loaded) if there is none.
-    async fn conn(&self) -> Result<Conn, RedisError> {
+    /// The shared connection, opened now (scripts loaded) if there is
+    /// none; whether it served calls before.
+    async fn conn(&self) -> Result<(Conn, bool), RedisError> {
         let mut slot = self.conn.lock().await;
         if let Some(c) = slot.as_ref() {
-            return Ok(c.clone());
+            return Ok((c.clone(), true));
         }
         let mut c = self.client.open(REDIS_TIMEOUT).await?;
         load_all(&mut c).await?;
-        Ok(slot.insert(c).clone())
+        Ok((slot.insert(c).clone(), false))
     }
 
     /// Connects (loading the scripts) and pings: what `ingest` checks at
     /// start and its readiness probe asks.
     pub(crate) async fn check(&self) -> Result<(), RedisError> {
         let result = async {
-            let mut conn = self.conn().await?;
+            let (mut conn, _) = self.conn().await?;
             redis::cmd("PING").query_async::<()>(&mut conn).await
         }
         .await;
@@ -110,7 +111,10 @@ impl Appender {
         Ok(appended)
     }
 
-    /// One chunk of one shard, retried once after a `NOSCRIPT`.
+    /// One chunk of one shard, retried once after a `NOSCRIPT`, and once on
+    /// a new connection when the one it had served before was closed
+    /// under it (a Redis restarted between two requests: the chunk was
+    /// never sent).
     async fn call(&self, keys: &Keys, hits: &[&JsonHit]) -> Result<u64, RedisError> {
         let mut cmd_keys = vec![keys.stream.clone()];
         let mut args: Vec<Vec<u8>> = vec![self.horizon_secs.to_string().into_bytes()];
@@ -127,10 +131,15 @@ impl Appender {
         }
         let mut cmd = INGEST.evalsha(cmd_keys.len());
         cmd.arg(&cmd_keys).arg(&args);
-        let mut conn = self.conn().await?;
+        let (mut conn, used) = self.conn().await?;
         match cmd.query_async(&mut conn).await {
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 load_all(&mut conn).await?;
+                cmd.query_async(&mut conn).await
+            }
+            Err(e) if used && crate::store::error::never_sent(&e) => {
+                *self.conn.lock().await = None;
+                let (mut conn, _) = self.conn().await?;
                 cmd.query_async(&mut conn).await
             }
             result => result,

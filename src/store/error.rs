@@ -78,6 +78,23 @@ pub(crate) fn is_broken_link(err: &RedisError) -> bool {
     err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
 }
 
+/// Whether a command failed because its connection was closed before it
+/// could be written (a broken pipe: Redis restarted, or closed an idle
+/// connection): it reached no Redis, so sending it again on a new
+/// connection cannot do it twice.
+pub(crate) fn never_sent(err: &RedisError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::BrokenPipe;
+        }
+        source = e.source();
+    }
+    // The multiplexed connection reports a write its driver could not make
+    // in words only.
+    err.is_io_error() && err.to_string().eq_ignore_ascii_case("broken pipe")
+}
+
 /// For an error no retry can fix, what an operator should change.
 pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
     let text = err.to_string();

@@ -631,6 +631,20 @@ async fn redis_away_is_a_503_to_send_again_and_ingest_recovers() {
         .unwrap();
     assert_eq!(entries, 2);
     assert!(metric(&addr, "hitcount_ingest_requests_total{code=\"503\"}") >= 1.0);
+    // Restarted between two requests, nobody asking /readyz: the first
+    // request after it is taken (its connection, broken by the restart,
+    // carried nothing: it was a 503 to send again).
+    srv.stop();
+    srv.restart().unwrap();
+    let once = r#"[{"name":"again","id":"b1"}]"#;
+    let (status, _, answer) = post(&addr, "application/json", &[], once);
+    assert_eq!(status, 202, "{answer}\n{}", ingest.stderr());
+    let again: i64 = redis::cmd("EXISTS")
+        .arg("{hits}:hc:ingest:b1")
+        .query_async(&mut conn(&url).await)
+        .await
+        .unwrap();
+    assert_eq!(again, 1, "its id is recorded: it went in");
     // The outage is in the log, once, and its end.
     assert!(ingest.terminate(Duration::from_secs(15)).success());
     let log = ingest.stderr();

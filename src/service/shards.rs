@@ -32,6 +32,7 @@ use crate::model::shutdown::{Shutdown, Trigger};
 use crate::service::agreement;
 use crate::service::health::Health;
 use crate::service::leader::Lease;
+use crate::service::registration::Registration;
 use crate::service::worker::group::Grouper;
 use crate::service::worker::{Settings, Worker};
 use crate::store::connect::{self, Client, Conn, Reconnecting, StoreResult};
@@ -105,14 +106,30 @@ pub async fn run(
     if !clustered {
         settings.worker.carry_cells = settings.worker.carry_cells.div_ceil(shards.len());
     }
-    let members = shard_count::unsharded(&settings.layout, &settings.stream, clustered).members();
+    let unsharded = shard_count::unsharded(&settings.layout, &settings.stream, clustered);
+    // One live process per consumer name over every shard, as on one
+    // stream: two under one name would count as one live member (shares
+    // computed wrong) and show as one owner (see `registration`).
+    let consumer = settings.worker.consumer_name();
+    let registration = Arc::new(Registration::new(&unsharded, &consumer));
+    if !register(&registration, &client, &health, &shutdown).await {
+        return Ok(());
+    }
+    let (done_trigger, done) = crate::model::shutdown::channel();
+    let keeper = tokio::spawn(
+        registration
+            .clone()
+            .keep(client.clone(), shutdown.clone(), done),
+    );
+    let members = unsharded.members();
+    let release = client.clone();
     // The grouper's memory of `known:` members, for the layout's distinct
     // precisions (as each worker's own).
     let layout = &settings.layout;
     let window = crate::model::aggregate::Window::new(&layout.precisions, layout.samples);
     let known = KnownCache::new(window.precisions(), layout.samples);
     let balancer = Balancer {
-        consumer: settings.worker.consumer_name(),
+        consumer,
         settings,
         shards,
         client,
@@ -124,7 +141,46 @@ pub async fn run(
         announced: false,
     };
     balancer.run().await;
+    done_trigger.trigger();
+    let _ = keeper.await;
+    if let Ok(mut conn) = release.open(connect::RESPONSE_TIMEOUT).await {
+        let _ = registration.release(&mut conn).await;
+    }
     Ok(())
+}
+
+/// Registers the process' consumer name for every shard it will read,
+/// retrying while Redis is unavailable; `false` at shutdown, or when a live
+/// process holds the name (then `shutdown` says so).
+async fn register(
+    registration: &Registration,
+    client: &Client,
+    health: &Health,
+    shutdown: &Shutdown,
+) -> bool {
+    let mut link = Reconnecting::new(
+        client.clone(),
+        "consumer registration",
+        connect::RESPONSE_TIMEOUT,
+    );
+    let mut stop = shutdown.clone();
+    while !shutdown.is_triggered() {
+        health.turned();
+        match link
+            .call(async |conn| registration.acquire(conn).await)
+            .await
+        {
+            Ok(()) => return true,
+            Err(e) => {
+                let (class, pause) = link.failed(&e, Some(shutdown));
+                if class == connect::ErrorClass::Fatal {
+                    return false;
+                }
+                connect::sleep(pause, &mut stop).await;
+            }
+        }
+    }
+    false
 }
 
 /// Once Redis answers: whether it is a cluster, after recording this

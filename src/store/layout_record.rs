@@ -8,7 +8,7 @@
 //! fewer `--samples` than the others cleans samples they still trust to
 //! be kept, and a bucket's histogram covers only the hits of workers that
 //! keep one at its precision. So the first worker records its precisions,
-//! samples and quantile precisions (`SET NX`, [`Keys::layout`], next to the
+//! samples and quantile precisions (`SET NX`, [`crate::model::keys::Keys::layout`], next to the
 //! shard count) and every later worker, and `hitcount clean`, must agree.
 //! Changing them means stopping every worker and deleting the record.
 

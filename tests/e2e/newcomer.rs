@@ -1132,3 +1132,34 @@ fn a_password_or_tls_a_plain_redis_does_not_have_is_named() {
     assert_one_line_failure("rediss:// to a plain port", code, &err);
     assert!(err.contains("may not speak TLS"), "{err}");
 }
+
+/// A second live process under a worker's consumer name is refused at
+/// start, naming the holder, with one shard and with several (with
+/// several, each shard's name was registered apart: the two ran, counted
+/// as one live member, and shared the shards wrong).
+#[test]
+fn a_second_worker_under_a_live_ones_name_is_refused() {
+    for shards in ["1", "2"] {
+        let srv = common::server();
+        let url = srv.url();
+        let (first, second) = (common::bin::free_addr(), common::bin::free_addr());
+        let extra = ["--shards", shards];
+        let _live = common::bin::start_worker(&url, "dupe", &first, &extra);
+        let mut args = vec![
+            "worker",
+            "--redis-url",
+            &url,
+            "--listen",
+            &second,
+            "--consumer",
+            "dupe",
+        ];
+        args.extend(extra);
+        let (code, _, err) = run_within_a_minute("dupe", &args);
+        assert_eq!(code, Some(1), "{shards} shard(s):\n{err}");
+        assert!(
+            err.contains("consumer name \"dupe\" is in use by another live worker"),
+            "{shards} shard(s):\n{err}"
+        );
+    }
+}

@@ -21,12 +21,12 @@ pub(super) fn text_count(bytes: &[u8]) -> Result<i64, Reject> {
 /// are the first three fraction digits, the rest truncated), so
 /// `"1700000000.001"` is exactly `1700000000001`. Any other spelling that
 /// Rust's `f64` parser accepts (`1e9`, `.5`) goes through [`float_ts_ms`],
-/// except a leading `+`, refused as it is for `count`.
+/// except a leading sign, refused as it is for `count` (`-0` too).
 pub(super) fn text_ts_ms(bytes: &[u8]) -> Result<i64, Reject> {
     if let Some(ms) = exact_decimal_ms(bytes) {
         return Ok(ms);
     }
-    if bytes.first() == Some(&b'+') {
+    if matches!(bytes.first(), Some(b'+' | b'-')) {
         return Err(Reject::BadTimestamp);
     }
     let text = std::str::from_utf8(bytes).map_err(|_| Reject::BadTimestamp)?;
@@ -187,6 +187,10 @@ mod tests {
             // A sign is refused as for count, even where f64 would take it.
             b"+1700000000",
             b"+1.5e9",
+            // A minus too: `-0` read as 0 while every other signed ts
+            // was refused.
+            b"-0",
+            b"-0.0",
         ] {
             assert_eq!(
                 plain(&[("name", b"a"), ("ts", bad)]),

@@ -50,11 +50,15 @@ fn index(v: f64) -> i32 {
     debug_assert!(v > 0.0 && v.is_finite());
     let i = (v.log2() * PER_DOUBLING).ceil();
     // log2 rounding can put an exact boundary one bucket off: fix it
-    // against the bucket's own bounds.
+    // against the bucket's own bounds, where they are doubles (among the
+    // subnormals `2^(i/16)` rounds to a neighbour: 5e-324, 2^-1074, went
+    // one bucket below its own).
     let mut i = i as i32;
-    if v <= upper(i - 1) {
+    let exact = |b: f64| b >= f64::MIN_POSITIVE;
+    let (below, top) = (upper(i - 1), upper(i));
+    if exact(below) && v <= below {
         i -= 1;
-    } else if v > upper(i) {
+    } else if exact(top) && v > top {
         i += 1;
     }
     i
@@ -337,6 +341,27 @@ mod tests {
         }
         let lowest = s.quantile(1e-9).unwrap();
         assert!(lowest >= -1000.0 && (lowest + 1000.0).abs() <= 1000.0 * RELATIVE_ACCURACY);
+    }
+
+    /// Subnormal values take the documented `ceil(16 × log2(v))`: the
+    /// bucket bounds there are no exact doubles.
+    #[test]
+    fn subnormal_values_take_the_documented_bucket() {
+        assert_eq!(HistBucket::of(5e-324), Some(HistBucket::Positive(-17184)));
+        for v in [1e-310, 3e-320, f64::MIN_POSITIVE / 3.0] {
+            let documented = (16.0 * v.log2()).ceil() as i32;
+            assert_eq!(
+                HistBucket::of(v),
+                Some(HistBucket::Positive(documented)),
+                "{v}"
+            );
+        }
+        // The smallest normal double is a bucket's exact upper bound.
+        let i = -16_352; // 16 × -1022
+        assert_eq!(
+            HistBucket::of(f64::MIN_POSITIVE),
+            Some(HistBucket::Positive(i))
+        );
     }
 
     #[test]

@@ -295,12 +295,12 @@ impl Keys {
         format!("{}:shards", self.state)
     }
 
-    /// STRING: the counter layout the stream's workers count with
+    /// STRING: the layout the counters under this prefix are counted with
     /// (precisions, samples, quantile precisions), recorded by the first
-    /// worker; a worker with another is refused. One key for every shard
-    /// (in the unsharded stream name's slot).
+    /// worker; a worker (of any stream: they share the counters, the
+    /// cleaner and its lease) with another is refused.
     pub(crate) fn layout(&self) -> String {
-        format!("{}:layout", self.state)
+        format!("{}hc:layout", self.prefix)
     }
 
     /// STRING: the lease of this shard, holding its reader's token (only

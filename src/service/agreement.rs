@@ -1,5 +1,5 @@
-//! What every worker of a stream must agree on, recorded in Redis by the
-//! first: the shard count ([`crate::store::shard_count`]) and the counter
+//! What every worker must agree on, recorded in Redis by the first: the
+//! stream's shard count ([`crate::store::shard_count`]) and the counters'
 //! layout ([`crate::store::layout_record`]). Checked when a worker starts
 //! and again while it runs (`service::worker`'s maintenance): a Redis
 //! restarted empty, or a record deleted under running workers, lets a
@@ -7,6 +7,7 @@
 //! producers no longer write, or count with another layout, silently.
 
 use crate::model::config::{LayoutArgs, StreamArgs};
+use crate::model::keys::Keys;
 use crate::store::connect::{Conn, StoreResult};
 use crate::store::layout_record;
 use crate::store::shard_count::{self, Recorded};
@@ -25,8 +26,8 @@ pub(crate) async fn refusal(
         Recorded::Other { recorded, key } => Some(format!(
             "HITCOUNT_SHARDS is {wanted}, but this stream's workers read it as {recorded} \
              shard(s) (recorded in {key}): give every worker and producer the same \
-             count; to change it, stop every worker, drain the stream with the old \
-             count, then delete {key}"
+             count; to change it, drain the stream with the old count, stop every \
+             worker, then delete {key}"
         )),
         Recorded::Damaged { key, value } => Some(shard_count::damaged(&key, &value)),
         Recorded::Strands { key, stranded } => Some(format!(
@@ -36,8 +37,9 @@ pub(crate) async fn refusal(
             shard_count::describe(&stranded)
         )),
     };
+    let counters = Keys::new(layout, stream);
     Ok(match refusal {
-        None => layout_record::record(conn, layout, stream)
+        None => layout_record::record(conn, &counters, layout)
             .await?
             .map(|other| other.refusal(layout)),
         refused => refused,

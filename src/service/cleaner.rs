@@ -3,9 +3,10 @@
 //! large deployments.
 //!
 //! The seeds' semantics are kept:
-//! - A counter of precision `PREC` is cleaned on every pass when
-//!   `PREC <= 60`, else on every `PREC / 60`-th pass (integer division), so a
-//!   daily counter is not scanned every minute. Passes are numbered from 0 by
+//! - A counter of precision `PREC` is cleaned on every pass when `PREC` is
+//!   at most the interval between passes (60 s by default), else on every
+//!   `PREC / interval`-th pass (integer division), so a daily counter is not
+//!   scanned every minute ([`Cleaner::due`]). Passes are numbered from 0 by
 //!   each leader, so a new leader's first pass (and `clean --once`) cleans
 //!   everything.
 //! - A sample is removed when its bucket starts at or before

@@ -1,46 +1,61 @@
-//! The counter layout a stream's workers count with, recorded in Redis by
-//! the first of them, so that no worker counts with another.
+//! The layout the counters are counted with, recorded in Redis by the
+//! first worker, so that no worker counts or cleans with another.
 //!
 //! Each hit is counted by the one worker that reads it, at that worker's
-//! precisions: two workers of one group with different `--precisions`
-//! split the counts between them (a rolling change of the setting counted
-//! each hit at the precisions of whichever worker read it). A leader with
-//! fewer `--samples` than the others cleans samples they still trust to
-//! be kept, and a bucket's histogram covers only the hits of workers that
-//! keep one at its precision. So the first worker records its precisions,
-//! samples and quantile precisions (`SET NX`, [`crate::model::keys::Keys::layout`], next to the
-//! shard count) and every later worker, and `hitcount clean`, must agree.
-//! Changing them means stopping every worker and deleting the record.
+//! precisions: two workers with different `--precisions` split the counts
+//! between them (a rolling change of the setting counted each hit at the
+//! precisions of whichever worker read it). A leader with fewer
+//! `--samples` than the others cleans samples they still trust to be kept,
+//! and a bucket's histogram covers only the hits of workers that keep one
+//! at its precision. The counters, the cleaner and its lease belong to the
+//! prefix (`HITCOUNT_PREFIX`), whatever stream feeds them, so the first
+//! worker records its precisions, samples and quantile precisions in
+//! `PREFIX hc:layout` (`SET NX`, [`crate::model::keys::Keys::layout`]) and
+//! every later worker, of any stream, must agree; `hitcount clean` must
+//! agree on what it cleans by (precisions and samples). Changing them means
+//! stopping every worker and deleting the record.
 
-use redis::RedisResult;
+use redis::{RedisResult, Value};
 
-use crate::model::config::{LayoutArgs, StreamArgs};
+use crate::model::config::LayoutArgs;
+use crate::model::keys::Keys;
 use crate::store::client::unless_wrong_type;
 use crate::store::connect::Conn;
-use crate::store::shard_count::unsharded;
 
-/// A layout recorded for the stream that is not this one.
+/// Where the quantile precisions start in a record ([`describe`]).
+const QUANTILES: &str = " quantile_precisions=";
+
+/// A layout recorded that is not this one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Other {
     /// The key it is recorded in.
     pub key: String,
-    /// What it holds, as text (escaped when it is no text).
-    pub recorded: String,
+    /// What it holds, as text (escaped), or `None` when it is no layout
+    /// as hitcount writes one (written by something else).
+    pub recorded: Option<String>,
+    /// What it holds as said to a reader.
+    pub shown: String,
 }
 
 impl Other {
     /// Why a worker (or `clean`) with `layout` must not run.
     pub(crate) fn refusal(&self, layout: &LayoutArgs) -> String {
-        format!(
-            "HITCOUNT_PRECISIONS, HITCOUNT_SAMPLES and HITCOUNT_QUANTILE_PRECISIONS give \
-             `{}`, but this stream's workers count with `{}` (recorded in {}): workers with \
-             different layouts would split the counts between them; give every worker the \
-             same settings, or, to change them, stop every worker, then delete {}",
-            describe(layout),
-            self.recorded,
-            self.key,
-            self.key
-        )
+        let key = &self.key;
+        match &self.recorded {
+            Some(recorded) => format!(
+                "HITCOUNT_PRECISIONS, HITCOUNT_SAMPLES and HITCOUNT_QUANTILE_PRECISIONS give \
+                 `{}`, but the workers of these counters count with `{recorded}` (recorded in \
+                 {key}): workers with different layouts would split the counts between them, \
+                 and a leader with fewer samples cleans what the others keep; give every worker \
+                 the same settings, or, to change them, stop every worker, then delete {key}",
+                describe(layout)
+            ),
+            None => format!(
+                "{key} holds {}, which is no counter layout as hitcount writes one: something \
+                 else wrote it; delete it, and the next worker records its own",
+                self.shown
+            ),
+        }
     }
 }
 
@@ -49,63 +64,67 @@ impl Other {
 pub(crate) fn describe(layout: &LayoutArgs) -> String {
     let list = |ps: &[u32]| ps.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     format!(
-        "precisions={} samples={} quantile_precisions={}",
+        "precisions={} samples={}{QUANTILES}{}",
         list(&layout.precisions),
         layout.samples,
         list(&layout.quantile_precisions())
     )
 }
 
-/// The key the layout of `stream` is recorded in.
-pub(crate) fn key(layout: &LayoutArgs, stream: &StreamArgs, clustered: bool) -> String {
-    unsharded(layout, stream, clustered).layout()
-}
-
-/// Records `layout` as the stream's unless one is recorded: `None` when
-/// the recorded one is this one (recorded now or before), else what is
-/// recorded.
+/// Records `layout` for the counters of `keys` unless one is recorded:
+/// `None` when the recorded one is this one (recorded now or before), else
+/// what is recorded.
 pub(crate) async fn record(
     conn: &mut Conn,
+    keys: &Keys,
     layout: &LayoutArgs,
-    stream: &StreamArgs,
 ) -> RedisResult<Option<Other>> {
-    let key = key(layout, stream, conn.is_cluster());
     let reply = redis::cmd("SET")
-        .arg(&key)
+        .arg(keys.layout())
         .arg(describe(layout))
         .arg("NX")
         .arg("GET")
         .query_async(conn)
         .await;
-    Ok(judged(key, layout, unless_wrong_type(reply)?))
+    let found = unless_wrong_type(reply)?;
+    Ok(judged(keys.layout(), found, &describe(layout)))
 }
 
-/// What is recorded, judged against `layout`, without writing (nothing
-/// recorded agrees: the first worker records its own).
-pub(crate) async fn read(
+/// What is recorded, judged against `layout` by what cleaning depends on
+/// (precisions and samples: `clean` has no quantile precisions), without
+/// writing; nothing recorded agrees.
+pub(crate) async fn read_for_cleaning(
     conn: &mut Conn,
+    keys: &Keys,
     layout: &LayoutArgs,
-    stream: &StreamArgs,
 ) -> RedisResult<Option<Other>> {
-    let key = key(layout, stream, conn.is_cluster());
-    let reply = redis::cmd("GET").arg(&key).query_async(conn).await;
-    Ok(judged(key, layout, unless_wrong_type(reply)?))
+    let reply = redis::cmd("GET").arg(keys.layout()).query_async(conn).await;
+    let found = unless_wrong_type(reply)?;
+    let cleaning = |text: &str| text.split(QUANTILES).next().unwrap_or("").to_string();
+    let ours = cleaning(&describe(layout));
+    let other = judged(keys.layout(), found, &describe(layout));
+    Ok(other.filter(|o| o.recorded.as_deref().is_none_or(|r| cleaning(r) != ours)))
 }
 
-/// A reply of GET (`None`: a key of another type) judged against `layout`.
-fn judged(key: String, layout: &LayoutArgs, reply: Option<redis::Value>) -> Option<Other> {
-    let recorded = match reply {
-        None => "a value of another type than a string".to_string(),
-        Some(redis::Value::Nil) => return None,
-        Some(redis::Value::BulkString(bytes)) if bytes == describe(layout).as_bytes() => {
-            return None
+/// A reply of GET (`None`: a key of another type) judged against the
+/// record `ours`.
+fn judged(key: String, reply: Option<Value>, ours: &str) -> Option<Other> {
+    let (recorded, shown) = match reply {
+        Some(Value::Nil) => return None,
+        Some(Value::BulkString(bytes)) if bytes == ours.as_bytes() => return None,
+        Some(Value::BulkString(bytes)) => {
+            let text = String::from_utf8_lossy(&bytes).escape_debug().to_string();
+            let ours = text.starts_with("precisions=") && text.contains(QUANTILES);
+            (ours.then(|| text.clone()), format!("{text:?}"))
         }
-        Some(redis::Value::BulkString(bytes)) => {
-            String::from_utf8_lossy(&bytes).escape_debug().to_string()
-        }
-        Some(other) => format!("{other:?}"),
+        None => (None, "a value of another type than a string".to_string()),
+        Some(other) => (None, format!("{other:?}")),
     };
-    Some(Other { key, recorded })
+    Some(Other {
+        key,
+        recorded,
+        shown,
+    })
 }
 
 #[cfg(test)]
@@ -128,5 +147,32 @@ mod tests {
             describe(&other),
             "precisions=1,7,60 samples=5 quantile_precisions=60"
         );
+    }
+
+    #[test]
+    fn a_record_no_worker_wrote_is_said_to_be_none() {
+        let bulk = |s: &str| Some(Value::BulkString(s.as_bytes().to_vec()));
+        let ours = describe(&LayoutArgs::default());
+        assert_eq!(judged("k".into(), Some(Value::Nil), &ours), None);
+        assert_eq!(judged("k".into(), bulk(&ours), &ours), None);
+        let other = judged(
+            "k".into(),
+            bulk("precisions=60 samples=1 quantile_precisions="),
+            &ours,
+        );
+        let refusal = other.unwrap().refusal(&LayoutArgs::default());
+        assert!(
+            refusal.contains("count with `precisions=60 samples=1"),
+            "{refusal}"
+        );
+        for (found, shown) in [(bulk("abc"), "\"abc\""), (None, "another type")] {
+            let refusal = judged("k".into(), found, &ours)
+                .unwrap()
+                .refusal(&LayoutArgs::default());
+            assert!(
+                refusal.contains(shown) && refusal.contains("no counter layout"),
+                "{refusal}"
+            );
+        }
     }
 }

@@ -987,7 +987,7 @@ fn a_worker_with_another_layout_is_refused_and_no_count_is_split() {
     let url = srv.url();
     let listen = common::bin::free_addr();
     let mut first = common::bin::start_worker(&url, "first", &listen, &[]);
-    let key = "{hits}:hc:hitcount:layout";
+    let key = "hc:layout";
     let recorded_now = || -> String {
         redis::cmd("GET")
             .arg(key)
@@ -1049,7 +1049,7 @@ fn a_worker_with_another_layout_is_refused_and_no_count_is_split() {
         .arg(key)
         .query(&mut sync_conn(&url))
         .unwrap();
-    let _second = common::bin::start_worker(
+    let mut second = common::bin::start_worker(
         &url,
         "second",
         &other,
@@ -1059,6 +1059,38 @@ fn a_worker_with_another_layout_is_refused_and_no_count_is_split() {
         recorded_now(),
         "precisions=1,7,60 samples=5 quantile_precisions=60"
     );
+    // A worker of another stream writes the same counters (and may lead
+    // their cleaning): refused as well.
+    let third = common::bin::free_addr();
+    let (code, _, err) = run_within_a_minute(
+        "other-stream",
+        &[
+            "worker",
+            "--redis-url",
+            &url,
+            "--listen",
+            &third,
+            "--consumer",
+            "o",
+            "--stream",
+            "other",
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("(recorded in hc:layout)"), "{err}");
+    // clean judges only what it cleans by, precisions and samples: workers
+    // with their own quantile precisions (which clean has no setting for)
+    // leave it free to clean.
+    second.terminate(Duration::from_secs(30));
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut sync_conn(&url))
+        .unwrap();
+    let mut fourth =
+        common::bin::start_worker(&url, "fourth", &third, &["--quantile-precisions", "60"]);
+    fourth.terminate(Duration::from_secs(30));
+    let o = run_hitcount(&["clean", "--once", "--redis-url", &url]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// A running worker checks the stream's records again (every few seconds,
@@ -1078,9 +1110,9 @@ fn running_workers_stop_when_the_records_they_count_by_change() {
             &["--shards", "2"][..],
         ),
         (
-            "{hits}:hc:hitcount:layout",
+            "hc:layout",
             "precisions=60 samples=1 quantile_precisions=",
-            "this stream's workers count with `precisions=60 samples=1 quantile_precisions=`",
+            "the workers of these counters count with `precisions=60 samples=1 quantile_precisions=`",
             &[][..],
         ),
     ] {

@@ -57,13 +57,14 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let mut conn = super::connect(&args.common.redis).await?;
     crate::store::scripts::load_all(&mut conn).await?;
     let shards = super::reach::shards_read(&mut conn, &mut args.common).await?;
+    let keys = shards[0].clone();
     // Cleaning with fewer samples than the workers keep would delete
     // samples they still write to (see `store::layout_record`).
-    let (layout, stream) = (&args.common.layout, &args.common.stream);
-    if let Some(other) = crate::store::layout_record::read(&mut conn, layout, stream).await? {
+    let layout = &args.common.layout;
+    let recorded = crate::store::layout_record::read_for_cleaning(&mut conn, &keys, layout);
+    if let Some(other) = recorded.await? {
         bail!("{}; nothing was cleaned", other.refusal(layout));
     }
-    let keys = shards[0].clone();
     let owner = format!("clean-once@{}", std::process::id());
     let lease = Arc::new(Lease::new(&keys, &args.leader, &owner));
     // Said at once: a leader renews its lease every third of it and

@@ -106,6 +106,27 @@ pub(crate) async fn read_for_cleaning(
     Ok(other.filter(|o| o.recorded.as_deref().is_none_or(|r| cleaning(r) != ours)))
 }
 
+/// The precisions and samples recorded for the counters of `keys`, if a
+/// layout as hitcount writes one is recorded (what a producer judges an
+/// old hit by: the workers', not its own settings).
+pub(crate) async fn recorded(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<(Vec<u32>, u32)>> {
+    let reply = redis::cmd("GET").arg(keys.layout()).query_async(conn).await;
+    let Some(Value::BulkString(bytes)) = unless_wrong_type(reply)? else {
+        return Ok(None);
+    };
+    Ok(parse(&String::from_utf8_lossy(&bytes)))
+}
+
+/// A record's precisions and samples ([`describe`]'s form).
+fn parse(text: &str) -> Option<(Vec<u32>, u32)> {
+    let rest = text.strip_prefix("precisions=")?;
+    let (precisions, rest) = rest.split_once(" samples=")?;
+    let (samples, _) = rest.split_once(QUANTILES)?;
+    let precisions: Option<Vec<u32>> = precisions.split(',').map(|p| p.parse().ok()).collect();
+    let precisions = precisions.filter(|p| !p.is_empty() && !p.contains(&0))?;
+    Some((precisions, samples.parse().ok().filter(|&s| s > 0)?))
+}
+
 /// A reply of GET (`None`: a key of another type) judged against the
 /// record `ours`.
 fn judged(key: String, reply: Option<Value>, ours: &str) -> Option<Other> {
@@ -147,6 +168,23 @@ mod tests {
             describe(&other),
             "precisions=1,7,60 samples=5 quantile_precisions=60"
         );
+    }
+
+    #[test]
+    fn a_record_reads_back_as_its_precisions_and_samples() {
+        let layout = LayoutArgs {
+            precisions: vec![1, 7, 60],
+            samples: 5,
+            ..LayoutArgs::default()
+        };
+        assert_eq!(parse(&describe(&layout)), Some((vec![1, 7, 60], 5)));
+        for bad in [
+            "abc",
+            "precisions= samples=5 quantile_precisions=",
+            "precisions=0 samples=1 quantile_precisions=",
+        ] {
+            assert_eq!(parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -999,6 +999,27 @@ fn a_worker_with_another_layout_is_refused_and_no_count_is_split() {
         recorded,
         "precisions=1,5,60,300,3600,18000,86400 samples=120 quantile_precisions=60,3600,86400"
     );
+    // `hit --at` judges by the workers' recorded layout, not its flags.
+    let day_ago = |days: i64| (common::unix_now() - days * 86_400).to_string();
+    let at = |days, samples| {
+        run_hitcount(&[
+            "hit",
+            "old",
+            "--redis-url",
+            &url,
+            "--at",
+            &day_ago(days),
+            "--samples",
+            samples,
+        ])
+    };
+    let o = at(200, "1000");
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("count it nowhere"),
+        "{o:?}"
+    );
+    assert!(at(100, "1").status.success());
     let other = common::bin::free_addr();
     let (code, _, err) = run_within_a_minute(
         "other-layout",

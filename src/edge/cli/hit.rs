@@ -17,8 +17,9 @@ pub(crate) struct Args {
     count: i64,
     /// Time of the hit in unix seconds (default: when Redis receives it).
     /// At most a day ahead, and recent enough to be kept at some precision
-    /// (within HITCOUNT_SAMPLES × the largest of HITCOUNT_PRECISIONS: 120
-    /// days by default).
+    /// (within samples × the largest precision of the workers' recorded
+    /// layout, else of HITCOUNT_SAMPLES and HITCOUNT_PRECISIONS: 120 days
+    /// by default).
     #[arg(long, value_parser = super::parse_unix_seconds, allow_hyphen_values = true)]
     at: Option<f64>,
     /// A measured value this hit carries (e.g. a response time in ms):
@@ -27,7 +28,8 @@ pub(crate) struct Args {
     #[arg(long, value_parser = parse_value, allow_hyphen_values = true)]
     value: Option<f64>,
     #[command(flatten)]
-    // It checks `--at` against the workers' layout too.
+    // It checks `--at` against the workers' recorded layout (its own
+    // when none is recorded, or this user may not read it).
     pub(super) common: super::Pick<Common, super::Sends>,
 }
 
@@ -83,13 +85,26 @@ fn refuse_at(ts: f64, now_ms: i64, precisions: &[u32], samples: u32) -> Option<S
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
-    let layout = &args.common.layout;
-    let now_ms = crate::model::clock::unix_ms();
-    let refused = args
-        .at
-        .and_then(|ts| refuse_at(ts, now_ms, &layout.precisions, layout.samples));
-    if let Some(why) = refused {
-        anyhow::bail!(why);
+    if let Some(ts) = args.at {
+        let layout = &args.common.layout;
+        // The workers' recorded layout when this user may read it, else
+        // this command's own settings.
+        let recorded = match super::connect(&args.common.redis).await {
+            Ok(mut conn) => {
+                let keys = crate::model::keys::Keys::new(layout, &args.common.stream);
+                crate::store::layout_record::recorded(&mut conn, &keys)
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            Err(_) => None,
+        };
+        let (precisions, samples) =
+            recorded.unwrap_or_else(|| (layout.precisions.clone(), layout.samples));
+        let now_ms = crate::model::clock::unix_ms();
+        if let Some(why) = refuse_at(ts, now_ms, &precisions, samples) {
+            anyhow::bail!(why);
+        }
     }
     // A bad password, CA, certificate, missing permission or a key of
     // another type fails here at once, with Redis' or TLS' own words.

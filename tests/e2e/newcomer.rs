@@ -640,6 +640,32 @@ fn the_bench_workers_ignore_the_shells_settings() {
         "{}",
         bench.stdout()
     );
+    // A bench that fails (its workers count at no precision it checks)
+    // deletes its keys all the same: it left hundreds in the Redis it
+    // measured.
+    let o = common::bin::run_hitcount(&[
+        "bench",
+        "--redis-url",
+        &srv.url(),
+        "--entries",
+        "300",
+        "--workers",
+        "1",
+        "--workload",
+        "hot",
+        "--worker-arg=--precisions=1",
+    ]);
+    assert!(!o.status.success(), "{o:?}");
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("bench:*")
+        .query(&mut sync_conn(&srv.url()))
+        .unwrap();
+    assert!(
+        left.is_empty(),
+        "{} keys left: {:?}",
+        left.len(),
+        &left[..left.len().min(5)]
+    );
 }
 
 /// The flags of `hitcount bench` that moved to the lab are still taken,

@@ -71,6 +71,21 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
     let client = crate::store::connect::client(&opts.redis)?;
     let mut conn = client.open(crate::store::connect::RESPONSE_TIMEOUT).await?;
     delete_matching(&mut conn, "bench:*").await?;
+    let report = measure(opts, &client, &mut conn).await;
+    // Deleted whatever the outcome: a failed run left hundreds of keys in
+    // the Redis it measured.
+    if report.is_err() {
+        let _ = delete_matching(&mut conn, "bench:*").await;
+    }
+    report
+}
+
+/// [`run`]'s measurements, on a Redis cleared of `bench:*` keys.
+async fn measure(
+    opts: &Options,
+    client: &crate::store::connect::Client,
+    conn: &mut crate::store::connect::Conn,
+) -> anyhow::Result<Report> {
     let mut report = Report {
         entries: opts.entries,
         worker_args: opts.worker_args.clone(),
@@ -79,15 +94,15 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
     };
     for &workload in &opts.workload {
         let stream = format!("bench:{workload:?}:hits").to_lowercase();
-        let sent = prefill(&mut conn, &stream, workload, opts.entries, opts.values).await?;
+        let sent = prefill(conn, &stream, workload, opts.entries, opts.values).await?;
         for &w in &opts.workers {
             for group in [ceiling::group(w), workers::group(w)] {
-                ensure_group(&mut conn, &Keys::named(&stream, &group, ""), None).await?;
+                ensure_group(conn, &Keys::named(&stream, &group, ""), None).await?;
             }
         }
         for &w in &opts.workers {
-            let ceiling = ceiling::run(&client, &stream, w, opts.entries).await?;
-            let hitcount = workers::run(&mut conn, opts, &stream, w, &sent).await?;
+            let ceiling = ceiling::run(client, &stream, w, opts.entries).await?;
+            let hitcount = workers::run(conn, opts, &stream, w, &sent).await?;
             report.runs.push(report::Run {
                 workload,
                 workers: w,
@@ -95,19 +110,14 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
                 hitcount,
             });
         }
-        delete_matching(&mut conn, "bench:*").await?;
+        delete_matching(conn, "bench:*").await?;
     }
     if !opts.values && opts.workload.contains(&Workload::Hot) && opts.workers.contains(&1) {
         let stream = "bench:values:hits";
-        let sent = prefill(&mut conn, stream, Workload::Hot, opts.entries, true).await?;
-        ensure_group(
-            &mut conn,
-            &Keys::named(stream, &workers::group(1), ""),
-            None,
-        )
-        .await?;
-        report.values = Some(workers::run(&mut conn, opts, stream, 1, &sent).await?);
-        delete_matching(&mut conn, "bench:*").await?;
+        let sent = prefill(conn, stream, Workload::Hot, opts.entries, true).await?;
+        ensure_group(conn, &Keys::named(stream, &workers::group(1), ""), None).await?;
+        report.values = Some(workers::run(conn, opts, stream, 1, &sent).await?);
+        delete_matching(conn, "bench:*").await?;
     }
     Ok(report)
 }

@@ -212,6 +212,10 @@ impl Reconnecting {
                 tracing::debug!(error = %err, "{}: connection lost; reconnecting at once", self.what);
                 return (class, Duration::ZERO);
             }
+            _ if err.is_stall() => tracing::warn!(error = %err,
+                "{}: this worker stalled (paused, or starved of CPU) past what its windows \
+                 allow: resyncing; what another worker finished meanwhile is not counted \
+                 again", self.what),
             _ => self.outage.failed(self.what, err, oom),
         }
         (class, self.backoff.pause())

@@ -294,6 +294,13 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether it tells of this process having stalled (its window's guard
+    /// passed, its carry's windows finished by another worker), not of
+    /// Redis: no outage, though a resync follows.
+    pub(crate) fn is_stall(&self) -> bool {
+        matches!(self, StoreError::Guard(_) | StoreError::CarryGone(_))
+    }
+
     /// What to do about it.
     pub fn class(&self) -> ErrorClass {
         match self {
@@ -387,6 +394,21 @@ pub(crate) fn naming_key(cmd: &redis::Cmd, err: redis::RedisError) -> redis::Red
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A worker that stalled past its windows' guard, or whose carried
+    /// windows another worker finished, was logged as "Redis unavailable"
+    /// while Redis was fine: these are stalls, not outages.
+    #[test]
+    fn a_stalled_worker_is_no_outage() {
+        let stall = [
+            StoreError::Guard(std::time::Duration::from_secs(1)),
+            StoreError::CarryGone("w-0".into()),
+        ];
+        assert!(stall.iter().all(StoreError::is_stall));
+        let refused = RedisError::from((redis::ErrorKind::Io, "broken pipe"));
+        assert!(!StoreError::Redis(refused).is_stall());
+        assert!(!StoreError::ReadAhead("x".into()).is_stall());
+    }
 
     /// An error Redis words itself (`-CODE detail`).
     fn reply(text: &str) -> RedisError {

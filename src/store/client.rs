@@ -123,7 +123,7 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
         Some(certs) => redis::Client::build_with_tls(first_url.as_str(), certs.clone()),
         None => redis::Client::open(first_url.as_str()),
     }
-    .map_err(|e| bad_url(format!("{e}")))?;
+    .map_err(|e| bad_url(format!("{e}{}", encoding_hint(first_url))))?;
     let known = match args.cluster {
         ClusterMode::On => Some(true),
         ClusterMode::Off => Some(false),
@@ -139,6 +139,18 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
         mode: args.cluster,
         detected,
     })
+}
+
+/// For a URL that did not parse and holds user info: the characters that
+/// must be percent-encoded there (the text never repeats the URL, whose
+/// password it may hold).
+fn encoding_hint(url: &str) -> &'static str {
+    if url.contains('@') {
+        "; a user name or password holding ? # / @ % or a comma must be written \
+         percent-encoded (%3F %23 %2F %40 %25 %2C)"
+    } else {
+        ""
+    }
 }
 
 impl Client {
@@ -420,6 +432,26 @@ impl ConnectionLike for Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A password holding an unencoded `?` or `#` makes a URL that does
+    /// not parse: the refusal says what to encode, and never repeats it.
+    #[test]
+    fn a_url_that_does_not_parse_says_what_to_encode() {
+        for url in [
+            "redis://u:se?cret@127.0.0.1:6379",
+            "redis://u:se#cret@127.0.0.1:6379",
+        ] {
+            let Err(e) = client(&RedisArgs::from_url(url)) else {
+                panic!("{url} parsed");
+            };
+            let text = e.to_string();
+            assert!(text.contains("percent-encoded (%3F %23"), "{text}");
+            assert!(
+                !text.contains("se?cret") && !text.contains("se#cret"),
+                "{text}"
+            );
+        }
+    }
 
     #[test]
     fn tls_files_need_rediss() {

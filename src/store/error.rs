@@ -283,7 +283,8 @@ pub enum StoreError {
     /// Another live worker holds this consumer name.
     #[error(
         "consumer name {name:?} is in use by another live worker ({holder}); give each worker \
-         its own HITCOUNT_CONSUMER (--consumer), or leave it unset for a unique default"
+         its own HITCOUNT_CONSUMER (--consumer) or POD_NAME, or leave both unset for a unique \
+         default"
     )]
     NameTaken {
         /// The consumer name.

@@ -1237,7 +1237,8 @@ fn a_second_worker_under_a_live_ones_name_is_refused() {
         let (code, _, err) = run_within_a_minute("dupe", &args);
         assert_eq!(code, Some(1), "{shards} shard(s):\n{err}");
         assert!(
-            err.contains("consumer name \"dupe\" is in use by another live worker"),
+            err.contains("consumer name \"dupe\" is in use by another live worker")
+                && err.contains("HITCOUNT_CONSUMER (--consumer) or POD_NAME"),
             "{shards} shard(s):\n{err}"
         );
     }

@@ -143,6 +143,21 @@ fn bad_input_fails_with_a_clear_message() {
     );
     assert!(!o.status.success());
     assert!(!String::from_utf8_lossy(&o.stderr).contains("topsecret"));
+    // A password with an unencoded `#` makes a URL that does not parse:
+    // what to encode is said, the password is not.
+    let o = hitcount(
+        &["get", "x", "--precision", "60"],
+        &[(
+            "REDIS_URL",
+            &format!("redis://u:top#secret@127.0.0.1:{port}"),
+        )],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("percent-encoded (%3F %23") && !err.contains("secret"),
+        "{err}"
+    );
 }
 
 #[test]

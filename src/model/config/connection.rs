@@ -91,6 +91,18 @@ const TCP_QUERY_FIELDS: [&str; 1] = ["protocol"];
 /// (`redis+unix://`, `unix://`, `valkey+unix://`).
 const UNIX_QUERY_FIELDS: [&str; 4] = ["db", "user", "pass", "protocol"];
 
+/// For a URL that did not parse and holds user info: the characters that
+/// must be percent-encoded there (the text never repeats the URL, whose
+/// password it may hold).
+pub(crate) fn encoding_hint(url: &str) -> &'static str {
+    if url.contains('@') {
+        "; a user name or password holding ? # / @ % or a comma must be written \
+         percent-encoded (%3F %23 %2F %40 %25 %2C)"
+    } else {
+        ""
+    }
+}
+
 /// Why the Redis client would ignore part of one node's URL `url`: a query
 /// field it does not read for the URL's scheme (`redis://h:6379/?db=3`
 /// connects to database 0, `redis+unix:///s?password=x` sends no
@@ -221,6 +233,13 @@ fn redact_query(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    /// A URL with user info that did not parse is told what to encode;
+    /// one without gets nothing more.
+    #[test]
+    fn a_url_that_does_not_parse_is_told_what_to_encode() {
+        assert!(encoding_hint("redis://u:se?cret@h:1").contains("percent-encoded (%3F %23"));
+        assert_eq!(encoding_hint("redis://h:99999"), "");
+    }
 
     #[test]
     fn clap_defaults_match_default() {

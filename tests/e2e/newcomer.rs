@@ -616,20 +616,26 @@ fn a_signalled_bench_stops_its_workers_and_its_redis() {
 #[test]
 fn the_bench_workers_ignore_the_shells_settings() {
     let srv = server();
+    let url = srv.url();
+    // A small bench of one worker on `workload`, with `extra` flags.
+    let bench_args = |workload: &'static str, extra: &'static [&'static str]| {
+        let mut args = vec![
+            "bench",
+            "--redis-url",
+            &url,
+            "--entries",
+            "300",
+            "--workers",
+            "1",
+        ];
+        args.extend(["--workload", workload]);
+        args.extend(extra);
+        args
+    };
     let mut cmd = hitcount();
-    cmd.args([
-        "bench",
-        "--redis-url",
-        &srv.url(),
-        "--entries",
-        "300",
-        "--workers",
-        "1",
-        "--workload",
-        "zipf",
-    ])
-    .env("HITCOUNT_SHARDS", "2")
-    .env("HITCOUNT_PRECISIONS", "60");
+    cmd.args(bench_args("zipf", &[]))
+        .env("HITCOUNT_SHARDS", "2")
+        .env("HITCOUNT_PRECISIONS", "60");
     let mut bench = Child::spawn("bench", cmd);
     let status = bench
         .wait(Duration::from_secs(120))
@@ -643,18 +649,7 @@ fn the_bench_workers_ignore_the_shells_settings() {
     // A bench that fails (its workers count at no precision it checks)
     // deletes its keys all the same: it left hundreds in the Redis it
     // measured.
-    let o = common::bin::run_hitcount(&[
-        "bench",
-        "--redis-url",
-        &srv.url(),
-        "--entries",
-        "300",
-        "--workers",
-        "1",
-        "--workload",
-        "hot",
-        "--worker-arg=--precisions=1",
-    ]);
+    let o = common::bin::run_hitcount(&bench_args("hot", &["--worker-arg=--precisions=1"]));
     assert!(!o.status.success(), "{o:?}");
     let left: Vec<String> = redis::cmd("KEYS")
         .arg("bench:*")

@@ -145,6 +145,41 @@ async fn values_from_every_producer_give_exactly_the_reference_statistics() {
     );
 }
 
+/// One name's values of both signs over 400 decades: thousands of
+/// histogram bins in each of its cells, each cut into pieces of an apply
+/// chunk (no script holds Redis for the whole cell), counted exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_spread_over_every_magnitude_give_exactly_the_reference_statistics() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let s = settings(&url, "w1");
+    let now = unix_now();
+    let obs = st::spread_observations(3000, "api:spread", now);
+    // By the Rust producer: `send_all` writes a whole value as a
+    // MessagePack integer, which holds none of these.
+    let producer = producer(&url);
+    for (name, count, ts, value) in &obs {
+        producer.observe_at(name, *count, Some(*ts as f64), *value);
+    }
+    producer.shutdown(Duration::from_secs(30)).await;
+    count_all(&mut c, &s).await;
+    let (want, raw) = st::reference(
+        &obs,
+        &DEFAULT_PRECISIONS,
+        &DEFAULT_QUANTILE_PRECISIONS,
+        kept(now),
+    );
+    let got = st::read(&mut c, &keys(&s)).await;
+    st::assert_equal(&got, &want);
+    let bins = got[&(86400, "api:spread".to_string())]
+        .values()
+        .map(|b| b.histogram.len())
+        .max();
+    assert!(bins > Some(2000), "a heavy cell: {bins:?} bins");
+    assert!(st::assert_quantiles(&got, &raw) >= 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_values_are_dead_lettered_and_the_rest_of_the_batch_counted() {
     let srv = server();

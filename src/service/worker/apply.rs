@@ -10,8 +10,9 @@ use super::{Cursor, Worker};
 use crate::model::aggregate::{Cell, StatCell};
 use crate::model::ids::IdList;
 use crate::model::metrics::metrics;
+use crate::model::stats::Summary;
 use crate::store::commit::{
-    sort_for_cluster, sort_stats_for_cluster, Deferred, Outcome, Sealed, CHUNK_CELLS,
+    sort_for_cluster, sort_stats_for_cluster, split_heavy, Deferred, Outcome, Sealed, CHUNK_CELLS,
 };
 use crate::store::connect::{StoreError, StoreResult};
 
@@ -23,11 +24,13 @@ impl Worker {
         let window_id = format!("{}-{}", self.incarnation, self.seq);
         self.seq += 1;
         let by_slot = self.link.current().is_some_and(|c| c.is_cluster());
+        let mut pieces = Vec::new();
         let outcome = {
             let (cells, stats) = recorded(
                 self.batch.window().cell_lists(),
                 self.committer.keys(),
                 by_slot,
+                &mut pieces,
             );
             let sealed = Sealed {
                 window: &window_id,
@@ -97,17 +100,51 @@ impl Worker {
 }
 
 /// A window's cells and statistics cells ([`crate::model::aggregate::Window::cell_lists`])
-/// in the order it records them: as
-/// it aggregated them, on a cluster sorted by slot (see [`crate::store::commit::plan::plan`]), so that
-/// whoever applies the record chunks it alike.
+/// in the order it records them: as it aggregated them, on a cluster
+/// sorted by slot (see [`crate::store::commit::plan::plan`]), statistics
+/// cells too heavy for one chunk cut into pieces kept in `pieces` (see
+/// [`split_heavy`]), so that whoever applies the record chunks it alike.
 pub(super) fn recorded<'w>(
     (mut cells, mut stats): (Vec<Cell<'w>>, Vec<StatCell<'w>>),
     keys: &crate::model::keys::Keys,
     by_slot: bool,
+    pieces: &'w mut Vec<Summary>,
 ) -> (Vec<Cell<'w>>, Vec<StatCell<'w>>) {
     if by_slot {
         sort_for_cluster(keys, &mut cells);
         sort_stats_for_cluster(keys, &mut stats);
     }
-    (cells, stats)
+    (cells, split_heavy(stats, pieces))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::aggregate::Window;
+    use crate::model::config::{LayoutArgs, StreamArgs};
+    use crate::model::keys::Keys;
+    use crate::store::commit::stats::weight;
+
+    #[test]
+    fn a_window_records_no_statistics_cell_heavier_than_a_chunk() {
+        let now_ms = 1_700_000_000_000;
+        let mut window = Window::new(&[60], 120).with_quantiles(&[60]);
+        // 2,000 values over 200 decades: one cell of 2,000 bins.
+        for i in 0..2000 {
+            let hit = crate::model::event::Hit {
+                name: "spread",
+                count: 1,
+                ts_ms: now_ms,
+                value: Some(10f64.powf(f64::from(i) / 10.0 - 100.0)),
+            };
+            window.add(&hit, now_ms);
+        }
+        let keys = Keys::new(&LayoutArgs::default(), &StreamArgs::default());
+        for by_slot in [false, true] {
+            let mut pieces = Vec::new();
+            let (_, stats) = recorded(window.cell_lists(), &keys, by_slot, &mut pieces);
+            assert_eq!(stats.len(), 5, "2,000 bins in pieces of 493");
+            assert!(stats.iter().all(|s| weight(s) <= CHUNK_CELLS));
+        }
+    }
 }

@@ -213,10 +213,12 @@ impl Job {
         if window.committed.elapsed() > APPLY_GUARD {
             return Err(StoreError::Guard(APPLY_GUARD));
         }
+        let mut pieces = Vec::new();
         let (cells, stats) = recorded(
             self.carry.window().cell_lists(),
             self.committer.keys(),
             self.by_slot,
+            &mut pieces,
         );
         let sum = Sum {
             id: &window.window,
@@ -250,7 +252,9 @@ impl Job {
                 Some(_) => self.carry.window().cell_lists(),
                 None => self.carry.release_into_lists(),
             };
-            let (mut cells, stats) = recorded(lists, self.committer.keys(), self.by_slot);
+            let mut pieces = Vec::new();
+            let keys = self.committer.keys();
+            let (mut cells, stats) = recorded(lists, keys, self.by_slot, &mut pieces);
             if !self.by_slot {
                 // Members new to `known:` then go in in its own order (cheaper).
                 crate::model::known::sort_by_member(&mut cells);

@@ -292,9 +292,11 @@ async fn apply_group(
     let outcome = {
         // The cells in the order their carries recorded them.
         let keys = committer.keys();
+        let mut pieces = vec![Vec::new(); batch.len()];
         let cells: Vec<(Vec<Cell<'_>>, Vec<StatCell<'_>>)> = batch
             .iter()
-            .map(|(s, _)| super::apply::recorded(s.carry.window().cell_lists(), keys, true))
+            .zip(&mut pieces)
+            .map(|((s, _), p)| super::apply::recorded(s.carry.window().cell_lists(), keys, true, p))
             .collect();
         let sums: Vec<Sum<'_>> = batch
             .iter()

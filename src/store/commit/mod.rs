@@ -60,7 +60,7 @@ pub(crate) use apply::{Failure, Sum};
 pub(crate) use carry::{CarryOutcome, Deferred};
 pub(crate) use dead::{Rejected, DEAD_LETTER_FIELD_BYTES};
 pub(crate) use plan::sort_for_cluster;
-pub(crate) use stats::sort_stats_for_cluster;
+pub(crate) use stats::{sort_stats_for_cluster, split_heavy};
 
 /// Cells per apply script. Measured inside scripts on 100,000-name
 /// workloads: ~2.6 µs per HINCRBY creating a hash, ~1 µs per ZADD member into

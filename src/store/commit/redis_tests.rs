@@ -231,17 +231,7 @@ mod tests {
         crate::store::scripts::load_all(&mut c).await.unwrap();
         let now = unix_now();
         let obs = observations(500, 3, now, 3);
-        let mut window =
-            Window::new(&DEFAULT_PRECISIONS, 120).with_quantiles(&DEFAULT_QUANTILE_PRECISIONS);
-        for (name, count, ts, value) in &obs {
-            let hit = crate::model::event::Hit {
-                name,
-                count: *count,
-                ts_ms: ts * 1000,
-                value: Some(*value),
-            };
-            window.add(&hit, now * 1000);
-        }
+        let window = window_of(&obs, now);
         let cells: Vec<_> = window.cells().collect();
         let stats: Vec<_> = window.stat_cells().collect();
         // A small chunk size: many chunks, the first with counts and
@@ -326,6 +316,84 @@ mod tests {
             kept(now),
         );
         st::assert_equal(&st::read(&mut c, &k).await, &want);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_heavy_statistics_cell_goes_in_by_pieces_of_a_chunk_each_once() {
+        let srv = server();
+        let mut c = conn(&srv.url()).await;
+        let s = settings(&srv.url(), "spread");
+        let k = keys(&s);
+        crate::store::scripts::load_all(&mut c).await.unwrap();
+        let now = unix_now();
+        let obs = st::spread_observations(3000, "api:spread", now);
+        let window = window_of(&obs, now);
+        let cells: Vec<_> = window.cells().collect();
+        let whole: Vec<StatCell<'_>> = window.stat_cells().collect();
+        assert!(whole.iter().map(commit::stats::weight).max() > Some(3 * CHUNK_CELLS));
+        let mut pieces = Vec::new();
+        let stats = commit::split_heavy(whole.clone(), &mut pieces);
+        assert!(stats.len() > whole.len() + 6, "{} pieces", stats.len());
+        let sum = Sum {
+            id: "w-1",
+            group: None,
+            cells: &cells,
+            stats: &stats,
+            chunk: CHUNK_CELLS,
+        };
+        // No apply script weighs more than a chunk.
+        for script in commit::plan::scripts(&k, &[sum], false) {
+            let weight: usize = (script.parts.iter())
+                .map(|p| {
+                    p.cells.len()
+                        + stats[p.stats.clone()]
+                            .iter()
+                            .map(commit::stats::weight)
+                            .sum::<usize>()
+                })
+                .sum();
+            assert!(weight <= CHUNK_CELLS, "a script of weight {weight}");
+        }
+        let sealed = Sealed {
+            window: "w-1",
+            ids: "",
+            cells: &cells,
+            stats: &stats,
+            rejected: &[],
+            chunk: CHUNK_CELLS,
+        };
+        let committer = Committer::new(k.clone(), "spread".into(), 1000);
+        let outcome = committer.commit(&mut c, "0", None, Some(&sealed)).await;
+        assert_eq!(outcome.unwrap(), Outcome::Committed);
+        // Applied, applied again (a lost reply), then finished from its
+        // record by a recovering worker: every piece counted once.
+        for _ in 0..2 {
+            let failed = committer.apply(&mut c, &[sum], None, Vec::new()).await;
+            assert!(failed.unwrap().iter().all(Vec::is_empty));
+        }
+        let (records, corrupt, _) = committer.records(&mut c).await.unwrap();
+        assert!(corrupt.is_empty());
+        assert!(committer
+            .recover(&mut c, &records[0], Instant::now())
+            .await
+            .unwrap());
+        let (want, _) = st::reference(&obs, &PRECISIONS, &DEFAULT_QUANTILE_PRECISIONS, kept(now));
+        st::assert_equal(&st::read(&mut c, &k).await, &want);
+    }
+
+    /// A window of `obs` at every precision, histograms at the quantile ones.
+    fn window_of(obs: &[Obs], now: i64) -> Window {
+        let mut window = Window::new(&PRECISIONS, 120).with_quantiles(&DEFAULT_QUANTILE_PRECISIONS);
+        for (name, count, ts, value) in obs {
+            let hit = crate::model::event::Hit {
+                name,
+                count: *count,
+                ts_ms: ts * 1000,
+                value: Some(*value),
+            };
+            window.add(&hit, now * 1000);
+        }
+        window
     }
 
     /// A window of counts only, in chunks of [`CHUNK_CELLS`].

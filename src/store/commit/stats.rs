@@ -54,6 +54,63 @@ pub(crate) fn weight(cell: &StatCell<'_>) -> usize {
     STAT_CELL_WEIGHT + cell.summary.histogram.len()
 }
 
+/// Histogram bins one piece of a statistics cell holds at most: a piece
+/// weighs no more than a chunk ([`super::CHUNK_CELLS`]).
+const BINS_PER_PIECE: usize = super::CHUNK_CELLS - STAT_CELL_WEIGHT;
+
+/// Cuts the statistics cells too heavy for one apply chunk (a histogram of
+/// thousands of bins, from values spread over many orders of magnitude)
+/// into pieces of at most [`BINS_PER_PIECE`] bins, each in its cell's
+/// place and applied as a cell of its own: the first with the cell's
+/// count and sums, the others with none, and every piece with its min and
+/// max (compare-and-set leaves those as they are). One cell of 28,000 bins
+/// held Redis 27 to 60 ms in one script; its pieces hold it about a chunk's
+/// worth each. A reader between two pieces sees a histogram short of its
+/// count, which gives no quantiles ([`crate::model::stats`]). A function of
+/// the cells alone, so that whoever records or applies them cuts alike;
+/// the pieces' summaries go into `store`.
+pub(crate) fn split_heavy<'w>(
+    stats: Vec<StatCell<'w>>,
+    store: &'w mut Vec<Summary>,
+) -> Vec<StatCell<'w>> {
+    let heavy = |s: &StatCell<'_>| s.summary.histogram.len() > BINS_PER_PIECE;
+    if !stats.iter().any(heavy) {
+        return stats;
+    }
+    for s in stats.iter().filter(|s| heavy(s)) {
+        let m = s.summary;
+        let bins: Vec<(&HistBucket, &i64)> = m.histogram.iter().collect();
+        for (k, part) in bins.chunks(BINS_PER_PIECE).enumerate() {
+            let first = k == 0;
+            store.push(Summary {
+                count: if first { m.count } else { 0 },
+                sum: if first { m.sum } else { 0.0 },
+                sumsq: if first { m.sumsq } else { 0.0 },
+                min: m.min,
+                max: m.max,
+                histogram: part.iter().map(|(b, n)| (**b, **n)).collect(),
+            });
+        }
+    }
+    let store: &'w Vec<Summary> = store;
+    let mut pieces = store.iter();
+    let mut out = Vec::with_capacity(stats.len() + store.len());
+    for s in stats {
+        if !heavy(&s) {
+            out.push(s);
+            continue;
+        }
+        let n = s.summary.histogram.len().div_ceil(BINS_PER_PIECE);
+        out.extend(
+            pieces
+                .by_ref()
+                .take(n)
+                .map(|summary| StatCell { summary, ..s }),
+        );
+    }
+    out
+}
+
 /// Sorts a window's statistics cells for a cluster: by the hash slot of
 /// their `stats:` key, each key's cells together and in order (stable).
 pub(crate) fn sort_stats_for_cluster(keys: &Keys, stats: &mut [StatCell<'_>]) {
@@ -188,6 +245,63 @@ mod tests {
             s.observe(v, c, quantiles);
         }
         s
+    }
+
+    #[test]
+    fn a_heavy_cell_is_cut_in_its_place_into_pieces_that_add_up_to_it() {
+        // 1,200 values over 120 decades: 1,200 bins.
+        let spread: Vec<(f64, i64)> = (0..1200)
+            .map(|i| (10f64.powf(f64::from(i) / 10.0 - 60.0), 1))
+            .collect();
+        let (light, heavy) = (summary(&[(1.0, 2), (3.0, 1)], true), summary(&spread, true));
+        assert_eq!(heavy.histogram.len(), 1200);
+        let cell = |name, summary| StatCell {
+            precision: 60,
+            name,
+            bucket: 600,
+            summary,
+        };
+        let cells = vec![cell("a", &light), cell("b", &heavy), cell("c", &light)];
+        let mut store = Vec::new();
+        let out = split_heavy(cells.clone(), &mut store);
+        let names: Vec<&str> = out.iter().map(|c| c.name).collect();
+        assert_eq!(
+            names,
+            ["a", "b", "b", "b", "c"],
+            "pieces in the cell's place"
+        );
+        assert_eq!(
+            (out[0], out[4]),
+            (cells[0], cells[2]),
+            "light cells untouched"
+        );
+        let pieces = &out[1..4];
+        assert!(pieces
+            .iter()
+            .all(|p| weight(p) <= super::super::CHUNK_CELLS && p.bucket == 600));
+        let first = pieces[0].summary;
+        assert_eq!(
+            (first.count, first.sum, first.sumsq),
+            (heavy.count, heavy.sum, heavy.sumsq)
+        );
+        for p in &pieces[1..] {
+            assert_eq!(
+                (p.summary.count, p.summary.sum, p.summary.sumsq),
+                (0, 0.0, 0.0)
+            );
+        }
+        for p in pieces {
+            assert_eq!((p.summary.min, p.summary.max), (heavy.min, heavy.max));
+        }
+        let bins: BTreeMap<HistBucket, i64> = pieces
+            .iter()
+            .flat_map(|p| p.summary.histogram.clone())
+            .collect();
+        assert_eq!(bins, heavy.histogram, "every bin once");
+        // Nothing heavy: the same cells, nothing stored.
+        let mut none = Vec::new();
+        assert_eq!(split_heavy(vec![cells[0]], &mut none), vec![cells[0]]);
+        assert!(none.is_empty());
     }
 
     #[test]

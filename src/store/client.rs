@@ -9,11 +9,12 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::model::config::{
     encoding_hint, ignored_url_field, invalid, redact_url, ClusterMode, ConfigError, RedisArgs,
 };
+use crate::store::detect::{node_client, open_node};
 
 /// Time allowed to open a connection (TCP, TLS, AUTH).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -119,11 +120,8 @@ pub fn client(args: &RedisArgs) -> Result<Client, ConfigError> {
         client_tls,
         root_cert,
     });
-    let first = match &tls {
-        Some(certs) => redis::Client::build_with_tls(first_url.as_str(), certs.clone()),
-        None => redis::Client::open(first_url.as_str()),
-    }
-    .map_err(|e| bad_url(format!("{e}{}", encoding_hint(first_url))))?;
+    let first = node_client(first_url.as_str(), tls.as_ref())
+        .map_err(|e| bad_url(format!("{e}{}", encoding_hint(first_url))))?;
     let known = match args.cluster {
         ClusterMode::On => Some(true),
         ClusterMode::Off => Some(false),
@@ -169,7 +167,7 @@ impl Client {
         if self.detected.get() == Some(&true) {
             return self.open_cluster(response_timeout).await;
         }
-        let mut single = self.open_single(response_timeout).await?;
+        let mut single = open_node(&self.first, CONNECT_TIMEOUT, response_timeout).await?;
         if self.mode == ClusterMode::Off {
             crate::store::detect::refuse_several_masters(&mut single).await?;
         } else if self.detected.get().is_none() {
@@ -199,17 +197,8 @@ impl Client {
     /// of several masters: for reading that node's own figures (`INFO`),
     /// never for keys, which the other masters' slots answer with MOVED.
     pub async fn open_this_node(&self, response_timeout: Duration) -> RedisResult<Conn> {
-        let opened = self.open_single(response_timeout).await;
+        let opened = open_node(&self.first, CONNECT_TIMEOUT, response_timeout).await;
         self.explained(opened.map(Conn::Single)).await
-    }
-
-    async fn open_single(&self, response_timeout: Duration) -> RedisResult<MultiplexedConnection> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(response_timeout));
-        self.first
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
     }
 
     async fn open_cluster(&self, response_timeout: Duration) -> RedisResult<Conn> {

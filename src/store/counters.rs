@@ -66,13 +66,7 @@ pub(crate) async fn read_each(
         .iter()
         .map(|(p, name)| keys.count(*p, name))
         .collect();
-    let read = hashes::whole_each(conn, &keys, |f| f).await?;
-    let precisions = counters.iter().map(|(p, _)| *p);
-    Ok(read
-        .into_iter()
-        .zip(precisions)
-        .map(|(f, p)| f.map(|f| parse(f, p)))
-        .collect())
+    hashes::whole_each(conn, &keys, |i, f| parse(f, counters[i].0)).await
 }
 
 /// The fields of a counter at `precision`: a sample is a bucket start as

@@ -3,7 +3,8 @@
 //! `HITCOUNT_CLUSTER=off`, refusing one master of a cluster of several;
 //! and, when a connection failed, what the client's error leaves unsaid: a
 //! Redis with no password to check ([`needless_password`]), a port that
-//! does not speak TLS ([`tls_silence`]).
+//! does not speak TLS ([`tls_silence`]); and the client of one node and
+//! its connection ([`node_client`], [`open_node`]).
 
 use std::time::Duration;
 
@@ -149,20 +150,10 @@ pub(crate) async fn needless_password(
     let bare = info
         .clone()
         .set_redis_settings(redis::RedisConnectionInfo::default());
-    let bare = match tls {
-        Some(certs) => redis::Client::build_with_tls(bare, certs.clone()),
-        None => redis::Client::open(bare),
+    let Ok(bare) = node_client(bare, tls) else {
+        return err;
     };
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(within))
-        .set_response_timeout(Some(within));
-    let Ok(mut conn) = async {
-        bare?
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-    }
-    .await
-    else {
+    let Ok(mut conn) = open_node(&bare, within, within).await else {
         return err;
     };
     let mut auth = redis::cmd("AUTH");
@@ -204,6 +195,33 @@ pub(crate) async fn tls_silence(
              handshake): use redis:// for it, or the port Redis serves TLS on (its tls-port)"
         ),
     ))
+}
+
+/// A client of the one node `info` names, with the TLS files `tls` when
+/// given.
+pub(crate) fn node_client(
+    info: impl redis::IntoConnectionInfo,
+    tls: Option<&redis::TlsCertificates>,
+) -> RedisResult<redis::Client> {
+    match tls {
+        Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
+        None => redis::Client::open(info),
+    }
+}
+
+/// A connection to `client`'s node, opened within `connect`, each reply
+/// awaited at most `response`.
+pub(crate) async fn open_node(
+    client: &redis::Client,
+    connect: Duration,
+    response: Duration,
+) -> RedisResult<MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect))
+        .set_response_timeout(Some(response));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
 }
 
 #[cfg(test)]

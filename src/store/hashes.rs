@@ -25,15 +25,13 @@ const HASHES_PER_TRIP: usize = 1000;
 /// The number of fields of hash `key` (one HLEN; 0 for a key that is no
 /// hash).
 pub(crate) async fn len<C: ConnectionLike>(conn: &mut C, key: &str) -> RedisResult<u64> {
-    length(Cmd::hlen(key).query_async(conn).await)
+    Ok(length(Cmd::hlen(key).query_async(conn).await)?.unwrap_or(0))
 }
 
-/// An `HLEN` reply: 0 for a key that is no hash.
-fn length(reply: RedisResult<Value>) -> RedisResult<u64> {
-    match unless_wrong_type(reply)? {
-        Some(n) => Ok(redis::from_redis_value(n)?),
-        None => Ok(0),
-    }
+/// An `HLEN` reply: `None` for a key that is no hash.
+fn length(reply: RedisResult<Value>) -> RedisResult<Option<u64>> {
+    let n = unless_wrong_type(reply)?.map(redis::from_redis_value);
+    Ok(n.transpose()?)
 }
 
 /// The fields of `hashes` together: their `HLEN`s, [`HASHES_PER_TRIP`] a
@@ -43,7 +41,7 @@ pub(crate) async fn len_all(conn: &mut Conn, hashes: &[String]) -> RedisResult<u
     for trip in hashes.chunks(HASHES_PER_TRIP) {
         let lens = conn.query_each_apart(trip.iter().map(Cmd::hlen).collect());
         for len in lens.await? {
-            all = all.saturating_add(length(len)?);
+            all = all.saturating_add(length(len)?.unwrap_or(0));
         }
     }
     Ok(all)
@@ -59,8 +57,8 @@ pub(crate) async fn whole<C: ConnectionLike>(conn: &mut C, key: &str) -> RedisRe
     read(unless_wrong_type(reply)?)
 }
 
-/// Each of `hashes` read whole and `parse`d, in order (`None` for a key
-/// of another type): [`HASHES_PER_TRIP`]
+/// Each of `hashes` read whole and `parse`d with its index, in order
+/// (`None` for a key of another type): [`HASHES_PER_TRIP`]
 /// a round trip ([`Conn::query_each_apart`]: a pipeline on one node, all in
 /// flight at once on a cluster) of `HLEN`s, then one of `HGETALL`s of the
 /// small ones, and the pages of each larger one after another; each trip
@@ -69,7 +67,7 @@ pub(crate) async fn whole<C: ConnectionLike>(conn: &mut C, key: &str) -> RedisRe
 pub(crate) async fn whole_each<U>(
     conn: &mut Conn,
     hashes: &[String],
-    parse: impl Fn(Fields) -> U,
+    parse: impl Fn(usize, Fields) -> U,
 ) -> RedisResult<Vec<Option<U>>> {
     let mut out = Vec::with_capacity(hashes.len());
     for trip in hashes.chunks(HASHES_PER_TRIP) {
@@ -77,11 +75,7 @@ pub(crate) async fn whole_each<U>(
         // Per hash: `None` for another type, else whether it is large.
         let mut large = Vec::with_capacity(trip.len());
         for len in lens.await? {
-            let len: Option<u64> = match unless_wrong_type(len)? {
-                Some(n) => Some(redis::from_redis_value(n)?),
-                None => None,
-            };
-            large.push(len.map(|n| n > PAGE_FIELDS as u64));
+            large.push(length(len)?.map(|n| n > PAGE_FIELDS as u64));
         }
         let small = trip.iter().zip(&large).filter(|(_, &l)| l == Some(false));
         let cmds = small.map(|(k, _)| Cmd::hgetall(k)).collect();
@@ -95,7 +89,7 @@ pub(crate) async fn whole_each<U>(
                     Some(read(unless_wrong_type(reply)?)?)
                 }
             };
-            out.push(fields.map(&parse));
+            out.push(fields.map(|f| parse(out.len(), f)));
         }
     }
     Ok(out)
@@ -103,10 +97,10 @@ pub(crate) async fn whole_each<U>(
 
 /// A hash's reply, `None` for a key that is no hash.
 fn read(reply: Option<Value>) -> RedisResult<Fields> {
-    match reply {
-        Some(reply) => Ok(redis::from_redis_value(reply)?),
-        None => Ok(Vec::new()),
-    }
+    Ok(reply
+        .map(redis::from_redis_value)
+        .transpose()?
+        .unwrap_or_default())
 }
 
 /// Hash `key` read whole by `HSCAN key cursor COUNT PAGE_FIELDS`, page
@@ -165,7 +159,7 @@ mod tests {
             f.sort_unstable();
             f
         };
-        let read = whole_each(&mut c, &keys, parse).await.unwrap();
+        let read = whole_each(&mut c, &keys, |_, f| parse(f)).await.unwrap();
         for (i, key) in keys.iter().enumerate() {
             let want: Vec<(usize, usize)> = match sizes.get(i) {
                 Some(&n) => (0..n).map(|i| (i, i * 2)).collect(),

@@ -229,13 +229,8 @@ impl By {
             }
             By::Mean => {
                 let fields: Vec<Option<String>> = redis::from_redis_value(reply).ok()?;
-                let [count, sum, min, max] = <[Option<String>; 4]>::try_from(fields).ok()?;
-                let (count, mean) = stats_hash::mean_of([
-                    count.as_deref(),
-                    sum.as_deref(),
-                    min.as_deref(),
-                    max.as_deref(),
-                ])?;
+                let fields = <[Option<String>; 4]>::try_from(fields).ok()?;
+                let (count, mean) = stats_hash::mean_of(fields.each_ref().map(Option::as_deref))?;
                 (count, Some(mean))
             }
         };
@@ -290,13 +285,11 @@ pub(crate) async fn rank(
             .iter()
             .map(|n| by.read(keys, precision, bucket, n))
             .collect();
-        let mut ranked = Vec::with_capacity(names.len());
         for (name, reply) in names.into_iter().zip(conn.query_each_apart(cmds).await?) {
             if let Some(reply) = crate::store::client::unless_wrong_type(reply)? {
-                ranked.extend(by.ranked(name, reply));
+                best.extend(by.ranked(name, reply));
             }
         }
-        best.extend(ranked);
         keep_best(&mut best, by, keep);
         if members.len() < RANK_PAGE {
             break;

@@ -181,14 +181,10 @@ pub(crate) async fn stranded(
         if !matches!(e, Value::Int(n) if *n > 0) {
             continue;
         }
-        let length: RedisResult<u64> = redis::cmd("XLEN").arg(&k.stream).query_async(conn).await;
-        match length {
-            Ok(n) => {
-                streams.push(k);
-                lengths.push(n);
-            }
-            Err(e) if e.code() == Some("WRONGTYPE") => {}
-            Err(e) => return Err(e),
+        let length = redis::cmd("XLEN").arg(&k.stream).query_async(conn).await;
+        if let Some(n) = unless_wrong_type(length)? {
+            lengths.push(redis::from_redis_value::<u64>(n)?);
+            streams.push(k);
         }
     }
     if streams.is_empty() {

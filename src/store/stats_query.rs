@@ -63,7 +63,7 @@ pub(crate) async fn read_each(
         .iter()
         .map(|(p, name)| keys.stats(*p, name))
         .collect();
-    hashes::whole_each(conn, &names, parse).await
+    hashes::whole_each(conn, &names, |_, f| parse(f)).await
 }
 
 fn parse(raw: Fields) -> StatsHash {

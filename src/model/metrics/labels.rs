@@ -135,13 +135,13 @@ impl Metrics {
         if shard >= MAX_SHARDS {
             return;
         }
-        let label = shard.to_string();
+        let label = [shard.to_string()];
         if let Some(lag) = lag {
-            self.shard_lag.with_label_values(&[&label]).set(lag);
+            self.shard_lag.with_label_values(&label).set(lag);
         }
-        self.shard_pending.with_label_values(&[&label]).set(pending);
+        self.shard_pending.with_label_values(&label).set(pending);
         self.shard_backlog_age
-            .with_label_values(&[&label])
+            .with_label_values(&label)
             .set(backlog_age);
     }
 
@@ -149,11 +149,7 @@ impl Metrics {
     /// [`INGEST_CODES`] is counted as "500", so the label stays bounded.
     pub(crate) fn ingest_answer(&self, code: u16) {
         let code = code.to_string();
-        let code = INGEST_CODES
-            .iter()
-            .find(|c| **c == code)
-            .copied()
-            .unwrap_or("500");
+        let code = known_or(&code, &INGEST_CODES, "500");
         self.ingest_requests.with_label_values(&[code]).inc();
     }
 

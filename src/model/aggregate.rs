@@ -100,7 +100,7 @@ struct Slot {
 /// In-memory sums of a window of hits, per (precision, name, bucket).
 ///
 /// Reuse one `Window` per worker: [`Window::clear`] keeps its allocations.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Window {
     /// Distinct precisions in seconds, in the order given.
     precisions: Vec<u32>,
@@ -165,15 +165,7 @@ impl Window {
             spans,
             #[cfg(test)]
             samples,
-            names: HashMap::new(),
-            heads: Vec::new(),
-            slots: Vec::new(),
-            hits: 0,
-            #[cfg(test)]
-            count_sum: 0,
-            stats: HashMap::new(),
-            stats_weight: 0,
-            name_weight: 0,
+            ..Window::default()
         }
     }
 
@@ -195,18 +187,10 @@ impl Window {
             spans: self.spans.clone(),
             #[cfg(test)]
             samples: self.samples,
-            names: HashMap::new(),
-            heads: Vec::new(),
-            slots: Vec::new(),
             skipped: vec![0; n],
-            hits: 0,
-            #[cfg(test)]
-            count_sum: 0,
             scratch: vec![SKIP; n],
             quantiles: self.quantiles.clone(),
-            stats: HashMap::new(),
-            stats_weight: 0,
-            name_weight: 0,
+            ..Window::default()
         }
     }
 

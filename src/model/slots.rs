@@ -23,11 +23,8 @@ fn crc16(data: &[u8]) -> u16 {
     for &b in data {
         crc ^= (b as u16) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
+            let carry = crc & 0x8000 != 0;
+            crc = (crc << 1) ^ if carry { 0x1021 } else { 0 };
         }
     }
     crc

@@ -132,14 +132,8 @@ pub(crate) fn parse(fields: impl IntoIterator<Item = (String, String)>) -> Stats
     }
     for (bucket, p) in partial {
         match p.finish() {
-            Ok(summary) => {
-                out.buckets.insert(bucket, summary);
-            }
-            Err(fields) => {
-                for (f, v) in fields {
-                    skip(&mut out, f, v);
-                }
-            }
+            Ok(summary) => _ = out.buckets.insert(bucket, summary),
+            Err(fields) => fields.into_iter().for_each(|(f, v)| skip(&mut out, f, v)),
         }
     }
     out

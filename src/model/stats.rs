@@ -153,13 +153,7 @@ impl Summary {
     /// found (`None`: no histogram), so that a hit counted at several
     /// precisions takes one logarithm. Counts saturate.
     pub(crate) fn observe_in(&mut self, value: f64, count: i64, bucket: Option<HistBucket>) {
-        if self.count == 0 {
-            self.min = value;
-            self.max = value;
-        } else {
-            self.min = self.min.min(value);
-            self.max = self.max.max(value);
-        }
+        self.widen(value, value);
         self.count = self.count.saturating_add(count);
         let c = count as f64;
         self.sum += c * value;
@@ -170,6 +164,14 @@ impl Summary {
         }
     }
 
+    /// Widens the extremes to take in `min` and `max`, which are the
+    /// extremes while nothing is observed.
+    fn widen(&mut self, min: f64, max: f64) {
+        let empty = self.count == 0;
+        self.min = if empty { min } else { self.min.min(min) };
+        self.max = if empty { max } else { self.max.max(max) };
+    }
+
     /// Adds the observations of `other` (another window's of the same
     /// cell): the same summary as observing them here, up to the rounding
     /// of the float sums.
@@ -177,13 +179,7 @@ impl Summary {
         if other.count == 0 {
             return;
         }
-        if self.count == 0 {
-            self.min = other.min;
-            self.max = other.max;
-        } else {
-            self.min = self.min.min(other.min);
-            self.max = self.max.max(other.max);
-        }
+        self.widen(other.min, other.max);
         self.count = self.count.saturating_add(other.count);
         self.sum += other.sum;
         self.sumsq += other.sumsq;

@@ -9,7 +9,7 @@ use redis::{FromRedisValue, RedisResult, Value};
 
 use crate::model::keys::Keys;
 use crate::store::connect::Conn;
-use crate::store::stream::{entry_list, items, text as string};
+use crate::store::stream::{entry_list, items, text as string, unless_no_stream};
 
 /// The stream, as `XINFO STREAM` reports it (the fields hitcount uses).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -111,17 +111,15 @@ pub(crate) async fn stream_and_groups(
 /// This deployment's group (`keys.group`), `None` when the stream or the
 /// group does not exist yet.
 pub(crate) async fn own_group(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<GroupInfo>> {
-    let reply: RedisResult<Value> = redis::Cmd::xinfo_groups(&keys.stream)
+    let reply = redis::Cmd::xinfo_groups(&keys.stream)
         .query_async(conn)
         .await;
-    match reply {
-        Ok(r) => Ok(GroupInfo::parse_all(&r)
-            .into_iter()
-            .find(|g| g.name == keys.group)),
-        // No stream yet: no group either (the worker creates both).
-        Err(e) if e.code() == Some("ERR") && e.to_string().contains("no such key") => Ok(None),
-        Err(e) => Err(e),
-    }
+    // No stream yet: no group either (the worker creates both).
+    let Some(reply) = unless_no_stream::<Value>(reply)? else {
+        return Ok(None);
+    };
+    let mut groups = GroupInfo::parse_all(&reply).into_iter();
+    Ok(groups.find(|g| g.name == keys.group))
 }
 
 /// A group's consumers, its lag made consistent with the stream's `length`

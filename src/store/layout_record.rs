@@ -17,7 +17,7 @@
 
 use redis::{RedisResult, Value};
 
-use crate::model::config::LayoutArgs;
+use crate::model::config::{comma_list, LayoutArgs};
 use crate::model::keys::Keys;
 use crate::store::client::unless_wrong_type;
 use crate::store::connect::Conn;
@@ -62,12 +62,11 @@ impl Other {
 /// A layout as it is recorded: the settings that decide where a hit is
 /// counted and what is kept of it.
 pub(crate) fn describe(layout: &LayoutArgs) -> String {
-    let list = |ps: &[u32]| ps.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     format!(
         "precisions={} samples={}{QUANTILES}{}",
-        list(&layout.precisions),
+        comma_list(&layout.precisions),
         layout.samples,
-        list(&layout.quantile_precisions())
+        comma_list(&layout.quantile_precisions())
     )
 }
 

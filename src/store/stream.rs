@@ -130,14 +130,19 @@ pub(crate) async fn ensure_group(
 /// The stream's last generated id (`XINFO STREAM`); `None` when there is
 /// no stream.
 async fn last_generated(conn: &mut Conn, keys: &Keys) -> RedisResult<Option<(u64, u64)>> {
-    let info: RedisResult<redis::streams::StreamInfoStreamReply> =
-        redis::Cmd::xinfo_stream(&keys.stream)
-            .query_async(conn)
-            .await;
-    match info {
-        Ok(info) => Ok(parse_id(&info.last_generated_id)),
+    let info = redis::Cmd::xinfo_stream(&keys.stream)
+        .query_async(conn)
+        .await;
+    let info: Option<redis::streams::StreamInfoStreamReply> = unless_no_stream(info)?;
+    Ok(info.and_then(|info| parse_id(&info.last_generated_id)))
+}
+
+/// A reply of `XINFO` on the stream, `None` when there is no stream yet
+/// (Redis answers `ERR no such key`).
+pub(crate) fn unless_no_stream<T>(reply: RedisResult<T>) -> RedisResult<Option<T>> {
+    match reply {
         Err(e) if e.code() == Some("ERR") && e.to_string().contains("no such key") => Ok(None),
-        Err(e) => Err(e),
+        reply => reply.map(Some),
     }
 }
 

@@ -197,11 +197,9 @@ pub(crate) fn entry_bytes<'a>(fields: impl IntoIterator<Item = (&'a [u8], &'a [u
 /// [`Reject::TooLarge`] when fields of `bytes` (see [`entry_bytes`]) are
 /// over [`MAX_ENTRY_BYTES`].
 pub(crate) fn check_size(bytes: usize) -> Result<(), Reject> {
-    if bytes > MAX_ENTRY_BYTES {
-        Err(Reject::TooLarge)
-    } else {
-        Ok(())
-    }
+    (bytes <= MAX_ENTRY_BYTES)
+        .then_some(())
+        .ok_or(Reject::TooLarge)
 }
 
 /// The millisecond part of a stream entry ID: `b"1700000000123-5"` →

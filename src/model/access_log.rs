@@ -15,6 +15,7 @@
 //! time in seconds (nginx's `$request_time`, e.g. `0.125`) as its last
 //! field; the hit's value is that time in milliseconds.
 
+use crate::model::clock::{civil_from_days, days_from_civil};
 use crate::model::event::{self, Reject};
 
 /// How the lines of an access log are written.
@@ -218,29 +219,10 @@ fn parse_time(t: &[u8]) -> Option<i64> {
         b'-' => -1,
         _ => return None,
     };
-    let valid = (1..=days_in_month(year, month)).contains(&day) && h < 24 && m < 60 && s < 61;
-    valid
-        .then(|| days_from_civil(year, month, day) * 86_400 + h * 3600 + m * 60 + s - sign * offset)
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
-/// `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    // A day past its month's end (or 0) lands on another date.
+    let days = days_from_civil(year, month, day);
+    let valid = civil_from_days(days) == (year, month, day) && h < 24 && m < 60 && s < 61;
+    valid.then(|| days * 86_400 + h * 3600 + m * 60 + s - sign * offset)
 }
 
 /// What goes into a name: text, or a part of the request.

@@ -99,18 +99,8 @@ fn parse(raw: Fields, precision: u32) -> Counter {
 
 /// Formats unix seconds as `YYYY-MM-DD HH:MM:SS` UTC.
 pub fn format_utc(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
+    let (year, month, day) = crate::model::clock::civil_from_days(secs.div_euclid(86_400));
     let rem = secs.rem_euclid(86_400);
-    // Civil-from-days (H. Hinnant's algorithm), valid for the whole i64 day range used here.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
         rem / 3600,

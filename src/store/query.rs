@@ -126,20 +126,15 @@ pub(crate) async fn samples<C: ConnectionLike>(
     from: Option<i64>,
     until: Option<i64>,
 ) -> RedisResult<Option<Vec<Sample>>> {
-    let counter = counters::read_counter(conn, keys, precision, name).await?;
+    let mut counter = counters::read_counter(conn, keys, precision, name).await?;
     if counter.samples.is_empty()
         && counter.corrupt == 0
         && !is_listed(conn, keys, Family::Counts, precision, name).await?
     {
         return Ok(None);
     }
-    Ok(Some(
-        counter
-            .samples
-            .into_iter()
-            .filter(|s| within(s.time, from, until))
-            .collect(),
-    ))
+    counter.samples.retain(|s| within(s.time, from, until));
+    Ok(Some(counter.samples))
 }
 
 /// Whether `name` at `precision` is a member of `family`'s ZSET: a hash

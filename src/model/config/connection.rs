@@ -192,10 +192,9 @@ pub(crate) fn redact_url(url: &str) -> String {
 const PASSWORD_FIELDS: [&str; 2] = ["pass", "password"];
 
 fn redact_one(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
+    let Some((scheme, rest)) = url.split_once("://") else {
         return redact_query(url);
     };
-    let (scheme, rest) = (&url[..scheme_end], &url[scheme_end + 3..]);
     // The last `@` anywhere ends the user info: a password holding a `/`,
     // `?` or `#` the URL failed to encode is hidden too (at worst a path
     // with an `@` is hidden with it).

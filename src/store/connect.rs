@@ -52,10 +52,10 @@ pub(crate) struct Reconnecting {
     /// Whether the connection served a call since it was opened: a broken
     /// one that did is reconnected at once (see [`Reconnecting::failed`]).
     proven: bool,
-    /// Whether this task's last failure was Redis refusing a write for its
-    /// memory (`OOM`).
+    /// Whether Redis refused this task a write for its memory (`OOM`)
+    /// since its last success.
     refused_for_memory: bool,
-    /// The last failure was a replica's READONLY (see
+    /// A replica's READONLY since the last success (see
     /// [`crate::store::error::read_only`]).
     refused_read_only: bool,
     opened: u64,
@@ -180,14 +180,16 @@ impl Reconnecting {
         let broken = std::mem::take(&mut self.proven)
             && matches!(err, StoreError::Redis(e) if crate::store::error::is_broken_link(e)
                 || crate::store::error::is_deleted_under(e));
+        // Remembered until a success clears them, whatever fails between:
+        // a refusal, then a dropped connection, then a success must clear
+        // the process' flag (and its gauge) all the same.
         let oom = matches!(err, StoreError::Redis(e) if crate::store::memory::is_oom(e));
-        self.refused_for_memory = oom;
         if oom {
+            self.refused_for_memory = true;
             crate::store::memory::set_out_of_memory(true);
         }
-        let read_only = matches!(err, StoreError::Redis(e) if e.code() == Some("READONLY"));
-        self.refused_read_only = read_only;
-        if read_only {
+        if matches!(err, StoreError::Redis(e) if e.code() == Some("READONLY")) {
+            self.refused_read_only = true;
             crate::store::error::set_read_only(true);
         }
         match (class, shutdown) {
@@ -379,5 +381,40 @@ mod tests {
         assert!(pauses[19] >= BACKOFF_MAX / 2);
         b.reset();
         assert!(b.pause() <= BACKOFF_MIN);
+    }
+
+    /// A refusal for memory (or a replica's READONLY), then another error
+    /// (the connection dropped), then a success: the process' flags and
+    /// the `hitcount_redis_oom` gauge are cleared. The other error used to
+    /// make the task forget the refusal, leaving the gauge at 1 for good.
+    #[test]
+    fn a_success_clears_a_refusal_whatever_failed_in_between() {
+        let args = crate::model::config::RedisArgs {
+            url: "redis://127.0.0.1:1".into(),
+            ..Default::default()
+        };
+        let mut link = Reconnecting::new(client(&args).unwrap(), "test", RESPONSE_TIMEOUT);
+        let refused = |code: &str| {
+            let text = format!("-{code} refused\r\n");
+            let e = redis::parse_redis_value(text.as_bytes())
+                .and_then(redis::Value::extract_error)
+                .unwrap_err();
+            StoreError::Redis(e)
+        };
+        let dropped = StoreError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "broken pipe",
+        )));
+        for (code, flag) in [
+            ("OOM", crate::store::memory::out_of_memory as fn() -> bool),
+            ("READONLY", crate::store::error::read_only),
+        ] {
+            link.failed(&refused(code), None);
+            assert!(flag(), "{code}");
+            link.failed(&dropped, None);
+            assert!(flag(), "{code}: still refused, as far as anyone knows");
+            link.succeeded();
+            assert!(!flag(), "{code}");
+        }
     }
 }

@@ -29,7 +29,7 @@ use crate::model::keys::Keys;
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
 use crate::store::connect::{self, Client, Conn, Reconnecting, StoreResult};
-use crate::store::scripts::{ACQUIRE, RENEW};
+use crate::store::scripts::{Lua, ACQUIRE, RENEW};
 
 /// Part of the lease given up as a safety margin: a leader considers its
 /// lease over this much before Redis expires it (clock rate differences,
@@ -119,13 +119,7 @@ impl Lease {
     /// this worker holds it now.
     pub(crate) async fn try_acquire(&self, conn: &mut Conn) -> RedisResult<bool> {
         let sent = Instant::now();
-        let taken: i64 = ACQUIRE
-            .evalsha(1)
-            .arg(&self.key)
-            .arg(&self.token)
-            .arg(self.ttl.as_millis() as u64)
-            .query_async(conn)
-            .await?;
+        let taken = self.run(&ACQUIRE, conn).await?;
         if taken == 2 {
             tracing::warn!(key = %self.key,
                 "took a lease from a key no holder wrote (another type, or no expiry)");
@@ -140,15 +134,17 @@ impl Lease {
     /// whether this worker is still leader; when not, it stops at once.
     pub(crate) async fn renew(&self, conn: &mut Conn) -> RedisResult<bool> {
         let sent = Instant::now();
-        let renewed: i64 = RENEW
-            .evalsha(1)
-            .arg(&self.key)
-            .arg(&self.token)
-            .arg(self.ttl.as_millis() as u64)
-            .query_async(conn)
-            .await?;
+        let renewed = self.run(&RENEW, conn).await?;
         self.set((renewed == 1).then(|| self.valid_from(sent)));
         Ok(renewed == 1)
+    }
+
+    /// Runs `script` (acquire or renew) on this lease's key, token and TTL.
+    async fn run(&self, script: &Lua, conn: &mut Conn) -> RedisResult<i64> {
+        let ms = self.ttl.as_millis() as u64;
+        let mut cmd = script.evalsha(1);
+        cmd.arg(&self.key).arg(&self.token).arg(ms);
+        cmd.query_async(conn).await
     }
 
     /// Stops acting as leader and deletes the lease if it is still this

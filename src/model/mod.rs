@@ -21,3 +21,28 @@ pub mod stats;
 pub mod stats_hash;
 #[cfg(feature = "cli")]
 pub(crate) mod statsd;
+
+/// `items` in runs, in order, of at most `most` items whose `size` adds up
+/// to at most `budget` (an item bigger than that alone): how batches of
+/// scripts, pieces of a record and reads of hashes stay bounded.
+pub(crate) fn runs<T>(
+    items: &[T],
+    most: usize,
+    budget: usize,
+    size: impl Fn(&T) -> usize,
+) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let (mut from, mut sum) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let n = size(item);
+        if i > from && (i - from == most || sum + n > budget) {
+            out.push(&items[from..i]);
+            (from, sum) = (i, 0);
+        }
+        sum += n;
+    }
+    if from < items.len() {
+        out.push(&items[from..]);
+    }
+    out
+}

@@ -368,19 +368,7 @@ async fn each<'a, T: redis::FromRedisValue>(
 /// `hashes` (indexes into `lens`, their lengths) in runs whose lengths add
 /// up to at most `budget` (a longer hash alone), in order.
 fn within_budget<'a>(hashes: &'a [usize], lens: &[usize], budget: usize) -> Vec<&'a [usize]> {
-    let mut runs = Vec::new();
-    let (mut start, mut sum) = (0, 0);
-    for (k, &i) in hashes.iter().enumerate() {
-        if k > start && sum + lens[i] > budget {
-            runs.push(&hashes[start..k]);
-            (start, sum) = (k, 0);
-        }
-        sum += lens[i];
-    }
-    if start < hashes.len() {
-        runs.push(&hashes[start..]);
-    }
-    runs
+    crate::model::runs(hashes, usize::MAX, budget, |&i| lens[i])
 }
 
 /// The deletion of `hash`'s `old` fields, and of its member if `forget`

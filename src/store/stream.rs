@@ -7,15 +7,17 @@ use redis::{RedisResult, Value};
 
 use crate::model::keys::Keys;
 
-/// About the most bytes one read of entries should bring back: 16 MiB (ids,
+/// About the most bytes one read of entries should bring back: 2 MiB (ids,
 /// field names and values). The worker's reads ask for as many entries as
 /// fit (see `service::worker::read`), and its reads of its own pending
 /// entries and its claims stop there inside Redis. A reply is held twice
-/// while redis-rs parses it, and up to two more are in flight while entries
-/// are small, so this keeps a worker's reads within a few times this
-/// however large the entries are. Hits take a few dozen bytes: a full
-/// `--read-count` of them is far below it.
-pub(crate) const READ_BYTES: usize = 16 << 20;
+/// while redis-rs parses it, and up to two more are in flight while a full
+/// `--read-count` fits, so this keeps a worker's reads within a few times
+/// this however large the entries are. Hits take a few dozen bytes: a full
+/// `--read-count` of them is far below it; entries of 4 KiB (long names)
+/// are read 500 at a time, with no read ahead (at 16 MiB their reads held
+/// some 50 MB of a worker's reply buffers).
+pub(crate) const READ_BYTES: usize = 2 << 20;
 
 /// One stream entry inside a reply, borrowed from it.
 #[derive(Debug, Clone, Copy)]

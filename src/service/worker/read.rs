@@ -225,8 +225,8 @@ mod tests {
         for _ in 0..8 {
             pace.observe(&entries(&replies(&[60])));
         }
-        // One entry of a megabyte among small ones: 16 at a time.
-        pace.observe(&entries(&replies(&[60, 1 << 20, 60])));
+        // One entry of 128 KiB among small ones: 16 at a time (2 MiB).
+        pace.observe(&entries(&replies(&[60, 1 << 17, 60])));
         assert_eq!(pace.count(), 16);
         assert!(!pace.at_full(), "no reads ahead");
         // Larger than the whole budget: one at a time.

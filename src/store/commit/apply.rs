@@ -68,20 +68,7 @@ fn batches<'s>(scripts: &'s [Script], sums: &[Sum<'_>]) -> Vec<&'s [Script]> {
             })
             .sum()
     };
-    let mut out = Vec::new();
-    let (mut from, mut bytes) = (0, 0);
-    for (i, script) in scripts.iter().enumerate() {
-        let b = names(script);
-        if i > from && (i - from == SCRIPTS_AT_ONCE || bytes + b > NAME_BYTES_AT_ONCE) {
-            out.push(&scripts[from..i]);
-            (from, bytes) = (i, 0);
-        }
-        bytes += b;
-    }
-    if from < scripts.len() {
-        out.push(&scripts[from..]);
-    }
-    out
+    crate::model::runs(scripts, SCRIPTS_AT_ONCE, NAME_BYTES_AT_ONCE, names)
 }
 
 /// The calls of `scripts`, and per script the cells (sum, index) whose

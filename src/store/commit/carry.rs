@@ -31,6 +31,7 @@ use redis::Value;
 use super::{Committer, Sealed, MARKER_TTL_SECS};
 use crate::model::aggregate::{Cell, StatCell};
 use crate::model::ids::IdList;
+use crate::model::runs;
 use crate::store::connect::{Conn, StoreError, StoreResult};
 use crate::store::scripts::{CARRY, TAKE};
 
@@ -84,16 +85,19 @@ impl Committer {
     ) -> StoreResult<CarryOutcome> {
         let k = &self.keys;
         // The cells first, alone, with a TTL (see carry.lua), in pieces of
-        // at most PIECE_CELLS cells, one HSET each: a single field of
-        // hundreds of thousands of cells (12 MB) held Redis 9 ms. The
-        // statistics cells likewise, in pieces of their own.
+        // at most PIECE_CELLS cells and about PIECE_BYTES, one HSET each: a
+        // single field of hundreds of thousands of cells (12 MB) held Redis
+        // 9 ms. The statistics cells likewise, in pieces of their own.
         let record = k.window(carry.window);
-        // No cells are still one (empty) piece.
-        let pieces: Vec<&[Cell<'_>]> = match carry.cells.len() {
-            0 => vec![&[]],
-            _ => carry.cells.chunks(PIECE_CELLS).collect(),
-        };
-        let stats: Vec<&[StatCell<'_>]> = carry.stats.chunks(PIECE_STAT_CELLS).collect();
+        let cell_bytes = |c: &Cell<'_>| c.name.len() + CELL_BYTES;
+        let mut pieces = runs(carry.cells, PIECE_CELLS, PIECE_BYTES, cell_bytes);
+        if pieces.is_empty() {
+            // No cells are still one (empty) piece.
+            pieces.push(&[]);
+        }
+        let stat_bytes =
+            |c: &StatCell<'_>| c.name.len() + CELL_BYTES * (super::stats::weight(c) + 2);
+        let stats = runs(carry.stats, PIECE_STAT_CELLS, PIECE_BYTES, stat_bytes);
         let mut pipe = redis::pipe();
         pipe.cmd("HSET")
             .arg(&record)
@@ -189,6 +193,15 @@ pub(crate) const PIECE_CELLS: usize = 50_000;
 /// Statistics cells per piece: a statistics cell with a histogram of a
 /// few dozen bins takes about ten times a count cell.
 pub(crate) const PIECE_STAT_CELLS: usize = 5_000;
+/// Bytes a piece of a carry's record holds at most (about, as it encodes):
+/// cells with long names reach it long before [`PIECE_CELLS`] (50,000
+/// cells of 4 KiB names made pieces of 200 MB, held twice while sent).
+const PIECE_BYTES: usize = 1 << 20;
+/// What a cell takes in a piece besides its name's bytes (MessagePack of
+/// its precision, bucket and delta), and a statistics cell per unit of its
+/// weight.
+const CELL_BYTES: usize = 16;
+
 /// Pieces written per round trip (about 4 MB).
 const PIECES_AT_ONCE: usize = 4;
 /// The record field holding how many pieces its cells are in; absent in a

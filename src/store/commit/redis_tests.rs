@@ -156,6 +156,55 @@ mod tests {
         assert!(records.is_empty(), "{records:?}");
     }
 
+    /// A carry of long names is recorded in pieces of about a megabyte (by
+    /// cell count alone, 50,000 cells of 4 KiB names made one piece of
+    /// 200 MB, held twice in the worker while sent), and whoever recovers
+    /// it reads every piece back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_carry_of_long_names_is_recorded_in_pieces_of_about_a_megabyte() {
+        let srv = server();
+        let mut c = conn(&srv.url()).await;
+        let k = keys(&settings(&srv.url(), "gone"));
+        crate::store::scripts::load_all(&mut c).await.unwrap();
+        let names: Vec<String> = (0..1000)
+            .map(|i| format!("{i:04}{}", "x".repeat(4092)))
+            .collect();
+        let cells = cells(&k, &names, 3);
+        let committer = Committer::new(k.clone(), "gone".into(), 1000);
+        let carry = counts_only("c-1", "", &cells);
+        let outcome = committer.carry(&mut c, &carry, &[], None).await.unwrap();
+        assert_eq!(outcome, commit::CarryOutcome::Recorded);
+        let record = k.window("c-1");
+        let pieces: usize = redis::cmd("HGET")
+            .arg(&record)
+            .arg("pieces")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(pieces >= 8, "8 MB of names in {pieces} pieces");
+        for i in 0..pieces {
+            let field = if i == 0 {
+                "cells".to_string()
+            } else {
+                format!("cells:{i}")
+            };
+            let len: usize = redis::cmd("HSTRLEN")
+                .arg(&record)
+                .arg(&field)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert!(len > 0 && len <= (1 << 20) + 4200, "{field}: {len} bytes");
+        }
+        let (records, corrupt, _) = committer.records(&mut c).await.unwrap();
+        assert!(corrupt.is_empty());
+        assert!(committer
+            .recover(&mut c, &records[0], Instant::now())
+            .await
+            .unwrap());
+        assert_eq!(totals(&mut c, &k, &names).await, vec![6; names.len()]);
+    }
+
     /// A commit resent after a lost reply writes the window's fields again,
     /// with the TTL of fields not yet a record: the record stays a record (no
     /// TTL, its owner, listed) and the resend is a duplicate.

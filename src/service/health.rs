@@ -47,6 +47,9 @@ struct Shards {
     reading: BTreeSet<u32>,
     /// The shards whose worker is in the group.
     joined: BTreeSet<u32>,
+    /// The shards whose worker's last try failed to reach Redis (or was
+    /// refused): only the shards read count (see [`Health::is_connected`]).
+    down: BTreeSet<u32>,
 }
 
 impl Health {
@@ -89,12 +92,28 @@ impl Health {
         }
     }
 
-    /// Records whether the Redis connection is currently usable.
+    /// Records whether the Redis connection is currently usable: a shard's
+    /// worker for its shard, so that a worker that failed and then stopped
+    /// (its shard taken over) leaves no outage behind.
     pub(crate) fn set_redis_connected(&self, up: bool) {
         self.redis_connected.store(up, Ordering::Relaxed);
-        if let Some((p, _)) = &self.parent {
-            p.set_redis_connected(up);
+        if let Some((p, k)) = &self.parent {
+            let mut shards = p.shards();
+            if up {
+                shards.down.remove(k);
+            } else {
+                shards.down.insert(*k);
+            }
         }
+    }
+
+    /// Whether Redis is usable: this process' own connection (with several
+    /// shards, the one that shares them out), and the connection of every
+    /// shard's worker it reads.
+    fn is_connected(&self) -> bool {
+        let shards = self.shards();
+        self.redis_connected.load(Ordering::Relaxed)
+            && (shards.count <= 1 || shards.reading.iter().all(|k| !shards.down.contains(k)))
     }
 
     /// Records an error no retry can fix: neither live nor ready from now on.
@@ -214,7 +233,7 @@ impl Health {
         if self.stopping.load(Ordering::Relaxed) {
             problems.push("shutting down".to_string());
         }
-        if !self.redis_connected.load(Ordering::Relaxed) {
+        if !self.is_connected() {
             // Redis answers, but refuses writes: no network fault to chase.
             problems.push(if crate::store::memory::out_of_memory() {
                 format!("{}: writes refused", crate::store::memory::OUT_OF_MEMORY)
@@ -283,6 +302,21 @@ mod tests {
         assert!(h.is_ready());
         one.set_redis_connected(false);
         assert!(!h.is_ready(), "a shard's outage is the process'");
+        one.set_redis_connected(true);
+        assert!(h.is_ready(), "and its recovery");
+        // A shard's worker that failed, then stopped (its lease lost in a
+        // failover, the shard taken over elsewhere) leaves no outage: the
+        // process' other shards never failed, and said nothing.
+        h.set_reading(4, &[1, 2]);
+        two.set_in_group(true);
+        two.set_redis_connected(false);
+        assert!(!h.is_ready());
+        h.set_reading(4, &[1]);
+        assert!(h.is_ready(), "{:?}", h.readiness_problems());
+        // The connection that shares the shards out counts too.
+        h.set_redis_connected(false);
+        assert!(!h.is_ready());
+        h.set_redis_connected(true);
         one.set_fatal();
         assert!(h.liveness_problem().is_some());
     }

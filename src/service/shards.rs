@@ -259,16 +259,19 @@ impl Balancer {
             let pause = match self.step(&mut link).await {
                 Ok(()) => {
                     link.succeeded();
+                    self.health.set_redis_connected(true);
                     // Holding no shard, this process only waits to take
                     // one over: live, and ready for it.
                     if self.owned.is_empty() {
                         self.health.turned();
-                        self.health.set_redis_connected(true);
                         self.health.set_in_group(true);
                     }
                     TICK
                 }
-                Err(e) => link.failed(&e, Some(&self.shutdown)).1.min(TICK),
+                Err(e) => {
+                    self.health.set_redis_connected(false);
+                    link.failed(&e, Some(&self.shutdown)).1.min(TICK)
+                }
             };
             self.report();
             connect::sleep(pause, &mut stop).await;

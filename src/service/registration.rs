@@ -103,7 +103,9 @@ impl Registration {
             }
             if last.is_none() {
                 tracing::info!(consumer = %self.name, holder = %holder, ttl_ms = pttl,
-                    "consumer name registered by another process: waiting for it to lapse");
+                    "consumer name registered by another worker: waiting for it to lapse (an \
+                     earlier one that stopped without releasing it, such as this process' previous \
+                     worker of a shard; a live one is refused as soon as it renews)");
             }
             last = Some((holder, pttl));
             tokio::time::sleep(POLL).await;

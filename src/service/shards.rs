@@ -226,6 +226,8 @@ struct Owned {
     task: JoinHandle<()>,
     /// Asked to stop: its lease is released once its worker is done.
     leaving: bool,
+    /// Its lease was lost: renewed no more while its worker stops.
+    lost: bool,
 }
 
 /// Shares the shards among the live processes.
@@ -320,10 +322,11 @@ impl Balancer {
             o.lease.release(conn).await?;
             tracing::info!(shard = k, "let go of a shard");
         }
-        for (&k, o) in &self.owned {
+        for (&k, o) in self.owned.iter_mut().filter(|(_, o)| !o.lost) {
             if !o.lease.renew(conn).await? {
                 tracing::warn!(shard = k, "lost the lease of a shard: stopping its worker");
                 o.stop.trigger();
+                (o.lost, o.leaving) = (true, true);
             }
         }
         // Over its share, the shards it prefers least go first; under it,
@@ -393,6 +396,7 @@ impl Balancer {
                 stop,
                 task,
                 leaving: false,
+                lost: false,
             },
         );
     }

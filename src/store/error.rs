@@ -111,6 +111,12 @@ pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
         || text.contains("AuthenticationFailed")
     {
         "check the user and password in REDIS_URL (--redis-url)"
+    } else if (err.code() == Some("NOPERM") || text.contains("NOPERM"))
+        && text.contains("one of the keys")
+    {
+        "the Redis user's key patterns do not cover this key: they must match HITCOUNT_PREFIX, \
+         HITCOUNT_STREAM and HITCOUNT_DEAD_STREAM as set (see docs/operations.md, \"ACL \
+         users\"), or use another user in REDIS_URL"
     } else if err.code() == Some("NOPERM") || text.contains("NOPERM") {
         "grant the Redis user the command named (see docs/operations.md, \"ACL users\"), or use another user in REDIS_URL"
     } else if text.contains("HITCOUNT_CLUSTER=off") {
@@ -416,6 +422,20 @@ mod tests {
         redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
             .and_then(redis::Value::extract_error)
             .unwrap_err()
+    }
+
+    /// A key the user's patterns leave out is told apart from a command it
+    /// may not run: the first is fixed by the settings' names or the
+    /// user's key patterns, not by granting a command.
+    #[test]
+    fn a_key_refused_by_the_users_patterns_is_named_as_such() {
+        let key = reply(
+            "NOPERM this user has no permissions to access one of the keys used as arguments",
+        );
+        assert_eq!(classify(&key).0, ErrorClass::Fatal);
+        assert!(fatal_hint(&key).unwrap().contains("key patterns"), "{key}");
+        let command = reply("NOPERM this user has no permissions to run the 'xadd' command");
+        assert!(fatal_hint(&command).unwrap().contains("the command named"));
     }
 
     /// Settings no retry fixes stop with a hint: a command a script calls

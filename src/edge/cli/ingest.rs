@@ -16,7 +16,6 @@ use crate::edge::server::Limits;
 use crate::model::config::ranged;
 use crate::service::ingest::Appender;
 use crate::service::producer::{Producer, ProducerOptions};
-use crate::store::connect::ErrorClass;
 
 /// Default address of ingest's HTTP endpoint.
 pub(crate) const DEFAULT_INGEST_LISTEN: &str = "0.0.0.0:9186";
@@ -97,14 +96,7 @@ fn checked_tokens(tokens: Vec<String>) -> anyhow::Result<Vec<String>> {
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     let client = crate::store::connect::client(&args.common.redis)?;
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (--listen / HITCOUNT_INGEST_LISTEN)",
-                args.listen
-            )
-        })?;
+    let listener = super::listen(&args.listen, "--listen / HITCOUNT_INGEST_LISTEN").await?;
     let statsd = match args.statsd_listen.as_str() {
         "" => None,
         addr => Some(bind_statsd(addr).await?),
@@ -118,19 +110,10 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         rate: args.rate,
     };
     let ingest = Ingest::new(settings, appender);
-    // As serve: a wrong password, a URL that is no Redis or a permission
-    // the ACL lacks stops ingest here with one line; a Redis that is only
-    // down is waited for: each request tries again.
-    // Hits sent with another shard count than the workers' would go to
-    // streams nobody reads: refused, as `hit` does.
-    match ingest.check().await {
-        Ok(()) => super::reach::check_recorded_shards(&args.common).await?,
-        Err(e) if crate::store::connect::classify(&e).0 == ErrorClass::Fatal => {
-            return Err(e.into())
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "Redis unavailable at start: serving anyway, each request tries again")
-        }
+    // As serve. Hits sent with another shard count than the workers'
+    // would go to streams nobody reads: refused, as `hit` does.
+    if super::serving_anyway(ingest.check().await)? {
+        super::reach::check_recorded_shards(&args.common).await?;
     }
     tracing::info!(address = %listener.local_addr()?, "taking hits on /api/v1/hits");
     let limits = Limits {

@@ -33,7 +33,9 @@ mod worker;
 
 pub(crate) use settings::{configured_precision, Group, Pick, Uses};
 
-pub(crate) use reach::{check_sending, check_stream, checked_producer, connect, one_line, refused};
+pub(crate) use reach::{
+    check_sending, check_stream, checked_producer, connect, one_line, refused, serving_anyway,
+};
 
 /// Count hits at scale on Redis: a stream of hit events in, multi-precision
 /// counters (the Redis in Action §5.2 layout) out.
@@ -299,6 +301,15 @@ pub(crate) fn json_text(value: &impl serde::Serialize, pretty: bool) -> anyhow::
         }
     }
     Ok(out)
+}
+
+/// A listener on `addr`, which the setting `flags` gave (`--listen /
+/// HITCOUNT_LISTEN`): an address that cannot be taken says so, naming them.
+pub(crate) async fn listen(addr: &str, flags: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    use anyhow::Context as _;
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({flags})"))
 }
 
 /// Most distinct names `load` and `demo` draw from (`page:0` ..): the

@@ -110,6 +110,22 @@ pub(crate) async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
     Ok(conn)
 }
 
+/// What a server (`serve`, `ingest`) makes of its first look at Redis,
+/// `checked`: an error no retry can fix (a wrong password, a URL that is no
+/// Redis, a permission the ACL lacks) stops it, said in one line naming the
+/// URL as every command's; a Redis that is only down is waited for, each
+/// request trying again (`Ok(false)`). `Ok(true)`: Redis answered.
+pub(crate) fn serving_anyway(checked: Result<(), RedisError>) -> anyhow::Result<bool> {
+    match checked {
+        Ok(()) => Ok(true),
+        Err(e) if crate::store::connect::classify(&e).0 == ErrorClass::Fatal => Err(e.into()),
+        Err(e) => {
+            tracing::warn!(error = %e, "Redis unavailable at start: serving anyway, each request tries again");
+            Ok(false)
+        }
+    }
+}
+
 /// Checks, before a producer starts (it retries every error in the
 /// background, forever), that hit events can go to `stream`: Redis accepts
 /// the connection and this user may use the key, which is a stream or does

@@ -2,11 +2,8 @@
 //! ([`crate::edge::api`]) until SIGTERM/Ctrl-C. Reads Redis with the
 //! settings every command shares; never writes.
 
-use anyhow::Context as _;
-
 use crate::edge::api::{self, Api};
 use crate::model::config::{LayoutArgs, RedisArgs};
-use crate::store::connect::ErrorClass;
 
 /// Default address of the query API.
 pub(crate) const DEFAULT_SERVE_LISTEN: &str = "0.0.0.0:9185";
@@ -25,26 +22,11 @@ pub(crate) struct Args {
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.layout.validate()?;
     let client = crate::store::connect::client(&args.redis)?;
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (--listen / HITCOUNT_SERVE_LISTEN)",
-                args.listen
-            )
-        })?;
+    let listener = super::listen(&args.listen, "--listen / HITCOUNT_SERVE_LISTEN").await?;
     let api = Api::new(client.clone(), &args.layout);
-    // Redis as this user, once, before serving: a wrong password, a URL
-    // that is no Redis or a permission the ACL lacks (INFO, a key pattern)
-    // stops serve here with one line, as every command does. A Redis that
-    // is only down is waited for: each request tries again.
-    if let Err(e) = api.check().await {
-        if crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
-            // Said in one line naming the URL, as every command's.
-            return Err(e.into());
-        }
-        tracing::warn!(error = %e, "Redis unavailable at start: serving anyway, each request tries again");
-    }
+    // Redis as this user, once, before serving (a permission the ACL
+    // lacks: INFO, a key pattern).
+    super::serving_anyway(api.check().await)?;
     tracing::info!(address = %listener.local_addr()?, "serving the dashboard on / and the query API on /api/v1/");
     let (watch_stop, watch_shutdown) = crate::model::shutdown::channel();
     let watch = tokio::spawn(crate::service::memory_watch::run(client, watch_shutdown));

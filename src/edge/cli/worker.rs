@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-
 use super::Common;
 use crate::model::config::{LeaderArgs, WorkerArgs, ADVANCED};
 use crate::model::metrics::metrics;
@@ -90,14 +88,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     // then, and only after that the HTTP server stops.
     let (done_trigger, done) = crate::model::shutdown::channel();
     let health = crate::service::health::Health::new(stuck_after);
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (--listen / HITCOUNT_LISTEN)",
-                args.listen
-            )
-        })?;
+    let listener = super::listen(&args.listen, "--listen / HITCOUNT_LISTEN").await?;
     tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
     let (http_trigger, mut http_stop) = crate::model::shutdown::channel();
     let http = tokio::spawn(crate::edge::http::serve(

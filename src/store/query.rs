@@ -19,7 +19,7 @@ use crate::store::client::Conn;
 use crate::store::counters::{self, Sample};
 
 /// One counter name and the precisions it has in `known:`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Listed {
     /// The counter's name.
     pub name: String,
@@ -27,8 +27,8 @@ pub(crate) struct Listed {
     pub precisions: Vec<u32>,
 }
 
-/// One page of names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One page of names (as `/api/v1/counters` answers it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Page {
     /// Up to `limit` names, ascending (byte order).
     pub counters: Vec<Listed>,

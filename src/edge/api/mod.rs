@@ -114,31 +114,6 @@ impl Api {
         }
         Ok(())
     }
-
-    /// Forgets the connection after an error that was not Redis' answer
-    /// (it may be broken), so the next request connects again.
-    async fn failed(&self, err: &RedisError) {
-        if err.code().is_none() {
-            *self.conn.lock().await = None;
-        }
-    }
-
-    /// The status and one-line reason of a request Redis failed, logged
-    /// (the connection forgotten when it may be broken).
-    async fn redis_failed(&self, e: &RedisError) -> (StatusCode, &'static str) {
-        self.failed(e).await;
-        if crate::store::connect::classify(e).0 == ErrorClass::Fatal {
-            // Redis answers but refuses (an ACL changed since the start):
-            // not an outage, and no retry helps.
-            tracing::error!(error = %crate::store::connect::describe(e),
-                hint = crate::store::connect::fatal_hint(e).unwrap_or(""),
-                "query API: Redis refused the query");
-            let why = "Redis refused the query (see the server's log)";
-            return (StatusCode::INTERNAL_SERVER_ERROR, why);
-        }
-        tracing::warn!(error = %e, "query API: Redis failed");
-        (StatusCode::SERVICE_UNAVAILABLE, "Redis is unavailable")
-    }
 }
 
 /// Serves the API on `listener` within the default [`Limits`] until
@@ -171,6 +146,40 @@ enum Failure {
         retry: Duration,
     },
     Redis(RedisError),
+}
+
+impl Failure {
+    /// The status of the answer and its one-line reason; a failure of
+    /// Redis' is logged, and after one that was not Redis' answer the
+    /// connection (it may be broken) is forgotten, so the next request
+    /// connects again.
+    async fn status(self, api: &Api) -> (StatusCode, String) {
+        let e = match self {
+            Failure::BadRequest(why) => return (StatusCode::BAD_REQUEST, why),
+            Failure::TooLarge(why) => return (StatusCode::PAYLOAD_TOO_LARGE, why),
+            Failure::TooSlow(why) => return (StatusCode::REQUEST_TIMEOUT, why),
+            Failure::NotFound(why) => return (StatusCode::NOT_FOUND, why),
+            Failure::Busy { why, .. } => return (StatusCode::TOO_MANY_REQUESTS, why),
+            Failure::Redis(e) => e,
+        };
+        if e.code().is_none() {
+            *api.conn.lock().await = None;
+        }
+        if crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
+            // Redis answers but refuses (an ACL changed since the start):
+            // not an outage, and no retry helps.
+            tracing::error!(error = %crate::store::connect::describe(&e),
+                hint = crate::store::connect::fatal_hint(&e).unwrap_or(""),
+                "query API: Redis refused the query");
+            let why = "Redis refused the query (see the server's log)";
+            return (StatusCode::INTERNAL_SERVER_ERROR, why.into());
+        }
+        tracing::warn!(error = %e, "query API: Redis failed");
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Redis is unavailable".into(),
+        )
+    }
 }
 
 impl From<RankError> for Failure {
@@ -248,36 +257,21 @@ async fn handle(api: &Api, req: Request<Incoming>) -> Resp {
             Route::Top => top::top(api, &query).await,
         }
     };
-    match answer.await {
-        Ok(json) => json_response(StatusCode::OK, json),
-        Err(Failure::BadRequest(why)) => error(StatusCode::BAD_REQUEST, &why),
-        Err(Failure::NotFound(why)) => error(StatusCode::NOT_FOUND, &why),
-        Err(Failure::TooLarge(why)) => error(StatusCode::PAYLOAD_TOO_LARGE, &why),
-        Err(Failure::TooSlow(why)) => error(StatusCode::REQUEST_TIMEOUT, &why),
-        Err(Failure::Busy { why, retry }) => {
-            let secs = retry.as_secs().max(1);
-            let mut resp = error(StatusCode::TOO_MANY_REQUESTS, &why);
-            resp.headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from(secs));
-            resp
-        }
-        Err(Failure::Redis(e)) => {
-            let (status, why) = api.redis_failed(&e).await;
-            error(status, why)
-        }
+    let failure = match answer.await {
+        Ok(json) => return json_response(StatusCode::OK, json),
+        Err(failure) => failure,
+    };
+    let retry = match &failure {
+        Failure::Busy { retry, .. } => Some(retry.as_secs().max(1)),
+        _ => None,
+    };
+    let (status, why) = failure.status(api).await;
+    let mut resp = error(status, &why);
+    if let Some(secs) = retry {
+        resp.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
     }
-}
-
-#[derive(Serialize)]
-struct ListBody {
-    counters: Vec<ListedBody>,
-    next: Option<String>,
-}
-
-#[derive(Serialize)]
-struct ListedBody {
-    name: String,
-    precisions: Vec<u32>,
+    resp
 }
 
 async fn list(api: &Api, family: Family, q: &Query) -> Result<String, Failure> {
@@ -293,18 +287,7 @@ async fn list(api: &Api, family: Family, q: &Query) -> Result<String, Failure> {
         limit,
     )
     .await?;
-    let counters = page
-        .counters
-        .into_iter()
-        .map(|c| ListedBody {
-            name: c.name,
-            precisions: c.precisions,
-        })
-        .collect();
-    to_json(&ListBody {
-        counters,
-        next: page.next,
-    })
+    to_json(&page)
 }
 
 #[derive(Serialize)]

@@ -82,14 +82,9 @@ pub(super) async fn answer(api: &Api, req: Request<Incoming>) -> Resp {
                 .insert(CONTENT_ENCODING, HeaderValue::from_static("snappy"));
             resp
         }
-        Err(Failure::BadRequest(why)) => text(StatusCode::BAD_REQUEST, &why),
-        Err(Failure::TooLarge(why)) => text(StatusCode::PAYLOAD_TOO_LARGE, &why),
-        Err(Failure::TooSlow(why)) => text(StatusCode::REQUEST_TIMEOUT, &why),
-        Err(Failure::NotFound(why)) => text(StatusCode::NOT_FOUND, &why),
-        Err(Failure::Busy { why, .. }) => text(StatusCode::TOO_MANY_REQUESTS, &why),
-        Err(Failure::Redis(e)) => {
-            let (status, why) = api.redis_failed(&e).await;
-            text(status, why)
+        Err(failure) => {
+            let (status, why) = failure.status(api).await;
+            text(status, &why)
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use hyper::header::{HeaderValue, RETRY_AFTER};
 use hyper::StatusCode;
 
-use super::{error, send_again, JSON};
+use super::JSON;
 use crate::edge::server::{self, Resp};
 use crate::store::connect::ErrorClass;
 
@@ -50,22 +50,21 @@ pub(super) fn redis_failed(e: &redis::RedisError, taken: u64, total: usize) -> R
         }
         "Redis is unavailable: send again"
     };
-    if taken == 0 {
-        return match fatal {
-            true => error(StatusCode::INTERNAL_SERVER_ERROR, why),
-            false => send_again(why),
-        };
-    }
-    let text = format!(
-        "{why} (Redis took {taken} of the {total} hits accepted before it failed: sent \
-         again, those without an id count twice)"
-    );
-    let body = serde_json::json!({ "error": text, "accepted": taken }).to_string();
+    let body = match taken {
+        0 => serde_json::json!({ "error": why }),
+        _ => {
+            let text = format!(
+                "{why} (Redis took {taken} of the {total} hits accepted before it failed: sent \
+                 again, those without an id count twice)"
+            );
+            serde_json::json!({ "error": text, "accepted": taken })
+        }
+    };
     let status = match fatal {
         true => StatusCode::INTERNAL_SERVER_ERROR,
         false => StatusCode::SERVICE_UNAVAILABLE,
     };
-    let mut resp = server::respond(status, JSON, body);
+    let mut resp = server::respond(status, JSON, body.to_string());
     if !fatal {
         resp.headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from_static("1"));

@@ -172,27 +172,27 @@ async fn route(req: Request<Incoming>, ingest: &Ingest) -> Resp {
         "/hitcount.js" => ingest.browsers.script(),
         "/metrics" => server::respond(StatusCode::OK, metrics::CONTENT_TYPE, metrics::render()),
         "/healthz" => server::respond(StatusCode::OK, TEXT, "ok\n"),
-        _ if ingest.stopping.load(Ordering::Relaxed) => server::respond(
-            StatusCode::SERVICE_UNAVAILABLE,
-            TEXT,
-            "not ready: stopping\n",
-        ),
-        _ => match tokio::time::timeout(PING_DEADLINE, ingest.check()).await {
-            Ok(Ok(())) => server::respond(StatusCode::OK, TEXT, "ok\n"),
-            Ok(Err(e)) => server::respond(
+        _ => match readiness_problem(ingest).await {
+            None => server::respond(StatusCode::OK, TEXT, "ok\n"),
+            Some(problem) => server::respond(
                 StatusCode::SERVICE_UNAVAILABLE,
                 TEXT,
-                format!(
-                    "not ready: Redis: {}\n",
-                    crate::store::connect::first_cause(&e)
-                ),
-            ),
-            Err(_) => server::respond(
-                StatusCode::SERVICE_UNAVAILABLE,
-                TEXT,
-                format!("not ready: Redis did not answer within {PING_DEADLINE:?}\n"),
+                format!("not ready: {problem}\n"),
             ),
         },
+    }
+}
+
+/// Why ingest is not ready (`/readyz`): stopping, or Redis does not answer
+/// a PING within [`PING_DEADLINE`].
+async fn readiness_problem(ingest: &Ingest) -> Option<String> {
+    if ingest.stopping.load(Ordering::Relaxed) {
+        return Some("stopping".into());
+    }
+    match tokio::time::timeout(PING_DEADLINE, ingest.check()).await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(format!("Redis: {}", crate::store::connect::first_cause(&e))),
+        Err(_) => Some(format!("Redis did not answer within {PING_DEADLINE:?}")),
     }
 }
 

@@ -272,17 +272,12 @@ fn too_busy_to_send(answer: &Resp) -> Resp {
         .headers()
         .get(CONTENT_TYPE)
         .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
-    let mut resp = if json {
+    let (content_type, body) = match json {
         // Nothing in `why` needs escaping.
-        let body = format!("{{\"error\":\"{why}\"}}");
-        respond(StatusCode::SERVICE_UNAVAILABLE, "application/json", body)
-    } else {
-        respond(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain; charset=utf-8",
-            why,
-        )
+        true => ("application/json", format!("{{\"error\":\"{why}\"}}")),
+        false => ("text/plain; charset=utf-8", why),
     };
+    let mut resp = respond(StatusCode::SERVICE_UNAVAILABLE, content_type, body);
     resp.headers_mut()
         .insert(RETRY_AFTER, HeaderValue::from_static("1"));
     // What the answer forbade its page, the refusal forbids too.

@@ -29,26 +29,6 @@ pub(crate) fn group(workers: usize) -> String {
     format!("bench-hitcount-{workers}")
 }
 
-/// Starts `workers` worker processes with the keys `k` on `redis` (each
-/// with the `extra` flags), logging to files in the temp directory.
-fn spawn(
-    redis: &RedisArgs,
-    k: &Keys,
-    workers: usize,
-    extra: &[String],
-) -> std::io::Result<Vec<Child>> {
-    let exe = std::env::current_exe()?;
-    let mut children = Vec::new();
-    for i in 0..workers {
-        let log = std::env::temp_dir().join(format!("hitcount-bench-worker-{i}.log"));
-        let inherited = std::env::vars_os().map(|(name, _)| name);
-        let mut cmd = command(&exe, redis, k, i, extra, inherited);
-        cmd.stderr(std::fs::File::create(log)?);
-        children.push(cmd.spawn()?);
-    }
-    Ok(children)
-}
-
 /// The command of worker `i` (`exe worker …`, its stderr left to the
 /// caller): the keys `k` on `redis` and the `extra` flags, and none of the
 /// settings among the `inherited` variables' names (see [`own_settings_only`]).
@@ -154,8 +134,16 @@ pub(crate) async fn run(
         .arg("RESETSTAT")
         .query_async(conn)
         .await?;
-    let mut children =
-        spawn(&opts.redis, k, workers, &opts.worker_args).context("worker process")?;
+    // Each logs to a file in the temp directory.
+    let exe = std::env::current_exe().context("worker process")?;
+    let mut children = Vec::new();
+    for i in 0..workers {
+        let log = std::env::temp_dir().join(format!("hitcount-bench-worker-{i}.log"));
+        let inherited = std::env::vars_os().map(|(name, _)| name);
+        let mut cmd = command(&exe, &opts.redis, k, i, &opts.worker_args, inherited);
+        cmd.stderr(std::fs::File::create(log).context("worker process")?);
+        children.push(cmd.spawn().context("worker process")?);
+    }
     let deadline = Instant::now() + Duration::from_secs(120 + sent.hits / 5000);
     let mut own_calls = 0u64;
     // The clock starts at the group's first read, not at process start-up.
@@ -217,8 +205,8 @@ pub(crate) async fn run(
             secs,
             redis_cpu_secs,
         },
-        commands_per_hit: calls as f64 / sent.hits as f64,
-        cells_per_hit: cells as f64 / sent.hits as f64,
+        commands_per_hit: per_hit(calls),
+        cells_per_hit: per_hit(cells),
         by_command,
         peak_rss_mib,
         counted,

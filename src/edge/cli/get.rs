@@ -5,6 +5,7 @@
 use super::{number, Common};
 use crate::model::keys::Keys;
 use crate::model::stats_hash::Row;
+use crate::store::connect::Conn;
 use crate::store::{counters, stats_query};
 
 #[derive(clap::Args, Debug)]
@@ -46,16 +47,10 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     }
     let counter = counters::read_counter(&mut conn, &keys, args.precision, &args.name).await?;
     let key = keys.count(args.precision, &args.name);
-    warn_skipped(
-        &key,
-        counter.corrupt,
-        &counter.corrupt_example,
-        "fields that are not integers, or no bucket's start",
-    );
+    let skipped = (counter.corrupt, &counter.corrupt_example);
+    let what = "fields that are not integers, or no bucket's start";
+    warn_of(&mut conn, &key, counter.samples.is_empty(), skipped, what).await?;
     let samples = counter.samples;
-    if samples.is_empty() {
-        warn_if_another_type(&mut conn, &key).await?;
-    }
     if args.json {
         outln!("{}", super::json_text(&samples, false)?);
         return Ok(());
@@ -71,23 +66,13 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
 }
 
 /// `get --stats`: one row per bucket, oldest first.
-async fn stats(
-    args: &Args,
-    conn: &mut crate::store::connect::Conn,
-    keys: &Keys,
-) -> anyhow::Result<()> {
+async fn stats(args: &Args, conn: &mut Conn, keys: &Keys) -> anyhow::Result<()> {
     let read = stats_query::read(conn, keys, args.precision, &args.name, None, None).await?;
     let hash = read.unwrap_or_default();
     let key = keys.stats(args.precision, &args.name);
-    warn_skipped(
-        &key,
-        hash.skipped,
-        &hash.skipped_example,
-        "malformed statistics fields",
-    );
-    if hash.buckets.is_empty() {
-        warn_if_another_type(conn, &key).await?;
-    }
+    let skipped = (hash.skipped, &hash.skipped_example);
+    let what = "malformed statistics fields";
+    warn_of(conn, &key, hash.buckets.is_empty(), skipped, what).await?;
     let rows: Vec<Row> = hash.buckets.iter().map(|(&t, s)| Row::of(t, s)).collect();
     if args.json {
         outln!("{}", super::json_text(&rows, false)?);
@@ -122,26 +107,18 @@ async fn stats(
     Ok(())
 }
 
-/// Warns when `key`, read as empty, is a key of another type (written by
-/// something else): it reads as no samples, and is left alone. One `HLEN`,
-/// which the worker's ACL grants (not `TYPE`).
-async fn warn_if_another_type(
-    conn: &mut crate::store::connect::Conn,
+/// Warns of the `skipped` malformed fields of `key` (a count and the first:
+/// `what` they are, written by something else or damaged); and, when `key`
+/// read as `empty`, if it is a key of another type (written by something
+/// else): it reads as no samples, and is left alone. One `HLEN`, which the
+/// worker's ACL grants (not `TYPE`).
+async fn warn_of(
+    conn: &mut Conn,
     key: &str,
+    empty: bool,
+    (skipped, example): (usize, &Option<(String, String)>),
+    what: &str,
 ) -> anyhow::Result<()> {
-    let len = redis::Cmd::hlen(key).query_async(conn).await;
-    if crate::store::client::unless_wrong_type(len)?.is_none() {
-        tracing::warn!(
-            key,
-            "a key of another type (not written by hitcount): read as empty, and left alone"
-        );
-    }
-    Ok(())
-}
-
-/// Warns of `skipped` malformed fields of `key` (`what` they are: written
-/// by something else, or damaged), showing the first.
-fn warn_skipped(key: &str, skipped: usize, example: &Option<(String, String)>, what: &str) {
     if let Some((field, value)) = example {
         tracing::warn!(
             key,
@@ -150,6 +127,17 @@ fn warn_skipped(key: &str, skipped: usize, example: &Option<(String, String)>, w
             "{what} (not written by hitcount, or damaged) were skipped"
         );
     }
+    if !empty {
+        return Ok(());
+    }
+    let len = redis::Cmd::hlen(key).query_async(conn).await;
+    if crate::store::client::unless_wrong_type(len)?.is_none() {
+        tracing::warn!(
+            key,
+            "a key of another type (not written by hitcount): read as empty, and left alone"
+        );
+    }
+    Ok(())
 }
 
 /// The line printed when there is no `what` to show.

@@ -24,8 +24,8 @@ use std::time::Duration;
 use http_body_util::Full;
 use hyper::body::{Body as _, Bytes, Incoming};
 use hyper::header::{
-    HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
-    RETRY_AFTER, X_CONTENT_TYPE_OPTIONS,
+    HeaderName, HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_SECURITY_POLICY,
+    CONTENT_TYPE, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -214,8 +214,7 @@ where
                     }
                     let read = resp.extensions_mut().remove::<BodyRead>().is_some();
                     if has_body && !read {
-                        resp.headers_mut()
-                            .insert(CONNECTION, HeaderValue::from_static("close"));
+                        resp = with_header(resp, CONNECTION, "close");
                     }
                     Ok::<_, Infallible>(resp)
                 }
@@ -277,9 +276,8 @@ fn too_busy_to_send(answer: &Resp) -> Resp {
         true => ("application/json", format!("{{\"error\":\"{why}\"}}")),
         false => ("text/plain; charset=utf-8", why),
     };
-    let mut resp = respond(StatusCode::SERVICE_UNAVAILABLE, content_type, body);
-    resp.headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    let resp = respond(StatusCode::SERVICE_UNAVAILABLE, content_type, body);
+    let mut resp = with_header(resp, RETRY_AFTER, "1");
     // What the answer forbade its page, the refusal forbids too.
     if let Some(csp) = answer.headers().get(CONTENT_SECURITY_POLICY) {
         resp.headers_mut()
@@ -349,6 +347,13 @@ pub(crate) fn respond(
     resp
 }
 
+/// `resp` with the header `name: value` (in place of any of that name).
+pub(crate) fn with_header(mut resp: Resp, name: HeaderName, value: &'static str) -> Resp {
+    resp.headers_mut()
+        .insert(name, HeaderValue::from_static(value));
+    resp
+}
+
 /// Whether `method` is one the endpoints answer: GET or HEAD (hyper sends
 /// no body in answer to HEAD).
 pub(crate) fn allowed(method: &Method) -> bool {
@@ -357,10 +362,8 @@ pub(crate) fn allowed(method: &Method) -> bool {
 
 /// 405 with `Allow: GET, HEAD`, its body of `content_type`.
 pub(crate) fn method_not_allowed(content_type: &'static str, body: impl Into<Bytes>) -> Resp {
-    let mut resp = respond(StatusCode::METHOD_NOT_ALLOWED, content_type, body);
-    resp.headers_mut()
-        .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
-    resp
+    let resp = respond(StatusCode::METHOD_NOT_ALLOWED, content_type, body);
+    with_header(resp, ALLOW, "GET, HEAD")
 }
 
 /// When a warning about connections refused for want of file descriptors

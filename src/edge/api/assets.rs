@@ -10,7 +10,7 @@
 //! from elsewhere; the vendored files live under a versioned path and are
 //! cached for a year, the others are revalidated on every load.
 
-use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY};
+use hyper::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY};
 use hyper::{Method, StatusCode};
 
 use crate::edge::server::{self, Resp};
@@ -89,16 +89,14 @@ pub(crate) fn find(path: &str) -> Option<&'static Asset> {
 /// 405 for a method other than GET and HEAD.
 pub(crate) fn answer(method: &Method, path: &str) -> Resp {
     if !server::allowed(method) {
-        let mut resp =
-            server::method_not_allowed("text/plain; charset=utf-8", "only GET and HEAD\n");
-        secure(&mut resp);
-        return resp;
+        let text = "text/plain; charset=utf-8";
+        return secure(server::method_not_allowed(text, "only GET and HEAD\n"));
     }
     let (status, asset) = match find(path) {
         Some(a) if a.url != "/404" => (StatusCode::OK, a),
         _ => (StatusCode::NOT_FOUND, find("/404").expect("in the table")),
     };
-    let mut resp = server::respond(status, asset.content_type(), asset.body);
+    let resp = server::respond(status, asset.content_type(), asset.body);
     let caching = match status {
         StatusCode::OK if asset.file.starts_with("vendor/") => {
             "public, max-age=31536000, immutable"
@@ -106,16 +104,13 @@ pub(crate) fn answer(method: &Method, path: &str) -> Resp {
         StatusCode::OK => "no-cache",
         _ => "no-store",
     };
-    resp.headers_mut()
-        .insert(CACHE_CONTROL, HeaderValue::from_static(caching));
-    secure(&mut resp);
-    resp
+    secure(server::with_header(resp, CACHE_CONTROL, caching))
 }
 
-fn secure(resp: &mut Resp) {
-    let headers = resp.headers_mut();
-    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(PAGE_CSP));
-    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+/// `resp` with the page's policy, and no referrer sent from it.
+fn secure(resp: Resp) -> Resp {
+    let resp = server::with_header(resp, CONTENT_SECURITY_POLICY, PAGE_CSP);
+    server::with_header(resp, REFERRER_POLICY, "no-referrer")
 }
 
 #[cfg(test)]

@@ -233,9 +233,7 @@ fn route(path: &str) -> Option<Route<'_>> {
 async fn handle(api: &Api, req: Request<Incoming>) -> Resp {
     let path = req.uri().path();
     if path == remote_read::PATH {
-        let mut resp = remote_read::answer(api, req).await;
-        forbid_content(&mut resp);
-        return resp;
+        return forbid_content(remote_read::answer(api, req).await);
     }
     if !path.starts_with("/api/") {
         return assets::answer(req.method(), path);
@@ -244,9 +242,7 @@ async fn handle(api: &Api, req: Request<Incoming>) -> Resp {
         return error(StatusCode::NOT_FOUND, "no such path");
     };
     if !server::allowed(req.method()) {
-        let mut resp = server::method_not_allowed(JSON, body("only GET and HEAD"));
-        forbid_content(&mut resp);
-        return resp;
+        return forbid_content(server::method_not_allowed(JSON, body("only GET and HEAD")));
     }
     let answer = async {
         let query = Query::parse(req.uri().query())?;
@@ -365,15 +361,10 @@ fn error(status: StatusCode, why: &str) -> Resp {
 }
 
 fn json_response(status: StatusCode, json: String) -> Resp {
-    let mut resp = server::respond(status, JSON, json);
-    forbid_content(&mut resp);
-    resp
+    forbid_content(server::respond(status, JSON, json))
 }
 
 /// The API serves data only: nothing in an answer may load or run.
-fn forbid_content(resp: &mut Resp) {
-    resp.headers_mut().insert(
-        CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'"),
-    );
+fn forbid_content(resp: Resp) -> Resp {
+    server::with_header(resp, CONTENT_SECURITY_POLICY, "default-src 'none'")
 }

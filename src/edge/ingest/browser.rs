@@ -13,7 +13,7 @@
 //! with a `nonce` on its tag; `connect-src` must name ingest's origin.
 
 use hyper::header::{
-    HeaderValue, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
+    HeaderName, HeaderValue, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_MAX_AGE, CACHE_CONTROL, VARY,
 };
 use hyper::StatusCode;
@@ -58,19 +58,15 @@ impl Browsers {
 
     /// `/hitcount.js`: the script, cacheable for a day.
     pub(super) fn script(&self) -> Resp {
-        let mut resp = server::respond(
+        let resp = server::respond(
             StatusCode::OK,
             "text/javascript; charset=utf-8",
             self.script.clone(),
         );
-        let headers = resp.headers_mut();
-        headers.insert(CACHE_CONTROL, HeaderValue::from_static(SCRIPT_CACHE));
+        let resp = server::with_header(resp, CACHE_CONTROL, SCRIPT_CACHE);
         // Pages that isolate themselves (COEP) may load it from ingest's origin.
-        headers.insert(
-            "cross-origin-resource-policy",
-            HeaderValue::from_static("cross-origin"),
-        );
-        resp
+        let corp = HeaderName::from_static("cross-origin-resource-policy");
+        server::with_header(resp, corp, "cross-origin")
     }
 
     /// The answer to a preflight (`OPTIONS`) from `origin`: 204 with what
@@ -80,31 +76,24 @@ impl Browsers {
             return super::error(StatusCode::FORBIDDEN, "this origin may not send hits");
         }
         let mut resp = server::respond(StatusCode::NO_CONTENT, super::JSON, "");
-        let headers = resp.headers_mut();
-        headers.insert(
-            ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("POST"),
-        );
-        headers.insert(
-            ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("content-type"),
-        );
-        headers.insert(
-            ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static(PREFLIGHT_MAX_AGE),
-        );
+        for (name, value) in [
+            (ACCESS_CONTROL_ALLOW_METHODS, "POST"),
+            (ACCESS_CONTROL_ALLOW_HEADERS, "content-type"),
+            (ACCESS_CONTROL_MAX_AGE, PREFLIGHT_MAX_AGE),
+        ] {
+            resp = server::with_header(resp, name, value);
+        }
         allow(resp, origin)
     }
 }
 
 /// `resp` readable by a page of `origin` (which was allowed).
 pub(super) fn allow(mut resp: Resp, origin: &str) -> Resp {
-    let headers = resp.headers_mut();
     if let Ok(value) = HeaderValue::from_str(origin) {
-        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, value);
+        resp.headers_mut()
+            .insert(ACCESS_CONTROL_ALLOW_ORIGIN, value);
     }
-    headers.insert(VARY, HeaderValue::from_static("origin"));
-    resp
+    server::with_header(resp, VARY, "origin")
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hyper::header::{HeaderValue, RETRY_AFTER};
+use hyper::header::RETRY_AFTER;
 use hyper::StatusCode;
 
 use super::JSON;
@@ -64,10 +64,9 @@ pub(super) fn redis_failed(e: &redis::RedisError, taken: u64, total: usize) -> R
         true => StatusCode::INTERNAL_SERVER_ERROR,
         false => StatusCode::SERVICE_UNAVAILABLE,
     };
-    let mut resp = server::respond(status, JSON, body.to_string());
-    if !fatal {
-        resp.headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    let resp = server::respond(status, JSON, body.to_string());
+    match fatal {
+        true => resp,
+        false => server::with_header(resp, RETRY_AFTER, "1"),
     }
-    resp
 }

@@ -35,8 +35,7 @@ use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
 use hyper::header::{
-    HeaderValue, ALLOW, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, ORIGIN, RETRY_AFTER,
-    WWW_AUTHENTICATE,
+    ALLOW, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, ORIGIN, RETRY_AFTER, WWW_AUTHENTICATE,
 };
 use hyper::{Method, Request, StatusCode};
 use tokio::net::TcpListener;
@@ -138,29 +137,19 @@ pub(crate) async fn serve(
     .await
 }
 
-/// `resp` saying which methods the hits' path takes.
-fn with_allow(mut resp: Resp) -> Resp {
-    resp.headers_mut()
-        .insert(ALLOW, HeaderValue::from_static("POST, OPTIONS"));
-    resp
-}
-
 /// Routes one request.
 async fn route(req: Request<Incoming>, ingest: &Ingest) -> Resp {
     let path = req.uri().path();
     if path == "/api/v1/hits" {
-        return match *req.method() {
-            Method::POST => hits(req, ingest).await,
+        let resp = match (req.method(), header(&req, ORIGIN)) {
+            (&Method::POST, _) => return hits(req, ingest).await,
+            (&Method::OPTIONS, Some(origin)) => return ingest.browsers.preflight(origin),
             // Without an `Origin` it is no preflight, only a question.
-            Method::OPTIONS => match header(&req, ORIGIN) {
-                Some(origin) => ingest.browsers.preflight(origin),
-                None => with_allow(server::respond(StatusCode::NO_CONTENT, JSON, "")),
-            },
-            _ => with_allow(error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "only POST (and OPTIONS)",
-            )),
+            (&Method::OPTIONS, None) => server::respond(StatusCode::NO_CONTENT, JSON, ""),
+            _ => error(StatusCode::METHOD_NOT_ALLOWED, "only POST (and OPTIONS)"),
         };
+        // Which methods the hits' path takes.
+        return server::with_header(resp, ALLOW, "POST, OPTIONS");
     }
     if !matches!(path, "/hitcount.js" | "/metrics" | "/healthz" | "/readyz") {
         return error(StatusCode::NOT_FOUND, "not found");
@@ -218,10 +207,8 @@ async fn hits(req: Request<Incoming>, ingest: &Ingest) -> Resp {
         }
         Some(_) => {}
         None if !authorized(&req, &settings.tokens) => {
-            let mut resp = error(StatusCode::UNAUTHORIZED, "a valid bearer token is required");
-            resp.headers_mut()
-                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return resp;
+            let resp = error(StatusCode::UNAUTHORIZED, "a valid bearer token is required");
+            return server::with_header(resp, WWW_AUTHENTICATE, "Bearer");
         }
         None => {}
     }
@@ -318,10 +305,11 @@ async fn append(judged: Judged, ingest: &Ingest) -> Resp {
 
 /// 503 with `Retry-After: 1`: the client sends the request again.
 fn send_again(why: &str) -> Resp {
-    let mut resp = error(StatusCode::SERVICE_UNAVAILABLE, why);
-    resp.headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    resp
+    server::with_header(
+        error(StatusCode::SERVICE_UNAVAILABLE, why),
+        RETRY_AFTER,
+        "1",
+    )
 }
 
 /// How a content type lays out hits; `None` for one not taken.

@@ -37,7 +37,7 @@ pub(crate) mod series;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_ENCODING};
+use hyper::header::{ALLOW, CONTENT_ENCODING};
 use hyper::{Method, Request, StatusCode};
 use prost::Message as _;
 
@@ -70,17 +70,13 @@ const BODY_DEADLINE: Duration = Duration::from_secs(10);
 /// The answer to a request for [`PATH`].
 pub(super) async fn answer(api: &Api, req: Request<Incoming>) -> Resp {
     if req.method() != Method::POST {
-        let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "only POST");
-        resp.headers_mut()
-            .insert(ALLOW, HeaderValue::from_static("POST"));
-        return resp;
+        let resp = text(StatusCode::METHOD_NOT_ALLOWED, "only POST");
+        return server::with_header(resp, ALLOW, "POST");
     }
     match read(api, req).await {
         Ok(body) => {
-            let mut resp = server::respond(StatusCode::OK, "application/x-protobuf", body);
-            resp.headers_mut()
-                .insert(CONTENT_ENCODING, HeaderValue::from_static("snappy"));
-            resp
+            let resp = server::respond(StatusCode::OK, "application/x-protobuf", body);
+            server::with_header(resp, CONTENT_ENCODING, "snappy")
         }
         Err(failure) => {
             let (status, why) = failure.status(api).await;

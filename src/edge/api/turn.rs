@@ -50,14 +50,9 @@ impl Turns {
     /// The turn of a remote read with `matchers` label matchers (at most
     /// [`super::remote_read::MAX_MATCHERS`]), before they are compiled.
     pub(super) async fn matchers(&self, matchers: u32) -> Result<SemaphorePermit<'_>, Failure> {
+        let share = matchers.min(MATCHERS_AT_ONCE);
         let held = "other reads held the label matchers compiled at once";
-        take(
-            &self.matchers,
-            matchers.min(MATCHERS_AT_ONCE),
-            TURN_WAIT,
-            held,
-        )
-        .await
+        take(&self.matchers, share, TURN_WAIT, held).await
     }
 
     /// The turn of a remote read that answers `samples` samples.

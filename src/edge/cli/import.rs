@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::ValueEnum;
-use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Common;
 use crate::model::access_log::{self, Template, DEFAULT_TEMPLATE};
@@ -91,12 +90,14 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let mut conn = super::connect(&args.common.redis).await?;
     crate::store::scripts::load_all(&mut conn).await?;
     let mut clock = crate::store::time::RedisClock::default();
-    let template = args.name_template.clone();
-    let template = || template.clone().unwrap_or_else(default_template);
+    let template = args
+        .name_template
+        .clone()
+        .unwrap_or_else(|| Template::parse(DEFAULT_TEMPLATE).expect("the default template is one"));
     let format = match args.format {
-        FormatArg::Combined => LineFormat::AccessLog(access_log::Format::Combined, template()),
+        FormatArg::Combined => LineFormat::AccessLog(access_log::Format::Combined, template),
         FormatArg::CombinedTime => {
-            LineFormat::AccessLog(access_log::Format::CombinedTime, template())
+            LineFormat::AccessLog(access_log::Format::CombinedTime, template)
         }
         FormatArg::Ndjson if args.name_template.is_some() => anyhow::bail!(
             "--name-template names the requests of an access log; an NDJSON hit has its name"
@@ -131,7 +132,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         let shard = import::shard_of(&opened.source.id, args.common.stream.shards);
         let (layout, stream) = (&args.common.layout, &args.common.stream);
         let keys = Keys::shard(layout, stream, shard, conn.is_cluster());
-        let bar = bar(opened.size, &shown.to_string());
+        let template = "{msg} {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}";
+        let bar = super::load::progress(opened.size, template).with_message(shown.to_string());
         let read = opened.read.clone();
         settings.clock_ms = clock.now_ms(&mut conn).await?;
         let shows = |_: &Tally| bar.set_position(read.load(Relaxed));
@@ -223,11 +225,6 @@ fn report(shown: &str, tally: &Tally) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `{path}`.
-fn default_template() -> Template {
-    Template::parse(DEFAULT_TEMPLATE).expect("the default template is one")
-}
-
 /// One line for what an import did.
 fn summary(t: &Tally) -> String {
     if t.lines == 0 && t.at.lines == 0 && t.held_back == 0 {
@@ -258,19 +255,6 @@ fn summary(t: &Tally) -> String {
         t.counted,
         super::plural(t.events, "hit", "hits")
     )
-}
-
-/// A progress bar on stderr, drawn only on a terminal.
-fn bar(size: u64, name: &str) -> ProgressBar {
-    let bar = ProgressBar::new(size);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{msg} {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.set_message(name.to_string());
-    bar
 }
 
 /// Opens `path`: its identity, and a reader of its lines (decompressed

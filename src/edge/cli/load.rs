@@ -3,8 +3,6 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
-
 use super::Common;
 use crate::edge::workload::{synthetic_value, Distribution, Names};
 use crate::model::shutdown::Shutdown;
@@ -115,6 +113,14 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A progress bar of `len` drawn by `template` on stderr, only on a
+/// terminal (`load`'s hits, `import`'s bytes).
+pub(super) fn progress(len: u64, template: &str) -> indicatif::ProgressBar {
+    let style = indicatif::ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    indicatif::ProgressBar::new(len).with_style(style)
+}
+
 /// Sends `hits` events through `producer`, at `rate` per second if given
 /// (with a [`synthetic_value`] each if `values`), and waits until they
 /// are in Redis. Once `stop` is triggered it generates no more and returns
@@ -127,11 +133,7 @@ pub(crate) async fn send(
     values: bool,
     stop: &Shutdown,
 ) -> Sent {
-    let bar = ProgressBar::new(hits);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} hits {per_sec} eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress(hits, "{bar:40} {pos}/{len} hits {per_sec} eta {eta}");
     let mut per_name = vec![0u64; names.len()];
     let start = Instant::now();
     let mut rng = rand::rng();

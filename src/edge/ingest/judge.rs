@@ -22,7 +22,7 @@ const OUTSIDE_PREFIX: &str = "outside_prefix";
 const INLINE: usize = 64 << 10;
 
 /// The answer to `POST /api/v1/hits` (when Redis took the hits).
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 pub(super) struct Answer {
     accepted: usize,
     /// The first [`LISTED_REFUSALS`] refused hits.
@@ -43,6 +43,7 @@ struct Refused {
 }
 
 /// A body's hits, judged.
+#[derive(Default)]
 pub(super) struct Judged {
     pub(super) accepted: Vec<JsonHit>,
     /// What the client is told once they are appended.
@@ -71,15 +72,7 @@ pub(super) async fn judge<T: Send + 'static>(
 
 fn judge_now(body: &[u8], layout: Layout, prefix: Option<&str>) -> Result<Judged, BadJson> {
     let now = crate::model::clock::unix_ms();
-    let mut judged = Judged {
-        accepted: Vec::new(),
-        answer: Answer {
-            accepted: 0,
-            refused: Vec::new(),
-            refused_unlisted: 0,
-        },
-        reasons: Vec::new(),
-    };
+    let mut judged = Judged::default();
     let mut index = 0;
     json::read_body(body, layout, now, |hit| {
         let reason = match hit {

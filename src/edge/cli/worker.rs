@@ -112,14 +112,32 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         "memory policy check",
         crate::service::memory_watch::run(client.clone(), shutdown.clone()),
     );
-    spawn_leader(
-        &mut tasks,
-        &client,
-        &settings,
+    // The lease keeper (until `done`, then it releases the lease) and the
+    // leader's duties (until `shutdown`).
+    let keys = crate::model::keys::Keys::new(&settings.layout, &settings.stream);
+    let lease = Arc::new(crate::service::leader::Lease::new(
+        &keys,
         &args.leader,
         &consumer,
-        &shutdown,
-        &done,
+    ));
+    let cleaner =
+        crate::service::cleaner::Cleaner::new(keys.clone(), &settings.layout, lease.clone())
+            .every(args.leader.clean_interval());
+    let keeper = lease
+        .clone()
+        .keep_until(client.clone(), shutdown.clone(), done);
+    tasks.spawn("leader lease", keeper);
+    tasks.spawn(
+        "leader duties",
+        crate::service::duties::run(
+            client.clone(),
+            settings.layout.clone(),
+            settings.stream.clone(),
+            cleaner,
+            args.leader.clone(),
+            lease,
+            shutdown.clone(),
+        ),
     );
     let deadline = settings.worker.shutdown_timeout() + OVERRUN;
     let signals = tokio::spawn({
@@ -174,39 +192,3 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
 /// How long past `--shutdown-timeout` a stopping worker may take (to leave
 /// the group, release its name and lease) before it exits anyway.
 const OVERRUN: Duration = Duration::from_secs(2);
-
-/// Starts the lease keeper (until `done`, then it releases the lease) and
-/// the leader's duties (until `shutdown`).
-fn spawn_leader(
-    tasks: &mut crate::service::supervisor::Supervised,
-    client: &crate::store::connect::Client,
-    settings: &crate::service::worker::Settings,
-    leader: &LeaderArgs,
-    consumer: &str,
-    shutdown: &crate::model::shutdown::Shutdown,
-    done: &crate::model::shutdown::Shutdown,
-) {
-    let keys = crate::model::keys::Keys::new(&settings.layout, &settings.stream);
-    let lease = Arc::new(crate::service::leader::Lease::new(&keys, leader, consumer));
-    let cleaner =
-        crate::service::cleaner::Cleaner::new(keys.clone(), &settings.layout, lease.clone())
-            .every(leader.clean_interval());
-    tasks.spawn(
-        "leader lease",
-        lease
-            .clone()
-            .keep_until(client.clone(), shutdown.clone(), done.clone()),
-    );
-    tasks.spawn(
-        "leader duties",
-        crate::service::duties::run(
-            client.clone(),
-            settings.layout.clone(),
-            settings.stream.clone(),
-            cleaner,
-            leader.clone(),
-            lease,
-            shutdown.clone(),
-        ),
-    );
-}

@@ -192,6 +192,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             outln!("  {}  {:>8}", counters::format_utc(s.time), s.count);
         }
     }
+    let verdict = |exact: bool| if exact { "exact" } else { "MISMATCH" };
     let mut counted = 0i64;
     for rank in 0..names.len() {
         let samples = counters::read(&mut conn, &keys, 86400, &Names::name(rank)).await?;
@@ -200,11 +201,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     outln!(
         "\ntotal at the 1-day precision: {counted} of {} sent: {}",
         sent.hits,
-        if counted == sent.hits as i64 {
-            "exact"
-        } else {
-            "MISMATCH"
-        }
+        verdict(counted == sent.hits as i64)
     );
     anyhow::ensure!(
         counted == sent.hits as i64,
@@ -216,11 +213,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     outln!(
         "{HTTP_NAME}: {HTTP_VIEWS} page views sent twice over HTTP (hitcount ingest, \
          POST /api/v1/hits, the same ids), {over_http} counted: {}",
-        if over_http == HTTP_VIEWS as i64 {
-            "exact"
-        } else {
-            "MISMATCH"
-        }
+        verdict(over_http == HTTP_VIEWS as i64)
     );
     anyhow::ensure!(
         over_http == HTTP_VIEWS as i64,

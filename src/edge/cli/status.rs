@@ -77,23 +77,14 @@ fn render(s: &Status, now_ms: i64) -> String {
     let mut out = String::new();
     let last_id = s.last_generated_id.as_deref().unwrap_or("none");
     let first_id = s.first_entry_id.as_deref().unwrap_or("none");
-    if !s.exists {
-        let _ = writeln!(out, "stream {}: does not exist: {MISSING}", s.stream);
+    let stream = if !s.exists {
+        format!("does not exist: {MISSING}")
     } else if s.shards.len() > 1 {
-        let _ = writeln!(
-            out,
-            "stream {}: {} entries in {} shards",
-            s.stream,
-            s.length,
-            s.shards.len()
-        );
+        format!("{} entries in {} shards", s.length, s.shards.len())
     } else {
-        let _ = writeln!(
-            out,
-            "stream {}: {} entries (oldest {first_id}, last {last_id})",
-            s.stream, s.length
-        );
-    }
+        format!("{} entries (oldest {first_id}, last {last_id})", s.length)
+    };
+    let _ = writeln!(out, "stream {}: {stream}", s.stream);
     if s.groups.is_empty() && s.exists {
         let _ = writeln!(out, "  no consumer group");
     }

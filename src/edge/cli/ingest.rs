@@ -99,7 +99,15 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let listener = super::listen(&args.listen, "--listen / HITCOUNT_INGEST_LISTEN").await?;
     let statsd = match args.statsd_listen.as_str() {
         "" => None,
-        addr => Some(bind_statsd(addr).await?),
+        // StatsD's UDP socket and TCP listener on one address.
+        addr => {
+            let what =
+                || format!("cannot listen on {addr} (--statsd-listen / HITCOUNT_STATSD_LISTEN)");
+            let udp = UdpSocket::bind(addr).await.with_context(what)?;
+            // An address with port 0 takes the UDP port for TCP too.
+            let tcp = TcpListener::bind(udp.local_addr()?).await;
+            Some((udp, tcp.with_context(what)?))
+        }
     };
     let appender = Appender::new(client, &args.common.stream, args.id_horizon);
     let settings = Settings {
@@ -153,17 +161,6 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     }
     tracing::info!("ingest stopped");
     Ok(served?)
-}
-
-/// StatsD's UDP socket and TCP listener on one address.
-async fn bind_statsd(addr: &str) -> anyhow::Result<(UdpSocket, TcpListener)> {
-    let what = || format!("cannot listen on {addr} (--statsd-listen / HITCOUNT_STATSD_LISTEN)");
-    let udp = UdpSocket::bind(addr).await.with_context(what)?;
-    // An address with port 0 takes the UDP port for TCP too.
-    let tcp = TcpListener::bind(udp.local_addr()?)
-        .await
-        .with_context(what)?;
-    Ok((udp, tcp))
 }
 
 #[cfg(test)]

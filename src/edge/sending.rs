@@ -92,16 +92,20 @@ impl<S> Counted<S> {
         Counted { inner, sent }
     }
 
-    fn wrote(&self, n: usize) {
-        let mut held = self.sent.lock();
-        held.written += n as u64;
-        while held
-            .answers
-            .front()
-            .is_some_and(|(until, _)| *until <= held.written)
-        {
-            held.answers.pop_front();
+    /// `wrote`, the outcome of a write, with the bytes it wrote counted.
+    fn count(&self, wrote: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if let Poll::Ready(Ok(n)) = wrote {
+            let mut held = self.sent.lock();
+            held.written += n as u64;
+            while held
+                .answers
+                .front()
+                .is_some_and(|(until, _)| *until <= held.written)
+            {
+                held.answers.pop_front();
+            }
         }
+        wrote
     }
 }
 
@@ -122,10 +126,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let wrote = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = wrote {
-            self.wrote(n);
-        }
-        wrote
+        self.count(wrote)
     }
 
     fn poll_write_vectored(
@@ -134,10 +135,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let wrote = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = wrote {
-            self.wrote(n);
-        }
-        wrote
+        self.count(wrote)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -70,18 +70,15 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     // Said at once: a leader renews its lease every third of it and
     // cleans on its own, so waiting for a live one to let go is waiting
     // for nothing. The wait is for a leader that died or stopped.
-    if let Some((holder, Some(left))) =
-        crate::service::leader::current(&mut conn, lease.key()).await?
-    {
-        if args.wait > 0 {
-            tracing::warn!(
-                "the leader lease {} is held by {holder} ({:.1} s left), whose worker cleans on \
-                 its own: waiting up to {} s for it (--wait) to lapse, unless it is seen renewed",
-                lease.key(),
-                left.as_secs_f64(),
-                args.wait
-            );
-        }
+    let held = crate::service::leader::current(&mut conn, lease.key()).await?;
+    if let (Some((holder, Some(left))), true) = (held, args.wait > 0) {
+        tracing::warn!(
+            "the leader lease {} is held by {holder} ({:.1} s left), whose worker cleans on \
+             its own: waiting up to {} s for it (--wait) to lapse, unless it is seen renewed",
+            lease.key(),
+            left.as_secs_f64(),
+            args.wait
+        );
     }
     match acquire(&mut conn, &lease, Duration::from_secs(args.wait)).await? {
         Acquired::Yes => {}

@@ -51,21 +51,20 @@ impl Query {
 
     /// `name` as an integer, if given.
     pub(crate) fn int(&self, name: &str) -> Result<Option<i64>, String> {
-        self.get(name)
-            .map(|v| {
-                v.parse().map_err(|e: std::num::ParseIntError| {
-                    use std::num::IntErrorKind::{NegOverflow, PosOverflow};
-                    match e.kind() {
-                        PosOverflow | NegOverflow => format!(
-                            "{name} must be a whole number from {} to {}, not `{v}`",
-                            i64::MIN,
-                            i64::MAX
-                        ),
-                        _ => format!("{name} must be a whole number, not `{v}`"),
-                    }
-                })
+        use std::num::IntErrorKind::{NegOverflow, PosOverflow};
+        let Some(v) = self.get(name) else {
+            return Ok(None);
+        };
+        v.parse()
+            .map(Some)
+            .map_err(|e: std::num::ParseIntError| match e.kind() {
+                PosOverflow | NegOverflow => format!(
+                    "{name} must be a whole number from {} to {}, not `{v}`",
+                    i64::MIN,
+                    i64::MAX
+                ),
+                _ => format!("{name} must be a whole number, not `{v}`"),
             })
-            .transpose()
     }
 
     /// `limit`: 1..=`max`, `default` when absent.

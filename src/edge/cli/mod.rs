@@ -134,11 +134,9 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
             }
         })?;
     // A bench flag that moved to the lab is named, never ignored.
-    if let Some(("bench", bench)) = matches.subcommand() {
-        if let Some(line) = bench::moved(bench) {
-            let kind = clap::error::ErrorKind::ArgumentConflict;
-            return Err(Refused::Usage(clap::Error::raw(kind, format!("{line}\n"))));
-        }
+    if let Some(line) = matches.subcommand_matches("bench").and_then(bench::moved) {
+        let kind = clap::error::ErrorKind::ArgumentConflict;
+        return Err(Refused::Usage(clap::Error::raw(kind, format!("{line}\n"))));
     }
     Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))
 }

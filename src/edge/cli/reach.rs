@@ -86,12 +86,12 @@ pub(crate) async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
     let client = crate::store::connect::client(redis)?;
     let url = redact_url(&redis.url);
     let failed = |e: RedisError| {
+        // A refusal of the certificates (Redis' or this client's) is not
+        // Redis refusing.
+        let tls = crate::store::error::is_tls_refusal(&e);
         if crate::store::error::is_not_redis(&e) {
             anyhow!(cause(&e))
-        } else if crate::store::error::is_tls_refusal(&e) {
-            // The certificates did not do, Redis' or this client's.
-            anyhow!("cannot connect to Redis at {url}: {}", cause(&e))
-        } else if crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
+        } else if !tls && crate::store::connect::classify(&e).0 == ErrorClass::Fatal {
             // No retry can help (the classes every command shares with the
             // worker).
             anyhow!("Redis at {url} refused the connection: {}", cause(&e))

@@ -401,14 +401,12 @@ pub(crate) fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
 pub(crate) fn number(v: Option<f64>) -> String {
     match v {
         None => "-".to_string(),
-        Some(v) if v == 0.0 || (1e-3..1e12).contains(&v.abs()) => {
+        // -0 too.
+        Some(0.0) => "0".to_string(),
+        // At least 0.001: never rounded to a zero.
+        Some(v) if (1e-3..1e12).contains(&v.abs()) => {
             let text = format!("{v:.3}");
-            let text = text.trim_end_matches('0').trim_end_matches('.');
-            if text == "-0" {
-                "0".to_string()
-            } else {
-                text.to_string()
-            }
+            text.trim_end_matches('0').trim_end_matches('.').to_string()
         }
         Some(v) => format!("{v:.3e}"),
     }

@@ -84,21 +84,16 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     outln!("top by {by}, {when}");
-    match args.by {
-        By::Count => outln!("{:>5}  {:>12}  name", "rank", "count"),
-        By::Mean => outln!("{:>5}  {:>12}  {:>10}  name", "rank", "mean", "count"),
-    }
+    // By mean, the mean before the count.
+    let figures = |mean: Option<String>, count: &str| match mean {
+        None => format!("{count:>12}"),
+        Some(mean) => format!("{mean:>12}  {count:>10}"),
+    };
+    let means = (args.by == By::Mean).then(|| "mean".to_string());
+    outln!("{:>5}  {}  name", "rank", figures(means, "count"));
     for (i, r) in ranking.iter().enumerate() {
-        match r.mean {
-            None => outln!("{:>5}  {:>12}  {}", i + 1, r.count, printable(&r.name)),
-            Some(m) => outln!(
-                "{:>5}  {:>12}  {:>10}  {}",
-                i + 1,
-                number(Some(m)),
-                r.count,
-                printable(&r.name)
-            ),
-        }
+        let figures = figures(r.mean.map(|m| number(Some(m))), &r.count.to_string());
+        outln!("{:>5}  {figures}  {}", i + 1, printable(&r.name));
     }
     Ok(())
 }

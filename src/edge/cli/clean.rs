@@ -12,6 +12,7 @@ use crate::model::config::LeaderArgs;
 use crate::model::keys::Keys;
 use crate::service::cleaner::{CleanError, Cleaner};
 use crate::service::leader::Lease;
+use crate::store::connect::Conn;
 use crate::store::counters::format_utc;
 
 #[derive(clap::Args, Debug)]
@@ -149,11 +150,7 @@ enum Acquired {
 
 /// Takes the lease within `wait`, stopping as soon as its holder is seen
 /// renewing it (within a third of the lease when it lives).
-async fn acquire(
-    conn: &mut crate::store::connect::Conn,
-    lease: &Lease,
-    wait: Duration,
-) -> redis::RedisResult<Acquired> {
+async fn acquire(conn: &mut Conn, lease: &Lease, wait: Duration) -> redis::RedisResult<Acquired> {
     let give_up = std::time::Instant::now() + wait;
     let mut seen: Option<(String, Option<Duration>)> = None;
     loop {
@@ -178,7 +175,7 @@ async fn acquire(
 /// When the leader `holder` cleans next, from the last pass recorded
 /// (`Keys::cleaner_status`) and the cleaner's `interval`.
 async fn next_pass(
-    conn: &mut crate::store::connect::Conn,
+    conn: &mut Conn,
     keys: &Keys,
     holder: &str,
     interval: Duration,

@@ -37,6 +37,7 @@ use crate::model::keys::Keys;
 use crate::model::shutdown::Trigger;
 use crate::service::ingest::Appender;
 use crate::service::producer::{Producer, ProducerOptions};
+use crate::store::connect::Conn;
 use crate::store::counters;
 
 /// Where the demo serves its dashboard; any free port when it is taken.
@@ -278,12 +279,8 @@ async fn start_ingest(
     };
     let (stop, mut stopped) = crate::model::shutdown::channel();
     let shutdown = async move { stopped.wait().await };
-    let served = ingest::serve(
-        listener,
-        Ingest::new(settings, appender),
-        shutdown,
-        Limits::default(),
-    );
+    let hits = Ingest::new(settings, appender);
+    let served = ingest::serve(listener, hits, shutdown, Limits::default());
     Ok((stop, tokio::spawn(served), addr))
 }
 
@@ -335,11 +332,8 @@ fn read_them(url: &str, throwaway: bool, cluster: bool) -> String {
 
 /// The statistics of the hits' values this hour: the most hit name's and
 /// the slowest names by mean (the book's "what to optimise first").
-async fn statistics(conn: &mut crate::store::connect::Conn, keys: &Keys) -> anyhow::Result<()> {
-    let hour = crate::model::clock::unix_ms()
-        .div_euclid(1000)
-        .div_euclid(3600)
-        * 3600;
+async fn statistics(conn: &mut Conn, keys: &Keys) -> anyhow::Result<()> {
+    let hour = crate::model::clock::unix_ms().div_euclid(3_600_000) * 3600;
     let name = Names::name(0);
     let stats = crate::store::stats_query::read(conn, keys, 3600, &name, Some(hour), Some(hour))
         .await?

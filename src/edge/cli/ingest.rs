@@ -143,12 +143,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let mut http_stopped = stopped.clone();
-    let served = ingest::serve(
-        listener,
-        ingest,
-        async move { http_stopped.wait().await },
-        limits,
-    );
+    let http_stop = async move { http_stopped.wait().await };
+    let served = ingest::serve(listener, ingest, http_stop, limits);
     let signal = async {
         crate::model::shutdown::signals().await;
         stop.trigger();

@@ -8,6 +8,7 @@ use redis::RedisError;
 use super::Common;
 use crate::model::config::{redact_url, LayoutArgs, RedisArgs, StreamArgs};
 use crate::model::keys::Keys;
+use crate::service::producer::{Producer, ProducerOptions};
 use crate::store::connect::{Conn, ErrorClass};
 use crate::store::shard_count::{self, Recorded};
 
@@ -291,28 +292,19 @@ pub(crate) async fn check_sending(common: &Common) -> anyhow::Result<()> {
 /// [`check_stream`] has shown that Redis takes hits from this user: the
 /// producer retries transient errors in the background, and gives up
 /// events Redis refuses for good (see [`refused`]).
-pub(crate) async fn checked_producer(
-    common: &Common,
-) -> anyhow::Result<crate::service::producer::Producer> {
+pub(crate) async fn checked_producer(common: &Common) -> anyhow::Result<Producer> {
     check_sending(common).await?;
-    let options = crate::service::producer::ProducerOptions {
+    let options = ProducerOptions {
         give_up_when_refused: true,
         ..Default::default()
     };
-    Ok(crate::service::producer::Producer::start(
-        &common.redis,
-        &common.stream,
-        options,
-    )?)
+    Ok(Producer::start(&common.redis, &common.stream, options)?)
 }
 
 /// The one-line error of a one-shot command whose producer Redis refused
 /// (an XADD failed: the stream's last ID is the largest possible, a
 /// permission was taken away…), instead of saying "sent".
-pub(crate) fn refused(
-    producer: &crate::service::producer::Producer,
-    common: &Common,
-) -> anyhow::Result<()> {
+pub(crate) fn refused(producer: &Producer, common: &Common) -> anyhow::Result<()> {
     match producer.refused() {
         None => Ok(()),
         Some(why) => Err(anyhow!(

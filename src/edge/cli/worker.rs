@@ -8,6 +8,8 @@ use std::time::Duration;
 use super::Common;
 use crate::model::config::{LeaderArgs, WorkerArgs, ADVANCED};
 use crate::model::metrics::metrics;
+use crate::service::cleaner::Cleaner;
+use crate::service::leader::Lease;
 
 /// Default address of the worker's HTTP server (`--listen`): every
 /// interface, so Prometheus and the kubelet's probes reach it; the
@@ -115,14 +117,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     // The lease keeper (until `done`, then it releases the lease) and the
     // leader's duties (until `shutdown`).
     let keys = crate::model::keys::Keys::new(&settings.layout, &settings.stream);
-    let lease = Arc::new(crate::service::leader::Lease::new(
-        &keys,
-        &args.leader,
-        &consumer,
-    ));
-    let cleaner =
-        crate::service::cleaner::Cleaner::new(keys.clone(), &settings.layout, lease.clone())
-            .every(args.leader.clean_interval());
+    let lease = Arc::new(Lease::new(&keys, &args.leader, &consumer));
+    let cleaner = Cleaner::new(keys.clone(), &settings.layout, lease.clone())
+        .every(args.leader.clean_interval());
     let keeper = lease
         .clone()
         .keep_until(client.clone(), shutdown.clone(), done);

@@ -217,16 +217,11 @@ async fn hits(req: Request<Incoming>, ingest: &Ingest) -> Resp {
         .headers()
         .get(CONTENT_ENCODING)
         .is_some_and(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"));
+    let unsupported = |why| error(StatusCode::UNSUPPORTED_MEDIA_TYPE, why);
     let resp = match layout(header(&req, CONTENT_TYPE)) {
-        _ if encoded => error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "Content-Encoding is not taken: send the body uncompressed",
-        ),
+        _ if encoded => unsupported("Content-Encoding is not taken: send the body uncompressed"),
         Some(layout) => read(req, layout, origin.is_some(), ingest).await,
-        None => error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "send application/json, application/x-ndjson or text/plain",
-        ),
+        None => unsupported("send application/json, application/x-ndjson or text/plain"),
     };
     match &origin {
         Some(o) => browser::allow(resp, o),

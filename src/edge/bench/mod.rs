@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use crate::edge::workload::{synthetic_value, Names, Workload};
 use crate::model::config::RedisArgs;
 use crate::model::keys::Keys;
-use crate::store::connect::Conn;
+use crate::store::connect::{Client, Conn};
 use crate::store::scan::delete_matching;
 use crate::store::stream::ensure_group;
 
@@ -81,11 +81,7 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<Report> {
 }
 
 /// [`run`]'s measurements, on a Redis cleared of `bench:*` keys.
-async fn measure(
-    opts: &Options,
-    client: &crate::store::connect::Client,
-    conn: &mut crate::store::connect::Conn,
-) -> anyhow::Result<Report> {
+async fn measure(opts: &Options, client: &Client, conn: &mut Conn) -> anyhow::Result<Report> {
     let mut report = Report {
         entries: opts.entries,
         worker_args: opts.worker_args.clone(),

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::Common;
+use crate::model::keys::Keys;
 
 /// How long `hit` waits for Redis before giving up.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -91,7 +92,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         // this command's own settings.
         let recorded = match super::connect(&args.common.redis).await {
             Ok(mut conn) => {
-                let keys = crate::model::keys::Keys::new(layout, &args.common.stream);
+                let keys = Keys::new(layout, &args.common.stream);
                 crate::store::layout_record::recorded(&mut conn, &keys)
                     .await
                     .ok()
@@ -131,9 +132,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         .map(|v| format!(" value {v}"))
         .unwrap_or_default();
     // The stream, or with shards the one the producer chose for the name.
-    let shard = crate::model::keys::Keys::shard_of_name(&args.name, args.common.stream.shards);
-    let to =
-        crate::model::keys::Keys::shard(&args.common.layout, &args.common.stream, shard, false);
+    let shard = Keys::shard_of_name(&args.name, args.common.stream.shards);
+    let to = Keys::shard(&args.common.layout, &args.common.stream, shard, false);
     outln!(
         "sent {} x{}{value} to {}",
         crate::model::event::printable(&args.name),

@@ -247,14 +247,13 @@ pub(crate) async fn check_recorded_shards(common: &Common) -> anyhow::Result<()>
 /// (read only); an error names the key (Redis' NOPERM does not).
 async fn read_record(conn: &mut Conn, common: &Common) -> anyhow::Result<Recorded> {
     let key = shard_count::key(&common.layout, &common.stream, conn.is_cluster());
-    shard_count::read(conn, &common.layout, &common.stream)
-        .await
-        .map_err(|e| {
-            anyhow!(
-                "cannot read the stream's shard count in {key}: {}",
-                cause(&e)
-            )
-        })
+    let read = shard_count::read(conn, &common.layout, &common.stream).await;
+    read.map_err(|e| {
+        anyhow!(
+            "cannot read the stream's shard count in {key}: {}",
+            cause(&e)
+        )
+    })
 }
 
 /// `Err` saying why no hit may be sent with `common`'s shard count, unless

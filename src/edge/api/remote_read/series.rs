@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use super::prompb::{Sample, TimeSeries};
 use super::select::{Metric, Selected};
-use crate::model::keys::Family;
+use crate::model::keys::{Family, Keys};
 use crate::model::stats::Summary;
 use crate::model::stats_hash::{Row, StatsHash};
 use crate::store::client::Conn;
@@ -87,7 +87,7 @@ fn ceil_div(a: i64, b: i64) -> i64 {
 /// read of each hash ([`counters::read_each`], [`stats_query::read_each`]).
 pub(crate) async fn read(
     conn: &mut Conn,
-    keys: &crate::model::keys::Keys,
+    keys: &Keys,
     selected: &[Selected],
     span: &Span,
 ) -> redis::RedisResult<Vec<TimeSeries>> {

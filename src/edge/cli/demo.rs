@@ -119,11 +119,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             },
         };
         let health = crate::service::health::Health::new(Duration::from_secs(60));
-        workers.push(tokio::spawn(crate::service::shards::run(
-            settings,
-            health,
-            shutdown.clone(),
-        )));
+        let worker = crate::service::shards::run(settings, health, shutdown.clone());
+        workers.push(tokio::spawn(worker));
     }
     let (ingest_stop, ingest_task, ingest_addr) = start_ingest(&redis, &stream).await?;
     outln!(

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Common;
+use crate::edge::http::Limits;
 use crate::model::config::{LeaderArgs, WorkerArgs, ADVANCED};
 use crate::model::metrics::metrics;
 use crate::service::cleaner::Cleaner;
@@ -93,27 +94,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let listener = super::listen(&args.listen, "--listen / HITCOUNT_LISTEN").await?;
     tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
     let (http_trigger, mut http_stop) = crate::model::shutdown::channel();
-    let http = tokio::spawn(crate::edge::http::serve(
-        listener,
-        health.clone(),
-        async move { http_stop.wait().await },
-        crate::edge::http::Limits::default(),
-    ));
+    let http_stopped = async move { http_stop.wait().await };
+    let http = crate::edge::http::serve(listener, health.clone(), http_stopped, Limits::default());
+    let http = tokio::spawn(http);
     metrics().init_precisions(args.common.layout.precisions.iter().map(|&p| u64::from(p)));
     let mut tasks = crate::service::supervisor::Supervised::default();
-    tasks.spawn(
-        "group sampler",
-        crate::service::sampler::run(
-            client.clone(),
-            args.common.layout.clone(),
-            args.common.stream.clone(),
-            shutdown.clone(),
-        ),
-    );
-    tasks.spawn(
-        "memory policy check",
-        crate::service::memory_watch::run(client.clone(), shutdown.clone()),
-    );
+    let (layout, stream) = (args.common.layout.clone(), args.common.stream.clone());
+    let sampler = crate::service::sampler::run(client.clone(), layout, stream, shutdown.clone());
+    tasks.spawn("group sampler", sampler);
+    let memory = crate::service::memory_watch::run(client.clone(), shutdown.clone());
+    tasks.spawn("memory policy check", memory);
     // The lease keeper (until `done`, then it releases the lease) and the
     // leader's duties (until `shutdown`).
     let keys = crate::model::keys::Keys::new(&settings.layout, &settings.stream);
@@ -158,11 +148,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     });
-    let worker_task = tokio::spawn(crate::service::shards::run(
-        settings.clone(),
-        health.clone(),
-        shutdown.clone(),
-    ));
+    let worker = crate::service::shards::run(settings.clone(), health.clone(), shutdown.clone());
+    let worker_task = tokio::spawn(worker);
     // A background task that ends before shutdown (a panic, say) must not
     // leave the process half alive: it stops everything with its cause.
     let watch = tokio::spawn(tasks.watch(shutdown.clone()));

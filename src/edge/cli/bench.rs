@@ -100,10 +100,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         report = crate::edge::bench::run(&args.opts) => report?,
         () = crate::model::shutdown::signals() => {
             let left = match server {
-                Some(server) => {
-                    drop(server);
-                    " and its throwaway Redis"
-                }
+                // Dropped as the arm ends: the throwaway Redis stops.
+                Some(_server) => " and its throwaway Redis",
                 None => "; the next bench deletes the bench:* keys it left",
             };
             anyhow::bail!("interrupted: stopped the bench's workers{left}");

@@ -150,12 +150,7 @@ async fn prefill(
             per_name[rank] += 1;
             let value = values.then(|| synthetic_value(&mut rng, rank));
             let hit = crate::model::event::encode_value(&Names::name(rank), 1, None, value);
-            pipe.cmd("XADD")
-                .arg(stream)
-                .arg("*")
-                .arg("hit")
-                .arg(hit)
-                .ignore();
+            pipe.xadd(stream, "*", &[("hit", hit)]).ignore();
         }
         pipe.query_async::<()>(conn).await?;
         left -= batch;

@@ -137,24 +137,15 @@ pub(crate) async fn check_stream(redis: &RedisArgs, stream: &str) -> anyhow::Res
     let mut conn = connect(redis).await?;
     let url = redact_url(&redis.url);
     let probe = async {
-        let _: u64 = redis::cmd("XLEN")
-            .arg(stream)
-            .query_async(&mut conn)
-            .await?;
-        let keys = crate::model::keys::Keys::new(
-            &LayoutArgs::default(),
-            &StreamArgs {
-                stream: stream.to_string(),
-                ..StreamArgs::default()
-            },
-        );
+        let _: u64 = redis::Cmd::xlen(stream).query_async(&mut conn).await?;
+        let probed = StreamArgs {
+            stream: stream.to_string(),
+            ..StreamArgs::default()
+        };
+        let keys = Keys::new(&LayoutArgs::default(), &probed);
+        let producer = keys.producer(&format!("probe-{:016x}", rand::random::<u64>()));
         let mut produce = crate::store::scripts::PRODUCE.evalsha(2);
-        produce
-            .arg(stream)
-            .arg(keys.producer(&format!("probe-{:016x}", rand::random::<u64>())))
-            .arg(1)
-            .arg(1)
-            .arg(0);
+        produce.arg(stream).arg(producer).arg(1).arg(1).arg(0);
         match produce.query_async::<u64>(&mut conn).await {
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 crate::store::scripts::load_all(&mut conn).await?;

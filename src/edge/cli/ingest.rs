@@ -131,11 +131,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let (stop, stopped) = crate::model::shutdown::channel();
     let statsd = match statsd {
         Some((udp, tcp)) => {
-            let producer = Producer::start(
-                &args.common.redis,
-                &args.common.stream,
-                ProducerOptions::default(),
-            )?;
+            let options = ProducerOptions::default();
+            let producer = Producer::start(&args.common.redis, &args.common.stream, options)?;
             tracing::info!(address = %udp.local_addr()?, "taking StatsD lines over UDP and TCP");
             let served = statsd::serve(udp, tcp, producer.clone(), stopped.clone());
             Some((tokio::spawn(served), producer))

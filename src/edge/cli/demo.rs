@@ -133,15 +133,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let names = Names::new(args.names, Distribution::Zipf(1.0));
     let started = Instant::now();
     // Every hit carries a synthetic response time, so the statistics fill too.
-    let sent = super::load::send(
-        &producer,
-        args.hits,
-        &names,
-        None,
-        true,
-        &crate::model::shutdown::Shutdown::never(),
-    )
-    .await;
+    let never = crate::model::shutdown::Shutdown::never();
+    let sent = super::load::send(&producer, args.hits, &names, None, true, &never).await;
     producer.shutdown(Duration::from_secs(5)).await;
     // The way in for servers and browsers: page views over HTTP, the same
     // request sent twice, as a client that lost the reply would.

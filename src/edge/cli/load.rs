@@ -61,15 +61,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         crate::model::shutdown::signals().await;
         trigger.trigger();
     });
-    let sent = send(
-        &producer,
-        args.hits,
-        &Names::new(args.names, dist),
-        args.rate,
-        args.values,
-        &stop,
-    )
-    .await;
+    let names = Names::new(args.names, dist);
+    let sent = send(&producer, args.hits, &names, args.rate, args.values, &stop).await;
     signals.abort();
     let _ = tokio::time::timeout(FLUSH_DEADLINE, producer.flush()).await;
     super::refused(&producer, &args.common)?;

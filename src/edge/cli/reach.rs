@@ -194,11 +194,8 @@ pub(crate) async fn shards_read(conn: &mut Conn, common: &mut Common) -> anyhow:
         }
         Recorded::Agreed | Recorded::Strands { .. } => {}
     }
-    Ok(Keys::all_shards(
-        &common.layout,
-        &common.stream,
-        conn.is_cluster(),
-    ))
+    let cluster = conn.is_cluster();
+    Ok(Keys::all_shards(&common.layout, &common.stream, cluster))
 }
 
 /// Refuses to send hits no worker would count: on a Redis Cluster, with

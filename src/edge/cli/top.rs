@@ -58,15 +58,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         .map_err(|why| anyhow::anyhow!("invalid --bucket: {why}"))?;
     let mut conn = super::connect(&args.common.redis).await?;
     let keys = Keys::new(&args.common.layout, &args.common.stream);
-    let ranking = query::rank(
-        &mut conn,
-        &keys,
-        args.by,
-        precision,
-        bucket,
-        args.limit as usize,
-    )
-    .await?;
+    let limit = args.limit as usize;
+    let ranking = query::rank(&mut conn, &keys, args.by, precision, bucket, limit).await?;
     // The ranking's name, and what it ranks.
     let (by, what) = match args.by {
         By::Count => ("count", "hits"),

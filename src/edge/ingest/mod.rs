@@ -300,11 +300,8 @@ async fn append(judged: Judged, ingest: &Ingest) -> Resp {
 
 /// 503 with `Retry-After: 1`: the client sends the request again.
 fn send_again(why: &str) -> Resp {
-    server::with_header(
-        error(StatusCode::SERVICE_UNAVAILABLE, why),
-        RETRY_AFTER,
-        "1",
-    )
+    let resp = error(StatusCode::SERVICE_UNAVAILABLE, why);
+    server::with_header(resp, RETRY_AFTER, "1")
 }
 
 /// How a content type lays out hits; `None` for one not taken.

@@ -29,11 +29,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     limits: Limits,
 ) -> std::io::Result<()> {
-    server::run(listener, limits, shutdown, move |req| {
-        let answer = handle(&req, &health);
-        async move { answer }
-    })
-    .await
+    let answer = move |req: Request<Incoming>| std::future::ready(handle(&req, &health));
+    server::run(listener, limits, shutdown, answer).await
 }
 
 /// Routes one request.

@@ -322,10 +322,8 @@ impl Series {
 
     /// The 404 of a name without data: "no counter \"x\" at precision 60".
     fn not_found(&self, what: &str) -> Failure {
-        Failure::NotFound(format!(
-            "no {what} {:?} at precision {}",
-            self.name, self.precision
-        ))
+        let (name, precision) = (&self.name, self.precision);
+        Failure::NotFound(format!("no {what} {name:?} at precision {precision}"))
     }
 }
 

@@ -191,10 +191,8 @@ async fn hits(req: Request<Incoming>, ingest: &Ingest) -> Resp {
     let settings = &ingest.settings;
     if let Some(Peer(client)) = req.extensions().get::<Peer>().copied() {
         if let Err(wait) = ingest.rate.take(client, Instant::now()) {
-            let mut resp = error(
-                StatusCode::TOO_MANY_REQUESTS,
-                &format!("over {} requests a second from this address", settings.rate),
-            );
+            let why = format!("over {} requests a second from this address", settings.rate);
+            let mut resp = error(StatusCode::TOO_MANY_REQUESTS, &why);
             let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
             resp.headers_mut().insert(RETRY_AFTER, secs.into());
             return resp;
@@ -235,10 +233,8 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
     let body = match server::read_body(req.into_body(), max, BODY_DEADLINE).await {
         Ok(body) => body,
         Err(BodyError::TooLarge) => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!("the body is over {max} bytes (HITCOUNT_INGEST_MAX_BODY)"),
-            )
+            let why = format!("the body is over {max} bytes (HITCOUNT_INGEST_MAX_BODY)");
+            return error(StatusCode::PAYLOAD_TOO_LARGE, &why);
         }
         Err(BodyError::Unreadable(why)) => return error(StatusCode::BAD_REQUEST, &why),
         Err(BodyError::TooSlow(why)) => return error(StatusCode::REQUEST_TIMEOUT, &why),

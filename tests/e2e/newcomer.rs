@@ -472,6 +472,16 @@ fn bench_says_where_redis_time_goes_by_command() {
         plain.contains("xreadgroup ") && plain.contains(" µs ("),
         "{plain}"
     );
+    // And how many counter cells each hit cost (HINCRBYs, in scripts too).
+    let cells = |l: &str| l.split('|').map(str::trim).nth(8).map(str::to_string);
+    let header = out.lines().find(|l| l.starts_with("| workload |")).unwrap();
+    assert_eq!(cells(header).as_deref(), Some("cells per hit"), "{header}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("| 1,000 hot names |"))
+        .unwrap();
+    let per_hit: f64 = cells(row).unwrap().parse().unwrap();
+    assert!(per_hit > 0.0 && per_hit < 3.0, "{row}");
     assert!(line("every hit with a value").contains("evalsha "), "{out}");
     let o = run_hitcount(&[&args[..], &["--json"]].concat());
     let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -48,13 +48,13 @@ impl Report {
         if !self.worker_args.is_empty() {
             let _ = write!(out, "; worker flags: {}", self.worker_args.join(" "));
         }
-        out.push_str("\n\n| workload | workers | ceiling (entries/s) | Redis CPU µs per entry, ceiling | hitcount (hits/s) | hitcount / ceiling | Redis CPU µs per hit | Redis commands per hit | worker peak RSS |\n");
-        out.push_str("| --- | --: | --: | --: | --: | --: | --: | --: | --: |\n");
+        out.push_str("\n\n| workload | workers | ceiling (entries/s) | Redis CPU µs per entry, ceiling | hitcount (hits/s) | hitcount / ceiling | Redis CPU µs per hit | cells per hit | Redis commands per hit | worker peak RSS |\n");
+        out.push_str("| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: |\n");
         for r in &self.runs {
             let h = r.hitcount.drained.rate();
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {:.2} | {} | {:.0} % | {:.2} | {:.3} | {:.1} MiB |",
+                "| {} | {} | {} | {:.2} | {} | {:.0} % | {:.2} | {:.3} | {:.3} | {:.1} MiB |",
                 r.workload.label(),
                 r.workers,
                 thousands(r.ceiling.rate()),
@@ -62,6 +62,7 @@ impl Report {
                 thousands(h),
                 100.0 * h / r.ceiling.rate(),
                 r.hitcount.drained.redis_cpu_us(),
+                r.hitcount.cells_per_hit,
                 r.hitcount.commands_per_hit,
                 r.hitcount.peak_rss_mib,
             );
@@ -69,9 +70,10 @@ impl Report {
         if let Some(v) = &self.values {
             let _ = writeln!(
                 out,
-                "\n- every hit with a value (1,000 hot names, one worker): {} hits/s, {:.2} µs Redis CPU per hit, {:.3} Redis commands per hit, peak RSS {:.1} MiB",
+                "\n- every hit with a value (1,000 hot names, one worker): {} hits/s, {:.2} µs Redis CPU per hit, {:.3} cells and {:.3} Redis commands per hit, peak RSS {:.1} MiB",
                 thousands(v.drained.rate()),
                 v.drained.redis_cpu_us(),
+                v.cells_per_hit,
                 v.commands_per_hit,
                 v.peak_rss_mib
             );

@@ -120,8 +120,9 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         .is_err()
     {
         anyhow::bail!(
-            "Redis at {} did not take the hit within {SEND_TIMEOUT:?} of tries (the warning \
-             above says why; a hash slot being moved answers TRYAGAIN until the move ends)",
+            "Redis at {} did not take the hit within {SEND_TIMEOUT:?} of tries: it did not \
+             answer in time, or refused it for a while (a warning above says why when it \
+             answered; a hash slot being moved answers TRYAGAIN until the move ends)",
             crate::model::config::redact_url(&args.common.redis.url)
         );
     }

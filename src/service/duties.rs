@@ -168,6 +168,8 @@ pub(crate) async fn run(
                 );
                 next
             }
+            // At shutdown the worker gave the lease up itself: no warning.
+            Err(CleanError::LostLease) if shutdown.is_triggered() => next,
             Err(CleanError::LostLease) => {
                 tracing::warn!("leader lease lost during a cleaner pass: stopped cleaning");
                 next

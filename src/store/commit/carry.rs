@@ -28,7 +28,7 @@
 
 use redis::Value;
 
-use super::{Committer, Sealed, MARKER_TTL_SECS};
+use super::{Committer, Sealed};
 use crate::model::aggregate::{Cell, StatCell};
 use crate::model::ids::IdList;
 use crate::model::runs;
@@ -107,11 +107,11 @@ impl Committer {
             .arg(stats.len())
             .ignore();
         // The TTL first: a worker that dies between the round trips below
-        // leaves nothing for ever.
-        pipe.cmd("PEXPIRE")
-            .arg(&record)
-            .arg(MARKER_TTL_SECS * 1000)
-            .ignore();
+        // leaves its megabytes for [`PIECES_TTL_MS`] at most (a day held
+        // them a day). One that stops longer than that before the script
+        // finds them gone: the script refuses, and a resync finishes the
+        // windows one by one.
+        pipe.cmd("PEXPIRE").arg(&record).arg(PIECES_TTL_MS).ignore();
         // A few pieces a round trip: encoded all at once, a carry of a
         // million cells held about twice its 25 MB in the worker.
         let stats_piece = |(i, piece): (usize, &&[StatCell<'_>])| -> StoreResult<_> {
@@ -202,6 +202,9 @@ const PIECE_BYTES: usize = 1 << 20;
 /// weight.
 const CELL_BYTES: usize = 16;
 
+/// Lifetime of a carry's pieces until its script makes them a record (it
+/// then drops the TTL): ten minutes.
+pub(crate) const PIECES_TTL_MS: u64 = 600_000;
 /// Pieces written per round trip (about 4 MB).
 const PIECES_AT_ONCE: usize = 4;
 /// The record field holding how many pieces its cells are in; absent in a

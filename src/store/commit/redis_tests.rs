@@ -205,6 +205,39 @@ mod tests {
         assert_eq!(totals(&mut c, &k, &names).await, vec![6; names.len()]);
     }
 
+    /// A carry's pieces that its script never makes a record (its worker
+    /// died in between, or, here, the script refused: another worker holds
+    /// the consumer name) expire within ten minutes, not a day: a SIGKILLed
+    /// worker's carry of long names left megabytes for 24 h.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_carrys_pieces_never_recorded_expire_within_minutes() {
+        let srv = server();
+        let mut c = conn(&srv.url()).await;
+        let k = keys(&settings(&srv.url(), "gone"));
+        crate::store::scripts::load_all(&mut c).await.unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(k.consumer_registration("gone"))
+            .arg("another/worker")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let names: Vec<String> = (0..100).map(|i| format!("n{i}")).collect();
+        let cells = cells(&k, &names, 1);
+        let committer = Committer::new(k.clone(), "gone".into(), 1000);
+        let carry = counts_only("c-1", "", &cells);
+        let outcome = committer.carry(&mut c, &carry, &[], None).await.unwrap();
+        assert!(
+            matches!(outcome, commit::CarryOutcome::Taken(_)),
+            "{outcome:?}"
+        );
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(k.window("c-1"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(ttl > 0 && ttl <= 600_000, "pieces left for {ttl} ms");
+    }
+
     /// A commit resent after a lost reply writes the window's fields again,
     /// with the TTL of fields not yet a record: the record stays a record (no
     /// TTL, its owner, listed) and the resend is a duplicate.

@@ -289,7 +289,7 @@ impl Committer {
         };
         self.finish(conn, &finished).await?;
         tracing::info!(window = %record.window, owner = %record.owner,
-            group = record.group.as_deref().unwrap_or(""),
+            group = record.group.as_deref(),
             first = ids.split(' ').next().unwrap_or(""),
             last = ids.rsplit(' ').next().unwrap_or(""),
             "finished a window left by a stopped worker");

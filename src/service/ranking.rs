@@ -22,8 +22,10 @@
 //! may, never spends the scans of the rankings a page shows now. A request
 //! that would start a scan beyond that is
 //! refused ([`RankError::Busy`], the API's 429 with `Retry-After`); a
-//! background scan beyond it is skipped and the last ranking served a
-//! while longer (never past [`STALE_LIMIT`]).
+//! background scan waits for the one running (rankings asked together, a
+//! page's current bucket and the one before, are all revalidated), and
+//! beyond the budget is skipped, the last ranking served a while longer
+//! (never past [`STALE_LIMIT`]).
 //!
 //! So `top` is at most [`FRESH_FOR`] plus one scan stale while it is asked
 //! for and scans are to be had, and never more than [`STALE_LIMIT`].
@@ -186,7 +188,7 @@ impl Rankings {
             entry.first.clone()
         };
         let (at, ranking) = first
-            .get_or_try_init(|| self.scan(conn.clone(), which))
+            .get_or_try_init(|| self.scan(conn.clone(), which, false))
             .await?
             .clone();
         let mut entries = self.lock();
@@ -206,7 +208,7 @@ impl Rankings {
         let (this, conn) = (self.clone(), conn.clone());
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
-            let result = this.scan(conn, which).await;
+            let result = this.scan(conn, which, true).await;
             let mut entries = this.lock();
             let entry = entries.entry(which).or_default();
             entry.refreshing = false;
@@ -219,10 +221,20 @@ impl Rankings {
         });
     }
 
-    /// One ranking scan, if one may start now (see the module).
-    async fn scan(&self, mut conn: Conn, which: Which) -> Result<(Instant, Ranking), RankError> {
-        let Ok(_scan) = self.0.scans.try_lock() else {
-            return Err(RankError::Busy(Duration::from_secs(1)));
+    /// One ranking scan, if one may start now (see the module): in the
+    /// `background`, once the scan running ends; for a request, only if
+    /// none runs.
+    async fn scan(
+        &self,
+        mut conn: Conn,
+        which: Which,
+        background: bool,
+    ) -> Result<(Instant, Ranking), RankError> {
+        let _scan = match background {
+            true => self.0.scans.lock().await,
+            false => {
+                (self.0.scans.try_lock()).map_err(|_| RankError::Busy(Duration::from_secs(1)))?
+            }
         };
         let (by, precision, bucket) = which;
         let now = crate::model::clock::unix_ms().div_euclid(1000);

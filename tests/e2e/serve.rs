@@ -373,6 +373,72 @@ async fn top_answers_from_the_last_ranking_while_the_next_is_computed() {
     });
 }
 
+/// Rankings asked one right after the other (the dashboard asks the
+/// current bucket, then the one before while the current is empty) are
+/// all revalidated: the second's background scan waits for the first's
+/// (one scan runs at a time). It was dropped, so the second stayed stale,
+/// then expired and was refused (429) while the first's scan ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rankings_asked_together_are_all_revalidated() {
+    let server = server();
+    let mut c = conn(&server.url()).await;
+    let now = 1_700_000_000 / 3600 * 3600;
+    let buckets = [now, now - 3600];
+    // Enough names that a scan takes a while: the second request comes
+    // while the first one's background scan runs.
+    let mut pipe = redis::pipe();
+    for i in 0..20_000 {
+        pipe.cmd("ZADD")
+            .arg("known:")
+            .arg(0)
+            .arg(format!("3600:n{i:05}"))
+            .ignore();
+        for b in buckets {
+            pipe.cmd("HSET")
+                .arg(format!("count:3600:n{i:05}"))
+                .arg(b)
+                .arg(1)
+                .ignore();
+        }
+    }
+    pipe.query_async::<()>(&mut c).await.unwrap();
+    for b in buckets {
+        seed(&mut c, 3600, "a", &[(b, 5)]).await;
+        seed(&mut c, 3600, "b", &[(b, 3)]).await;
+    }
+    let (_serve, addr) = serve(&server.url(), OLD_BUCKETS);
+    let path = |b: i64| format!("/api/v1/top?precision=3600&bucket={b}&limit=2");
+    let names = |b: i64| -> Vec<String> {
+        let a = get(&addr, &path(b));
+        assert_eq!(a.status, 200, "{}", a.body);
+        let counters = a.json()["counters"].as_array().unwrap().clone();
+        counters
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for b in buckets {
+        assert_eq!(names(b), ["a", "b"]);
+    }
+    for b in buckets {
+        seed(&mut c, 3600, "b", &[(b, 9)]).await;
+    }
+    tokio::time::sleep(Duration::from_millis(5200)).await;
+    // Both stale: each answered from its last ranking, each revalidated.
+    for b in buckets {
+        assert_eq!(names(b), ["a", "b"], "served while revalidating");
+    }
+    // Asked once more only after both scans had time to run: a dropped
+    // scan is not simply asked again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        names(buckets[1]),
+        ["b", "a"],
+        "the second was revalidated too"
+    );
+    assert_eq!(names(buckets[0]), ["b", "a"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_refusal_is_json_and_says_why() {
     let server = server();

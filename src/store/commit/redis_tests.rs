@@ -347,25 +347,7 @@ mod tests {
             chunk,
         };
         let committer = Committer::new(k.clone(), "gone".into(), 1000);
-        let outcome = committer
-            .commit(&mut c, "0", None, Some(&sealed))
-            .await
-            .unwrap();
-        assert_eq!(outcome, Outcome::Committed);
-        // The worker applies it, the reply is lost, it applies it again.
-        for _ in 0..2 {
-            let failed = committer.apply(&mut c, &[sum], None, Vec::new()).await;
-            assert!(failed.unwrap().iter().all(Vec::is_empty));
-        }
-        // And a recovering worker finishes it from its record (statistics
-        // read back from it): the markers make it a replay.
-        let (records, corrupt, _) = committer.records(&mut c).await.unwrap();
-        assert!(corrupt.is_empty());
-        assert_eq!(records.len(), 1);
-        assert!(committer
-            .recover(&mut c, &records[0], Instant::now())
-            .await
-            .unwrap());
+        applied_replayed_and_recovered(&mut c, &committer, &sealed, sum).await;
         let (want, _) = st::reference(
             &obs,
             &DEFAULT_PRECISIONS,
@@ -445,22 +427,33 @@ mod tests {
             chunk: CHUNK_CELLS,
         };
         let committer = Committer::new(k.clone(), "spread".into(), 1000);
-        let outcome = committer.commit(&mut c, "0", None, Some(&sealed)).await;
-        assert_eq!(outcome.unwrap(), Outcome::Committed);
-        // Applied, applied again (a lost reply), then finished from its
-        // record by a recovering worker: every piece counted once.
-        for _ in 0..2 {
-            let failed = committer.apply(&mut c, &[sum], None, Vec::new()).await;
-            assert!(failed.unwrap().iter().all(Vec::is_empty));
-        }
-        let (records, corrupt, _) = committer.records(&mut c).await.unwrap();
-        assert!(corrupt.is_empty());
-        assert!(committer
-            .recover(&mut c, &records[0], Instant::now())
-            .await
-            .unwrap());
+        applied_replayed_and_recovered(&mut c, &committer, &sealed, sum).await;
         let (want, _) = st::reference(&obs, &PRECISIONS, &DEFAULT_QUANTILE_PRECISIONS, kept(now));
         st::assert_equal(&st::read(&mut c, &k).await, &want);
+    }
+
+    /// Commits `sealed`, applies it as `sum`, applies it again (the reply
+    /// lost), then has a recovering worker finish it from its record
+    /// (statistics read back from it): the markers make both a replay.
+    async fn applied_replayed_and_recovered(
+        c: &mut Conn,
+        committer: &Committer,
+        sealed: &Sealed<'_>,
+        sum: Sum<'_>,
+    ) {
+        let outcome = committer.commit(c, "0", None, Some(sealed)).await;
+        assert_eq!(outcome.unwrap(), Outcome::Committed);
+        for _ in 0..2 {
+            let failed = committer.apply(c, &[sum], None, Vec::new()).await;
+            assert!(failed.unwrap().iter().all(Vec::is_empty));
+        }
+        let (records, corrupt, _) = committer.records(c).await.unwrap();
+        assert!(corrupt.is_empty());
+        assert_eq!(records.len(), 1);
+        assert!(committer
+            .recover(c, &records[0], Instant::now())
+            .await
+            .unwrap());
     }
 
     /// A window of `obs` at every precision, histograms at the quantile ones.

@@ -40,7 +40,7 @@
 //!    │       throwaway.rs   a throwaway redis-server (demo, bench)           │
 //!    │       workload.rs    synthetic names                                  ┘
 //!    ▼
-//!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window), carry.rs
+//!  service/  worker/        the loop: mod.rs, read.rs, apply.rs, sync.rs, batch.rs (the window), sum/ (the process' sum)
 //!    │       shards.rs      which stream shards this process reads: leases, one worker each
 //!    │       agreement.rs   the shard count and layout every worker shares, checked while it runs
 //!    │       recovery.rs    claims, and windows finished for stopped workers

@@ -220,6 +220,16 @@ impl Carry {
         near
     }
 
+    /// When it is due by its age: `age` after it opened, or when its hold
+    /// ends; `None` when empty.
+    pub(crate) fn due_at(&self, age: Duration) -> Option<Instant> {
+        let of_age = self.opened? + age;
+        Some(match self.hold {
+            Hold::Until(t) => t.max(of_age),
+            _ => of_age,
+        })
+    }
+
     fn is_of_age(&self, age: Duration) -> bool {
         self.opened.is_some_and(|t| t.elapsed() >= age)
     }

@@ -27,13 +27,12 @@ use tokio::task::JoinHandle;
 
 use crate::model::config::ConfigError;
 use crate::model::keys::Keys;
-use crate::model::known::KnownCache;
 use crate::model::shutdown::{Shutdown, Trigger};
 use crate::service::agreement;
 use crate::service::health::Health;
 use crate::service::leader::Lease;
 use crate::service::registration::Registration;
-use crate::service::worker::group::Grouper;
+use crate::service::worker::sum::Summer;
 use crate::service::worker::{Settings, Worker};
 use crate::store::connect::{self, Client, Conn, Reconnecting, StoreResult};
 use crate::store::scripts::MEMBERS;
@@ -50,7 +49,7 @@ const TICK: Duration = Duration::from_secs(1);
 /// before it takes shards: processes started together then count each
 /// other and each takes its share, instead of the first taking them all
 /// and handing them over mid-drain (on a cluster each handover applies
-/// the process' carries early, in a group of its own).
+/// the process' sum early).
 const SETTLE: Duration = Duration::from_millis(500);
 
 /// Runs this process' workers until `shutdown`: waits for Redis to learn
@@ -91,20 +90,16 @@ pub async fn run(
         shutdown.fail(problem);
         return Ok(());
     }
+    // One sum for every shard this process reads: their windows are
+    // applied together, and due together (see `service::worker::sum`).
+    let summer = Summer::start(settings.worker.clone(), &settings.layout, client.clone());
     if let [only] = shards.as_slice() {
         health.set_reading(1, &[0]);
-        Worker::new(settings, only.clone(), client, health, shutdown)
+        let share = summer.join(0);
+        Worker::new(settings, only.clone(), client, health, shutdown, share)
             .run()
             .await;
         return Ok(());
-    }
-    // Each shard's worker sums its own carry: their cells together stay
-    // within --carry-cells however many shards this process reads. On a
-    // cluster the carries are applied together, and are due together once
-    // they hold that many between them (`service::worker::group`); on one
-    // Redis each is applied alone and gets its share.
-    if !clustered {
-        settings.worker.carry_cells = settings.worker.carry_cells.div_ceil(shards.len());
     }
     let unsharded = shard_count::unsharded(&settings.layout, &settings.stream, clustered);
     // One live process per consumer name over every shard, as on one
@@ -123,11 +118,6 @@ pub async fn run(
     );
     let members = unsharded.members();
     let release = client.clone();
-    // The grouper's memory of `known:` members, for the layout's distinct
-    // precisions (as each worker's own).
-    let layout = &settings.layout;
-    let window = crate::model::aggregate::Window::new(&layout.precisions, layout.samples);
-    let known = KnownCache::new(window.precisions(), layout.samples);
     let balancer = Balancer {
         consumer,
         settings,
@@ -137,7 +127,7 @@ pub async fn run(
         shutdown,
         members,
         owned: BTreeMap::new(),
-        grouper: clustered.then(|| Grouper::start(known)),
+        summer,
         announced: false,
     };
     balancer.run().await;
@@ -241,8 +231,8 @@ struct Balancer {
     /// The key listing live processes.
     members: String,
     owned: BTreeMap<u32, Owned>,
-    /// On a cluster: the carries of this process' shards, applied together.
-    grouper: Option<Arc<Grouper>>,
+    /// The sum of this process' shards' windows.
+    summer: Arc<Summer>,
     /// Marked live once, and waited [`SETTLE`].
     announced: bool,
 }
@@ -378,16 +368,14 @@ impl Balancer {
     fn start(&mut self, k: u32, lease: Lease) {
         tracing::info!(shard = k, stream = %self.shards[k as usize].stream, "took a shard");
         let (stop, shutdown) = self.shutdown.child();
-        let mut worker = Worker::new(
+        let worker = Worker::new(
             self.settings.clone(),
             self.shards[k as usize].clone(),
             self.client.clone(),
             self.health.for_shard(k),
             shutdown,
+            self.summer.join(k),
         );
-        if let Some(grouper) = &self.grouper {
-            worker = worker.with_grouper(grouper);
-        }
         let task = tokio::spawn(worker.run());
         self.owned.insert(
             k,

@@ -118,8 +118,7 @@ pub struct WorkerArgs {
     /// The carry is applied once it sums this many distinct cells, a
     /// statistics cell weighing three times what it weighs in a window
     /// (more cells: fewer HINCRBYs on many names, more worker memory),
-    /// 0..=100000000; 0 applies every window whole. With stream shards each shard's worker sums its
-    /// own: on one Redis each gets an even share; on a Redis Cluster a
+    /// 0..=100000000; 0 applies every window whole. With stream shards a
     /// process' shards go in together once they hold this many between
     /// them.
     #[arg(long, env = "HITCOUNT_CARRY_CELLS", help_heading = ADVANCED, hide_short_help = true,

@@ -1,8 +1,8 @@
 //! A full window on its way into the counters: recorded next to the
-//! stream (the commit), then handed to the carry, which applies it alone
-//! as soon as the worker is at the stream's head, or summed with the next
-//! windows while it is behind (see `carry.rs`, and [`crate::store::commit`]
-//! for why that is exactly once).
+//! stream (the commit), then handed to the process' sum, which applies it
+//! alone as soon as the workers are at their streams' heads, or summed
+//! with the next windows while one is behind (see `sum.rs`, and
+//! [`crate::store::commit`] for why that is exactly once).
 
 use std::time::Instant;
 
@@ -17,8 +17,7 @@ use crate::store::commit::{
 use crate::store::connect::{StoreError, StoreResult};
 
 impl Worker {
-    /// Commits the window and adds it to the carry; applies the carry when
-    /// it is due (at once at the stream's head).
+    /// Commits the window and hands it to the sum.
     pub(super) async fn flush(&mut self) -> StoreResult<()> {
         let started = Instant::now();
         let window_id = format!("{}-{}", self.incarnation, self.seq);
@@ -63,9 +62,9 @@ impl Worker {
                 metrics().windows_fenced.inc();
                 self.epoch = epoch;
                 self.clear_window();
-                // The carry's windows' entries are pending: finish them
-                // before re-reading this consumer's pending entries.
-                self.carry_now().await?;
+                // The windows handed in have their entries pending: apply
+                // them before re-reading this consumer's pending entries.
+                self.sum.flush().await?;
                 self.cursor = Cursor::Pending("0".into());
                 return Ok(());
             }
@@ -76,21 +75,16 @@ impl Worker {
             reply: "an entry id that is not MS-SEQ".into(),
         })?;
         self.newest_committed = self.newest_committed.max(ids.newest());
-        self.deferred.push(Deferred {
+        let deferred = Deferred {
             window: window_id,
             ids,
             committed: started,
             oldest_ms: self.batch.oldest_ms(),
-        });
-        self.carry.add_window(self.batch.window_mut());
-        if let Some(m) = &mut self.group {
-            m.holds(&self.carry);
-        }
+        };
+        self.sum
+            .add(&self.committer, deferred, self.batch.window_mut())
+            .await?;
         self.clear_window();
-        // At the head or stopping, nothing is left to sum with: apply now.
-        if self.at_head() || !self.may_defer() || self.carry_due().await? {
-            self.carry_start().await?;
-        }
         Ok(())
     }
 

@@ -140,8 +140,7 @@ impl Batch {
         &self.window
     }
 
-    /// The aggregated hits, for the carry to take (see
-    /// [`crate::model::carry::Carry::add_window`]).
+    /// The aggregated hits, for the sum to take (see `sum.rs`).
     pub(crate) fn window_mut(&mut self) -> &mut Window {
         &mut self.window
     }

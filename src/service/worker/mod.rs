@@ -1,43 +1,41 @@
 //! The worker loop: read entries, aggregate a window, commit it, hand it
-//! to the carry, which applies and acknowledges it; recover what stopped
-//! workers left behind.
+//! to the process' sum, which applies and acknowledges it; recover what
+//! stopped workers left behind.
 //!
 //! One worker is one consumer of the group, on one connection. While it
 //! works through a backlog it keeps [`READS_AHEAD`] reads of new entries in
 //! flight (sent as soon as a full read comes back, on clones of the
 //! connection), so Redis reads the next entries while the worker aggregates
-//! and applies: memory stays bounded by one window, the carry and those
-//! reads. Each window goes to the carry (`carry.rs`), applied on a task of
-//! its own: alone at the head, summed with the next windows while behind. Any Redis error drops the
-//! window in flight (its entries stay pending) and *resyncs*: reconnect
+//! and applies: memory stays bounded by one window, the sum and those
+//! reads. Each window goes to the sum (`sum.rs`), applied on a task of
+//! its own: alone at the head, summed with the next windows while behind.
+//! Any Redis error drops the window in flight (its entries stay pending)
+//! and *resyncs*: reconnect
 //! with backoff, reload the scripts, read this consumer's epoch, finish its
 //! own recorded windows, then re-read its pending entries before new ones.
 //! See [`crate::store::commit`] for why this counts every hit exactly once.
 
 mod apply;
 pub(crate) mod batch;
-mod carry;
-pub(crate) mod group;
 mod read;
+pub(crate) mod sum;
 mod sync;
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
 
-use crate::model::carry::Carry;
 use crate::model::clock::unix_ms;
 use crate::model::config::{LayoutArgs, RedisArgs, StreamArgs, WorkerArgs};
 use crate::model::keys::Keys;
-use crate::model::known::KnownCache;
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
 use crate::service::health::Health;
 use crate::service::registration::Registration;
 use crate::service::worker::batch::Batch;
-use crate::store::commit::{Committer, Deferred};
+use crate::store::commit::Committer;
 use crate::store::connect::{self, Client, Reconnecting, StoreError, StoreResult};
 use crate::store::time::RedisClock;
 
@@ -51,22 +49,9 @@ const AHEAD_WAIT_MS: u64 = 2000;
 /// with two, no better with four).
 const READS_AHEAD: usize = 2;
 
-/// How long a read blocks, in ms, when the worker is at its stream's head
-/// holding a carry that waits for other shards of the process (see
-/// `group`): well within a gathering's [`group::GATHER`], so it hands its
-/// carry in while the group is gathered.
-const HOLD_POLL_MS: u64 = 50;
-
 /// How long recording this worker's last error may take before it is given
 /// up (the connection may be the thing that failed).
 const LAST_ERROR_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// An empty carry for windows like `window`, sized for the cells it grows
-/// to before it is applied: `--carry-cells`, and the window that makes it
-/// due.
-fn new_carry(window: &crate::model::aggregate::Window, worker: &WorkerArgs) -> Carry {
-    Carry::new(window).with_room(worker.carry_cells.saturating_add(worker.window_cells))
-}
 
 /// Everything a worker needs.
 #[derive(Debug, Clone, Default)]
@@ -114,22 +99,8 @@ pub(crate) struct Worker {
     /// The newest entry of a window this worker committed: where its group
     /// is made again if it finds it gone.
     newest_committed: Option<(u64, u64)>,
-    /// Count cells of recorded windows, waiting to be applied summed.
-    carry: Carry,
-    /// The windows whose cells `carry` holds, entries still pending.
-    deferred: Vec<Deferred>,
-    /// The carry's own connection: the worker's waits in blocking reads,
-    /// which would hold up every command behind them.
-    carry_link: Reconnecting,
-    /// The carry being applied on its own task (see `carry.rs`).
-    carrying: Option<tokio::task::JoinHandle<StoreResult<Carry>>>,
-    /// An applied carry, empty, kept for its allocations.
-    spare_carry: Option<Carry>,
-    /// Shared with the carry's task.
-    known: Arc<Mutex<KnownCache>>,
-    /// On a cluster with stream shards: the carries of this process'
-    /// shards are applied together (see `group.rs`).
-    group: Option<group::Member>,
+    /// Its place in the process' sum, which applies its recorded windows.
+    sum: sum::Share,
     /// The last read of new entries came back short, or its newest entry is
     /// younger than `--window-ms`: the worker is at the stream's head, so
     /// windows close on `--window-ms`.
@@ -149,14 +120,15 @@ pub(crate) struct Worker {
 
 impl Worker {
     /// The consumer of one stream shard (`keys`) with validated settings
-    /// (see [`crate::service::shards`], which starts them); connects on its
-    /// first turn.
+    /// (see [`crate::service::shards`], which starts them), its windows
+    /// applied by the process' `sum`; connects on its first turn.
     pub(crate) fn new(
         settings: Settings,
         keys: Keys,
         client: Client,
         health: Arc<Health>,
         shutdown: Shutdown,
+        sum: sum::Share,
     ) -> Worker {
         let consumer = settings.worker.consumer_name();
         let registration = Arc::new(Registration::new(&keys, &consumer));
@@ -165,11 +137,8 @@ impl Worker {
             .with_wait(settings.worker.wait_replicas);
         let batch = Batch::new(&settings.layout.precisions, settings.layout.samples)
             .with_quantiles(&settings.layout.quantile_precisions());
-        let known = KnownCache::new(batch.window().precisions(), settings.layout.samples);
-        let carry = new_carry(batch.window(), &settings.worker);
         let now = Instant::now();
         Worker {
-            carry_link: Reconnecting::new(client.clone(), "carry", connect::RESPONSE_TIMEOUT),
             link: Reconnecting::new(
                 client,
                 "worker",
@@ -187,12 +156,7 @@ impl Worker {
             batch,
             clock: RedisClock::default(),
             newest_committed: None,
-            carry,
-            deferred: Vec::new(),
-            carrying: None,
-            spare_carry: None,
-            known: Arc::new(Mutex::new(known)),
-            group: None,
+            sum,
             caught_up: true,
             pace: read::Pace::new(settings.worker.read_count),
             ahead: VecDeque::new(),
@@ -204,13 +168,6 @@ impl Worker {
             keys,
             settings,
         }
-    }
-
-    /// On a Redis Cluster, applies this shard's carries with those of the
-    /// process' other shards (see `group.rs`).
-    pub(crate) fn with_grouper(mut self, grouper: &Arc<group::Grouper>) -> Worker {
-        self.group = Some(grouper.join());
-        self
     }
 
     /// Runs until shutdown, then drains: applies the window in flight and
@@ -240,6 +197,7 @@ impl Worker {
                 reply: format!("deadline of {deadline:?} passed"),
             }),
         };
+        self.sum.forget(true).await;
         done_trigger.trigger();
         let _ = keeper.await;
         let released = self.release_name().await;
@@ -297,20 +255,10 @@ impl Worker {
         if self.cursor == Cursor::New && self.batch.is_empty() {
             self.maintain().await?;
         }
-        // A carry applied on its task: its outcome (an error resyncs).
-        if self.carrying.as_ref().is_some_and(|t| t.is_finished()) {
-            self.carry_wait().await?;
-        }
+        // Windows the sum could not apply: resync.
+        self.sum.failure()?;
         let block = match (&self.cursor, self.batch.opened()) {
             (Cursor::Pending(_), _) => None,
-            // Cells waiting in the carry: look without waiting, and apply
-            // them at once if nothing is left to sum them with; while
-            // other shards of the process are behind, look again soon for
-            // their group.
-            (Cursor::New, None) if !self.carry.is_empty() && self.waits_for_group() => {
-                Some(HOLD_POLL_MS)
-            }
-            (Cursor::New, None) if !self.carry.is_empty() => None,
             (Cursor::New, None) => Some(self.settings.worker.block_ms()),
             (Cursor::New, Some(t)) => {
                 let left = Duration::from_millis(self.settings.worker.window_ms)
@@ -344,9 +292,7 @@ impl Worker {
                 .map(|ms| unix_ms() - ms);
             let window_ms = self.settings.worker.window_ms as i64;
             self.caught_up = !full || newest_age_ms.is_none_or(|age| age < window_ms);
-            if let Some(m) = &mut self.group {
-                m.set_behind(!self.caught_up);
-            }
+            self.sum.set_behind(!self.caught_up).await?;
             if full {
                 self.read_ahead();
             }
@@ -356,12 +302,6 @@ impl Worker {
                 self.cursor = Cursor::New;
             } else if !self.batch.is_empty() {
                 self.flush().await?;
-            } else if !self.carry.is_empty() {
-                // Caught up: nothing left to sum with, unless other shards
-                // of the process are behind (their group is awaited).
-                if self.at_head() || self.carry_due().await? {
-                    self.carry_now().await?;
-                }
             }
             return Ok(());
         }
@@ -372,8 +312,6 @@ impl Worker {
         self.add_entries(&entries).await?;
         if self.window_full() {
             self.flush().await?;
-        } else if self.carry_due().await? {
-            self.carry_start().await?;
         }
         Ok(())
     }

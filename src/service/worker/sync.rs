@@ -18,16 +18,11 @@ impl Worker {
     pub(super) async fn sync(&mut self) -> StoreResult<()> {
         self.health.set_in_group(false);
         self.settle_ahead().await;
-        self.settle_carry().await;
         self.clear_window();
-        // Their records are ours: recovered below, with every waiting cell.
-        self.carry.clear();
-        if let Some(m) = &mut self.group {
-            m.emptied();
-        }
-        self.deferred.clear();
-        // A restart or failover may have lost the members it remembers.
-        self.known.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // The windows handed in to the sum have their records: recovered
+        // below, with every waiting cell (the sum forgets the members it
+        // remembers too: a restart or failover may have lost them).
+        self.sum.forget(false).await;
         // One try per turn: a failure goes through `failed` (backoff), and
         // the loop keeps turning, so a Redis outage leaves the worker live
         // (restarting it would not help) but not ready.
@@ -159,7 +154,7 @@ impl Worker {
         if !self.batch.is_empty() {
             self.flush().await?;
         }
-        self.carry_now().await?;
+        self.sum.flush().await?;
         self.cursor = Cursor::Pending("0".into());
         while let Cursor::Pending(_) = self.cursor {
             let reply = self.read(None).await?;
@@ -174,7 +169,7 @@ impl Worker {
             self.add_entries(&entries).await?;
             self.flush().await?;
         }
-        self.carry_wait().await?;
+        self.sum.flush().await?;
         let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
         let conn = self.conn()?;
         recovery::remove_gone_consumers(conn, &keys, u64::MAX, &consumer).await?;

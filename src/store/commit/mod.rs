@@ -246,6 +246,11 @@ impl Committer {
         &self.keys
     }
 
+    /// The consumer it commits for.
+    pub(crate) fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
     /// This consumer's current epoch ("0" before any claim).
     pub(crate) async fn epoch(&self, conn: &mut Conn) -> StoreResult<String> {
         let e: Option<String> = redis::cmd("HGET")

@@ -61,3 +61,58 @@ pub(crate) async fn warn_unread(
     }
     Ok(())
 }
+
+/// How recently a consumer must have read to count as a live worker's:
+/// half a registration's lifetime (a live worker renews its own, and one
+/// paused longer than the lifetime has not read for that long either).
+const LIVE_READ_MS: u64 = crate::model::keys::REGISTRATION_LIFETIME_MS / 2;
+
+/// Why a worker named `own` must not start beside the consumers that read
+/// the stream's group (every shard) within [`LIVE_READ_MS`] with no
+/// registration under this prefix, if any: workers started with another
+/// `HITCOUNT_PREFIX`, whose state and counters are under theirs, so they
+/// count apart and nobody here fences them. A running worker warns with it.
+pub(crate) async fn strangers(
+    conn: &mut Conn,
+    layout: &LayoutArgs,
+    stream: &StreamArgs,
+    own: &str,
+) -> StoreResult<Option<String>> {
+    let mut strangers = Vec::new();
+    for keys in Keys::all_shards(layout, stream, conn.is_cluster()) {
+        let reply: redis::Value = match redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg(&keys.stream)
+            .arg(&keys.group)
+            .query_async(conn)
+            .await
+        {
+            Ok(reply) => reply,
+            // No stream or group yet: nobody reads it.
+            Err(e) if matches!(e.code(), Some("ERR" | "NOGROUP")) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        for c in crate::store::group::ConsumerInfo::parse_all(&reply) {
+            if c.name == own || c.idle_ms >= LIVE_READ_MS || strangers.contains(&c.name) {
+                continue;
+            }
+            let registration = keys.consumer_registration(&c.name);
+            let registered: bool = redis::Cmd::exists(registration).query_async(conn).await?;
+            if !registered {
+                strangers.push(c.name);
+            }
+        }
+    }
+    Ok((!strangers.is_empty()).then(|| {
+        format!(
+            "consumer(s) {} read group {} of stream {} but are not registered under \
+             HITCOUNT_PREFIX '{}': workers started with another prefix count these hits \
+             under theirs, and no worker here fences them; give every worker of a \
+             stream the same HITCOUNT_PREFIX",
+            strangers.join(", "),
+            stream.group,
+            stream.stream,
+            layout.prefix
+        )
+    }))
+}

@@ -190,7 +190,13 @@ async fn first_contact(
         health.turned();
         let checked = link
             .call(async |conn| {
-                let refusal = agreement::refusal(conn, &settings.layout, &settings.stream).await?;
+                let (layout, stream) = (&settings.layout, &settings.stream);
+                let own = settings.worker.consumer_name();
+                if let Some(why) = agreement::strangers(conn, layout, stream, &own).await? {
+                    let why = format!("{why} (this worker does not start)");
+                    return Ok((conn.is_cluster(), Some(why)));
+                }
+                let refusal = agreement::refusal(conn, layout, stream).await?;
                 if refusal.is_none() {
                     agreement::warn_unread(conn, &settings.layout, &settings.stream).await?;
                 }

@@ -34,6 +34,40 @@ fn run_within_a_minute(name: &str, args: &[&str]) -> (Option<i32>, String, Strin
     (status.code(), child.stdout(), child.stderr())
 }
 
+/// A worker of `url` named `consumer`, with `extra` flags, that must stop
+/// at start with status 1: what it said.
+fn refused_worker(url: &str, consumer: &str, extra: &[&str]) -> String {
+    let listen = common::bin::free_addr();
+    let mut args = vec!["worker", "--redis-url", url, "--listen", &listen];
+    args.extend(["--consumer", consumer]);
+    args.extend(extra);
+    let (code, _, err) = run_within_a_minute(consumer, &args);
+    assert_eq!(code, Some(1), "{err}");
+    err
+}
+
+/// Sends `hits` hits of `page:0` and waits until each precision of
+/// `precisions` counts them all.
+fn load_and_count(url: &str, hits: i64, precisions: &[&str]) {
+    let n = hits.to_string();
+    let o = run_hitcount(&["load", "--redis-url", url, "--hits", &n, "--names", "1"]);
+    assert!(o.status.success(), "{o:?}");
+    wait_counted(url, hits, precisions);
+}
+
+/// Waits until each precision of `precisions` counts `hits` hits of `page:0`.
+fn wait_counted(url: &str, hits: i64, precisions: &[&str]) {
+    for prec in precisions {
+        common::bin::wait_for("every hit counted", Duration::from_secs(30), || {
+            let counts: Vec<i64> = redis::cmd("HVALS")
+                .arg(format!("count:{prec}:page:0"))
+                .query(&mut sync_conn(url))
+                .unwrap();
+            (counts.iter().sum::<i64>() == hits).then_some(())
+        });
+    }
+}
+
 /// Asserts a failure reported in exactly one line, with no panic and no
 /// raw pipeline dump.
 fn assert_one_line_failure(what: &str, code: Option<i32>, err: &str) {
@@ -1012,6 +1046,55 @@ fn settings_no_retry_fixes_stop_a_worker_saying_why() {
 /// leader with fewer samples cleans samples the others still keep: the
 /// first worker records its layout, a worker or `clean` with another is
 /// refused naming both and the remedy, and the remedy works.
+/// A worker started with another `HITCOUNT_PREFIX` than the workers that
+/// read the stream is refused, naming them: its state and its counters
+/// would be under its own prefix, so it would count apart and no worker
+/// would fence it (2,000 hits were once counted as 1,952 and 48 under two
+/// prefixes).
+#[test]
+fn a_worker_with_another_prefix_is_refused_and_no_count_is_split() {
+    let srv = common::server();
+    let url = srv.url();
+    let listen = common::bin::free_addr();
+    let mut first = common::bin::start_worker(&url, "first", &listen, &[]);
+    // Hits flowing (ten seconds of them), so that `first` reads: Redis 7.0
+    // finds a consumer blocked on an empty stream idle, not live.
+    let sending = std::thread::spawn({
+        let url = url.clone();
+        move || {
+            run_hitcount(&[
+                "load",
+                "--redis-url",
+                &url,
+                "--hits",
+                "3000",
+                "--rate",
+                "300",
+                "--names",
+                "1",
+            ])
+        }
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let err = refused_worker(&url, "other", &["--prefix", "app2:"]);
+    for said in [
+        "consumer(s) first read group hitcount of stream hits",
+        "not registered under HITCOUNT_PREFIX 'app2:'",
+        "this worker does not start",
+    ] {
+        assert!(err.contains(said), "{said}\n{err}");
+    }
+    let o = sending.join().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    wait_counted(&url, 3000, &["86400"]);
+    let theirs: Vec<String> = redis::cmd("KEYS")
+        .arg("app2:*")
+        .query(&mut sync_conn(&url))
+        .unwrap();
+    assert!(theirs.is_empty(), "{theirs:?}");
+    first.terminate(Duration::from_secs(30));
+}
+
 #[test]
 fn a_worker_with_another_layout_is_refused_and_no_count_is_split() {
     let srv = common::server();
@@ -1052,23 +1135,7 @@ fn a_worker_with_another_layout_is_refused_and_no_count_is_split() {
     );
     assert!(at(100, "1").status.success());
     let other = common::bin::free_addr();
-    let (code, _, err) = run_within_a_minute(
-        "other-layout",
-        &[
-            "worker",
-            "--redis-url",
-            &url,
-            "--listen",
-            &other,
-            "--consumer",
-            "other",
-            "--precisions",
-            "1,7,60",
-            "--samples",
-            "5",
-        ],
-    );
-    assert_eq!(code, Some(1), "{err}");
+    let err = refused_worker(&url, "other", &["--precisions", "1,7,60", "--samples", "5"]);
     for said in [
         "`precisions=1,7,60 samples=5 quantile_precisions=60`",
         &format!("`{recorded}` (recorded in {key})"),
@@ -1084,17 +1151,7 @@ fn a_worker_with_another_layout_is_refused_and_no_count_is_split() {
         "{err}"
     );
     // Every hit counted at every precision of the one layout.
-    let o = run_hitcount(&["load", "--redis-url", &url, "--hits", "300", "--names", "1"]);
-    assert!(o.status.success(), "{o:?}");
-    for prec in ["1", "5", "60", "86400"] {
-        common::bin::wait_for("every hit counted", Duration::from_secs(30), || {
-            let counts: Vec<i64> = redis::cmd("HVALS")
-                .arg(format!("count:{prec}:page:0"))
-                .query(&mut sync_conn(&url))
-                .unwrap();
-            (counts.iter().sum::<i64>() == 300).then_some(())
-        });
-    }
+    load_and_count(&url, 300, &["1", "5", "60", "86400"]);
     // The remedy: every worker stopped, the record deleted.
     first.terminate(Duration::from_secs(30));
     let _: () = redis::cmd("DEL")
@@ -1113,23 +1170,9 @@ fn a_worker_with_another_layout_is_refused_and_no_count_is_split() {
     );
     // A worker of another stream writes the same counters (and may lead
     // their cleaning): refused as well.
-    let third = common::bin::free_addr();
-    let (code, _, err) = run_within_a_minute(
-        "other-stream",
-        &[
-            "worker",
-            "--redis-url",
-            &url,
-            "--listen",
-            &third,
-            "--consumer",
-            "o",
-            "--stream",
-            "other",
-        ],
-    );
-    assert_eq!(code, Some(1), "{err}");
+    let err = refused_worker(&url, "o", &["--stream", "other"]);
     assert!(err.contains("(recorded in hc:layout)"), "{err}");
+    let third = common::bin::free_addr();
     // clean judges only what it cleans by, precisions and samples: workers
     // with their own quantile precisions (which clean has no setting for)
     // leave it free to clean.

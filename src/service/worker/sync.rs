@@ -106,9 +106,18 @@ impl Worker {
         let gc_every = Duration::from_millis((w.consumer_idle_ms / 2).clamp(1000, 60_000));
         if self.last_gc.elapsed() >= gc_every {
             self.last_gc = Instant::now();
-            let keys = self.keys.clone();
-            let conn = self.conn()?;
+            let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
+            let conn = self.link.current().ok_or_else(|| {
+                crate::store::connect::StoreError::Unexpected {
+                    what: "the worker's connection",
+                    reply: "not connected".into(),
+                }
+            })?;
             recovery::remove_gone_consumers(conn, &keys, w.consumer_idle_ms, "").await?;
+            let (layout, stream) = (&self.settings.layout, &self.settings.stream);
+            if let Some(strangers) = agreement::strangers(conn, layout, stream, &consumer).await? {
+                tracing::warn!("{strangers}");
+            }
         }
         Ok(())
     }

@@ -116,6 +116,8 @@ pub(crate) async fn claim(
     }
     let m = metrics();
     m.events_claimed.inc_by(n as u64);
+    // Claimed entries are read too (the read counter is the worker's input).
+    m.events_read.inc_by(n as u64);
     m.events_dead_lettered
         .with_label_values(&["max_deliveries"])
         .inc_by(poisoned);

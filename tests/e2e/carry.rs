@@ -284,6 +284,15 @@ async fn workers_killed_while_carrying_count_every_hit_once() {
         assert!(Instant::now() < deadline, "{records} window records left");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Every entry it counted it read, claimed ones included.
+    let (_, metrics) = crate::common::bin::http_get(&listen, "/metrics").unwrap();
+    let value = |series| crate::common::bin::metric_value(&metrics, series).unwrap();
+    let (read, claimed) = (
+        value("hitcount_events_read_total"),
+        value("hitcount_events_claimed_total"),
+    );
+    assert!(claimed > 0.0, "{metrics}");
+    assert!(read >= value("hitcount_events_applied_total"), "{metrics}");
     survivor.signal(libc::SIGTERM);
     assert!(survivor.wait(Duration::from_secs(30)).is_some());
     sent.assert_counted(&mut c, &s).await;

@@ -590,7 +590,14 @@ async fn serves_as_a_user_that_may_only_read() {
         "docs/operations.md gives the read-only rules"
     );
     let server = server_with(ServerOptions {
-        extra: vec![format!("user reader on >read-pw {READ_ONLY}")],
+        extra: vec![
+            format!("user reader on >read-pw {READ_ONLY}"),
+            // The same without `+info`: serve cannot start.
+            format!(
+                "user noinfo on >read-pw {}",
+                READ_ONLY.replace(" +info", "")
+            ),
+        ],
         ..ServerOptions::default()
     });
     let mut admin = conn(&server.url()).await;
@@ -639,6 +646,18 @@ async fn serves_as_a_user_that_may_only_read() {
     assert_eq!(get(&addr, "/api/v1/stats?limit=5").status, 200);
 
     assert_nothing_refused(&mut admin, "serve's user").await;
+    // A user short of a rule: the hint names serve's own rules, not the
+    // worker's.
+    let url = format!("redis://noinfo:read-pw@127.0.0.1:{}", server.port());
+    let listen = crate::common::bin::free_addr();
+    let out = run_hitcount(&["serve", "--listen", &listen, "--redis-url", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("NOPERM")
+            && err.contains("the read-only user of `hitcount serve` in docs/operations.md"),
+        "{err}"
+    );
 }
 
 #[test]

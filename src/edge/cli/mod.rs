@@ -243,8 +243,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Top(a) => (Some(a.common.redis.url.clone()), top::run(a).await),
         Command::Clean(a) => (Some(a.common.redis.url.clone()), clean::run(a).await),
         Command::Status(a) => (Some(a.common.redis.url.clone()), status::run(a).await),
-        Command::Serve(a) => (Some(a.redis.url.clone()), serve::run(a).await),
-        Command::Ingest(a) => (Some(a.common.redis.url.clone()), ingest::run(a).await),
+        Command::Serve(a) => {
+            reach::acl_for("serve");
+            (Some(a.redis.url.clone()), serve::run(a).await)
+        }
+        Command::Ingest(a) => {
+            reach::acl_for("ingest");
+            (Some(a.common.redis.url.clone()), ingest::run(a).await)
+        }
         Command::Demo(a) => (a.redis_url.clone(), demo::run(a).await),
         Command::Bench(a) => (a.redis_url.clone(), bench::run(a).await),
     };

@@ -12,6 +12,23 @@ use crate::service::producer::{Producer, ProducerOptions};
 use crate::store::connect::{Conn, ErrorClass};
 use crate::store::shard_count::{self, Recorded};
 
+/// Where the Redis user of most commands is given (the worker's).
+const WORKER_ACL: &str = "deploy/redis/hitcount.acl";
+
+/// Where the Redis user of the command running is given, when it is not
+/// [`WORKER_ACL`] (see [`acl_for`]): named by a `NOPERM`'s hint.
+static ACL: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// The command running is `serve` or `ingest`, whose users are their own.
+pub(crate) fn acl_for(command: &'static str) {
+    let acl = match command {
+        "serve" => "the read-only user of `hitcount serve` in docs/operations.md",
+        "ingest" => "deploy/redis/ingest.acl",
+        _ => WORKER_ACL,
+    };
+    let _ = ACL.set(acl);
+}
+
 /// What went wrong, in one line: for a reply error (alone or the first of a
 /// pipeline) its code and message, plus a hint for the usual causes; else
 /// the client's words.
@@ -46,9 +63,10 @@ pub(crate) fn cause(err: &RedisError) -> String {
         _ if crate::store::error::is_needless_password(err) => {
             line.push_str(&format!(" ({})", crate::store::error::NEEDLESS_PASSWORD));
         }
-        "NOPERM" => line.push_str(
-            " (the user lacks a command or key hitcount needs: see deploy/redis/hitcount.acl)",
-        ),
+        "NOPERM" => line.push_str(&format!(
+            " (the user lacks a command or key hitcount needs: see {})",
+            ACL.get().copied().unwrap_or(WORKER_ACL)
+        )),
         _ => {}
     }
     line

@@ -133,24 +133,29 @@ pub(crate) fn top_bucket(
             "{b} is after now: the current {p} s bucket starts at {current}"
         ));
     }
-    if b.rem_euclid(p) != 0 {
-        let holding = b
-            .checked_sub(b.rem_euclid(p))
-            .map(|s| format!(": the bucket holding it starts at {s}"))
-            .unwrap_or_default();
-        return Err(format!(
-            "{b} is not the start of a {p} s bucket (a multiple of {p}){holding}"
-        ));
-    }
     let oldest = i64::from(samples)
         .checked_sub(1)
         .and_then(|older| older.checked_mul(p))
         .and_then(|span| current.checked_sub(span))
         .unwrap_or(i64::MIN);
+    // The age first: the bucket a misaligned `b` falls in may be too old
+    // too, and the error must not point at it.
     if b < oldest {
         return Err(format!(
             "{b} is older than the {p} s precision keeps ({samples} samples, \
              --samples / HITCOUNT_SAMPLES: the oldest bucket kept starts at {oldest})"
+        ));
+    }
+    if b.rem_euclid(p) != 0 {
+        let holding = b
+            .checked_sub(b.rem_euclid(p))
+            .filter(|s| *s >= oldest)
+            .map_or_else(
+                || format!(": the oldest bucket kept starts at {oldest}"),
+                |s| format!(": the bucket holding it starts at {s}"),
+            );
+        return Err(format!(
+            "{b} is not the start of a {p} s bucket (a multiple of {p}){holding}"
         ));
     }
     Ok(b)
@@ -217,9 +222,17 @@ mod tests {
         assert!(refused(1_700_000_100).contains("after now"));
         assert!(refused(1_700_000_040 - 121 * 60).contains("older than the 60 s precision keeps"));
         assert!(refused(-60).contains("older"));
-        assert!(refused(-1).contains("multiple of 60"));
+        // A misaligned bucket too old is said to be so, with the oldest
+        // bucket kept, never the too-old bucket holding it.
+        for b in [-1, 5, 1_700_000_040 - 121 * 60 + 1] {
+            let e = refused(b);
+            assert!(
+                e.contains("older") && e.ends_with("starts at 1699992900)"),
+                "{e}"
+            );
+        }
         // No wrap at either end of i64.
-        assert!(!refused(i64::MIN).contains("starts at"));
+        assert!(refused(i64::MIN).ends_with("starts at 1699992900)"));
         assert!(refused(i64::MIN + 8).contains("older"));
         assert!(refused(i64::MAX).contains("after now"));
         assert!(refused(1_700_000_101).contains("after now"));

@@ -93,6 +93,27 @@ fn checked_tokens(tokens: Vec<String>) -> anyhow::Result<Vec<String>> {
     Ok(tokens)
 }
 
+/// The origins as given, empty items left out: each must be an origin as
+/// browsers send it, `scheme://host[:port]` (a trailing `/` is let go):
+/// one without its scheme would never match a page, silently.
+fn checked_origins(origins: Vec<String>) -> anyhow::Result<Vec<String>> {
+    let origins = origins.into_iter().map(|o| o.trim().to_string());
+    let origins: Vec<String> = origins.filter(|o| !o.is_empty()).collect();
+    for o in &origins {
+        let host = o
+            .split_once("://")
+            .map(|(_, rest)| rest.trim_end_matches('/'));
+        if host.is_none_or(|h| h.is_empty() || h.contains('/')) {
+            anyhow::bail!(
+                "HITCOUNT_INGEST_ORIGINS (--origins) has {o:?}, which is no origin: give each \
+                 as browsers send it, a scheme, a host and an optional port \
+                 (https://www.example.com)"
+            );
+        }
+    }
+    Ok(origins)
+}
+
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     args.common.validate()?;
     let client = crate::store::connect::client(&args.common.redis)?;
@@ -112,7 +133,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let appender = Appender::new(client, &args.common.stream, args.id_horizon);
     let settings = Settings {
         tokens: checked_tokens(args.tokens)?,
-        origins: args.origins.into_iter().filter(|o| !o.is_empty()).collect(),
+        origins: checked_origins(args.origins)?,
         browser_prefix: args.browser_prefix,
         max_body: usize::try_from(args.max_body).unwrap_or(usize::MAX),
         rate: args.rate,
@@ -158,7 +179,31 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::checked_tokens;
+    use super::{checked_origins, checked_tokens};
+
+    #[test]
+    fn an_origin_without_its_scheme_is_refused() {
+        let list = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ok = [
+            "https://example.com",
+            "http://127.0.0.1:8080",
+            "https://a.example/",
+        ];
+        assert_eq!(checked_origins(list(&ok)).unwrap(), list(&ok));
+        assert_eq!(checked_origins(list(&["", " "])).unwrap(), list(&[]));
+        for bad in [
+            "www.example.com",
+            "https://",
+            "https://a.example/page",
+            "example.com:443",
+        ] {
+            let e = checked_origins(list(&[bad])).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{bad:?}")) && e.contains("HITCOUNT_INGEST_ORIGINS"),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn tokens_with_a_hole_are_refused_not_dropped() {

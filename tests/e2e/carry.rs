@@ -446,3 +446,30 @@ async fn members_a_carry_added_are_not_added_again() {
         reference(&hits, &hitcount::model::config::DEFAULT_PRECISIONS)
     );
 }
+
+/// A backlog read in less than the carry's age goes in as one sum, the
+/// window that closed when the worker reached the head included: the sum
+/// waits for a window still open rather than go in without it (it once
+/// went in as soon as the last read came back short, and that window
+/// after it, alone: twice the cells per hit on hot names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_read_at_once_goes_in_as_one_sum_its_last_window_included() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let sent = backlog(&url, 30_000, 300).await;
+    let mut s = settings(&url, "one-sum");
+    // Several windows; the age never decides.
+    s.worker.window_entries = 4_000;
+    s.worker.carry_ms = 60_000;
+    let workers = Workers::start(vec![s.clone()]);
+    wait_drained(&mut c, &keys(&s)).await;
+    workers.stop().await;
+    sent.assert_counted(&mut c, &s).await;
+    let markers: Vec<String> = redis::cmd("KEYS")
+        .arg("hc:applied:*")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(markers.len(), 1, "one sum's markers: {markers:?}");
+}

@@ -244,8 +244,18 @@ impl Worker {
         Ok(released)
     }
 
-    /// One step: resync if needed, claim if due, read, maybe apply.
+    /// One step (see [`Worker::step`]); then tells the sum whether more of
+    /// this shard is coming soon: while the worker is behind, or a window
+    /// is open (it closes within `--window-ms` at the head), the sum waits
+    /// for it rather than apply what it holds without it.
     async fn turn(&mut self) -> StoreResult<()> {
+        self.step().await?;
+        let coming = !self.caught_up || !self.batch.is_empty();
+        self.sum.set_coming(coming).await
+    }
+
+    /// Resync if needed, claim if due, read, maybe commit a window.
+    async fn step(&mut self) -> StoreResult<()> {
         if self.link.current().is_none() || self.synced != Some(self.link.opened()) {
             self.sync().await?;
         }
@@ -292,7 +302,6 @@ impl Worker {
                 .map(|ms| unix_ms() - ms);
             let window_ms = self.settings.worker.window_ms as i64;
             self.caught_up = !full || newest_age_ms.is_none_or(|age| age < window_ms);
-            self.sum.set_behind(!self.caught_up).await?;
             if full {
                 self.read_ahead();
             }

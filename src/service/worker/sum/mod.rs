@@ -6,8 +6,9 @@
 //! holds them. The sum keeps one [`Carry`] per shard (a shard's windows are
 //! recorded as a sum next to that shard's stream, so shards are summed
 //! apart) and applies every shard's at once, on one connection, when:
-//! no shard is behind on its stream (nothing left to sum with: at the head
-//! a window goes in at once), or one of them is `--carry-ms` old (held a
+//! no shard has more coming soon (none is behind on its stream or has a
+//! window open: nothing left to sum with; at the head a window goes in as
+//! it closes), or one of them is `--carry-ms` old (held a
 //! little longer when one stream's head is near, see [`Carry::hold`]), or
 //! they hold `--carry-cells` between them, or a worker asks
 //! ([`Share::flush`]: at shutdown, after a fence). One apply runs at a
@@ -54,8 +55,9 @@ enum What {
     /// A recorded window, its entries pending: its shard's committer, the
     /// window, its cells, where to report a failure.
     Window(Box<(Committer, Deferred, Window, Failed)>),
-    /// The worker is behind on its stream, or no longer.
-    Behind(bool),
+    /// More of the shard is coming soon, or no longer (see
+    /// [`Share::set_coming`]).
+    Coming(bool),
     /// Once the apply in flight ended: apply everything now, or drop the
     /// shard's windows (its worker finishes them from their records), or
     /// drop them and let the shard go; then answer.
@@ -88,7 +90,7 @@ impl Summer {
             link: Reconnecting::new(client.clone(), "sum", connect::RESPONSE_TIMEOUT),
             client,
             shards: BTreeMap::new(),
-            behind: BTreeSet::new(),
+            coming: BTreeSet::new(),
             known: Arc::new(Mutex::new(known)),
             spare: Vec::new(),
             incarnation: format!("{:016x}", rand::random::<u64>()),
@@ -105,7 +107,7 @@ impl Summer {
             shard,
             tx: self.tx.clone(),
             failed: Arc::default(),
-            behind: false,
+            coming: false,
         }
     }
 }
@@ -115,7 +117,7 @@ pub(crate) struct Share {
     shard: u32,
     tx: mpsc::Sender<(u32, What)>,
     failed: Failed,
-    behind: bool,
+    coming: bool,
 }
 
 impl Share {
@@ -159,12 +161,13 @@ impl Share {
         self.send(What::Window(Box::new(added))).await
     }
 
-    /// Whether this shard's worker is behind on its stream: while any is,
-    /// the sum waits for more windows.
-    pub(crate) async fn set_behind(&mut self, behind: bool) -> StoreResult<()> {
-        if behind != self.behind {
-            self.send(What::Behind(behind)).await?;
-            self.behind = behind;
+    /// Whether more of this shard is coming soon (its worker is behind on
+    /// its stream, or has a window open): while any shard's is, the sum
+    /// waits for more windows.
+    pub(crate) async fn set_coming(&mut self, coming: bool) -> StoreResult<()> {
+        if coming != self.coming {
+            self.send(What::Coming(coming)).await?;
+            self.coming = coming;
         }
         Ok(())
     }
@@ -210,8 +213,8 @@ struct Task {
     link: Reconnecting,
     client: Client,
     shards: BTreeMap<u32, Part>,
-    /// Shards whose worker is behind on its stream.
-    behind: BTreeSet<u32>,
+    /// Shards with more coming soon.
+    coming: BTreeSet<u32>,
     /// The `known:` members written, shared with the apply in flight.
     known: Arc<Mutex<KnownCache>>,
     /// Applied carries, empty, kept for their allocations.
@@ -267,11 +270,11 @@ impl Task {
                 part.carry.add_window(&mut window);
                 part.deferred.push(deferred);
             }
-            What::Behind(true) => {
-                self.behind.insert(shard);
+            What::Coming(true) => {
+                self.coming.insert(shard);
             }
-            What::Behind(false) => {
-                self.behind.remove(&shard);
+            What::Coming(false) => {
+                self.coming.remove(&shard);
             }
             What::Settle(then, reply) => {
                 self.settle().await;
@@ -285,7 +288,7 @@ impl Task {
                         self.keep(p.carry);
                     }
                     if then == Then::Leave {
-                        self.behind.remove(&shard);
+                        self.coming.remove(&shard);
                     }
                     // A resync follows an error: a failover may have lost
                     // members the cache remembers.
@@ -360,7 +363,7 @@ impl Task {
         let Some(age) = self.worker.carry_age() else {
             return true;
         };
-        if self.behind.is_empty() {
+        if self.coming.is_empty() {
             return true;
         }
         let max = self.worker.carry_cells;
@@ -398,6 +401,12 @@ impl Task {
             return;
         }
         let parts: Vec<Part> = std::mem::take(&mut self.shards).into_values().collect();
+        tracing::debug!(
+            parts = parts.len(),
+            windows = parts.iter().map(|p| p.deferred.len()).sum::<usize>(),
+            coming = self.coming.len(),
+            "applying the sum"
+        );
         let known = self.known.clone();
         let id = format!("s{}-{}", self.incarnation, self.seq);
         self.seq += 1;

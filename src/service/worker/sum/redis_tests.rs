@@ -1,5 +1,5 @@
 //! The process' sum against a real redis-server: windows wait while a
-//! shard is behind and go in together as one sum once none is, a flush
+//! shard has more coming and go in together as one sum once none has, a flush
 //! applies them at once, and a forgotten shard's windows stay recorded for
 //! its resync to finish, each counted once.
 
@@ -49,11 +49,11 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn windows_wait_while_a_shard_is_behind_and_go_in_once_as_one_sum() {
+    async fn windows_wait_while_a_shard_has_more_coming_and_go_in_once_as_one_sum() {
         let srv = server();
         let mut c = conn(&srv.url()).await;
         let mut s = settings(&srv.url(), "w");
-        // Only a shard behind or a flush keep windows waiting, never age.
+        // Only a shard with more coming or a flush keep windows waiting, never age.
         s.worker.carry_ms = 600_000;
         let k = keys(&s);
         crate::store::scripts::load_all(&mut c).await.unwrap();
@@ -103,16 +103,16 @@ mod tests {
                 .unwrap();
         };
 
-        share.set_behind(true).await.unwrap();
+        share.set_coming(true).await.unwrap();
         window(&mut c, &mut share, "a", 5).await;
         window(&mut c, &mut share, "a", 7).await;
-        // Behind: nothing goes in (a little time for a wrong apply to show).
+        // More coming: nothing goes in (a little time for a wrong apply to show).
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(counted(&mut c, "a").await, 0);
         assert_eq!(pending_and_records(&mut c, &k).await, (12, 2));
 
         // At the head: both windows go in as one sum, then are finished.
-        share.set_behind(false).await.unwrap();
+        share.set_coming(false).await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while pending_and_records(&mut c, &k).await != (0, 0) {
             assert!(Instant::now() < deadline, "not applied at the head");
@@ -128,8 +128,8 @@ mod tests {
         assert_eq!(markers.len(), 1, "{markers:?}");
         assert!(!markers[0].contains("test-"), "{markers:?}");
 
-        // A flush applies at once, behind or not.
-        share.set_behind(true).await.unwrap();
+        // A flush applies at once, more coming or not.
+        share.set_coming(true).await.unwrap();
         window(&mut c, &mut share, "b", 3).await;
         share.flush().await.unwrap();
         assert_eq!(counted(&mut c, "b").await, 3);

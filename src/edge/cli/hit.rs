@@ -130,7 +130,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     producer.shutdown(Duration::from_secs(1)).await;
     let value = args
         .value
-        .map(|v| format!(" value {v}"))
+        // `{}` writes 1e100 as 101 digits; `{:?}` as `1e100`, 12.5 as 12.5.
+        .map(|v| format!(" value {v:?}"))
         .unwrap_or_default();
     // The stream, or with shards the one the producer chose for the name.
     let shard = Keys::shard_of_name(&args.name, args.common.stream.shards);

@@ -170,7 +170,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     if many && imported > 0 {
         let of = match not_imported.len() {
             0 => format!("all {imported} files"),
-            _ => format!("the {imported} of {} files imported", args.files.len()),
+            _ => format!("{imported} of {} files imported", args.files.len()),
         };
         outln!("{of}: {}", summary(&total));
     }
@@ -217,10 +217,9 @@ fn report(shown: &str, tally: &Tally) -> anyhow::Result<()> {
     }
     let refused: u64 = tally.refused.values().sum();
     if refused > tally.examples.len() as u64 {
-        outln!(
-            "  ({} more refused lines not shown)",
-            refused - tally.examples.len() as u64
-        );
+        let more = refused - tally.examples.len() as u64;
+        let lines = if more == 1 { "line" } else { "lines" };
+        outln!("  ({more} more refused {lines} not shown)");
     }
     Ok(())
 }

@@ -158,10 +158,10 @@ fn an_entry_id_far_ahead_moves_no_hit_out_of_today() {
 }
 
 /// Point 4: once the stream's last ID is the largest possible, Redis
-/// refuses every `XADD *`: `hit` and `load` say so in one line and exit 1,
+/// refuses every `XADD *`: `hit`, `load` and `import` say so in one line and exit 1,
 /// instead of printing "sent" or retrying for ever.
 #[test]
-fn hit_and_load_report_a_stream_that_takes_no_more_entries() {
+fn hit_load_and_import_report_a_stream_that_takes_no_more_entries() {
     let srv = server();
     let url = srv.url();
     let mut c = redis(&url);
@@ -189,6 +189,29 @@ fn hit_and_load_report_a_stream_that_takes_no_more_entries() {
         for bad in ["Pipeline failure", "script:", "panicked", "could not reach"] {
             assert!(!err.contains(bad), "{args:?}: {bad}\n{err}");
         }
+    }
+    // `import` alike (it appends by a script), and it does not ask to be
+    // run again: no run can append.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hits.ndjson");
+    std::fs::write(&file, "{\"name\":\"page:a\"}\n".repeat(300)).unwrap();
+    let (code, out, err) = run(
+        &url,
+        &["import", "--format", "ndjson", file.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line\n{err}");
+    for want in ["exhausted the last possible ID", "hits", "--stream"] {
+        assert!(err.contains(want), "{want}\n{err}");
+    }
+    for bad in [
+        "Pipeline failure",
+        "script:",
+        "panicked",
+        "run the same command again",
+    ] {
+        assert!(!err.contains(bad), "{bad}\n{err}");
     }
     let len: i64 = redis::cmd("XLEN").arg("hits").query(&mut c).unwrap();
     assert_eq!(len, 1, "nothing was added");

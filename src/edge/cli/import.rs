@@ -195,6 +195,12 @@ fn failure(e: &import::ImportError) -> String {
             "; hitcount did not write it: delete the file's progress key to import it anew \
              (docs/import.md)"
         }
+        // No retry can help (an exhausted stream, a refused permission):
+        // what to change instead.
+        E::Redis(r) if crate::store::connect::fatal_hint(r).is_some() => {
+            let hint = crate::store::connect::fatal_hint(r).unwrap_or_default();
+            return format!("{}; {hint}", super::reach::cause(r));
+        }
         E::Redis(_) | E::Raced { .. } => {
             "; what was imported is recorded: run the same command again to go on"
         }

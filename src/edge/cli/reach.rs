@@ -51,7 +51,12 @@ pub(crate) fn cause(err: &RedisError) -> String {
     };
     let code = first.code();
     let mut line = match first.details() {
-        Some(detail) => format!("{code} {detail}"),
+        // An error raised in a script ends with where: " script: SHA, on
+        // @user_script:LINE." (hitcount's own scripts: no use to a reader).
+        Some(detail) => format!(
+            "{code} {}",
+            detail.split(" script: ").next().unwrap_or(detail)
+        ),
         None => code.to_string(),
     };
     match code {

@@ -63,6 +63,30 @@ fn every_subcommand_and_environment_variable_is_documented_in_help() {
     assert!(worker.contains("[default: hits:dead]"));
 }
 
+/// A `HITCOUNT_*` variable no setting reads (a typo: `HITCOUNT_PRECISION`
+/// for `HITCOUNT_PRECISIONS`) is named in a warning, not silently ignored;
+/// the settings' own variables are not.
+#[test]
+fn a_variable_no_setting_reads_is_warned_about() {
+    let srv = server();
+    let url = srv.url();
+    let env = [
+        ("REDIS_URL", url.as_str()),
+        ("HITCOUNT_PRECISION", "60"),
+        ("HITCOUNT_PREFIX", "app1:"),
+        ("HITCOUNT_INGEST_ORIGINS", "https://example.com"),
+    ];
+    let o = hitcount(&["status"], &env);
+    stdout(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("HITCOUNT_PRECISION is set, but no hitcount setting has that name"),
+        "{err}"
+    );
+    let warned = err.lines().filter(|l| l.contains("is set, but no")).count();
+    assert_eq!(warned, 1, "only the typo: {err}");
+}
+
 #[test]
 fn hit_then_get_through_the_environment() {
     let srv = server();

@@ -49,6 +49,10 @@ pub struct Cli {
     pub log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+    /// `HITCOUNT_*` variables no setting reads, warned about once logging
+    /// is up.
+    #[arg(skip)]
+    unknown_variables: Vec<String>,
 }
 
 /// Log output formats: `text`, human-readable lines, or `json`, one JSON
@@ -138,7 +142,11 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
         let kind = clap::error::ErrorKind::ArgumentConflict;
         return Err(Refused::Usage(clap::Error::raw(kind, format!("{line}\n"))));
     }
-    Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))
+    let mut cli =
+        Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))?;
+    let vars = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    cli.unknown_variables = settings::unknown_variables(&cmd, vars);
+    Ok(cli)
 }
 
 /// Settings shared by the commands that read or write counters. The worker
@@ -232,6 +240,12 @@ pub fn init_tracing(format: LogFormat, default_level: &str) {
 /// Runs the parsed command. An error that comes from Redis is reported in
 /// one line naming the Redis URL (see [`one_line`]).
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    for name in &cli.unknown_variables {
+        tracing::warn!(
+            "{name} is set, but no hitcount setting has that name (a typo, or a setting of \
+             another version?): it is ignored (docs/configuration.md lists them all)"
+        );
+    }
     // Each command with the Redis URL it talks to, when it names one.
     let (url, result) = match cli.command {
         // The worker logs and retries what Redis says; its errors stay as they are.

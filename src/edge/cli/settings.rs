@@ -244,3 +244,25 @@ pub(crate) fn configured_precision(
         (None, None) => anyhow::bail!("--precision is required: one of {list}"),
     }
 }
+
+/// The `HITCOUNT_*` names among `vars` that no setting of `cmd` or of its
+/// subcommands reads (a typo, or a setting of another version), sorted:
+/// each is warned about, never silently ignored.
+pub(crate) fn unknown_variables(cmd: &Command, vars: impl Iterator<Item = String>) -> Vec<String> {
+    fn known(cmd: &Command, names: &mut std::collections::HashSet<String>) {
+        let envs = cmd.get_arguments().filter_map(|a| a.get_env());
+        names.extend(envs.map(|e| e.to_string_lossy().into_owned()));
+        for sub in cmd.get_subcommands() {
+            known(sub, names);
+        }
+    }
+    let mut names = std::collections::HashSet::new();
+    known(cmd, &mut names);
+    // Read when the binary is built (build.rs), not when it runs.
+    names.insert("HITCOUNT_GIT_REVISION".into());
+    let mut unknown: Vec<String> = vars
+        .filter(|v| v.starts_with("HITCOUNT_") && !names.contains(v))
+        .collect();
+    unknown.sort();
+    unknown
+}

@@ -195,6 +195,18 @@ mod tests {
         let r: i64 = stale.query_async(&mut c).await.unwrap();
         assert_eq!(r, -1);
         assert_eq!(state(&mut c, &keys).await, st);
+        // A lease key of another type (written by something else) fences
+        // the holder out, as a lost lease does: no WRONGTYPE, which stopped
+        // the process.
+        let _: () = redis::pipe()
+            .del(lease.key())
+            .hset(lease.key(), "a", "b")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let r: i64 = clean("1:raced").query_async(&mut c).await.unwrap();
+        assert_eq!(r, -1);
+        assert_eq!(state(&mut c, &keys).await, st);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

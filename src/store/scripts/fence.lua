@@ -20,7 +20,10 @@ local FENCE_TTL_SECS = 86400
 local function fenced(key, arg)
     local epoch = tonumber(string.match(arg, '^epoch:(%d+)$'))
     if epoch == nil then
-        return redis.call('GET', key) == arg
+        -- pcall: a lease key of another type (written by something else)
+        -- holds no token of ours: fenced out, the lease lost, not an error
+        -- that stops the process.
+        return redis.pcall('GET', key) == arg
     end
     local seen = tonumber(redis.call('GET', key)) or 0
     if epoch < seen then

@@ -493,7 +493,11 @@ async fn every_refusal_is_json_and_says_why() {
         ("/api/v1/counters?limit=-1", 400, "from 1 to 1000"),
         ("/api/v1/counters?limit=ten", 400, "from 1 to 1000"),
         ("/api/v1/top?precision=7", 400, "precision must be one of"),
-        ("/api/v1/top?bucket=17", 400, "multiple of 3600"),
+        (
+            "/api/v1/top?bucket=17",
+            400,
+            "the oldest bucket kept starts at",
+        ),
         ("/api/v1/top?precision=60&bucket=60", 400, "older than"),
         (
             "/api/v1/top?precision=60&bucket=now",

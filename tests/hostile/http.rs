@@ -456,17 +456,22 @@ async fn top_ranks_only_buckets_that_are_kept() {
     let (_serve, addr) = serve(&srv.url(), &[]);
     let minute = unix_now() / 60 * 60;
     let refused: Vec<(String, &str)> = vec![
-        (format!("bucket={}", i64::MIN), "multiple of 3600"),
+        // Misaligned and too old: the age is said, with the oldest bucket
+        // kept, not the (too old) bucket holding it.
+        (
+            format!("bucket={}", i64::MIN),
+            "older than the 3600 s precision keeps",
+        ),
         (
             format!("precision=60&bucket={}", i64::MIN),
-            "multiple of 60",
+            "older than the 60 s precision keeps",
         ),
         (
             format!("precision=60&bucket={}", i64::MIN + 8),
             "older than the 60 s precision keeps",
         ),
         (format!("bucket={}", i64::MAX), "after now"),
-        ("bucket=-1".into(), "multiple of 3600"),
+        ("bucket=-1".into(), "older than the 3600 s precision keeps"),
         (
             "bucket=-3600".into(),
             "older than the 3600 s precision keeps",

@@ -62,22 +62,58 @@ pub(crate) async fn warn_unread(
     Ok(())
 }
 
-/// How recently a consumer must have read to count as a live worker's:
-/// half a registration's lifetime (a live worker renews its own, and one
-/// paused longer than the lifetime has not read for that long either).
+/// How a consumer not registered under this prefix shows as another
+/// prefix' live worker: it read within this many ms when a worker starts,
+/// and again within [`AGAIN_MS`] on a second look that long after (a
+/// consumer that read once and died, or a foreign one, has not read since:
+/// its idle time then exceeds the gap).
 const LIVE_READ_MS: u64 = crate::model::keys::REGISTRATION_LIFETIME_MS / 2;
+/// The gap between the two looks of a starting worker, and the idle time a
+/// running worker's look allows.
+const AGAIN_MS: u64 = 2000;
 
-/// Why a worker named `own` must not start beside the consumers that read
-/// the stream's group (every shard) within [`LIVE_READ_MS`] with no
-/// registration under this prefix, if any: workers started with another
-/// `HITCOUNT_PREFIX`, whose state and counters are under theirs, so they
-/// count apart and nobody here fences them. A running worker warns with it.
-pub(crate) async fn strangers(
+/// Why a worker named `own` must not start: consumers of the stream's
+/// group (every shard) that are not registered under this prefix and read
+/// on two looks [`AGAIN_MS`] apart, if any. They are workers started with
+/// another `HITCOUNT_PREFIX`, whose state and counters are under theirs:
+/// they count apart and nobody here fences them.
+pub(crate) async fn strangers_at_start(
     conn: &mut Conn,
     layout: &LayoutArgs,
     stream: &StreamArgs,
     own: &str,
 ) -> StoreResult<Option<String>> {
+    let first = strangers(conn, layout, stream, own, LIVE_READ_MS).await?;
+    if first.is_empty() {
+        return Ok(None);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(AGAIN_MS)).await;
+    let again = strangers(conn, layout, stream, own, AGAIN_MS).await?;
+    let both: Vec<String> = again.into_iter().filter(|c| first.contains(c)).collect();
+    Ok((!both.is_empty()).then(|| stranger_words(layout, stream, &both)))
+}
+
+/// What a running worker warns about: consumers not registered under this
+/// prefix that read within [`AGAIN_MS`] (see [`strangers_at_start`]).
+pub(crate) async fn strangers_now(
+    conn: &mut Conn,
+    layout: &LayoutArgs,
+    stream: &StreamArgs,
+    own: &str,
+) -> StoreResult<Option<String>> {
+    let now = strangers(conn, layout, stream, own, AGAIN_MS).await?;
+    Ok((!now.is_empty()).then(|| stranger_words(layout, stream, &now)))
+}
+
+/// Consumers of the group (every shard) but `own` that read within
+/// `within_ms` and have no registration under this prefix.
+async fn strangers(
+    conn: &mut Conn,
+    layout: &LayoutArgs,
+    stream: &StreamArgs,
+    own: &str,
+    within_ms: u64,
+) -> StoreResult<Vec<String>> {
     let mut strangers = Vec::new();
     for keys in Keys::all_shards(layout, stream, conn.is_cluster()) {
         let reply: redis::Value = match redis::cmd("XINFO")
@@ -88,12 +124,12 @@ pub(crate) async fn strangers(
             .await
         {
             Ok(reply) => reply,
-            // No stream or group yet: nobody reads it.
-            Err(e) if matches!(e.code(), Some("ERR" | "NOGROUP")) => continue,
-            Err(e) => return Err(e.into()),
+            // No stream or group yet, or a key of another type: nobody
+            // reads it (the worker meets the second in its own step).
+            Err(_) => continue,
         };
         for c in crate::store::group::ConsumerInfo::parse_all(&reply) {
-            if c.name == own || c.idle_ms >= LIVE_READ_MS || strangers.contains(&c.name) {
+            if c.name == own || c.idle_ms >= within_ms || strangers.contains(&c.name) {
                 continue;
             }
             let registration = keys.consumer_registration(&c.name);
@@ -103,16 +139,20 @@ pub(crate) async fn strangers(
             }
         }
     }
-    Ok((!strangers.is_empty()).then(|| {
-        format!(
-            "consumer(s) {} read group {} of stream {} but are not registered under \
-             HITCOUNT_PREFIX '{}': workers started with another prefix count these hits \
-             under theirs, and no worker here fences them; give every worker of a \
-             stream the same HITCOUNT_PREFIX",
-            strangers.join(", "),
-            stream.group,
-            stream.stream,
-            layout.prefix
-        )
-    }))
+    Ok(strangers)
+}
+
+/// What to say of `strangers` (names quoted: they come from Redis).
+fn stranger_words(layout: &LayoutArgs, stream: &StreamArgs, strangers: &[String]) -> String {
+    let names: Vec<String> = strangers.iter().map(|n| format!("{n:?}")).collect();
+    format!(
+        "consumer(s) {} read group {} of stream {} but are not registered under \
+         HITCOUNT_PREFIX '{}': workers started with another prefix count these hits \
+         under theirs, and no worker here fences them; give every worker of a \
+         stream the same HITCOUNT_PREFIX",
+        names.join(", "),
+        stream.group,
+        stream.stream,
+        layout.prefix
+    )
 }

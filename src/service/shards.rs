@@ -192,7 +192,8 @@ async fn first_contact(
             .call(async |conn| {
                 let (layout, stream) = (&settings.layout, &settings.stream);
                 let own = settings.worker.consumer_name();
-                if let Some(why) = agreement::strangers(conn, layout, stream, &own).await? {
+                if let Some(why) = agreement::strangers_at_start(conn, layout, stream, &own).await?
+                {
                     let why = format!("{why} (this worker does not start)");
                     return Ok((conn.is_cluster(), Some(why)));
                 }

@@ -115,7 +115,9 @@ impl Worker {
             })?;
             recovery::remove_gone_consumers(conn, &keys, w.consumer_idle_ms, "").await?;
             let (layout, stream) = (&self.settings.layout, &self.settings.stream);
-            if let Some(strangers) = agreement::strangers(conn, layout, stream, &consumer).await? {
+            if let Some(strangers) =
+                agreement::strangers_now(conn, layout, stream, &consumer).await?
+            {
                 tracing::warn!("{strangers}");
             }
         }

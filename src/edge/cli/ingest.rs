@@ -115,6 +115,8 @@ fn checked_origins(origins: Vec<String>) -> anyhow::Result<Vec<String>> {
 }
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
+    // A refused permission names this command's own Redis user.
+    super::reach::acl_for("ingest");
     args.common.validate()?;
     let client = crate::store::connect::client(&args.common.redis)?;
     let listener = super::listen(&args.listen, "--listen / HITCOUNT_INGEST_LISTEN").await?;

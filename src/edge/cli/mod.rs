@@ -49,10 +49,6 @@ pub struct Cli {
     pub log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
-    /// `HITCOUNT_*` variables no setting reads, warned about once logging
-    /// is up.
-    #[arg(skip)]
-    unknown_variables: Vec<String>,
 }
 
 /// Log output formats: `text`, human-readable lines, or `json`, one JSON
@@ -142,11 +138,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, Refused> {
         let kind = clap::error::ErrorKind::ArgumentConflict;
         return Err(Refused::Usage(clap::Error::raw(kind, format!("{line}\n"))));
     }
-    let mut cli =
-        Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))?;
-    let vars = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
-    cli.unknown_variables = settings::unknown_variables(&cmd, vars);
-    Ok(cli)
+    Cli::from_arg_matches(&matches).map_err(|e| Refused::Usage(e.format(&mut cmd)))
 }
 
 /// Settings shared by the commands that read or write counters. The worker
@@ -240,12 +232,7 @@ pub fn init_tracing(format: LogFormat, default_level: &str) {
 /// Runs the parsed command. An error that comes from Redis is reported in
 /// one line naming the Redis URL (see [`one_line`]).
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    for name in &cli.unknown_variables {
-        tracing::warn!(
-            "{name} is set, but no hitcount setting has that name (a typo, or a setting of \
-             another version?): it is ignored (docs/configuration.md lists them all)"
-        );
-    }
+    settings::warn_unknown(&settings::unknown_variables(&Cli::command()));
     // Each command with the Redis URL it talks to, when it names one.
     let (url, result) = match cli.command {
         // The worker logs and retries what Redis says; its errors stay as they are.
@@ -257,14 +244,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Top(a) => (Some(a.common.redis.url.clone()), top::run(a).await),
         Command::Clean(a) => (Some(a.common.redis.url.clone()), clean::run(a).await),
         Command::Status(a) => (Some(a.common.redis.url.clone()), status::run(a).await),
-        Command::Serve(a) => {
-            reach::acl_for("serve");
-            (Some(a.redis.url.clone()), serve::run(a).await)
-        }
-        Command::Ingest(a) => {
-            reach::acl_for("ingest");
-            (Some(a.common.redis.url.clone()), ingest::run(a).await)
-        }
+        Command::Serve(a) => (Some(a.redis.url.clone()), serve::run(a).await),
+        Command::Ingest(a) => (Some(a.common.redis.url.clone()), ingest::run(a).await),
         Command::Demo(a) => (a.redis_url.clone(), demo::run(a).await),
         Command::Bench(a) => (a.redis_url.clone(), bench::run(a).await),
     };

@@ -20,6 +20,8 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
+    // A refused permission names this command's own Redis user.
+    super::reach::acl_for("serve");
     args.layout.validate()?;
     let client = crate::store::connect::client(&args.redis)?;
     let listener = super::listen(&args.listen, "--listen / HITCOUNT_SERVE_LISTEN").await?;

@@ -245,10 +245,11 @@ pub(crate) fn configured_precision(
     }
 }
 
-/// The `HITCOUNT_*` names among `vars` that no setting of `cmd` or of its
-/// subcommands reads (a typo, or a setting of another version), sorted:
-/// each is warned about, never silently ignored.
-pub(crate) fn unknown_variables(cmd: &Command, vars: impl Iterator<Item = String>) -> Vec<String> {
+/// The `HITCOUNT_*` variables of the environment that no setting of `cmd`
+/// or of its subcommands reads (a typo, or a setting of another version),
+/// sorted: each is warned about, never silently ignored.
+pub(crate) fn unknown_variables(cmd: &Command) -> Vec<String> {
+    let vars = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
     fn known(cmd: &Command, names: &mut std::collections::HashSet<String>) {
         let envs = cmd.get_arguments().filter_map(|a| a.get_env());
         names.extend(envs.map(|e| e.to_string_lossy().into_owned()));
@@ -265,4 +266,14 @@ pub(crate) fn unknown_variables(cmd: &Command, vars: impl Iterator<Item = String
         .collect();
     unknown.sort();
     unknown
+}
+
+/// Warns about each of [`unknown_variables`]' names.
+pub(crate) fn warn_unknown(names: &[String]) {
+    for name in names {
+        tracing::warn!(
+            "{name} is set, but no hitcount setting has that name (a typo, or a setting of \
+             another version?): it is ignored (docs/configuration.md lists them all)"
+        );
+    }
 }

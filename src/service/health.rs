@@ -36,6 +36,9 @@ pub struct Health {
     shards: Mutex<Shards>,
     /// Set on one shard's view: the process' health and the shard.
     parent: Option<(Arc<Health>, u32)>,
+    /// Set once the worker's settings agree with what its deployment
+    /// recorded (see [`Health::agreed`]).
+    agreed: tokio::sync::watch::Sender<bool>,
 }
 
 /// The shards of the stream as one process reads them.
@@ -60,6 +63,19 @@ impl Health {
         Arc::new(Health::fresh(stuck_after, None))
     }
 
+    /// The worker's settings agree with its deployment's records (shard
+    /// count, layout, prefix): what waits for [`Health::agreed`] may go.
+    pub(crate) fn set_agreed(&self) {
+        self.agreed.send_replace(true);
+    }
+
+    /// Waits until [`Health::set_agreed`]: the leader's duties start only
+    /// then, so that a worker refused at start never cleans with settings
+    /// its deployment does not count with.
+    pub(crate) async fn agreed(&self) {
+        let _ = self.agreed.subscribe().wait_for(|a| *a).await;
+    }
+
     /// The view of shard `k`'s worker: its turns, connection and fatal
     /// errors count for the process; its joining or leaving the group
     /// counts for its shard alone.
@@ -78,6 +94,7 @@ impl Health {
             fatal: AtomicBool::new(false),
             shards: Mutex::default(),
             parent,
+            agreed: tokio::sync::watch::Sender::new(false),
         }
     }
 

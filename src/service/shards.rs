@@ -90,6 +90,7 @@ pub async fn run(
         shutdown.fail(problem);
         return Ok(());
     }
+    health.set_agreed();
     // One sum for every shard this process reads: their windows are
     // applied together, and due together (see `service::worker::sum`).
     let summer = Summer::start(settings.worker.clone(), &settings.layout, client.clone());

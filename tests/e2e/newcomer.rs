@@ -1098,6 +1098,41 @@ fn a_worker_with_another_prefix_is_refused_and_no_count_is_split() {
     first.terminate(Duration::from_secs(30));
 }
 
+/// A worker refused at start never leads: in the moments before its
+/// refusal, its leader would clean with its own settings (here one sample,
+/// deleting what the deployment's 120 keep). A consumer that read just now
+/// makes it look twice before it decides, two seconds.
+#[test]
+fn a_worker_refused_at_start_never_cleans() {
+    let srv = common::server();
+    let url = srv.url();
+    let listen = common::bin::free_addr();
+    // The deployment's layout recorded; its leader stopped, the lease free.
+    let mut first = common::bin::start_worker(&url, "first", &listen, &[]);
+    assert_eq!(first.terminate(Duration::from_secs(30)).code(), Some(0));
+    let old = common::unix_now() - 60;
+    let mut c = sync_conn(&url);
+    let _: () = redis::pipe()
+        .hset("count:1:kept", old, 1)
+        .zadd("known:", "1:kept", 0)
+        .cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg("hits")
+        .arg("hitcount")
+        .arg("ghost")
+        .query(&mut c)
+        .unwrap();
+    let err = refused_worker(&url, "other", &["--samples", "1", "--clean-interval", "1"]);
+    assert!(err.contains("samples=1"), "{err}");
+    assert!(!err.contains("became leader"), "{err}");
+    let kept: Option<i64> = redis::cmd("HGET")
+        .arg("count:1:kept")
+        .arg(old)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(kept, Some(1), "{err}");
+}
+
 #[test]
 fn a_worker_with_another_layout_is_refused_and_no_count_is_split() {
     let srv = common::server();

@@ -113,7 +113,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let keeper = lease
         .clone()
         .keep_until(client.clone(), shutdown.clone(), done);
-    tasks.spawn("leader lease", keeper);
+    // Not before the worker's settings agree with its deployment's: a
+    // worker refused at start never leads (it would clean with its own).
+    let (agreed, mut stop) = (health.clone(), shutdown.clone());
+    tasks.spawn("leader lease", async move {
+        tokio::select! {
+            () = agreed.agreed() => keeper.await,
+            _ = stop.wait() => {}
+        }
+    });
     tasks.spawn(
         "leader duties",
         crate::service::duties::run(

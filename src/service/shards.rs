@@ -206,7 +206,11 @@ async fn first_contact(
             })
             .await;
         match checked {
-            Ok((clustered, None)) => return Some(clustered),
+            Ok((clustered, None)) => {
+                // Clears what a failure here set (a full Redis' flag).
+                link.succeeded();
+                return Some(clustered);
+            }
             Ok((_, Some(refusal))) => {
                 shutdown.fail(refusal);
                 return None;

@@ -83,39 +83,40 @@ pub(crate) async fn strangers_at_start(
     stream: &StreamArgs,
     own: &str,
 ) -> StoreResult<Option<String>> {
-    let first = strangers(conn, layout, stream, own, LIVE_READ_MS).await?;
+    let shards = Keys::all_shards(layout, stream, conn.is_cluster());
+    let first = strangers(conn, &shards, own, LIVE_READ_MS).await?;
     if first.is_empty() {
         return Ok(None);
     }
     tokio::time::sleep(std::time::Duration::from_millis(AGAIN_MS)).await;
-    let again = strangers(conn, layout, stream, own, AGAIN_MS).await?;
+    let again = strangers(conn, &shards, own, AGAIN_MS).await?;
     let both: Vec<String> = again.into_iter().filter(|c| first.contains(c)).collect();
     Ok((!both.is_empty()).then(|| stranger_words(layout, stream, &both)))
 }
 
-/// What a running worker warns about: consumers not registered under this
-/// prefix that read within [`AGAIN_MS`] (see [`strangers_at_start`]).
+/// What a running worker of shard `keys` warns about: consumers of that
+/// shard not registered under this prefix that read within [`AGAIN_MS`]
+/// (see [`strangers_at_start`]; each shard's worker looks at its own).
 pub(crate) async fn strangers_now(
     conn: &mut Conn,
-    layout: &LayoutArgs,
-    stream: &StreamArgs,
+    (layout, stream): (&LayoutArgs, &StreamArgs),
+    keys: &Keys,
     own: &str,
 ) -> StoreResult<Option<String>> {
-    let now = strangers(conn, layout, stream, own, AGAIN_MS).await?;
+    let now = strangers(conn, std::slice::from_ref(keys), own, AGAIN_MS).await?;
     Ok((!now.is_empty()).then(|| stranger_words(layout, stream, &now)))
 }
 
-/// Consumers of the group (every shard) but `own` that read within
+/// Consumers of the group on `shards` but `own` that read within
 /// `within_ms` and have no registration under this prefix.
 async fn strangers(
     conn: &mut Conn,
-    layout: &LayoutArgs,
-    stream: &StreamArgs,
+    shards: &[Keys],
     own: &str,
     within_ms: u64,
 ) -> StoreResult<Vec<String>> {
     let mut strangers = Vec::new();
-    for keys in Keys::all_shards(layout, stream, conn.is_cluster()) {
+    for keys in shards {
         let reply: redis::Value = match redis::cmd("XINFO")
             .arg("CONSUMERS")
             .arg(&keys.stream)

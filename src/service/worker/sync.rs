@@ -116,7 +116,7 @@ impl Worker {
             recovery::remove_gone_consumers(conn, &keys, w.consumer_idle_ms, "").await?;
             let (layout, stream) = (&self.settings.layout, &self.settings.stream);
             if let Some(strangers) =
-                agreement::strangers_now(conn, layout, stream, &consumer).await?
+                agreement::strangers_now(conn, (layout, stream), &keys, &consumer).await?
             {
                 tracing::warn!("{strangers}");
             }

@@ -171,7 +171,13 @@ pub(crate) async fn run(
             // At shutdown the worker gave the lease up itself: no warning.
             Err(CleanError::LostLease) if shutdown.is_triggered() => next,
             Err(CleanError::LostLease) => {
-                tracing::warn!("leader lease lost during a cleaner pass: stopped cleaning");
+                // How long the pass ran tells one begun before a pause of
+                // the process (its lease lost meanwhile) from one begun late.
+                let pass_ms = started.elapsed().as_millis() as u64;
+                tracing::warn!(
+                    pass_ms,
+                    "leader lease lost during a cleaner pass: stopped cleaning"
+                );
                 next
             }
             // Tried again after the backoff, not a whole interval later: the

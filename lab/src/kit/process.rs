@@ -19,13 +19,35 @@ use std::time::{Duration, Instant};
 
 use super::{LOG_FILE, OUTPUT_FILE};
 
-/// Returns a port on 127.0.0.1 that was free a moment ago: binds port 0,
-/// reads the port the kernel chose, and releases it.
+/// Ports handed out: below Linux's default ephemeral range (32768 and up),
+/// where the kernel picks the local port of every outgoing connection. A
+/// port the kernel chose for `bind(0)` could be taken a moment later by
+/// any test's client connection; one from here only by a listener.
+const PORTS: std::ops::Range<u16> = 12_000..32_000;
+
+/// Returns a port on 127.0.0.1 that was free a moment ago and that no
+/// earlier call of this process returned (until the range wraps): the next
+/// one of [`PORTS`] that binds, from a start that differs per process.
 ///
 /// Another process may take it before it is used;
 /// [`RedisServer::start`](super::RedisServer::start) retries with a fresh
 /// port when that happens.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = u32::from(PORTS.end - PORTS.start);
+    let seed = std::process::id().wrapping_mul(7919)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    // The first call starts the cursor somewhere in the range.
+    let _ = NEXT.compare_exchange(u32::MAX, seed % span, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..span {
+        let port = PORTS.start + (NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -150,9 +172,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn free_port_is_bindable() {
-        let port = free_port();
-        assert_ne!(port, 0);
-        TcpListener::bind((Ipv4Addr::LOCALHOST, port)).expect("port is free");
+    fn free_port_is_bindable_and_never_repeats() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        for &port in &ports {
+            assert!(PORTS.contains(&port), "{port} outside the range");
+        }
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len(), "a port handed out twice");
+        TcpListener::bind((Ipv4Addr::LOCALHOST, ports[0])).expect("port is free");
     }
 }

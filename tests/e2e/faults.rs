@@ -394,6 +394,45 @@ async fn a_worker_stopped_past_the_claim_time_never_double_counts() {
     assert!(log.contains("claimed by another worker"), "{log}");
 }
 
+/// `--shutdown-timeout 0` exits at once: the window open at SIGTERM is
+/// dropped, its entries stay pending, the log says so in words (it said
+/// "unexpected reply to shutdown"), and another worker counts them once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_shutdown_time_leaves_the_open_window_to_other_workers() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--window-ms", "60000", "--shutdown-timeout", "0"];
+    let mut w = bin::Child::spawn_in(
+        "at-once",
+        bin::worker(&url, "at-once", "127.0.0.1:0", &args),
+        dir.path(),
+    );
+    let hits = xadd_hits(&mut c, "now", 100, unix_now()).await;
+    eventually!(
+        20,
+        "window open",
+        pending_of(&mut c, "at-once").await == 100
+    );
+    w.signal(libc::SIGTERM);
+    assert_eq!(exit_code(&mut w), Some(0), "{}", w.stderr());
+    let log = w.stderr();
+    assert!(
+        log.contains("stopped before finishing, at --shutdown-timeout"),
+        "{log}"
+    );
+    assert!(!log.contains("unexpected reply"), "{log}");
+    assert_eq!(pending(&mut c).await, 100, "left pending");
+    let mut live = settings(&url, "live");
+    live.worker.claim_idle_ms = 1000;
+    let k = keys(&live);
+    let workers = Workers::start(vec![live]);
+    wait_drained(&mut c, &k).await;
+    workers.stop().await;
+    assert_eq!(read_all(&mut c, &k).await, reference(&hits, &PRECISIONS));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_and_ctrl_c_finish_the_window_in_flight_and_leave_the_group() {
     let srv = server();

@@ -61,10 +61,10 @@ pub struct WorkerArgs {
     #[arg(long, env = "HITCOUNT_READ_COUNT", help_heading = ADVANCED, hide_short_help = true,
           default_value_t = 1000, value_parser = READ_COUNT.parser::<usize>())]
     pub read_count: usize,
-    /// Longest wait for new entries when idle (XREADGROUP BLOCK), in ms,
-    /// 1..=300000 (Redis reads 0 as "for ever"); at most a quarter of
-    /// --shutdown-timeout (250 ms at least), so that a worker waiting on an
-    /// idle stream stops within it.
+    /// Longest wait for new entries in one read (XREADGROUP BLOCK), in ms,
+    /// 1..=300000 (Redis reads 0 as "for ever"), a window's wait to close
+    /// included; at most a quarter of --shutdown-timeout (250 ms at least),
+    /// so that a worker waiting on an idle stream stops within it.
     #[arg(long, env = "HITCOUNT_BLOCK_MS", help_heading = ADVANCED, hide_short_help = true,
           default_value_t = 2000, value_parser = BLOCK_MS.parser::<u64>())]
     pub block_ms: u64,

@@ -190,35 +190,36 @@ impl Worker {
             }
         }
         let deadline = self.settings.worker.shutdown_timeout();
-        let drained = match tokio::time::timeout(deadline, self.drain()).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Unexpected {
-                what: "shutdown",
-                reply: format!("deadline of {deadline:?} passed"),
-            }),
-        };
+        let drained = tokio::time::timeout(deadline, self.drain()).await;
         self.sum.forget(true).await;
         done_trigger.trigger();
         let _ = keeper.await;
         let released = self.release_name().await;
         match (drained, released) {
-            (Ok(true), Ok(true)) => {
+            (Ok(Ok(true)), Ok(true)) => {
                 tracing::info!(consumer = %self.consumer, "worker stopped cleanly: window applied, group left, consumer name released")
             }
-            (Ok(false), _) if self.shutdown.failed() => tracing::warn!(consumer = %self.consumer,
+            (Ok(Ok(false)), _) if self.shutdown.failed() => {
+                tracing::warn!(consumer = %self.consumer,
                 "worker stopped on a fatal error: its pending entries stay for other workers \
-                 to claim after --claim-idle-ms"),
-            (Ok(false), _) => tracing::warn!(consumer = %self.consumer,
+                 to claim after --claim-idle-ms")
+            }
+            (Ok(Ok(false)), _) => tracing::warn!(consumer = %self.consumer,
                 "worker stopped without reaching Redis: its window in flight was dropped \
                  (its entries stay pending and are claimed by other workers after \
                  --claim-idle-ms); its consumer name lapses on its own"),
-            (Err(e), _) => tracing::warn!(consumer = %self.consumer, error = %e,
+            (Ok(Err(e)), _) => tracing::warn!(consumer = %self.consumer, error = %e,
                 "worker stopped before finishing: its pending entries will be claimed by \
                  other workers after --claim-idle-ms"),
-            (Ok(true), Err(e)) => tracing::warn!(consumer = %self.consumer, error = %e,
+            (Err(_), _) => {
+                tracing::warn!(consumer = %self.consumer, shutdown_timeout_s = deadline.as_secs(),
+                "worker stopped before finishing, at --shutdown-timeout: its pending entries \
+                 will be claimed by other workers after --claim-idle-ms")
+            }
+            (Ok(Ok(true)), Err(e)) => tracing::warn!(consumer = %self.consumer, error = %e,
                 "worker stopped; window applied and group left, but its consumer name \
                  could not be released: it lapses on its own"),
-            (Ok(true), Ok(false)) => tracing::info!(consumer = %self.consumer,
+            (Ok(Ok(true)), Ok(false)) => tracing::info!(consumer = %self.consumer,
                 "worker stopped cleanly: window applied, group left"),
         }
     }
@@ -267,13 +268,16 @@ impl Worker {
         }
         // Windows the sum could not apply: resync.
         self.sum.failure()?;
+        // A read waits at most --block-ms (cut to a quarter of the shutdown
+        // timeout), an open window's rest too: a read is not cut by a
+        // SIGTERM, and a 60 s window held one past the grace period.
+        let window = Duration::from_millis(self.settings.worker.window_ms);
         let block = match (&self.cursor, self.batch.opened()) {
             (Cursor::Pending(_), _) => None,
             (Cursor::New, None) => Some(self.settings.worker.block_ms()),
             (Cursor::New, Some(t)) => {
-                let left = Duration::from_millis(self.settings.worker.window_ms)
-                    .saturating_sub(t.elapsed());
-                Some((left.as_millis() as u64).max(1))
+                let left = window.saturating_sub(t.elapsed()).as_millis() as u64;
+                Some(left.clamp(1, self.settings.worker.block_ms()))
             }
         };
         // A read ahead serves only reads of new entries: after a fence its
@@ -309,7 +313,7 @@ impl Worker {
         if entries.is_empty() {
             if self.cursor != Cursor::New {
                 self.cursor = Cursor::New;
-            } else if !self.batch.is_empty() {
+            } else if self.batch.opened().is_some_and(|t| t.elapsed() >= window) {
                 self.flush().await?;
             }
             return Ok(());

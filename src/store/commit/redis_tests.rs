@@ -432,6 +432,82 @@ mod tests {
         st::assert_equal(&st::read(&mut c, &k).await, &want);
     }
 
+    /// A new statistics field takes the worker's own text (the shortest
+    /// that reads back); a field added to is summed by the script, in 15
+    /// digits when they read back, else 17; a sum that is not finite fails
+    /// its cell whole on a new key as on one that exists.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn statistics_fields_are_written_as_decimals_that_read_back() {
+        let srv = server();
+        let mut c = conn(&srv.url()).await;
+        let k = keys(&settings(&srv.url(), "text"));
+        crate::store::scripts::load_all(&mut c).await.unwrap();
+        let committer = Committer::new(k.clone(), "text".into(), 1000);
+        let summary = |sum: f64| crate::model::stats::Summary {
+            count: 1,
+            sum,
+            sumsq: sum * sum,
+            min: sum,
+            max: sum,
+            histogram: Default::default(),
+        };
+        let leak = |sum: f64| &*Box::leak(Box::new(summary(sum)));
+        let cell = |name, sum| StatCell {
+            precision: 60,
+            name,
+            bucket: BUCKET,
+            summary: leak(sum),
+        };
+        let apply = |id: &'static str, stats: Vec<StatCell<'static>>| {
+            let (committer, mut c) = (committer.clone(), c.clone());
+            async move {
+                let sum = Sum {
+                    id,
+                    group: None,
+                    cells: &[],
+                    stats: &stats,
+                    chunk: CHUNK_CELLS,
+                };
+                let failed = committer.apply(&mut c, &[sum], None, Vec::new()).await;
+                failed.unwrap().remove(0)
+            }
+        };
+        let new = vec![cell("a", 0.1), cell("b", 1.5), cell("bad", f64::INFINITY)];
+        let first = apply("w-1", new).await;
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0].name, "bad");
+        assert!(first[0].error.contains("NaN or infinite"), "{first:?}");
+        let added = vec![cell("a", 0.2), cell("b", 2.25), cell("a", f64::INFINITY)];
+        let second = apply("w-2", added).await;
+        assert_eq!(second.len(), 1, "{second:?}");
+        let fields = |name: &'static str| {
+            let mut c = c.clone();
+            let key = k.stats(60, name);
+            async move {
+                let f: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+                    .arg(key)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                f
+            }
+        };
+        assert!(fields("bad").await.is_empty(), "nothing of a failed cell");
+        let (a, b) = (fields("a").await, fields("b").await);
+        let field = |h: &std::collections::HashMap<String, String>, f: &str| {
+            h[&format!("{BUCKET}:{f}")].clone()
+        };
+        // New: the worker's text. Added to: 15 digits when they read back
+        // (1.5 + 2.25), else 17 (0.1 + 0.2); always the exact double.
+        assert_eq!(field(&b, "sum"), "3.75");
+        assert_eq!(field(&b, "sumsq"), "7.3125");
+        assert_eq!(field(&a, "sum"), "0.30000000000000004");
+        let sumsq: f64 = field(&a, "sumsq").parse().unwrap();
+        assert_eq!(sumsq, 0.1 * 0.1 + 0.2 * 0.2);
+        let mins = (field(&a, "min"), field(&a, "max"), field(&a, "count"));
+        assert_eq!(mins, ("0.1".into(), "0.2".into(), "2".into()));
+    }
+
     /// Commits `sealed`, applies it as `sum`, applies it again (the reply
     /// lost), then has a recovering worker finish it from its record
     /// (statistics read back from it): the markers make both a replay.

@@ -74,11 +74,17 @@ local function observe(key, a)
             cur[from + j - 1] = part[j]
         end
     end
+    -- Each field read, as a number: parsed once (parsing and printing
+    -- doubles is most of what a cell costs here: glibc's are exact, slow).
+    local num = {}
     for j = 1, #names do
         local v = cur[j]
-        local integer = j == 1 or j > 5
-        if v and not (integer and string.match(v, '^-?%d+$') or not integer and tonumber(v)) then
-            error('statistics field ' .. names[j] .. ' holds ' .. v .. ', not a number')
+        if v then
+            local integer = j == 1 or j > 5
+            num[j] = (not integer or string.match(v, '^-?%d+$')) and tonumber(v)
+            if not num[j] then
+                error('statistics field ' .. names[j] .. ' holds ' .. v .. ', not a number')
+            end
         end
     end
     -- Every field in one HSET: the fields were just read, so their sums are
@@ -86,27 +92,36 @@ local function observe(key, a)
     local set = {}
     -- The sums of the values and of their squares, as doubles in the
     -- shortest decimal that reads back the same (HINCRBYFLOAT keeps 17 digits
-    -- after the point: a sum of 1e-18s was 0, outside [min, max]).
+    -- after the point: a sum of 1e-18s was 0, outside [min, max]). A new
+    -- field is the worker's own text, already that.
     for j = 2, 3 do
-        local v = (tonumber(cur[j]) or 0) + tonumber(ARGV[a + j])
-        if v ~= v or v == math.huge or v == -math.huge then
-            error('statistics field ' .. names[j] .. ' would be NaN or infinite')
-        end
-        local text = string.format('%.17g', v)
-        for digits = 15, 16 do
-            local shorter = string.format('%.' .. digits .. 'g', v)
-            if tonumber(shorter) == v then
-                text = shorter
-                break
+        local text = ARGV[a + j]
+        if cur[j] then
+            local v = num[j] + tonumber(text)
+            if v ~= v or v == math.huge or v == -math.huge then
+                error('statistics field ' .. names[j] .. ' would be NaN or infinite')
             end
+            -- 15 digits when they read back (a sum of short decimals), else 17.
+            text = string.format('%.15g', v)
+            if tonumber(text) ~= v then
+                text = string.format('%.17g', v)
+            end
+        elseif string.find(text, '[nN]') then
+            -- 'NaN', 'inf': no finite decimal holds an n.
+            error('statistics field ' .. names[j] .. ' would be NaN or infinite')
         end
         set[#set + 1] = names[j]
         set[#set + 1] = text
     end
     -- Lua's numbers are doubles: a count that is not surely exact (2^53 or
-    -- more) goes by HINCRBY.
+    -- more) goes by HINCRBY. A new field takes the worker's integer as it is.
     local function add(j, delta)
-        local v = (tonumber(cur[j]) or 0) + tonumber(delta)
+        if not cur[j] then
+            set[#set + 1] = names[j]
+            set[#set + 1] = delta
+            return
+        end
+        local v = num[j] + tonumber(delta)
         if math.abs(v) < 9007199254740992 then
             set[#set + 1] = names[j]
             -- A number argument goes to Redis as %.17g: an integer below
@@ -117,11 +132,11 @@ local function observe(key, a)
         end
     end
     add(1, ARGV[a + 1])
-    if not cur[4] or tonumber(ARGV[a + 4]) < tonumber(cur[4]) then
+    if not cur[4] or tonumber(ARGV[a + 4]) < num[4] then
         set[#set + 1] = names[4]
         set[#set + 1] = ARGV[a + 4]
     end
-    if not cur[5] or tonumber(ARGV[a + 5]) > tonumber(cur[5]) then
+    if not cur[5] or tonumber(ARGV[a + 5]) > num[5] then
         set[#set + 1] = names[5]
         set[#set + 1] = ARGV[a + 5]
     end

@@ -433,6 +433,63 @@ async fn no_shutdown_time_leaves_the_open_window_to_other_workers() {
     assert_eq!(read_all(&mut c, &k).await, reference(&hits, &PRECISIONS));
 }
 
+/// A SIGTERM while the sum of a backlog is being applied: the worker stops
+/// at its `--shutdown-timeout` (0: at once), not 2 s later by the watchdog
+/// (status 1, as it did: it waited for the whole apply); what it left is
+/// finished by another worker, every hit counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stops_at_its_timeout_while_a_sum_is_applied() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let dir = tempfile::tempdir().unwrap();
+    // Many names with values: a sum that takes Redis seconds to apply.
+    let ts = unix_now();
+    let mut hits = Vec::new();
+    for part in 0..6 {
+        let mut pipe = redis::pipe();
+        for i in 0..10_000 {
+            let name = format!("n{}", (part * 10_000 + i) % 30_000);
+            let hit = hitcount::model::event::encode_value(&name, 1, Some(ts as f64), Some(1.5));
+            pipe.cmd("XADD")
+                .arg("hits")
+                .arg("*")
+                .arg("hit")
+                .arg(hit)
+                .ignore();
+            hits.push((name, 1, ts));
+        }
+        pipe.query_async::<()>(&mut c).await.unwrap();
+    }
+    // One sum of it all, applied once the backlog is read; no time to stop.
+    let args = ["--shutdown-timeout", "0", "--carry-cells", "100000000"];
+    let mut w = bin::Child::spawn_in(
+        "applying",
+        bin::worker(&url, "applying", "127.0.0.1:0", &args),
+        dir.path(),
+    );
+    let k = keys(&settings(&url, "any"));
+    eventually!(60, "the sum being applied", {
+        let known: i64 = redis::cmd("ZCARD")
+            .arg(k.known())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        known > 0
+    });
+    w.signal(libc::SIGTERM);
+    let log = |w: &mut bin::Child| w.stderr();
+    assert_eq!(exit_code(&mut w), Some(0), "{}", log(&mut w));
+    let text = log(&mut w);
+    assert!(!text.contains("exiting now"), "{text}");
+    let mut live = settings(&url, "live");
+    live.worker.claim_idle_ms = 1000;
+    let workers = Workers::start(vec![live]);
+    wait_drained(&mut c, &k).await;
+    workers.stop().await;
+    assert_eq!(read_all(&mut c, &k).await, reference(&hits, &PRECISIONS));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_and_ctrl_c_finish_the_window_in_flight_and_leave_the_group() {
     let srv = server();

@@ -142,7 +142,8 @@ pub struct WorkerArgs {
     pub consumer_idle_ms: u64,
     /// Seconds to finish the window in flight after SIGTERM before exiting
     /// anyway (Kubernetes' grace period is 30 s), 0..=3600; 0 exits at once,
-    /// leaving the window's entries pending for another worker to claim.
+    /// leaving the window's entries pending for another worker to claim
+    /// (what is not applied by then, a sum being applied too, likewise).
     /// Whatever Redis does, the process exits 2 s after it (status 1).
     #[arg(long = "shutdown-timeout", env = "HITCOUNT_SHUTDOWN_TIMEOUT",
           default_value_t = 20, value_parser = SHUTDOWN_TIMEOUT.parser::<u64>())]

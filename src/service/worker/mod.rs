@@ -190,8 +190,11 @@ impl Worker {
             }
         }
         let deadline = self.settings.worker.shutdown_timeout();
-        let drained = tokio::time::timeout(deadline, self.drain()).await;
-        self.sum.forget(true).await;
+        let until = tokio::time::Instant::now() + deadline;
+        let drained = tokio::time::timeout_at(until, self.drain()).await;
+        // An apply of the sum in flight is waited for within the deadline
+        // only: past it, its windows are left to recovery, as a crash's are.
+        let _ = tokio::time::timeout_at(until, self.sum.forget(true)).await;
         done_trigger.trigger();
         let _ = keeper.await;
         let released = self.release_name().await;

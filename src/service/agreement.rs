@@ -62,6 +62,59 @@ pub(crate) async fn warn_unread(
     Ok(())
 }
 
+/// Other consumer groups of the stream (`shards`) read by workers of this
+/// prefix, their shard count recorded under it: each group gets every
+/// entry, so both count every hit into the same counters. What to say of
+/// them, if any: a starting worker stops, a running one warns.
+pub(crate) async fn other_groups(
+    conn: &mut Conn,
+    layout: &LayoutArgs,
+    stream: &StreamArgs,
+    shards: &[Keys],
+) -> StoreResult<Option<String>> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    for keys in shards {
+        let reply = redis::Cmd::xinfo_groups(&keys.stream)
+            .query_async::<redis::Value>(conn)
+            .await;
+        // No stream yet, or a key of another type: no group to meet.
+        let Ok(reply) = reply else { continue };
+        for group in crate::store::group::GroupInfo::parse_all(&reply) {
+            if group.name == stream.group || found.iter().any(|(g, _)| *g == group.name) {
+                continue;
+            }
+            let theirs = StreamArgs {
+                group: group.name.clone(),
+                ..stream.clone()
+            };
+            let record = Keys::new(layout, &theirs).shard_count();
+            let recorded: bool = redis::Cmd::exists(&record).query_async(conn).await?;
+            if recorded {
+                found.push((group.name, record));
+            }
+        }
+    }
+    Ok((!found.is_empty()).then(|| {
+        let (groups, records): (Vec<String>, Vec<String>) = found
+            .into_iter()
+            .map(|(g, r)| (format!("{g:?}"), r))
+            .unzip();
+        format!(
+            "consumer group(s) {} of stream {} are read by workers of HITCOUNT_PREFIX '{}' \
+             (recorded in {}), and this worker's group is {:?}: each group gets every hit, \
+             so both would count it into the same counters; give every worker of a \
+             deployment the same HITCOUNT_GROUP, or another HITCOUNT_PREFIX to count \
+             apart; a group gone for good is removed with XGROUP DESTROY and its record \
+             deleted",
+            groups.join(", "),
+            stream.stream,
+            layout.prefix,
+            records.join(", "),
+            stream.group
+        )
+    }))
+}
+
 /// How a consumer not registered under this prefix shows as another
 /// prefix' live worker: it read within this many ms when a worker starts,
 /// and again within [`AGAIN_MS`] on a second look that long after (a

@@ -198,6 +198,11 @@ async fn first_contact(
                     let why = format!("{why} (this worker does not start)");
                     return Ok((conn.is_cluster(), Some(why)));
                 }
+                let shards = Keys::all_shards(layout, stream, conn.is_cluster());
+                if let Some(why) = agreement::other_groups(conn, layout, stream, &shards).await? {
+                    let why = format!("{why} (this worker does not start)");
+                    return Ok((conn.is_cluster(), Some(why)));
+                }
                 let refusal = agreement::refusal(conn, layout, stream).await?;
                 if refusal.is_none() {
                     agreement::warn_unread(conn, &settings.layout, &settings.stream).await?;

@@ -1098,6 +1098,57 @@ fn a_worker_with_another_prefix_is_refused_and_no_count_is_split() {
     first.terminate(Duration::from_secs(30));
 }
 
+/// A worker given another `HITCOUNT_GROUP` than its deployment's (a typo)
+/// is refused at start, even on an idle stream: both groups would get every
+/// hit and count it twice into the same counters (the probe saw 2,000 for
+/// 1,000). With another prefix too it counts apart, as a second deployment.
+#[test]
+fn a_worker_with_another_group_is_refused_and_nothing_is_counted_twice() {
+    let srv = common::server();
+    let url = srv.url();
+    let listen = common::bin::free_addr();
+    let mut first = common::bin::start_worker(&url, "first", &listen, &[]);
+    let err = refused_worker(&url, "other", &["--group", "typo"]);
+    for said in [
+        "consumer group(s) \"hitcount\" of stream hits are read by workers of HITCOUNT_PREFIX ''",
+        "this worker's group is \"typo\"",
+        "this worker does not start",
+    ] {
+        assert!(err.contains(said), "{said}\n{err}");
+    }
+    let apart = common::bin::free_addr();
+    let args = ["--group", "typo", "--prefix", "app2:"];
+    let mut second = common::bin::start_worker(&url, "apart", &apart, &args);
+    let o = run_hitcount(&[
+        "load",
+        "--redis-url",
+        &url,
+        "--hits",
+        "1000",
+        "--names",
+        "1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    wait_counted(&url, 1000, &["86400"]);
+    second.terminate(Duration::from_secs(30));
+    first.terminate(Duration::from_secs(30));
+    let mut c = sync_conn(&url);
+    for key in ["count:86400:", "app2:count:86400:"] {
+        let names: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{key}*"))
+            .query(&mut c)
+            .unwrap();
+        let total: i64 = names
+            .iter()
+            .map(|k| {
+                let v: Vec<i64> = redis::cmd("HVALS").arg(k).query(&mut c).unwrap();
+                v.iter().sum::<i64>()
+            })
+            .sum();
+        assert_eq!(total, 1000, "{key}: each deployment counts every hit once");
+    }
+}
+
 /// A worker refused at start never leads: in the moments before its
 /// refusal, its leader would clean with its own settings (here one sample,
 /// deleting what the deployment's 120 keep). A consumer that read just now

@@ -120,6 +120,10 @@ impl Worker {
             {
                 tracing::warn!("{strangers}");
             }
+            let own = std::slice::from_ref(&keys);
+            if let Some(groups) = agreement::other_groups(conn, layout, stream, own).await? {
+                tracing::warn!("{groups}");
+            }
         }
         Ok(())
     }

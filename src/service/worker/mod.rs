@@ -280,7 +280,7 @@ impl Worker {
             (Cursor::New, None) => Some(self.settings.worker.block_ms()),
             (Cursor::New, Some(t)) => {
                 let left = window.saturating_sub(t.elapsed()).as_millis() as u64;
-                Some(left.clamp(1, self.settings.worker.block_ms()))
+                Some(left.min(self.settings.worker.block_ms()).max(1))
             }
         };
         // A read ahead serves only reads of new entries: after a fence its

@@ -32,6 +32,8 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// First and longest pause between reconnection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Longest pause after a step refused while a Cluster hash slot moves.
+const SLOT_MOVING_PAUSE: Duration = Duration::from_millis(250);
 
 pub use crate::store::client::{client, Client, Conn};
 
@@ -213,6 +215,13 @@ impl Reconnecting {
                 self.outage.noticed();
                 tracing::debug!(error = %err, "{}: connection lost; reconnecting at once", self.what);
                 return (class, Duration::ZERO);
+            }
+            // Not an outage: Redis answers, and the step goes on once the
+            // slot's move ends, so it is tried again soon, not after a
+            // backoff grown to seconds.
+            _ if matches!(err, StoreError::Redis(e) if crate::store::error::is_slot_moving(e)) => {
+                tracing::debug!(error = %err, "{}: a hash slot is moving: trying again", self.what);
+                return (class, self.backoff.pause().min(SLOT_MOVING_PAUSE));
             }
             _ if err.is_stall() => tracing::warn!(error = %err,
                 "{}: this worker stalled (paused, or starved of CPU) past what its windows \
@@ -405,6 +414,14 @@ mod tests {
             redis::ErrorKind::Io,
             "broken pipe",
         )));
+        // A slot on the move is no outage: tried again within a quarter
+        // second, however often it repeats.
+        for _ in 0..10 {
+            let (_, pause) = link.failed(&refused("ASK 9842 127.0.0.1:7002"), None);
+            assert!(pause <= SLOT_MOVING_PAUSE, "{pause:?}");
+        }
+        assert!(link.outage.since.is_none(), "no outage seen");
+        link.succeeded();
         for (code, flag) in [
             ("OOM", crate::store::memory::out_of_memory as fn() -> bool),
             ("READONLY", crate::store::error::read_only),

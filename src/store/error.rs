@@ -73,6 +73,14 @@ pub(crate) fn is_deleted_under(err: &RedisError) -> bool {
     matches!(err.code(), Some("NOGROUP" | "UNBLOCKED" | "NOSCRIPT"))
 }
 
+/// Whether a Redis Cluster refused a command because its hash slot is
+/// moving between masters (`ASK`, `TRYAGAIN`) or has just moved (`MOVED`):
+/// the client library follows these for a command sent alone, not inside a
+/// pipeline, so a batched step fails until the move ends.
+pub(crate) fn is_slot_moving(err: &RedisError) -> bool {
+    matches!(err.code(), Some("ASK" | "TRYAGAIN" | "MOVED"))
+}
+
 /// Whether an error says the connection itself broke (not Redis' answer).
 pub(crate) fn is_broken_link(err: &RedisError) -> bool {
     err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()

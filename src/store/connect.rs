@@ -34,6 +34,8 @@ const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Longest pause after a step refused while a Cluster hash slot moves.
 const SLOT_MOVING_PAUSE: Duration = Duration::from_millis(250);
+/// How long steps refused for a moving slot are tried again quietly.
+const SLOT_MOVING_QUIET: Duration = Duration::from_secs(30);
 
 pub use crate::store::client::{client, Client, Conn};
 
@@ -63,6 +65,9 @@ pub(crate) struct Reconnecting {
     opened: u64,
     outage: Outage,
     backoff: Backoff,
+    /// Since when steps are refused for a moving hash slot, unless a
+    /// success came since (see [`SLOT_MOVING_QUIET`]).
+    slot_moving: Option<std::time::Instant>,
 }
 
 impl Reconnecting {
@@ -82,6 +87,7 @@ impl Reconnecting {
             opened: 0,
             outage: Outage::default(),
             backoff: Backoff::default(),
+            slot_moving: None,
         }
     }
 
@@ -160,6 +166,7 @@ impl Reconnecting {
         }
         self.outage.recovered(self.what);
         self.backoff.reset();
+        self.slot_moving = None;
     }
 
     /// Handles a failure: counts it and drops the connection; a transient
@@ -219,7 +226,15 @@ impl Reconnecting {
             // Not an outage: Redis answers, and the step goes on once the
             // slot's move ends, so it is tried again soon, not after a
             // backoff grown to seconds.
-            _ if matches!(err, StoreError::Redis(e) if crate::store::error::is_slot_moving(e)) => {
+            // Past SLOT_MOVING_QUIET it is an outage after all (a client
+            // that never finds the slot's owner), logged as one.
+            _ if matches!(err, StoreError::Redis(e) if crate::store::error::is_slot_moving(e))
+                && self
+                    .slot_moving
+                    .get_or_insert_with(std::time::Instant::now)
+                    .elapsed()
+                    < SLOT_MOVING_QUIET =>
+            {
                 tracing::debug!(error = %err, "{}: a hash slot is moving: trying again", self.what);
                 return (class, self.backoff.pause().min(SLOT_MOVING_PAUSE));
             }
@@ -421,7 +436,12 @@ mod tests {
             assert!(pause <= SLOT_MOVING_PAUSE, "{pause:?}");
         }
         assert!(link.outage.since.is_none(), "no outage seen");
+        // One that never ends is an outage, logged as one.
+        link.slot_moving = Some(std::time::Instant::now() - SLOT_MOVING_QUIET);
+        link.failed(&refused("MOVED 9842 127.0.0.1:7002"), None);
+        assert!(link.outage.since.is_some(), "an outage at last");
         link.succeeded();
+        assert!(link.slot_moving.is_none());
         for (code, flag) in [
             ("OOM", crate::store::memory::out_of_memory as fn() -> bool),
             ("READONLY", crate::store::error::read_only),

@@ -32,8 +32,10 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// First and longest pause between reconnection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// Longest pause after a step refused while a Cluster hash slot moves.
-const SLOT_MOVING_PAUSE: Duration = Duration::from_millis(250);
+/// Longest pause after a step refused while a Cluster hash slot moves: a
+/// second, since each try makes the client library log its slot refreshes
+/// (about eight WARN lines; every quarter second they flooded the log).
+const SLOT_MOVING_PAUSE: Duration = Duration::from_secs(1);
 /// How long steps refused for a moving slot are tried again quietly.
 const SLOT_MOVING_QUIET: Duration = Duration::from_secs(30);
 
@@ -225,7 +227,7 @@ impl Reconnecting {
             }
             // Not an outage: Redis answers, and the step goes on once the
             // slot's move ends, so it is tried again soon, not after a
-            // backoff grown to seconds.
+            // backoff grown to five seconds.
             // Past SLOT_MOVING_QUIET it is an outage after all (a client
             // that never finds the slot's owner), logged as one.
             _ if matches!(err, StoreError::Redis(e) if crate::store::error::is_slot_moving(e))
@@ -429,8 +431,8 @@ mod tests {
             redis::ErrorKind::Io,
             "broken pipe",
         )));
-        // A slot on the move is no outage: tried again within a quarter
-        // second, however often it repeats.
+        // A slot on the move is no outage: tried again within a second,
+        // however often it repeats.
         for _ in 0..10 {
             let (_, pause) = link.failed(&refused("ASK 9842 127.0.0.1:7002"), None);
             assert!(pause <= SLOT_MOVING_PAUSE, "{pause:?}");

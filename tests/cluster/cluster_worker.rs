@@ -662,9 +662,9 @@ async fn workers_run_on_a_cluster_as_the_least_privileged_user() {
         let mut node = node_conn(port).await;
         crate::common::assert_nothing_refused(&mut node, &format!("node {port}")).await;
     }
-    // A moving slot is no outage: the worker tries again within a quarter
-    // second, saying nothing above debug (it logged "Redis unavailable"
-    // and backed off for seconds).
+    // A moving slot is no outage: the worker tries again within a second,
+    // saying nothing above debug (it logged "Redis unavailable" and backed
+    // off for up to five seconds).
     for w in &workers {
         let log = w.stderr();
         assert!(!log.contains("Redis unavailable"), "{log}");

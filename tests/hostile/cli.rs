@@ -476,6 +476,34 @@ fn an_argument_that_is_not_utf8_is_refused_not_a_panic() {
     }
 }
 
+/// A name too long to count is refused in one short line that says why,
+/// without repeating it (clap's own error printed all 5,000 bytes), by
+/// `hit` and by `get`; an empty one likewise.
+#[test]
+fn a_name_too_long_is_refused_without_being_echoed() {
+    let long = "n".repeat(5000);
+    for (args, words) in [
+        (
+            vec!["hit", long.as_str()],
+            "5000 bytes is longer than the 4096 bytes a name may have",
+        ),
+        (
+            vec!["get", long.as_str()],
+            "5000 bytes is longer than the 4096 bytes a counted name may have",
+        ),
+        (vec!["hit", ""], "a hit's name cannot be empty"),
+    ] {
+        let o = run(&args, &[]);
+        assert_eq!(o.code, Some(2), "{args:?}: {}", o.stderr);
+        assert!(o.stderr.contains(words), "{}", o.stderr);
+        assert!(
+            o.stderr.len() < 300,
+            "the name echoed: {} bytes",
+            o.stderr.len()
+        );
+    }
+}
+
 /// A name a producer wrote with control characters (an escape sequence
 /// that would recolour a terminal) is printed by `top` escaped, never as
 /// the raw bytes; in `--json` too, where C1 controls and a right-to-left

@@ -11,7 +11,7 @@ use crate::store::{counters, stats_query};
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     /// Counter name (1 to 4096 bytes).
-    #[arg(value_parser = super::parse_counter_name)]
+    #[arg(value_parser = super::NameArg(super::parse_counter_name))]
     name: String,
     /// Precision in seconds (one of the configured precisions).
     #[arg(long, short, value_parser = crate::model::config::ranged::<u32>(1..=crate::model::config::MAX_PRECISION.into()))]

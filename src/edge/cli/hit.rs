@@ -11,7 +11,7 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     /// Counter name, e.g. page:home (1 to 4096 bytes).
-    #[arg(value_parser = super::parse_hit_name)]
+    #[arg(value_parser = super::NameArg(super::parse_hit_name))]
     name: String,
     /// How many hits this event counts (1 to 1,000,000,000).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..=crate::model::event::MAX_COUNT))]

@@ -88,6 +88,32 @@ where
     out
 }
 
+/// Appends one hit of each name at `ts` (with `value`, if any) in the
+/// MessagePack form, a thousand to a pipeline; returns them for the
+/// reference.
+pub async fn xadd_names(
+    c: &mut Conn,
+    names: impl IntoIterator<Item = String>,
+    ts: i64,
+    value: Option<f64>,
+) -> Vec<(String, i64, i64)> {
+    let hits: Vec<(String, i64, i64)> = names.into_iter().map(|n| (n, 1, ts)).collect();
+    for part in hits.chunks(1000) {
+        let mut pipe = redis::pipe();
+        for (name, count, ts) in part {
+            let hit = hitcount::model::event::encode_value(name, *count, Some(*ts as f64), value);
+            pipe.cmd("XADD")
+                .arg("hits")
+                .arg("*")
+                .arg("hit")
+                .arg(hit)
+                .ignore();
+        }
+        pipe.query_async::<()>(c).await.unwrap();
+    }
+    hits
+}
+
 /// Appends `n` hits of `name` at `ts` in the MessagePack form; returns them
 /// for the reference.
 pub async fn xadd_hits(c: &mut Conn, name: &str, n: usize, ts: i64) -> Vec<(String, i64, i64)> {

@@ -52,25 +52,11 @@ async fn every_precision_trails_what_was_read_by_a_bounded_time() {
     // the head, not only near it, where they wait for it (`Carry::hold`).
     let now = unix_now();
     let entries = 300_000usize;
-    for batch in 0..entries / 1000 {
-        let mut pipe = redis::pipe();
-        for i in 0..1000 {
-            let n = batch * 1000 + i;
-            let name = if n % 5 == 0 {
-                "probe".to_string()
-            } else {
-                format!("n{}", n % 5000)
-            };
-            let hit = hitcount::model::event::encode(&name, 1, Some(now as f64));
-            pipe.cmd("XADD")
-                .arg("hits")
-                .arg("*")
-                .arg("hit")
-                .arg(hit)
-                .ignore();
-        }
-        pipe.query_async::<()>(&mut c).await.unwrap();
-    }
+    let names = (0..entries).map(|n| match n % 5 {
+        0 => "probe".to_string(),
+        _ => format!("n{}", n % 5000),
+    });
+    xadd_names(&mut c, names, now, None).await;
     let probes = (entries / 5) as i64;
     // Entries older than --window-ms: the worker is behind from its first read.
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -444,23 +444,8 @@ async fn a_worker_stops_at_its_timeout_while_a_sum_is_applied() {
     let mut c = conn(&url).await;
     let dir = tempfile::tempdir().unwrap();
     // Many names with values: a sum that takes Redis seconds to apply.
-    let ts = unix_now();
-    let mut hits = Vec::new();
-    for part in 0..6 {
-        let mut pipe = redis::pipe();
-        for i in 0..10_000 {
-            let name = format!("n{}", (part * 10_000 + i) % 30_000);
-            let hit = hitcount::model::event::encode_value(&name, 1, Some(ts as f64), Some(1.5));
-            pipe.cmd("XADD")
-                .arg("hits")
-                .arg("*")
-                .arg("hit")
-                .arg(hit)
-                .ignore();
-            hits.push((name, 1, ts));
-        }
-        pipe.query_async::<()>(&mut c).await.unwrap();
-    }
+    let names = (0..60_000).map(|i| format!("n{}", i % 30_000));
+    let hits = xadd_names(&mut c, names, unix_now(), Some(1.5)).await;
     // One sum of it all, applied once the backlog is read; no time to stop.
     let args = ["--shutdown-timeout", "0", "--carry-cells", "100000000"];
     let mut w = bin::Child::spawn_in(

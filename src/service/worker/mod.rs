@@ -183,15 +183,34 @@ impl Worker {
             self.shutdown.clone(),
             done,
         ));
+        let deadline = self.settings.worker.shutdown_timeout();
+        // A turn may wait on the sum (handing in a window while it applies
+        // the last): past the deadline after a shutdown began it is dropped,
+        // as a crash would, and nothing is drained after it (its window may
+        // be recorded and not yet handed in: recovery finishes it).
+        let mut cut = false;
         while !self.shutdown.is_triggered() {
             self.health.turned();
-            if let Err(e) = self.turn().await {
-                self.failed(e).await;
+            let mut stop = self.shutdown.clone();
+            let past_deadline = async move {
+                stop.wait().await;
+                tokio::time::sleep(deadline).await;
+            };
+            tokio::select! {
+                turned = self.turn() => if let Err(e) = turned {
+                    self.failed(e).await;
+                },
+                () = past_deadline => {
+                    cut = true;
+                    break;
+                }
             }
         }
-        let deadline = self.settings.worker.shutdown_timeout();
         let until = tokio::time::Instant::now() + deadline;
-        let drained = tokio::time::timeout_at(until, self.drain()).await;
+        let drained = match cut {
+            true => Err(()),
+            false => (tokio::time::timeout_at(until, self.drain()).await).map_err(|_| ()),
+        };
         // An apply of the sum in flight is waited for within the deadline
         // only: past it, its windows are left to recovery, as a crash's are.
         let _ = tokio::time::timeout_at(until, self.sum.forget(true)).await;

@@ -33,8 +33,9 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Longest pause after a step refused while a Cluster hash slot moves: a
-/// second, since each try makes the client library log its slot refreshes
-/// (about eight WARN lines; every quarter second they flooded the log).
+/// second, since each try makes the client library refresh its slot map
+/// (about eight refreshes; every quarter second they flooded the log,
+/// before its WARN lines were filtered out, see `edge::cli::init_tracing`).
 const SLOT_MOVING_PAUSE: Duration = Duration::from_secs(1);
 /// How long steps refused for a moving slot are tried again quietly.
 const SLOT_MOVING_QUIET: Duration = Duration::from_secs(30);

@@ -214,10 +214,17 @@ impl Cli {
     }
 }
 
-/// Sets up logging on stderr; RUST_LOG overrides `default_level`.
+/// Sets up logging on stderr; RUST_LOG overrides `default_level`. The
+/// Redis client library's own lines (target `redis`) show from ERROR up
+/// unless RUST_LOG names that target: hitcount reports an outage itself,
+/// once, and the library's WARN lines repeat per retry (about eight per
+/// try while a Cluster slot moves).
 pub fn init_tracing(format: LogFormat, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("redis")) {
+        filter = filter.add_directive("redis=error".parse().expect("a valid directive"));
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -82,7 +82,7 @@ pub(crate) async fn claim(
     committer: &Committer,
     consumer: &str,
     settings: &WorkerArgs,
-    dead_maxlen: u64,
+    (dead_maxlen, read_bytes): (u64, usize),
 ) -> StoreResult<Claimed> {
     let keys = committer.keys();
     let mut cmd = CLAIM.evalsha(5);
@@ -98,7 +98,7 @@ pub(crate) async fn claim(
         .arg(settings.max_deliveries)
         .arg(dead_maxlen)
         .arg(keys.window(""))
-        .arg(stream::READ_BYTES)
+        .arg(read_bytes)
         .arg(DEAD_LETTER_FIELD_BYTES);
     let reply: Value = cmd.query_async(conn).await?;
     let (reply, poisoned, stopped) = claim_reply(reply)?;

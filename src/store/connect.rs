@@ -39,6 +39,11 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const SLOT_MOVING_PAUSE: Duration = Duration::from_secs(1);
 /// How long steps refused for a moving slot are tried again quietly.
 const SLOT_MOVING_QUIET: Duration = Duration::from_secs(30);
+/// A proven connection that broke is replaced at once, quietly, at most
+/// once in this time: a link that breaks on every try is an outage, logged
+/// and backed off (a worker whose every read Redis closed reconnected 150
+/// times a second without a word).
+const QUICK_AGAIN: Duration = Duration::from_secs(10);
 
 pub use crate::store::client::{client, Client, Conn};
 
@@ -59,6 +64,9 @@ pub(crate) struct Reconnecting {
     /// Whether the connection served a call since it was opened: a broken
     /// one that did is reconnected at once (see [`Reconnecting::failed`]).
     proven: bool,
+    /// When a broken connection was last replaced at once (see
+    /// [`QUICK_AGAIN`]).
+    quick: Option<std::time::Instant>,
     /// Whether Redis refused this task a write for its memory (`OOM`)
     /// since its last success.
     refused_for_memory: bool,
@@ -85,6 +93,7 @@ impl Reconnecting {
             scripts: true,
             used: None,
             proven: false,
+            quick: None,
             refused_for_memory: false,
             refused_read_only: false,
             opened: 0,
@@ -191,7 +200,8 @@ impl Reconnecting {
         // if the new one fails too is Redis unavailable.
         let broken = std::mem::take(&mut self.proven)
             && matches!(err, StoreError::Redis(e) if crate::store::error::is_broken_link(e)
-                || crate::store::error::is_deleted_under(e));
+                || crate::store::error::is_deleted_under(e))
+            && self.quick.is_none_or(|t| t.elapsed() >= QUICK_AGAIN);
         // Remembered until a success clears them, whatever fails between:
         // a refusal, then a dropped connection, then a success must clear
         // the process' flag (and its gauge) all the same.
@@ -222,6 +232,7 @@ impl Reconnecting {
                 shutdown.fail(cause);
             }
             _ if broken => {
+                self.quick = Some(std::time::Instant::now());
                 self.outage.noticed();
                 tracing::debug!(error = %err, "{}: connection lost; reconnecting at once", self.what);
                 return (class, Duration::ZERO);
@@ -456,5 +467,33 @@ mod tests {
             link.succeeded();
             assert!(!flag(), "{code}");
         }
+    }
+
+    /// A proven connection that broke is replaced at once, quietly; one
+    /// that breaks again soon after its replacement served a call is an
+    /// outage, backed off (and logged: see [`Outage::failed`]); a worker
+    /// whose every read Redis closed reconnected 150 times a second
+    /// without a word.
+    #[test]
+    fn a_link_that_breaks_again_at_once_is_an_outage() {
+        let args = crate::model::config::RedisArgs {
+            url: "redis://127.0.0.1:1".into(),
+            ..Default::default()
+        };
+        let mut link = Reconnecting::new(client(&args).unwrap(), "test", RESPONSE_TIMEOUT);
+        let dropped = StoreError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "connection reset",
+        )));
+        link.succeeded();
+        let (_, pause) = link.failed(&dropped, None);
+        assert_eq!(pause, Duration::ZERO, "replaced at once");
+        link.succeeded();
+        let (_, pause) = link.failed(&dropped, None);
+        assert!(pause > Duration::ZERO, "an outage, backed off");
+        // Long after the last quick one, a break is replaced at once again.
+        link.succeeded();
+        link.quick = Some(std::time::Instant::now() - QUICK_AGAIN);
+        assert_eq!(link.failed(&dropped, None).1, Duration::ZERO);
     }
 }

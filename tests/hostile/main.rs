@@ -9,6 +9,7 @@ mod http;
 mod large;
 mod quiet;
 mod redis_access;
+mod small_buffers;
 mod stream;
 
 /// A plain (blocking) connection to the test's Redis at `url`.

@@ -575,3 +575,63 @@ fn a_stream_deleted_after_the_last_possible_id_counts_its_new_entries() {
     );
     assert_eq!(worker.terminate(Duration::from_secs(30)).code(), Some(0));
 }
+
+/// Pending entries deleted from the stream by another client (an `XTRIM`
+/// while a stopped worker held them, or its own ones across a restart)
+/// are lost: the worker says so once, counts them in
+/// `hitcount_events_gone_total`, and counts every hit still there once.
+/// They left the pending list without a word (a claim of a deleted entry
+/// drops it from the list and returns nothing).
+#[test]
+fn pending_entries_deleted_by_another_client_are_reported_lost() {
+    let srv = server();
+    let url = srv.url();
+    let mut r = redis(&url);
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("hits")
+        .arg("hitcount")
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut r)
+        .unwrap();
+    // 30 read by a consumer that stopped, 20 by this worker's own name
+    // before a restart: pending, then trimmed away.
+    send_hits(&mut r, "gone", 50);
+    for (consumer, n) in [("stopped", 30), ("w", 20)] {
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("hitcount")
+            .arg(consumer)
+            .arg("COUNT")
+            .arg(n)
+            .arg("STREAMS")
+            .arg("hits")
+            .arg(">")
+            .query(&mut r)
+            .unwrap();
+    }
+    let _: i64 = redis::cmd("XTRIM")
+        .arg("hits")
+        .arg("MAXLEN")
+        .arg(0)
+        .query(&mut r)
+        .unwrap();
+    send_hits(&mut r, "kept", 10);
+    let listen = bin::free_addr();
+    let worker = bin::start_worker(&url, "w", &listen, &["--claim-idle-ms", "1000"]);
+    bin::wait_for("all 50 reported", Duration::from_secs(60), || {
+        metric(&listen, "hitcount_events_gone_total").filter(|n| *n >= 50.0)
+    });
+    bin::wait_for("the rest counted", Duration::from_secs(60), || {
+        (day_count(&mut r, "kept") == 10 && settled(&mut r)).then_some(())
+    });
+    assert_eq!(metric(&listen, "hitcount_events_gone_total"), Some(50.0));
+    assert_eq!(day_count(&mut r, "gone"), 0);
+    let log = worker.stderr();
+    assert!(
+        log.contains("deleted from the stream before they were counted"),
+        "{log}"
+    );
+    stops_without_an_outage(worker);
+}

@@ -103,6 +103,13 @@ families! {
     /// (dead or slow) consumers, in entries.
     events_claimed: IntCounter =
         counter("hitcount_events_claimed_total", "Pending entries claimed from other consumers.");
+    /// `hitcount_events_gone_total`: pending entries found deleted from
+    /// the stream (by another client's XTRIM, XDEL or MAXLEN) before they
+    /// were counted: their hits are lost.
+    events_gone: IntCounter = counter(
+        "hitcount_events_gone_total",
+        "Pending entries deleted from the stream by another client before they were counted.",
+    );
     /// `hitcount_hits_too_old_total{precision}`: hits not written at a
     /// precision because they are older than its retention; `precision` is
     /// the bucket length in seconds, e.g. "60".
@@ -421,6 +428,7 @@ mod tests {
             "hitcount_events_applied_total",
             "hitcount_events_dead_lettered_total",
             "hitcount_events_claimed_total",
+            "hitcount_events_gone_total",
             "hitcount_hits_too_old_total",
             "hitcount_hits_future_id_total",
             "hitcount_windows_applied_total",

@@ -18,14 +18,38 @@ const MAX_REJECTED_PER_WINDOW: usize = 500;
 /// `--window-ms`), a window may stay open this many times `--window-ms`, so
 /// it can reach its size limits.
 const BACKLOG_AGE_FACTOR: u32 = 10;
-/// At most one warning in this long about hits whose entry IDs are far
-/// ahead of Redis' clock: they may be every hit of a stream, for good.
-const FUTURE_ID_WARN_EVERY: Duration = Duration::from_secs(60);
+/// At most one warning in this long about each kind of [`Tally`]: hits
+/// whose entry IDs are far ahead of Redis' clock may be every hit of a
+/// stream, for good.
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// When the process last warned about entry IDs ahead of Redis' clock,
-/// and how many such hits it has seen since (every shard's worker shares
-/// it: one warning a minute per process).
-static FUTURE_IDS: Mutex<(Option<Instant>, u64)> = Mutex::new((None, 0));
+/// Something worth a warning, counted by the whole process (every shard's
+/// worker shares it) and reported at most once every [`WARN_EVERY`]: when
+/// it last warned, and how many it has seen since.
+struct Tally(Mutex<(Option<Instant>, u64)>);
+
+impl Tally {
+    const fn new() -> Tally {
+        Tally(Mutex::new((None, 0)))
+    }
+
+    /// Adds `n`; the total since the last warning, when one is due now.
+    fn add(&self, n: u64) -> Option<u64> {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.1 += n;
+        if seen.0.is_some_and(|t| t.elapsed() < WARN_EVERY) {
+            return None;
+        }
+        let total = seen.1;
+        *seen = (Some(Instant::now()), 0);
+        Some(total)
+    }
+}
+
+/// Hits counted at Redis' clock: their entry IDs are ahead of it.
+static FUTURE_IDS: Tally = Tally::new();
+/// Pending entries found deleted from the stream.
+static GONE: Tally = Tally::new();
 
 /// Entries read and not yet applied.
 #[derive(Debug)]
@@ -40,6 +64,9 @@ pub(crate) struct Batch {
     /// Hits in the window counted at Redis' clock: their entry IDs are
     /// more than a minute ahead of it.
     future_ids: u64,
+    /// Pending entries read back deleted from the stream (trimmed or
+    /// deleted by someone else before they were counted), and the first.
+    gone: (u64, Option<String>),
 }
 
 impl Batch {
@@ -52,6 +79,7 @@ impl Batch {
             opened: None,
             oldest_ms: i64::MAX,
             future_ids: 0,
+            gone: (0, None),
         }
     }
 
@@ -65,7 +93,8 @@ impl Batch {
     /// Decodes entries into the window, or the rejected list; `now_ms` is
     /// the local clock (what is too old to keep), `clock_ms` Redis' clock
     /// (what is too far ahead, see [`event::decode_at`]). Entries deleted
-    /// while pending are only acknowledged.
+    /// while pending are only acknowledged, and reported once recorded
+    /// ([`Batch::count_recorded`]).
     pub(crate) fn add(&mut self, entries: &[EntryRef<'_>], now_ms: i64, clock_ms: i64) {
         if self.opened.is_none() {
             self.opened = Some(Instant::now());
@@ -78,6 +107,8 @@ impl Batch {
             }
             self.ids.push_str(e.id_str());
             if e.fields.is_none() {
+                self.gone.0 += 1;
+                self.gone.1.get_or_insert_with(|| e.id_str().to_string());
                 continue;
             }
             // The size first, from lengths alone: a large entry is neither
@@ -171,6 +202,15 @@ impl Batch {
         for r in &self.rejected {
             m.events_dead_lettered.with_label_values(&[r.reason]).inc();
         }
+        if let (n @ 1.., Some(first)) = (self.gone.0, &self.gone.1) {
+            m.events_gone.inc_by(n);
+            if let Some(entries) = GONE.add(n) {
+                tracing::warn!(entries, first_id = %first,
+                    "pending entries were deleted from the stream before they were counted \
+                     (an XTRIM, XDEL or MAXLEN by another client): their hits are lost \
+                     (logged at most once a minute)");
+            }
+        }
     }
 
     /// The time of its oldest counted entry (unix ms), if any.
@@ -186,6 +226,7 @@ impl Batch {
         self.opened = None;
         self.oldest_ms = i64::MAX;
         self.future_ids = 0;
+        self.gone = (0, None);
     }
 }
 
@@ -218,20 +259,17 @@ pub(crate) fn count_failures(failures: &[Failure]) {
 /// because their entry IDs are more than a minute ahead of it (counted with
 /// their window, [`Batch::count_recorded`]).
 fn warn_future_ids(n: u64, first_id: &str, clock_ms: i64) {
-    let mut seen = FUTURE_IDS.lock().unwrap_or_else(|e| e.into_inner());
-    seen.1 += n;
-    if seen.0.is_some_and(|t| t.elapsed() < FUTURE_ID_WARN_EVERY) {
+    let Some(hits) = FUTURE_IDS.add(n) else {
         return;
-    }
+    };
     tracing::warn!(
-        hits = seen.1,
+        hits,
         entry_id = first_id,
         redis_clock_ms = clock_ms,
         "stream entry IDs more than a minute ahead of Redis' clock (an XADD with an explicit \
          ID?): their hits are counted at Redis' clock instead; every later ID stays that \
          high until the stream is recreated"
     );
-    *seen = (Some(Instant::now()), 0);
 }
 
 #[cfg(test)]

@@ -17,6 +17,9 @@ use crate::store::stream::{self, EntryRef, READ_BYTES};
 /// that even a backlog of megabyte entries makes a first reply within
 /// [`READ_BYTES`].
 const FIRST_READ: usize = 16;
+/// The least byte budget of a read, however often Redis closed the
+/// connection on one (see [`Pace::shrink`]).
+const MIN_READ_BYTES: usize = 64 << 10;
 
 /// How many entries the next read asks for. A stream entry can take up to
 /// Redis' 512 MB, and XREADGROUP has no byte limit, so the count follows
@@ -24,12 +27,15 @@ const FIRST_READ: usize = 16;
 /// [`READ_BYTES`] (it shrinks at once after a large reply), and at most
 /// twice the last count (it grows back while entries are small), within
 /// 1..=`--read-count`. Reads of this consumer's pending entries also stop at
-/// [`READ_BYTES`] inside Redis (`pending.lua`), and so do claims
-/// (`claim.lua`): a restart never re-reads more than that at once.
+/// that budget inside Redis (`pending.lua`), and so do claims
+/// (`claim.lua`): a restart never re-reads more than that at once. A
+/// connection closed while Redis answered a read halves the budget (see
+/// [`Pace::shrink`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Pace {
     count: usize,
     max: usize,
+    bytes: usize,
 }
 
 impl Pace {
@@ -39,12 +45,34 @@ impl Pace {
         Pace {
             count: FIRST_READ.min(max),
             max,
+            bytes: READ_BYTES,
         }
     }
 
     /// Entries the next read asks for.
     pub(super) fn count(&self) -> usize {
         self.count
+    }
+
+    /// About the most bytes a read brings back: [`READ_BYTES`], or less
+    /// once Redis closed the connection on a read.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// After the connection closed while Redis answered a read: halves the
+    /// byte budget and the count, down to [`MIN_READ_BYTES`]. Redis closes
+    /// a client whose reply outgrows its `client-output-buffer-limit` for
+    /// normal clients, and a worker that read as much again after each
+    /// reconnect never read anything. Returns the new budget, or `None`
+    /// at the least one.
+    pub(super) fn shrink(&mut self) -> Option<usize> {
+        if self.bytes <= MIN_READ_BYTES {
+            return None;
+        }
+        self.bytes = (self.bytes / 2).max(MIN_READ_BYTES);
+        self.count = (self.count / 2).max(1);
+        Some(self.bytes)
     }
 
     /// Whether reads ask for all of `--read-count` (entries are small): only
@@ -58,7 +86,7 @@ impl Pace {
         let Some(largest) = entries.iter().map(entry_size).max() else {
             return;
         };
-        let fits = (READ_BYTES / largest.max(1)).max(1);
+        let fits = (self.bytes / largest.max(1)).max(1);
         self.count = self.count.saturating_mul(2).min(fits).clamp(1, self.max);
     }
 }
@@ -72,16 +100,32 @@ impl Worker {
     /// Reads the next entries: this consumer's own pending ones first (after
     /// a start or any error), then new ones; [`Pace::count`] of them at most.
     pub(super) async fn read(&mut self, block: Option<u64>) -> StoreResult<Value> {
-        let count = self.pace.count();
+        let (count, bytes) = (self.pace.count(), self.pace.bytes());
         let cursor = self.cursor.clone();
         let (keys, consumer) = (self.keys.clone(), self.consumer.clone());
         let conn = self.conn()?;
-        Ok(match &cursor {
+        let read = match &cursor {
             Cursor::Pending(after) => {
-                stream::read_own_pending(conn, &keys, &consumer, count, after, READ_BYTES).await?
+                stream::read_own_pending(conn, &keys, &consumer, count, after, bytes).await
             }
-            Cursor::New => stream::read(conn, &keys, &consumer, count, block, ">").await?,
-        })
+            Cursor::New => stream::read(conn, &keys, &consumer, count, block, ">").await,
+        };
+        read.map_err(|e| self.read_failed(e.into()))
+    }
+
+    /// A read (or a claim) failed: when the connection closed while Redis
+    /// answered it, the next ones ask for less (see [`Pace::shrink`]).
+    pub(super) fn read_failed(&mut self, e: StoreError) -> StoreError {
+        let closed = matches!(&e, StoreError::Redis(r) if crate::store::error::is_broken_link(r));
+        let before = self.pace.bytes();
+        if let Some(bytes) = closed.then(|| self.pace.shrink()).flatten() {
+            tracing::warn!(consumer = %self.consumer, before, bytes,
+                "the connection closed while Redis answered a read: reads now ask for half as \
+                 many bytes (Redis closes a client whose reply outgrows its \
+                 client-output-buffer-limit for normal clients, which must allow 4 MiB; \
+                 a restart of Redis closes it too)");
+        }
+        e
     }
 
     /// The connection, once synced.
@@ -121,7 +165,8 @@ impl Worker {
         while let Some((count, handle)) = self.ahead.pop_front() {
             let reply = handle
                 .await
-                .map_err(|e| StoreError::ReadAhead(e.to_string()))??;
+                .map_err(|e| StoreError::ReadAhead(e.to_string()))?
+                .map_err(|e| self.read_failed(e.into()))?;
             if !stream::read_reply_entries(&reply).is_empty() {
                 return Ok(Some((count, reply)));
             }
@@ -240,5 +285,24 @@ mod tests {
         one.observe(&entries(&replies(&[60])));
         assert_eq!((one.count(), one.at_full()), (1, true));
         assert_eq!(Pace::new(0).count(), 1);
+    }
+
+    #[test]
+    fn a_read_closed_by_redis_halves_the_byte_budget_down_to_a_floor() {
+        let mut pace = Pace::new(1000);
+        for _ in 0..8 {
+            pace.observe(&entries(&replies(&[3000])));
+        }
+        assert_eq!(pace.count(), 699, "2 MiB of 3,000-byte entries");
+        assert_eq!(pace.shrink(), Some(READ_BYTES / 2));
+        assert_eq!(pace.count(), 349, "halved at once");
+        pace.observe(&entries(&replies(&[3000])));
+        assert_eq!(pace.count(), 349, "grows back only to what fits");
+        let mut budgets = Vec::new();
+        while let Some(b) = pace.shrink() {
+            budgets.push(b);
+        }
+        assert_eq!(budgets, [1 << 19, 1 << 18, 1 << 17, MIN_READ_BYTES]);
+        assert_eq!(pace.bytes(), MIN_READ_BYTES);
     }
 }

@@ -39,7 +39,8 @@ impl Worker {
                     after = %format!("{ms}-{seq}"),
                     "the consumer group was gone (destroyed?) and is made again after the \
                      newest entry this worker committed, not from the stream's start: what \
-                     was counted is not counted again");
+                     it counted is not counted again, but hits other workers counted after \
+                     that entry may be, and a window another worker had open is lost");
             }
             (Some(None), Some((ms, seq))) => {
                 tracing::warn!(consumer = %self.consumer, group = %self.keys.group,
@@ -89,8 +90,10 @@ impl Worker {
             // A dead worker's entries come back a few batches a window
             // while batches come back full, each a script of its own.
             for _ in 0..CLAIMS_PER_WINDOW {
+                let bounds = (dead_maxlen, self.pace.bytes());
                 let conn = self.conn()?;
-                let claimed = recovery::claim(conn, &committer, &consumer, &w, dead_maxlen).await?;
+                let claimed = recovery::claim(conn, &committer, &consumer, &w, bounds).await;
+                let claimed = claimed.map_err(|e| self.read_failed(e))?;
                 let entries = claimed.entries();
                 if !entries.is_empty() {
                     self.add_entries(&entries).await?;

@@ -18,7 +18,8 @@
 -- step, so a stalled owner can no longer commit a window holding them.
 -- An entry already delivered max-deliveries times is dead-lettered with its
 -- delivery count and its owner's last error, and acknowledged.
--- Returns {claimed entries as XCLAIM returns them, number dead-lettered,
+-- Returns {claimed entries as XCLAIM returns them (an entry deleted from
+-- the stream as [id, nil]), number dead-lettered,
 -- 1 when the byte bound stopped it before the idle entries it found, else 0}.
 --
 -- Bounded work whatever the pending lists hold (a worker behind keeps up to
@@ -110,6 +111,11 @@ for _, p in ipairs(pending) do
             for _, v in ipairs(got[2] or {}) do
                 bytes = bytes + #v
             end
+        elseif not redis.call('XRANGE', stream, id, id)[1] then
+            -- Deleted from the stream while pending (Redis 7 drops it from
+            -- the PEL without a word): returned without fields, so that the
+            -- claimer reports it lost.
+            claimed[#claimed + 1] = {id, false}
         end
     end
 end

@@ -252,12 +252,11 @@ impl Health {
         }
         if !self.is_connected() {
             // Redis answers, but refuses writes: no network fault to chase.
+            let refused = crate::store::error::writes_refused();
             problems.push(if crate::store::memory::out_of_memory() {
                 format!("{}: writes refused", crate::store::memory::OUT_OF_MEMORY)
-            } else if crate::store::error::read_only() {
-                "Redis answers as a read-only replica: writes refused (REDIS_URL must name a \
-                 master)"
-                    .to_string()
+            } else if let Some(why) = refused.and_then(write_refusal) {
+                why.to_string()
             } else {
                 "redis not connected".to_string()
             });
@@ -268,6 +267,24 @@ impl Health {
         problems.extend(self.liveness_problem());
         problems
     }
+}
+
+/// What `/readyz` says of a write refusal (see
+/// [`crate::store::error::WRITE_REFUSALS`]).
+fn write_refusal(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "READONLY" => {
+            "Redis answers as a read-only replica: writes refused (REDIS_URL must name a master)"
+        }
+        "NOREPLICAS" => {
+            "Redis refuses writes: fewer good replicas than its min-replicas-to-write (NOREPLICAS)"
+        }
+        "MISCONF" => {
+            "Redis refuses writes: its last save to disk failed (MISCONF: see its log and \
+             stop-writes-on-bgsave-error)"
+        }
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

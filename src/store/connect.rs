@@ -70,9 +70,9 @@ pub(crate) struct Reconnecting {
     /// Whether Redis refused this task a write for its memory (`OOM`)
     /// since its last success.
     refused_for_memory: bool,
-    /// A replica's READONLY since the last success (see
-    /// [`crate::store::error::read_only`]).
-    refused_read_only: bool,
+    /// A write refused while Redis answers (a replica's READONLY, see
+    /// [`crate::store::error::writes_refused`]) since the last success.
+    refused_writes: bool,
     opened: u64,
     outage: Outage,
     backoff: Backoff,
@@ -95,7 +95,7 @@ impl Reconnecting {
             proven: false,
             quick: None,
             refused_for_memory: false,
-            refused_read_only: false,
+            refused_writes: false,
             opened: 0,
             outage: Outage::default(),
             backoff: Backoff::default(),
@@ -173,8 +173,8 @@ impl Reconnecting {
         if std::mem::take(&mut self.refused_for_memory) {
             crate::store::memory::set_out_of_memory(false);
         }
-        if std::mem::take(&mut self.refused_read_only) {
-            crate::store::error::set_read_only(false);
+        if std::mem::take(&mut self.refused_writes) {
+            crate::store::error::set_writes_refused(None);
         }
         self.outage.recovered(self.what);
         self.backoff.reset();
@@ -210,9 +210,12 @@ impl Reconnecting {
             self.refused_for_memory = true;
             crate::store::memory::set_out_of_memory(true);
         }
-        if matches!(err, StoreError::Redis(e) if e.code() == Some("READONLY")) {
-            self.refused_read_only = true;
-            crate::store::error::set_read_only(true);
+        if let StoreError::Redis(e) = err {
+            let code = e.code().unwrap_or("");
+            if crate::store::error::WRITE_REFUSALS.contains(&code) {
+                self.refused_writes = true;
+                crate::store::error::set_writes_refused(Some(code));
+            }
         }
         match (class, shutdown) {
             (ErrorClass::Fatal, Some(shutdown)) => {
@@ -456,9 +459,12 @@ mod tests {
         assert!(link.outage.since.is_some(), "an outage at last");
         link.succeeded();
         assert!(link.slot_moving.is_none());
+        let writes_refused = || crate::store::error::writes_refused().is_some();
         for (code, flag) in [
             ("OOM", crate::store::memory::out_of_memory as fn() -> bool),
-            ("READONLY", crate::store::error::read_only),
+            ("READONLY", writes_refused),
+            ("NOREPLICAS", writes_refused),
+            ("MISCONF", writes_refused),
         ] {
             link.failed(&refused(code), None);
             assert!(flag(), "{code}");

@@ -50,19 +50,31 @@ pub(crate) fn classify(err: &RedisError) -> (ErrorClass, &'static str) {
     (ErrorClass::Transient, kind)
 }
 
-/// A write refused with READONLY by this process' last try on some
-/// connection: `/readyz` says so instead of "redis not connected".
-static READ_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The error codes with which Redis refuses writes while it answers:
+/// a replica (`READONLY`), too few good replicas (`NOREPLICAS`), a failed
+/// save to disk (`MISCONF`). `/readyz` names the cause instead of "redis
+/// not connected".
+pub(crate) const WRITE_REFUSALS: [&str; 3] = ["READONLY", "NOREPLICAS", "MISCONF"];
 
-/// Records whether the Redis written to answers as a read-only replica.
-pub(crate) fn set_read_only(refusing: bool) {
-    READ_ONLY.store(refusing, std::sync::atomic::Ordering::Relaxed);
+/// The index in [`WRITE_REFUSALS`] of the refusal met by this process'
+/// last try on some connection, plus one (0: none).
+static WRITES_REFUSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Records the write refusal `code` (one of [`WRITE_REFUSALS`]), or its
+/// end (`None`).
+pub(crate) fn set_writes_refused(code: Option<&str>) {
+    let at = code
+        .and_then(|c| WRITE_REFUSALS.iter().position(|r| *r == c))
+        .map_or(0, |i| i + 1);
+    WRITES_REFUSED.store(at, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Whether the last write was refused by a read-only replica (a `REDIS_URL`
-/// naming a replica, or a cluster's failover under way).
-pub(crate) fn read_only() -> bool {
-    READ_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+/// The code with which Redis last refused a write, if it still does as
+/// far as anyone knows (a `REDIS_URL` naming a replica, a cluster's
+/// failover under way, `min-replicas-to-write`, a failed `BGSAVE`).
+pub(crate) fn writes_refused() -> Option<&'static str> {
+    let at = WRITES_REFUSED.load(std::sync::atomic::Ordering::Relaxed);
+    at.checked_sub(1).map(|i| WRITE_REFUSALS[i])
 }
 
 /// Whether Redis says it lost what hitcount keeps there under this call:

@@ -607,6 +607,47 @@ fn a_worker_on_a_replica_says_so_on_readyz() {
     );
 }
 
+/// A master that refuses writes for want of replicas (`min-replicas-to-write`)
+/// makes the worker not ready, saying why (it said "redis not connected");
+/// once the setting is lifted, the worker is ready and counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_short_of_replicas_is_named_on_readyz() {
+    let srv = server_with(ServerOptions {
+        extra: vec!["min-replicas-to-write 1".into()],
+        ..ServerOptions::default()
+    });
+    let url = srv.url();
+    let listen = bin::free_addr();
+    let mut w = bin::Child::spawn("lonely", bin::worker(&url, "lonely", &listen, &[]));
+    let said = bin::wait_for("readyz naming the refusal", Duration::from_secs(60), || {
+        w.assert_running();
+        bin::http_get(&listen, "/readyz")
+            .filter(|(status, body)| *status == 503 && body.contains("NOREPLICAS"))
+    });
+    assert!(said.1.contains("min-replicas-to-write"), "{said:?}");
+    let mut c = conn(&url).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("min-replicas-to-write")
+        .arg("0")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let hits = xadd_hits(&mut c, "lonely", 10, unix_now()).await;
+    let k = keys(&settings(&url, "any"));
+    wait_drained(&mut c, &k).await;
+    assert_eq!(read_all(&mut c, &k).await, reference(&hits, &PRECISIONS));
+    bin::wait_for("ready", Duration::from_secs(30), || {
+        bin::http_get(&listen, "/readyz").filter(|(status, _)| *status == 200)
+    });
+    assert_eq!(
+        w.terminate(Duration::from_secs(30)).code(),
+        Some(0),
+        "{}",
+        w.stderr()
+    );
+}
+
 /// A worker started while Redis is down turns its loop with each try to
 /// reach it: past `--stuck-after` it is still live (a restart would not
 /// bring Redis back), and not ready.

@@ -53,7 +53,8 @@
 //!    │       ingest.rs      what `ingest` appends: each id once (`cli`)
 //!    │       memory_watch.rs Redis' maxmemory-policy, checked every minute
 //!    │       import/        `import`: a file's lines in batches (batch.rs), each appended
-//!    │                      with the file's progress, so every line counts once
+//!    │                      with the file's progress, so every line counts once; where
+//!    │                      a file goes on, checked by its bytes' hash (resume.rs)
 //!    │       shard_spread.rs which master serves which shards, the slots to move
 //!    │                      (status.rs, shard_spread.rs gather: no text on this floor)
 //!    │       ranking.rs     `top`: one cached ranking scan per (order, precision, bucket)

@@ -271,9 +271,11 @@ impl Keys {
         format!("{}:hc:ingest:{id}", slot_tagged(&self.stream))
     }
 
-    /// STRING `BYTES:LINES`: how far `hitcount import` got through the file
-    /// identified by `file` (hex), in this shard's slot so that one script
-    /// appends a batch of its hits and moves it on (expires).
+    /// STRING `BYTES:LINES:SHA1`: how far `hitcount import` got through the
+    /// file identified by `file` (hex, then `:N` for the Nth file with that
+    /// identity), and the hash of the bytes before (`BYTES:LINES` from an
+    /// earlier version), in this shard's slot so that one script appends a
+    /// batch of its hits and moves it on (expires).
     pub fn import_progress(&self, file: &str) -> String {
         format!(
             "{}{}:hc:import:{file}",

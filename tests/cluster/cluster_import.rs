@@ -66,7 +66,8 @@ async fn access_logs_are_imported_exactly_once_on_a_cluster() {
     );
     drain_and_stop(&mut c, &shards, &mut workers).await;
     assert_exact(&mut c, &sent).await;
-    // Each file's progress sits beside its shard's stream, at its end.
+    // Each file's progress sits beside its shard's stream, at its end, with
+    // the hash of the bytes imported.
     for (path, text) in &files {
         let head = &text.as_bytes()[..4096];
         let id = sha1_smol::Sha1::from(head).digest().to_string();
@@ -76,6 +77,7 @@ async fn access_logs_are_imported_exactly_once_on_a_cluster() {
             .query_async(&mut c)
             .await
             .unwrap();
-        assert_eq!(at, format!("{}:{LINES}", text.len()), "{path}");
+        let hashed = sha1_smol::Sha1::from(text).digest();
+        assert_eq!(at, format!("{}:{LINES}:{hashed}", text.len()), "{path}");
     }
 }

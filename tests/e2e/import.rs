@@ -164,7 +164,8 @@ async fn progress_lines(c: &mut Conn) -> u64 {
         .unwrap();
     let Some(key) = keys.first() else { return 0 };
     let at: Option<String> = redis::cmd("GET").arg(key).query_async(c).await.unwrap();
-    at.and_then(|a| a.split_once(':').map(|(_, l)| l.parse().unwrap()))
+    // `BYTES:LINES:SHA1`
+    at.and_then(|a| a.split(':').nth(1).map(|l| l.parse().unwrap()))
         .unwrap_or(0)
 }
 
@@ -644,15 +645,21 @@ async fn a_file_that_cannot_be_imported_leaves_the_others_going() {
     // a.log rewritten in place, shorter, its first 4 KiB (its identity) kept.
     std::fs::write(path("a.log"), lines(0, 60)).unwrap();
     // c.log rewritten longer, its first 4 KiB kept and its lines after them
-    // longer: its recorded progress falls inside a line.
+    // longer: its bytes up to its recorded progress are not those imported,
+    // so it is another file, imported from its start under its own
+    // progress, and said so.
     let longer: String = (60..200)
         .map(|i| combined(now - 10, "GET", &format!("/long/{i}"), 200) + "\n")
         .collect();
     std::fs::write(path("c.log"), lines(300, 60) + &longer).unwrap();
-    let out = import(&url, &[&path("c.log")]).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
-    assert!(err.contains("ends no line: it was rewritten"), "{err}");
+    let out = import_ok(&url, &[&path("c.log")]);
+    assert!(
+        out.contains(
+            "another file than the one imported with the same first 4 KiB, imported from its \
+             start: 200 lines read, 200 counted"
+        ),
+        "{out}"
+    );
     let files = [path("a.log"), path("missing.log"), path("b.log")];
     let args: Vec<&str> = files.iter().map(String::as_str).collect();
     let out = import(&url, &args).output().unwrap();
@@ -679,7 +686,124 @@ async fn a_file_that_cannot_be_imported_leaves_the_others_going() {
     assert!(!text.contains("all 3 files"), "{text}");
     assert_eq!(
         xlen(&mut c).await,
-        252,
-        "a.log's 100 lines, c.log's 100, d.log's 2 and b.log's 50"
+        452,
+        "a.log's 100 lines, c.log's 100 then 200, d.log's 2 and b.log's 50"
+    );
+}
+
+/// NDJSON hits without times: two files with the same first 4 KiB. The
+/// second is another file (its bytes up to where the first's import
+/// stopped are not the first's), imported from its start, every line once
+/// (an earlier version went on after the first's 1000 lines and lost 965 of
+/// its lines without a word); the first, grown since, goes on where it
+/// stopped, and so does the second; a gzipped copy is the same file; one
+/// shorter than both that is neither is refused. A progress an earlier
+/// version recorded (without the hash) is gone on from as then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_only_starts_as_an_imported_one_is_another() {
+    let (_srv, url, mut c, _) = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let hits = |name: &str, n: usize| format!("{{\"name\":\"nd:{name}\"}}\n").repeat(n);
+    let nd = |file: &str| import_ok(&url, &["--format", "ndjson", &path(file)]);
+    std::fs::write(path("nd1.ndjson"), hits("home", 1000)).unwrap();
+    let nd2 = hits("home", 300) + &hits("other", 700) + &hits("home", 500);
+    std::fs::write(path("nd2.ndjson"), &nd2).unwrap();
+    let out = nd("nd1.ndjson");
+    assert!(out.contains("1000 lines read, 1000 counted"), "{out}");
+    let out = nd("nd2.ndjson");
+    let another = "another file than the one imported with the same first 4 KiB, imported \
+                   from its start: 1500 lines read, 1500 counted";
+    assert!(out.contains(another), "{out}");
+    for (file, lines) in [("nd1.ndjson", 1000), ("nd2.ndjson", 1500)] {
+        let out = nd(file);
+        let done = format!("already imported ({lines} lines): nothing added");
+        assert!(out.contains(&done), "{file}: {out}");
+    }
+    // Grown since: each goes on where it stopped.
+    let append = |file: &str, text: String| {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path(file))
+            .unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    };
+    append("nd1.ndjson", hits("home", 200));
+    append("nd2.ndjson", hits("other", 100));
+    let out = nd("nd1.ndjson");
+    assert!(
+        out.contains("resumed after line 1000: 200 lines read"),
+        "{out}"
+    );
+    let out = nd("nd2.ndjson");
+    assert!(
+        out.contains("resumed after line 1500: 100 lines read"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(path("nd1.ndjson")).unwrap();
+    gzip(Path::new(&path("nd1.ndjson.gz")), &text);
+    let out = nd("nd1.ndjson.gz");
+    assert!(out.contains("already imported (1200 lines)"), "{out}");
+    // Shorter than both and neither: a cut copy cannot be told from
+    // another file, so nothing of it is imported.
+    std::fs::write(path("nd3.ndjson"), hits("home", 250) + &hits("x", 10)).unwrap();
+    let out = import(&url, &["--format", "ndjson", &path("nd3.ndjson")])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("or another file that starts the same way"),
+        "{err}"
+    );
+    let entries = xlen(&mut c).await;
+    assert_eq!(entries, 1200 + 1600, "one entry a line without a time");
+
+    // A progress without the hash, as an earlier version recorded it.
+    let progress: Vec<String> = redis::cmd("KEYS")
+        .arg("*:hc:import:*")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // nd1's: the identity's first (nd2's is `SHA1:2`).
+    let first = progress.iter().min_by_key(|k| k.len()).unwrap().clone();
+    let set = |at: String| redis::cmd("SET").arg(&first).arg(at).to_owned();
+    let at = 19 * 1200;
+    let _: () = set(format!("{at}:1200")).query_async(&mut c).await.unwrap();
+    append("nd1.ndjson", hits("home", 50));
+    let out = nd("nd1.ndjson");
+    assert!(
+        out.contains("resumed after line 1200: 50 lines read"),
+        "{out}"
+    );
+    let now: String = redis::cmd("GET")
+        .arg(&first)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(now.starts_with(&format!("{}:1250:", at + 19 * 50)), "{now}");
+    // One at a byte that ends no line: the file was rewritten, as then.
+    let _: () = set(format!("{}:1000", at + 5))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let out = import(&url, &["--format", "ndjson", &path("nd1.ndjson")])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ends no line: it was rewritten"), "{err}");
+
+    drain(&mut c, &url).await;
+    let got = read_all(&mut c, &keys(&settings(&url, "w1"))).await;
+    let day = *DEFAULT_PRECISIONS.iter().max().unwrap();
+    let total = |name: &str| -> i64 {
+        got.get(&(day, format!("nd:{name}")))
+            .map(|b| b.values().sum())
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        (total("home"), total("other")),
+        (1250 + 800, 800),
+        "nd1's 1250 lines, nd2's 800 of each"
     );
 }

@@ -2,10 +2,12 @@
 //! the stream, each line once, resumable.
 //!
 //! A file is known by the SHA-1 of its first 4 KiB once decompressed (the
-//! whole file when shorter), not by its path: a log renamed or compressed
-//! by a rotation is the same file, and one appended to since its import
-//! goes on where that stopped. Gzipped files are recognised by their magic
-//! bytes. The work itself is [`crate::service::import`]'s.
+//! whole file when shorter), not by its path, and goes on from a recorded
+//! progress only when its bytes before it are the ones imported: a log
+//! renamed or compressed by a rotation is the same file, and one appended
+//! to since its import goes on where that stopped. Gzipped files are
+//! recognised by their magic bytes. The work itself is
+//! [`crate::service::import`]'s.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
@@ -137,12 +139,28 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
         let read = opened.read.clone();
         settings.clock_ms = clock.now_ms(&mut conn).await?;
         let shows = |_: &Tally| bar.set_position(read.load(Relaxed));
-        let id = opened.source.id.clone();
+        // The progress key the import moves, once found: where it stands
+        // when interrupted.
+        let key = std::sync::Mutex::new(None);
+        let shows = |t: &Tally| {
+            shows(t);
+            let mut k = key.lock().unwrap_or_else(|e| e.into_inner());
+            if k.is_none() {
+                k.clone_from(&t.key);
+            }
+        };
         let tally = tokio::select! {
             tally = import::import(&mut conn, &keys, opened.source, &settings, shows) => tally,
             () = &mut stop => {
                 bar.finish_and_clear();
-                let at = import::recorded(&mut conn, &keys, &id).await?;
+                let key = key.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let Some(key) = key else {
+                    anyhow::bail!(
+                        "{shown}: interrupted before its import began: run the same command \
+                         again to import it"
+                    );
+                };
+                let at = import::recorded(&mut conn, &key).await?;
                 anyhow::bail!(
                     "{shown}: interrupted after line {}: what was imported is recorded: run the \
                      same command again to go on",
@@ -191,6 +209,7 @@ fn failure(e: &import::ImportError) -> String {
         E::Io(_) => "; the lines before are imported and recorded",
         // It says that nothing more is imported from it.
         E::Shrank { .. } | E::Rewritten { .. } => "",
+        E::TooManyFiles { .. } => "",
         E::BadProgress(_) => {
             "; hitcount did not write it: delete the file's progress key to import it anew \
              (docs/import.md)"
@@ -245,6 +264,9 @@ fn summary(t: &Tally) -> String {
         );
     }
     let resumed = match t.resumed.lines {
+        0 if t.another => "another file than the one imported with the same first 4 KiB, \
+                           imported from its start: "
+            .to_string(),
         0 => String::new(),
         n => format!("resumed after line {n}: "),
     };
@@ -264,7 +286,8 @@ fn summary(t: &Tally) -> String {
 
 /// Opens `path`: its identity, and a reader of its lines (decompressed
 /// when it is gzipped) that counts the bytes read from disk. It is read
-/// three times from its start (its kind, its identity, its lines), so it
+/// three times or more from its start (its kind, its identity, its lines,
+/// and again when its bytes are another file's than its progress'), so it
 /// must be a regular file: a pipe would lose its first bytes to the first
 /// two, and could not be resumed.
 fn open(path: &Path) -> io::Result<Opened> {
@@ -281,9 +304,11 @@ fn open(path: &Path) -> io::Result<Opened> {
     };
     let size = std::fs::metadata(path)?.len();
     let read = Arc::new(AtomicU64::new(0));
-    let lines = |counted: Arc<AtomicU64>| -> io::Result<Box<dyn BufRead + Send>> {
+    let owned = path.to_path_buf();
+    let lines = move |counted: Arc<AtomicU64>| -> io::Result<Box<dyn BufRead + Send>> {
+        counted.store(0, Relaxed);
         let file = Counted {
-            inner: File::open(path)?,
+            inner: File::open(&owned)?,
             read: counted,
         };
         Ok(if gzipped {
@@ -306,10 +331,10 @@ fn open(path: &Path) -> io::Result<Opened> {
         );
     }
     let id = sha1_smol::Sha1::from(&head).digest().to_string();
+    let counted = read.clone();
     let source = import::Source {
         id,
-        reader: lines(read.clone())?,
-        len: (!gzipped).then_some(size),
+        open: Box::new(move || lines(counted.clone())),
     };
     Ok(Opened { source, size, read })
 }

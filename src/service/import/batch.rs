@@ -11,6 +11,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, BufRead};
 
+use sha1_smol::Sha1;
+
 use crate::model::access_log::{self, LineReject, Template};
 use crate::model::event::{self, json, Reject, MAX_COUNT, MAX_FUTURE_MS};
 
@@ -49,25 +51,50 @@ pub(crate) struct Example {
     pub text: String,
 }
 
-/// Where a file's import stands: bytes and lines read from its start.
+/// Where a file's import stands: bytes and lines read from its start, and
+/// the SHA-1 of those bytes (none at the start, nor in a progress an
+/// earlier version recorded).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Progress {
     pub bytes: u64,
     pub lines: u64,
+    pub digest: Option<[u8; 20]>,
 }
 
 impl Progress {
-    /// As Redis keeps it: `BYTES:LINES`.
+    /// As Redis keeps it: `BYTES:LINES:SHA1` (`BYTES:LINES` without a hash).
     pub(super) fn text(self) -> String {
-        format!("{}:{}", self.bytes, self.lines)
+        match self.digest {
+            None => format!("{}:{}", self.bytes, self.lines),
+            Some(d) => {
+                let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+                format!("{}:{}:{hex}", self.bytes, self.lines)
+            }
+        }
     }
 
     /// Reads [`Progress::text`]; `None` for anything else.
     pub(super) fn parse(text: &str) -> Option<Progress> {
-        let (bytes, lines) = text.split_once(':')?;
+        let mut parts = text.split(':');
+        let (bytes, lines) = (parts.next()?, parts.next()?);
+        let digest = match parts.next() {
+            None => None,
+            Some(hex) if hex.len() == 40 && hex.is_ascii() => {
+                let mut d = [0; 20];
+                for (i, b) in d.iter_mut().enumerate() {
+                    *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+                }
+                Some(d)
+            }
+            Some(_) => return None,
+        };
+        if parts.next().is_some() {
+            return None;
+        }
         Some(Progress {
             bytes: bytes.parse().ok()?,
             lines: lines.parse().ok()?,
+            digest,
         })
     }
 }
@@ -159,6 +186,8 @@ pub(super) struct Lines<R> {
     reader: R,
     format: LineFormat,
     at: Progress,
+    /// The hash of the bytes read so far.
+    hashed: Sha1,
     /// Redis' clock when the import began (ms): lines are judged by it.
     clock_ms: i64,
     line: Vec<u8>,
@@ -172,13 +201,20 @@ pub(super) struct Lines<R> {
 }
 
 impl<R: BufRead> Lines<R> {
-    /// Lines of `reader`, which stands at `at`, in `format`, judged
-    /// against Redis' clock `clock_ms`.
-    pub(super) fn new(reader: R, format: LineFormat, at: Progress, clock_ms: i64) -> Self {
+    /// Lines of `reader`, which stands at `at` (the bytes before `at`
+    /// hashed into `hashed`), in `format`, judged against Redis' clock
+    /// `clock_ms`.
+    pub(super) fn new(
+        reader: R,
+        format: LineFormat,
+        (at, hashed): (Progress, Sha1),
+        clock_ms: i64,
+    ) -> Self {
         Lines {
             reader,
             format,
             at,
+            hashed,
             clock_ms,
             line: Vec::new(),
             name: Vec::new(),
@@ -198,7 +234,8 @@ impl<R: BufRead> Lines<R> {
         }
         let mut batch = Batch::new(self.at);
         while !batch.full() {
-            let (bytes, too_long, ended) = match read_line(&mut self.reader, &mut self.line) {
+            let read = read_line(&mut self.reader, &mut self.line, &mut self.hashed);
+            let (bytes, too_long, ended) = match read {
                 Ok(Some(line)) => line,
                 Ok(None) => {
                     self.ended = true;
@@ -231,6 +268,9 @@ impl<R: BufRead> Lines<R> {
                 Err(why) => batch.refuse(why.reason(), &line, &mut self.examples_left),
             }
             self.line = line;
+        }
+        if batch.to.bytes != batch.from.bytes {
+            batch.to.digest = Some(self.hashed.digest().bytes());
         }
         self.at = batch.to;
         let some = batch.to != batch.from || batch.held_back > 0;
@@ -300,16 +340,19 @@ impl Refusal {
     }
 }
 
-/// Reads one line into `out` (without `\n` or `\r\n`): the bytes it took
-/// from the reader, whether it was longer than [`MAX_LINE_BYTES`] (then
-/// `out` holds only its start) and whether it ended with `\n` (a last
-/// line may not). `None` at the end.
+/// Reads one line into `out` (without `\n` or `\r\n`), hashing it into
+/// `hashed` when it ends: the bytes it took from the reader, whether it
+/// was longer than [`MAX_LINE_BYTES`] (then `out` holds only its start)
+/// and whether it ended with `\n` (a last line may not: its bytes are not
+/// hashed, as they are not imported). `None` at the end.
 fn read_line(
     reader: &mut impl BufRead,
     out: &mut Vec<u8>,
+    hashed: &mut Sha1,
 ) -> io::Result<Option<(usize, bool, bool)>> {
     out.clear();
     let (mut taken, mut too_long, mut ended) = (0, false, false);
+    let mut line = hashed.clone();
     loop {
         let buf = reader.fill_buf()?;
         if buf.is_empty() {
@@ -322,11 +365,13 @@ fn read_line(
         let room = (MAX_LINE_BYTES + 2).saturating_sub(out.len());
         out.extend_from_slice(&chunk[..chunk.len().min(room)]);
         too_long |= chunk.len() > room;
+        line.update(chunk);
         let n = chunk.len();
         reader.consume(n);
         taken += n;
         if done {
             ended = true;
+            *hashed = line;
             break;
         }
     }
@@ -349,7 +394,12 @@ mod tests {
     fn lines(text: &[u8]) -> Lines<&[u8]> {
         let template = Template::parse(DEFAULT_TEMPLATE).unwrap();
         let format = LineFormat::AccessLog(Format::Combined, template);
-        Lines::new(text, format, Progress::default(), 1_800_000_000_000)
+        Lines::new(
+            text,
+            format,
+            (Progress::default(), Sha1::new()),
+            1_800_000_000_000,
+        )
     }
 
     fn line(path: &str, time: &str) -> String {
@@ -377,11 +427,13 @@ mod tests {
                 ("/b".into(), 1, ts, None)
             ]
         );
+        let digest = Some(Sha1::from(&text).digest().bytes());
         assert_eq!(
             batch.to,
             Progress {
                 bytes: text.len() as u64,
-                lines: 4
+                lines: 4,
+                digest
             }
         );
     }
@@ -428,13 +480,18 @@ mod tests {
         // The last line has no line end: it is left for a later import.
         let held = "a line still being written".len();
         assert_eq!(batch.held_back, held as u64);
+        // Nor is it in the hash of the bytes imported.
+        let imported = &text[..text.len() - held];
         assert_eq!(
             batch.to,
             Progress {
-                bytes: (text.len() - held) as u64,
-                lines: 4
+                bytes: imported.len() as u64,
+                lines: 4,
+                digest: Some(Sha1::from(imported).digest().bytes())
             }
         );
+        let again = Progress::parse(&batch.to.text());
+        assert_eq!(again, Some(batch.to), "{}", batch.to.text());
         assert!(lines.next_batch().unwrap().is_none());
     }
 
@@ -464,7 +521,7 @@ mod tests {
         let mut lines = Lines::new(
             text.as_bytes(),
             LineFormat::Ndjson,
-            Progress::default(),
+            (Progress::default(), Sha1::new()),
             1_800_000_000_000,
         );
         let batch = lines.next_batch().unwrap().unwrap();
@@ -491,7 +548,7 @@ mod tests {
         let mut lines = Lines::new(
             &b"{\"name\":\"c\"}\n"[..],
             LineFormat::Ndjson,
-            Progress::default(),
+            (Progress::default(), Sha1::new()),
             1_800_000_000_000,
         );
         let batch = lines.next_batch().unwrap().unwrap();
@@ -534,6 +591,10 @@ mod tests {
         assert_eq!((second.from, second.events.len()), (first.to, 10));
         assert_eq!(Progress::parse(&second.to.text()), Some(second.to));
         assert_eq!(Progress::parse("1:x"), None);
+        // An earlier version's progress has no hash; a bad hash is no progress.
+        assert_eq!(Progress::parse("19000:1000").unwrap().digest, None);
+        assert_eq!(Progress::parse(&format!("1:2:{}", "g".repeat(40))), None);
+        assert_eq!(Progress::parse(&format!("1:2:{}:3", "a".repeat(40))), None);
     }
     #[test]
     fn a_request_time_the_worker_refuses_is_refused_as_bad_value() {
@@ -546,7 +607,7 @@ mod tests {
         let mut lines = Lines::new(
             text.as_bytes(),
             format,
-            Progress::default(),
+            (Progress::default(), Sha1::new()),
             1_800_000_000_000,
         );
         let batch = lines.next_batch().unwrap().unwrap();
@@ -574,7 +635,12 @@ mod tests {
         let reader = io::BufReader::new(io::Read::chain(text.as_bytes(), Failing));
         let template = Template::parse(DEFAULT_TEMPLATE).unwrap();
         let format = LineFormat::AccessLog(Format::Combined, template);
-        let mut lines = Lines::new(reader, format, Progress::default(), 1_800_000_000_000);
+        let mut lines = Lines::new(
+            reader,
+            format,
+            (Progress::default(), Sha1::new()),
+            1_800_000_000_000,
+        );
         let batch = lines.next_batch().unwrap().unwrap();
         assert_eq!((batch.counted, batch.to.lines), (2, 2));
         let err = lines.next_batch().unwrap_err();

@@ -4,7 +4,8 @@
 //! again counts every line once, and a finished one adds nothing.
 //!
 //! A file is known by its identity (the CLI's: a hash of its first bytes),
-//! not its path; its hits all go to one shard, picked by that identity,
+//! not its path, and by the hash of the bytes an import of it read
+//! ([`resume`]); its hits all go to one shard, picked by that identity,
 //! where its progress key lives too (one hash slot on a cluster). The
 //! progress key expires [`progress_ttl_secs`] after the last batch: by
 //! then every line it counted is older than any precision keeps, so a
@@ -14,6 +15,7 @@
 //! before them travel to Redis, several per round trip.
 
 pub(crate) mod batch;
+mod resume;
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read};
@@ -50,10 +52,13 @@ pub(crate) enum ImportError {
          same file is running (or ran meanwhile); its lines are counted once whichever goes on"
     )]
     Raced { recorded: String, expected: String },
-    /// The file is shorter than the progress recorded for it.
+    /// The file is shorter than a progress recorded for its identity, and
+    /// its bytes are none of the others' imported ones.
     #[error(
-        "the file has {len} bytes, fewer than the {recorded} an earlier import of it read: it \
-         was truncated or rewritten; nothing more is imported from it"
+        "the file has {len} bytes, fewer than the {recorded} an earlier import of a file with \
+         its first 4 KiB read: it is that file truncated or rewritten, or another file that \
+         starts the same way; nothing more is imported from it (once it is longer, and not \
+         that file grown, it is imported from its start as another file)"
     )]
     Shrank { len: u64, recorded: u64 },
     /// The file's byte where the recorded progress ends is no line's end.
@@ -62,13 +67,25 @@ pub(crate) enum ImportError {
          was rewritten; nothing more is imported from it"
     )]
     Rewritten { recorded: u64 },
-    #[error("recorded progress {0:?} is not BYTES:LINES")]
+    #[error("recorded progress {0:?} is not BYTES:LINES:SHA1")]
     BadProgress(String),
+    /// As many other files with the same first 4 KiB were imported as one
+    /// identity holds.
+    #[error(
+        "{files} other files with the same first 4 KiB were imported: this one is not (make its \
+         first lines differ, or delete the progress keys of files done with)"
+    )]
+    TooManyFiles { files: u32 },
 }
 
 /// What one file's import did.
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
+    /// The progress key this import moves (none before it is found).
+    pub key: Option<String>,
+    /// Another file than the one first imported with the same first
+    /// 4 KiB, imported from its start.
+    pub another: bool,
     /// Where an earlier import had left the file.
     pub resumed: Progress,
     /// Where it stands now.
@@ -108,16 +125,9 @@ pub(crate) fn shard_of(file: &str, shards: u32) -> u32 {
     Keys::shard_of_name(file, shards)
 }
 
-/// Where the import of `file` stands (nothing read when none is recorded).
-pub(crate) async fn recorded(
-    conn: &mut Conn,
-    keys: &Keys,
-    file: &str,
-) -> Result<Progress, ImportError> {
-    let text: Option<String> = redis::cmd("GET")
-        .arg(keys.import_progress(file))
-        .query_async(conn)
-        .await?;
+/// The progress recorded at `key` (nothing read when none is).
+pub(crate) async fn recorded(conn: &mut Conn, key: &str) -> Result<Progress, ImportError> {
+    let text: Option<String> = redis::cmd("GET").arg(key).query_async(conn).await?;
     match text {
         None => Ok(Progress::default()),
         Some(t) => Progress::parse(&t).ok_or(ImportError::BadProgress(t)),
@@ -128,10 +138,10 @@ pub(crate) async fn recorded(
 pub(crate) struct Source<R> {
     /// Its identity (hex): the same file whatever its path.
     pub id: String,
-    /// Its lines, from its start.
-    pub reader: R,
-    /// The length of its lines' bytes, when known without reading them.
-    pub len: Option<u64>,
+    /// Its lines, from its start, each time it is called (a file that
+    /// turns out to be another than the one its progress was read for is
+    /// read again from its start).
+    pub open: Box<dyn FnMut() -> io::Result<R> + Send>,
 }
 
 /// Sets its flag when dropped.
@@ -195,40 +205,17 @@ pub(crate) async fn import<R: BufRead + Send + 'static>(
     settings: &Settings,
     progress: impl Fn(&Tally),
 ) -> Result<Tally, ImportError> {
-    let Source {
-        id: file,
-        mut reader,
-        len,
-    } = source;
-    let file = file.as_str();
-    let at = recorded(conn, keys, file).await?;
-    if let Some(len) = len.filter(|&l| l < at.bytes) {
-        return Err(ImportError::Shrank {
-            len,
-            recorded: at.bytes,
-        });
-    }
-    // The recorded progress ends a line: a file whose byte there ends none
-    // was rewritten (its first bytes, its identity, kept), and going on
-    // would count the rest of a line of another file.
-    let skipped = io::copy(
-        &mut Read::by_ref(&mut reader).take(at.bytes.saturating_sub(1)),
-        &mut io::sink(),
-    )?;
-    let mut last = [b'\n'];
-    let read = match at.bytes {
-        0 => 0,
-        _ => reader.read(&mut last)? as u64,
+    let Source { id, mut open } = source;
+    let start = resume::find(conn, keys, &id, &mut *open).await?;
+    let (reader, at, hashed) = (start.reader, start.at, start.hashed);
+    let mut tally = Tally {
+        key: Some(start.key.clone()),
+        another: start.another,
+        resumed: at,
+        at,
+        ..Tally::default()
     };
-    if skipped + read < at.bytes {
-        return Err(ImportError::Shrank {
-            len: skipped + read,
-            recorded: at.bytes,
-        });
-    }
-    if last[0] != b'\n' {
-        return Err(ImportError::Rewritten { recorded: at.bytes });
-    }
+    progress(&tally);
     let (tx, mut rx) = mpsc::channel::<io::Result<Batch>>(READ_AHEAD);
     let (format, clock_ms) = (settings.format.clone(), settings.clock_ms);
     // Once this import ends or is dropped (Ctrl-C), the reader's next read
@@ -241,7 +228,7 @@ pub(crate) async fn import<R: BufRead + Send + 'static>(
         stopped,
     };
     let read = tokio::task::spawn_blocking(move || {
-        let mut lines = Lines::new(reader, format, at, clock_ms);
+        let mut lines = Lines::new(reader, format, (at, hashed), clock_ms);
         loop {
             let next = lines.next_batch().transpose();
             let end = !matches!(next, Some(Ok(_)));
@@ -255,12 +242,7 @@ pub(crate) async fn import<R: BufRead + Send + 'static>(
             }
         }
     });
-    let mut tally = Tally {
-        resumed: at,
-        at,
-        ..Tally::default()
-    };
-    let key = keys.import_progress(file);
+    let key = start.key;
     let mut trip = Vec::with_capacity(BATCHES_PER_TRIP);
     let sent = async {
         while rx.recv_many(&mut trip, BATCHES_PER_TRIP).await > 0 {

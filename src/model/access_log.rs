@@ -178,7 +178,7 @@ fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
                 Some(at) => &authority[at + 1..],
                 None => authority,
             };
-            (Some(host).filter(|h| !h.is_empty()), &rest[cut..])
+            (Some(host).filter(|h| is_host(h)), &rest[cut..])
         }
         None => (None, target),
     };
@@ -190,6 +190,26 @@ fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
         [] => (host, b"/"),
         p => (host, p),
     }
+}
+
+/// A host a URI can name: a name or address that is not empty (`http://:80/`
+/// names none), with a port, when it has one, of 0 to 65535.
+fn is_host(host: &[u8]) -> bool {
+    // After an IPv6 address (`[::1]:8080`), or else the last colon.
+    let from = match host.first() {
+        Some(b'[') => host.iter().position(|&b| b == b']').unwrap_or(host.len()),
+        _ => 0,
+    };
+    let (name, port) = match host[from..].iter().position(|&b| b == b':') {
+        Some(c) => (&host[..from + c], Some(&host[from + c + 1..])),
+        None => (host, None),
+    };
+    let port_ok = port.is_none_or(|p| {
+        (1..=5).contains(&p.len())
+            && p.iter().all(u8::is_ascii_digit)
+            && p.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= 65_535
+    });
+    !name.is_empty() && port_ok
 }
 
 /// `10/Oct/2000:13:55:36 -0700` to unix seconds.
@@ -284,6 +304,24 @@ impl Template {
         if parts.is_empty() {
             return Err("a name template cannot be empty".into());
         }
+        // The shortest name it makes (a path, a method and a host of one
+        // byte, a status of three): longer than a name may be, every line
+        // would be refused as name_too_long.
+        let shortest: usize = parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.len(),
+                Part::Status => 3,
+                Part::Path | Part::Method | Part::Host => 1,
+            })
+            .sum();
+        if shortest > event::MAX_NAME_BYTES {
+            return Err(format!(
+                "a name template of {shortest} bytes or more is longer than a name may be ({} \
+                 bytes): every line would be refused",
+                event::MAX_NAME_BYTES
+            ));
+        }
         Ok(Template { parts })
     }
 
@@ -358,6 +396,46 @@ mod tests {
         for bad in ["", "{nope}", "{path", "a}b", "{}"] {
             assert!(Template::parse(bad).is_err(), "{bad}");
         }
+        // No name it makes could be counted: refused before a line is read.
+        let max = event::MAX_NAME_BYTES;
+        assert!(Template::parse(&"n".repeat(max)).is_ok());
+        assert!(Template::parse(&format!("{}{{path}}", "n".repeat(max - 1))).is_ok());
+        assert!(Template::parse(&format!("{}{{path}}", "n".repeat(max))).is_err());
+        assert!(Template::parse(&format!("{}{{status}}", "n".repeat(max - 2))).is_err());
+    }
+
+    #[test]
+    fn a_host_is_a_name_with_a_port_that_can_be() {
+        let line = |target: &str| {
+            format!(r#"a - - [10/Oct/2000:13:55:36 +0000] "GET {target} HTTP/1.1" 200 1 "-" "-""#)
+        };
+        let host = |target: &str| name("{host}", line(target).as_bytes(), Format::Combined);
+        for (target, named) in [
+            ("http://h.example:65535/g", "h.example:65535"),
+            ("http://h.example:0/g", "h.example:0"),
+            ("http://[::1]:8080/g", "[::1]:8080"),
+            ("http://[::1]/g", "[::1]"),
+            ("http://u@10.0.0.1/g", "10.0.0.1"),
+        ] {
+            assert_eq!(host(target).as_deref(), Ok(named), "{target}");
+        }
+        for target in [
+            "http://:80/g",
+            "http://u@:80/g",
+            "http://h.example:99999/g",
+            "http://h.example:065536/g",
+            "http://h.example:8x/g",
+            "http://h.example:/g",
+            "http://[::1]:/g",
+            "http:///g",
+        ] {
+            assert_eq!(host(target), Err(LineReject::NoHost), "{target}");
+        }
+        // The path is counted as before.
+        assert_eq!(
+            name("{path}", line("http://:80/g").as_bytes(), Format::Combined).as_deref(),
+            Ok("/g")
+        );
     }
 
     #[test]

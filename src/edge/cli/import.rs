@@ -41,7 +41,7 @@ pub(crate) struct Args {
     /// `{path}` (the path without its query string; the default),
     /// `{method}`, `{host}` (of an absolute request URI; a line without
     /// one is refused as no_host) and `{status}`, e.g. `{method}:{path}`.
-    #[arg(long, value_parser = Template::parse)]
+    #[arg(long, value_parser = super::parse::NameArg(Template::parse))]
     name_template: Option<Template>,
     /// Files to import, plain or gzipped. Each is imported once: a file
     /// imported before goes on where that import stopped.

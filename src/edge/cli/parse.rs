@@ -29,21 +29,21 @@ pub(crate) fn parse_zipf(text: &str) -> Result<f64, String> {
     }
 }
 
-/// A name argument, checked by the function it holds (1..=4096 bytes), whose
-/// error does not repeat the value: clap's own echoed a name of kilobytes
-/// in full.
+/// A name argument (or a name template), checked by the function it holds
+/// (1..=4096 bytes), whose error does not repeat the value: clap's own
+/// echoed a name of kilobytes in full.
 #[derive(Clone)]
-pub(crate) struct NameArg(pub(crate) fn(&str) -> Result<String, String>);
+pub(crate) struct NameArg<T = String>(pub(crate) fn(&str) -> Result<T, String>);
 
-impl clap::builder::TypedValueParser for NameArg {
-    type Value = String;
+impl<T: Clone + Send + Sync + 'static> clap::builder::TypedValueParser for NameArg<T> {
+    type Value = T;
 
     fn parse_ref(
         &self,
         cmd: &clap::Command,
         arg: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
-    ) -> Result<String, clap::Error> {
+    ) -> Result<T, clap::Error> {
         let kind = clap::error::ErrorKind::ValueValidation;
         let arg = arg.map(ToString::to_string).unwrap_or_default();
         let text = value

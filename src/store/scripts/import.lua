@@ -5,7 +5,8 @@
 --
 -- KEYS[1] stream   KEYS[2] the file's progress (same hash slot)
 -- ARGV[1] the progress this batch starts from ("0:0" for a file's start)
--- ARGV[2] the progress after it ("BYTES:LINES")   ARGV[3] TTL of KEYS[2] in s
+-- ARGV[2] the progress after it ("BYTES:LINES:SHA1", the SHA-1 of those
+--         bytes; "BYTES:LINES" from an earlier version)   ARGV[3] TTL of KEYS[2] in s
 --         (0: none, the key is kept)
 -- ARGV[4..] MessagePack hit events
 --

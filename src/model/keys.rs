@@ -271,6 +271,15 @@ impl Keys {
         format!("{}:hc:ingest:{id}", slot_tagged(&self.stream))
     }
 
+    /// STRING: a hit id a page (a request with an `Origin`, no token)
+    /// gave, by `digest` (the hex SHA-1 of the id), as
+    /// [`Keys::ingest_id`]: a namespace of its own, so that a page cannot
+    /// take an id ahead of the servers that use it (a server's id would
+    /// have to be `page:` and such a digest to meet one).
+    pub(crate) fn ingest_page_id(&self, digest: &str) -> String {
+        format!("{}:hc:ingest:page:{digest}", slot_tagged(&self.stream))
+    }
+
     /// STRING `BYTES:LINES:SHA1`: how far `hitcount import` got through the
     /// file identified by `file` (hex, then `:N` for the Nth file with that
     /// identity), and the hash of the bytes before (`BYTES:LINES` from an

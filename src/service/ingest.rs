@@ -4,6 +4,11 @@
 //! carries an `id` at most once within the de-duplication horizon. The
 //! request is answered only when this returns: Redis holds its hits.
 //!
+//! The ids of pages (requests with an `Origin`, which carry no token) are
+//! kept apart from the others' ([`Keys::ingest_page_id`]): a page cannot
+//! claim the id a server will send. An id seen again with a different hit
+//! is not appended either, and is reported ([`Appended::conflicts`]).
+//!
 //! A call is never retried once Redis may have run it (its reply lost):
 //! the client is told Redis was unavailable and resends; the hits it gave
 //! ids are then appended once, the others may be counted twice, which is
@@ -26,13 +31,32 @@ const CHUNK: usize = 250;
 /// Time allowed for one Redis reply.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What Redis did with a request's hits.
+#[derive(Debug, Default)]
+pub(crate) struct Appended {
+    /// The hits appended (the others' ids were seen within the horizon).
+    pub appended: u64,
+    /// The positions (in the hits given) of those whose id was seen with
+    /// another hit (name, count, ts or value): not appended, and not the
+    /// resend of a hit appended before.
+    pub conflicts: Vec<usize>,
+}
+
+/// Whose ids a request's hits carry: a server's (a request without an
+/// `Origin`) or a page's, kept apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ids {
+    Server,
+    Page,
+}
+
 /// A request's hits that Redis failed partway through.
 pub(crate) struct Failed {
     /// Hits Redis took before (a call of them answered), those whose id it
     /// had seen included: none when it failed at the first call.
     pub taken: u64,
-    /// Of those, the hits appended.
-    pub appended: u64,
+    /// What Redis did with those.
+    pub done: Appended,
     /// What failed.
     pub error: RedisError,
 }
@@ -82,46 +106,61 @@ impl Appender {
         result
     }
 
-    /// Appends `hits`; the number appended (hits whose id was seen within
+    /// Appends `hits`, whose ids are `ids`' (hits whose id was seen within
     /// the horizon are not appended again). Hits of one shard keep their
     /// order. A failure says what Redis took before it.
-    pub(crate) async fn append(&self, hits: &[&JsonHit]) -> Result<u64, Failed> {
-        let mut by_shard: Vec<Vec<&JsonHit>> = vec![Vec::new(); self.shards.len()];
-        for hit in hits {
+    pub(crate) async fn append(&self, hits: &[&JsonHit], ids: Ids) -> Result<Appended, Failed> {
+        let mut by_shard: Vec<Vec<(usize, &JsonHit)>> = vec![Vec::new(); self.shards.len()];
+        for (at, hit) in hits.iter().enumerate() {
             let k = Keys::shard_of_name(&hit.name, self.shards.len() as u32);
-            by_shard[k as usize].push(hit);
+            by_shard[k as usize].push((at, hit));
         }
-        let (mut taken, mut appended) = (0, 0);
+        let (mut taken, mut done) = (0, Appended::default());
         for (keys, hits) in self.shards.iter().zip(&by_shard) {
             for chunk in hits.chunks(CHUNK) {
-                let result = self.call(keys, chunk).await;
+                let result = self.call(keys, chunk, ids).await;
                 self.failed_if(&result).await;
                 match result {
-                    Ok(n) => (taken, appended) = (taken + chunk.len() as u64, appended + n),
-                    Err(error) => {
-                        return Err(Failed {
-                            taken,
-                            appended,
-                            error,
-                        })
+                    Ok((n, conflicts)) => {
+                        taken += chunk.len() as u64;
+                        done.appended += n;
+                        // Positions in the call, from 1.
+                        let at = conflicts
+                            .iter()
+                            .filter_map(|&p| chunk.get(p.checked_sub(1)?));
+                        done.conflicts.extend(at.map(|(at, _)| *at));
                     }
+                    Err(error) => return Err(Failed { taken, done, error }),
                 }
             }
         }
-        Ok(appended)
+        done.conflicts.sort_unstable();
+        Ok(done)
     }
 
     /// One chunk of one shard, retried once after a `NOSCRIPT`, and once on
     /// a new connection when the one it had served before was closed
     /// under it (a Redis restarted between two requests: the chunk was
     /// never sent).
-    async fn call(&self, keys: &Keys, hits: &[&JsonHit]) -> Result<u64, RedisError> {
+    /// The number appended and the positions (from 1) of the conflicts.
+    async fn call(
+        &self,
+        keys: &Keys,
+        hits: &[(usize, &JsonHit)],
+        ids: Ids,
+    ) -> Result<(u64, Vec<usize>), RedisError> {
         let mut cmd_keys = vec![keys.stream.clone()];
         let mut args: Vec<Vec<u8>> = vec![self.horizon_secs.to_string().into_bytes()];
-        for hit in hits {
+        for (_, hit) in hits {
             let slot = match &hit.id {
                 Some(id) => {
-                    cmd_keys.push(keys.ingest_id(id));
+                    cmd_keys.push(match ids {
+                        Ids::Server => keys.ingest_id(id),
+                        Ids::Page => {
+                            let digest = sha1_smol::Sha1::from(id.as_bytes()).digest();
+                            keys.ingest_page_id(&digest.to_string())
+                        }
+                    });
                     cmd_keys.len()
                 }
                 None => 0,

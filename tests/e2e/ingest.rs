@@ -723,3 +723,77 @@ async fn redis_out_of_memory_mid_request_says_what_it_took() {
         ingest.stderr()
     );
 }
+
+/// A page's ids are kept apart from a server's: a page that sends the id a
+/// server will use (an order number it guessed) cannot have the server's
+/// hit dropped. An id sent again with another hit is not counted, but the
+/// answer lists it in `conflicts` and a metric counts it; the same hit
+/// sent again is the quiet resend it always was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pages_id_cannot_drop_a_servers_hit_and_a_reused_id_is_told() {
+    let srv = server();
+    let url = srv.url();
+    let mut admin = conn(&url).await;
+    let (_ingest, addr) = start_ingest(
+        &url,
+        &["--tokens", "tok", "--origins", "https://good.example"],
+    );
+    let page = ("text/plain", "Origin: https://good.example");
+    let server = ("application/json", "Authorization: Bearer tok");
+    let sale = r#"{"name":"sale:order","count":3,"id":"order-42"}"#;
+    let ok = r#"{"accepted":1,"refused":[]}"#;
+    let send = |(content_type, header): (&str, &str), body: &str, want: &str| {
+        let (status, _, answer) = post(&addr, content_type, &[header], body);
+        assert_eq!((status, answer.as_str()), (202, want), "{body}");
+    };
+    let xlen = |mut admin: hitcount::store::connect::Conn| async move {
+        let n: i64 = redis::cmd("XLEN")
+            .arg("hits")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        n
+    };
+    // The page sends the id first; the server's sale is appended anyway.
+    send(page, r#"{"name":"web:/x","id":"order-42"}"#, ok);
+    send(server, sale, ok);
+    assert_eq!(
+        xlen(admin.clone()).await,
+        2,
+        "the server's sale was dropped"
+    );
+    // The server's id keeps its documented key; the page's has its own.
+    let digest: String = redis::cmd("EVAL")
+        .arg("return redis.sha1hex(ARGV[1])")
+        .arg(0)
+        .arg("order-42")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let page_key = format!("{{hits}}:hc:ingest:page:{digest}");
+    for key in ["{hits}:hc:ingest:order-42", page_key.as_str()] {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(exists, 1, "{key}");
+    }
+    // The same sale again (a resend): quiet. Other hits with its id, and
+    // with the page's: told, by index, and not counted.
+    send(server, sale, ok);
+    send(
+        server,
+        r#"[{"name":""},{"name":"sale:order","count":3,"id":"order-42"},
+            {"name":"sale:order","count":5,"id":"order-42"},{"name":"sale:other","id":"order-42"}]"#,
+        r#"{"accepted":3,"refused":[{"index":0,"reason":"empty_name"}],"conflicts":[2,3]}"#,
+    );
+    send(
+        page,
+        r#"[{"name":"web:/x","id":"order-42"},{"name":"web:/y","id":"order-42"}]"#,
+        r#"{"accepted":2,"refused":[],"conflicts":[1]}"#,
+    );
+    assert_eq!(xlen(admin).await, 2);
+    assert_eq!(metric(&addr, "hitcount_ingest_hits_id_conflict_total"), 3.0);
+    assert_eq!(metric(&addr, "hitcount_ingest_hits_duplicate_total"), 6.0);
+}

@@ -30,6 +30,19 @@ pub(super) struct Answer {
     /// How many more were refused, when there were more (absent otherwise).
     #[serde(skip_serializing_if = "is_zero")]
     refused_unlisted: usize,
+    /// The indexes of the first [`LISTED_REFUSALS`] accepted hits whose id
+    /// was seen with another hit: not counted (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    conflicts: Vec<usize>,
+}
+
+impl Answer {
+    /// Lists the accepted hits at `positions` (in [`Judged::accepted`]) as
+    /// conflicts, by their index in the body.
+    pub(super) fn conflicts(&mut self, positions: &[usize], at: &[usize]) {
+        let listed = positions.iter().filter_map(|&p| at.get(p).copied());
+        self.conflicts = listed.take(LISTED_REFUSALS).collect();
+    }
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -46,6 +59,8 @@ struct Refused {
 #[derive(Default)]
 pub(super) struct Judged {
     pub(super) accepted: Vec<JsonHit>,
+    /// The index in the body of each accepted hit.
+    pub(super) at: Vec<usize>,
     /// What the client is told once they are appended.
     pub(super) answer: Answer,
     /// Each reason with how many hits it refused (a dozen reasons at most).
@@ -79,6 +94,7 @@ fn judge_now(body: &[u8], layout: Layout, prefix: Option<&str>) -> Result<Judged
             Ok(hit) if prefix.is_some_and(|p| !hit.name.starts_with(p)) => OUTSIDE_PREFIX,
             Ok(hit) => {
                 judged.accepted.push(hit);
+                judged.at.push(index);
                 index += 1;
                 return;
             }

@@ -8,7 +8,8 @@
 //!   202 once Redis holds the accepted hits, with `{"accepted": N,
 //!   "refused": [{"index": I, "reason": R}]}` (the first
 //!   [`judge::LISTED_REFUSALS`] refusals; `"refused_unlisted": K` counts the
-//!   rest); 400 when nothing could be
+//!   rest; `"conflicts"` the hits whose id came with another hit before, a
+//!   page's ids apart from a server's); 400 when nothing could be
 //!   read (with `{"error": …}`, as every other refusal), 401 without a
 //!   valid bearer token (when tokens are set; pages are governed by
 //!   origins instead), 403 for a page of an origin not configured, 413
@@ -43,7 +44,7 @@ use tokio::net::TcpListener;
 use crate::edge::server::{self, BodyError, BodyRead, Limits, Peer, Resp};
 use crate::model::event::json::{JsonHit, Layout};
 use crate::model::metrics::{self, metrics};
-use crate::service::ingest::Appender;
+use crate::service::ingest::{Appender, Ids};
 use browser::Browsers;
 use judge::Judged;
 use rate::Rate;
@@ -262,7 +263,7 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
         // dropped meanwhile, and then until the hits are appended.
         let (_turn, judged) = judge::judge(body, layout, prefix, turn).await;
         match judged {
-            Ok(judged) => append(judged, ingest).await,
+            Ok(judged) => append(judged, page, ingest).await,
             Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
         }
     };
@@ -270,25 +271,29 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
     resp
 }
 
-/// Appends a judged body's accepted hits; the answer.
-async fn append(judged: Judged, ingest: &Ingest) -> Resp {
+/// Appends a judged body's accepted hits (a page's ids apart from the
+/// servers'); the answer.
+async fn append(mut judged: Judged, page: bool, ingest: &Ingest) -> Resp {
     // Counted once the body is known to be read.
     for (reason, n) in judged.reasons {
         metrics().ingest_refusals(reason, n);
     }
     let accepted: Vec<&JsonHit> = judged.accepted.iter().collect();
     if !accepted.is_empty() {
-        let (taken, appended, failed) = match ingest.appender.append(&accepted).await {
-            Ok(appended) => (accepted.len() as u64, appended, None),
-            Err(f) => (f.taken, f.appended, Some(f.error)),
+        let ids = if page { Ids::Page } else { Ids::Server };
+        let (taken, done, failed) = match ingest.appender.append(&accepted, ids).await {
+            Ok(done) => (accepted.len() as u64, done, None),
+            Err(f) => (f.taken, f.done, Some(f.error)),
         };
         let m = metrics();
         m.ingest_accepted.inc_by(taken);
-        m.ingest_duplicates.inc_by(taken - appended);
+        m.ingest_duplicates.inc_by(taken - done.appended);
+        m.ingest_conflicts.inc_by(done.conflicts.len() as u64);
         match failed {
             Some(e) => return failed::redis_failed(&e, taken, accepted.len()),
             None => failed::took_hits(),
         }
+        judged.answer.conflicts(&done.conflicts, &judged.at);
     }
     let body = serde_json::to_string(&judged.answer).expect("the answer is JSON");
     server::respond(StatusCode::ACCEPTED, JSON, body)

@@ -330,6 +330,13 @@ families! {
         "hitcount_ingest_hits_duplicate_total",
         "Accepted hits whose id was seen within the horizon: not appended again.",
     );
+    /// `hitcount_ingest_hits_id_conflict_total`: duplicates whose id was
+    /// seen with another hit (name, count, ts or value): an id reused,
+    /// told to the client (`conflicts`), not counted.
+    ingest_conflicts: IntCounter = counter(
+        "hitcount_ingest_hits_id_conflict_total",
+        "Duplicate hits whose id was seen with another hit: not appended.",
+    );
     /// `hitcount_ingest_hits_refused_total{reason}`: hits `ingest` refused,
     /// by reason (one of [`INGEST_REFUSAL_REASONS`]).
     ingest_refused: IntCounterVec = counter_vec(
@@ -468,6 +475,7 @@ mod tests {
             "hitcount_ingest_requests_total",
             "hitcount_ingest_hits_accepted_total",
             "hitcount_ingest_hits_duplicate_total",
+            "hitcount_ingest_hits_id_conflict_total",
             "hitcount_ingest_hits_refused_total",
             "hitcount_ingest_request_duration_seconds",
             "hitcount_statsd_hits_total",

@@ -6,18 +6,35 @@
 -- ARGV[2..] pairs: the index in KEYS of the hit's id key (0: no id), then
 --           the hit's MessagePack event
 --
--- An id's key is set (NX, with the horizon as TTL) in the same call that
+-- An id's key is set (with the horizon as TTL) in the same call that
 -- appends its hit, so a request resent after a lost reply, or an id given
--- twice in one request, appends the hit once. Every key shares the
--- stream's hash slot, so this works on a Redis Cluster.
--- Returns the hits appended (the others were seen before).
+-- twice in one request, appends the hit once. The key holds the hit's
+-- fingerprint (the first 16 hex digits of the SHA-1 of its event): an id
+-- seen again with another hit is not appended either, but is reported, so
+-- that an id reused for a different hit is not dropped without a word. (A
+-- key holding '1' was set before fingerprints were kept: its duplicates
+-- are not compared.) Every key shares the stream's hash slot, so this
+-- works on a Redis Cluster.
+-- Returns {the hits appended, {the positions in this call, from 1, of the
+-- hits whose id was seen with another hit}}.
 
-local appended = 0
+local appended, conflicts = 0, {}
 for i = 2, #ARGV, 2 do
     local k = tonumber(ARGV[i])
-    if k == 0 or redis.call('SET', KEYS[k], '1', 'NX', 'EX', ARGV[1]) then
+    local new = k == 0
+    if not new then
+        local print = string.sub(redis.sha1hex(ARGV[i + 1]), 1, 16)
+        local seen = redis.call('GET', KEYS[k])
+        if not seen then
+            redis.call('SET', KEYS[k], print, 'EX', ARGV[1])
+            new = true
+        elseif seen ~= print and seen ~= '1' then
+            conflicts[#conflicts + 1] = i / 2
+        end
+    end
+    if new then
         redis.call('XADD', KEYS[1], '*', 'hit', ARGV[i + 1])
         appended = appended + 1
     end
 end
-return appended
+return {appended, conflicts}

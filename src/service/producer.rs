@@ -221,13 +221,16 @@ impl Producer {
         }
     }
 
-    /// Flushes (for at most `deadline`) and stops the background task.
-    pub async fn shutdown(self, deadline: Duration) {
+    /// Flushes (for at most `deadline`) and stops the background task; the
+    /// events left that Redis was not known to hold (it was slow or away
+    /// past the deadline): lost, unless a batch in flight went in unseen.
+    pub async fn shutdown(self, deadline: Duration) -> u64 {
         let _ = tokio::time::timeout(deadline, self.flush()).await;
         if let Some(task) = self.task.lock().await.take() {
             task.abort();
             let _ = task.await;
         }
+        self.buffered()
     }
 }
 

@@ -156,3 +156,55 @@ fn reset(tcp: TcpStream) {
     assert_eq!(set, 0, "SO_LINGER");
     drop(tcp);
 }
+
+/// With Redis away, hits beyond the producer's buffer are dropped and
+/// said in the log at WARN (not a line a drop: the first at once, the rest
+/// in one line as ingest stops), and the hits still buffered when ingest
+/// stops are said lost at ERROR, with their number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statsd_drops_and_hits_lost_at_a_stop_are_logged() {
+    let mut srv = server_with(hitcount_lab::kit::ServerOptions::default());
+    let statsd = free_addr();
+    let (mut ingest, addr) = start_ingest(
+        &srv.url(),
+        &["--statsd-listen", &statsd, "--statsd-buffer", "100"],
+    );
+    srv.stop();
+    let mut tcp = TcpStream::connect(&statsd).unwrap();
+    tcp.write_all("lost:1|c\n".repeat(500).as_bytes()).unwrap();
+    drop(tcp);
+    crate::common::bin::wait_for("the drops counted", Duration::from_secs(30), || {
+        let (_, body) = http_get(&addr, "/metrics")?;
+        let queue = metric_value(&body, "hitcount_statsd_dropped_total{where=\"queue\"}");
+        (queue == Some(400.0)).then_some(())
+    });
+    let (_, body) = http_get(&addr, "/metrics").unwrap();
+    assert_eq!(
+        metric_value(&body, "hitcount_statsd_hits_total"),
+        Some(100.0)
+    );
+    assert!(ingest.terminate(Duration::from_secs(30)).success());
+    let log = ingest.stderr();
+    let reports: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("statsd: dropped since the last report"))
+        .collect();
+    let field = |line: &str, name: &str| -> u64 {
+        let at = line.find(&format!("{name}=")).expect(name) + name.len() + 1;
+        let digits: String = line[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap()
+    };
+    let dropped: u64 = reports.iter().map(|l| field(l, "queue_hits")).sum();
+    assert_eq!((reports.len(), dropped), (2, 400), "{log}");
+    assert!(reports.iter().all(|l| l.contains("WARN")), "{log}");
+    let lost: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("StatsD hits not in Redis when ingest stopped"))
+        .collect();
+    assert_eq!(lost.len(), 1, "{log}");
+    assert!(lost[0].contains("ERROR"), "{log}");
+    assert_eq!(field(lost[0], "lost"), 100, "{log}");
+}

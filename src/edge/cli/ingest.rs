@@ -68,6 +68,11 @@ pub(crate) struct Args {
     /// Address of StatsD over UDP and TCP (e.g. 0.0.0.0:8125); empty: off.
     #[arg(long, env = "HITCOUNT_STATSD_LISTEN", default_value = "")]
     statsd_listen: String,
+    /// StatsD hits held while Redis is slow or away, 1..=100000000; more
+    /// are dropped (hitcount_statsd_dropped_total{where="queue"}).
+    #[arg(long, env = "HITCOUNT_STATSD_BUFFER", default_value_t = 1_000_000,
+          value_parser = ranged::<u64>(1..=100_000_000))]
+    statsd_buffer: u64,
     #[command(flatten)]
     pub(super) common: super::Pick<Common, super::Sends>,
 }
@@ -154,7 +159,10 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let (stop, stopped) = crate::model::shutdown::channel();
     let statsd = match statsd {
         Some((udp, tcp)) => {
-            let options = ProducerOptions::default();
+            let options = ProducerOptions {
+                max_buffered: args.statsd_buffer,
+                ..ProducerOptions::default()
+            };
             let producer = Producer::start(&args.common.redis, &args.common.stream, options)?;
             tracing::info!(address = %udp.local_addr()?, "taking StatsD lines over UDP and TCP");
             let served = statsd::serve(udp, tcp, producer.clone(), stopped.clone());
@@ -172,8 +180,20 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     let (served, ()) = tokio::join!(served, signal);
     if let Some((task, producer)) = statsd {
         let _ = task.await;
-        // What StatsD handed the producer reaches Redis, within the grace.
-        producer.shutdown(SHUTDOWN_GRACE).await;
+        // What StatsD handed the producer reaches Redis, within the grace;
+        // what does not is lost: said, and counted.
+        let lost = producer.shutdown(SHUTDOWN_GRACE).await;
+        if lost > 0 {
+            let m = crate::model::metrics::metrics();
+            m.statsd_dropped
+                .with_label_values(&["stopped"])
+                .inc_by(lost);
+            tracing::error!(
+                lost,
+                "StatsD hits not in Redis when ingest stopped (Redis unavailable): lost, \
+                 but for those of a batch whose reply was lost"
+            );
+        }
     }
     tracing::info!("ingest stopped");
     Ok(served?)

@@ -12,11 +12,13 @@
 //! (`where="queue"`). Lines of a type hitcount does not count are counted
 //! by type (`hitcount_statsd_lines_ignored_total`), bad lines by reason
 //! (`hitcount_statsd_lines_refused_total`), hits taken in
-//! `hitcount_statsd_hits_total`.
+//! `hitcount_statsd_hits_total`. Drops are logged too, at WARN: at once,
+//! then at most once a [`DROPS_LOGGED_EVERY`] with the drops since the
+//! last line (and once more as ingest stops), never a line per drop.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::AsyncReadExt as _;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -37,6 +39,54 @@ const MAX_TCP: usize = 256;
 const TCP_IDLE: Duration = Duration::from_secs(60);
 /// How often the socket's drops are read from the kernel.
 const DROPS_EVERY: Duration = Duration::from_secs(1);
+/// Drops are logged at most this often (a running total since the last
+/// line): a flood of drops is one line a minute, not one a drop.
+const DROPS_LOGGED_EVERY: Duration = Duration::from_secs(60);
+
+/// The drops not logged yet, and when the last line was.
+struct DropLog {
+    /// Hits the producer's full buffer dropped.
+    queue: AtomicU64,
+    /// Datagrams the socket's full buffer dropped.
+    socket: AtomicU64,
+    last: Mutex<Option<Instant>>,
+}
+
+static DROPS: DropLog = DropLog {
+    queue: AtomicU64::new(0),
+    socket: AtomicU64::new(0),
+    last: Mutex::new(None),
+};
+
+impl DropLog {
+    /// Counts `queue` hits and `socket` datagrams dropped, logged now if
+    /// no line was for [`DROPS_LOGGED_EVERY`].
+    fn add(&self, queue: u64, socket: u64) {
+        self.queue.fetch_add(queue, Ordering::Relaxed);
+        self.socket.fetch_add(socket, Ordering::Relaxed);
+        self.log(false);
+    }
+
+    /// Logs the drops since the last line, if any, when the last line is
+    /// [`DROPS_LOGGED_EVERY`] old or `anyway` (ingest stops).
+    fn log(&self, anyway: bool) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if !anyway && last.is_some_and(|t| t.elapsed() < DROPS_LOGGED_EVERY) {
+            return;
+        }
+        let queue_hits = self.queue.swap(0, Ordering::Relaxed);
+        let socket_datagrams = self.socket.swap(0, Ordering::Relaxed);
+        if queue_hits + socket_datagrams > 0 {
+            tracing::warn!(
+                queue_hits,
+                socket_datagrams,
+                "statsd: dropped since the last report (queue: the producer's buffer was full, \
+                 Redis slow or away; socket: ingest read too slowly)"
+            );
+            *last = Some(Instant::now());
+        }
+    }
+}
 
 /// Takes StatsD lines on `udp` and `tcp` (bound to one address) until
 /// `stop` is triggered, each hit through `producer`.
@@ -65,6 +115,7 @@ pub(crate) async fn serve(
     }
     streams.abort();
     drops.abort();
+    DROPS.log(true);
     Ok(())
 }
 
@@ -172,6 +223,7 @@ fn take(packet: &[u8], producer: &Producer) {
                 }
                 if producer.stats().dropped.load(Ordering::Relaxed) > dropped {
                     m.statsd_dropped.with_label_values(&["queue"]).inc();
+                    DROPS.add(1, 0);
                 } else {
                     m.statsd_hits.inc();
                 }
@@ -194,25 +246,28 @@ fn socket_inode(udp: &UdpSocket) -> Option<u64> {
 }
 
 /// Every [`DROPS_EVERY`], adds what the kernel dropped of this socket's
-/// datagrams since the last look (its buffer full) to the metric.
+/// datagrams since the last look (its buffer full) to the metric, and
+/// logs the drops not logged yet when it is time.
 async fn watch_drops(inode: Option<u64>, mut stop: Shutdown) {
-    let Some(inode) = inode else {
+    if inode.is_none() {
         tracing::warn!("cannot find the StatsD socket in /proc: its drops are not measured");
-        return;
-    };
-    let mut seen = kernel_drops(inode).unwrap_or(0);
+    }
+    let mut seen = inode.and_then(kernel_drops).unwrap_or(0);
     loop {
         tokio::select! {
             () = stop.wait() => return,
             () = tokio::time::sleep(DROPS_EVERY) => {}
         }
-        if let Some(now) = kernel_drops(inode) {
-            let m = metrics();
-            m.statsd_dropped
+        let mut socket = 0;
+        if let Some(now) = inode.and_then(kernel_drops) {
+            socket = now.saturating_sub(seen);
+            metrics()
+                .statsd_dropped
                 .with_label_values(&["socket"])
-                .inc_by(now.saturating_sub(seen));
+                .inc_by(socket);
             seen = now;
         }
+        DROPS.add(0, socket);
     }
 }
 

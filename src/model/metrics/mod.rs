@@ -375,13 +375,14 @@ families! {
         &STATSD_REFUSAL_REASONS,
     );
     /// `hitcount_statsd_dropped_total{where}`: StatsD datagrams the socket's
-    /// buffer dropped (`socket`, by the kernel's count) and hits the
-    /// producer's full buffer dropped (`queue`).
+    /// buffer dropped (`socket`, by the kernel's count), hits the
+    /// producer's full buffer dropped (`queue`) and hits still in it when
+    /// ingest stopped, Redis away (`stopped`).
     statsd_dropped: IntCounterVec = counter_vec(
         "hitcount_statsd_dropped_total",
-        "StatsD datagrams dropped by the socket's buffer (where=socket) and hits by the producer's full buffer (where=queue).",
+        "StatsD datagrams dropped by the socket's buffer (where=socket), hits by the producer's full buffer (where=queue) and hits left in it at a stop (where=stopped).",
         "where",
-        &["socket", "queue"],
+        &["socket", "queue", "stopped"],
     );
     /// `hitcount_worker_loop_last_turn_timestamp_seconds`: Unix time of the
     /// worker loop's last turn.

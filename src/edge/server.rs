@@ -54,6 +54,11 @@ pub struct Limits {
     pub max_connections_per_peer: usize,
     /// On shutdown, how long open connections may take to finish.
     pub shutdown_grace: Duration,
+    /// Told the status of each answer the HTTP layer gives itself, to a
+    /// request it could not read (400, or 431 for headers over
+    /// `max_buf_size`), which never reaches the endpoint: so that an
+    /// endpoint counting its answers counts these too. None by default.
+    pub answered_unread: Option<fn(u16)>,
 }
 
 impl Default for Limits {
@@ -69,6 +74,7 @@ impl Default for Limits {
             // need one or two; 16 leaves room for keep-alive bursts.
             max_connections_per_peer: 16,
             shutdown_grace: Duration::from_secs(1),
+            answered_unread: None,
         }
     }
 }
@@ -222,6 +228,7 @@ where
         );
         let mut stop = stop_rx.clone();
         let lifetime = limits.connection_timeout;
+        let answered_unread = limits.answered_unread;
         tokio::spawn(async move {
             let _slot = slot;
             tokio::pin!(conn);
@@ -246,7 +253,13 @@ where
             };
             match result {
                 Some(Ok(())) => {}
-                Some(Err(e)) => tracing::debug!(%peer, error = %e, "http connection error"),
+                Some(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "http connection error");
+                    if let Some(count) = answered_unread.filter(|_| e.is_parse()) {
+                        // What hyper answered a request it could not parse.
+                        count(if e.is_parse_too_large() { 431 } else { 400 });
+                    }
+                }
                 None => tracing::debug!(%peer, "http connection timed out"),
             }
         });

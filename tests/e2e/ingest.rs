@@ -297,6 +297,23 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
     assert!(raw.starts_with("HTTP/1.1 408"), "{raw}");
     assert!(raw.contains("did not arrive within 10 s"), "{raw}");
     assert!(took < Duration::from_secs(15), "{took:?}");
+    // Requests the HTTP layer answers itself: 431 for too many headers,
+    // 400 for two lengths. Each is counted under its own code.
+    let too_many = "X-A: b\r\n".repeat(101);
+    for (head, want) in [
+        (format!("POST /api/v1/hits HTTP/1.1\r\nHost: x\r\n{too_many}\r\n"), "HTTP/1.1 431"),
+        (
+            "POST /api/v1/hits HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}".into(),
+            "HTTP/1.1 400",
+        ),
+    ] {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(head.as_bytes()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut raw = String::new();
+        let _ = s.read_to_string(&mut raw);
+        assert!(raw.starts_with(want), "{raw}");
+    }
 
     // What was accepted is counted, exactly, by a real worker.
     let listen = free_addr();
@@ -342,6 +359,11 @@ async fn every_answer_says_why_and_what_is_accepted_is_counted_exactly() {
         ("hitcount_ingest_requests_total{code=\"401\"}", 3.0),
         ("hitcount_ingest_requests_total{code=\"413\"}", 2.0),
         ("hitcount_ingest_requests_total{code=\"415\"}", 4.0),
+        // The body trickled, and the HTTP layer's own answers: none a 500.
+        ("hitcount_ingest_requests_total{code=\"408\"}", 1.0),
+        ("hitcount_ingest_requests_total{code=\"431\"}", 1.0),
+        ("hitcount_ingest_requests_total{code=\"400\"}", 8.0),
+        ("hitcount_ingest_requests_total{code=\"500\"}", 0.0),
     ] {
         assert_eq!(metric(&addr, series), want, "{series}");
     }

@@ -154,6 +154,8 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     tracing::info!(address = %listener.local_addr()?, "taking hits on /api/v1/hits");
     let limits = Limits {
         shutdown_grace: SHUTDOWN_GRACE,
+        // The HTTP layer's own 400s and 431s are answers of ingest's too.
+        answered_unread: Some(|code| crate::model::metrics::metrics().ingest_answer(code)),
         ..Limits::default()
     };
     let (stop, stopped) = crate::model::shutdown::channel();

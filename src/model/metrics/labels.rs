@@ -80,9 +80,12 @@ pub(crate) const STATSD_REFUSAL_REASONS: [&str; 9] = [
 pub(crate) const STATSD_IGNORED_TYPES: [&str; 3] = ["g", "s", "other"];
 
 /// Every value of the `code` label of `hitcount_ingest_requests_total`:
-/// the HTTP status codes `ingest` answers with.
-pub(crate) const INGEST_CODES: [&str; 13] = [
-    "200", "202", "204", "400", "401", "403", "404", "405", "413", "415", "429", "500", "503",
+/// the HTTP status codes `ingest` answers with (431 and some 400s from the
+/// HTTP layer itself, for a request it could not read), so that none a
+/// client caused is counted as a 500.
+pub(crate) const INGEST_CODES: [&str; 15] = [
+    "200", "202", "204", "400", "401", "403", "404", "405", "408", "413", "415", "429", "431",
+    "500", "503",
 ];
 
 impl Metrics {

@@ -635,6 +635,14 @@ async fn redis_away_is_a_503_to_send_again_and_ingest_recovers() {
     assert_eq!(status, 503, "{answer}");
     assert!(head.contains("retry-after: 1"), "{head}");
     assert!(answer.contains("send again"), "{answer}");
+    // Redis may have run the call whose reply was lost: the answer says
+    // so, and how to send again without counting twice.
+    for words in [
+        "may have taken the hits",
+        "send again with the same ids, counted once",
+    ] {
+        assert!(answer.contains(words), "{answer}");
+    }
     assert_eq!(post(&addr, "application/json", &[], body).0, 503);
     assert_eq!(http_get(&addr, "/readyz").unwrap().0, 503);
     assert_eq!(http_get(&addr, "/healthz").unwrap().0, 200);

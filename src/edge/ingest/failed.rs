@@ -20,6 +20,11 @@ pub(super) fn took_hits() {
     }
 }
 
+/// The 503 of a Redis unreachable or silent: the hits may be in.
+const REPLY_MAYBE_LOST: &str = "Redis is unavailable or did not answer: it may have taken the \
+     hits before its reply was lost; send again with the same ids, counted once (a hit \
+     without an id sent again may count twice)";
+
 /// Whether Redis was last found unavailable (logged once until a request
 /// goes in again).
 static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
@@ -48,7 +53,9 @@ pub(super) fn redis_failed(e: &redis::RedisError, taken: u64, total: usize) -> R
         if !UNAVAILABLE.swap(true, Ordering::Relaxed) {
             tracing::warn!(error = %e, "ingest: Redis unavailable; answering 503 (send again) until it takes hits again");
         }
-        "Redis is unavailable: send again"
+        // A call whose reply was lost (Redis stalled, the connection cut)
+        // may have run: "send again" alone would count hits twice.
+        REPLY_MAYBE_LOST
     };
     let body = match taken {
         0 => serde_json::json!({ "error": why }),

@@ -827,3 +827,38 @@ async fn a_pages_id_cannot_drop_a_servers_hit_and_a_reused_id_is_told() {
     assert_eq!(metric(&addr, "hitcount_ingest_hits_id_conflict_total"), 3.0);
     assert_eq!(metric(&addr, "hitcount_ingest_hits_duplicate_total"), 6.0);
 }
+
+/// Origins configured in capitals or with their default port are taken as
+/// browsers spell them (which leave both out): their pages' hits go in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_origins_match_as_browsers_spell_them() {
+    let srv = server();
+    let (_ingest, addr) = start_ingest(
+        &srv.url(),
+        &["--origins", "HTTPS://A.Example:443,http://b.example:80/"],
+    );
+    for origin in ["https://a.example", "http://b.example"] {
+        let (status, head, body) = post(
+            &addr,
+            "text/plain",
+            &[&format!("Origin: {origin}")],
+            r#"{"name":"web:/"}"#,
+        );
+        assert_eq!(
+            (status, body.as_str()),
+            (202, r#"{"accepted":1,"refused":[]}"#),
+            "{origin}"
+        );
+        assert!(
+            head.contains(&format!("access-control-allow-origin: {origin}")),
+            "{head}"
+        );
+    }
+    let (status, _, _) = post(
+        &addr,
+        "text/plain",
+        &["Origin: https://b.example"],
+        r#"{"name":"web:/"}"#,
+    );
+    assert_eq!(status, 403, "another scheme is another origin");
+}

@@ -40,9 +40,10 @@ pub(crate) struct Args {
         hide_env_values = true
     )]
     tokens: Vec<String>,
-    /// Origins whose pages may send hits (CORS), comma-separated, exactly
-    /// as browsers send them (e.g. `https://example.com`); a page of any
-    /// other origin is refused (403). None by default.
+    /// Origins whose pages may send hits (CORS), comma-separated, as
+    /// browsers send them (e.g. `https://example.com`; the scheme and host
+    /// are lower-cased, a default port (:443, :80) and a trailing / left
+    /// out); a page of any other origin is refused (403). None by default.
     #[arg(long, env = "HITCOUNT_INGEST_ORIGINS", value_delimiter = ',')]
     origins: Vec<String>,
     /// What the name of a hit from a page (a request with an Origin
@@ -98,25 +99,38 @@ fn checked_tokens(tokens: Vec<String>) -> anyhow::Result<Vec<String>> {
     Ok(tokens)
 }
 
-/// The origins as given, empty items left out: each must be an origin as
-/// browsers send it, `scheme://host[:port]` (a trailing `/` is let go):
-/// one without its scheme would never match a page, silently.
+/// The origins as given, empty items left out, each spelled as browsers
+/// send it: `scheme://host[:port]`, the scheme and host in lower case, a
+/// default port (`:443` for https, `:80` for http) and a trailing `/` left
+/// out, since `https://A.example:443` would never match a page, silently;
+/// nor would one without its scheme, which is refused.
 fn checked_origins(origins: Vec<String>) -> anyhow::Result<Vec<String>> {
     let origins = origins.into_iter().map(|o| o.trim().to_string());
     let origins: Vec<String> = origins.filter(|o| !o.is_empty()).collect();
+    let mut spelled = Vec::with_capacity(origins.len());
     for o in &origins {
-        let host = o
+        let parts = o
             .split_once("://")
-            .map(|(_, rest)| rest.trim_end_matches('/'));
-        if host.is_none_or(|h| h.is_empty() || h.contains('/')) {
+            .map(|(scheme, rest)| (scheme, rest.trim_end_matches('/')));
+        let Some((scheme, host)) = parts.filter(|(_, h)| !h.is_empty() && !h.contains('/')) else {
             anyhow::bail!(
                 "HITCOUNT_INGEST_ORIGINS (--origins) has {o:?}, which is no origin: give each \
                  as browsers send it, a scheme, a host and an optional port \
                  (https://www.example.com)"
             );
-        }
+        };
+        let (scheme, host) = (scheme.to_ascii_lowercase(), host.to_ascii_lowercase());
+        let default_port = match scheme.as_str() {
+            "https" => Some(":443"),
+            "http" => Some(":80"),
+            _ => None,
+        };
+        let host = default_port
+            .and_then(|p| host.strip_suffix(p))
+            .unwrap_or(&host);
+        spelled.push(format!("{scheme}://{host}"));
     }
-    Ok(origins)
+    Ok(spelled)
 }
 
 pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
@@ -213,7 +227,29 @@ mod tests {
             "http://127.0.0.1:8080",
             "https://a.example/",
         ];
-        assert_eq!(checked_origins(list(&ok)).unwrap(), list(&ok));
+        let spelled = [
+            "https://example.com",
+            "http://127.0.0.1:8080",
+            "https://a.example",
+        ];
+        assert_eq!(checked_origins(list(&ok)).unwrap(), list(&spelled));
+        // As browsers spell them: scheme and host in lower case, no
+        // default port.
+        let given = [
+            "HTTPS://A.Example:443",
+            "http://b.example:80/",
+            "https://c.example:80",
+            "http://[::1]:8080",
+            "https://[::1]:443",
+        ];
+        let spelled = [
+            "https://a.example",
+            "http://b.example",
+            "https://c.example:80",
+            "http://[::1]:8080",
+            "https://[::1]",
+        ];
+        assert_eq!(checked_origins(list(&given)).unwrap(), list(&spelled));
         assert_eq!(checked_origins(list(&["", " "])).unwrap(), list(&[]));
         for bad in [
             "www.example.com",

@@ -141,8 +141,8 @@ impl Appender {
     /// One chunk of one shard, retried once after a `NOSCRIPT`, and once on
     /// a new connection when the one it had served before was closed
     /// under it (a Redis restarted between two requests: the chunk was
-    /// never sent).
-    /// The number appended and the positions (from 1) of the conflicts.
+    /// never sent). Answers the number appended and the positions in
+    /// `hits` (from 1) of the conflicts.
     async fn call(
         &self,
         keys: &Keys,

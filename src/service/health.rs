@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::model::config::MAX_SHARDS;
-use crate::model::metrics::{self, metrics};
+use crate::model::metrics::metrics;
 
 /// Health state shared between the worker loop (writer) and the probes
 /// (readers). What the loop writes is an atomic; the shards read, which
@@ -103,7 +103,9 @@ impl Health {
     pub(crate) fn turned(&self) {
         let nanos = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.last_turn_nanos.store(nanos, Ordering::Relaxed);
-        metrics().loop_last_turn.set(metrics::unix_now_seconds());
+        metrics()
+            .loop_last_turn
+            .set(crate::model::clock::unix_ms() as f64 / 1000.0);
         if let Some((p, _)) = &self.parent {
             p.turned();
         }

@@ -19,7 +19,6 @@
 //! constructors that register one family each and the histograms' buckets.
 
 use std::sync::LazyLock;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus::{
     Gauge, GaugeVec, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
@@ -410,14 +409,6 @@ pub(crate) fn render() -> String {
             tracing::debug!(error = %e, "encoding metrics");
             String::new()
         })
-}
-
-/// Seconds since the Unix epoch, as a float (for timestamp gauges).
-pub(crate) fn unix_now_seconds() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }
 
 #[cfg(test)]

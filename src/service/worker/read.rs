@@ -20,6 +20,11 @@ const FIRST_READ: usize = 16;
 /// The least byte budget of a read, however often Redis closed the
 /// connection on one (see [`Pace::shrink`]).
 const MIN_READ_BYTES: usize = 64 << 10;
+/// How long a shrunk budget stays as it is before it doubles again (up to
+/// [`READ_BYTES`]): a restart of Redis or a failover closes reads too, and
+/// must not leave a worker's reads small for good; an output buffer
+/// limit closes the grown read again, once this often at most.
+const REGROW_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// How many entries the next read asks for. A stream entry can take up to
 /// Redis' 512 MB, and XREADGROUP has no byte limit, so the count follows
@@ -36,6 +41,8 @@ pub(super) struct Pace {
     count: usize,
     max: usize,
     bytes: usize,
+    /// When the budget doubles back, while under [`READ_BYTES`].
+    regrow_at: Option<std::time::Instant>,
 }
 
 impl Pace {
@@ -46,6 +53,7 @@ impl Pace {
             count: FIRST_READ.min(max),
             max,
             bytes: READ_BYTES,
+            regrow_at: None,
         }
     }
 
@@ -65,13 +73,15 @@ impl Pace {
     /// a client whose reply outgrows its `client-output-buffer-limit` for
     /// normal clients, and a worker that read as much again after each
     /// reconnect never read anything. Returns the new budget, or `None`
-    /// at the least one.
+    /// at the least one. It doubles back every [`REGROW_AFTER`] without
+    /// another.
     pub(super) fn shrink(&mut self) -> Option<usize> {
         if self.bytes <= MIN_READ_BYTES {
             return None;
         }
         self.bytes = (self.bytes / 2).max(MIN_READ_BYTES);
         self.count = (self.count / 2).max(1);
+        self.regrow_at = Some(std::time::Instant::now() + REGROW_AFTER);
         Some(self.bytes)
     }
 
@@ -81,8 +91,13 @@ impl Pace {
         self.count == self.max
     }
 
-    /// Learns from a reply's entries (an empty reply teaches nothing).
+    /// Learns from a reply's entries (an empty reply teaches nothing of
+    /// their sizes); a shrunk budget doubles back when it is time.
     pub(super) fn observe(&mut self, entries: &[EntryRef<'_>]) {
+        if let Some(at) = self.regrow_at.filter(|&t| std::time::Instant::now() >= t) {
+            self.bytes = (self.bytes * 2).min(READ_BYTES);
+            self.regrow_at = (self.bytes < READ_BYTES).then(|| at + REGROW_AFTER);
+        }
         let Some(largest) = entries.iter().map(entry_size).max() else {
             return;
         };
@@ -120,8 +135,9 @@ impl Worker {
         let before = self.pace.bytes();
         if let Some(bytes) = closed.then(|| self.pace.shrink()).flatten() {
             tracing::warn!(consumer = %self.consumer, before, bytes,
+                regrow_after_s = REGROW_AFTER.as_secs(),
                 "the connection closed while Redis answered a read: reads now ask for half as \
-                 many bytes (Redis closes a client whose reply outgrows its \
+                 many bytes until regrow_after_s passes without another (Redis closes a client whose reply outgrows its \
                  client-output-buffer-limit for normal clients, which must allow 4 MiB; \
                  a restart of Redis closes it too)");
         }
@@ -304,5 +320,17 @@ mod tests {
         }
         assert_eq!(budgets, [1 << 19, 1 << 18, 1 << 17, MIN_READ_BYTES]);
         assert_eq!(pace.bytes(), MIN_READ_BYTES);
+        // A restart of Redis closes reads too: the budget doubles back
+        // after a quiet while, one step at a time.
+        pace.observe(&[]);
+        assert_eq!(pace.bytes(), MIN_READ_BYTES, "not at once");
+        let mut grown = Vec::new();
+        while pace.bytes() < READ_BYTES {
+            pace.regrow_at = Some(std::time::Instant::now());
+            pace.observe(&[]);
+            grown.push(pace.bytes());
+        }
+        assert_eq!(grown, [1 << 17, 1 << 18, 1 << 19, 1 << 20, READ_BYTES]);
+        assert_eq!(pace.regrow_at, None);
     }
 }

@@ -223,8 +223,9 @@ impl Worker {
             }
             (Ok(Ok(false)), _) if self.shutdown.failed() => {
                 tracing::warn!(consumer = %self.consumer,
-                "worker stopped on a fatal error: its pending entries stay for other workers \
-                 to claim after --claim-idle-ms")
+                "worker stopped on a fatal error: its pending entries stay under its \
+                 consumer name, for a live worker of that name to read, or for others to \
+                 claim after --claim-idle-ms")
             }
             (Ok(Ok(false)), _) => tracing::warn!(consumer = %self.consumer,
                 "worker stopped without reaching Redis: its window in flight was dropped \

@@ -424,17 +424,22 @@ mod tests {
         assert!(b.pause() <= BACKOFF_MIN);
     }
 
+    /// A link to a Redis nobody listens for: its failures are fed by hand.
+    fn unreached() -> Reconnecting {
+        let args = crate::model::config::RedisArgs {
+            url: "redis://127.0.0.1:1".into(),
+            ..Default::default()
+        };
+        Reconnecting::new(client(&args).unwrap(), "test", RESPONSE_TIMEOUT)
+    }
+
     /// A refusal for memory (or a replica's READONLY), then another error
     /// (the connection dropped), then a success: the process' flags and
     /// the `hitcount_redis_oom` gauge are cleared. The other error used to
     /// make the task forget the refusal, leaving the gauge at 1 for good.
     #[test]
     fn a_success_clears_a_refusal_whatever_failed_in_between() {
-        let args = crate::model::config::RedisArgs {
-            url: "redis://127.0.0.1:1".into(),
-            ..Default::default()
-        };
-        let mut link = Reconnecting::new(client(&args).unwrap(), "test", RESPONSE_TIMEOUT);
+        let mut link = unreached();
         let refused = |code: &str| {
             let text = format!("-{code} refused\r\n");
             let e = redis::parse_redis_value(text.as_bytes())
@@ -482,11 +487,7 @@ mod tests {
     /// without a word.
     #[test]
     fn a_link_that_breaks_again_at_once_is_an_outage() {
-        let args = crate::model::config::RedisArgs {
-            url: "redis://127.0.0.1:1".into(),
-            ..Default::default()
-        };
-        let mut link = Reconnecting::new(client(&args).unwrap(), "test", RESPONSE_TIMEOUT);
+        let mut link = unreached();
         let dropped = StoreError::Redis(redis::RedisError::from((
             redis::ErrorKind::Io,
             "connection reset",

@@ -59,9 +59,11 @@ impl BadLine {
     }
 }
 
-/// Reads one line (without its `\n`; a trailing `\r` is allowed).
+/// Reads one line (without its `\n`; a trailing `\r`, and spaces or tabs
+/// at its end or around the type, are allowed, as StatsD's own server
+/// allows them).
 pub(crate) fn read(line: &[u8]) -> Result<Line<'_>, BadLine> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let line = line.trim_ascii_end();
     // The value follows the last colon before the first `|` (a name may
     // hold colons, tags after it too).
     let pipe = line.iter().position(|&b| b == b'|').unwrap_or(line.len());
@@ -72,7 +74,7 @@ pub(crate) fn read(line: &[u8]) -> Result<Line<'_>, BadLine> {
     let (name, rest) = (&line[..colon], &line[colon + 1..]);
     let mut parts = rest.split(|&b| b == b'|');
     let value = parts.next().ok_or(BadLine::Format)?;
-    let kind = parts.next().ok_or(BadLine::Format)?;
+    let kind = parts.next().ok_or(BadLine::Format)?.trim_ascii();
     let mut rate = None;
     for extra in parts {
         match extra.split_first() {
@@ -158,6 +160,12 @@ mod tests {
         assert_eq!(read(b"x:1|kv"), Ok(Line::Ignored("other")));
         // A name may hold a colon: the value follows the last one.
         assert_eq!(read(b"web:/home:2|c"), Ok(Line::Hit("web:/home", 2, None)));
+        // Spaces or tabs at the end or around the type (they were an
+        // ignored type of their own, `c `, and counted nothing).
+        assert_eq!(read(b"sp:1|c "), Ok(Line::Hit("sp", 1, None)));
+        assert_eq!(read(b"sp:1|c\t"), Ok(Line::Hit("sp", 1, None)));
+        assert_eq!(read(b"sp:2|ms |@0.5"), Ok(Line::Hit("sp", 2, Some(2.0))));
+        assert_eq!(read(b"sp:1|c|@0.5 \r"), Ok(Line::Hit("sp", 2, None)));
     }
 
     /// Rates scale counts to the nearest whole one, halves away from zero.

@@ -81,7 +81,7 @@
 //!            stats.rs (values: summary, quantile scale)  stats_hash.rs (reading stats:)
 //!            config/ (connection.rs, layout.rs, leader.rs, worker.rs)  metrics/ (labels.rs,
 //!            register.rs)  shutdown.rs  clock.rs  ids.rs (entry ids, compact)  statsd.rs (a
-//!            StatsD line as a hit)  no Redis here
+//!            StatsD line as a hit)  tally.rs (counts logged once a minute)  no Redis here
 //!
 //!  beside the floors: testing.rs (what the unit tests start: redis-server, a cluster),
 //!                     hot_path.rs (what `benches/hot_path.rs` times; `bench` feature)

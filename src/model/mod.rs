@@ -21,6 +21,7 @@ pub mod stats;
 pub mod stats_hash;
 #[cfg(feature = "cli")]
 pub(crate) mod statsd;
+pub(crate) mod tally;
 
 /// `items` in runs, in order, of at most `most` items whose `size` adds up
 /// to at most `budget` (an item bigger than that alone): how batches of

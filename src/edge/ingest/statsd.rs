@@ -16,9 +16,9 @@
 //! then at most once a [`DROPS_LOGGED_EVERY`] with the drops since the
 //! last line (and once more as ingest stops), never a line per drop.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::AsyncReadExt as _;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -27,6 +27,7 @@ use crate::edge::server::{Limits, Peers};
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
 use crate::model::statsd::{self, Line};
+use crate::model::tally::Tally;
 use crate::service::producer::Producer;
 
 /// Largest datagram (and longest line on TCP): UDP's own bound.
@@ -43,48 +44,19 @@ const DROPS_EVERY: Duration = Duration::from_secs(1);
 /// line): a flood of drops is one line a minute, not one a drop.
 const DROPS_LOGGED_EVERY: Duration = Duration::from_secs(60);
 
-/// The drops not logged yet, and when the last line was.
-struct DropLog {
-    /// Hits the producer's full buffer dropped.
-    queue: AtomicU64,
-    /// Datagrams the socket's full buffer dropped.
-    socket: AtomicU64,
-    last: Mutex<Option<Instant>>,
-}
+/// Drops not logged yet: hits the producer's full buffer dropped, and
+/// datagrams the socket's full buffer dropped.
+static DROPS: Tally<2> = Tally::new(DROPS_LOGGED_EVERY);
 
-static DROPS: DropLog = DropLog {
-    queue: AtomicU64::new(0),
-    socket: AtomicU64::new(0),
-    last: Mutex::new(None),
-};
-
-impl DropLog {
-    /// Counts `queue` hits and `socket` datagrams dropped, logged now if
-    /// no line was for [`DROPS_LOGGED_EVERY`].
-    fn add(&self, queue: u64, socket: u64) {
-        self.queue.fetch_add(queue, Ordering::Relaxed);
-        self.socket.fetch_add(socket, Ordering::Relaxed);
-        self.log(false);
-    }
-
-    /// Logs the drops since the last line, if any, when the last line is
-    /// [`DROPS_LOGGED_EVERY`] old or `anyway` (ingest stops).
-    fn log(&self, anyway: bool) {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if !anyway && last.is_some_and(|t| t.elapsed() < DROPS_LOGGED_EVERY) {
-            return;
-        }
-        let queue_hits = self.queue.swap(0, Ordering::Relaxed);
-        let socket_datagrams = self.socket.swap(0, Ordering::Relaxed);
-        if queue_hits + socket_datagrams > 0 {
-            tracing::warn!(
-                queue_hits,
-                socket_datagrams,
-                "statsd: dropped since the last report (queue: the producer's buffer was full, \
-                 Redis slow or away; socket: ingest read too slowly)"
-            );
-            *last = Some(Instant::now());
-        }
+/// Logs the drops since the last line, if any: `totals` of [`DROPS`].
+fn log_drops(totals: Option<[u64; 2]>) {
+    if let Some([queue_hits, socket_datagrams]) = totals {
+        tracing::warn!(
+            queue_hits,
+            socket_datagrams,
+            "statsd: dropped since the last report (queue: the producer's buffer was full, \
+             Redis slow or away; socket: ingest read too slowly)"
+        );
     }
 }
 
@@ -115,7 +87,7 @@ pub(crate) async fn serve(
     }
     streams.abort();
     drops.abort();
-    DROPS.log(true);
+    log_drops(DROPS.flush());
     Ok(())
 }
 
@@ -223,7 +195,7 @@ fn take(packet: &[u8], producer: &Producer) {
                 }
                 if producer.stats().dropped.load(Ordering::Relaxed) > dropped {
                     m.statsd_dropped.with_label_values(&["queue"]).inc();
-                    DROPS.add(1, 0);
+                    log_drops(DROPS.add([1, 0]));
                 } else {
                     m.statsd_hits.inc();
                 }
@@ -267,7 +239,7 @@ async fn watch_drops(inode: Option<u64>, mut stop: Shutdown) {
                 .inc_by(socket);
             seen = now;
         }
-        DROPS.add(0, socket);
+        log_drops(DROPS.add([0, socket]));
     }
 }
 

@@ -1,13 +1,13 @@
 //! The window a worker is filling: the entries read since the last apply,
 //! their hits aggregated, the ones to dead-letter, and when to close it.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::model::aggregate::Window;
 use crate::model::config::WorkerArgs;
 use crate::model::event;
 use crate::model::metrics::metrics;
+use crate::model::tally::Tally;
 use crate::store::commit::{Deferred, Failure, Rejected};
 use crate::store::stream::EntryRef;
 
@@ -18,38 +18,15 @@ const MAX_REJECTED_PER_WINDOW: usize = 500;
 /// `--window-ms`), a window may stay open this many times `--window-ms`, so
 /// it can reach its size limits.
 const BACKLOG_AGE_FACTOR: u32 = 10;
-/// At most one warning in this long about each kind of [`Tally`]: hits
-/// whose entry IDs are far ahead of Redis' clock may be every hit of a
-/// stream, for good.
+/// At most one warning in this long about each [`Tally`]: hits whose
+/// entry IDs are far ahead of Redis' clock may be every hit of a stream,
+/// for good.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// Something worth a warning, counted by the whole process (every shard's
-/// worker shares it) and reported at most once every [`WARN_EVERY`]: when
-/// it last warned, and how many it has seen since.
-struct Tally(Mutex<(Option<Instant>, u64)>);
-
-impl Tally {
-    const fn new() -> Tally {
-        Tally(Mutex::new((None, 0)))
-    }
-
-    /// Adds `n`; the total since the last warning, when one is due now.
-    fn add(&self, n: u64) -> Option<u64> {
-        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        seen.1 += n;
-        if seen.0.is_some_and(|t| t.elapsed() < WARN_EVERY) {
-            return None;
-        }
-        let total = seen.1;
-        *seen = (Some(Instant::now()), 0);
-        Some(total)
-    }
-}
-
 /// Hits counted at Redis' clock: their entry IDs are ahead of it.
-static FUTURE_IDS: Tally = Tally::new();
+static FUTURE_IDS: Tally<1> = Tally::new(WARN_EVERY);
 /// Pending entries found deleted from the stream.
-static GONE: Tally = Tally::new();
+static GONE: Tally<1> = Tally::new(WARN_EVERY);
 
 /// Entries read and not yet applied.
 #[derive(Debug)]
@@ -204,7 +181,7 @@ impl Batch {
         }
         if let (n @ 1.., Some(first)) = (self.gone.0, &self.gone.1) {
             m.events_gone.inc_by(n);
-            if let Some(entries) = GONE.add(n) {
+            if let Some([entries]) = GONE.add([n]) {
                 tracing::warn!(entries, first_id = %first,
                     "pending entries were deleted from the stream before they were counted \
                      (an XTRIM, XDEL or MAXLEN by another client): their hits are lost \
@@ -259,7 +236,7 @@ pub(crate) fn count_failures(failures: &[Failure]) {
 /// because their entry IDs are more than a minute ahead of it (counted with
 /// their window, [`Batch::count_recorded`]).
 fn warn_future_ids(n: u64, first_id: &str, clock_ms: i64) {
-    let Some(hits) = FUTURE_IDS.add(n) else {
+    let Some([hits]) = FUTURE_IDS.add([n]) else {
         return;
     };
     tracing::warn!(
@@ -287,7 +264,7 @@ mod tests {
 
     /// Metrics are process-wide: the tests that count windows run one at a
     /// time, so each sees only its own increments.
-    static METRICS: Mutex<()> = Mutex::new(());
+    static METRICS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     fn bulk(s: &[u8]) -> Value {
         Value::BulkString(s.to_vec())

@@ -5,7 +5,7 @@
 //! of concurrent connections is capped, in all and per source address, with
 //! the last slots kept for addresses that hold none yet ([`Peers`]; excess
 //! connections are closed at once). Request bodies are not read unless an
-//! endpoint reads its own within a size and a deadline ([`read_body`]:
+//! endpoint reads its own within a size and a deadline ([`super::body`]:
 //! remote read, `ingest`); a request that announces one is answered and
 //! its connection closed unless the endpoint read it all ([`BodyRead`]),
 //! so a body trickled a byte a second holds nothing. Each request carries
@@ -305,45 +305,10 @@ fn too_busy_to_send(answer: &Resp) -> Resp {
 pub(crate) struct Peer(pub(crate) IpAddr);
 
 /// Put in a response's extensions by an endpoint that read its request's
-/// body in full ([`read_body`]): the connection may serve the next request.
+/// body in full ([`super::body::read_body`]): the connection may serve the
+/// next request.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BodyRead;
-
-/// Why [`read_body`] gave no body.
-pub(crate) enum BodyError {
-    /// Over the limit, announced or sent.
-    TooLarge,
-    /// Cut off or malformed: the reason in one line.
-    Unreadable(String),
-    /// Not all there within the deadline (408): the reason in one line.
-    TooSlow(String),
-}
-
-/// A request's body in full: at most `limit` bytes (a larger
-/// `Content-Length` is refused before a byte is read), all within
-/// `deadline`. Only for an endpoint that takes a body; the loop reads no
-/// other.
-pub(crate) async fn read_body(
-    body: Incoming,
-    limit: usize,
-    deadline: Duration,
-) -> Result<Bytes, BodyError> {
-    use http_body_util::{BodyExt as _, LengthLimitError, Limited};
-    if body.size_hint().lower() > limit as u64 {
-        return Err(BodyError::TooLarge);
-    }
-    match tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(BodyError::TooLarge),
-        Ok(Err(e)) => Err(BodyError::Unreadable(format!(
-            "the body is unreadable: {e}"
-        ))),
-        Err(_) => Err(BodyError::TooSlow(format!(
-            "the body did not arrive within {} s",
-            deadline.as_secs()
-        ))),
-    }
-}
 
 /// A response with `body` of `content_type`, never cached, never sniffed.
 pub(crate) fn respond(

@@ -285,6 +285,75 @@ async fn trickled_hits_starve_no_one() {
     probes_outlast_tricklers_of(addr, "/hitcount.js", "/api/v1/hits", Trickle::Headers).await;
 }
 
+/// Bodies read at once hold at most ingest's read budget (32 MiB beyond
+/// each body's first 64 KiB), however many connections send them: two
+/// large bodies half sent take it all, so a third large body is not read
+/// (no answer while they hang) while a small one is taken at once; once
+/// the two are gone the third is read and taken whole. Before, every body
+/// was read as it came: 256 connections of 1 MiB held 256 MiB.
+#[test]
+fn large_bodies_half_sent_hold_at_most_the_read_budget() {
+    use std::io::{Read, Write};
+    let srv = common::server();
+    let (_ingest, addr) = bin::start_ingest(&srv.url(), &["--max-body", "20000000"]);
+    let head = |len: usize| {
+        format!(
+            "POST /api/v1/hits HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\n\
+             Content-Length: {len}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    // Two bodies of 20 MB, 17 MB of each sent: more than the budget.
+    let hangers: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            s.write_all(head(20_000_000).as_bytes()).unwrap();
+            let mut sending = s.try_clone().unwrap();
+            std::thread::spawn(move || {
+                // Blocks once ingest stops reading; fails once closed.
+                let _ = sending.write_all(&vec![b' '; 17_000_000]);
+            });
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+
+    let line = "{\"name\":\"big\"}\n";
+    let lines = 1_000_000 / line.len();
+    let mut third = std::net::TcpStream::connect(&addr).unwrap();
+    third
+        .write_all(head(lines * line.len()).as_bytes())
+        .unwrap();
+    let mut sending = third.try_clone().unwrap();
+    let body = line.repeat(lines);
+    let sent = std::thread::spawn(move || sending.write_all(body.as_bytes()).is_ok());
+    third
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut first = [0u8; 1];
+    let early = third.read(&mut first);
+    assert!(
+        early.is_err(),
+        "a large body was answered while the budget was held: {early:?}"
+    );
+
+    // A small body needs none of the budget.
+    let small = "{\"name\":\"small\"}";
+    let (status, _, body) = bin::post_hits(&addr, "application/json", &[], small);
+    assert_eq!(status, 202, "{body}");
+
+    drop(hangers);
+    third
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut raw = Vec::new();
+    let _ = third.read_to_end(&mut raw);
+    assert!(sent.join().unwrap(), "the third body was sent whole");
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(raw.starts_with("HTTP/1.1 202 "), "{raw}");
+    let accepted = format!("\"accepted\":{lines},");
+    assert!(raw.contains(&accepted), "{raw}");
+}
+
 /// The raw answer to `POST /api/v1/read` of `read` (a body of
 /// [`remote_read`]).
 pub(crate) fn post_read(addr: &str, read: &[u8]) -> Vec<u8> {

@@ -41,7 +41,8 @@ use hyper::header::{
 use hyper::{Method, Request, StatusCode};
 use tokio::net::TcpListener;
 
-use crate::edge::server::{self, BodyError, BodyRead, Limits, Peer, Resp};
+use crate::edge::body::{self, BodyError, ReadBudget};
+use crate::edge::server::{self, BodyRead, Limits, Peer, Resp};
 use crate::model::event::json::{JsonHit, Layout};
 use crate::model::metrics::{self, metrics};
 use crate::service::ingest::{Appender, Ids};
@@ -64,6 +65,11 @@ const JUDGED_BYTES: usize = 4 << 20;
 /// Longest a read body waits for its turn within [`JUDGED_BYTES`], well
 /// within a connection's 30 s.
 const TURN_WAIT: Duration = Duration::from_secs(10);
+/// Bytes of bodies read at once (beyond each one's first 64 KiB), read or
+/// waiting for their turn to be judged, at least (a larger `max_body` is
+/// the budget then): 256 connections trickling 1 MiB bodies in held
+/// 256 MiB, now at most this and 16 MiB (see [`ReadBudget`]).
+const READ_BYTES: usize = 32 << 20;
 
 /// What `ingest` is told by its settings.
 #[derive(Debug, Clone)]
@@ -88,6 +94,8 @@ pub(crate) struct Ingest {
     rate: Rate,
     /// Permits of [`JUDGED_BYTES`]: one per byte of a body being judged.
     judging: Arc<tokio::sync::Semaphore>,
+    /// Permits of [`READ_BYTES`]: bodies being read or waiting their turn.
+    reading: ReadBudget,
     stopping: AtomicBool,
 }
 
@@ -99,6 +107,7 @@ impl Ingest {
             judging: Arc::new(tokio::sync::Semaphore::new(
                 settings.max_body.max(JUDGED_BYTES),
             )),
+            reading: ReadBudget::new(settings.max_body.max(READ_BYTES)),
             settings,
             appender,
             stopping: AtomicBool::new(false),
@@ -231,14 +240,16 @@ async fn hits(req: Request<Incoming>, ingest: &Ingest) -> Resp {
 /// The body read, its hits judged and the accepted ones appended.
 async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Ingest) -> Resp {
     let max = ingest.settings.max_body;
-    let body = match server::read_body(req.into_body(), max, BODY_DEADLINE).await {
-        Ok(body) => body,
+    let reading = Some(&ingest.reading);
+    let (body, read) = match body::read_body(req.into_body(), max, BODY_DEADLINE, reading).await {
+        Ok(read) => read,
         Err(BodyError::TooLarge) => {
             let why = format!("the body is over {max} bytes (HITCOUNT_INGEST_MAX_BODY)");
             return error(StatusCode::PAYLOAD_TOO_LARGE, &why);
         }
         Err(BodyError::Unreadable(why)) => return error(StatusCode::BAD_REQUEST, &why),
         Err(BodyError::TooSlow(why)) => return error(StatusCode::REQUEST_TIMEOUT, &why),
+        Err(BodyError::Busy) => return send_again("busy reading other bodies: send again"),
     };
     // Within the budget (a read body takes no permit while it trickles in).
     let bytes = body.len().clamp(1, max.max(JUDGED_BYTES)) as u32;
@@ -248,6 +259,8 @@ async fn read(req: Request<Incoming>, layout: Layout, page: bool, ingest: &Inges
     let Ok(Ok(turn)) = tokio::time::timeout(TURN_WAIT, turn).await else {
         return send_again("busy judging other bodies: send again");
     };
+    // Its bytes now count against the judging's budget.
+    drop(read);
     // A UTF-8 byte order mark (some Windows tools write one) is no JSON.
     let body = match body.starts_with(b"\xEF\xBB\xBF") {
         true => body.slice(3..),

@@ -42,7 +42,8 @@ use hyper::{Method, Request, StatusCode};
 use prost::Message as _;
 
 use super::{Api, Failure};
-use crate::edge::server::{self, BodyError, Resp};
+use crate::edge::body::{self, BodyError};
+use crate::edge::server::{self, Resp};
 use crate::model::keys::Family;
 use prompb::{QueryResult, ReadRequest, ReadResponse};
 use select::{Budget, Selected, Selector};
@@ -87,7 +88,8 @@ pub(super) async fn answer(api: &Api, req: Request<Incoming>) -> Resp {
 
 /// The request read, answered, and the answer encoded.
 async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
-    let body = server::read_body(req.into_body(), MAX_BODY, BODY_DEADLINE)
+    // Without a budget: a read's body is small, and serve's connections few.
+    let (body, _) = body::read_body(req.into_body(), MAX_BODY, BODY_DEADLINE, None)
         .await
         .map_err(|e| match e {
             BodyError::TooLarge => Failure::TooLarge(format!(
@@ -95,6 +97,7 @@ async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
             )),
             BodyError::Unreadable(why) => Failure::BadRequest(why),
             BodyError::TooSlow(why) => Failure::TooSlow(why),
+            BodyError::Busy => Failure::TooSlow("other bodies held the read budget".into()),
         })?;
     let request = decode(&body)?;
     // None listed means SAMPLES, the only type answered here.

@@ -1,7 +1,8 @@
 //! HTTP that a few clients cannot starve, and a `top` that nobody can make
 //! scan at will: hundreds of connections from one address trickling
 //! headers or bodies against a worker's `/healthz` and `hitcount serve`,
-//! while probes from another address are answered within a second; buckets
+//! while probes from another address are answered within a second; large
+//! bodies half sent that hold no more than `ingest`'s read budget; buckets
 //! that are not kept, not aligned or absurd; a burst of distinct buckets;
 //! the page's questions that must not be errors.
 

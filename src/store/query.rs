@@ -60,6 +60,32 @@ pub(crate) async fn list<C: ConnectionLike>(
     Ok(merge(precisions, lists, limit))
 }
 
+/// How many names [`list`] lists at least for `prefix` (and no `after`):
+/// the most members of one of `precisions` in the prefix's range, by one
+/// pipelined `ZLEXCOUNT` a precision (O(log N) each), so that a caller can
+/// refuse a listing too long for it before a member is read.
+pub(crate) async fn listed_at_least<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    family: Family,
+    precisions: &[u32],
+    prefix: &str,
+) -> RedisResult<u64> {
+    if precisions.is_empty() {
+        return Ok(0);
+    }
+    let mut pipe = redis::pipe();
+    for &p in precisions {
+        let (min, max) = bounds(p, prefix, None);
+        pipe.cmd("ZLEXCOUNT")
+            .arg(keys.known_of(family))
+            .arg(min)
+            .arg(max);
+    }
+    let counts: Vec<u64> = pipe.query_async(conn).await?;
+    Ok(counts.into_iter().max().unwrap_or(0))
+}
+
 /// ZRANGEBYLEX bounds of the members `P:NAME` at precision `p` with NAME
 /// starting with `prefix` and after `after`.
 fn bounds(p: u32, prefix: &str, after: Option<&str>) -> (Vec<u8>, Vec<u8>) {

@@ -290,12 +290,17 @@ async fn many_names(c: &mut hitcount::store::connect::Conn, prefix: &str, n: usi
 
 /// HGETALLs Redis has run so far.
 async fn hgetall_calls(c: &mut hitcount::store::connect::Conn) -> u64 {
+    calls(c, "hgetall").await
+}
+
+/// How many times Redis ran `command` so far.
+async fn calls(c: &mut hitcount::store::connect::Conn, command: &str) -> u64 {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(c)
         .await
         .unwrap();
-    command_calls(&stats, "hgetall")
+    command_calls(&stats, command)
 }
 
 /// `q` at `t` answers nothing, with a warning that contains `why`, and
@@ -340,6 +345,24 @@ async fn a_read_over_the_series_limit_is_a_warning_and_reads_no_hash() {
         "more than 10000 series match",
     )
     .await;
+    // A range older than any bucket the precision keeps (two hours at
+    // 60 s) selects nothing: no name listed, no hash read, no warning.
+    let (listed, lens) = (
+        calls(&mut c, "zrangebylex").await,
+        calls(&mut c, "hlen").await,
+    );
+    let q = "hitcount_hits{precision=\"60\"} offset 1d";
+    let (result, warnings) = ask(
+        &prom,
+        "/api/v1/query",
+        &[("query", q), ("time", &now.to_string())],
+    );
+    assert_eq!(
+        (result, warnings),
+        (serde_json::json!([]), Vec::<String>::new())
+    );
+    assert_eq!(calls(&mut c, "zrangebylex").await, listed, "no name listed");
+    assert_eq!(calls(&mut c, "hlen").await, lens, "no hash read");
     // Under the limit the same names are read, behind the prefix.
     assert_eq!(one(&prom, "hitcount_hits{name=\"n00001\"}", now), 4.0);
     let ten = at(&prom, "hitcount_hits{name=~\"n0000.\"}", now);
@@ -357,12 +380,16 @@ async fn a_read_listing_over_a_million_names_is_a_warning_and_reads_no_hash() {
     let dir = tempfile::tempdir().unwrap();
     let (_prom, prom) = prometheus_reading(dir.path(), &addr, "");
 
-    // A regex without a literal prefix lists every name, though it matches
-    // none of them.
+    // A regex without a literal prefix would list every name, though it
+    // matches none of them: refused by counting them, before one is listed
+    // (listing them cost Redis 7,000 ZRANGEBYLEX and over a second).
     let t0 = std::time::Instant::now();
     let why = "more than 1000000 names listed";
+    let listed = calls(&mut c, "zrangebylex").await;
     assert_refused(&prom, &mut c, "hitcount_hits{name=~\".*z\"}", now, why).await;
     eprintln!("refused after {:?}", t0.elapsed());
+    assert_eq!(calls(&mut c, "zrangebylex").await, listed, "no name listed");
+    assert!(calls(&mut c, "zlexcount").await > 0, "the names counted");
     // The same names behind a literal prefix; a name listed without hits
     // is all zeros.
     let two = at(&prom, "hitcount_hits{name=~\"n0000[01]\"}", now);

@@ -648,6 +648,14 @@ async fn serves_as_a_user_that_may_only_read() {
     let a = get(&addr, "/api/v1/top?precision=60&bucket=120&by=mean");
     assert_eq!(a.json()["counters"][0]["name"], "slow", "{}", a.body);
     assert_eq!(get(&addr, "/api/v1/stats?limit=5").status, 200);
+    // Prometheus' remote read: names counted, listed, their hashes read.
+    let dir = tempfile::tempdir().unwrap();
+    let (_prom, prom) = crate::common::prometheus::prometheus_reading(dir.path(), &addr, "");
+    let q = "hitcount_hits{name=~\".+\",precision=\"60\"}";
+    let read = crate::common::prometheus::at(&prom, q, 150);
+    let want: std::collections::BTreeMap<String, f64> =
+        AWKWARD.iter().map(|n| (n.to_string(), 5.0)).collect();
+    assert_eq!(read, want);
 
     assert_nothing_refused(&mut admin, "serve's user").await;
     // A user short of a rule: the hint names serve's own rules, not the

@@ -121,15 +121,22 @@ async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
     // Every query's series first, so that a read over the limit reads no
     // hash at all.
     let mut budget = Budget::new();
-    let mut selected: Vec<(Span, Vec<Selected>)> = Vec::new();
+    let mut queries = Vec::with_capacity(request.queries.len());
     for q in &request.queries {
-        let selector = Selector::new(&q.matchers, &api.precisions, &api.quantile_precisions)?;
         let span = Span {
             start_ms: q.start_timestamp_ms,
             end_ms: q.end_timestamp_ms,
             now,
             samples: api.samples,
         };
+        let mut selector = Selector::new(&q.matchers, &api.precisions, &api.quantile_precisions)?;
+        selector.keep_precisions(|p| span.kept_count(p) > 0);
+        queries.push((span, selector));
+    }
+    let selectors: Vec<&Selector> = queries.iter().map(|(_, s)| s).collect();
+    select::refuse_long_listings(&mut conn, &api.keys, &selectors, &budget).await?;
+    let mut selected: Vec<(Span, Vec<Selected>)> = Vec::new();
+    for (span, selector) in queries {
         let series = select::select(&mut conn, &api.keys, &selector, &mut budget).await?;
         selected.push((span, series));
     }

@@ -164,6 +164,18 @@ async fn promql_over_counters_and_statistics_is_exact() {
     assert_eq!(one(&prom, &q, b0 - 600), 3.0);
     assert!(at(&prom, "hitcount_hits{precision=\"5\"}", now).is_empty());
     assert!(at(&prom, "hitcount_hits{job=\"x\"}", now).is_empty());
+    // PromQL's `\d` is ASCII: an Arabic-Indic digit is no digit to it.
+    seed(&mut c, 60, "d:7", &[(b0 - 60, 1)]).await;
+    seed(&mut c, 60, "d:١", &[(b0 - 60, 1)]).await;
+    for (re, want) in [
+        ("d:\\\\d", "d:7"),
+        ("d:\\\\D", "d:١"),
+        ("\\\\Qd:7\\\\E", "d:7"),
+    ] {
+        let q = format!("hitcount_hits{{name=~\"{re}\",precision=\"60\"}}");
+        let got = at(&prom, &q, b0 - 60);
+        assert_eq!(got.keys().collect::<Vec<_>>(), [want], "{q}");
+    }
 
     // Statistics: the numbers of /api/v1/stats (those of `get --stats`).
     let a = get(&addr, "/api/v1/stats/slow?precision=60");

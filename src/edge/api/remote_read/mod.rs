@@ -13,7 +13,8 @@
 //! the precision keeps within the range ([`series`], so that Prometheus'
 //! lookback never carries a count into an empty bucket); names listed from
 //! `known:` and `stats:known:` only in the range of the name matchers'
-//! literal prefix ([`select`]); then each hash read whole in HSCAN pages
+//! literal prefix ([`select`], regexes read as PromQL's, [`re2`]); then
+//! each hash read whole in HSCAN pages
 //! ([`crate::store::hashes`]). Read commands
 //! only, so `serve`'s read-only user runs it, with a key prefix and on a
 //! Redis Cluster alike.
@@ -31,6 +32,7 @@
 //! beside an empty result. Errors are one line of plain text.
 
 pub(crate) mod prompb;
+mod re2;
 pub(crate) mod select;
 pub(crate) mod series;
 

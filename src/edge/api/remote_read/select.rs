@@ -118,7 +118,7 @@ impl Matcher {
             .map_err(|_| Failure::BadRequest(format!("unknown matcher type {}", m.r#type)))?;
         let re = match kind {
             MatchType::Re | MatchType::Nre => Some(
-                RegexBuilder::new(&format!("^(?:{})$", m.value))
+                RegexBuilder::new(&format!("^(?:{})$", super::re2::translate(&m.value)))
                     .size_limit(REGEX_BYTES)
                     .dfa_size_limit(REGEX_BYTES)
                     .build()

@@ -49,8 +49,8 @@ pub struct Limits {
     /// Connections served at once; excess connections are closed unanswered.
     /// The last quarter of them is kept for addresses holding none yet.
     pub max_connections: usize,
-    /// Connections served at once from one source address (IPv4, or IPv6
-    /// as given); more from it are closed unanswered.
+    /// Connections served at once from one client (an IPv4 address, or an
+    /// IPv6 /64: see [`client`]); more from it are closed unanswered.
     pub max_connections_per_peer: usize,
     /// On shutdown, how long open connections may take to finish.
     pub shutdown_grace: Duration,
@@ -116,7 +116,7 @@ impl Peers {
     /// share already, every place is taken, or only the reserve is left
     /// and `ip` holds one.
     pub(crate) fn admit(self: &Arc<Peers>, ip: IpAddr) -> Option<Slot> {
-        let ip = ip.to_canonical();
+        let ip = client(ip);
         let mut open = self.lock();
         let held = open.get(&ip).copied().unwrap_or(0);
         let free = self.permits.available_permits();
@@ -209,7 +209,7 @@ where
                 // changed nothing (hyper sends no body in answer to HEAD; a
                 // POST's answer, ingest's, comes after its hits are taken).
                 let get = req.method() == Method::GET;
-                req.extensions_mut().insert(Peer(peer.ip().to_canonical()));
+                req.extensions_mut().insert(Peer(client(peer.ip())));
                 let answer = handle(req);
                 let (budget, sent) = (budget.clone(), sent.clone());
                 async move {
@@ -299,10 +299,21 @@ fn too_busy_to_send(answer: &Resp) -> Resp {
     resp
 }
 
-/// The address a request came from, in its extensions: a client's
-/// address for those that limit each one (`ingest`'s rate).
+/// The client a request came from, in its extensions ([`client`]), for
+/// those that limit each one (`ingest`'s rate).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Peer(pub(crate) IpAddr);
+
+/// The client an address belongs to, as the limits per client count it:
+/// an IPv4 address (IPv4-mapped IPv6 included) alone, an IPv6 address by
+/// its /64, the network one host is given (it may take any address in
+/// it: counted apart, they would each have a share).
+pub(crate) fn client(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        v4 => v4,
+    }
+}
 
 /// Put in a response's extensions by an endpoint that read its request's
 /// body in full ([`super::body::read_body`]): the connection may serve the
@@ -375,6 +386,33 @@ mod tests {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     use super::*;
+
+    /// An IPv6 host may take any address of its /64: its connections are
+    /// counted together, an IPv4 address (mapped or not) alone.
+    #[test]
+    fn one_client_is_an_ipv4_address_or_an_ipv6_slash_64() {
+        let peers = Peers::new(&Limits {
+            max_connections_per_peer: 2,
+            ..Limits::default()
+        });
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let held: Vec<Slot> = ["2001:db8::1", "2001:db8::ffff:1"]
+            .iter()
+            .map(|a| peers.admit(ip(a)).expect("admitted"))
+            .collect();
+        assert!(
+            peers.admit(ip("2001:db8::1:2:3:4")).is_none(),
+            "the same /64"
+        );
+        assert!(peers.admit(ip("2001:db8:0:1::1")).is_some(), "another /64");
+        assert_eq!(client(ip("::ffff:10.0.0.7")), ip("10.0.0.7"));
+        assert_eq!(client(ip("10.0.0.7")), ip("10.0.0.7"));
+        drop(held);
+        assert!(
+            peers.admit(ip("2001:db8::9")).is_some(),
+            "places given back"
+        );
+    }
 
     /// A request still being answered when its connection's lifetime ends
     /// gets its answer (ingest may have appended its hits), then the

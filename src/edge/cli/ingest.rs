@@ -55,9 +55,9 @@ pub(crate) struct Args {
     #[arg(long, env = "HITCOUNT_INGEST_MAX_BODY", default_value_t = 1_048_576,
           value_parser = ranged::<u64>(1..=67_108_864))]
     max_body: u64,
-    /// Requests a second from one client address, 0..=4294967295 (with a
-    /// burst of as many); more are refused (429, with Retry-After). 0: no
-    /// limit.
+    /// Requests a second from one client (an IPv4 address, or an IPv6 /64),
+    /// 0..=4294967295 (with a burst of as many); more are refused (429,
+    /// with Retry-After). 0: no limit.
     #[arg(long, env = "HITCOUNT_INGEST_RATE", default_value_t = 1000,
           value_parser = ranged::<u32>(0..=4_294_967_295))]
     rate: u32,

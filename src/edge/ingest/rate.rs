@@ -1,5 +1,6 @@
-//! Each client's rate of requests to `ingest`: a token bucket per source
-//! address, `rate` requests a second with a burst of as many, so one busy
+//! Each client's rate of requests to `ingest`: a token bucket per client
+//! (an IPv4 address, or an IPv6 /64: `server::client`), `rate` requests a
+//! second with a burst of as many, so one busy
 //! or hostile client is answered 429 (with the seconds to wait) while the
 //! others go on.
 

@@ -4,7 +4,8 @@
 //! buffer are closed by Redis, again after each reconnect. The worker
 //! learns to read less, says why once, and counts every hit exactly once
 //! (it reconnected about 150 times a second without a word, counting
-//! nothing, for as long as it ran).
+//! nothing, for as long as it ran). A restart of Redis while the worker
+//! waits at the head closes no reply, and leaves its reads as they were.
 
 use std::time::Duration;
 
@@ -45,4 +46,38 @@ async fn a_small_client_output_buffer_makes_reads_smaller_not_endless() {
         "{log}"
     );
     assert!(log.contains("client-output-buffer-limit"), "{log}");
+}
+
+/// Redis restarted while the worker waits at the stream's head closes a
+/// read that was answering nothing: reads keep their size, and the worker
+/// counts on (each such restart halved them, with a WARN that blamed the
+/// output buffer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_while_the_worker_waits_leaves_its_reads_whole() {
+    let mut srv = server();
+    let url = srv.url();
+    let w = Child::spawn(
+        "w",
+        worker(&url, "w", "127.0.0.1:0", &["--block-ms", "1000"]),
+    );
+    let k = keys(&settings(&url, "any"));
+    let mut c = conn(&url).await;
+    xadd_names(&mut c, ["before".to_string()], unix_now(), None).await;
+    wait_drained(&mut c, &k).await;
+    // Blocked at the head now, for up to a second at a time.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    srv.restart().unwrap();
+    let mut c = conn(&url).await;
+    let names = (0..100).map(|i| format!("after{}", i % 7));
+    let hits = xadd_names(&mut c, names, unix_now(), None).await;
+    wait_drained(&mut c, &k).await;
+    w.signal(libc::SIGTERM);
+    let log = w.stderr();
+    // Without persistence the restarted Redis holds only what came after.
+    assert_eq!(
+        read_all(&mut c, &k).await,
+        reference(&hits, &hitcount::model::config::DEFAULT_PRECISIONS),
+        "{log}"
+    );
+    assert!(!log.contains("half as many bytes"), "{log}");
 }

@@ -106,6 +106,14 @@ impl Pace {
     }
 }
 
+/// Whether a read failed because its connection closed while Redis
+/// answered it, not because the reply was late (a busy Redis, a stopped
+/// worker: the connection's own timeout, which closes nothing on Redis'
+/// side).
+fn closed_answering(e: &StoreError) -> bool {
+    matches!(e, StoreError::Redis(r) if crate::store::error::is_broken_link(r) && !r.is_timeout())
+}
+
 /// The bytes an entry brought back: its id and its fields.
 fn entry_size(e: &EntryRef<'_>) -> usize {
     e.id.len() + event::entry_bytes(e.pairs())
@@ -125,15 +133,22 @@ impl Worker {
             }
             Cursor::New => stream::read(conn, &keys, &consumer, count, block, ">").await,
         };
-        read.map_err(|e| self.read_failed(e.into()))
+        // A read blocked at the head waits for entries, not on its reply:
+        // a close then is Redis going away (any large reply it was sending
+        // is pending now, and the re-read of pending entries that follows
+        // meets it).
+        let answering = block.is_none();
+        read.map_err(|e| match answering {
+            true => self.read_failed(e.into()),
+            false => e.into(),
+        })
     }
 
     /// A read (or a claim) failed: when the connection closed while Redis
     /// answered it, the next ones ask for less (see [`Pace::shrink`]).
     pub(super) fn read_failed(&mut self, e: StoreError) -> StoreError {
-        let closed = matches!(&e, StoreError::Redis(r) if crate::store::error::is_broken_link(r));
         let before = self.pace.bytes();
-        if let Some(bytes) = closed.then(|| self.pace.shrink()).flatten() {
+        if let Some(bytes) = closed_answering(&e).then(|| self.pace.shrink()).flatten() {
             tracing::warn!(consumer = %self.consumer, before, bytes,
                 regrow_after_s = REGROW_AFTER.as_secs(),
                 "the connection closed while Redis answered a read: reads now ask for half as \
@@ -301,6 +316,21 @@ mod tests {
         one.observe(&entries(&replies(&[60])));
         assert_eq!((one.count(), one.at_full()), (1, true));
         assert_eq!(Pace::new(0).count(), 1);
+    }
+
+    #[test]
+    fn a_late_reply_is_no_closed_connection() {
+        let io = |kind: std::io::ErrorKind| {
+            StoreError::Redis(redis::RedisError::from(std::io::Error::from(kind)))
+        };
+        assert!(closed_answering(&io(std::io::ErrorKind::ConnectionReset)));
+        assert!(closed_answering(&io(std::io::ErrorKind::UnexpectedEof)));
+        assert!(!closed_answering(&io(std::io::ErrorKind::TimedOut)));
+        let refused = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "ERR",
+        ));
+        assert!(!closed_answering(&StoreError::Redis(refused)));
     }
 
     #[test]

@@ -85,14 +85,15 @@ impl Registration {
     /// Registers at start-up. When another worker holds the name, waits up
     /// to one lifetime for its registration to lapse (a restarted worker's
     /// own old one), and refuses with [`StoreError::NameTaken`] as soon as
-    /// the holder renews it (a live worker).
-    pub(crate) async fn acquire(&self, conn: &mut Conn) -> StoreResult<()> {
+    /// the holder renews it (a live worker). Returns false when `stop` is
+    /// asked for while it waits: the name is not taken.
+    pub(crate) async fn acquire(&self, conn: &mut Conn, mut stop: Shutdown) -> StoreResult<bool> {
         let give_up = Instant::now() + LIFETIME + RENEW_EVERY;
         let mut last: Option<(String, i64)> = None;
         loop {
             let Some(holder) = self.step(conn).await? else {
                 self.acquired.send_replace(true);
-                return Ok(());
+                return Ok(true);
             };
             let pttl: i64 = redis::cmd("PTTL").arg(&self.key).query_async(conn).await?;
             let renewed = last
@@ -108,7 +109,10 @@ impl Registration {
                      worker of a shard; a live one is refused as soon as it renews)");
             }
             last = Some((holder, pttl));
-            tokio::time::sleep(POLL).await;
+            tokio::select! {
+                () = tokio::time::sleep(POLL) => {}
+                () = stop.wait() => return Ok(false),
+            }
         }
     }
 

@@ -158,10 +158,11 @@ async fn register(
     while !shutdown.is_triggered() {
         health.turned();
         match link
-            .call(async |conn| registration.acquire(conn).await)
+            .call(async |conn| registration.acquire(conn, stop.clone()).await)
             .await
         {
-            Ok(()) => return true,
+            // Not taken when shutdown came while it waited.
+            Ok(taken) => return taken,
             Err(e) => {
                 let (class, pause) = link.failed(&e, Some(shutdown));
                 if class == connect::ErrorClass::Fatal {

@@ -126,6 +126,43 @@ async fn a_second_worker_under_a_live_name_is_refused_and_a_restart_resumes() {
     );
 }
 
+/// A worker restarted under the name of one killed a moment ago waits for
+/// the dead one's registration to lapse; stopped meanwhile (a rollout, a
+/// drain), it stops at once, saying so, and leaves that registration to
+/// lapse on its own. It waited for the name first, up to 15 s past its
+/// SIGTERM, then took it only to let it go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_waiting_for_its_name_stops_at_once() {
+    let srv = server();
+    let url = srv.url();
+    let mut c = conn(&url).await;
+    let k = keys(&settings(&url, "any"));
+    let mut first = bin::start_worker(&url, "web-1", &free_addr(), &[]);
+    first.kill();
+    let mut again = bin::Child::spawn(
+        "web-1 again",
+        bin::worker(&url, "web-1", "127.0.0.1:0", &["--shutdown-timeout", "60"]),
+    );
+    bin::wait_for("waiting for its name", Duration::from_secs(30), || {
+        again.assert_running();
+        again
+            .stderr()
+            .contains("waiting for it to lapse")
+            .then_some(())
+    });
+    let status = again.terminate(Duration::from_secs(60));
+    let log = again.stderr();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(
+        log.contains("worker stopped while waiting for its consumer name"),
+        "{log}"
+    );
+    assert!(
+        exists(&mut c, &k.consumer_registration("web-1")).await,
+        "the dead worker's registration is left to lapse, not waited for: {log}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn default_names_are_unique_per_process_on_one_host() {
     let srv = server();

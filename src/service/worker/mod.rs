@@ -221,6 +221,13 @@ impl Worker {
             (Ok(Ok(true)), Ok(true)) => {
                 tracing::info!(consumer = %self.consumer, "worker stopped cleanly: window applied, group left, consumer name released")
             }
+            (Ok(Ok(false)), _) if !self.registered && self.link.current().is_some() => {
+                tracing::info!(consumer = %self.consumer,
+                "worker stopped while waiting for its consumer name (registered by an earlier \
+                 worker that stopped without releasing it): it read nothing; the name's \
+                 pending entries stay for the next worker of that name, or for others to claim \
+                 after --claim-idle-ms")
+            }
             (Ok(Ok(false)), _) if self.shutdown.failed() => {
                 tracing::warn!(consumer = %self.consumer,
                 "worker stopped on a fatal error: its pending entries stay under its \
@@ -282,6 +289,9 @@ impl Worker {
     async fn step(&mut self) -> StoreResult<()> {
         if self.link.current().is_none() || self.synced != Some(self.link.opened()) {
             self.sync().await?;
+            if !self.registered {
+                return Ok(());
+            }
         }
         // Claim only once this consumer's own pending entries are read: a
         // claimed entry becomes one of them, so claiming during that scan

@@ -26,10 +26,15 @@ impl Worker {
         // One try per turn: a failure goes through `failed` (backoff), and
         // the loop keeps turning, so a Redis outage leaves the worker live
         // (restarting it would not help) but not ready.
+        let stop = self.shutdown.clone();
         let conn = self.link.get().await?;
         self.health.set_redis_connected(true);
         if !self.registered {
-            self.registration.acquire(conn).await?;
+            if !self.registration.acquire(conn, stop).await? {
+                // Stopped before the name's last holder let go of it:
+                // nothing of this worker's to sync, read or drain.
+                return Ok(());
+            }
             self.registered = true;
         }
         let made = stream::ensure_group(conn, &self.keys, self.newest_committed).await?;
@@ -166,7 +171,7 @@ impl Worker {
     /// Returns false when there was no connection to drain on.
     pub(super) async fn drain(&mut self) -> StoreResult<bool> {
         self.settle_ahead().await;
-        if self.link.current().is_none() || self.shutdown.failed() {
+        if self.link.current().is_none() || self.shutdown.failed() || !self.registered {
             return Ok(false);
         }
         if !self.batch.is_empty() {

@@ -154,17 +154,14 @@ impl Lease {
         crate::store::scripts::release_if_held(conn, &self.key, &self.token).await
     }
 
-    /// Keeps trying to lead until `done` (after the worker finished its
-    /// window; or the shutdown itself): renews while leader, tries to take
-    /// the lease otherwise, every [`Lease::renew_every`]; then releases.
-    /// Redis errors are retried on the same schedule (the deadline runs out
-    /// on its own meanwhile); fatal ones are reported on `shutdown`.
-    pub(crate) async fn keep_until(
-        self: Arc<Self>,
-        client: Client,
-        shutdown: Shutdown,
-        mut done: Shutdown,
-    ) {
+    /// Keeps trying to lead until `shutdown`: renews while leader, tries to
+    /// take the lease otherwise, every [`Lease::renew_every`]; then
+    /// releases it, as the duties stop, so that a worker still draining
+    /// never holds it idle nor takes it. Redis errors are retried on the
+    /// same schedule (the deadline runs out on its own meanwhile); fatal
+    /// ones are reported on `shutdown`.
+    pub(crate) async fn keep_until(self: Arc<Self>, client: Client, shutdown: Shutdown) {
+        let mut done = shutdown.clone();
         // A reply later than a renewal period is as good as none.
         let timeout = self.renew_every().min(connect::RESPONSE_TIMEOUT);
         let mut link = Reconnecting::new(client, "leader lease", timeout);
@@ -311,7 +308,7 @@ mod tests {
         assert!(lease.try_acquire(&mut c).await.unwrap());
         let (trigger, done) = crate::model::shutdown::channel();
         trigger.trigger();
-        lease.clone().keep_until(client, done.clone(), done).await;
+        lease.clone().keep_until(client, done).await;
         let holder: Option<String> = redis::cmd("GET")
             .arg(lease.key())
             .query_async(&mut c)

@@ -351,14 +351,21 @@ impl Balancer {
             .filter(|k| !self.owned.contains_key(k))
             .collect();
         for k in free {
-            if reading >= share {
+            // A process stopping takes no shard: it would stop its worker
+            // at once and hold the lease while it does.
+            if reading >= share || self.shutdown.is_triggered() {
                 break;
             }
             let lease = Lease::shard(&self.shards[k as usize], &self.consumer, SHARD_LEASE);
-            if lease.try_acquire(conn).await? {
-                self.start(k, lease);
-                reading += 1;
+            if !lease.try_acquire(conn).await? {
+                continue;
             }
+            if self.shutdown.is_triggered() {
+                lease.release(conn).await?;
+                break;
+            }
+            self.start(k, lease);
+            reading += 1;
         }
         Ok(())
     }

@@ -99,7 +99,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<()> {
     }
     // Keep the lease while the pass runs, renewing as a worker would.
     let (trigger, shutdown) = crate::model::shutdown::channel();
-    let keeper = tokio::spawn(lease.clone().keep_until(client, shutdown.clone(), shutdown));
+    let keeper = tokio::spawn(lease.clone().keep_until(client, shutdown));
     let mut cleaner = Cleaner::new(keys.clone(), &args.common.layout, lease.clone());
     let now = crate::model::clock::unix_ms() / 1000;
     let result = crate::service::duties::once(&mut cleaner, &mut conn, &shards, &lease, now).await;

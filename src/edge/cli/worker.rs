@@ -87,9 +87,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     }
     let client = crate::store::connect::client(&args.common.redis)?;
     let (trigger, shutdown) = crate::model::shutdown::channel();
-    // Stopped once the worker has finished its window: the lease is released
-    // then, and only after that the HTTP server stops.
-    let (done_trigger, done) = crate::model::shutdown::channel();
     let health = crate::service::health::Health::new(stuck_after);
     let listener = super::listen(&args.listen, "--listen / HITCOUNT_LISTEN").await?;
     tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
@@ -104,15 +101,14 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     tasks.spawn("group sampler", sampler);
     let memory = crate::service::memory_watch::run(client.clone(), shutdown.clone());
     tasks.spawn("memory policy check", memory);
-    // The lease keeper (until `done`, then it releases the lease) and the
-    // leader's duties (until `shutdown`).
+    // The lease keeper and the leader's duties, until `shutdown` (the
+    // keeper then releases the lease: a draining worker neither holds nor
+    // takes it).
     let keys = crate::model::keys::Keys::new(&settings.layout, &settings.stream);
     let lease = Arc::new(Lease::new(&keys, &args.leader, &consumer));
     let cleaner = Cleaner::new(keys.clone(), &settings.layout, lease.clone())
         .every(args.leader.clean_interval());
-    let keeper = lease
-        .clone()
-        .keep_until(client.clone(), shutdown.clone(), done);
+    let keeper = lease.clone().keep_until(client.clone(), shutdown.clone());
     // Not before the worker's settings agree with its deployment's: a
     // worker refused at start never leads (it would clean with its own).
     let (agreed, mut stop) = (health.clone(), shutdown.clone());
@@ -168,7 +164,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     }
     health.set_stopping();
     trigger.trigger();
-    done_trigger.trigger();
     signals.abort();
     if let Ok(tasks) = watch.await {
         tasks.join().await;

@@ -152,20 +152,23 @@ impl Appender {
         let mut cmd_keys = vec![keys.stream.clone()];
         let mut args: Vec<Vec<u8>> = vec![self.horizon_secs.to_string().into_bytes()];
         for (_, hit) in hits {
-            let slot = match &hit.id {
-                Some(id) => {
-                    cmd_keys.push(match ids {
-                        Ids::Server => keys.ingest_id(id),
-                        Ids::Page => {
-                            let digest = sha1_smol::Sha1::from(id.as_bytes()).digest();
-                            keys.ingest_page_id(&digest.to_string())
-                        }
-                    });
-                    cmd_keys.len()
+            let (slot, earlier) = match (&hit.id, ids) {
+                (Some(id), Ids::Server) => {
+                    cmd_keys.push(keys.ingest_id(id));
+                    (cmd_keys.len(), 0)
                 }
-                None => 0,
+                (Some(id), Ids::Page) => {
+                    let digest = sha1_smol::Sha1::from(id.as_bytes()).digest();
+                    cmd_keys.push(keys.ingest_page_id(&digest.to_string()));
+                    // Where a version before page ids had their own keys
+                    // kept it (see ingest.lua).
+                    cmd_keys.push(keys.ingest_id(id));
+                    (cmd_keys.len() - 1, cmd_keys.len())
+                }
+                (None, _) => (0, 0),
             };
             args.push(slot.to_string().into_bytes());
+            args.push(earlier.to_string().into_bytes());
             args.push(hit.event());
         }
         let mut cmd = INGEST.evalsha(cmd_keys.len());

@@ -823,9 +823,30 @@ async fn a_pages_id_cannot_drop_a_servers_hit_and_a_reused_id_is_told() {
         r#"[{"name":"web:/x","id":"order-42"},{"name":"web:/y","id":"order-42"}]"#,
         r#"{"accepted":2,"refused":[],"conflicts":[1]}"#,
     );
-    assert_eq!(xlen(admin).await, 2);
+    assert_eq!(xlen(admin.clone()).await, 2);
     assert_eq!(metric(&addr, "hitcount_ingest_hits_id_conflict_total"), 3.0);
     assert_eq!(metric(&addr, "hitcount_ingest_hits_duplicate_total"), 6.0);
+
+    // An id a page sent to a version that kept pages' ids with the
+    // servers' (its key holds "1"), sent again across the upgrade: once.
+    let () = redis::cmd("SET")
+        .arg("{hits}:hc:ingest:cart-7")
+        .arg("1")
+        .arg("EX")
+        .arg(600)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    send(page, r#"{"name":"web:/cart","id":"cart-7"}"#, ok);
+    assert_eq!(
+        xlen(admin.clone()).await,
+        2,
+        "counted twice across the upgrade"
+    );
+    // Only such a key: a server's (a fingerprint) never drops a page's hit.
+    send(server, r#"{"name":"sale:cart","id":"cart-8"}"#, ok);
+    send(page, r#"{"name":"web:/cart","id":"cart-8"}"#, ok);
+    assert_eq!(xlen(admin).await, 4);
 }
 
 /// Origins configured in capitals or with their default port are taken as

@@ -1,7 +1,8 @@
 //! Read-only queries for the query API: counter names (or names with
 //! statistics) page by page, a counter's samples in a time range, and the
-//! ranking of one bucket by count or by mean. Only read commands
-//! (ZRANGEBYLEX, HSCAN, ZSCORE, HGET, HMGET), so a Redis user allowed
+//! ranking of one bucket by count or by mean, and the precisions a sample
+//! of `known:` holds. Only read commands (ZRANGEBYLEX, ZLEXCOUNT,
+//! ZRANDMEMBER, HSCAN, ZSCORE, HGET, HMGET), so a Redis user allowed
 //! `+@read` on `known:` and `count:*` (and `stats:*`) can run them all.
 //!
 //! `known:` members are `PREC:NAME`, all of score 0, so they sort by
@@ -58,6 +59,28 @@ pub(crate) async fn list<C: ConnectionLike>(
     }
     let lists: Vec<Vec<Vec<u8>>> = pipe.query_async(conn).await?;
     Ok(merge(precisions, lists, limit))
+}
+
+/// Members of `known:` sampled by [`sampled_precisions`].
+const SAMPLED: usize = 256;
+
+/// The precisions of up to [`SAMPLED`] members of `known:` taken at
+/// random (`ZRANDMEMBER`, Redis 6.2 and later): the precisions the workers
+/// count at, as far as a sample can tell.
+pub(crate) async fn sampled_precisions<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+) -> RedisResult<std::collections::BTreeSet<u32>> {
+    let members: Vec<Vec<u8>> = redis::cmd("ZRANDMEMBER")
+        .arg(keys.known())
+        .arg(SAMPLED)
+        .query_async(conn)
+        .await?;
+    let precision = |m: &Vec<u8>| {
+        let head = m.split(|&b| b == b':').next()?;
+        std::str::from_utf8(head).ok()?.parse::<u32>().ok()
+    };
+    Ok(members.iter().filter_map(precision).collect())
 }
 
 /// How many names [`list`] lists at least for `prefix` (and no `after`):

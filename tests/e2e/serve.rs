@@ -610,6 +610,8 @@ async fn serves_as_a_user_that_may_only_read() {
     }
     let slow = vec![(120, observations(3, 50))];
     seed_stats(&mut admin, 60, "slow", &slow, true).await;
+    // Counted at a precision serve is not given: it says so at start.
+    seed(&mut admin, 7, "odd", &[(63, 1)]).await;
     let url = format!("redis://reader:read-pw@127.0.0.1:{}", server.port());
     // The user really cannot write.
     let mut reader = conn(&url).await;
@@ -627,7 +629,12 @@ async fn serves_as_a_user_that_may_only_read() {
         .await
         .unwrap();
 
-    let (_serve, addr) = serve(&url, OLD_BUCKETS);
+    let (serving, addr) = serve(&url, OLD_BUCKETS);
+    let log = serving.stderr();
+    assert!(
+        log.contains("precisions this serve does not read") && log.contains("unread=[7]"),
+        "{log}"
+    );
     let a = get(&addr, "/api/v1/counters?limit=2");
     assert_eq!(a.status, 200, "{}", a.body);
     for name in AWKWARD {

@@ -106,11 +106,24 @@ impl Api {
     /// Connects and reads what every page of the API reads (the first name
     /// of each family, at every precision): at start, so that a wrong
     /// password, a URL that is no Redis or a permission the user lacks
-    /// stops `serve` with one line instead of failing every request.
+    /// stops `serve` with one line instead of failing every request; and
+    /// warns when `known:` holds counters at precisions it does not read.
     pub(crate) async fn check(&self) -> Result<(), RedisError> {
         let mut conn = self.conn().await?;
         for family in [Family::Counts, Family::Stats] {
             query::list(&mut conn, &self.keys, family, &self.precisions, "", None, 1).await?;
+        }
+        // Counters at precisions this serve does not read: its settings
+        // are not the workers' (a Redis before 6.2 cannot tell).
+        if let Ok(found) = query::sampled_precisions(&mut conn, &self.keys).await {
+            let unread: Vec<u32> = (found.into_iter())
+                .filter(|p| !self.precisions.contains(p))
+                .collect();
+            if !unread.is_empty() {
+                tracing::warn!(?unread, configured = ?self.precisions,
+                    "known: lists counters at precisions this serve does not read: give it the \
+                     workers' HITCOUNT_PRECISIONS (and HITCOUNT_SAMPLES, HITCOUNT_PREFIX)");
+            }
         }
         Ok(())
     }

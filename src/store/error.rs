@@ -134,10 +134,9 @@ pub(crate) fn fatal_hint(err: &RedisError) -> Option<&'static str> {
     } else if (err.code() == Some("NOPERM") || text.contains("NOPERM"))
         && text.contains("one of the keys")
     {
-        "the Redis user's key patterns do not cover this key: give it the patterns \
-         docs/operations.md (\"ACL users\") lists for this command, with HITCOUNT_PREFIX, \
-         HITCOUNT_STREAM and HITCOUNT_DEAD_STREAM as set (serve reads no stream), or use \
-         another user in REDIS_URL"
+        "the Redis user's key patterns do not cover this key: give it those docs/operations.md \
+         (\"ACL users\") lists for this command, with HITCOUNT_PREFIX and the streams as set \
+         (serve reads none), or use another user in REDIS_URL"
     } else if err.code() == Some("NOPERM") || text.contains("NOPERM") {
         "grant the Redis user the command named (see docs/operations.md, \"ACL users\"), or use another user in REDIS_URL"
     } else if text.contains("HITCOUNT_CLUSTER=off") {

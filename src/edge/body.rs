@@ -25,7 +25,7 @@ pub(crate) enum BodyError {
 /// Bytes of bodies read at once, beyond the first [`ReadBudget::FREE`]
 /// bytes of each: what bodies trickling in (or read and waiting their
 /// turn) hold at most, however many connections send them. A body that
-/// cannot get its bytes within its deadline is refused ([`BodyError::Busy`]).
+/// cannot get its share within its deadline is refused ([`BodyError::Busy`]).
 pub(crate) struct ReadBudget(Arc<Semaphore>);
 
 impl ReadBudget {
@@ -43,10 +43,14 @@ impl ReadBudget {
 
 /// A request's body in full: at most `limit` bytes (a larger
 /// `Content-Length` is refused before a byte is read), all within
-/// `deadline`, and with a `budget` its bytes beyond [`ReadBudget::FREE`]
-/// taken from it as they arrive, held (with the body) until the permit
-/// returned is dropped. Only for an endpoint that takes a body; the loop
-/// reads no other.
+/// `deadline`. With a `budget`, a body that outgrows
+/// [`ReadBudget::FREE`] takes what it may still need (its
+/// `Content-Length`, else `limit`) from it at once, and holds it until the
+/// permit returned is dropped: a body never holds part of the budget while
+/// it waits for more, so bodies that need more than the budget between
+/// them are read one after another, never each stuck waiting on the
+/// others. Only for an endpoint that takes a body; the loop reads no
+/// other.
 pub(crate) async fn read_body(
     mut body: Incoming,
     limit: usize,
@@ -83,18 +87,18 @@ pub(crate) async fn read_body(
         if total > limit {
             return Err(BodyError::TooLarge);
         }
-        let over =
-            total.saturating_sub(ReadBudget::FREE) - read.len().saturating_sub(ReadBudget::FREE);
-        if let (Some(ReadBudget(permits)), 1..) = (budget, over) {
-            let wait = permits.clone().acquire_many_owned(over as u32);
+        if let (Some(ReadBudget(permits)), None, true) = (budget, &held, total > ReadBudget::FREE) {
+            let whole = body
+                .size_hint()
+                .exact()
+                .map_or(limit as u64, |rest| total as u64 + rest);
+            let need = (whole as usize).min(limit) - ReadBudget::FREE;
+            let wait = permits.clone().acquire_many_owned(need as u32);
             // (The semaphore is never closed.)
             let Ok(Ok(permit)) = tokio::time::timeout_at(until, wait).await else {
                 return Err(BodyError::Busy);
             };
-            match &mut held {
-                Some(h) => h.merge(permit),
-                None => held = Some(permit),
-            }
+            held = Some(permit);
         }
         read.extend_from_slice(&data);
     }

@@ -355,6 +355,48 @@ fn large_bodies_half_sent_hold_at_most_the_read_budget() {
     assert!(raw.contains(&accepted), "{raw}");
 }
 
+/// Two large bodies sent at once that need more than the read budget
+/// between them are read one after the other, both taken: each used to
+/// take the budget as its bytes came and wait for more while holding it,
+/// so both stalled until their deadline and one failed.
+#[test]
+fn large_bodies_that_need_more_than_the_budget_together_are_read_in_turn() {
+    use std::io::{Read, Write};
+    let srv = common::server();
+    let (_ingest, addr) = bin::start_ingest(&srv.url(), &["--max-body", "20000000"]);
+    let started = Instant::now();
+    let senders: Vec<_> = (0..2)
+        .map(|i| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let hit = format!("{{\"name\":\"turn{i}\"}}");
+                let mut body = hit.into_bytes();
+                body.resize(20_000_000, b' ');
+                let mut s = std::net::TcpStream::connect(&addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                let head = format!(
+                    "POST /api/v1/hits HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                s.write_all(head.as_bytes()).unwrap();
+                let _ = s.write_all(&body);
+                let mut raw = Vec::new();
+                let _ = s.read_to_end(&mut raw);
+                String::from_utf8_lossy(&raw).into_owned()
+            })
+        })
+        .collect();
+    for sender in senders {
+        let raw = sender.join().unwrap();
+        assert!(
+            raw.starts_with("HTTP/1.1 202 ") && raw.contains("\"accepted\":1,"),
+            "{raw}"
+        );
+    }
+    eprintln!("both taken after {:?}", started.elapsed());
+}
+
 /// The raw answer to `POST /api/v1/read` of `read` (a body of
 /// [`remote_read`]).
 pub(crate) fn post_read(addr: &str, read: &[u8]) -> Vec<u8> {

@@ -67,8 +67,8 @@ const JUDGED_BYTES: usize = 4 << 20;
 const TURN_WAIT: Duration = Duration::from_secs(10);
 /// Bytes of bodies read at once (beyond each one's first 64 KiB), read or
 /// waiting for their turn to be judged, at least (a larger `max_body` is
-/// the budget then): 256 connections trickling 1 MiB bodies in held
-/// 256 MiB, now at most this and 16 MiB (see [`ReadBudget`]).
+/// the budget then): so that 256 connections trickling 1 MiB bodies in
+/// hold at most this and 16 MiB, not 256 MiB (see [`ReadBudget`]).
 const READ_BYTES: usize = 32 << 20;
 
 /// What `ingest` is told by its settings.

@@ -132,7 +132,7 @@ async fn read(api: &Api, req: Request<Incoming>) -> Result<Vec<u8>, Failure> {
             samples: api.samples,
         };
         let mut selector = Selector::new(&q.matchers, &api.precisions, &api.quantile_precisions)?;
-        selector.keep_precisions(|p| span.kept_count(p) > 0);
+        selector.keep_precisions(|p| !span.ends_before_kept(p));
         queries.push((span, selector));
     }
     let selectors: Vec<&Selector> = queries.iter().map(|(_, s)| s).collect();

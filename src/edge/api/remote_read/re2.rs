@@ -53,6 +53,24 @@ pub(super) fn translate(pattern: &str) -> String {
                         out.push_str(&regex::escape(&literal));
                     }
                     (_, None) if e == '<' || e == '>' => out.push(e),
+                    // An octal code (`\141`; `\0` alone), which the crate
+                    // does not read: as hex.
+                    (_, None)
+                        if e.is_digit(8)
+                            && (e == '0' || chars.peek().is_some_and(|d| d.is_digit(8))) =>
+                    {
+                        let mut code = e.to_digit(8).unwrap_or(0);
+                        for _ in 0..2 {
+                            match chars.peek().and_then(|d| d.to_digit(8)) {
+                                Some(d) => {
+                                    code = code * 8 + d;
+                                    chars.next();
+                                }
+                                None => break,
+                            }
+                        }
+                        out.push_str(&format!("\\x{{{code:X}}}"));
+                    }
                     _ => {
                         out.push('\\');
                         out.push(e);
@@ -83,6 +101,18 @@ pub(super) fn translate(pattern: &str) -> String {
             ']' if class && !first => {
                 out.push(c);
                 class = false;
+            }
+            // Within brackets RE2 has no nested class and no set operation
+            // (`&&`, `--`, `~~`): literal characters to it, escaped here.
+            '[' | '&' | '~' if class => {
+                out.push('\\');
+                out.push(c);
+                first = false;
+            }
+            '-' if class && chars.peek() == Some(&'-') => {
+                out.push_str("-\\-");
+                chars.next();
+                first = false;
             }
             _ => {
                 out.push(c);
@@ -146,6 +176,28 @@ mod tests {
         );
         assert!(matches(r"[]a]+", "]a]"));
         assert!(matches(r"[^]a]", "b") && !matches(r"[^]a]", "]"));
+    }
+
+    #[test]
+    fn brackets_hold_no_nested_class_nor_set_operation_in_re2() {
+        assert!(matches(r"page:[[a]]", "page:[]") && matches(r"page:[[a]]", "page:a]"));
+        assert!(!matches(r"page:[[a]]", "page:a"));
+        assert!(matches(r"[a&&b]", "&") && matches(r"[a&&b]", "a") && !matches(r"[a&&b]", "c"));
+        assert!(matches(r"[a~~b]", "~") && matches(r"[a~~b]", "b"));
+        assert!(
+            matches(r"[!--]", ",") && !matches(r"[!--]", "."),
+            "a range from ! to -"
+        );
+        assert!(matches(r"[[:digit:]x]", "7") && matches(r"[[:digit:]x]", "x"));
+        assert!(matches(r"page:[[]", "page:["));
+    }
+
+    #[test]
+    fn octal_codes_read_as_re2_reads_them() {
+        assert!(matches(r"page:\141", "page:a") && !matches(r"page:\141", "page:141"));
+        assert!(matches(r"\12", "\n") && matches(r"\0", "\0"));
+        assert!(matches(r"[\141-\143]", "b"));
+        assert!(matches(r"\1417", "a7"), "three digits at most");
     }
 
     #[test]

@@ -109,6 +109,8 @@ struct Matcher {
     label: String,
     kind: MatchType,
     value: String,
+    /// A regex matcher's pattern in the `regex` crate's words ([`super::re2`]).
+    pattern: String,
     re: Option<Regex>,
 }
 
@@ -116,9 +118,10 @@ impl Matcher {
     fn new(m: &LabelMatcher) -> Result<Matcher, Failure> {
         let kind = MatchType::try_from(m.r#type)
             .map_err(|_| Failure::BadRequest(format!("unknown matcher type {}", m.r#type)))?;
+        let pattern = super::re2::translate(&m.value);
         let re = match kind {
             MatchType::Re | MatchType::Nre => Some(
-                RegexBuilder::new(&format!("^(?:{})$", super::re2::translate(&m.value)))
+                RegexBuilder::new(&format!("^(?:{pattern})$"))
                     .size_limit(REGEX_BYTES)
                     .dfa_size_limit(REGEX_BYTES)
                     .build()
@@ -133,6 +136,7 @@ impl Matcher {
             label: m.name.clone(),
             kind,
             value: m.value.clone(),
+            pattern,
             re,
         })
     }
@@ -151,7 +155,8 @@ impl Matcher {
     fn name_prefix(&self) -> (String, bool) {
         match self.kind {
             MatchType::Eq => (self.value.clone(), true),
-            MatchType::Re => literal_prefix(&self.value),
+            // Read where RE2's escapes are the crate's (`\Q(\E` is `\(`).
+            MatchType::Re => literal_prefix(&self.pattern),
             _ => (String::new(), false),
         }
     }
@@ -328,7 +333,7 @@ pub(super) async fn refuse_long_listings(
 fn too_many_listed() -> Failure {
     Failure::BadRequest(format!(
         "more than {MAX_LISTED} names listed (the limit of one read): \
-         give the name matchers a literal prefix (name=~\"page:.*\")"
+         narrow the name matchers' literal prefix (name=~\"page:.*\" lists only page:)"
     ))
 }
 
@@ -454,6 +459,12 @@ mod tests {
         assert!(m.matches("page") && !m.matches("page:home") && !m.matches("a page"));
         let m = Matcher::new(&matcher("name", MatchType::Nre, "page:.*")).unwrap();
         assert!(m.matches("home") && !m.matches("page:x"));
+        // A quoted `(` hides no top-level `|` from the prefix: no prefix.
+        let m = Matcher::new(&matcher("name", MatchType::Re, "page:\\Q(\\E|other")).unwrap();
+        assert_eq!(m.name_prefix(), (String::new(), false));
+        assert!(m.matches("page:(") && m.matches("other"));
+        let m = Matcher::new(&matcher("name", MatchType::Re, "\\Qpage:a.b\\E")).unwrap();
+        assert_eq!(m.name_prefix(), ("page:a".to_string(), false));
         assert!(Matcher::new(&matcher("name", MatchType::Re, "(")).is_err());
 
         let all = |ms: &[LabelMatcher]| Selector::new(ms, &[1, 60], &[60]).unwrap().allowed;

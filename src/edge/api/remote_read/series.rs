@@ -41,11 +41,25 @@ impl Span {
         u64::try_from((to - from).div_euclid(i64::from(precision.max(1))) + 1).unwrap_or(0)
     }
 
+    /// Whether the range ends before the oldest bucket `precision` keeps
+    /// (a range of a day ago at 60 s, which keeps two hours): none of its
+    /// buckets is kept. (A range ahead of now may hold buckets of hits
+    /// timed ahead.)
+    pub(crate) fn ends_before_kept(&self, precision: u32) -> bool {
+        self.end_ms.div_euclid(1000) < self.oldest_kept(precision)
+    }
+
+    /// The start of the oldest bucket `precision` keeps now.
+    fn oldest_kept(&self, precision: u32) -> i64 {
+        let p = i64::from(precision.max(1));
+        (self.now - i64::from(self.samples) * p).div_euclid(p) * p + p
+    }
+
     /// The first and last of [`Span::kept`] (the first past the last when
     /// there are none).
     fn kept_bounds(&self, precision: u32) -> (i64, i64) {
         let p = i64::from(precision.max(1));
-        let oldest = (self.now - i64::from(self.samples) * p).div_euclid(p) * p + p;
+        let oldest = self.oldest_kept(precision);
         let from = oldest.max(ceil_div(ceil_div(self.start_ms, 1000), p) * p);
         let to = self.end_ms.div_euclid(1000).min(self.now).div_euclid(p) * p;
         (from, to)
@@ -220,6 +234,25 @@ mod tests {
         let last = got[0].samples.last().unwrap();
         assert_eq!((last.timestamp, last.value), (bucket * 1000, 3.0));
         assert!(got[1].samples.iter().all(|s| s.value == 0.0));
+    }
+
+    #[test]
+    fn a_range_before_what_a_precision_keeps_is_told_one_ahead_of_now_is_not() {
+        let now = 1_000_020;
+        let span = |start_s: i64, end_s: i64| Span {
+            start_ms: start_s * 1000,
+            end_ms: end_s * 1000,
+            now,
+            samples: 120,
+        };
+        // 60 s keeps 120 buckets: the oldest starts at 992,880.
+        assert!(span(0, 992_879).ends_before_kept(60));
+        assert!(!span(0, 992_880).ends_before_kept(60));
+        assert!(
+            !span(now + 3600, now + 7200).ends_before_kept(60),
+            "hits timed ahead"
+        );
+        assert!(!span(0, 992_879).ends_before_kept(86_400));
     }
 
     #[test]

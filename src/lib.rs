@@ -64,7 +64,8 @@
 //!    ▼
 //!  store/    client.rs      one node or a cluster: the one connection type, Conn
 //!    │       detect.rs      a cluster node or not: INFO cluster (+info); why a connect failed
-//!    │       connect.rs     reconnecting, backoff;  error.rs: error classes
+//!    │       connect.rs     reconnecting, backoff;  error.rs: error classes;
+//!    │                      hint.rs: what to change about a fatal one
 //!    │       memory.rs      writes refused for maxmemory (OOM), an evicting policy
 //!    │       scripts/       every Lua script (*.lua) and its loader
 //!    │       stream.rs  group.rs  counters.rs  time.rs (Redis' clock)

@@ -161,7 +161,7 @@ pub(crate) async fn needless_password(
         auth.arg(user);
     }
     match auth.arg(password).query_async::<()>(&mut conn).await {
-        Err(said) if crate::store::error::is_needless_password(&said) => said,
+        Err(said) if crate::store::hint::is_needless_password(&said) => said,
         _ => err,
     }
 }

@@ -1,5 +1,6 @@
 //! Redis access: the one connection type and its error classes
-//! ([`connect`]), which kind of Redis a URL names ([`detect`]), the Lua scripts ([`scripts`]), the counters as any client
+//! ([`connect`]; what an operator should change about a fatal one,
+//! [`hint`]), which kind of Redis a URL names ([`detect`]), the Lua scripts ([`scripts`]), the counters as any client
 //! reads them ([`counters`]) and the query API's read-only queries
 //! ([`query`]), `SCAN` over every master ([`scan`]), a cluster's masters
 //! and their slots ([`topology`]), the stream and its consumer group ([`stream`]),
@@ -17,6 +18,7 @@ pub(crate) mod detect;
 pub(crate) mod error;
 pub(crate) mod group;
 pub(crate) mod hashes;
+pub(crate) mod hint;
 pub(crate) mod layout_record;
 pub(crate) mod memory;
 pub(crate) mod query;

@@ -65,8 +65,8 @@ pub(crate) fn cause(err: &RedisError) -> String {
             " (the Redis URL carries no password: redis://:PASSWORD@HOST:PORT, or \
              redis://USER:PASSWORD@HOST:PORT for a user of Redis' ACL)",
         ),
-        _ if crate::store::error::is_needless_password(err) => {
-            line.push_str(&format!(" ({})", crate::store::error::NEEDLESS_PASSWORD));
+        _ if crate::store::hint::is_needless_password(err) => {
+            line.push_str(&format!(" ({})", crate::store::hint::NEEDLESS_PASSWORD));
         }
         "NOPERM" => line.push_str(&format!(
             " (the user lacks a command or key hitcount needs: see {})",
@@ -112,7 +112,7 @@ pub(crate) async fn connect(redis: &RedisArgs) -> anyhow::Result<Conn> {
     let failed = |e: RedisError| {
         // A refusal of the certificates (Redis' or this client's) is not
         // Redis refusing.
-        let tls = crate::store::error::is_tls_refusal(&e);
+        let tls = crate::store::hint::is_tls_refusal(&e);
         if crate::store::error::is_not_redis(&e) {
             anyhow!(cause(&e))
         } else if !tls && crate::store::connect::classify(&e).0 == ErrorClass::Fatal {

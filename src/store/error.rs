@@ -361,26 +361,9 @@ mod tests {
             reply("ERR Unknown Redis command called from script script: 0123, on @user_script:7.");
         assert_eq!(classify(&renamed).0, ErrorClass::Fatal);
         assert!(fatal_hint(&renamed).unwrap().contains("rename-command"));
-        let db = RedisError::from((
-            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
-            "Redis server refused to switch database",
-            "ERR DB index is out of range".to_string(),
-        ));
+        let db = refused_select("ERR DB index is out of range");
         assert_eq!(classify(&db).0, ErrorClass::Fatal, "{db}");
         assert!(fatal_hint(&db).unwrap().contains("REDIS_URL"));
-        // A Redis busy with a script, or loading, refuses the SELECT of a
-        // new connection too: that is waited out, not fatal.
-        for why in [
-            "Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT.",
-            "Redis is loading the dataset in memory",
-        ] {
-            let wait = RedisError::from((
-                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
-                "Redis server refused to switch database",
-                why.to_string(),
-            ));
-            assert_ne!(classify(&wait).0, ErrorClass::Fatal, "{wait}");
-        }
         assert!(is_deleted_under(&reply("NOSCRIPT No matching script.")));
         let no_cluster = reply("ERR This instance has cluster support disabled");
         assert_eq!(classify(&no_cluster).0, ErrorClass::Fatal);
@@ -389,21 +372,35 @@ mod tests {
             .contains("HITCOUNT_CLUSTER"));
     }
 
+    /// The client's error for a `SELECT` Redis refused, with Redis' reason
+    /// (without its code, as the client gives it).
+    fn refused_select(reason: &str) -> RedisError {
+        RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "Redis server refused to switch database",
+            reason.to_string(),
+        ))
+    }
+
     /// A SELECT Redis refused, which the client reports without Redis'
     /// code (a user without `select`, a number past 2^31): no retry fixes
     /// it, so it stops with a hint naming REDIS_URL instead of retrying for
-    /// ever.
+    /// ever. A Redis busy with a script, or loading, refuses the SELECT of
+    /// a new connection too: that is waited out.
     #[test]
-    fn a_refused_select_is_fatal() {
+    fn a_refused_select_is_fatal_unless_redis_asks_to_wait() {
+        for reason in [
+            "Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT.",
+            "Redis is loading the dataset in memory",
+        ] {
+            let wait = refused_select(reason);
+            assert_eq!(classify(&wait).0, ErrorClass::Transient, "{wait}");
+        }
         for reason in [
             "User ro has no permissions to run the 'select' command",
             "value is out of range, value must between -2147483648 and 2147483647",
         ] {
-            let select = RedisError::from((
-                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
-                "Redis server refused to switch database",
-                reason.to_string(),
-            ));
+            let select = refused_select(reason);
             assert_eq!(classify(&select).0, ErrorClass::Fatal, "{select}");
             let hint = fatal_hint(&select).unwrap();
             assert!(

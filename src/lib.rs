@@ -23,6 +23,7 @@
 //! ```text
 //!  edge/     http.rs        /metrics, /healthz, /readyz
 //!    │       server.rs      the hardened HTTP/1 loop every endpoint shares
+//!    │       peers.rs       the places per client; the longest idle closed for room
 //!    │       body.rs        a request's body: a size, a deadline, a budget (`cli`)
 //!    │       sending.rs     large answers while sent: a budget of bytes
 //!    │       api/           `hitcount serve`: read-only JSON API; params.rs  ┐

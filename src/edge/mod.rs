@@ -21,6 +21,7 @@ pub mod cli;
 pub mod http;
 #[cfg(feature = "cli")]
 pub(crate) mod ingest;
+pub(crate) mod peers;
 pub(crate) mod sending;
 pub(crate) mod server;
 #[cfg(feature = "cli")]

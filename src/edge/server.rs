@@ -3,7 +3,7 @@
 //! serve`'s JSON API): headers must arrive within a deadline and fit a
 //! bounded buffer, every connection has an overall deadline, and the number
 //! of concurrent connections is capped, in all and per source address, with
-//! the last slots kept for addresses that hold none yet ([`Peers`]; excess
+//! the last slots kept for addresses that hold none yet ([`super::peers`]; excess
 //! connections are closed at once). Request bodies are not read unless an
 //! endpoint reads its own within a size and a deadline ([`super::body`]:
 //! remote read, `ingest`); a request that announces one is answered and
@@ -14,11 +14,10 @@
 //! the response headers every answer carries ([`respond`]) and the one
 //! refusal every endpoint shares ([`method_not_allowed`]): only GET and HEAD.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -32,8 +31,9 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::watch;
 
+use super::peers::{client, Peers, Slot};
 use super::sending;
 
 /// Limits protecting the server from slow, malformed or too many clients.
@@ -82,73 +82,6 @@ impl Default for Limits {
 /// The one response type of every endpoint.
 pub(crate) type Resp = Response<Full<Bytes>>;
 
-/// The connections open, in all (the semaphore's permits) and per source
-/// address, and who may open one more (also StatsD's over TCP).
-pub(crate) struct Peers {
-    permits: Arc<Semaphore>,
-    per_peer: usize,
-    /// Permits kept for addresses that hold no connection yet.
-    reserve: usize,
-    open: Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// One admitted connection; frees its place on drop.
-pub(crate) struct Slot {
-    peers: Arc<Peers>,
-    ip: IpAddr,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl Peers {
-    /// Places for [`Limits::max_connections`], of which
-    /// [`Limits::max_connections_per_peer`] from one address.
-    pub(crate) fn new(limits: &Limits) -> Arc<Peers> {
-        let max = limits.max_connections.max(1);
-        Arc::new(Peers {
-            permits: Arc::new(Semaphore::new(max)),
-            per_peer: limits.max_connections_per_peer.max(1),
-            reserve: max / 4,
-            open: Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// A place for one more connection from `ip`, unless it holds its
-    /// share already, every place is taken, or only the reserve is left
-    /// and `ip` holds one.
-    pub(crate) fn admit(self: &Arc<Peers>, ip: IpAddr) -> Option<Slot> {
-        let ip = client(ip);
-        let mut open = self.lock();
-        let held = open.get(&ip).copied().unwrap_or(0);
-        let free = self.permits.available_permits();
-        if held >= self.per_peer || (held > 0 && free <= self.reserve) {
-            return None;
-        }
-        let permit = self.permits.clone().try_acquire_owned().ok()?;
-        *open.entry(ip).or_default() += 1;
-        Some(Slot {
-            peers: self.clone(),
-            ip,
-            _permit: permit,
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut open = self.peers.lock();
-        if let Some(n) = open.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.ip);
-            }
-        }
-    }
-}
-
 /// How long a connection whose lifetime is over (or whose server stops)
 /// has to answer the request under way: a body's 10 s and a Redis reply's
 /// 5 s.
@@ -169,7 +102,7 @@ where
     F: Future<Output = Resp> + Send + 'static,
 {
     let max = limits.max_connections.max(1);
-    let peers = Peers::new(&limits);
+    let peers = Peers::new(limits.max_connections, limits.max_connections_per_peer);
     let budget = Arc::new(sending::Budget::new());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut builder = http1::Builder::new();
@@ -191,77 +124,27 @@ where
                 }
             },
         };
-        let Some(slot) = peers.admit(peer.ip()) else {
-            tracing::debug!(%peer, "http connection refused: too many connections");
-            drop(stream);
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let handle = handle.clone();
-        let (budget, sent) = (budget.clone(), sending::Sent::default());
-        let conn = builder.serve_connection(
-            TokioIo::new(sending::Counted::new(stream, sent.clone())),
-            service_fn(move |mut req: Request<Incoming>| {
-                // A body left unread leaves the connection unusable: close
-                // it rather than wait for the body to end.
-                let has_body = !req.body().is_end_stream();
-                // Only an answer to GET may be refused for the budget: it
-                // changed nothing (hyper sends no body in answer to HEAD; a
-                // POST's answer, ingest's, comes after its hits are taken).
-                let get = req.method() == Method::GET;
-                req.extensions_mut().insert(Peer(client(peer.ip())));
-                let answer = handle(req);
-                let (budget, sent) = (budget.clone(), sent.clone());
-                async move {
-                    let mut resp = answer.await;
-                    let len = resp.body().size_hint().exact().unwrap_or(u64::MAX);
-                    if get && !budget.take(len, &sent) {
-                        resp = too_busy_to_send(&resp);
-                    }
-                    let read = resp.extensions_mut().remove::<BodyRead>().is_some();
-                    if has_body && !read {
-                        resp = with_header(resp, CONNECTION, "close");
-                    }
-                    Ok::<_, Infallible>(resp)
-                }
-            }),
-        );
-        let mut stop = stop_rx.clone();
-        let lifetime = limits.connection_timeout;
-        let answered_unread = limits.answered_unread;
+        // Admitted (or a place made) on its own task: making room waits
+        // for the connection closed to go, and the loop accepts meanwhile.
+        let (peers, builder, handle) = (peers.clone(), builder.clone(), handle.clone());
+        let (budget, stop) = (budget.clone(), stop_rx.clone());
+        let limits = (limits.connection_timeout, limits.answered_unread);
         tokio::spawn(async move {
-            let _slot = slot;
-            tokio::pin!(conn);
-            // Its lifetime over, or the server stopping, a connection
-            // answers the request under way (whose hits ingest may have
-            // appended: cut off, its client would send them again), then
-            // closes; an idle one closes at once.
-            let result = tokio::select! {
-                res = conn.as_mut() => Ok(res),
-                () = async { drop(stop.wait_for(|s| *s).await) } => Err("stopping"),
-                () = tokio::time::sleep(lifetime) => Err("lifetime over"),
+            let Some(slot) = peers.admit_or_make_room(peer.ip()).await else {
+                tracing::debug!(%peer, "http connection refused: too many connections");
+                return;
             };
-            let result = match result {
-                Ok(res) => Some(res),
-                Err(why) => {
-                    tracing::debug!(%peer, why, "http connection closing");
-                    conn.as_mut().graceful_shutdown();
-                    tokio::time::timeout(REQUEST_GRACE, conn.as_mut())
-                        .await
-                        .ok()
-                }
-            };
-            match result {
-                Some(Ok(())) => {}
-                Some(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "http connection error");
-                    if let Some(count) = answered_unread.filter(|_| e.is_parse()) {
-                        // What hyper answered a request it could not parse.
-                        count(if e.is_parse_too_large() { 431 } else { 400 });
-                    }
-                }
-                None => tracing::debug!(%peer, "http connection timed out"),
-            }
+            serve_connection(
+                stream,
+                peer,
+                Arc::new(slot),
+                &builder,
+                handle,
+                budget,
+                stop,
+                limits,
+            )
+            .await;
         });
     }
 
@@ -269,8 +152,97 @@ where
     let _ = stop_tx.send(true);
     // Wait (briefly) for open connections to finish.
     let all = u32::try_from(max).unwrap_or(u32::MAX);
-    let _ = tokio::time::timeout(limits.shutdown_grace, peers.permits.acquire_many(all)).await;
+    let _ = tokio::time::timeout(limits.shutdown_grace, peers.all_closed(all)).await;
     Ok(())
+}
+
+/// Serves one admitted connection: its requests, until it closes, its
+/// lifetime is over, the server stops or its place is wanted.
+#[allow(clippy::too_many_arguments)]
+async fn serve_connection<H, F>(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    slot: Arc<Slot>,
+    builder: &http1::Builder,
+    handle: H,
+    budget: Arc<sending::Budget>,
+    mut stop: watch::Receiver<bool>,
+    (lifetime, answered_unread): (Duration, Option<fn(u16)>),
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Resp> + Send + 'static,
+{
+    let _ = stream.set_nodelay(true);
+    let sent = sending::Sent::default();
+    let busy = slot.clone();
+    let conn = builder.serve_connection(
+        TokioIo::new(sending::Counted::new(stream, sent.clone())),
+        service_fn(move |mut req: Request<Incoming>| {
+            // A request under way: its connection is not closed for room.
+            busy.set_busy(true);
+            // A body left unread leaves the connection unusable: close
+            // it rather than wait for the body to end.
+            let has_body = !req.body().is_end_stream();
+            // Only an answer to GET may be refused for the budget: it
+            // changed nothing (hyper sends no body in answer to HEAD; a
+            // POST's answer, ingest's, comes after its hits are taken).
+            let get = req.method() == Method::GET;
+            req.extensions_mut().insert(Peer(client(peer.ip())));
+            let answer = handle(req);
+            let (budget, sent, busy) = (budget.clone(), sent.clone(), busy.clone());
+            async move {
+                let mut resp = answer.await;
+                let len = resp.body().size_hint().exact().unwrap_or(u64::MAX);
+                if get && !budget.take(len, &sent) {
+                    resp = too_busy_to_send(&resp);
+                }
+                let read = resp.extensions_mut().remove::<BodyRead>().is_some();
+                if has_body && !read {
+                    resp = with_header(resp, CONNECTION, "close");
+                }
+                busy.set_busy(false);
+                Ok::<_, Infallible>(resp)
+            }
+        }),
+    );
+    tokio::pin!(conn);
+    // Its lifetime over, the server stopping, or its place wanted, a
+    // connection answers the request under way (whose hits ingest may
+    // have appended: cut off, its client would send them again), then
+    // closes; an idle one closes at once.
+    let result = tokio::select! {
+        res = conn.as_mut() => Ok(res),
+        () = async { drop(stop.wait_for(|s| *s).await) } => Err("stopping"),
+        () = tokio::time::sleep(lifetime) => Err("lifetime over"),
+        () = slot.evicted() => Err("closed to make room"),
+    };
+    let result = match result {
+        Ok(res) => Some(res),
+        // Headers still trickling in, or idle: hyper would wait for a
+        // request it has begun reading, so the place is given up at once.
+        Err(why @ "closed to make room") if !slot.is_busy() => {
+            tracing::debug!(%peer, why, "http connection closing");
+            return;
+        }
+        Err(why) => {
+            tracing::debug!(%peer, why, "http connection closing");
+            conn.as_mut().graceful_shutdown();
+            tokio::time::timeout(REQUEST_GRACE, conn.as_mut())
+                .await
+                .ok()
+        }
+    };
+    match result {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "http connection error");
+            if let Some(count) = answered_unread.filter(|_| e.is_parse()) {
+                // What hyper answered a request it could not parse.
+                count(if e.is_parse_too_large() { 431 } else { 400 });
+            }
+        }
+        None => tracing::debug!(%peer, "http connection timed out"),
+    }
 }
 
 /// 503 with `Retry-After: 1` in place of `answer`, too large to send while
@@ -303,17 +275,6 @@ fn too_busy_to_send(answer: &Resp) -> Resp {
 /// those that limit each one (`ingest`'s rate).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Peer(pub(crate) IpAddr);
-
-/// The client an address belongs to, as the limits per client count it:
-/// an IPv4 address (IPv4-mapped IPv6 included) alone, an IPv6 address by
-/// its /64, the network one host is given (it may take any address in
-/// it: counted apart, they would each have a share).
-pub(crate) fn client(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
-        v4 => v4,
-    }
-}
 
 /// Put in a response's extensions by an endpoint that read its request's
 /// body in full ([`super::body::read_body`]): the connection may serve the
@@ -386,33 +347,6 @@ mod tests {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     use super::*;
-
-    /// An IPv6 host may take any address of its /64: its connections are
-    /// counted together, an IPv4 address (mapped or not) alone.
-    #[test]
-    fn one_client_is_an_ipv4_address_or_an_ipv6_slash_64() {
-        let peers = Peers::new(&Limits {
-            max_connections_per_peer: 2,
-            ..Limits::default()
-        });
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        let held: Vec<Slot> = ["2001:db8::1", "2001:db8::ffff:1"]
-            .iter()
-            .map(|a| peers.admit(ip(a)).expect("admitted"))
-            .collect();
-        assert!(
-            peers.admit(ip("2001:db8::1:2:3:4")).is_none(),
-            "the same /64"
-        );
-        assert!(peers.admit(ip("2001:db8:0:1::1")).is_some(), "another /64");
-        assert_eq!(client(ip("::ffff:10.0.0.7")), ip("10.0.0.7"));
-        assert_eq!(client(ip("10.0.0.7")), ip("10.0.0.7"));
-        drop(held);
-        assert!(
-            peers.admit(ip("2001:db8::9")).is_some(),
-            "places given back"
-        );
-    }
 
     /// A request still being answered when its connection's lifetime ends
     /// gets its answer (ingest may have appended its hits), then the

@@ -1,6 +1,7 @@
 //! HTTP that a few clients cannot starve, and a `top` that nobody can make
-//! scan at will: hundreds of connections from one address trickling
-//! headers or bodies against a worker's `/healthz` and `hitcount serve`,
+//! scan at will: hundreds of connections from one address (or one from
+//! each of hundreds) trickling headers or bodies against a worker's
+//! `/healthz` and `hitcount serve`,
 //! while probes from another address are answered within a second; large
 //! bodies half sent that hold no more than `ingest`'s read budget; buckets
 //! that are not kept, not aligned or absurd; a burst of distinct buckets;
@@ -43,13 +44,14 @@ pub(crate) async fn connect_from(ip: [u8; 4], addr: SocketAddr) -> std::io::Resu
 /// short pause) whenever the server closes, until `stop`.
 async fn trickler(
     addr: SocketAddr,
+    from: [u8; 4],
     path: String,
     how: Trickle,
     stop: Arc<AtomicBool>,
     connects: Arc<AtomicUsize>,
 ) {
     while !stop.load(Ordering::Relaxed) {
-        if let Ok(mut s) = connect_from(HOSTILE, addr).await {
+        if let Ok(mut s) = connect_from(from, addr).await {
             connects.fetch_add(1, Ordering::Relaxed);
             let first = match how {
                 Trickle::Headers => format!("GET {path} HTT"),
@@ -116,12 +118,24 @@ async fn probes_outlast_tricklers_of(
     trickled_path: &str,
     how: Trickle,
 ) {
+    probes_outlast(addr, probe_path, trickled_path, how, |_| HOSTILE).await;
+}
+
+/// [`probes_outlast_tricklers_of`], trickler `i` connecting from `from(i)`.
+async fn probes_outlast(
+    addr: SocketAddr,
+    probe_path: &str,
+    trickled_path: &str,
+    how: Trickle,
+    from: fn(usize) -> [u8; 4],
+) {
     let stop = Arc::new(AtomicBool::new(false));
     let connects = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..TRICKLERS)
-        .map(|_| {
+        .map(|i| {
             tokio::spawn(trickler(
                 addr,
+                from(i),
                 trickled_path.to_string(),
                 how,
                 stop.clone(),
@@ -248,6 +262,11 @@ async fn a_workers_healthz_outlasts_four_hundred_slow_clients() {
     an_unfinished_body_is_not_waited_for(addr, "/healthz").await;
     probes_outlast_tricklers(addr, "/healthz", Trickle::Headers).await;
     probes_outlast_tricklers(addr, "/healthz", Trickle::Body).await;
+    // One trickler an address, more addresses than places: the place of
+    // the one waiting longest is given to the probe (they shut out 75 %
+    // of the probes when no place was ever taken back).
+    let own = |i: usize| [127, 1, (i / 200) as u8, (1 + i % 200) as u8];
+    probes_outlast(addr, "/healthz", "/healthz", Trickle::Headers, own).await;
 }
 
 async fn serves_api_outlasts_four_hundred_slow_clients() {

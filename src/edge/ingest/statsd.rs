@@ -23,7 +23,8 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt as _;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
-use crate::edge::server::{Limits, Peers};
+use crate::edge::peers::Peers;
+use crate::edge::server::Limits;
 use crate::model::metrics::metrics;
 use crate::model::shutdown::Shutdown;
 use crate::model::statsd::{self, Line};
@@ -93,10 +94,7 @@ pub(crate) async fn serve(
 
 /// Accepts TCP connections, each read line by line.
 async fn accept(tcp: TcpListener, producer: Arc<Producer>, mut stop: Shutdown) {
-    let peers = Peers::new(&Limits {
-        max_connections: MAX_TCP,
-        ..Limits::default()
-    });
+    let peers = Peers::new(MAX_TCP, Limits::default().max_connections_per_peer);
     loop {
         let (stream, peer) = tokio::select! {
             () = stop.wait() => return,

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,7 +42,7 @@ pub(crate) struct Slot {
     /// Told when the connection is to close to make room.
     evict: Arc<Notify>,
     /// A request of the connection is under way.
-    busy: std::sync::atomic::AtomicBool,
+    busy: AtomicBool,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -121,9 +121,7 @@ impl Peers {
             false => None,
         }
     }
-}
 
-impl Peers {
     /// Resolves once all `max` places are free (every connection closed).
     pub(crate) async fn all_closed(&self, max: u32) {
         let _ = self.permits.acquire_many(max).await;

@@ -102,14 +102,20 @@ where
     F: Future<Output = Resp> + Send + 'static,
 {
     let max = limits.max_connections.max(1);
-    let peers = Peers::new(limits.max_connections, limits.max_connections_per_peer);
-    let budget = Arc::new(sending::Budget::new());
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stop_tx, stop) = watch::channel(false);
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(limits.max_buf_size.max(8192));
+    let server = Arc::new(Server {
+        peers: Peers::new(limits.max_connections, limits.max_connections_per_peer),
+        budget: Arc::new(sending::Budget::new()),
+        builder,
+        handle,
+        stop,
+        limits,
+    });
     tokio::pin!(shutdown);
 
     loop {
@@ -126,25 +132,13 @@ where
         };
         // Admitted (or a place made) on its own task: making room waits
         // for the connection closed to go, and the loop accepts meanwhile.
-        let (peers, builder, handle) = (peers.clone(), builder.clone(), handle.clone());
-        let (budget, stop) = (budget.clone(), stop_rx.clone());
-        let limits = (limits.connection_timeout, limits.answered_unread);
+        let server = server.clone();
         tokio::spawn(async move {
-            let Some(slot) = peers.admit_or_make_room(peer.ip()).await else {
+            let Some(slot) = server.peers.admit_or_make_room(peer.ip()).await else {
                 tracing::debug!(%peer, "http connection refused: too many connections");
                 return;
             };
-            serve_connection(
-                stream,
-                peer,
-                Arc::new(slot),
-                &builder,
-                handle,
-                budget,
-                stop,
-                limits,
-            )
-            .await;
+            server.serve_connection(stream, peer, Arc::new(slot)).await;
         });
     }
 
@@ -152,96 +146,107 @@ where
     let _ = stop_tx.send(true);
     // Wait (briefly) for open connections to finish.
     let all = u32::try_from(max).unwrap_or(u32::MAX);
-    let _ = tokio::time::timeout(limits.shutdown_grace, peers.all_closed(all)).await;
+    let grace = server.limits.shutdown_grace;
+    let _ = tokio::time::timeout(grace, server.peers.all_closed(all)).await;
     Ok(())
 }
 
-/// Serves one admitted connection: its requests, until it closes, its
-/// lifetime is over, the server stops or its place is wanted.
-#[allow(clippy::too_many_arguments)]
-async fn serve_connection<H, F>(
-    stream: tokio::net::TcpStream,
-    peer: std::net::SocketAddr,
-    slot: Arc<Slot>,
-    builder: &http1::Builder,
-    handle: H,
+/// What every connection of one server shares.
+struct Server<H> {
+    peers: Arc<Peers>,
+    /// Large answers being sent ([`sending`]).
     budget: Arc<sending::Budget>,
-    mut stop: watch::Receiver<bool>,
-    (lifetime, answered_unread): (Duration, Option<fn(u16)>),
-) where
+    builder: http1::Builder,
+    handle: H,
+    /// Turns true when the server stops.
+    stop: watch::Receiver<bool>,
+    limits: Limits,
+}
+
+impl<H, F> Server<H>
+where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Resp> + Send + 'static,
 {
-    let _ = stream.set_nodelay(true);
-    let sent = sending::Sent::default();
-    let busy = slot.clone();
-    let conn = builder.serve_connection(
-        TokioIo::new(sending::Counted::new(stream, sent.clone())),
-        service_fn(move |mut req: Request<Incoming>| {
-            // A request under way: its connection is not closed for room.
-            busy.set_busy(true);
-            // A body left unread leaves the connection unusable: close
-            // it rather than wait for the body to end.
-            let has_body = !req.body().is_end_stream();
-            // Only an answer to GET may be refused for the budget: it
-            // changed nothing (hyper sends no body in answer to HEAD; a
-            // POST's answer, ingest's, comes after its hits are taken).
-            let get = req.method() == Method::GET;
-            req.extensions_mut().insert(Peer(client(peer.ip())));
-            let answer = handle(req);
-            let (budget, sent, busy) = (budget.clone(), sent.clone(), busy.clone());
-            async move {
-                let mut resp = answer.await;
-                let len = resp.body().size_hint().exact().unwrap_or(u64::MAX);
-                if get && !budget.take(len, &sent) {
-                    resp = too_busy_to_send(&resp);
+    /// Serves one admitted connection: its requests, until it closes, its
+    /// lifetime is over, the server stops or its place is wanted.
+    async fn serve_connection(
+        &self,
+        stream: tokio::net::TcpStream,
+        peer: std::net::SocketAddr,
+        slot: Arc<Slot>,
+    ) {
+        let _ = stream.set_nodelay(true);
+        let sent = sending::Sent::default();
+        let (busy, handle, budget) = (slot.clone(), self.handle.clone(), self.budget.clone());
+        let conn = self.builder.serve_connection(
+            TokioIo::new(sending::Counted::new(stream, sent.clone())),
+            service_fn(move |mut req: Request<Incoming>| {
+                // A request under way: its connection is not closed for room.
+                busy.set_busy(true);
+                // A body left unread leaves the connection unusable: close
+                // it rather than wait for the body to end.
+                let has_body = !req.body().is_end_stream();
+                // Only an answer to GET may be refused for the budget: it
+                // changed nothing (hyper sends no body in answer to HEAD; a
+                // POST's answer, ingest's, comes after its hits are taken).
+                let get = req.method() == Method::GET;
+                req.extensions_mut().insert(Peer(client(peer.ip())));
+                let answer = handle(req);
+                let (budget, sent, busy) = (budget.clone(), sent.clone(), busy.clone());
+                async move {
+                    let mut resp = answer.await;
+                    let len = resp.body().size_hint().exact().unwrap_or(u64::MAX);
+                    if get && !budget.take(len, &sent) {
+                        resp = too_busy_to_send(&resp);
+                    }
+                    let read = resp.extensions_mut().remove::<BodyRead>().is_some();
+                    if has_body && !read {
+                        resp = with_header(resp, CONNECTION, "close");
+                    }
+                    busy.set_busy(false);
+                    Ok::<_, Infallible>(resp)
                 }
-                let read = resp.extensions_mut().remove::<BodyRead>().is_some();
-                if has_body && !read {
-                    resp = with_header(resp, CONNECTION, "close");
+            }),
+        );
+        tokio::pin!(conn);
+        // Its lifetime over, the server stopping, or its place wanted, a
+        // connection answers the request under way (whose hits ingest may
+        // have appended: cut off, its client would send them again), then
+        // closes; an idle one closes at once.
+        let result = tokio::select! {
+            res = conn.as_mut() => Ok(res),
+            () = async { drop(self.stop.clone().wait_for(|s| *s).await) } => Err("stopping"),
+            () = tokio::time::sleep(self.limits.connection_timeout) => Err("lifetime over"),
+            () = slot.evicted() => Err("closed to make room"),
+        };
+        let result = match result {
+            Ok(res) => Some(res),
+            // Headers still trickling in, or idle: hyper would wait for a
+            // request it has begun reading, so the place is given up at once.
+            Err(why @ "closed to make room") if !slot.is_busy() => {
+                tracing::debug!(%peer, why, "http connection closing");
+                return;
+            }
+            Err(why) => {
+                tracing::debug!(%peer, why, "http connection closing");
+                conn.as_mut().graceful_shutdown();
+                tokio::time::timeout(REQUEST_GRACE, conn.as_mut())
+                    .await
+                    .ok()
+            }
+        };
+        match result {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "http connection error");
+                if let Some(count) = self.limits.answered_unread.filter(|_| e.is_parse()) {
+                    // What hyper answered a request it could not parse.
+                    count(if e.is_parse_too_large() { 431 } else { 400 });
                 }
-                busy.set_busy(false);
-                Ok::<_, Infallible>(resp)
             }
-        }),
-    );
-    tokio::pin!(conn);
-    // Its lifetime over, the server stopping, or its place wanted, a
-    // connection answers the request under way (whose hits ingest may
-    // have appended: cut off, its client would send them again), then
-    // closes; an idle one closes at once.
-    let result = tokio::select! {
-        res = conn.as_mut() => Ok(res),
-        () = async { drop(stop.wait_for(|s| *s).await) } => Err("stopping"),
-        () = tokio::time::sleep(lifetime) => Err("lifetime over"),
-        () = slot.evicted() => Err("closed to make room"),
-    };
-    let result = match result {
-        Ok(res) => Some(res),
-        // Headers still trickling in, or idle: hyper would wait for a
-        // request it has begun reading, so the place is given up at once.
-        Err(why @ "closed to make room") if !slot.is_busy() => {
-            tracing::debug!(%peer, why, "http connection closing");
-            return;
+            None => tracing::debug!(%peer, "http connection timed out"),
         }
-        Err(why) => {
-            tracing::debug!(%peer, why, "http connection closing");
-            conn.as_mut().graceful_shutdown();
-            tokio::time::timeout(REQUEST_GRACE, conn.as_mut())
-                .await
-                .ok()
-        }
-    };
-    match result {
-        Some(Ok(())) => {}
-        Some(Err(e)) => {
-            tracing::debug!(%peer, error = %e, "http connection error");
-            if let Some(count) = answered_unread.filter(|_| e.is_parse()) {
-                // What hyper answered a request it could not parse.
-                count(if e.is_parse_too_large() { 431 } else { 400 });
-            }
-        }
-        None => tracing::debug!(%peer, "http connection timed out"),
     }
 }
 
